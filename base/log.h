@@ -1,0 +1,25 @@
+// Logging through spdlog. One process-wide logger writing to stderr; every binary calls
+// InitLogging() once at start. The macros take fmt-style format strings:
+//     LOG_INFO("chunk {} written in {} us", id, us);
+#pragma once
+
+#include <spdlog/spdlog.h>
+
+#include <string_view>
+
+#include "base/status.h"
+
+namespace rt {
+
+// Sets up the stderr logger with `level` ("trace", "debug", "info", "warn", "error", "off")
+// and `name` (printed in each line, e.g. "ringtraind"). Errors name a bad level. Not thread-safe:
+// call before starting threads.
+Status InitLogging(std::string_view level, std::string_view name = "ringtrain");
+
+}  // namespace rt
+
+#define LOG_TRACE(...) SPDLOG_TRACE(__VA_ARGS__)
+#define LOG_DEBUG(...) SPDLOG_DEBUG(__VA_ARGS__)
+#define LOG_INFO(...) SPDLOG_INFO(__VA_ARGS__)
+#define LOG_WARN(...) SPDLOG_WARN(__VA_ARGS__)
+#define LOG_ERROR(...) SPDLOG_ERROR(__VA_ARGS__)
