@@ -1,0 +1,478 @@
+#include "iofs/chunk_engine.h"
+
+#include <rocksdb/db.h>
+#include <rocksdb/write_batch.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <shared_mutex>
+#include <unordered_set>
+
+#include "base/crc32c.h"
+#include "base/fault.h"
+#include "base/log.h"
+#include "iofs/engine/chunk_record.h"
+#include "iofs/engine/slot_files.h"
+#include "iofs/engine/uring_executor.h"
+
+namespace rt::iofs {
+namespace {
+
+Status RocksError(const rocksdb::Status& s, std::string_view what,
+                  std::source_location where = std::source_location::current()) {
+  return ForeignError(StatusCode::kRocksDbError, std::string(what) + ": " + s.ToString(), where);
+}
+
+uint64_t RoundUp(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
+
+std::string Hex(ChunkId id) {
+  char buf[24];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(id));
+  return buf;
+}
+
+Status MakeDir(const std::string& path) {
+  if (mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) return ErrnoStatus(errno, "mkdir " + path);
+  return Status();
+}
+
+// One metadata change waiting for the group commit.
+struct CommitRequest {
+  std::vector<std::pair<ChunkId, std::optional<ChunkRecord>>> changes;  // nullopt = delete
+  Status result;
+  bool done = false;
+};
+
+// In-memory view of a committed chunk.
+struct Entry {
+  ChunkLocation loc;
+  ChunkInfo info;
+};
+
+class ChunkEngineImpl final : public ChunkEngine {
+ public:
+  explicit ChunkEngineImpl(ChunkEngineOptions options) : options_(std::move(options)) {}
+
+  ~ChunkEngineImpl() override {
+    slots_.reset();     // closes the data files after...
+    executor_.reset();  // ...the ring (declared order would be wrong: be explicit)
+    if (db_) {
+      (void)db_->Close();
+      delete db_;
+    }
+  }
+
+  Status Init();
+
+  Status Write(std::span<const ChunkWrite> writes) override;
+  Status Read(ChunkId id, uint64_t offset, uint64_t length, std::vector<std::byte>* out,
+              ChunkInfo* info) override;
+  Result<ChunkInfo> Stat(ChunkId id) override {
+    std::lock_guard lock(alloc_mu_);
+    auto it = chunks_.find(id);
+    if (it == chunks_.end()) return NotFound("chunk " + Hex(id) + " not found");
+    return it->second.info;
+  }
+  Status Remove(std::span<const ChunkId> ids) override;
+  std::vector<ChunkInfo> List(ChunkId first, ChunkId last) override {
+    std::lock_guard lock(alloc_mu_);
+    std::vector<ChunkInfo> out;
+    for (auto it = chunks_.lower_bound(first); it != chunks_.end() && it->first <= last; ++it)
+      out.push_back(it->second.info);
+    return out;
+  }
+  EngineUsage Usage() override {
+    std::lock_guard lock(alloc_mu_);
+    EngineUsage u;
+    u.chunks = chunks_.size();
+    u.used_slots = slots_->used_slots();
+    u.total_slots = slots_->total_slots();
+    u.file_bytes = slots_->file_bytes();
+    for (const auto& [id, e] : chunks_) u.data_bytes += e.info.length;
+    return u;
+  }
+  std::vector<std::string> Check() override;
+  const ChunkEngineOptions& options() const override { return options_; }
+
+ private:
+  Status Commit(CommitRequest* request);
+  void Apply(const CommitRequest& request);  // REQUIRES alloc_mu_
+  Result<ChunkLocation> AllocateLocked(SizeClass size_class);
+  std::string DataPath(const ChunkLocation& loc) const {
+    return options_.dir + "/data/" + std::to_string(loc.file) + "." +
+           std::to_string(static_cast<int>(loc.size_class)) + ".dat";
+  }
+  Deadline IoDeadline() const { return Deadline::AfterMs(options_.io_timeout_ms); }
+
+  const ChunkEngineOptions options_;
+  rocksdb::DB* db_ = nullptr;
+  std::unique_ptr<UringExecutor> executor_;
+
+  std::mutex alloc_mu_;
+  std::unique_ptr<SlotFiles> slots_;    // GUARDED_BY(alloc_mu_)
+  std::map<ChunkId, Entry> chunks_;     // GUARDED_BY(alloc_mu_)
+
+  // Readers hold it shared while they read a slot; recycling freed slots takes it exclusive.
+  std::shared_timed_mutex reuse_mu_;
+
+  std::mutex commit_mu_;
+  std::condition_variable commit_cv_;
+  std::deque<CommitRequest*> commit_queue_;  // GUARDED_BY(commit_mu_)
+  bool committing_ = false;                  // GUARDED_BY(commit_mu_)
+};
+
+Status ChunkEngineImpl::Init() {
+  const auto& o = options_;
+  if (o.dir.empty()) return InvalidArgument("chunk engine: dir is empty");
+  if (o.chunk_size == 0 || o.chunk_size % kBlockSize != 0)
+    return InvalidArgument("chunk engine: chunk_size " + std::to_string(o.chunk_size) +
+                           " is not a positive multiple of 65536");
+  if (o.small_chunk_size == 0 || o.small_chunk_size % kBlockSize != 0 ||
+      o.small_chunk_size > o.chunk_size)
+    return InvalidArgument("chunk engine: small_chunk_size " + std::to_string(o.small_chunk_size) +
+                           " must be a positive multiple of 65536 and at most chunk_size");
+  if (o.slots_per_file == 0) return InvalidArgument("chunk engine: slots_per_file is 0");
+  if (o.io_buffers < 1) return InvalidArgument("chunk engine: io_buffers must be at least 1");
+  RETURN_IF_ERROR(MakeDir(o.dir));
+  RETURN_IF_ERROR(MakeDir(o.dir + "/data"));
+
+  rocksdb::Options db_options;
+  db_options.create_if_missing = true;
+  db_options.max_background_jobs = 2;
+  rocksdb::Status rs = rocksdb::DB::Open(db_options, o.dir + "/meta", &db_);
+  if (!rs.ok()) return RocksError(rs, "open chunk metadata " + o.dir + "/meta");
+
+  EngineHeader want{o.chunk_size, o.small_chunk_size, o.slots_per_file};
+  std::string stored;
+  rs = db_->Get(rocksdb::ReadOptions(), std::string(kHeaderKey), &stored);
+  if (rs.IsNotFound()) {
+    rocksdb::WriteOptions wo;
+    wo.sync = true;
+    rs = db_->Put(wo, std::string(kHeaderKey), EncodeEngineHeader(want));
+    if (!rs.ok()) return RocksError(rs, "write chunk engine header");
+  } else if (!rs.ok()) {
+    return RocksError(rs, "read chunk engine header");
+  } else {
+    ASSIGN_OR_RETURN(EngineHeader have, DecodeEngineHeader(stored));
+    if (have.chunk_size != want.chunk_size || have.small_chunk_size != want.small_chunk_size ||
+        have.slots_per_file != want.slots_per_file)
+      return InvalidArgument(
+          "chunk engine in " + o.dir + " was created with chunk_size=" +
+          std::to_string(have.chunk_size) + " small_chunk_size=" +
+          std::to_string(have.small_chunk_size) + " slots_per_file=" +
+          std::to_string(have.slots_per_file) + "; the options ask for " +
+          std::to_string(want.chunk_size) + "/" + std::to_string(want.small_chunk_size) + "/" +
+          std::to_string(want.slots_per_file));
+  }
+
+  UringOptions uo;
+  uo.queue_depth = o.queue_depth;
+  uo.buffer_count = o.io_buffers;
+  uo.buffer_size = o.chunk_size;
+  ASSIGN_OR_RETURN(executor_, UringExecutor::Create(uo));
+
+  slots_ = std::make_unique<SlotFiles>(o.dir + "/data", o.small_chunk_size, o.chunk_size,
+                                       o.slots_per_file, o.capacity_bytes, executor_.get());
+  RETURN_IF_ERROR(slots_->OpenExisting());
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  for (it->Seek("C"); it->Valid(); it->Next()) {
+    ChunkId id = 0;
+    if (!ParseChunkKey(it->key().ToStringView(), &id)) break;
+    ASSIGN_OR_RETURN(ChunkRecord r, DecodeChunkRecord(it->value().ToStringView(), Hex(id)));
+    RETURN_IF_ERROR(slots_->MarkUsed(r.loc, "chunk " + Hex(id)));
+    chunks_[id] = Entry{r.loc, ChunkInfo{id, r.version, r.length, r.chunk_crc,
+                                         r.loc.size_class == SizeClass::kSmall}};
+  }
+  if (!it->status().ok()) return RocksError(it->status(), "scan chunk metadata");
+  slots_->FinishRebuild();
+  LOG_INFO("chunk engine {}: {} chunks, {} of {} slots used, {} bytes of data files", o.dir,
+           chunks_.size(), slots_->used_slots(), slots_->total_slots(), slots_->file_bytes());
+  return Status();
+}
+
+Result<ChunkLocation> ChunkEngineImpl::AllocateLocked(SizeClass c) {
+  if (!slots_->HasFree(c) && slots_->HasQuarantine()) {
+    // Recycle freed slots when no reader holds one; otherwise prefer a new file, and wait for
+    // readers only when no file can be added.
+    std::unique_lock reuse(reuse_mu_, std::try_to_lock);
+    if (reuse.owns_lock()) slots_->RecycleQuarantine();
+  }
+  Result<ChunkLocation> loc = slots_->Allocate(c);
+  if (!loc.ok() && loc.status().code() == StatusCode::kNoSpace && slots_->HasQuarantine()) {
+    std::unique_lock reuse(reuse_mu_, std::defer_lock);
+    if (!reuse.try_lock_until(IoDeadline().when()))
+      return DeadlineExceeded("waiting for readers to release freed chunk slots");
+    slots_->RecycleQuarantine();
+    return slots_->Allocate(c);
+  }
+  return loc;
+}
+
+Status ChunkEngineImpl::Write(std::span<const ChunkWrite> writes) {
+  if (writes.empty()) return Status();
+  {
+    std::unordered_set<ChunkId> ids;
+    for (const ChunkWrite& w : writes) {
+      if (w.data.size() > options_.chunk_size)
+        return InvalidArgument("chunk " + Hex(w.id) + ": " + std::to_string(w.data.size()) +
+                               " bytes exceed chunk_size " + std::to_string(options_.chunk_size));
+      if (!ids.insert(w.id).second)
+        return InvalidArgument("chunk " + Hex(w.id) + " appears twice in one write batch");
+    }
+  }
+  // 1. Allocate a fresh slot per chunk (never the live one: copy-on-write).
+  std::vector<ChunkLocation> locs;
+  {
+    std::lock_guard lock(alloc_mu_);
+    for (const ChunkWrite& w : writes) {
+      const SizeClass c = w.data.size() <= options_.small_chunk_size ? SizeClass::kSmall
+                                                                     : SizeClass::kLarge;
+      Result<ChunkLocation> loc = AllocateLocked(c);
+      if (!loc.ok()) {
+        for (const ChunkLocation& l : locs) slots_->Free(l);
+        return loc.status().WithContext("allocate a slot for chunk " + Hex(w.id));
+      }
+      locs.push_back(*loc);
+    }
+  }
+  auto free_new = [&] {
+    std::lock_guard lock(alloc_mu_);
+    for (const ChunkLocation& l : locs) slots_->Free(l);
+  };
+  CommitRequest request;
+  std::vector<int> touched_files;
+  // 2. Write the data through registered buffers, up to io_buffers chunks per submission.
+  const size_t group = static_cast<size_t>(options_.io_buffers);
+  for (size_t first = 0; first < writes.size(); first += group) {
+    const size_t n = std::min(group, writes.size() - first);
+    Result<std::vector<IoBuffer>> bufs = executor_->AcquireBuffers(static_cast<int>(n), IoDeadline());
+    if (!bufs.ok()) {
+      free_new();
+      return bufs.status();
+    }
+    std::vector<IoOp> ops;
+    for (size_t i = 0; i < n; ++i) {
+      const ChunkWrite& w = writes[first + i];
+      const ChunkLocation& loc = locs[first + i];
+      IoBuffer& b = (*bufs)[i];
+      ChunkRecord r;
+      r.loc = loc;
+      r.length = static_cast<uint32_t>(w.data.size());
+      r.version = w.version;
+      ComputeChunkCrcs(w.data.data(), w.data.size(), &r.block_crcs, &r.chunk_crc);
+      request.changes.emplace_back(w.id, std::move(r));
+      const uint64_t io_len = RoundUp(w.data.size(), kIoAlign);
+      if (io_len == 0) continue;
+      if (!w.data.empty()) std::memcpy(b.data, w.data.data(), w.data.size());
+      std::memset(b.data + w.data.size(), 0, io_len - w.data.size());
+      IoOp op;
+      op.kind = IoOp::Kind::kWrite;
+      op.file = slots_->RegisteredSlot(loc);
+      op.buffer = b.index;
+      op.data = b.data;
+      op.length = static_cast<uint32_t>(io_len);
+      op.offset = slots_->Offset(loc);
+      ops.push_back(op);
+      if (std::find(touched_files.begin(), touched_files.end(), op.file) == touched_files.end())
+        touched_files.push_back(op.file);
+    }
+    Status s = executor_->Run(ops, IoDeadline());
+    if (!s.ok()) {
+      free_new();  // the executor releases the buffers when the abandoned ops complete
+      return s.WithContext("write chunk data");
+    }
+    for (IoBuffer& b : *bufs) executor_->ReleaseBuffer(b);
+    for (size_t i = 0; i < ops.size(); ++i) {
+      if (ops[i].result != static_cast<int>(ops[i].length)) {
+        free_new();
+        const int err = ops[i].result < 0 ? -ops[i].result : EIO;
+        return ErrnoStatus(err, "write " + std::to_string(ops[i].length) + " bytes at offset " +
+                                    std::to_string(ops[i].offset) + " of data file slot " +
+                                    std::to_string(ops[i].file));
+      }
+    }
+  }
+  if (Status s = RT_FAULT_POINT("iofs.chunk.after_data_write"); !s.ok()) {
+    free_new();
+    return s;
+  }
+  // 3. Make the data durable before any metadata points at it.
+  std::vector<IoOp> syncs;
+  for (int f : touched_files) {
+    IoOp op;
+    op.kind = IoOp::Kind::kDataSync;
+    op.file = f;
+    syncs.push_back(op);
+  }
+  Status s = executor_->Run(syncs, IoDeadline());
+  for (const IoOp& op : syncs)
+    if (s.ok() && op.result < 0)
+      s = ErrnoStatus(-op.result, "fdatasync data file slot " + std::to_string(op.file));
+  if (s.ok()) s = RT_FAULT_POINT("iofs.chunk.after_data_sync");
+  if (!s.ok()) {
+    free_new();
+    return s;
+  }
+  // 4. Commit the metadata (group commit), then free the replaced slots.
+  s = Commit(&request);
+  if (!s.ok()) free_new();
+  return s;
+}
+
+Status ChunkEngineImpl::Remove(std::span<const ChunkId> ids) {
+  CommitRequest request;
+  for (ChunkId id : ids) request.changes.emplace_back(id, std::nullopt);
+  return Commit(&request);
+}
+
+Status ChunkEngineImpl::Commit(CommitRequest* request) {
+  std::unique_lock lock(commit_mu_);
+  commit_queue_.push_back(request);
+  while (!request->done) {
+    if (committing_) {
+      // The leader's synced write is local and bounded; it marks us done.
+      commit_cv_.wait(lock);
+      continue;
+    }
+    committing_ = true;
+    std::deque<CommitRequest*> group;
+    group.swap(commit_queue_);
+    lock.unlock();
+    rocksdb::WriteBatch batch;
+    for (CommitRequest* r : group)
+      for (const auto& [id, record] : r->changes) {
+        if (record) {
+          batch.Put(ChunkKey(id), EncodeChunkRecord(*record));
+        } else {
+          batch.Delete(ChunkKey(id));
+        }
+      }
+    rocksdb::WriteOptions wo;
+    wo.sync = true;
+    rocksdb::Status rs = db_->Write(wo, &batch);
+    Status result = rs.ok() ? Status() : RocksError(rs, "commit chunk metadata");
+    if (result.ok()) result = RT_FAULT_POINT("iofs.chunk.after_meta_commit");
+    if (rs.ok()) {
+      // Committed: the in-memory state follows RocksDB even if a fault point fired after it.
+      std::lock_guard alloc(alloc_mu_);
+      for (CommitRequest* r : group) Apply(*r);
+    }
+    lock.lock();
+    for (CommitRequest* r : group) {
+      r->result = result;
+      r->done = true;
+    }
+    committing_ = false;
+    commit_cv_.notify_all();
+  }
+  return request->result;
+}
+
+void ChunkEngineImpl::Apply(const CommitRequest& request) {
+  for (const auto& [id, record] : request.changes) {
+    auto it = chunks_.find(id);
+    if (it != chunks_.end()) slots_->Quarantine(it->second.loc);
+    if (record) {
+      chunks_[id] = Entry{record->loc, ChunkInfo{id, record->version, record->length,
+                                                 record->chunk_crc,
+                                                 record->loc.size_class == SizeClass::kSmall}};
+    } else if (it != chunks_.end()) {
+      chunks_.erase(it);
+    }
+  }
+}
+
+Status ChunkEngineImpl::Read(ChunkId id, uint64_t offset, uint64_t length,
+                             std::vector<std::byte>* out, ChunkInfo* info) {
+  std::shared_lock reuse(reuse_mu_);
+  std::string value;
+  rocksdb::Status rs = db_->Get(rocksdb::ReadOptions(), ChunkKey(id), &value);
+  if (rs.IsNotFound()) return NotFound("chunk " + Hex(id) + " not found");
+  if (!rs.ok()) return RocksError(rs, "read metadata of chunk " + Hex(id));
+  ASSIGN_OR_RETURN(ChunkRecord r, DecodeChunkRecord(value, Hex(id)));
+  if (info) *info = ChunkInfo{id, r.version, r.length, r.chunk_crc, r.loc.size_class == SizeClass::kSmall};
+  if (offset > r.length)
+    return OutOfRange("read at offset " + std::to_string(offset) + " of chunk " + Hex(id) +
+                      " of " + std::to_string(r.length) + " bytes");
+  const uint64_t len = std::min<uint64_t>(length, r.length - offset);
+  out->clear();
+  if (len == 0) return Status();
+  const uint64_t b0 = offset / kBlockSize;
+  const uint64_t b1 = (offset + len - 1) / kBlockSize;
+  const uint64_t start = b0 * kBlockSize;
+  const uint64_t end = std::min<uint64_t>((b1 + 1) * kBlockSize, r.length);
+  const uint64_t io_len = RoundUp(end - start, kIoAlign);
+  ASSIGN_OR_RETURN(std::vector<IoBuffer> bufs, executor_->AcquireBuffers(1, IoDeadline()));
+  IoBuffer b = bufs[0];
+  IoOp op;
+  op.kind = IoOp::Kind::kRead;
+  op.file = slots_->RegisteredSlot(r.loc);
+  op.buffer = b.index;
+  op.data = b.data;
+  op.length = static_cast<uint32_t>(io_len);
+  op.offset = slots_->Offset(r.loc) + start;
+  Status s = executor_->Run(std::span<IoOp>(&op, 1), IoDeadline());
+  if (!s.ok()) return s.WithContext("read chunk " + Hex(id));
+  auto fail = [&](Status st) {
+    executor_->ReleaseBuffer(b);
+    return st;
+  };
+  if (op.result != static_cast<int>(io_len))
+    return fail(ErrnoStatus(op.result < 0 ? -op.result : EIO,
+                            "read chunk " + Hex(id) + " from " + DataPath(r.loc)));
+  for (uint64_t blk = b0; blk <= b1; ++blk) {
+    const uint64_t at = blk * kBlockSize - start;
+    const uint64_t n = std::min<uint64_t>(kBlockSize, r.length - blk * kBlockSize);
+    const uint32_t crc = Crc32c(b.data + at, n);
+    if (crc != r.block_crcs[blk])
+      return fail(Status(StatusCode::kChecksumMismatch,
+                         "chunk " + Hex(id) + " block " + std::to_string(blk) + " in " +
+                             DataPath(r.loc) + " at offset " +
+                             std::to_string(slots_->Offset(r.loc) + blk * kBlockSize) +
+                             ": CRC32C " + std::to_string(crc) + " != stored " +
+                             std::to_string(r.block_crcs[blk])));
+  }
+  if (offset == 0 && len == r.length && Crc32c(b.data, r.length) != r.chunk_crc)
+    return fail(Status(StatusCode::kChecksumMismatch,
+                       "chunk " + Hex(id) + " in " + DataPath(r.loc) + ": chunk CRC32C mismatch"));
+  out->assign(b.data + (offset - start), b.data + (offset - start) + len);
+  executor_->ReleaseBuffer(b);
+  return Status();
+}
+
+std::vector<std::string> ChunkEngineImpl::Check() {
+  std::vector<std::string> problems;
+  std::vector<ChunkInfo> all = List(0, UINT64_MAX);
+  std::vector<std::byte> data;
+  for (const ChunkInfo& c : all) {
+    Status s = ReadAll(c.id, &data);
+    if (!s.ok()) problems.push_back(s.ToString());
+  }
+  std::lock_guard lock(alloc_mu_);
+  std::set<std::pair<uint32_t, uint32_t>> held;
+  for (const auto& [id, e] : chunks_)
+    if (!held.insert({e.loc.file, e.loc.slot}).second)
+      problems.push_back("slot " + std::to_string(e.loc.slot) + " of " + DataPath(e.loc) +
+                         " is held by two chunks");
+  if (slots_->used_slots() != held.size())
+    problems.push_back("allocator marks " + std::to_string(slots_->used_slots()) +
+                       " slots used but " + std::to_string(held.size()) + " chunks hold slots");
+  return problems;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<ChunkEngine>> ChunkEngine::Open(const ChunkEngineOptions& options) {
+  auto engine = std::make_unique<ChunkEngineImpl>(options);
+  RETURN_IF_ERROR(engine->Init());
+  return std::unique_ptr<ChunkEngine>(std::move(engine));
+}
+
+}  // namespace rt::iofs
