@@ -1,0 +1,90 @@
+// The configuration of one training run: a struct per component (STYLE.md rule 12), each field
+// with its default and unit, bound to the TOML keys of configs/*.toml by BindRunConfig.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "base/config.h"
+#include "base/status.h"
+
+namespace rt {
+
+// [model]: the GPT-2 architecture (DESIGN.md "The model").
+struct ModelConfig {
+  int n_layer = 4;         // transformer blocks L; default 4
+  int n_embd = 128;        // channels C; default 128; must be divisible by n_head
+  int n_head = 4;          // attention heads H; default 4
+  int seq_len = 128;       // context length T (rows of wpe); default 128 tokens
+  int vocab_size = 256;    // vocabulary size V (rows of wte); default 256 (byte tokens)
+};
+
+// [train]: the step loop.
+struct TrainConfig {
+  int batch_size = 8;              // rows B per optimizer step; default 8 sequences
+  int micro_batches = 1;           // gradient-accumulation splits of a batch; default 1; divides B
+  int64_t steps = 1000;            // optimizer steps; default 1000
+  int64_t seed = 1337;             // seed of initialisation and data order; default 1337
+  std::string precision = "fp32";  // "fp32", "bf16" or "fp16"; default "fp32"
+  bool recompute = false;          // recompute block activations in backward; default false
+  int log_every = 10;              // plain-text progress line every N steps (no terminal); default 10
+  double loss_scale_init = 65536;  // fp16 only: initial dynamic loss scale; default 65536 (2^16)
+  int loss_scale_window = 1000;    // fp16 only: clean steps before the scale doubles; default 1000
+};
+
+// [optim]: AdamW, clipping and the learning-rate schedule.
+struct OptimConfig {
+  double lr = 1e-3;                 // peak learning rate; default 1e-3
+  double min_lr = 1e-4;             // final learning rate of the cosine schedule; default 1e-4
+  int64_t warmup_steps = 100;       // linear warm-up steps (cosine only); default 100
+  std::string schedule = "cosine";  // "constant" or "cosine" (warm-up + cosine); default "cosine"
+  double weight_decay = 0.1;        // decoupled decay on 2-D weights only; default 0.1
+  double beta1 = 0.9;               // Adam β1; default 0.9
+  double beta2 = 0.95;              // Adam β2; default 0.95
+  double eps = 1e-8;                // Adam ε; default 1e-8
+  double grad_clip = 1.0;           // global gradient-norm clip, 0 = off; default 1.0
+};
+
+// [data]: token shards written by `ringtrain data prepare`.
+struct DataConfig {
+  std::string dir = "data/fortunes";  // folder with train_*.bin and val.bin; default "data/fortunes"
+  std::string order = "shuffled";     // "sequential" or "shuffled" windows; default "shuffled"
+};
+
+// [eval]: validation.
+struct EvalConfig {
+  int64_t every = 100;  // evaluate every N steps and after the last, 0 = never; default 100
+  int batches = 20;     // sequential validation batches per evaluation; default 20
+};
+
+// [metrics]: the JSONL metrics file.
+struct MetricsConfig {
+  std::string path;  // one JSON line per step and evaluation; default "" (no file)
+};
+
+// Everything one run reads from its config file.
+struct RunConfig {
+  ModelConfig model;
+  TrainConfig train;
+  OptimConfig optim;
+  DataConfig data;
+  EvalConfig eval;
+  MetricsConfig metrics;
+};
+
+// Binds every field of `config` (its current values become the defaults) to `schema`.
+// `config` must outlive `schema`.
+void BindRunConfig(RunConfig* config, ConfigSchema* schema);
+
+// Checks relations between fields that one key's range cannot express (n_embd divisible by
+// n_head, batch_size divisible by micro_batches). Errors: InvalidArgument naming the keys.
+Status ValidateRunConfig(const RunConfig& config);
+
+// Loads `path` (empty: only defaults), applies each "key=value" of `overrides` on top, reads it
+// into a RunConfig and validates it. Errors name the file, line and key.
+Result<RunConfig> LoadRunConfig(const std::string& path, const std::vector<std::string>& overrides);
+
+// The effective config as TOML, for the log at start.
+std::string DescribeRunConfig(const RunConfig& config);
+
+}  // namespace rt
