@@ -101,6 +101,45 @@ RT_HD float GeluTanhGrad(float x) {
   return 0.5f * (1.0f + t) + 0.5f * x * sech2 * kS * (1.0f + 3.0f * 0.044715f * x * x);
 }
 
+// tanh through Eigen's rational approximation (degree 13/6 on x clamped to ±7.9053), within a
+// few ulp of tanhf; branch-free so loops over it vectorise. NaN propagates. The GELU kernels of
+// both backends use it (through GeluTanhFast / GeluTanhGradFast below).
+RT_HD float TanhRational(float x) {
+  const float kClamp = 7.90531110763549805f;
+  x = x > kClamp ? kClamp : (x < -kClamp ? -kClamp : x);
+  const float x2 = x * x;
+  float p = -2.76076847742355e-16f;
+  p = p * x2 + 2.00018790482477e-13f;
+  p = p * x2 + -8.60467152213735e-11f;
+  p = p * x2 + 5.12229709037114e-08f;
+  p = p * x2 + 1.48572235717979e-05f;
+  p = p * x2 + 6.37261928875436e-04f;
+  p = p * x2 + 4.89352455891786e-03f;
+  p = p * x;
+  float q = 1.19825839466702e-06f;
+  q = q * x2 + 1.18534705686654e-04f;
+  q = q * x2 + 2.26843463243900e-03f;
+  q = q * x2 + 4.89352518554385e-03f;
+  return p / q;
+}
+
+// GeluTanh with TanhRational: what the GELU forward kernels compute (within 1e-6·(1+|x|) of
+// GeluTanh).
+RT_HD float GeluTanhFast(float x) {
+  const float kS = 0.7978845608028654f;
+  const float cube = 0.044715f * x * x * x;
+  return 0.5f * x * (1.0f + TanhRational(kS * (x + cube)));
+}
+
+// GeluTanhGrad with TanhRational: what the GELU backward kernels compute.
+RT_HD float GeluTanhGradFast(float x) {
+  const float kS = 0.7978845608028654f;
+  const float cube = 0.044715f * x * x * x;
+  const float t = TanhRational(kS * (x + cube));
+  const float sech2 = 1.0f - t * t;
+  return 0.5f * (1.0f + t) + 0.5f * x * sech2 * kS * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
 // One AdamW element update with decoupled weight decay (Loshchilov & Hutter):
 //   m ← β1·m + (1−β1)·g;  v ← β2·v + (1−β2)·g²
 //   p ← p − lr·( (m/bc1) / (√(v/bc2) + eps) + wd·p )
