@@ -1,0 +1,160 @@
+#include "parallel/trainer.h"
+
+#include <cmath>
+
+#include "base/bytes.h"
+#include "base/fault.h"
+#include "kernels/ops.h"
+#include "parallel/weights.h"
+
+namespace rt {
+
+std::vector<std::byte> TrainerState::Serialize() const {
+  ByteWriter w;
+  w.Put<uint32_t>(1);
+  w.Put<int64_t>(step);
+  w.Put<int64_t>(adam_step);
+  w.Put<double>(loss_scale);
+  w.Put<int64_t>(clean_steps);
+  const std::vector<std::byte> l = loader.Serialize();
+  w.PutBytes(l.data(), l.size());
+  return w.Take();
+}
+
+Result<TrainerState> TrainerState::Deserialize(std::span<const std::byte> bytes) {
+  ByteReader r(bytes, "trainer state");
+  ASSIGN_OR_RETURN(uint32_t version, r.Get<uint32_t>());
+  if (version != 1) return Corruption("trainer state: unknown version " + std::to_string(version));
+  TrainerState s;
+  ASSIGN_OR_RETURN(s.step, r.Get<int64_t>());
+  ASSIGN_OR_RETURN(s.adam_step, r.Get<int64_t>());
+  ASSIGN_OR_RETURN(s.loss_scale, r.Get<double>());
+  ASSIGN_OR_RETURN(s.clean_steps, r.Get<int64_t>());
+  ASSIGN_OR_RETURN(auto loader, r.GetBytes(r.remaining()));
+  ASSIGN_OR_RETURN(s.loader, LoaderState::Deserialize(loader));
+  return s;
+}
+
+Result<std::unique_ptr<Trainer>> Trainer::Create(
+    const RunConfig& config, std::shared_ptr<const std::vector<uint16_t>> train_tokens,
+    const std::string& init_from) {
+  RETURN_IF_ERROR(ValidateRunConfig(config));
+  std::unique_ptr<Trainer> t(new Trainer());
+  t->config_ = config;
+  ASSIGN_OR_RETURN(Precision precision, ParsePrecision(config.train.precision));
+  const int rows = config.train.batch_size / config.train.micro_batches;
+  ASSIGN_OR_RETURN(t->model_, Gpt::Create(config.model, precision, rows, config.train.recompute));
+  ASSIGN_OR_RETURN(t->optimizer_, AdamWOptimizer::Create(*t->model_, config.optim));
+  if (init_from.empty()) {
+    RETURN_IF_ERROR(Gpt::InitializeWeights(config.model, static_cast<uint64_t>(config.train.seed),
+                                           t->optimizer_->master()));
+  } else {
+    ASSIGN_OR_RETURN(SafetensorsFile file, ReadSafetensors(init_from));
+    RETURN_IF_ERROR(ImportWeights(file, t->optimizer_->master()));
+  }
+  RETURN_IF_ERROR(t->optimizer_->SyncParams());
+  ASSIGN_OR_RETURN(DataOrder order, ParseDataOrder(config.data.order));
+  ASSIGN_OR_RETURN(DataLoader loader,
+                   DataLoader::Create(std::move(train_tokens), config.train.batch_size,
+                                      config.model.seq_len, order,
+                                      static_cast<uint64_t>(config.train.seed)));
+  t->loader_ = std::make_unique<DataLoader>(std::move(loader));
+  t->state_.loader = t->loader_->state();
+  t->state_.loss_scale = precision == Precision::kFp16 ? config.train.loss_scale_init : 1.0;
+  const size_t n = static_cast<size_t>(config.train.batch_size) * config.model.seq_len;
+  t->inputs_.resize(n);
+  t->targets_.resize(n);
+  return t;
+}
+
+void Trainer::Restore(const TrainerState& state) {
+  state_ = state;
+  loader_->Restore(state.loader);
+}
+
+Result<StepStats> Trainer::Step() {
+  const int B = config_.train.batch_size, T = config_.model.seq_len;
+  const int micro = config_.train.micro_batches, rows = B / micro;
+  StepStats stats;
+  stats.step = state_.step + 1;
+  stats.lr = LearningRate(config_.optim, state_.step, config_.train.steps);
+  stats.loss_scale = state_.loss_scale;
+  stats.tokens = static_cast<int64_t>(B) * T;
+
+  loader_->Next(inputs_, targets_);
+  RETURN_IF_ERROR(model_->ZeroGrads());
+  const float dloss = static_cast<float>(state_.loss_scale / (static_cast<double>(B) * T));
+  double loss_sum = 0;
+  const size_t chunk = static_cast<size_t>(rows) * T;
+  for (int m = 0; m < micro; ++m) {
+    ASSIGN_OR_RETURN(double loss, model_->Forward(std::span(inputs_).subspan(m * chunk, chunk),
+                                                  std::span(targets_).subspan(m * chunk, chunk),
+                                                  rows, T, dloss));
+    RETURN_IF_ERROR(model_->Backward());
+    loss_sum += loss;
+  }
+  stats.loss = loss_sum / micro;
+  if (!RT_FAULT_POINT("parallel.trainer.grad_overflow").ok()) {
+    RETURN_IF_ERROR(Scale(model_->grads().Get(0), INFINITY));  // injected overflow (tests)
+  }
+
+  ASSIGN_OR_RETURN(double sumsq, optimizer_->GradSumOfSquares());
+  const bool fp16 = model_->precision() == Precision::kFp16;
+  if (!std::isfinite(sumsq)) {
+    stats.skipped = true;
+    stats.grad_norm = INFINITY;
+    if (fp16) {
+      state_.loss_scale = std::max(1.0, state_.loss_scale / 2);
+      state_.clean_steps = 0;
+    }
+  } else {
+    stats.grad_norm = std::sqrt(sumsq) / state_.loss_scale;
+    double clip = 1.0;
+    if (config_.optim.grad_clip > 0 && stats.grad_norm > config_.optim.grad_clip)
+      clip = config_.optim.grad_clip / stats.grad_norm;
+    ++state_.adam_step;
+    RETURN_IF_ERROR(optimizer_->Update(stats.lr, static_cast<float>(clip / state_.loss_scale),
+                                       state_.adam_step));
+    if (fp16 && ++state_.clean_steps >= config_.train.loss_scale_window) {
+      state_.loss_scale *= 2;
+      state_.clean_steps = 0;
+    }
+  }
+  ++state_.step;
+  state_.loader = loader_->state();
+  return stats;
+}
+
+Result<double> Trainer::Evaluate(std::shared_ptr<const std::vector<uint16_t>> tokens,
+                                 int batches) {
+  return EvaluateLoss(*model_, std::move(tokens), config_.train.batch_size,
+                      config_.train.batch_size / config_.train.micro_batches, batches);
+}
+
+Status Trainer::Export(const std::string& path, const std::string& tokenizer) const {
+  return ExportWeights(path, config_.model, tokenizer, optimizer_->master());
+}
+
+Result<double> EvaluateLoss(Gpt& model, std::shared_ptr<const std::vector<uint16_t>> tokens,
+                            int rows, int max_rows_per_forward, int batches) {
+  const int T = model.config().seq_len;
+  ASSIGN_OR_RETURN(DataLoader loader,
+                   DataLoader::Create(std::move(tokens), rows, T, DataOrder::kSequential, 0));
+  std::vector<int32_t> x(static_cast<size_t>(rows) * T), y(x.size());
+  double sum = 0;
+  int64_t count = 0;
+  for (int b = 0; b < batches; ++b) {
+    loader.Next(x, y);
+    for (int r = 0; r < rows; r += max_rows_per_forward) {
+      const int n = std::min(max_rows_per_forward, rows - r);
+      const size_t at = static_cast<size_t>(r) * T, len = static_cast<size_t>(n) * T;
+      ASSIGN_OR_RETURN(double loss, model.Forward(std::span(x).subspan(at, len),
+                                                  std::span(y).subspan(at, len), n, T, 0.0f));
+      sum += loss * n;
+      count += n;
+    }
+  }
+  return sum / static_cast<double>(count);
+}
+
+}  // namespace rt
