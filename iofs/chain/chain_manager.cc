@@ -1,0 +1,145 @@
+#include "iofs/chain/chain_manager.h"
+
+#include <algorithm>
+
+namespace rt::iofs::chain {
+
+ChainManager::ChainManager(std::vector<ChainConfig> initial) {
+  for (ChainConfig& c : initial) {
+    State s;
+    for (const Member& m : c.members) s.home.push_back(m.node);
+    s.config = std::move(c);
+    chains_.push_back(std::move(s));
+  }
+}
+
+int ChainManager::ServingCount(const State& s) {
+  return static_cast<int>(std::count_if(s.config.members.begin(), s.config.members.end(),
+                                        [](const Member& m) { return m.state == MemberState::kServing; }));
+}
+
+bool ChainManager::IsMember(const State& s, NodeId node) const {
+  return std::any_of(s.config.members.begin(), s.config.members.end(),
+                     [&](const Member& m) { return m.node == node; });
+}
+
+bool ChainManager::AllHealthy() const {
+  for (const State& s : chains_)
+    if (ServingCount(s) != static_cast<int>(s.home.size())) return false;
+  return true;
+}
+
+bool ChainManager::TryStartSync(State& s) {
+  if (ServingCount(s) == 0) return false;
+  for (const Member& m : s.config.members)
+    if (m.state == MemberState::kSyncing) return false;
+  while (!s.waiting.empty()) {
+    const NodeId n = s.waiting.front();
+    s.waiting.pop_front();
+    if (down_.count(n) || IsMember(s, n)) continue;
+    s.config.members.push_back(Member{n, MemberState::kSyncing});
+    return true;
+  }
+  return false;
+}
+
+std::vector<ChainConfig> ChainManager::OnNodeDown(NodeId node) {
+  std::vector<ChainConfig> changed;
+  if (!down_.insert(node).second) return changed;
+  for (State& s : chains_) {
+    std::erase(s.waiting, node);
+    auto it = std::find_if(s.config.members.begin(), s.config.members.end(),
+                           [&](const Member& m) { return m.node == node; });
+    if (it == s.config.members.end()) continue;
+    const bool was_serving = it->state == MemberState::kServing;
+    s.config.members.erase(it);
+    if (was_serving && ServingCount(s) == 0) {
+      // Nobody serves: syncing members are incomplete and cannot take over.
+      s.last_serving = node;
+      for (const Member& m : s.config.members) s.waiting.push_back(m.node);
+      s.config.members.clear();
+    }
+    TryStartSync(s);
+    ++s.config.version;
+    changed.push_back(s.config);
+  }
+  return changed;
+}
+
+std::vector<ChainConfig> ChainManager::OnNodeUp(NodeId node) {
+  std::vector<ChainConfig> changed;
+  down_.erase(node);
+  for (State& s : chains_) {
+    if (std::find(s.home.begin(), s.home.end(), node) == s.home.end()) continue;
+    if (IsMember(s, node)) {
+      changed.push_back(s.config);  // it restarted before we saw it go: resend its config
+      continue;
+    }
+    bool bumped = false;
+    if (ServingCount(s) == 0 && s.last_serving == node) {
+      s.config.members = {Member{node, MemberState::kServing}};
+      s.last_serving.reset();
+      bumped = true;
+    } else if (std::find(s.waiting.begin(), s.waiting.end(), node) == s.waiting.end()) {
+      s.waiting.push_back(node);
+    }
+    bumped = TryStartSync(s) || bumped;
+    if (bumped) ++s.config.version;
+    changed.push_back(s.config);
+  }
+  return changed;
+}
+
+std::vector<ChainConfig> ChainManager::OnSyncComplete(NodeId node, ChainId chain,
+                                                      uint64_t chain_version) {
+  std::vector<ChainConfig> changed;
+  if (chain >= chains_.size()) return changed;
+  State& s = chains_[chain];
+  if (s.config.version != chain_version) return changed;
+  for (Member& m : s.config.members) {
+    if (m.node == node && m.state == MemberState::kSyncing) {
+      m.state = MemberState::kServing;
+      TryStartSync(s);
+      ++s.config.version;
+      changed.push_back(s.config);
+      break;
+    }
+  }
+  return changed;
+}
+
+Result<std::vector<ChainConfig>> BuildChains(const std::vector<NodeId>& nodes, int replication,
+                                             int chain_count) {
+  if (nodes.empty()) return InvalidArgument("chain layout: the node list is empty");
+  if (replication < 1 || replication > 3)
+    return InvalidArgument("chain layout: replication factor " + std::to_string(replication) +
+                           " is outside [1, 3]");
+  if (replication > static_cast<int>(nodes.size()))
+    return InvalidArgument("chain layout: replication factor " + std::to_string(replication) +
+                           " exceeds the " + std::to_string(nodes.size()) + " nodes");
+  if (chain_count < 1) return InvalidArgument("chain layout: chain count must be at least 1");
+  std::vector<NodeId> sorted = nodes;
+  std::sort(sorted.begin(), sorted.end());
+  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
+    return InvalidArgument("chain layout: the node list has duplicates");
+  std::vector<ChainConfig> chains;
+  for (int i = 0; i < chain_count; ++i) {
+    ChainConfig c;
+    c.chain = static_cast<ChainId>(i);
+    c.version = 1;
+    for (int j = 0; j < replication; ++j)
+      c.members.push_back(Member{nodes[(i + j) % nodes.size()], MemberState::kServing});
+    chains.push_back(std::move(c));
+  }
+  return chains;
+}
+
+ChainId ChainOf(ChunkKey key, size_t chain_count) {
+  uint64_t x = key + 0x9e3779b97f4a7c15ull;  // splitmix64
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  x ^= x >> 31;
+  return static_cast<ChainId>(x % chain_count);
+}
+
+}  // namespace rt::iofs::chain

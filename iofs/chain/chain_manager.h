@@ -1,0 +1,53 @@
+// The chain manager: decides chain membership from node up/down events and sync completions, as
+// a pure state machine (the 3FS mgmtd's routing-table role). Each call returns the configs that
+// changed; the driver sends each to every home node of that chain.
+//
+// Rules: a node that goes down leaves every chain it is in (chain version + 1). A node that comes
+// back waits, then joins its chain at the tail as a syncing member (one at a time per chain) and
+// becomes serving when it reports its sync complete. If every serving member of a chain is down,
+// the chain stops until the last one that served comes back (it holds every committed write) and
+// serves again without a sync.
+#pragma once
+
+#include <deque>
+#include <optional>
+#include <set>
+#include <vector>
+
+#include "iofs/chain/chain_types.h"
+
+namespace rt::iofs::chain {
+
+// Not thread-safe.
+class ChainManager {
+ public:
+  // `initial`: every chain at version 1 with its home members, all serving (from BuildChains).
+  explicit ChainManager(std::vector<ChainConfig> initial);
+
+  std::vector<ChainConfig> OnNodeDown(NodeId node);
+  std::vector<ChainConfig> OnNodeUp(NodeId node);
+  std::vector<ChainConfig> OnSyncComplete(NodeId node, ChainId chain, uint64_t chain_version);
+
+  // The current config of a chain, and its home nodes (the members it was built with).
+  const ChainConfig& config(ChainId chain) const { return chains_.at(chain).config; }
+  const std::vector<NodeId>& home(ChainId chain) const { return chains_.at(chain).home; }
+  size_t chain_count() const { return chains_.size(); }
+  // True if every chain has every home node as a serving member.
+  bool AllHealthy() const;
+
+ private:
+  struct State {
+    ChainConfig config;
+    std::vector<NodeId> home;
+    std::optional<NodeId> last_serving;  // set while no member serves
+    std::deque<NodeId> waiting;          // up, not yet a member
+  };
+  static int ServingCount(const State& s);
+  bool IsMember(const State& s, NodeId node) const;
+  bool TryStartSync(State& s);
+
+  std::vector<State> chains_;
+  std::set<NodeId> down_;
+};
+
+}  // namespace rt::iofs::chain

@@ -1,0 +1,83 @@
+// One replica of one chain as a pure state machine: no sockets, threads, clocks or disks. The
+// driver (ringfsd, or the simulator in the tests) feeds it configs, messages, client writes and
+// ticks, persists its chunk states (TakeDirty) and then carries out its outputs in order.
+//
+// Writes enter at the head, which assigns the next version of the chunk and forwards the whole
+// value down the chain; the tail commits and acknowledges back up; each replica commits on the
+// acknowledgement. A replica's committed version is always one its tail committed, so any
+// serving replica may answer reads with it. Pending versions are re-forwarded on every tick and
+// on every new chain version; a replica that is no longer followed by anyone commits its pending
+// versions itself. A member rejoining a chain drops its pending versions (they may never have
+// committed) and is brought up to date by a sync from the last serving member before it serves.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <set>
+#include <vector>
+
+#include "iofs/chain/chain_types.h"
+
+namespace rt::iofs::chain {
+
+// Not thread-safe; the driver serialises calls.
+class ReplicaMachine {
+ public:
+  // `chunks` is this replica's durable state for `chain` (empty for a new replica).
+  ReplicaMachine(NodeId self, ChainId chain, std::map<ChunkKey, ChunkState> chunks = {});
+
+  // Installs a chain version from the manager; older or equal versions are ignored.
+  void OnConfig(const ChainConfig& config);
+  // Handles a message from another replica.
+  void OnMessage(const Message& message);
+  // A client write of `value` to `key` (request id chosen by the client). Only the head accepts;
+  // elsewhere the reply is kNotServing. The reply comes once the write (or a later version) is
+  // committed.
+  void OnClientWrite(uint64_t request_id, ChunkKey key, Value value);
+  // Periodic: re-forwards pending versions, resends sync rounds. Drivers call it every few
+  // hundred milliseconds; the simulator every few steps.
+  void OnTick();
+
+  // Answers a read: the committed value and version (version 0 = never written). kNotServing if
+  // this replica is not a serving member of the current chain version.
+  Result<std::pair<uint64_t, Value>> Read(ChunkKey key) const;
+
+  // Outputs produced since the last call, in order.
+  std::vector<Output> TakeOutputs();
+  // Keys whose ChunkState changed since the last call (the driver persists them before sending).
+  std::vector<ChunkKey> TakeDirty();
+
+  // Durable state, for persistence and checks.
+  const std::map<ChunkKey, ChunkState>& chunks() const { return chunks_; }
+  const ChainConfig& config() const { return config_; }
+  // True if this replica is a serving member of its current config.
+  bool serving() const;
+  NodeId self() const { return self_; }
+
+ private:
+  int IndexOf(NodeId node) const;
+  std::optional<NodeId> Successor() const;
+  std::optional<NodeId> Predecessor() const;
+  bool IsLastServing() const;
+  void Send(Message::Kind kind, NodeId to, ChunkKey key, uint64_t version, Value value,
+            uint64_t count = 0);
+  void Commit(ChunkKey key, uint64_t version, const Value& value);
+  void ReplyWaiting(ChunkKey key);
+  void PushPending();
+  void SendSyncRound();
+
+  const NodeId self_;
+  const ChainId chain_id_;
+  ChainConfig config_;
+  std::map<ChunkKey, ChunkState> chunks_;
+  // Volatile state (lost on a crash).
+  std::map<ChunkKey, std::multimap<uint64_t, uint64_t>> waiting_;  // key → version → request
+  // Keys received by kSync under the current config, per sync round.
+  std::map<uint64_t, std::set<ChunkKey>> round_keys_;
+  bool sync_reported_ = false;   // kSyncComplete sent for the current config
+  uint64_t ticks_ = 0;
+  std::vector<Output> outputs_;
+  std::set<ChunkKey> dirty_;
+};
+
+}  // namespace rt::iofs::chain
