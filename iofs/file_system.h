@@ -1,0 +1,117 @@
+// Files and folders over an ObjectStore: paths → inodes → chunk lists striped over chains.
+//
+// The namespace (every inode: type, parent, name, size, sealed flag, chunk size, mtime) is one
+// object (key kNamespaceKey) written whole on every change, so create, rename, seal and delete
+// are atomic and the namespace is replicated exactly like data. Limit: it must fit one object
+// (a 4 MiB chunk holds roughly 40,000 entries); past that mutations fail with
+// ResourceExhausted. File data lives in objects keyed (inode << 20 | chunk index); the object
+// store hashes keys onto chains, so a file's chunks are striped over every chain.
+// Format: docs/formats/iofs_namespace.md.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+#include "iofs/object_store.h"
+
+namespace rt::iofs {
+
+// The object key of the namespace.
+inline constexpr ObjectKey kNamespaceKey = 1ull << 63;
+// Chunk index bits of a data object key.
+inline constexpr int kChunkIndexBits = 20;
+
+// The key of chunk `index` of inode `ino`.
+inline ObjectKey DataKey(uint64_t ino, uint64_t index) { return (ino << kChunkIndexBits) | index; }
+
+// What stat and list return.
+struct FileStat {
+  std::string path;
+  uint64_t ino = 0;
+  bool is_dir = false;
+  uint64_t size = 0;
+  bool sealed = false;
+  uint32_t chunk_size = 0;
+  int64_t mtime_ns = 0;
+};
+
+// Result of Fsck.
+struct FsckReport {
+  uint64_t files = 0;
+  uint64_t dirs = 0;
+  uint64_t chunks = 0;
+  uint64_t orphan_chunks = 0;           // data objects of no file (removed when repair is set)
+  std::vector<std::string> problems;   // checksum errors, missing chunks... (empty = clean)
+};
+
+// Checks a path: absolute, components non-empty and not "." or "..", no NUL, at most 4096
+// bytes and 255 per component. InvalidArgument naming the problem.
+Status ValidatePath(std::string_view path);
+
+// Thread-safe: namespace changes are serialised; data reads and writes of different chunks run
+// in parallel. Concurrent writers to one file must write disjoint chunks.
+class FileSystem {
+ public:
+  // Loads (or creates) the namespace from `store` (not owned). `chunk_size` is used for new
+  // files (at most store->max_object_size()).
+  static Result<std::unique_ptr<FileSystem>> Open(ObjectStore* store, uint32_t chunk_size);
+  ~FileSystem();
+
+  // Creates an empty file, making missing parent folders. AlreadyExists if the path exists.
+  Result<FileStat> Create(std::string_view path);
+  // Creates a folder and its parents; OK if it exists as a folder.
+  Status Mkdir(std::string_view path);
+  // Writes `data` at `offset` of an unsealed file (extending it; holes read as zeros). Chunks are
+  // written as batches in parallel. FailedPrecondition if sealed.
+  Status Write(std::string_view path, uint64_t offset, std::span<const std::byte> data);
+  // Makes a file immutable.
+  Status Seal(std::string_view path);
+  // Reads up to `length` bytes at `offset` (clamped to the size).
+  Status Read(std::string_view path, uint64_t offset, uint64_t length, std::vector<std::byte>* out);
+  Result<FileStat> Stat(std::string_view path);
+  // The entries of a folder, sorted by name.
+  Result<std::vector<FileStat>> List(std::string_view path);
+  // Atomically moves `from` to `to`, replacing a file at `to` (whose space is reclaimed).
+  // Moving a folder into itself is InvalidArgument.
+  Status Rename(std::string_view from, std::string_view to);
+  // Deletes a file or an empty folder and reclaims its chunks.
+  Status Remove(std::string_view path);
+  // Verifies every chunk of every file and finds data objects no file owns; with `repair`,
+  // deletes those orphans (left by a crash between a namespace change and the cleanup).
+  Result<FsckReport> Fsck(bool repair);
+
+ private:
+  struct Inode {
+    uint64_t ino = 0;
+    uint64_t parent = 0;
+    std::string name;
+    bool is_dir = false;
+    bool sealed = false;
+    uint32_t chunk_size = 0;
+    uint64_t size = 0;
+    int64_t mtime_ns = 0;
+  };
+  FileSystem(ObjectStore* store, uint32_t chunk_size);
+  Status Load();
+  Status Persist();  // REQUIRES mu_
+  Result<uint64_t> Lookup(std::string_view path) const;  // REQUIRES mu_
+  Result<uint64_t> MakeParents(std::string_view path);   // REQUIRES mu_
+  std::string PathOf(uint64_t ino) const;                 // REQUIRES mu_
+  FileStat ToStat(const Inode& inode) const;              // REQUIRES mu_
+  Status DeleteChunks(uint64_t ino, uint64_t size, uint32_t chunk_size);
+
+  ObjectStore* const store_;
+  const uint32_t chunk_size_;
+  std::mutex mu_;
+  std::map<uint64_t, Inode> inodes_;                                // GUARDED_BY(mu_)
+  std::map<uint64_t, std::map<std::string, uint64_t>> children_;   // GUARDED_BY(mu_)
+  uint64_t next_ino_ = 2;                                           // GUARDED_BY(mu_)
+};
+
+}  // namespace rt::iofs

@@ -1,0 +1,471 @@
+#include "iofs/file_system.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <optional>
+
+#include "base/bytes.h"
+#include "base/crc32c.h"
+
+namespace rt::iofs {
+namespace {
+
+constexpr uint32_t kNamespaceMagic = 0x534e5452;  // "RTNS"
+constexpr uint16_t kNamespaceVersion = 1;
+constexpr uint64_t kRootIno = 1;
+constexpr uint64_t kMaxIno = (1ull << (63 - kChunkIndexBits)) - 1;
+constexpr size_t kWriteBatch = 8;  // chunks per parallel put
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Splits a validated absolute path into components.
+std::vector<std::string_view> Split(std::string_view path) {
+  std::vector<std::string_view> parts;
+  size_t at = 1;
+  while (at <= path.size()) {
+    size_t slash = path.find('/', at);
+    if (slash == std::string_view::npos) slash = path.size();
+    if (slash > at) parts.push_back(path.substr(at, slash - at));
+    at = slash + 1;
+  }
+  return parts;
+}
+
+}  // namespace
+
+Status ValidatePath(std::string_view path) {
+  auto bad = [&](std::string why) {
+    std::string shown(path.substr(0, 200));
+    std::replace(shown.begin(), shown.end(), '\0', '?');
+    return InvalidArgument("invalid path '" + shown + "': " + why);
+  };
+  if (path.empty()) return bad("empty");
+  if (path.size() > 4096) return bad("longer than 4096 bytes");
+  if (path.find('\0') != std::string_view::npos) return bad("contains a NUL byte");
+  if (path[0] != '/') return bad("not absolute (must start with '/')");
+  size_t at = 1;
+  while (at < path.size()) {
+    size_t slash = path.find('/', at);
+    if (slash == std::string_view::npos) slash = path.size();
+    std::string_view part = path.substr(at, slash - at);
+    if (part.empty() && slash != path.size()) return bad("empty component ('//')");
+    if (part == "." || part == "..") return bad("component '" + std::string(part) + "'");
+    if (part.size() > 255) return bad("component longer than 255 bytes");
+    at = slash + 1;
+  }
+  return Status();
+}
+
+FileSystem::FileSystem(ObjectStore* store, uint32_t chunk_size)
+    : store_(store), chunk_size_(chunk_size) {}
+FileSystem::~FileSystem() = default;
+
+Result<std::unique_ptr<FileSystem>> FileSystem::Open(ObjectStore* store, uint32_t chunk_size) {
+  if (chunk_size == 0 || chunk_size > store->max_object_size())
+    return InvalidArgument("file chunk size " + std::to_string(chunk_size) + " must be in [1, " +
+                           std::to_string(store->max_object_size()) + "]");
+  std::unique_ptr<FileSystem> fs(new FileSystem(store, chunk_size));
+  RETURN_IF_ERROR(fs->Load());
+  return fs;
+}
+
+Status FileSystem::Load() {
+  std::lock_guard lock(mu_);
+  inodes_.clear();
+  children_.clear();
+  inodes_[kRootIno] = Inode{kRootIno, kRootIno, "", true, false, 0, 0, NowNs()};
+  std::vector<std::byte> bytes;
+  Status s = store_->Get(kNamespaceKey, 0, UINT64_MAX, &bytes);
+  if (s.code() == StatusCode::kNotFound) return Persist();
+  RETURN_IF_ERROR(s.WithContext("read the namespace"));
+  if (bytes.size() < 4) return Corruption("namespace object: truncated");
+  uint32_t crc = 0;
+  std::memcpy(&crc, bytes.data() + bytes.size() - 4, 4);
+  if (Crc32c(bytes.data(), bytes.size() - 4) != crc) return Corruption("namespace object: CRC mismatch");
+  ByteReader rd(std::span<const std::byte>(bytes.data(), bytes.size() - 4), "namespace object");
+  ASSIGN_OR_RETURN(uint32_t magic, rd.Get<uint32_t>());
+  ASSIGN_OR_RETURN(uint16_t version, rd.Get<uint16_t>());
+  if (magic != kNamespaceMagic || version != kNamespaceVersion)
+    return Corruption("namespace object: bad magic or unknown version " + std::to_string(version));
+  ASSIGN_OR_RETURN(next_ino_, rd.Get<uint64_t>());
+  ASSIGN_OR_RETURN(uint32_t count, rd.Get<uint32_t>());
+  for (uint32_t i = 0; i < count; ++i) {
+    Inode n;
+    ASSIGN_OR_RETURN(n.ino, rd.Get<uint64_t>());
+    ASSIGN_OR_RETURN(n.parent, rd.Get<uint64_t>());
+    ASSIGN_OR_RETURN(uint8_t flags, rd.Get<uint8_t>());
+    n.is_dir = flags & 1;
+    n.sealed = flags & 2;
+    ASSIGN_OR_RETURN(n.chunk_size, rd.Get<uint32_t>());
+    ASSIGN_OR_RETURN(n.size, rd.Get<uint64_t>());
+    ASSIGN_OR_RETURN(n.mtime_ns, rd.Get<int64_t>());
+    ASSIGN_OR_RETURN(n.name, rd.GetString(255));
+    if (n.ino == kRootIno) continue;
+    if (n.ino > kMaxIno || n.ino >= next_ino_ || (!n.is_dir && n.chunk_size == 0))
+      return Corruption("namespace object: bad inode " + std::to_string(n.ino));
+    children_[n.parent][n.name] = n.ino;
+    inodes_[n.ino] = std::move(n);
+  }
+  for (const auto& [parent, names] : children_)
+    if (!inodes_.count(parent) || !inodes_.at(parent).is_dir)
+      return Corruption("namespace object: entries under missing folder " + std::to_string(parent));
+  return Status();
+}
+
+Status FileSystem::Persist() {
+  ByteWriter w;
+  w.Put<uint32_t>(kNamespaceMagic);
+  w.Put<uint16_t>(kNamespaceVersion);
+  w.Put<uint64_t>(next_ino_);
+  w.Put<uint32_t>(static_cast<uint32_t>(inodes_.size()));
+  for (const auto& [ino, n] : inodes_) {
+    w.Put<uint64_t>(n.ino);
+    w.Put<uint64_t>(n.parent);
+    w.Put<uint8_t>(static_cast<uint8_t>((n.is_dir ? 1 : 0) | (n.sealed ? 2 : 0)));
+    w.Put<uint32_t>(n.chunk_size);
+    w.Put<uint64_t>(n.size);
+    w.Put<int64_t>(n.mtime_ns);
+    w.PutString(n.name);
+  }
+  w.Put<uint32_t>(Crc32c(w.bytes().data(), w.size()));
+  if (w.size() > store_->max_object_size())
+    return Status(StatusCode::kResourceExhausted,
+                  "namespace of " + std::to_string(inodes_.size()) + " entries needs " +
+                      std::to_string(w.size()) + " bytes, more than one object (" +
+                      std::to_string(store_->max_object_size()) + ")");
+  ObjectPut put{kNamespaceKey, w.bytes()};
+  return store_->Put(std::span<const ObjectPut>(&put, 1)).WithContext("write the namespace");
+}
+
+Result<uint64_t> FileSystem::Lookup(std::string_view path) const {
+  RETURN_IF_ERROR(ValidatePath(path));
+  uint64_t ino = kRootIno;
+  for (std::string_view part : Split(path)) {
+    auto dir = children_.find(ino);
+    if (dir == children_.end()) return NotFound("no such file or folder: " + std::string(path));
+    auto it = dir->second.find(std::string(part));
+    if (it == dir->second.end()) return NotFound("no such file or folder: " + std::string(path));
+    ino = it->second;
+  }
+  return ino;
+}
+
+Result<uint64_t> FileSystem::MakeParents(std::string_view path) {
+  std::vector<std::string_view> parts = Split(path);
+  if (parts.empty()) return InvalidArgument("path '/' has no parent");
+  uint64_t ino = kRootIno;
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    auto& names = children_[ino];
+    auto it = names.find(std::string(parts[i]));
+    if (it == names.end()) {
+      if (next_ino_ > kMaxIno) return Status(StatusCode::kResourceExhausted, "inode numbers exhausted");
+      const uint64_t child = next_ino_++;
+      inodes_[child] = Inode{child, ino, std::string(parts[i]), true, false, 0, 0, NowNs()};
+      names[std::string(parts[i])] = child;
+      ino = child;
+    } else {
+      if (!inodes_.at(it->second).is_dir)
+        return FailedPrecondition("'" + std::string(parts[i]) + "' in " + std::string(path) +
+                                  " is a file, not a folder");
+      ino = it->second;
+    }
+  }
+  return ino;
+}
+
+std::string FileSystem::PathOf(uint64_t ino) const {
+  if (ino == kRootIno) return "/";
+  std::string path;
+  while (ino != kRootIno) {
+    const Inode& n = inodes_.at(ino);
+    path = "/" + n.name + path;
+    ino = n.parent;
+  }
+  return path;
+}
+
+FileStat FileSystem::ToStat(const Inode& n) const {
+  return FileStat{PathOf(n.ino), n.ino, n.is_dir, n.size, n.sealed, n.chunk_size, n.mtime_ns};
+}
+
+Result<FileStat> FileSystem::Create(std::string_view path) {
+  RETURN_IF_ERROR(ValidatePath(path));
+  std::lock_guard lock(mu_);
+  auto saved_inodes = inodes_;
+  auto saved_children = children_;
+  const uint64_t saved_next = next_ino_;
+  auto fail = [&](Status s) {
+    inodes_ = std::move(saved_inodes);
+    children_ = std::move(saved_children);
+    next_ino_ = saved_next;
+    return s;
+  };
+  if (Lookup(path).ok()) return Status(StatusCode::kAlreadyExists, std::string(path) + " exists");
+  Result<uint64_t> parent = MakeParents(path);
+  if (!parent.ok()) return fail(parent.status());
+  if (next_ino_ > kMaxIno) return fail(Status(StatusCode::kResourceExhausted, "inode numbers exhausted"));
+  const uint64_t ino = next_ino_++;
+  const std::string name(Split(path).back());
+  inodes_[ino] = Inode{ino, *parent, name, false, false, chunk_size_, 0, NowNs()};
+  children_[*parent][name] = ino;
+  if (Status s = Persist(); !s.ok()) return fail(s);
+  return ToStat(inodes_.at(ino));
+}
+
+Status FileSystem::Mkdir(std::string_view path) {
+  RETURN_IF_ERROR(ValidatePath(path));
+  std::lock_guard lock(mu_);
+  if (Result<uint64_t> existing = Lookup(path); existing.ok())
+    return inodes_.at(*existing).is_dir ? Status() : FailedPrecondition(std::string(path) + " is a file");
+  auto saved_inodes = inodes_;
+  auto saved_children = children_;
+  const uint64_t saved_next = next_ino_;
+  std::string with_leaf = std::string(path);
+  if (with_leaf.back() != '/') with_leaf += "/";
+  Status s = MakeParents(with_leaf + "x").status();
+  if (s.ok()) s = Persist();
+  if (!s.ok()) {
+    inodes_ = std::move(saved_inodes);
+    children_ = std::move(saved_children);
+    next_ino_ = saved_next;
+  }
+  return s;
+}
+
+Status FileSystem::Write(std::string_view path, uint64_t offset, std::span<const std::byte> data) {
+  uint64_t ino = 0, size = 0;
+  uint32_t cs = 0;
+  {
+    std::lock_guard lock(mu_);
+    ASSIGN_OR_RETURN(ino, Lookup(path));
+    const Inode& n = inodes_.at(ino);
+    if (n.is_dir) return FailedPrecondition(std::string(path) + " is a folder");
+    if (n.sealed) return FailedPrecondition(std::string(path) + " is sealed");
+    size = n.size;
+    cs = n.chunk_size;
+  }
+  const uint64_t end = offset + data.size();
+  if (end < offset || (end + cs - 1) / cs >= (1ull << kChunkIndexBits))
+    return OutOfRange("write of " + std::to_string(data.size()) + " bytes at " +
+                      std::to_string(offset) + " exceeds the largest file");
+  std::vector<std::vector<std::byte>> buffers;
+  std::vector<ObjectPut> puts;
+  auto flush = [&]() -> Status {
+    Status s = store_->Put(puts);
+    puts.clear();
+    buffers.clear();
+    return s.WithContext("write " + std::string(path));
+  };
+  for (uint64_t index = offset / cs; index * cs < end; ++index) {
+    const uint64_t base = index * cs;
+    const uint64_t a = std::max(offset, base) - base;         // new data range within the chunk
+    const uint64_t b = std::min<uint64_t>(end, base + cs) - base;
+    const uint64_t existing = size > base ? std::min<uint64_t>(size - base, cs) : 0;
+    std::vector<std::byte> chunk;
+    if (a > 0 || b < existing) {
+      Status s = store_->Get(DataKey(ino, index), 0, existing, &chunk);
+      if (s.code() == StatusCode::kNotFound) {
+        chunk.clear();
+      } else {
+        RETURN_IF_ERROR(s.WithContext("read chunk " + std::to_string(index) + " of " + std::string(path)));
+      }
+    }
+    chunk.resize(std::max<uint64_t>(std::max<uint64_t>(existing, b), chunk.size()));
+    std::memcpy(chunk.data() + a, data.data() + (base + a - offset), b - a);
+    buffers.push_back(std::move(chunk));
+    puts.push_back(ObjectPut{DataKey(ino, index), buffers.back()});
+    // The spans stay valid when `buffers` grows: moving a vector keeps its heap block.
+    if (puts.size() == kWriteBatch) RETURN_IF_ERROR(flush());
+  }
+  if (!puts.empty()) RETURN_IF_ERROR(flush());
+  std::lock_guard lock(mu_);
+  auto it = inodes_.find(ino);
+  if (it == inodes_.end()) return NotFound(std::string(path) + " was removed during the write");
+  const Inode saved = it->second;
+  it->second.size = std::max(it->second.size, end);
+  it->second.mtime_ns = NowNs();
+  Status s = Persist();
+  if (!s.ok()) it->second = saved;
+  return s;
+}
+
+Status FileSystem::Seal(std::string_view path) {
+  std::lock_guard lock(mu_);
+  ASSIGN_OR_RETURN(uint64_t ino, Lookup(path));
+  Inode& n = inodes_.at(ino);
+  if (n.is_dir) return FailedPrecondition(std::string(path) + " is a folder");
+  if (n.sealed) return Status();
+  n.sealed = true;
+  Status s = Persist();
+  if (!s.ok()) n.sealed = false;
+  return s;
+}
+
+Status FileSystem::Read(std::string_view path, uint64_t offset, uint64_t length,
+                        std::vector<std::byte>* out) {
+  uint64_t ino = 0, size = 0;
+  uint32_t cs = 0;
+  {
+    std::lock_guard lock(mu_);
+    ASSIGN_OR_RETURN(ino, Lookup(path));
+    const Inode& n = inodes_.at(ino);
+    if (n.is_dir) return FailedPrecondition(std::string(path) + " is a folder");
+    size = n.size;
+    cs = n.chunk_size;
+  }
+  out->clear();
+  if (offset >= size) return Status();
+  const uint64_t end = offset + std::min(length, size - offset);
+  out->resize(end - offset);
+  std::vector<std::byte> piece;
+  for (uint64_t index = offset / cs; index * cs < end; ++index) {
+    const uint64_t base = index * cs;
+    const uint64_t a = std::max(offset, base) - base;
+    const uint64_t b = std::min(end, base + cs) - base;
+    Status s = store_->Get(DataKey(ino, index), a, b - a, &piece);
+    if (s.code() == StatusCode::kNotFound || s.code() == StatusCode::kOutOfRange) {
+      piece.clear();  // a hole reads as zeros
+    } else {
+      RETURN_IF_ERROR(s.WithContext("read chunk " + std::to_string(index) + " of " + std::string(path)));
+    }
+    std::byte* dst = out->data() + (base + a - offset);
+    const size_t n = std::min<size_t>(piece.size(), b - a);
+    if (n) std::memcpy(dst, piece.data(), n);
+    std::memset(dst + n, 0, (b - a) - n);
+  }
+  return Status();
+}
+
+Result<FileStat> FileSystem::Stat(std::string_view path) {
+  std::lock_guard lock(mu_);
+  ASSIGN_OR_RETURN(uint64_t ino, Lookup(path));
+  return ToStat(inodes_.at(ino));
+}
+
+Result<std::vector<FileStat>> FileSystem::List(std::string_view path) {
+  std::lock_guard lock(mu_);
+  ASSIGN_OR_RETURN(uint64_t ino, Lookup(path));
+  if (!inodes_.at(ino).is_dir) return FailedPrecondition(std::string(path) + " is a file");
+  std::vector<FileStat> out;
+  auto it = children_.find(ino);
+  if (it != children_.end())
+    for (const auto& [name, child] : it->second) out.push_back(ToStat(inodes_.at(child)));
+  return out;
+}
+
+Status FileSystem::DeleteChunks(uint64_t ino, uint64_t size, uint32_t cs) {
+  std::vector<ObjectKey> keys;
+  for (uint64_t index = 0; index * cs < size; ++index) keys.push_back(DataKey(ino, index));
+  return store_->Delete(keys);
+}
+
+Status FileSystem::Rename(std::string_view from, std::string_view to) {
+  RETURN_IF_ERROR(ValidatePath(to));
+  std::optional<Inode> replaced;
+  {
+    std::lock_guard lock(mu_);
+    ASSIGN_OR_RETURN(uint64_t ino, Lookup(from));
+    if (ino == kRootIno) return InvalidArgument("cannot rename /");
+    const std::string src = PathOf(ino);
+    std::string dst(to);
+    while (dst.size() > 1 && dst.back() == '/') dst.pop_back();
+    if (dst == src) return Status();
+    if (inodes_.at(ino).is_dir && dst.starts_with(src + "/"))
+      return InvalidArgument("cannot move folder " + src + " into itself (" + dst + ")");
+    auto saved_inodes = inodes_;
+    auto saved_children = children_;
+    const uint64_t saved_next = next_ino_;
+    auto fail = [&](Status s) {
+      inodes_ = std::move(saved_inodes);
+      children_ = std::move(saved_children);
+      next_ino_ = saved_next;
+      return s;
+    };
+    if (Result<uint64_t> existing = Lookup(dst); existing.ok()) {
+      const Inode& e = inodes_.at(*existing);
+      if (e.is_dir) return fail(FailedPrecondition("destination " + dst + " is a folder"));
+      if (inodes_.at(ino).is_dir) return fail(FailedPrecondition("cannot replace file " + dst + " with a folder"));
+      replaced = e;
+      children_[e.parent].erase(e.name);
+      inodes_.erase(*existing);
+    }
+    Result<uint64_t> parent = MakeParents(dst);
+    if (!parent.ok()) return fail(parent.status());
+    Inode& n = inodes_.at(ino);
+    children_[n.parent].erase(n.name);
+    n.parent = *parent;
+    n.name = std::string(Split(dst).back());
+    n.mtime_ns = NowNs();
+    children_[*parent][n.name] = ino;
+    if (Status s = Persist(); !s.ok()) return fail(s);
+  }
+  // Committed: the replaced file's chunks are garbage now (fsck reclaims them after a crash).
+  if (replaced) return DeleteChunks(replaced->ino, replaced->size, replaced->chunk_size);
+  return Status();
+}
+
+Status FileSystem::Remove(std::string_view path) {
+  Inode removed;
+  {
+    std::lock_guard lock(mu_);
+    ASSIGN_OR_RETURN(uint64_t ino, Lookup(path));
+    if (ino == kRootIno) return InvalidArgument("cannot remove /");
+    auto kids = children_.find(ino);
+    if (kids != children_.end() && !kids->second.empty())
+      return FailedPrecondition("folder " + std::string(path) + " is not empty");
+    removed = inodes_.at(ino);
+    children_[removed.parent].erase(removed.name);
+    children_.erase(ino);
+    inodes_.erase(ino);
+    if (Status s = Persist(); !s.ok()) {
+      inodes_[ino] = removed;
+      children_[removed.parent][removed.name] = ino;
+      return s;
+    }
+  }
+  if (removed.is_dir) return Status();
+  return DeleteChunks(removed.ino, removed.size, removed.chunk_size);
+}
+
+Result<FsckReport> FileSystem::Fsck(bool repair) {
+  FsckReport report;
+  std::map<uint64_t, Inode> inodes;
+  {
+    std::lock_guard lock(mu_);
+    inodes = inodes_;
+  }
+  for (const auto& [ino, n] : inodes) {
+    if (n.is_dir) {
+      ++report.dirs;
+      continue;
+    }
+    ++report.files;
+  }
+  ASSIGN_OR_RETURN(std::vector<ObjectKey> keys, store_->Keys());
+  std::vector<ObjectKey> orphans;
+  std::vector<std::byte> data;
+  for (ObjectKey key : keys) {
+    if (key == kNamespaceKey) continue;
+    const uint64_t ino = key >> kChunkIndexBits;
+    const uint64_t index = key & ((1ull << kChunkIndexBits) - 1);
+    auto it = inodes.find(ino);
+    if (it == inodes.end() || it->second.is_dir || index * it->second.chunk_size >= it->second.size) {
+      ++report.orphan_chunks;
+      orphans.push_back(key);
+      continue;
+    }
+    ++report.chunks;
+    Status s = store_->Get(key, 0, UINT64_MAX, &data);
+    if (!s.ok()) report.problems.push_back(PathOf(ino) + " chunk " + std::to_string(index) + ": " + s.ToString());
+  }
+  for (std::string& p : store_->CheckStorage()) report.problems.push_back(std::move(p));
+  if (repair && !orphans.empty()) RETURN_IF_ERROR(store_->Delete(orphans));
+  return report;
+}
+
+}  // namespace rt::iofs
