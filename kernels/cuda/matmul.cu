@@ -1,0 +1,161 @@
+// GEMM and the Linear layer on CUDA through cuBLASLt (f32, bf16, f16 storage; fp32 compute),
+// the bias added by the matmul epilogue; the bias gradient by a column-sum kernel.
+#include <cublasLt.h>
+
+#include <memory>
+#include <string>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cuda_ops.h"
+
+namespace rt::cuda {
+
+namespace {
+
+Status LtStatus(cublasStatus_t s, const char* what,
+                std::source_location where = std::source_location::current()) {
+  if (s == CUBLAS_STATUS_SUCCESS) return Status::Ok();
+  return ForeignError(StatusCode::kCublasError,
+                      std::string(what) + ": " + cublasLtGetStatusString(s), where);
+}
+#define RT_LT_RETURN_IF_ERROR(call) RETURN_IF_ERROR(LtStatus((call), #call))
+
+constexpr size_t kWorkspaceBytes = 32u << 20;
+
+// The calling thread's cuBLASLt handle and workspace, created on first use.
+struct LtContext {
+  cublasLtHandle_t handle = nullptr;
+  void* workspace = nullptr;
+  ~LtContext() {
+    if (workspace) cudaFree(workspace);
+    if (handle) cublasLtDestroy(handle);
+  }
+};
+
+Result<LtContext*> Context() {
+  thread_local LtContext ctx;
+  if (ctx.handle == nullptr) {
+    RT_LT_RETURN_IF_ERROR(cublasLtCreate(&ctx.handle));
+    RT_CUDA_RETURN_IF_ERROR(cudaMalloc(&ctx.workspace, kWorkspaceBytes));
+  }
+  return &ctx;
+}
+
+cudaDataType_t CudaType(DType t) {
+  switch (t) {
+    case DType::kBF16: return CUDA_R_16BF;
+    case DType::kF16: return CUDA_R_16F;
+    default: return CUDA_R_32F;
+  }
+}
+
+// Owners of the cuBLASLt descriptors.
+struct DescDeleter {
+  void operator()(cublasLtMatmulDescOpaque_t* d) const { cublasLtMatmulDescDestroy(d); }
+  void operator()(cublasLtMatrixLayoutOpaque_t* l) const { cublasLtMatrixLayoutDestroy(l); }
+  void operator()(cublasLtMatmulPreferenceOpaque_t* p) const { cublasLtMatmulPreferenceDestroy(p); }
+};
+
+// Row-major C[m,n] = alpha·op(A)·op(B) + beta·C (+ bias[n] per row when bias is set), as the
+// column-major product Cᵀ = op(B)ᵀ·op(A)ᵀ.
+Status LtGemm(DType dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+              const void* a, int64_t lda, const void* b, int64_t ldb, float beta, void* c,
+              int64_t ldc, const void* bias) {
+  if (m == 0 || n == 0) return Status::Ok();
+  ASSIGN_OR_RETURN(LtContext * ctx, Context());
+  const cudaDataType_t type = CudaType(dt);
+  cublasLtMatmulDesc_t desc_raw = nullptr;
+  RT_LT_RETURN_IF_ERROR(cublasLtMatmulDescCreate(&desc_raw, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  std::unique_ptr<cublasLtMatmulDescOpaque_t, DescDeleter> desc(desc_raw);
+  const cublasOperation_t op_a = tb ? CUBLAS_OP_T : CUBLAS_OP_N;  // cuBLAS A is our B
+  const cublasOperation_t op_b = ta ? CUBLAS_OP_T : CUBLAS_OP_N;  // cuBLAS B is our A
+  RT_LT_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(desc.get(), CUBLASLT_MATMUL_DESC_TRANSA,
+                                                       &op_a, sizeof(op_a)));
+  RT_LT_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(desc.get(), CUBLASLT_MATMUL_DESC_TRANSB,
+                                                       &op_b, sizeof(op_b)));
+  if (bias != nullptr) {
+    const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    RT_LT_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+        desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+    RT_LT_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+        desc.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+    RT_LT_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+        desc.get(), CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &type, sizeof(type)));
+  }
+  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
+  // cuBLAS A = our B seen column-major: [n,k] (no transpose) or [k,n] (transposed).
+  RT_LT_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&la, type, tb ? k : n, tb ? n : k, ldb));
+  std::unique_ptr<cublasLtMatrixLayoutOpaque_t, DescDeleter> la_owner(la);
+  RT_LT_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&lb, type, ta ? m : k, ta ? k : m, lda));
+  std::unique_ptr<cublasLtMatrixLayoutOpaque_t, DescDeleter> lb_owner(lb);
+  RT_LT_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&lc, type, n, m, ldc));
+  std::unique_ptr<cublasLtMatrixLayoutOpaque_t, DescDeleter> lc_owner(lc);
+  cublasLtMatmulPreference_t pref_raw = nullptr;
+  RT_LT_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&pref_raw));
+  std::unique_ptr<cublasLtMatmulPreferenceOpaque_t, DescDeleter> pref(pref_raw);
+  const size_t ws = kWorkspaceBytes;
+  RT_LT_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
+      pref.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  cublasLtMatmulHeuristicResult_t heuristic{};
+  int found = 0;
+  RT_LT_RETURN_IF_ERROR(cublasLtMatmulAlgoGetHeuristic(ctx->handle, desc.get(), la, lb, lc, lc,
+                                                       pref.get(), 1, &heuristic, &found));
+  if (found == 0) {
+    return ForeignError(StatusCode::kCublasError,
+                        "cublasLtMatmulAlgoGetHeuristic: no algorithm for m=" + std::to_string(m) +
+                            " n=" + std::to_string(n) + " k=" + std::to_string(k));
+  }
+  RT_LT_RETURN_IF_ERROR(cublasLtMatmul(ctx->handle, desc.get(), &alpha, b, la, a, lb, &beta, c,
+                                       lc, c, lc, &heuristic.algo, ctx->workspace, ws, Stream()));
+  return Status::Ok();
+}
+
+// dbias[oc] += Σ_rows dout[n, oc]: one thread per column, rows in order (deterministic).
+template <typename T>
+__global__ void BiasGradKernel(T* dbias, const T* dout, int64_t n, int64_t oc) {
+  for (int64_t o = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; o < oc;
+       o += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float s = 0.0f;
+    for (int64_t r = 0; r < n; ++r) s += Load(dout[r * oc + o]);
+    dbias[o] = Store<T>(Load(dbias[o]) + s);
+  }
+}
+
+}  // namespace
+
+Status Gemm(Tensor c, Tensor a, Tensor b, bool trans_a, bool trans_b, float alpha, float beta) {
+  const int64_t m = c.dim(0), n = c.dim(1), k = trans_a ? a.dim(0) : a.dim(1);
+  if (k == 0) return beta == 0.0f ? cuda::Zero(c) : cuda::Scale(c, beta);
+  return LtGemm(c.dtype(), trans_a, trans_b, m, n, k, alpha, a.data(), a.dim(1), b.data(),
+                b.dim(1), beta, c.data(), n, nullptr);
+}
+
+Status MatmulForward(Tensor out, Tensor inp, Tensor weight, Tensor bias) {
+  const int64_t n = inp.shape().rows(), ic = weight.dim(1), oc = weight.dim(0);
+  return LtGemm(out.dtype(), false, true, n, oc, ic, 1.0f, inp.data(), ic, weight.data(), ic,
+                0.0f, out.data(), oc, bias.defined() ? bias.data() : nullptr);
+}
+
+Status MatmulBackward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,
+                      Tensor weight) {
+  const int64_t n = inp.shape().rows(), ic = weight.dim(1), oc = weight.dim(0);
+  const DType dt = dout.dtype();
+  if (dinp.defined()) {
+    RETURN_IF_ERROR(LtGemm(dt, false, false, n, ic, oc, 1.0f, dout.data(), oc, weight.data(), ic,
+                           1.0f, dinp.data(), ic, nullptr));
+  }
+  RETURN_IF_ERROR(LtGemm(dt, true, false, oc, ic, n, 1.0f, dout.data(), oc, inp.data(), ic, 1.0f,
+                         dweight.data(), ic, nullptr));
+  if (dbias.defined()) {
+    Status s = Dispatch(dt, [&](auto tag) {
+      using T = decltype(tag);
+      BiasGradKernel<T><<<Blocks(oc, 256), 256, 0, Stream()>>>(dbias.data_as<T>(),
+                                                              dout.data_as<T>(), n, oc);
+      return CudaStatus(cudaGetLastError(), "BiasGradKernel");
+    });
+    RETURN_IF_ERROR(s);
+  }
+  return Status::Ok();
+}
+
+}  // namespace rt::cuda
