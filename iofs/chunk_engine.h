@@ -96,6 +96,11 @@ class ChunkEngine {
     return Read(id, 0, UINT64_MAX, out, info);
   }
 
+  // Atomically hands chunk `from`'s stored data to chunk `to` under `version` and removes
+  // `from`, in one synced metadata commit with no data copied; `to`'s old data is freed.
+  // NotFound if `from` does not exist. The caller must not write `from` or `to` concurrently.
+  virtual Status Move(ChunkId from, ChunkId to, uint64_t version) = 0;
+
   // The metadata of a chunk (NotFound if absent).
   virtual Result<ChunkInfo> Stat(ChunkId id) = 0;
   // Removes chunks (absent ids are ignored) in one synced batch and frees their slots.

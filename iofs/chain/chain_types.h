@@ -36,10 +36,13 @@ struct ChainConfig {
   bool operator==(const ChainConfig&) const = default;
 };
 
-// An immutable chunk value: the whole content of one version, or a deletion (tombstone).
+// An immutable chunk value: the whole content of one version, or a deletion (tombstone). The
+// state machine never looks inside; a driver may leave `data` null for a committed value that
+// lives on its disk and load it when a message needs it.
 struct Value {
-  std::shared_ptr<const std::string> data;  // null for a tombstone
-  bool deleted() const { return data == nullptr; }
+  std::shared_ptr<const std::string> data;  // null for a tombstone or a value kept on disk
+  bool tombstone = false;
+  bool deleted() const { return tombstone; }
 };
 
 // A chunk as one replica holds it. Durable: the driver persists it before sending.

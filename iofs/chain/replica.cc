@@ -259,6 +259,11 @@ Result<std::pair<uint64_t, Value>> ReplicaMachine::Read(ChunkKey key) const {
   return std::pair<uint64_t, Value>{it->second.committed_version, it->second.committed};
 }
 
+void ReplicaMachine::ReleaseCommittedData(ChunkKey key) {
+  auto it = chunks_.find(key);
+  if (it != chunks_.end()) it->second.committed.data.reset();
+}
+
 std::vector<Output> ReplicaMachine::TakeOutputs() { return std::exchange(outputs_, {}); }
 
 std::vector<ChunkKey> ReplicaMachine::TakeDirty() {

@@ -47,6 +47,10 @@ class ReplicaMachine {
   // Keys whose ChunkState changed since the last call (the driver persists them before sending).
   std::vector<ChunkKey> TakeDirty();
 
+  // Drops the in-memory copy of a committed value once the driver has stored it (the driver
+  // then loads it from disk when a message carries it).
+  void ReleaseCommittedData(ChunkKey key);
+
   // Durable state, for persistence and checks.
   const std::map<ChunkKey, ChunkState>& chunks() const { return chunks_; }
   const ChainConfig& config() const { return config_; }
@@ -66,8 +70,8 @@ class ReplicaMachine {
   void PushPending();
   void SendSyncRound();
 
-  const NodeId self_;
-  const ChainId chain_id_;
+  NodeId self_;
+  ChainId chain_id_;
   ChainConfig config_;
   std::map<ChunkKey, ChunkState> chunks_;
   // Volatile state (lost on a crash).

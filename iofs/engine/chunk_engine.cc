@@ -44,8 +44,14 @@ Status MakeDir(const std::string& path) {
 }
 
 // One metadata change waiting for the group commit.
+struct Change {
+  ChunkId id = 0;
+  std::optional<ChunkRecord> record;  // nullopt = delete
+  bool moved_away = false;            // a delete whose slot now belongs to another chunk
+};
+
 struct CommitRequest {
-  std::vector<std::pair<ChunkId, std::optional<ChunkRecord>>> changes;  // nullopt = delete
+  std::vector<Change> changes;
   Status result;
   bool done = false;
 };
@@ -81,6 +87,7 @@ class ChunkEngineImpl final : public ChunkEngine {
     return it->second.info;
   }
   Status Remove(std::span<const ChunkId> ids) override;
+  Status Move(ChunkId from, ChunkId to, uint64_t version) override;
   std::vector<ChunkInfo> List(ChunkId first, ChunkId last) override {
     std::lock_guard lock(alloc_mu_);
     std::vector<ChunkInfo> out;
@@ -267,7 +274,7 @@ Status ChunkEngineImpl::Write(std::span<const ChunkWrite> writes) {
       r.length = static_cast<uint32_t>(w.data.size());
       r.version = w.version;
       ComputeChunkCrcs(w.data.data(), w.data.size(), &r.block_crcs, &r.chunk_crc);
-      request.changes.emplace_back(w.id, std::move(r));
+      request.changes.push_back(Change{w.id, std::move(r), false});
       const uint64_t io_len = RoundUp(w.data.size(), kIoAlign);
       if (io_len == 0) continue;
       if (!w.data.empty()) std::memcpy(b.data, w.data.data(), w.data.size());
@@ -326,9 +333,23 @@ Status ChunkEngineImpl::Write(std::span<const ChunkWrite> writes) {
   return s;
 }
 
+Status ChunkEngineImpl::Move(ChunkId from, ChunkId to, uint64_t version) {
+  if (from == to) return InvalidArgument("move of chunk " + Hex(from) + " onto itself");
+  std::string value;
+  rocksdb::Status rs = db_->Get(rocksdb::ReadOptions(), ChunkKey(from), &value);
+  if (rs.IsNotFound()) return NotFound("chunk " + Hex(from) + " not found");
+  if (!rs.ok()) return RocksError(rs, "read metadata of chunk " + Hex(from));
+  ASSIGN_OR_RETURN(ChunkRecord record, DecodeChunkRecord(value, Hex(from)));
+  record.version = version;
+  CommitRequest request;
+  request.changes.push_back(Change{to, std::move(record), false});
+  request.changes.push_back(Change{from, std::nullopt, true});
+  return Commit(&request);
+}
+
 Status ChunkEngineImpl::Remove(std::span<const ChunkId> ids) {
   CommitRequest request;
-  for (ChunkId id : ids) request.changes.emplace_back(id, std::nullopt);
+  for (ChunkId id : ids) request.changes.push_back(Change{id, std::nullopt, false});
   return Commit(&request);
 }
 
@@ -347,11 +368,11 @@ Status ChunkEngineImpl::Commit(CommitRequest* request) {
     lock.unlock();
     rocksdb::WriteBatch batch;
     for (CommitRequest* r : group)
-      for (const auto& [id, record] : r->changes) {
-        if (record) {
-          batch.Put(ChunkKey(id), EncodeChunkRecord(*record));
+      for (const Change& c : r->changes) {
+        if (c.record) {
+          batch.Put(ChunkKey(c.id), EncodeChunkRecord(*c.record));
         } else {
-          batch.Delete(ChunkKey(id));
+          batch.Delete(ChunkKey(c.id));
         }
       }
     rocksdb::WriteOptions wo;
@@ -376,9 +397,11 @@ Status ChunkEngineImpl::Commit(CommitRequest* request) {
 }
 
 void ChunkEngineImpl::Apply(const CommitRequest& request) {
-  for (const auto& [id, record] : request.changes) {
+  for (const Change& change : request.changes) {
+    const ChunkId id = change.id;
+    const std::optional<ChunkRecord>& record = change.record;
     auto it = chunks_.find(id);
-    if (it != chunks_.end()) slots_->Quarantine(it->second.loc);
+    if (it != chunks_.end() && !change.moved_away) slots_->Quarantine(it->second.loc);
     if (record) {
       chunks_[id] = Entry{record->loc, ChunkInfo{id, record->version, record->length,
                                                  record->chunk_crc,

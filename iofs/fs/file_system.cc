@@ -14,7 +14,8 @@ namespace {
 constexpr uint32_t kNamespaceMagic = 0x534e5452;  // "RTNS"
 constexpr uint16_t kNamespaceVersion = 1;
 constexpr uint64_t kRootIno = 1;
-constexpr uint64_t kMaxIno = (1ull << (63 - kChunkIndexBits)) - 1;
+// Data keys must stay below the chain layer's pending bit (1 << 62).
+constexpr uint64_t kMaxIno = (1ull << (62 - kChunkIndexBits)) - 1;
 constexpr size_t kWriteBatch = 8;  // chunks per parallel put
 
 int64_t NowNs() {

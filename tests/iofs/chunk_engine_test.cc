@@ -106,6 +106,27 @@ TEST(ChunkEngineTest, PersistsAcrossReopenAndRebuildsAllocator) {
   EXPECT_EQ(list[2].id, 6u);
 }
 
+TEST(ChunkEngineTest, MoveHandsDataOverWithoutCopying) {
+  TempDir dir("engine-move");
+  {
+    auto engine = OpenOrDie(SmallOptions(dir.path()));
+    ASSERT_TRUE(engine->Write(1, 1, Content(1, 1, 300000)).ok());
+    ASSERT_TRUE(engine->Write(2, 5, Content(2, 5, 1000)).ok());
+    ASSERT_TRUE(engine->Move(2, 1, 9).ok());
+    EXPECT_EQ(engine->Move(2, 1, 10).code(), StatusCode::kNotFound);
+    EXPECT_EQ(engine->Usage().used_slots, 1u);
+  }
+  auto engine = OpenOrDie(SmallOptions(dir.path()));
+  std::vector<std::byte> got;
+  ChunkInfo info;
+  ASSERT_TRUE(engine->ReadAll(1, &got, &info).ok());
+  EXPECT_EQ(got, Content(2, 5, 1000));
+  EXPECT_EQ(info.version, 9u);
+  EXPECT_EQ(engine->ReadAll(2, &got).code(), StatusCode::kNotFound);
+  EXPECT_TRUE(engine->Check().empty());
+  EXPECT_EQ(engine->Usage().used_slots, 1u);
+}
+
 TEST(ChunkEngineTest, RejectsADifferentGeometry) {
   TempDir dir("engine-geom");
   { OpenOrDie(SmallOptions(dir.path())); }

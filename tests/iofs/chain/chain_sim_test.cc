@@ -184,7 +184,8 @@ class Simulation {
     if (config.members.empty() || !alive_[config.members[0].node]) return;  // times out, retried
     ReplicaMachine& m = machines_[config.members[0].node].at(chain);
     if (trace_) std::fprintf(stderr, "client write %s key %llu at node %u\n", op.value.c_str(), (unsigned long long)op.key, config.members[0].node);
-    Value value{op.value == "<deleted>" ? nullptr : std::make_shared<const std::string>(op.value)};
+    Value value{op.value == "<deleted>" ? nullptr : std::make_shared<const std::string>(op.value),
+                op.value == "<deleted>"};
     m.OnClientWrite(request, op.key, value);
     Drain(static_cast<int>(config.members[0].node), m);
   }

@@ -1,0 +1,28 @@
+// Binary payloads of the chain protocol on the wire (docs/formats/iofs_wire.md): replica
+// messages and chain configs. Little-endian, bounded: decoders check every length against the
+// payload and against the limits below, so a hostile peer gets an error, never a large
+// allocation of its choosing.
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <vector>
+
+#include "base/status.h"
+#include "iofs/chain/chain_types.h"
+
+namespace rt::iofs::chain {
+
+// Largest chunk value carried by one message.
+inline constexpr size_t kMaxWireValue = 64u << 20;
+// Most members of a chain on the wire.
+inline constexpr size_t kMaxWireMembers = 16;
+
+std::vector<std::byte> EncodeMessage(const Message& message);
+// Errors: Corruption naming the field that does not fit.
+Result<Message> DecodeMessage(std::span<const std::byte> bytes);
+
+std::vector<std::byte> EncodeConfig(const ChainConfig& config);
+Result<ChainConfig> DecodeConfig(std::span<const std::byte> bytes);
+
+}  // namespace rt::iofs::chain

@@ -1,0 +1,53 @@
+// The replicated ObjectStore: routes each object to its chain (ChainOf), writes at the chain's
+// head and reads from a serving replica — this node's own first, then the others — so a replica
+// with a bad checksum, a dead node or a syncing member is skipped and the read served by another.
+// How nodes are reached is the ChainRouter's business (RPC in ringfsd, direct calls in tests).
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/deadline.h"
+#include "base/status.h"
+#include "iofs/chain/chain_types.h"
+#include "iofs/object_store.h"
+
+namespace rt::iofs {
+
+// Reaches the chain nodes of a cluster. Thread-safe; calls may block until their deadline.
+class ChainRouter {
+ public:
+  virtual ~ChainRouter() = default;
+  // The node this router runs on (its replicas are read first), or 0 for none.
+  virtual chain::NodeId self() const = 0;
+  // Every node of the cluster.
+  virtual std::vector<chain::NodeId> nodes() const = 0;
+  virtual size_t chain_count() const = 0;
+  // The newest config known for a chain.
+  virtual chain::ChainConfig Config(chain::ChainId chain) = 0;
+  // ChainNode::Write at `node`.
+  virtual Result<uint64_t> WriteAt(chain::NodeId node, chain::ChunkKey key,
+                                   std::optional<std::span<const std::byte>> data, Deadline deadline) = 0;
+  // ChainNode::Read at `node`.
+  virtual Status ReadAt(chain::NodeId node, chain::ChunkKey key, uint64_t offset, uint64_t length,
+                        std::vector<std::byte>* out, Deadline deadline) = 0;
+  // ChainNode::Keys at `node`.
+  virtual Result<std::vector<chain::ChunkKey>> KeysAt(chain::NodeId node, Deadline deadline) = 0;
+  // The chunk engine check at `node` (one line per problem).
+  virtual Result<std::vector<std::string>> CheckAt(chain::NodeId node, Deadline deadline) = 0;
+};
+
+// Options of the replicated store.
+struct ChainStoreOptions {
+  uint32_t max_object_size = 4u << 20;  // bytes; the engines' chunk_size
+  int64_t op_timeout_ms = 30000;        // one put/get/delete, retries included
+  int parallel_puts = 8;                // objects of a batch written at once
+};
+
+// `router` is not owned and must outlive the store.
+std::unique_ptr<ObjectStore> NewChainObjectStore(ChainRouter* router, ChainStoreOptions options);
+
+}  // namespace rt::iofs

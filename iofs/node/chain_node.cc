@@ -1,0 +1,318 @@
+#include "iofs/chain_node.h"
+
+#include <atomic>
+#include <future>
+#include <mutex>
+
+#include "base/fault.h"
+#include "base/log.h"
+#include "iofs/chain/replica.h"
+
+namespace rt::iofs {
+
+using chain::ChainConfig;
+using chain::ChainId;
+using chain::ChunkKey;
+using chain::ChunkState;
+using chain::Message;
+using chain::Output;
+using chain::Value;
+
+namespace {
+
+// What a waiting writer receives.
+struct WriteOutcome {
+  StatusCode code = StatusCode::kOk;
+  uint64_t version = 0;
+};
+
+constexpr uint64_t kVersionMask = ~kTombstoneBit;
+
+}  // namespace
+
+struct ChainNode::Slot {
+  explicit Slot(chain::ReplicaMachine m) : machine(std::move(m)) {}
+  std::mutex mu;
+  chain::ReplicaMachine machine;                                          // GUARDED_BY(mu)
+  std::map<uint64_t, std::shared_ptr<std::promise<WriteOutcome>>> waiters;  // GUARDED_BY(mu)
+  uint64_t next_request = 1;                                              // GUARDED_BY(mu)
+};
+
+ChainNode::ChainNode(chain::NodeId self, size_t chain_count, ChunkEngine* engine,
+                     ChainTransport* transport)
+    : self_(self), chain_count_(chain_count), engine_(engine), transport_(transport) {}
+
+ChainNode::~ChainNode() = default;
+
+namespace {
+
+// Reads the durable chunk states of `chain` from the engine.
+Result<std::map<ChunkKey, ChunkState>> LoadChain(ChunkEngine* engine, ChainId chain, size_t chain_count) {
+  std::map<ChunkKey, ChunkState> states;
+  for (const ChunkInfo& c : engine->List()) {
+    const bool pending = c.id & kPendingBit;
+    const ChunkKey key = c.id & ~kPendingBit;
+    if (chain::ChainOf(key, chain_count) != chain) continue;
+    const uint64_t version = c.version & kVersionMask;
+    const bool tombstone = c.version & kTombstoneBit;
+    ChunkState& st = states[key];
+    if (pending) {
+      Value v;
+      v.tombstone = tombstone;
+      if (!tombstone) {
+        std::vector<std::byte> data;
+        RETURN_IF_ERROR(engine->ReadAll(c.id, &data));
+        v.data = std::make_shared<const std::string>(reinterpret_cast<const char*>(data.data()), data.size());
+      }
+      st.pending[version] = v;
+    } else {
+      st.committed_version = version;
+      st.committed.tombstone = tombstone;  // data stays on disk
+    }
+  }
+  // A pending version at or below the committed one is left over from a crash mid-commit.
+  for (auto& [key, st] : states)
+    st.pending.erase(st.pending.begin(), st.pending.upper_bound(st.committed_version));
+  return states;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<ChainNode>> ChainNode::Open(chain::NodeId self, size_t chain_count,
+                                                   const std::vector<ChainId>& home_chains,
+                                                   ChunkEngine* engine, ChainTransport* transport) {
+  if (chain_count == 0) return InvalidArgument("chain node: chain count is 0");
+  std::unique_ptr<ChainNode> node(new ChainNode(self, chain_count, engine, transport));
+  for (ChainId c : home_chains) {
+    if (c >= chain_count) return InvalidArgument("chain node: home chain " + std::to_string(c) + " out of range");
+    ASSIGN_OR_RETURN(auto states, LoadChain(engine, c, chain_count));
+    node->slots_[c] = std::make_unique<Slot>(chain::ReplicaMachine(self, c, std::move(states)));
+  }
+  return node;
+}
+
+ChainNode::Slot* ChainNode::Find(ChainId chain) {
+  auto it = slots_.find(chain);
+  return it == slots_.end() ? nullptr : it->second.get();
+}
+
+Status ChainNode::Persist(Slot& slot) {
+  std::vector<ChunkWrite> writes;
+  std::vector<ChunkId> removes;
+  static const std::string kEmpty;
+  for (ChunkKey key : slot.machine.TakeDirty()) {
+    const ChunkState& st = slot.machine.chunks().at(key);
+    const ChunkId pending_id = key | kPendingBit;
+    Result<ChunkInfo> on_disk = engine_->Stat(key);
+    const uint64_t disk_version = on_disk.ok() ? (on_disk->version & kVersionMask) : 0;
+    Result<ChunkInfo> pending_disk = engine_->Stat(pending_id);
+    uint64_t pending_version = pending_disk.ok() ? (pending_disk->version & kVersionMask) : 0;
+    if (st.committed_version > disk_version) {
+      const uint64_t stored = st.committed_version | (st.committed.tombstone ? kTombstoneBit : 0);
+      if (pending_version == st.committed_version) {
+        // The pending copy is exactly this version: commit it by moving metadata, no data copy.
+        RETURN_IF_ERROR(engine_->Move(pending_id, key, stored));
+        pending_version = 0;
+      } else if (st.committed.tombstone) {
+        writes.push_back(ChunkWrite{key, stored, {}});
+      } else if (st.committed.data) {
+        const std::string& d = *st.committed.data;
+        writes.push_back(ChunkWrite{key, stored, std::as_bytes(std::span(d.data(), d.size()))});
+      } else {
+        return Internal("chain node: committed v" + std::to_string(st.committed_version) +
+                        " of key " + std::to_string(key) + " has no data to store");
+      }
+    }
+    if (!st.pending.empty()) {
+      const auto& [version, value] = *st.pending.rbegin();
+      if (pending_version != version) {
+        const uint64_t stored = version | (value.tombstone ? kTombstoneBit : 0);
+        if (value.tombstone || !value.data) {
+          writes.push_back(ChunkWrite{pending_id, stored, {}});
+        } else {
+          writes.push_back(ChunkWrite{pending_id, stored,
+                                      std::as_bytes(std::span(value.data->data(), value.data->size()))});
+        }
+      }
+    } else if (pending_version != 0) {
+      removes.push_back(pending_id);
+    }
+  }
+  if (!writes.empty()) RETURN_IF_ERROR(engine_->Write(writes));
+  if (!removes.empty()) RETURN_IF_ERROR(engine_->Remove(removes));
+  for (const ChunkWrite& w : writes)
+    if (!(w.id & kPendingBit)) slot.machine.ReleaseCommittedData(w.id);
+  return Status();
+}
+
+Status ChainNode::Reload(Slot& slot) {
+  const ChainConfig config = slot.machine.config();
+  ASSIGN_OR_RETURN(auto states, LoadChain(engine_, config.chain, chain_count_));
+  slot.machine = chain::ReplicaMachine(self_, config.chain, std::move(states));
+  slot.machine.OnConfig(config);
+  (void)slot.machine.TakeOutputs();
+  (void)slot.machine.TakeDirty();
+  return Status();
+}
+
+void ChainNode::Process(Slot& slot) {
+  Status persisted = Persist(slot);
+  if (!persisted.ok()) {
+    // The machine is ahead of the disk: restart it from the disk, as after a crash, and fail the
+    // writers waiting here (they retry).
+    LOG_ERROR("chain {} on node {}: storing chunk state failed: {}; reloading from disk",
+              slot.machine.config().chain, self_, persisted.ToString());
+    (void)slot.machine.TakeOutputs();
+    for (auto& [request, promise] : slot.waiters) promise->set_value(WriteOutcome{persisted.code(), 0});
+    slot.waiters.clear();
+    if (Status s = Reload(slot); !s.ok())
+      LOG_ERROR("chain {} on node {}: reload failed: {}", slot.machine.config().chain, self_, s.ToString());
+    return;
+  }
+  for (Output& out : slot.machine.TakeOutputs()) {
+    switch (out.kind) {
+      case Output::Kind::kSend: {
+        Message& m = out.message;
+        if ((m.kind == Message::Kind::kSync || m.kind == Message::Kind::kForward) &&
+            !m.value.tombstone && !m.value.data) {
+          // A committed value kept on disk: load it for the message.
+          std::vector<std::byte> data;
+          ChunkInfo info;
+          Status s = engine_->ReadAll(m.key, &data, &info);
+          if (!s.ok() || (info.version & kVersionMask) != m.version) {
+            LOG_WARN("chain {}: cannot load key {} v{} for a peer: {}", m.chain, m.key, m.version,
+                     s.ok() ? "version changed" : s.ToString());
+            continue;
+          }
+          m.value.data = std::make_shared<const std::string>(reinterpret_cast<const char*>(data.data()), data.size());
+        }
+        if (m.kind == Message::Kind::kForward) {
+          if (Status s = RT_FAULT_POINT("iofs.chain.before_forward"); !s.ok()) continue;
+        }
+        transport_->Send(m);
+        break;
+      }
+      case Output::Kind::kReply: {
+        auto it = slot.waiters.find(out.request_id);
+        if (it == slot.waiters.end()) break;
+        it->second->set_value(WriteOutcome{out.code, out.version});
+        slot.waiters.erase(it);
+        break;
+      }
+      case Output::Kind::kSyncComplete:
+        transport_->ReportSyncComplete(out.node, out.chain, out.chain_version);
+        break;
+    }
+  }
+}
+
+void ChainNode::OnConfig(const ChainConfig& config) {
+  Slot* slot = Find(config.chain);
+  if (!slot) return;
+  std::lock_guard lock(slot->mu);
+  if (config.version > slot->machine.config().version)
+    LOG_INFO("node {}: chain {} version {} ({} members)", self_, config.chain, config.version,
+             config.members.size());
+  slot->machine.OnConfig(config);
+  Process(*slot);
+}
+
+void ChainNode::OnMessage(const Message& message) {
+  Slot* slot = Find(message.chain);
+  if (!slot || message.to != self_) return;
+  std::lock_guard lock(slot->mu);
+  slot->machine.OnMessage(message);
+  Process(*slot);
+}
+
+void ChainNode::Tick() {
+  for (auto& [chain, slot] : slots_) {
+    std::lock_guard lock(slot->mu);
+    slot->machine.OnTick();
+    Process(*slot);
+  }
+}
+
+Result<uint64_t> ChainNode::Write(ChunkKey key, std::optional<std::span<const std::byte>> data,
+                                  Deadline deadline) {
+  if (key & kPendingBit) return InvalidArgument("chunk key " + std::to_string(key) + " uses the pending bit");
+  const ChainId chain = chain::ChainOf(key, chain_count_);
+  Slot* slot = Find(chain);
+  if (!slot)
+    return Status(StatusCode::kNotServing,
+                  "node " + std::to_string(self_) + " holds no replica of chain " + std::to_string(chain), true);
+  std::future<WriteOutcome> future;
+  uint64_t request = 0;
+  {
+    std::lock_guard lock(slot->mu);
+    request = slot->next_request++;
+    auto promise = std::make_shared<std::promise<WriteOutcome>>();
+    future = promise->get_future();
+    slot->waiters[request] = promise;
+    Value value;
+    if (data) {
+      value.data = std::make_shared<const std::string>(reinterpret_cast<const char*>(data->data()), data->size());
+    } else {
+      value.tombstone = true;
+    }
+    slot->machine.OnClientWrite(request, key, std::move(value));
+    Process(*slot);
+  }
+  if (future.wait_until(deadline.when()) != std::future_status::ready) {
+    std::lock_guard lock(slot->mu);
+    slot->waiters.erase(request);
+    return Status(StatusCode::kDeadlineExceeded,
+                  "write of chunk " + std::to_string(key) + " on chain " + std::to_string(chain) +
+                      " not committed in time", true);
+  }
+  WriteOutcome outcome = future.get();
+  if (outcome.code == StatusCode::kNotServing)
+    return Status(StatusCode::kNotServing,
+                  "node " + std::to_string(self_) + " is not the head of chain " + std::to_string(chain), true);
+  if (outcome.code != StatusCode::kOk)
+    return Status(outcome.code, "write of chunk " + std::to_string(key) + " failed on node " + std::to_string(self_));
+  return outcome.version;
+}
+
+Status ChainNode::Read(ChunkKey key, uint64_t offset, uint64_t length, std::vector<std::byte>* out,
+                       uint64_t* version) {
+  const ChainId chain = chain::ChainOf(key, chain_count_);
+  Slot* slot = Find(chain);
+  if (!slot)
+    return Status(StatusCode::kNotServing,
+                  "node " + std::to_string(self_) + " holds no replica of chain " + std::to_string(chain), true);
+  std::lock_guard lock(slot->mu);
+  ASSIGN_OR_RETURN(auto committed, slot->machine.Read(key));
+  if (committed.first == 0 || committed.second.tombstone)
+    return NotFound("chunk " + std::to_string(key) + " not found");
+  ChunkInfo info;
+  RETURN_IF_ERROR(engine_->Read(key, offset, length, out, &info)
+                      .WithContext("node " + std::to_string(self_)));
+  if ((info.version & kVersionMask) != committed.first)
+    return Internal("node " + std::to_string(self_) + " stores v" + std::to_string(info.version & kVersionMask) +
+                    " of chunk " + std::to_string(key) + " but chain " + std::to_string(chain) +
+                    " committed v" + std::to_string(committed.first));
+  if (version) *version = committed.first;
+  return Status();
+}
+
+std::vector<ChunkKey> ChainNode::Keys() {
+  std::vector<ChunkKey> keys;
+  for (auto& [chain, slot] : slots_) {
+    std::lock_guard lock(slot->mu);
+    if (!slot->machine.serving()) continue;
+    for (const auto& [key, st] : slot->machine.chunks())
+      if (st.committed_version > 0 && !st.committed.tombstone) keys.push_back(key);
+  }
+  std::sort(keys.begin(), keys.end());
+  return keys;
+}
+
+std::optional<ChainConfig> ChainNode::Config(ChainId chain) {
+  Slot* slot = Find(chain);
+  if (!slot) return std::nullopt;
+  std::lock_guard lock(slot->mu);
+  return slot->machine.config();
+}
+
+}  // namespace rt::iofs

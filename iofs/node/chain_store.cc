@@ -1,0 +1,159 @@
+#include "iofs/chain_store.h"
+
+#include <algorithm>
+#include <future>
+#include <set>
+#include <thread>
+
+#include "base/log.h"
+
+namespace rt::iofs {
+namespace {
+
+using chain::ChainConfig;
+using chain::MemberState;
+using chain::NodeId;
+
+bool Retryable(const Status& s) {
+  return s.retryable() || s.code() == StatusCode::kNotServing || s.code() == StatusCode::kUnavailable ||
+         s.code() == StatusCode::kDeadlineExceeded;
+}
+
+class ChainObjectStore final : public ObjectStore {
+ public:
+  ChainObjectStore(ChainRouter* router, ChainStoreOptions options) : router_(router), options_(options) {}
+
+  Status Put(std::span<const ObjectPut> puts) override {
+    for (const ObjectPut& p : puts)
+      if (p.data.size() > options_.max_object_size)
+        return InvalidArgument("object " + std::to_string(p.key) + " of " + std::to_string(p.data.size()) +
+                               " bytes exceeds " + std::to_string(options_.max_object_size));
+    const Deadline deadline = Deadline::AfterMs(options_.op_timeout_ms);
+    const size_t width = static_cast<size_t>(std::max(1, options_.parallel_puts));
+    for (size_t first = 0; first < puts.size(); first += width) {
+      const size_t n = std::min(width, puts.size() - first);
+      std::vector<std::future<Status>> running;
+      for (size_t i = 1; i < n; ++i) {
+        const ObjectPut& p = puts[first + i];
+        running.push_back(std::async(std::launch::async, [this, p, deadline] {
+          return WriteOne(p.key, p.data, deadline);
+        }));
+      }
+      Status status = WriteOne(puts[first].key, puts[first].data, deadline);
+      for (auto& f : running) {
+        Status s = f.get();
+        if (status.ok() && !s.ok()) status = s;
+      }
+      RETURN_IF_ERROR(status);
+    }
+    return Status();
+  }
+
+  Status Get(ObjectKey key, uint64_t offset, uint64_t length, std::vector<std::byte>* out) override {
+    const Deadline deadline = Deadline::AfterMs(options_.op_timeout_ms);
+    const chain::ChainId c = chain::ChainOf(key, router_->chain_count());
+    Status last;
+    std::string tried;
+    while (true) {
+      ChainConfig config = router_->Config(c);
+      std::vector<NodeId> replicas;
+      for (const auto& m : config.members)
+        if (m.state == MemberState::kServing) replicas.push_back(m.node);
+      // This node's own replica first: no network hop.
+      auto self = std::find(replicas.begin(), replicas.end(), router_->self());
+      if (self != replicas.end()) std::rotate(replicas.begin(), self, self + 1);
+      bool retry = replicas.empty();
+      for (NodeId n : replicas) {
+        Status s = router_->ReadAt(n, key, offset, length, out, deadline);
+        if (s.ok()) {
+          if (!tried.empty()) LOG_WARN("object {}: served by node {} after: {}", key, n, tried);
+          return s;
+        }
+        if (s.code() == StatusCode::kNotFound || s.code() == StatusCode::kOutOfRange) return s;
+        tried += (tried.empty() ? "" : "; ") + s.ToString();
+        last = s;
+        retry = retry || Retryable(s);
+      }
+      if (!retry || deadline.Expired())
+        return Status(last.ok() ? StatusCode::kUnavailable : last.code(),
+                      "object " + std::to_string(key) + " on chain " + std::to_string(c) +
+                          ": no replica could serve it (" + (tried.empty() ? "no serving replica" : tried) + ")");
+      Backoff(deadline);
+    }
+  }
+
+  Status Delete(std::span<const ObjectKey> keys) override {
+    const Deadline deadline = Deadline::AfterMs(options_.op_timeout_ms);
+    for (ObjectKey key : keys) RETURN_IF_ERROR(WriteOne(key, std::nullopt, deadline));
+    return Status();
+  }
+
+  Result<std::vector<ObjectKey>> Keys() override {
+    const Deadline deadline = Deadline::AfterMs(options_.op_timeout_ms);
+    std::set<ObjectKey> keys;
+    bool any = false;
+    Status last;
+    for (NodeId n : router_->nodes()) {
+      Result<std::vector<chain::ChunkKey>> k = router_->KeysAt(n, deadline);
+      if (!k.ok()) {
+        last = k.status();
+        continue;
+      }
+      any = true;
+      keys.insert(k->begin(), k->end());
+    }
+    if (!any) return last.ok() ? Unavailable("no node answered") : last;
+    return std::vector<ObjectKey>(keys.begin(), keys.end());
+  }
+
+  uint32_t max_object_size() const override { return options_.max_object_size; }
+
+  std::vector<std::string> CheckStorage() override {
+    const Deadline deadline = Deadline::AfterMs(options_.op_timeout_ms);
+    std::vector<std::string> problems;
+    for (NodeId n : router_->nodes()) {
+      Result<std::vector<std::string>> p = router_->CheckAt(n, deadline);
+      if (!p.ok()) {
+        problems.push_back("node " + std::to_string(n) + ": " + p.status().ToString());
+        continue;
+      }
+      for (const std::string& line : *p) problems.push_back("node " + std::to_string(n) + ": " + line);
+    }
+    return problems;
+  }
+
+ private:
+  // A short pause before retrying a chain that is changing (bounded by the deadline).
+  static void Backoff(Deadline deadline) {
+    std::this_thread::sleep_for(std::min<std::chrono::nanoseconds>(std::chrono::milliseconds(50),
+                                                                   deadline.Remaining()));
+  }
+
+  Status WriteOne(ObjectKey key, std::optional<std::span<const std::byte>> data, Deadline deadline) {
+    const chain::ChainId c = chain::ChainOf(key, router_->chain_count());
+    while (true) {
+      ChainConfig config = router_->Config(c);
+      Status s;
+      if (config.members.empty() || config.members[0].state != MemberState::kServing) {
+        s = Status(StatusCode::kNotServing, "chain " + std::to_string(c) + " has no serving head", true);
+      } else {
+        s = router_->WriteAt(config.members[0].node, key, data, deadline).status();
+      }
+      if (s.ok()) return s;
+      if (!Retryable(s) || deadline.Expired())
+        return s.WithContext("write object " + std::to_string(key) + " on chain " + std::to_string(c));
+      Backoff(deadline);
+    }
+  }
+
+  ChainRouter* const router_;
+  const ChainStoreOptions options_;
+};
+
+}  // namespace
+
+std::unique_ptr<ObjectStore> NewChainObjectStore(ChainRouter* router, ChainStoreOptions options) {
+  return std::make_unique<ChainObjectStore>(router, options);
+}
+
+}  // namespace rt::iofs

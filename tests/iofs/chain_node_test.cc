@@ -1,0 +1,160 @@
+// Chain replication end to end in one process: real chunk engines per node, the chain node
+// driver, the chain manager and the replicated object store; nodes killed and restarted from
+// disk; a corrupted replica skipped on read.
+#include "iofs/chain_node.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+
+#include "iofs/file_system.h"
+#include "tests/iofs/cluster_util.h"
+
+namespace rt::iofs {
+namespace {
+
+using testing::Cluster;
+using testing::Content;
+using testing::TempDir;
+
+ChainStoreOptions StoreOptions() {
+  ChainStoreOptions o;
+  o.max_object_size = 256 << 10;
+  o.op_timeout_ms = 20000;
+  return o;
+}
+
+Status PutOne(ObjectStore& store, ObjectKey key, const std::vector<std::byte>& data) {
+  ObjectPut p{key, data};
+  return store.Put(std::span<const ObjectPut>(&p, 1));
+}
+
+TEST(ChainNodeTest, ThreeReplicasHoldTheSameCommittedData) {
+  TempDir dir("cluster-rf3");
+  Cluster cluster(dir.path(), 3, 3, 3);
+  auto store = NewChainObjectStore(&cluster, StoreOptions());
+  for (ObjectKey key = 1; key <= 12; ++key) ASSERT_TRUE(PutOne(*store, key, Content(key, 1, 1000 * key)).ok());
+  for (ObjectKey key = 1; key <= 12; ++key)
+    for (chain::NodeId n = 1; n <= 3; ++n) {
+      std::vector<std::byte> got;
+      ASSERT_TRUE(cluster.ReadAt(n, key, 0, UINT64_MAX, &got, Deadline::AfterMs(1000)).ok()) << n;
+      EXPECT_EQ(got, Content(key, 1, 1000 * key));
+    }
+  std::vector<ObjectKey> gone = {3};
+  ASSERT_TRUE(store->Delete(gone).ok());
+  std::vector<std::byte> got;
+  EXPECT_EQ(store->Get(3, 0, 10, &got).code(), StatusCode::kNotFound);
+  auto keys = store->Keys();
+  ASSERT_TRUE(keys.ok());
+  EXPECT_EQ(keys->size(), 11u);
+  EXPECT_TRUE(store->CheckStorage().empty());
+}
+
+TEST(ChainNodeTest, WriteStreamSurvivesAKilledReplicaWhichResyncs) {
+  TempDir dir("cluster-kill");
+  Cluster cluster(dir.path(), 3, 3, 2);
+  auto store = NewChainObjectStore(&cluster, StoreOptions());
+  std::atomic<int> written{0};
+  std::atomic<bool> failed{false};
+  std::thread writer([&] {
+    for (ObjectKey key = 1; key <= 60; ++key) {
+      Status s = PutOne(*store, key, Content(key, 2, 50000 + key));
+      if (!s.ok()) {
+        ADD_FAILURE() << s.ToString();
+        failed = true;
+        return;
+      }
+      written = static_cast<int>(key);
+    }
+  });
+  while (written < 15 && !failed) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  cluster.Kill(3);  // a replica dies in the middle of the stream
+  while (written < 35 && !failed) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  ASSERT_TRUE(cluster.Restart(3).ok());  // comes back while writes continue
+  writer.join();
+  ASSERT_FALSE(failed);
+  ASSERT_TRUE(cluster.WaitHealthy(std::chrono::seconds(30))) << "node 3 did not finish its resync";
+  for (ObjectKey key = 1; key <= 60; ++key) {
+    std::vector<std::byte> got;
+    Status s = cluster.ReadAt(3, key, 0, UINT64_MAX, &got, Deadline::AfterMs(1000));
+    ASSERT_TRUE(s.ok()) << "key " << key << ": " << s.ToString();
+    EXPECT_EQ(got, Content(key, 2, 50000 + key)) << key;
+  }
+  EXPECT_TRUE(store->CheckStorage().empty());
+}
+
+// Flips a bit of every data file of a node (behind the engine's back).
+void CorruptNode(const std::string& node_dir) {
+  for (const auto& e : std::filesystem::directory_iterator(node_dir + "/data")) {
+    int fd = open(e.path().c_str(), O_RDWR);
+    ASSERT_GE(fd, 0);
+    for (off_t at = 100; at < 4 << 20; at += 64 << 10) {
+      unsigned char b = 0;
+      if (pread(fd, &b, 1, at) != 1) break;
+      b ^= 1;
+      ASSERT_EQ(pwrite(fd, &b, 1, at), 1);
+    }
+    fsync(fd);
+    close(fd);
+  }
+}
+
+TEST(ChainNodeTest, CorruptReplicaIsSkippedWithTwoReplicasAndReportedWithOne) {
+  {
+    TempDir dir("cluster-corrupt2");
+    Cluster cluster(dir.path(), 2, 2, 1);
+    cluster.set_self(1);  // reads try node 1 first
+    auto store = NewChainObjectStore(&cluster, StoreOptions());
+    auto data = Content(5, 1, 200000);
+    ASSERT_TRUE(PutOne(*store, 5, data).ok());
+    CorruptNode(cluster.DirOf(1));
+    std::vector<std::byte> got;
+    EXPECT_EQ(cluster.ReadAt(1, 5, 0, UINT64_MAX, &got, Deadline::AfterMs(1000)).code(),
+              StatusCode::kChecksumMismatch);
+    ASSERT_TRUE(store->Get(5, 0, UINT64_MAX, &got).ok());
+    EXPECT_EQ(got, data);
+    EXPECT_FALSE(store->CheckStorage().empty());
+  }
+  {
+    TempDir dir("cluster-corrupt1");
+    Cluster cluster(dir.path(), 1, 1, 1);
+    auto store = NewChainObjectStore(&cluster, StoreOptions());
+    ASSERT_TRUE(PutOne(*store, 5, Content(5, 1, 200000)).ok());
+    CorruptNode(cluster.DirOf(1));
+    std::vector<std::byte> got;
+    Status s = store->Get(5, 0, UINT64_MAX, &got);
+    EXPECT_EQ(s.code(), StatusCode::kChecksumMismatch) << s.ToString();
+    EXPECT_NE(s.ToString().find("block"), std::string::npos) << s.ToString();
+  }
+}
+
+TEST(ChainNodeTest, FilesOverReplicatedStoreSurviveAFullRestart) {
+  TempDir dir("cluster-files");
+  auto data = Content(77, 1, 700000);
+  {
+    Cluster cluster(dir.path(), 3, 2, 3);
+    auto store = NewChainObjectStore(&cluster, StoreOptions());
+    auto fs = FileSystem::Open(store.get(), 64 << 10);
+    ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+    ASSERT_TRUE((*fs)->Create("/run/ckpt/a").ok());
+    ASSERT_TRUE((*fs)->Write("/run/ckpt/a", 0, data).ok());
+    ASSERT_TRUE((*fs)->Rename("/run/ckpt/a", "/run/ckpt/b").ok());
+  }
+  Cluster cluster(dir.path(), 3, 2, 3);
+  auto store = NewChainObjectStore(&cluster, StoreOptions());
+  auto fs = FileSystem::Open(store.get(), 64 << 10);
+  ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+  std::vector<std::byte> got;
+  ASSERT_TRUE((*fs)->Read("/run/ckpt/b", 0, UINT64_MAX, &got).ok());
+  EXPECT_EQ(got, data);
+  auto report = (*fs)->Fsck(false);
+  ASSERT_TRUE(report.ok());
+  EXPECT_TRUE(report->problems.empty());
+  EXPECT_EQ(report->orphan_chunks, 0u);
+}
+
+}  // namespace
+}  // namespace rt::iofs
