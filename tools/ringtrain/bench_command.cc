@@ -1,0 +1,157 @@
+// `ringtrain bench step --config s|m|FILE` (training-step throughput) and `ringtrain bench
+// kernels` (the kernel benchmarks of bench/kernels, when built).
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+#include "kernels/ops.h"
+#include "parallel/rng.h"
+#include "parallel/trainer.h"
+#include "tools/ringtrain/commands.h"
+
+#ifdef RINGTRAIN_HAVE_KERNELS_BENCH
+#include "bench/kernels/kernels_bench.h"
+#endif
+
+namespace rt::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct BenchStepOptions {
+  std::string config = "s";
+  std::vector<std::string> sets;
+  int steps = 20;
+  int warmup = 3;
+  int gemm_size = 1024;
+};
+
+// A config name ("s", "m", "tiny") resolves to configs/<name>.toml of the source tree.
+std::string ResolveConfig(const std::string& name) {
+  if (std::filesystem::exists(name)) return name;
+  return std::string(RINGTRAIN_SOURCE_DIR) + "/configs/" + name + ".toml";
+}
+
+// Best GFLOP/s of an n×n×n f32 GEMM (OpenBLAS sgemm on the CPU) over a few repetitions.
+Result<double> SgemmPeak(int n) {
+  const size_t bytes = static_cast<size_t>(n) * n * sizeof(float);
+  ASSIGN_OR_RETURN(Buffer a, Buffer::Allocate(Device::kCpu, bytes));
+  ASSIGN_OR_RETURN(Buffer b, Buffer::Allocate(Device::kCpu, bytes));
+  ASSIGN_OR_RETURN(Buffer c, Buffer::Allocate(Device::kCpu, bytes));
+  const Shape s{n, n};
+  Rng rng(1);
+  float* pa = static_cast<float*>(a.data());
+  float* pb = static_cast<float*>(b.data());
+  for (int64_t i = 0; i < s.numel(); ++i) {
+    pa[i] = static_cast<float>(rng.Uniform() - 0.5);
+    pb[i] = static_cast<float>(rng.Uniform() - 0.5);
+  }
+  double best = 0;
+  for (int rep = 0; rep < 6; ++rep) {
+    const auto start = Clock::now();
+    RETURN_IF_ERROR(Gemm(c.View(DType::kF32, s), a.View(DType::kF32, s), b.View(DType::kF32, s),
+                         false, true, 1.0f, 0.0f));
+    const double sec = std::chrono::duration<double>(Clock::now() - start).count();
+    if (rep > 0) best = std::max(best, 2.0 * n * n * static_cast<double>(n) / sec / 1e9);
+  }
+  return best;
+}
+
+Status RunBenchStep(const BenchStepOptions& opt) {
+  const std::string path = ResolveConfig(opt.config);
+  ASSIGN_OR_RETURN(RunConfig config, LoadRunConfig(path, opt.sets));
+  config.eval.every = 0;
+  config.train.steps = opt.warmup + opt.steps;
+  // Synthetic tokens: throughput does not depend on the text.
+  auto tokens = std::make_shared<std::vector<uint16_t>>(1 << 20);
+  Rng rng(7);
+  for (auto& t : *tokens) t = static_cast<uint16_t>(rng.Below(config.model.vocab_size));
+  ASSIGN_OR_RETURN(auto trainer, Trainer::Create(config, tokens, ""));
+  for (int i = 0; i < opt.warmup; ++i) RETURN_IF_ERROR(trainer->Step().status());
+  const auto start = Clock::now();
+  double last_loss = 0;
+  for (int i = 0; i < opt.steps; ++i) {
+    ASSIGN_OR_RETURN(StepStats s, trainer->Step());
+    last_loss = s.loss;
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  const ModelConfig& m = config.model;
+  const double tokens_per_s =
+      static_cast<double>(config.train.batch_size) * m.seq_len * opt.steps / seconds;
+  // PaLM's count: 6 FLOPs per parameter and token (wpe excluded: a lookup, no multiply) plus
+  // the attention scores and weighted sum, 12·L·C·T per token.
+  const double n_params = static_cast<double>(trainer->model().num_params()) -
+                          static_cast<double>(m.seq_len) * m.n_embd;
+  const double flops_per_token = 6.0 * n_params + 12.0 * m.n_layer * m.n_embd * m.seq_len;
+  const double gflops = tokens_per_s * flops_per_token / 1e9;
+  ASSIGN_OR_RETURN(double sgemm, SgemmPeak(opt.gemm_size));
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  const double rss_mib = static_cast<double>(usage.ru_maxrss) / 1024.0;
+  const char* threads = std::getenv("OPENBLAS_NUM_THREADS");
+  std::printf("config %s: L=%d C=%d H=%d T=%d B=%d micro=%d %s, %lld params, OpenBLAS threads %s\n",
+              opt.config.c_str(), m.n_layer, m.n_embd, m.n_head, m.seq_len,
+              config.train.batch_size, config.train.micro_batches, config.train.precision.c_str(),
+              static_cast<long long>(trainer->model().num_params()), threads ? threads : "default");
+  std::printf("tokens/s        %.0f  (%d steps in %.3f s, last loss %.4f)\n", tokens_per_s,
+              opt.steps, seconds, last_loss);
+  std::printf("achieved        %.2f GFLOP/s  (%.3g FLOP/token = 6N + 12LCT)\n", gflops,
+              flops_per_token);
+  std::printf("sgemm peak      %.2f GFLOP/s  (%d^3, same run) -> %.0f%% of peak\n", sgemm,
+              opt.gemm_size, 100.0 * gflops / sgemm);
+  std::printf("peak RSS        %.1f MiB\n", rss_mib);
+  const nlohmann::json line = {{"config", opt.config},         {"tokens_per_s", tokens_per_s},
+                               {"gflops", gflops},             {"sgemm_gflops", sgemm},
+                               {"peak_rss_mib", rss_mib},      {"steps", opt.steps},
+                               {"threads", threads ? threads : "default"}};
+  std::printf("JSON %s\n", line.dump().c_str());
+  return Status();
+}
+
+}  // namespace
+
+void AddBenchCommand(CLI::App& app, Action* action) {
+  CLI::App* bench = app.add_subcommand("bench", "Benchmarks");
+  bench->require_subcommand(1);
+  CLI::App* step = bench->add_subcommand("step", "Training-step throughput, FLOP/s and memory");
+  auto opt = std::make_shared<BenchStepOptions>();
+  step->add_option("--config", opt->config, "s, m, tiny or a TOML file")->capture_default_str();
+  step->add_option("--set", opt->sets, "override a config key");
+  step->add_option("--steps", opt->steps, "timed steps")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  step->add_option("--warmup", opt->warmup, "untimed steps first")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  step->add_option("--gemm-size", opt->gemm_size, "n of the n^3 sgemm peak measurement")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  step->callback([=] { *action = [=] { return RunBenchStep(*opt); }; });
+
+#ifdef RINGTRAIN_HAVE_KERNELS_BENCH
+  // `bench kernels [args...]`: the remaining arguments go to the kernel benchmark driver.
+  CLI::App* kernels = bench->add_subcommand("kernels", "Kernel benchmarks (bench/kernels)");
+  kernels->allow_extras();
+  kernels->prefix_command();
+  kernels->callback([=] {
+    std::vector<std::string> args = kernels->remaining();
+    *action = [args]() -> Status {
+      std::vector<std::string> owned = {"ringtrain bench kernels"};
+      owned.insert(owned.end(), args.begin(), args.end());
+      std::vector<char*> argv;
+      for (std::string& a : owned) argv.push_back(a.data());
+      const int rc = RunKernelsBench(static_cast<int>(argv.size()), argv.data());
+      if (rc != 0) return Internal("kernel benchmarks exited with status " + std::to_string(rc));
+      return Status();
+    };
+  });
+#endif
+}
+
+}  // namespace rt::cli

@@ -1,0 +1,34 @@
+// `ringtrain`: the local front door (DESIGN.md "Binaries").
+#include <cstdio>
+
+#include "base/log.h"
+#include "tools/ringtrain/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"ringtrain: train GPT-2 models (data prepare, train, export, eval, sample, bench)"};
+  app.require_subcommand(1);
+  std::string log_level = "info";
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
+      ->capture_default_str();
+  rt::cli::Action action;
+  rt::cli::AddDataCommand(app, &action);
+  rt::cli::AddTrainCommand(app, &action);
+  rt::cli::AddModelCommands(app, &action);
+  rt::cli::AddBenchCommand(app, &action);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  if (rt::Status s = rt::InitLogging(log_level); !s.ok()) {
+    std::fprintf(stderr, "ringtrain: %s\n", s.ToString().c_str());
+    return 2;
+  }
+  if (!action) return 0;  // `bench kernels` and similar run inside their callback
+  const rt::Status status = action();
+  if (!status.ok()) {
+    std::fprintf(stderr, "ringtrain: error: %s\n", status.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,128 @@
+// `ringtrain train --config FILE [--set key=value ...] [--steps N] [--init-from W] [--out W]`.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+#include "base/log.h"
+#include "parallel/data_loader.h"
+#include "parallel/data_prepare.h"
+#include "parallel/token_shard.h"
+#include "parallel/trainer.h"
+#include "tools/ringtrain/commands.h"
+#include "tools/ringtrain/progress.h"
+
+namespace rt::cli {
+namespace {
+
+struct TrainOptions {
+  std::string config;
+  std::vector<std::string> sets;
+  int64_t steps = -1;
+  std::string init_from;
+  std::string out;
+};
+
+// The tokenizer a data folder was prepared with, from its vocabulary size.
+std::string TokenizerOfVocab(uint32_t vocab) { return vocab == 256 ? "byte" : "gpt2"; }
+
+// Appends JSON lines to the metrics file, if one is configured.
+class Metrics {
+ public:
+  Status Open(const std::string& path) {
+    if (path.empty()) return Status();
+    out_.open(path, std::ios::trunc);
+    if (!out_) return ErrnoStatus(errno, "open metrics file '" + path + "'");
+    return Status();
+  }
+  void Write(const nlohmann::ordered_json& line) {
+    if (!out_.is_open()) return;
+    out_ << line.dump() << "\n";
+    out_.flush();
+  }
+
+ private:
+  std::ofstream out_;
+};
+
+Status RunTrain(const TrainOptions& opt) {
+  std::vector<std::string> sets = opt.sets;
+  if (opt.steps >= 0) sets.push_back("train.steps=" + std::to_string(opt.steps));
+  ASSIGN_OR_RETURN(RunConfig config, LoadRunConfig(opt.config, sets));
+  LOG_INFO("effective config:\n{}", DescribeRunConfig(config));
+  const uint32_t vocab = static_cast<uint32_t>(config.model.vocab_size);
+  ASSIGN_OR_RETURN(auto train_tokens, LoadTrainTokens(config.data.dir, vocab));
+  const std::string val_path = config.data.dir + "/val.bin";
+  std::shared_ptr<const std::vector<uint16_t>> val_tokens;
+  if (config.eval.every > 0) {
+    ASSIGN_OR_RETURN(val_tokens, LoadShardTokens(val_path, vocab));
+  }
+  ASSIGN_OR_RETURN(std::vector<std::string> shards, ListTrainShards(config.data.dir));
+  ASSIGN_OR_RETURN(TokenShard first, ReadTokenShard(shards.front()));
+  const std::string tokenizer = TokenizerOfVocab(first.vocab_size);
+
+  ASSIGN_OR_RETURN(auto trainer, Trainer::Create(config, train_tokens, opt.init_from));
+  LOG_INFO("model: {} parameters, {} layers, {} channels, {} heads, context {}, vocabulary {} ({}), "
+           "precision {}; {} training tokens",
+           trainer->model().num_params(), config.model.n_layer, config.model.n_embd,
+           config.model.n_head, config.model.seq_len, config.model.vocab_size, tokenizer,
+           config.train.precision, train_tokens->size());
+  Metrics metrics;
+  RETURN_IF_ERROR(metrics.Open(config.metrics.path));
+  Progress progress(config.train.steps, config.train.log_every);
+
+  const auto evaluate = [&](int64_t step) -> Status {
+    ASSIGN_OR_RETURN(double val, trainer->Evaluate(val_tokens, config.eval.batches));
+    char line[128];
+    std::snprintf(line, sizeof(line), "step %lld: val_loss %.4f", static_cast<long long>(step), val);
+    progress.Line(line);
+    metrics.Write({{"step", step}, {"val_loss", val}});
+    return Status();
+  };
+  using Clock = std::chrono::steady_clock;
+  double train_seconds = 0;
+  for (int64_t i = 0; i < config.train.steps; ++i) {
+    const auto start = Clock::now();
+    ASSIGN_OR_RETURN(StepStats s, trainer->Step());
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    train_seconds += seconds;
+    const double tokens_per_s = static_cast<double>(s.tokens) / seconds;
+    nlohmann::ordered_json line = {{"step", s.step},           {"loss", s.loss},
+                           {"lr", s.lr},               {"tokens_per_s", tokens_per_s},
+                           {"grad_norm", s.grad_norm}, {"skipped", s.skipped}};
+    if (config.train.precision == "fp16") line["loss_scale"] = s.loss_scale;
+    if (!std::isfinite(s.grad_norm)) line["grad_norm"] = nullptr;
+    metrics.Write(line);
+    progress.Step(s.step, s.loss, s.lr, tokens_per_s, train_seconds, s.skipped);
+    const bool last = s.step == config.train.steps;
+    if (config.eval.every > 0 && (s.step % config.eval.every == 0 || last)) {
+      RETURN_IF_ERROR(evaluate(s.step));
+    }
+  }
+  progress.Finish();
+  if (!opt.out.empty()) {
+    RETURN_IF_ERROR(trainer->Export(opt.out, tokenizer));
+    std::printf("wrote %s\n", opt.out.c_str());
+  }
+  return Status();
+}
+
+}  // namespace
+
+void AddTrainCommand(CLI::App& app, Action* action) {
+  CLI::App* train = app.add_subcommand("train", "Train a GPT-2 model in this process");
+  auto opt = std::make_shared<TrainOptions>();
+  train->add_option("--config", opt->config, "TOML config (configs/tiny.toml, s.toml, m.toml)")
+      ->required();
+  train->add_option("--set", opt->sets, "override a config key: --set train.steps=100");
+  train->add_option("--steps", opt->steps, "optimizer steps (overrides train.steps)")
+      ->check(CLI::NonNegativeNumber);
+  train->add_option("--init-from", opt->init_from, "start from these safetensors weights");
+  train->add_option("--out", opt->out, "write the final weights to this safetensors file");
+  train->callback([=] { *action = [=] { return RunTrain(*opt); }; });
+}
+
+}  // namespace rt::cli
