@@ -31,14 +31,9 @@ RT_CPU_CLONES void CausalSoftmaxRows(float* att, int64_t r0, int64_t r1, int64_t
   for (int64_t t = r0; t < r1; ++t) {
     float* row = att + t * t_len;
     const int64_t n = t + 1;
-    float mx = row[0];
-    for (int64_t j = 1; j < n; ++j) mx = row[j] > mx ? row[j] : mx;
-    float sum = 0.0f;
-    for (int64_t j = 0; j < n; ++j) {
-      const float e = ExpFast(row[j] - mx);
-      row[j] = e;
-      sum += e;
-    }
+    const float mx = MaxF32(row, n);
+    for (int64_t j = 0; j < n; ++j) row[j] = ExpFast(row[j] - mx);
+    const float sum = SumF32(row, n);
     const float inv = 1.0f / sum;
     for (int64_t j = 0; j < n; ++j) row[j] *= inv;
     for (int64_t j = n; j < t_len; ++j) row[j] = 0.0f;
@@ -53,14 +48,8 @@ RT_CPU_CLONES void CausalSoftmaxBackwardRows(float* datt, const float* att, int6
     float* d = datt + t * t_len;
     const float* a = att + t * t_len;
     const int64_t n = t + 1;
-    float acc[16] = {};
+    const float dot = DotF32(a, d, n);
     int64_t j = 0;
-    for (; j + 16 <= n; j += 16) {
-      for (int k = 0; k < 16; ++k) acc[k] += a[j + k] * d[j + k];
-    }
-    float dot = 0.0f;
-    for (int k = 0; k < 16; ++k) dot += acc[k];
-    for (; j < n; ++j) dot += a[j] * d[j];
     for (j = 0; j < n; ++j) d[j] = scale * a[j] * (d[j] - dot);
     for (j = n; j < kc; ++j) d[j] = 0.0f;
   }

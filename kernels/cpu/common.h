@@ -68,19 +68,109 @@ inline const float* AsF32(const T* data, int64_t n, int slot) {
   }
 }
 
-// Σ x[i] in fp32 with 16 independent partial sums (so the compiler vectorises it).
-template <typename T>
-inline float RowSum(const T* __restrict x, int64_t n) {
-  float acc[16] = {};
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    for (int j = 0; j < 16; ++j) acc[j] += Load(x[i + j]);
-  }
+// Reductions over fp32 rows with 8-lane vectors (GCC/Clang vector extensions: one AVX register
+// in the v3/v4 clones, two SSE registers in the baseline) and two independent accumulators, so
+// they run at load speed instead of the latency of one scalar add chain. Summation order differs
+// from a sequential loop (rounding differs in the last bits).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+// The vector helpers are inline and never cross an ABI boundary.
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
+typedef float F8 __attribute__((vector_size(32)));
+typedef float F4 __attribute__((vector_size(16)));
+typedef double D4 __attribute__((vector_size(32)));
+
+inline F8 LoadF8(const float* p) {
+  F8 v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+inline float HSum(F8 v) {
   float s = 0.0f;
-  for (int j = 0; j < 16; ++j) s += acc[j];
-  for (; i < n; ++i) s += Load(x[i]);
+  for (int k = 0; k < 8; ++k) s += v[k];
   return s;
 }
+
+// Σ x[i].
+inline float SumF32(const float* x, int64_t n) {
+  F8 a = {}, b = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    a += LoadF8(x + i);
+    b += LoadF8(x + i + 8);
+  }
+  float s = HSum(a + b);
+  for (; i < n; ++i) s += x[i];
+  return s;
+}
+
+// Σ (x[i] − m)².
+inline float SumSqDevF32(const float* x, float m, int64_t n) {
+  F8 a = {}, b = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const F8 d0 = LoadF8(x + i) - m, d1 = LoadF8(x + i + 8) - m;
+    a += d0 * d0;
+    b += d1 * d1;
+  }
+  float s = HSum(a + b);
+  for (; i < n; ++i) s += (x[i] - m) * (x[i] - m);
+  return s;
+}
+
+// Σ x[i]·y[i].
+inline float DotF32(const float* x, const float* y, int64_t n) {
+  F8 a = {}, b = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    a += LoadF8(x + i) * LoadF8(y + i);
+    b += LoadF8(x + i + 8) * LoadF8(y + i + 8);
+  }
+  float s = HSum(a + b);
+  for (; i < n; ++i) s += x[i] * y[i];
+  return s;
+}
+
+// max x[i] (n ≥ 1; NaN-free input assumed, as for softmax rows).
+inline float MaxF32(const float* x, int64_t n) {
+  float m = x[0];
+  int64_t i = 0;
+  if (n >= 16) {
+    F8 a = LoadF8(x), b = LoadF8(x + 8);
+    for (i = 16; i + 16 <= n; i += 16) {
+      const F8 u = LoadF8(x + i), v = LoadF8(x + i + 8);
+      a = u > a ? u : a;
+      b = v > b ? v : b;
+    }
+    a = b > a ? b : a;
+    for (int k = 0; k < 8; ++k) m = a[k] > m ? a[k] : m;
+  }
+  for (; i < n; ++i) m = x[i] > m ? x[i] : m;
+  return m;
+}
+
+// Σ x[i]² in double (each square exact).
+inline double SumSquaresF64(const float* x, int64_t n) {
+  D4 a = {}, b = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    F4 lo, hi;
+    std::memcpy(&lo, x + i, sizeof(lo));
+    std::memcpy(&hi, x + i + 4, sizeof(hi));
+    const D4 dl = __builtin_convertvector(lo, D4), dh = __builtin_convertvector(hi, D4);
+    a += dl * dl;
+    b += dh * dh;
+  }
+  const D4 t = a + b;
+  double s = t[0] + t[1] + t[2] + t[3];
+  for (; i < n; ++i) s += static_cast<double>(x[i]) * x[i];
+  return s;
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 // exp(x) for fp32 by Cephes' range reduction and degree-7 polynomial: within 2 ulp of expf for
 // x in [-87.3, 88.37]; 0 below, +inf above; NaN propagates. Branch-free for vectorisation.

@@ -17,24 +17,10 @@ RT_CPU_CLONES void CrossEntropyKernel(float* losses, T* dlogits, const T* logits
   float* e = Scratch(0, static_cast<size_t>(v));
   for (int64_t i = 0; i < n; ++i) {
     LoadRow(e, logits + i * v, v);
-    float mx = e[0];
-    for (int64_t j = 1; j < v; ++j) mx = e[j] > mx ? e[j] : mx;
+    const float mx = MaxF32(e, v);
     const float x_target = e[targets[i]];
-    float acc[16] = {};
-    int64_t j = 0;
-    for (; j + 16 <= v; j += 16) {
-      for (int k = 0; k < 16; ++k) {
-        const float ex = ExpFast(e[j + k] - mx);
-        e[j + k] = ex;
-        acc[k] += ex;
-      }
-    }
-    float sum = 0.0f;
-    for (int k = 0; k < 16; ++k) sum += acc[k];
-    for (; j < v; ++j) {
-      e[j] = ExpFast(e[j] - mx);
-      sum += e[j];
-    }
+    for (int64_t j = 0; j < v; ++j) e[j] = ExpFast(e[j] - mx);
+    const float sum = SumF32(e, v);
     losses[i] = std::log(sum) - (x_target - mx);
     if (dlogits == nullptr) continue;
     const float s = dloss / sum;

@@ -24,24 +24,23 @@ RT_CPU_CLONES void ScaleKernel(T* x, float s, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = Store<T>(Load(x[i]) * s);
 }
 
-// Σ x² with 8 double partial sums (vectorised; each square is exact in double).
+// Σ x² in double (each square is exact in double), in blocks widened to fp32 for the
+// low-precision types.
 template <typename T>
 RT_CPU_CLONES double SumOfSquaresKernel(const T* x, int64_t n) {
-  double acc[8] = {};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    for (int k = 0; k < 8; ++k) {
-      const double v = Load(x[i + k]);
-      acc[k] += v * v;
+  if constexpr (sizeof(T) == 4) {
+    return SumSquaresF64(reinterpret_cast<const float*>(x), n);
+  } else {
+    constexpr int64_t kBlock = 4096;
+    float buf[kBlock];
+    double s = 0.0;
+    for (int64_t i = 0; i < n; i += kBlock) {
+      const int64_t len = n - i < kBlock ? n - i : kBlock;
+      LoadRow(buf, x + i, len);
+      s += SumSquaresF64(buf, len);
     }
+    return s;
   }
-  double s = 0.0;
-  for (int k = 0; k < 8; ++k) s += acc[k];
-  for (; i < n; ++i) {
-    const double v = Load(x[i]);
-    s += v * v;
-  }
-  return s;
 }
 
 template <typename D, typename S>
