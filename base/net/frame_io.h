@@ -1,0 +1,135 @@
+// Frame I/O over TCP with Boost.Asio C++20 coroutines: read and write base/frame.h frames on a
+// socket with a deadline, and connect with a deadline and retries. The building blocks of every
+// ringtrain protocol (comm bootstrap, the TCP store, iofs, the control API); see
+// docs/formats/frame.md for the wire format.
+//
+// Conventions (STYLE.md rule 5):
+//  - Every function is a coroutine returning asio::awaitable<Status> or awaitable<Result<T>>.
+//    Errors are values: no exception is thrown for a network error, a timeout or a bad frame.
+//  - Every wait has a deadline: the operation races a steady_timer and the loser is cancelled.
+//  - A `peer` string names the other end in every error ("store at 127.0.0.1:4000",
+//    "rank 3"), so a log line says who failed, not only how.
+//  - After a deadline or an error in the middle of a frame the byte stream is out of step:
+//    the caller must close the socket. A frame is never half-delivered to the caller.
+//
+// Thread safety: a socket belongs to one executor (an io_context run by one thread or a strand);
+// call these functions from coroutines on that executor. At most one ReadFrame and one
+// WriteFrame may be outstanding on a socket at a time (use FrameWriter to serialise writers).
+#pragma once
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <future>
+#include <optional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/deadline.h"
+#include "base/frame.h"
+#include "base/status.h"
+
+namespace rt::net {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+
+// Reads one whole frame: header, then payload, verified (magic, version, length ≤ max_payload,
+// CRC32C). Errors: Unavailable "peer closed the connection" on EOF or reset (retryable),
+// DeadlineExceeded when `deadline` passes first, Corruption/ProtocolError for a bad frame
+// (nothing of the bad payload is allocated beyond max_payload), Aborted if the socket was closed
+// locally. Every message names `peer`.
+asio::awaitable<Result<Frame>> ReadFrame(tcp::socket& socket, uint32_t max_payload,
+                                         Deadline deadline, std::string_view peer);
+
+// Writes one frame (header and payload in one gathered write). Errors as ReadFrame.
+asio::awaitable<Status> WriteFrame(tcp::socket& socket, uint16_t type, uint32_t flags,
+                                   uint32_t request_id, std::span<const std::byte> payload,
+                                   Deadline deadline, std::string_view peer);
+
+// Reads exactly `buffer.size()` raw bytes (for protocols that stream bulk data after a frame).
+asio::awaitable<Status> ReadExactly(tcp::socket& socket, std::span<std::byte> buffer,
+                                    Deadline deadline, std::string_view peer);
+// Writes all of `buffer`.
+asio::awaitable<Status> WriteAll(tcp::socket& socket, std::span<const std::byte> buffer,
+                                 Deadline deadline, std::string_view peer);
+
+// How Connect retries.
+struct ConnectOptions {
+  // First pause between attempts after a refused or failed connect; doubles up to max_backoff.
+  std::chrono::milliseconds initial_backoff{10};
+  // Longest pause between attempts.
+  std::chrono::milliseconds max_backoff{500};
+  // Set TCP_NODELAY on the connected socket (default true: our frames are small and latency counts).
+  bool no_delay = true;
+};
+
+// Connects to host:port (name or address), retrying refused/unreachable attempts with backoff
+// until `deadline`. Errors: Unavailable (retryable) naming host:port and the last error when the
+// deadline passes after failed attempts, DeadlineExceeded if it passes mid-attempt, InvalidArgument
+// when the name does not resolve.
+asio::awaitable<Result<tcp::socket>> Connect(std::string host, uint16_t port, Deadline deadline,
+                                             ConnectOptions options = {});
+
+// Sleeps on the current executor until `deadline` (a cancellable pause for retry loops).
+asio::awaitable<void> SleepUntil(Deadline deadline);
+
+// "host:port" of a socket's remote end, or "unconnected".
+std::string RemoteName(const tcp::socket& socket);
+
+// Runs the coroutine `op` on `executor` and blocks the calling thread until it completes,
+// returning its value. The calling thread must not be one that runs `executor` (it would wait on
+// itself). Works for result types that are not default-constructible (Result<T>), which
+// asio::use_future does not. An exception escaping `op` is rethrown here (a bug, not an error).
+template <typename T>
+T BlockOn(const asio::any_io_executor& executor, asio::awaitable<T> op) {
+  std::promise<T> promise;
+  auto future = promise.get_future();
+  asio::co_spawn(
+      executor,
+      [&promise, op = std::move(op)]() mutable -> asio::awaitable<void> {
+        try {
+          promise.set_value(co_await std::move(op));
+        } catch (...) {
+          promise.set_exception(std::current_exception());
+        }
+      },
+      asio::detached);
+  return future.get();
+}
+
+// Serialises frame writes from several coroutines on one socket: Send() queues a frame and
+// returns when it has been written (or failed). Frames go out in Send() order. After the first
+// write error every queued and later Send() fails with that error, and the socket is closed so
+// the reader side wakes too. Must be used on the socket's executor; the socket must outlive it.
+class FrameWriter : public std::enable_shared_from_this<FrameWriter> {
+ public:
+  FrameWriter(tcp::socket& socket, std::string peer) : socket_(socket), peer_(std::move(peer)) {}
+
+  // Queues one frame; completes when it is on the wire. `deadline` bounds this frame's own
+  // write and its time in the queue.
+  asio::awaitable<Status> Send(uint16_t type, uint32_t flags, uint32_t request_id,
+                               std::span<const std::byte> payload, Deadline deadline);
+
+  // Fails every queued frame with `why` and refuses later ones.
+  void Fail(Status why);
+
+ private:
+  struct Item;
+  asio::awaitable<void> Drain();
+  tcp::socket& socket_;
+  std::string peer_;
+  std::deque<std::shared_ptr<Item>> queue_;
+  bool draining_ = false;
+  Status failed_;
+};
+
+}  // namespace rt::net

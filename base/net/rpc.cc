@@ -1,0 +1,306 @@
+#include "base/net/rpc.h"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <future>
+#include <optional>
+#include <thread>
+
+#include "base/bytes.h"
+#include "base/log.h"
+
+namespace rt::net {
+namespace {
+using asio::as_tuple;
+using asio::use_awaitable;
+using ErrorCode = boost::system::error_code;
+
+Deadline Forever() { return Deadline::At(MonoTime::max()); }
+}  // namespace
+
+std::vector<std::byte> EncodeRpcError(const Status& status) {
+  ByteWriter w;
+  w.Put<uint16_t>(static_cast<uint16_t>(status.code()));
+  w.Put<uint8_t>(status.retryable() ? 1 : 0);
+  w.PutString(status.message());
+  return w.Take();
+}
+
+Status DecodeRpcError(std::span<const std::byte> payload, std::string_view peer) {
+  ByteReader r(payload, "error response from " + std::string(peer));
+  auto code = r.Get<uint16_t>();
+  auto retryable = r.Get<uint8_t>();
+  auto message = r.GetString(1 << 20);
+  if (!code.ok() || !retryable.ok() || !message.ok() || *code == 0)
+    return Status(StatusCode::kProtocolError,
+                  "malformed error response from " + std::string(peer));
+  return Status(static_cast<StatusCode>(*code), std::string(peer) + ": " + *message, *retryable != 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Server
+
+struct RpcServer::Connection {
+  explicit Connection(tcp::socket s) : socket(std::move(s)), peer(RemoteName(socket)) {
+    writer = std::make_shared<FrameWriter>(socket, peer);
+  }
+  tcp::socket socket;
+  std::string peer;
+  std::shared_ptr<FrameWriter> writer;
+  int active = 0;          // handlers running for this connection
+  bool reading = true;     // the read loop is still running
+  void CloseIfIdle() {
+    if (!reading && active == 0) writer->Fail(Aborted("connection from " + peer + " closed"));
+  }
+};
+
+std::shared_ptr<RpcServer> RpcServer::Create(asio::any_io_executor executor,
+                                             RpcServerOptions options) {
+  return std::shared_ptr<RpcServer>(new RpcServer(std::move(executor), std::move(options)));
+}
+
+RpcServer::RpcServer(asio::any_io_executor executor, RpcServerOptions options)
+    : executor_(std::move(executor)), options_(std::move(options)) {}
+
+RpcServer::~RpcServer() = default;
+
+void RpcServer::Handle(uint16_t type, RpcHandler handler) { handlers_[type] = std::move(handler); }
+
+Result<uint16_t> RpcServer::Start() {
+  ErrorCode ec;
+  auto address = asio::ip::make_address(options_.bind_address, ec);
+  if (ec) return InvalidArgument(options_.name + ": bad bind address " + options_.bind_address);
+  tcp::endpoint endpoint(address, options_.port);
+  auto acceptor = std::make_unique<tcp::acceptor>(executor_);
+  acceptor->open(endpoint.protocol(), ec);
+  if (!ec) acceptor->set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) acceptor->bind(endpoint, ec);
+  if (!ec) acceptor->listen(asio::socket_base::max_listen_connections, ec);
+  if (ec)
+    return Status(StatusCode::kIoError, options_.name + ": cannot listen on " +
+                                            options_.bind_address + ":" +
+                                            std::to_string(options_.port) + ": " + ec.message());
+  port_ = acceptor->local_endpoint().port();
+  acceptor_ = std::move(acceptor);
+  asio::co_spawn(executor_, [self = shared_from_this()] { return self->AcceptLoop(); },
+                 asio::detached);
+  return port_.load();
+}
+
+asio::awaitable<void> RpcServer::AcceptLoop() {
+  while (!stopping_) {
+    auto [ec, socket] = co_await acceptor_->async_accept(as_tuple(use_awaitable));
+    if (ec) {
+      if (ec == asio::error::operation_aborted || stopping_) break;
+      LOG_WARN("{}: accept failed: {}", options_.name, ec.message());
+      continue;
+    }
+    ErrorCode ignored;
+    socket.set_option(tcp::no_delay(true), ignored);
+    auto connection = std::make_shared<Connection>(std::move(socket));
+    connections_.insert(connection);
+    asio::co_spawn(executor_,
+                   [self = shared_from_this(), connection] { return self->ServeConnection(connection); },
+                   asio::detached);
+  }
+}
+
+asio::awaitable<void> RpcServer::ServeConnection(std::shared_ptr<Connection> connection) {
+  while (!stopping_) {
+    Result<Frame> frame =
+        co_await ReadFrame(connection->socket, options_.max_payload, Forever(), connection->peer);
+    if (!frame.ok()) {
+      if (frame.status().code() != StatusCode::kUnavailable &&
+          frame.status().code() != StatusCode::kAborted)
+        LOG_WARN("{}: dropping connection: {}", options_.name, frame.status().ToString());
+      break;
+    }
+    if (stopping_) break;
+    if (frame->header.flags & kRpcResponse) {
+      LOG_WARN("{}: {} sent a response frame as a request; dropping it", options_.name,
+               connection->peer);
+      break;
+    }
+    ++connection->active;
+    ++active_;
+    asio::co_spawn(executor_,
+                   [self = shared_from_this(), connection, f = std::move(*frame)]() mutable {
+                     return self->ServeRequest(connection, std::move(f));
+                   },
+                   asio::detached);
+  }
+  connection->reading = false;
+  connection->CloseIfIdle();
+  if (connection->active == 0) connections_.erase(connection);
+}
+
+asio::awaitable<void> RpcServer::ServeRequest(std::shared_ptr<Connection> connection, Frame frame) {
+  Result<std::vector<std::byte>> reply = Unimplemented("no handler for request type " +
+                                                       std::to_string(frame.header.type));
+  auto it = handlers_.find(frame.header.type);
+  if (it != handlers_.end()) {
+    try {
+      reply = co_await it->second(RpcRequest{frame.header, frame.payload, connection->peer});
+    } catch (const std::exception& e) {
+      reply = Internal(options_.name + ": handler threw: " + e.what());
+    }
+  }
+  Status sent;
+  const Deadline deadline = Deadline::After(options_.write_timeout);
+  if (reply.ok()) {
+    sent = co_await connection->writer->Send(frame.header.type, kRpcResponse,
+                                             frame.header.request_id, *reply, deadline);
+  } else {
+    auto payload = EncodeRpcError(reply.status());
+    sent = co_await connection->writer->Send(frame.header.type, kRpcResponse | kRpcError,
+                                             frame.header.request_id, payload, deadline);
+  }
+  if (!sent.ok()) LOG_DEBUG("{}: response not sent: {}", options_.name, sent.ToString());
+  --connection->active;
+  --active_;
+  connection->CloseIfIdle();
+  if (!connection->reading && connection->active == 0) connections_.erase(connection);
+}
+
+void RpcServer::CloseAll() {
+  ErrorCode ignored;
+  if (acceptor_) acceptor_->close(ignored);
+  for (auto& c : connections_) c->writer->Fail(Aborted(options_.name + " aborted"));
+}
+
+Status RpcServer::Shutdown(Deadline deadline) {
+  stopping_ = true;
+  // Stop accepting and stop reading requests; running handlers may still answer.
+  std::promise<void> stopped;
+  asio::post(executor_, [this, self = shared_from_this(), &stopped] {
+    ErrorCode ignored;
+    if (acceptor_) acceptor_->close(ignored);
+    for (auto& c : connections_) c->socket.shutdown(tcp::socket::shutdown_receive, ignored);
+    stopped.set_value();
+  });
+  if (stopped.get_future().wait_until(deadline.when()) != std::future_status::ready) {
+    Abort();
+    return DeadlineExceeded(options_.name + ": shutdown: executor did not respond");
+  }
+  while (active_.load() > 0 && !deadline.Expired())
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  const bool drained = active_.load() == 0;
+  Abort();
+  if (!drained)
+    return DeadlineExceeded(options_.name + ": shutdown: " + std::to_string(active_.load()) +
+                            " requests still running at the deadline");
+  return Status();
+}
+
+void RpcServer::Abort() {
+  stopping_ = true;
+  asio::post(executor_, [self = shared_from_this()] { self->CloseAll(); });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Client
+
+struct RpcClient::Pending {
+  explicit Pending(asio::any_io_executor ex) : wake(ex) {}
+  asio::steady_timer wake;  // expires at the call's deadline; cancelled when `result` is set
+  std::optional<Result<Frame>> result;
+};
+
+RpcClient::RpcClient(tcp::socket socket, RpcClientOptions options)
+    : socket_(std::move(socket)), options_(std::move(options)) {
+  peer_ = options_.peer_name.empty() ? RemoteName(socket_) : options_.peer_name;
+  writer_ = std::make_shared<FrameWriter>(socket_, peer_);
+}
+
+RpcClient::~RpcClient() {
+  ErrorCode ignored;
+  socket_.close(ignored);
+}
+
+asio::awaitable<Result<std::shared_ptr<RpcClient>>> RpcClient::Connect(std::string host,
+                                                                       uint16_t port,
+                                                                       Deadline deadline,
+                                                                       RpcClientOptions options) {
+  if (options.peer_name.empty()) options.peer_name = host + ":" + std::to_string(port);
+  CO_ASSIGN_OR_RETURN(tcp::socket socket,
+                      co_await net::Connect(host, port, deadline, options.connect));
+  auto client = std::shared_ptr<RpcClient>(new RpcClient(std::move(socket), std::move(options)));
+  asio::co_spawn(client->socket_.get_executor(), [client] { return client->ReadLoop(); },
+                 asio::detached);
+  co_return client;
+}
+
+asio::awaitable<Result<std::shared_ptr<RpcClient>>> RpcClient::Connect(std::string host,
+                                                                       uint16_t port,
+                                                                       Deadline deadline) {
+  return Connect(std::move(host), port, deadline, RpcClientOptions{});
+}
+
+asio::awaitable<Result<Frame>> RpcClient::Call(uint16_t type, std::span<const std::byte> payload,
+                                               Deadline deadline) {
+  if (!failed_.ok()) co_return failed_;
+  auto self = shared_from_this();
+  uint32_t id = next_id_++;
+  if (next_id_ == 0) next_id_ = 1;
+  auto pending = std::make_shared<Pending>(socket_.get_executor());
+  pending->wake.expires_at(deadline.when());
+  pending_[id] = pending;
+  Status sent = co_await writer_->Send(type, 0, id, payload, deadline);
+  if (!sent.ok() && !pending->result) {
+    pending_.erase(id);
+    co_return sent;
+  }
+  if (!pending->result) co_await pending->wake.async_wait(as_tuple(use_awaitable));
+  pending_.erase(id);
+  if (pending->result) co_return std::move(*pending->result);
+  co_return DeadlineExceeded("call of type " + std::to_string(type) + " to " + peer_ +
+                             ": no response before the deadline");
+}
+
+asio::awaitable<void> RpcClient::ReadLoop() {
+  auto self = shared_from_this();
+  while (true) {
+    Result<Frame> frame = co_await ReadFrame(socket_, options_.max_payload, Forever(), peer_);
+    if (!frame.ok()) {
+      FailAll(frame.status());
+      co_return;
+    }
+    if (!(frame->header.flags & kRpcResponse)) {
+      FailAll(Status(StatusCode::kProtocolError, peer_ + " sent a request frame to a client"));
+      co_return;
+    }
+    auto it = pending_.find(frame->header.request_id);
+    if (it == pending_.end()) continue;  // the call gave up (deadline); drop the late answer
+    auto pending = it->second;
+    pending_.erase(it);
+    if (frame->header.flags & kRpcError)
+      pending->result = DecodeRpcError(frame->payload, peer_);
+    else
+      pending->result = std::move(*frame);
+    pending->wake.cancel();
+  }
+}
+
+void RpcClient::FailAll(const Status& why) {
+  if (failed_.ok()) failed_ = why;
+  broken_ = true;
+  writer_->Fail(failed_);
+  for (auto& [id, pending] : pending_) {
+    if (!pending->result) pending->result = failed_;
+    pending->wake.cancel();
+  }
+  pending_.clear();
+}
+
+void RpcClient::Close() {
+  broken_ = true;
+  asio::post(socket_.get_executor(), [self = shared_from_this()] {
+    self->FailAll(Aborted("client to " + self->peer_ + " closed"));
+  });
+}
+
+}  // namespace rt::net

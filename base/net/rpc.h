@@ -1,0 +1,179 @@
+// A small request/response RPC over base/frame.h frames (Boost.Asio, C++20 coroutines).
+//
+// Wire (docs/formats/frame.md, "RPC convention"): a request is a frame whose `type` names the
+// method and whose `request_id` the client picks; the response is a frame with the same type and
+// request id and the kRpcResponse flag; a failed call answers with kRpcResponse|kRpcError and a
+// payload holding the Status (u16 code, u8 retryable, u32 length + message). Requests on one
+// connection are pipelined: the server runs one coroutine per request, so responses may come
+// back in any order and the client matches them by request id.
+//
+// Threading: an RpcServer or RpcClient lives on one executor (an io_context run by one thread,
+// or a strand) and its coroutines must be awaited there. Shutdown(), Abort() and Close() are
+// the exceptions: they may be called from any thread.
+//
+// Example (server):
+//     auto server = RpcServer::Create(io.get_executor(), {.port = 0});
+//     server->Handle(kPing, [](RpcRequest req) -> asio::awaitable<Result<std::vector<std::byte>>> {
+//       co_return std::vector<std::byte>(req.payload.begin(), req.payload.end());
+//     });
+//     ASSIGN_OR_RETURN(uint16_t port, server->Start());
+// Example (client, inside a coroutine on the same or another io_context):
+//     CO_ASSIGN_OR_RETURN(auto client, co_await RpcClient::Connect("127.0.0.1", port, deadline));
+//     CO_ASSIGN_OR_RETURN(Frame reply, co_await client->Call(kPing, payload, deadline));
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <boost/asio/any_io_executor.hpp>
+
+#include "base/net/frame_io.h"
+
+namespace rt::net {
+
+// Frame flags used by the RPC convention (the low 16 bits are left to the protocols).
+inline constexpr uint32_t kRpcResponse = 1u << 31;
+inline constexpr uint32_t kRpcError = 1u << 30;
+
+// Encodes a non-OK Status as an error-response payload; DecodeRpcError is its inverse (a
+// malformed payload decodes to a ProtocolError naming `peer`).
+std::vector<std::byte> EncodeRpcError(const Status& status);
+Status DecodeRpcError(std::span<const std::byte> payload, std::string_view peer);
+
+// One incoming request as a handler sees it. The spans are valid until the handler completes.
+struct RpcRequest {
+  const FrameHeader& header;
+  std::span<const std::byte> payload;
+  const std::string& peer;  // "host:port" of the client
+};
+
+// A handler returns the response payload, or an error that is sent back as an error response
+// (the client's Call returns it, with the server named in its context).
+using RpcHandler =
+    std::function<asio::awaitable<Result<std::vector<std::byte>>>(RpcRequest request)>;
+
+// Server settings.
+struct RpcServerOptions {
+  // Address to bind (default loopback; "0.0.0.0" for every interface).
+  std::string bind_address = "127.0.0.1";
+  // Port to bind; 0 picks a free port (Start returns it).
+  uint16_t port = 0;
+  // Largest request payload accepted; a bigger frame closes the connection (ProtocolError).
+  uint32_t max_payload = kDefaultMaxFramePayload;
+  // How long writing one response may take before the connection is dropped.
+  std::chrono::milliseconds write_timeout{10'000};
+  // A name for log lines and errors ("store", "chunk server").
+  std::string name = "rpc server";
+};
+
+// Accepts connections and runs a coroutine per connection that reads requests and spawns a
+// handler coroutine per request. A request whose type has no handler gets an Unimplemented
+// error response. Create with Create(); owned by shared_ptr because its coroutines hold it.
+class RpcServer : public std::enable_shared_from_this<RpcServer> {
+ public:
+  static std::shared_ptr<RpcServer> Create(asio::any_io_executor executor,
+                                           RpcServerOptions options);
+  ~RpcServer();
+
+  // Registers the handler for frame type `type`. Call before Start().
+  void Handle(uint16_t type, RpcHandler handler);
+
+  // Binds, listens and starts accepting. Returns the bound port. Errors: IoError or
+  // AlreadyExists naming the address when bind fails. Call once, from any thread before the
+  // executor runs or from the executor.
+  Result<uint16_t> Start();
+
+  // Graceful stop: refuses new connections and requests, waits until running handlers finish or
+  // `deadline` passes, then closes every connection. Safe from any thread except the executor's
+  // own (it blocks); returns DeadlineExceeded if handlers were still running at the deadline
+  // (they are then aborted like Abort()).
+  Status Shutdown(Deadline deadline);
+
+  // Immediate stop: closes the acceptor and every connection now; running handlers see their
+  // writes fail. Thread-safe, non-blocking, idempotent.
+  void Abort();
+
+  // The bound port (0 before Start()).
+  uint16_t port() const { return port_; }
+  // Requests being handled now (for tests and metrics).
+  int64_t active_requests() const { return active_.load(); }
+
+ private:
+  struct Connection;
+  RpcServer(asio::any_io_executor executor, RpcServerOptions options);
+  asio::awaitable<void> AcceptLoop();
+  asio::awaitable<void> ServeConnection(std::shared_ptr<Connection> connection);
+  asio::awaitable<void> ServeRequest(std::shared_ptr<Connection> connection, Frame frame);
+  void CloseAll();
+
+  asio::any_io_executor executor_;
+  RpcServerOptions options_;
+  std::map<uint16_t, RpcHandler> handlers_;
+  std::unique_ptr<tcp::acceptor> acceptor_;
+  std::set<std::shared_ptr<Connection>> connections_;  // on the executor only
+  std::atomic<uint16_t> port_{0};
+  std::atomic<int64_t> active_{0};
+  std::atomic<bool> stopping_{false};
+};
+
+// Client settings.
+struct RpcClientOptions {
+  // Largest response payload accepted.
+  uint32_t max_payload = kDefaultMaxFramePayload;
+  // Name of the server for errors ("store at 10.0.0.1:4000"); defaults to "host:port".
+  std::string peer_name;
+  ConnectOptions connect;
+};
+
+// One connection to an RpcServer with pipelined calls. Create with Connect().
+class RpcClient : public std::enable_shared_from_this<RpcClient> {
+ public:
+  // Connects (retrying until `deadline`, see net::Connect) and starts the response reader.
+  static asio::awaitable<Result<std::shared_ptr<RpcClient>>> Connect(std::string host,
+                                                                     uint16_t port,
+                                                                     Deadline deadline,
+                                                                     RpcClientOptions options);
+  // The same with default options. (Not a default argument: GCC 12 miscompiles coroutine
+  // parameters initialised from default arguments with non-trivial types.)
+  static asio::awaitable<Result<std::shared_ptr<RpcClient>>> Connect(std::string host,
+                                                                     uint16_t port,
+                                                                     Deadline deadline);
+  ~RpcClient();
+
+  // Sends a request and waits for its response until `deadline`. Returns the response frame, or:
+  // the handler's error (with the server named), DeadlineExceeded (the call is forgotten; a late
+  // response is dropped), Unavailable when the connection breaks (every pending call fails with
+  // it, naming the server), Aborted after Close(). Many calls may be outstanding at once.
+  // `payload` must stay valid until the returned awaitable completes.
+  asio::awaitable<Result<Frame>> Call(uint16_t type, std::span<const std::byte> payload,
+                                      Deadline deadline);
+
+  // Closes the connection; pending and later calls fail with Aborted. Thread-safe.
+  void Close();
+
+  // False once the connection has failed or been closed.
+  bool connected() const { return !broken_.load(); }
+  const std::string& peer() const { return peer_; }
+
+ private:
+  struct Pending;
+  RpcClient(tcp::socket socket, RpcClientOptions options);
+  asio::awaitable<void> ReadLoop();
+  void FailAll(const Status& why);
+
+  tcp::socket socket_;
+  RpcClientOptions options_;
+  std::string peer_;
+  std::shared_ptr<FrameWriter> writer_;
+  std::map<uint32_t, std::shared_ptr<Pending>> pending_;  // on the executor only
+  uint32_t next_id_ = 1;
+  Status failed_;
+  std::atomic<bool> broken_{false};
+};
+
+}  // namespace rt::net

@@ -1,0 +1,185 @@
+// ringtrain bench comm: collective timings of the CPU backend, ranks as processes on this host.
+//   ringtrain_bench_comm --op all_reduce --ranks 4 --sizes 8,1M,16M [--json]
+//                        [--transport auto|tcp|shm] [--iters N]
+// Prints nccl-tests columns (size, count, type, time, algbw, busbw); with --json one JSON line
+// per size: {"op","ranks","bytes","time_us","algbw_GBps","busbw_GBps"}. busbw = algbw·2(n−1)/n
+// for all-reduce, ·(n−1)/n for all-gather, reduce-scatter and all-to-all, ·1 otherwise.
+// Sizes accept K/M/G suffixes (powers of 1024); elements are f32 (bytes/4, at least 1).
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/communicator.h"
+
+extern char** environ;
+
+using namespace rt;
+using namespace rt::comm;
+
+namespace {
+
+struct Args {
+  std::string op = "all_reduce";
+  int ranks = 2;
+  std::vector<size_t> sizes;
+  bool json = false;
+  std::string transport = "auto";
+  int iters = 0;  // 0: adaptive
+  int worker_rank = -1;
+  uint16_t store_port = 0;
+};
+
+size_t ParseSize(const std::string& s) {
+  size_t mult = 1;
+  std::string num = s;
+  char last = s.empty() ? 0 : s.back();
+  if (last == 'K' || last == 'k') mult = 1u << 10;
+  if (last == 'M' || last == 'm') mult = 1u << 20;
+  if (last == 'G' || last == 'g') mult = 1u << 30;
+  if (mult != 1) num.pop_back();
+  return static_cast<size_t>(std::stoull(num)) * mult;
+}
+
+bool Parse(int argc, char** argv, Args* a) {
+  for (int i = 1; i < argc; ++i) {
+    std::string k = argv[i];
+    auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
+    if (k == "--op") a->op = next();
+    else if (k == "--ranks") a->ranks = std::stoi(next());
+    else if (k == "--sizes") {
+      std::string list = next();
+      size_t pos = 0;
+      while (pos <= list.size()) {
+        size_t comma = list.find(',', pos);
+        if (comma == std::string::npos) comma = list.size();
+        if (comma > pos) a->sizes.push_back(ParseSize(list.substr(pos, comma - pos)));
+        pos = comma + 1;
+      }
+    } else if (k == "--json") a->json = true;
+    else if (k == "--transport") a->transport = next();
+    else if (k == "--iters") a->iters = std::stoi(next());
+    else if (k == "--worker-rank") a->worker_rank = std::stoi(next());
+    else if (k == "--store-port") a->store_port = static_cast<uint16_t>(std::stoi(next()));
+    else return false;
+  }
+  return !a->sizes.empty() && a->ranks >= 1;
+}
+
+double BusFactor(const std::string& op, int n) {
+  if (op == "all_reduce") return 2.0 * (n - 1) / n;
+  if (op == "all_gather" || op == "reduce_scatter" || op == "all_to_all") return double(n - 1) / n;
+  return 1.0;
+}
+
+int Worker(const Args& a) {
+  auto store = ConnectTcpStore("127.0.0.1", a.store_port, Deadline::AfterMs(10'000));
+  if (!store.ok()) return 3;
+  CommOptions o;
+  o.store = *store;
+  o.rank = a.worker_rank;
+  o.size = a.ranks;
+  o.name = "bench";
+  o.transport = a.transport == "tcp" ? Transport::kTcp : a.transport == "shm" ? Transport::kShm : Transport::kAuto;
+  auto comm = NewCpuCommunicator(o);
+  if (!comm.ok()) return 4;
+  Communicator& c = **comm;
+  const int n = a.ranks;
+  if (a.worker_rank == 0 && !a.json)
+    std::printf("# ringtrain cpu %s, %d ranks, transport %s\n#%12s %12s %6s %12s %12s %12s\n",
+                a.op.c_str(), n, a.transport.c_str(), "size(B)", "count", "type", "time(us)",
+                "algbw(GB/s)", "busbw(GB/s)");
+  for (size_t bytes : a.sizes) {
+    size_t count = std::max<size_t>(1, bytes / 4);
+    size_t per_rank = std::max<size_t>(1, count / n);
+    std::vector<float> send(count * (a.op == "all_to_all" || a.op == "reduce_scatter" ? 1 : 1), 1.0f),
+        recv(count, 0.0f);
+    auto issue = [&]() -> WorkHandle {
+      if (a.op == "all_reduce") return c.AllReduce(send.data(), recv.data(), count, DType::kF32, ReduceOp::kSum);
+      if (a.op == "all_gather") return c.AllGather(send.data(), recv.data(), per_rank, DType::kF32);
+      if (a.op == "reduce_scatter") return c.ReduceScatter(send.data(), recv.data(), per_rank, DType::kF32, ReduceOp::kSum);
+      if (a.op == "broadcast") return c.Broadcast(send.data(), recv.data(), count, DType::kF32, 0);
+      if (a.op == "reduce") return c.Reduce(send.data(), recv.data(), count, DType::kF32, ReduceOp::kSum, 0);
+      if (a.op == "all_to_all") return c.AllToAll(send.data(), recv.data(), per_rank, DType::kF32);
+      return nullptr;
+    };
+    if (!issue()) {
+      std::fprintf(stderr, "unknown op %s\n", a.op.c_str());
+      return 2;
+    }
+    auto run = [&](int k) -> Status {
+      for (int i = 0; i < k; ++i) RETURN_IF_ERROR(issue()->Wait(Deadline::AfterMs(60'000)));
+      return Status();
+    };
+    if (!run(3).ok()) return 5;
+    // Iterations: enough for ~0.3 s, agreed through an all-reduce (max) so every rank runs the same.
+    int iters = a.iters;
+    if (iters <= 0) {
+      double t0 = MonoSeconds();
+      if (!run(2).ok()) return 5;
+      double per = (MonoSeconds() - t0) / 2;
+      int32_t want = static_cast<int32_t>(std::clamp(0.3 / std::max(per, 1e-7), 5.0, 20000.0)), agreed = 0;
+      if (!c.AllReduce(&want, &agreed, 1, DType::kI32, ReduceOp::kMax)->Wait(Deadline::AfterMs(60'000)).ok()) return 5;
+      iters = agreed;
+    }
+    if (!c.Barrier()->Wait(Deadline::AfterMs(60'000)).ok()) return 5;
+    double t0 = MonoSeconds();
+    if (!run(iters).ok()) return 5;
+    double us = (MonoSeconds() - t0) / iters * 1e6;
+    double algbw = static_cast<double>(count * 4) / (us * 1e-6) / 1e9;
+    double busbw = algbw * BusFactor(a.op, n);
+    if (a.worker_rank == 0) {
+      if (a.json)
+        std::printf("{\"op\":\"%s\",\"ranks\":%d,\"bytes\":%zu,\"time_us\":%.2f,\"algbw_GBps\":%.3f,\"busbw_GBps\":%.3f}\n",
+                    a.op.c_str(), n, count * 4, us, algbw, busbw);
+      else
+        std::printf(" %12zu %12zu %6s %12.2f %12.3f %12.3f\n", count * 4, count, "float", us, algbw, busbw);
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  if (!Parse(argc, argv, &a)) {
+    std::fprintf(stderr,
+                 "usage: %s --op all_reduce|all_gather|reduce_scatter|broadcast|reduce|all_to_all "
+                 "--ranks N --sizes LIST [--json] [--transport auto|tcp|shm] [--iters N]\n",
+                 argv[0]);
+    return 2;
+  }
+  if (a.worker_rank >= 0) return Worker(a);
+  auto server = TcpStoreServer::Start({});
+  if (!server.ok()) {
+    std::fprintf(stderr, "%s\n", server.status().ToString().c_str());
+    return 1;
+  }
+  std::vector<pid_t> pids;
+  for (int r = 0; r < a.ranks; ++r) {
+    std::vector<std::string> args(argv, argv + argc);
+    args.insert(args.end(), {"--worker-rank", std::to_string(r), "--store-port", std::to_string((*server)->port())});
+    std::vector<char*> cargs;
+    for (auto& s : args) cargs.push_back(s.data());
+    cargs.push_back(nullptr);
+    pid_t pid;
+    if (posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, cargs.data(), environ) != 0) return 1;
+    pids.push_back(pid);
+  }
+  int rc = 0;
+  for (pid_t pid : pids) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) rc = 1;
+  }
+  return rc;
+}

@@ -1,0 +1,137 @@
+// The CPU backend's data plane: one link per peer (a non-blocking TCP socket, or a pair of
+// shared-memory rings for a peer on the same host), a control socket per peer for liveness
+// (goodbye / abort notices; EOF without goodbye = the peer died), and Exchange(), which drives a
+// set of concurrent sends and receives to completion with streamed reduction, a silence
+// deadline, and Abort(). Internal to comm/tcp.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "base/deadline.h"
+#include "base/status.h"
+#include "comm/communicator.h"
+#include "comm/tcp/wire.h"
+
+namespace rt::comm::tcp {
+
+// A shared-memory segment of one rank: a header with a doorbell futex word, then one inbound
+// ring per peer (docs/formats/comm_wire.md, "Shared memory").
+struct ShmSegment {
+  std::string name;       // shm_open name
+  void* base = nullptr;   // mapping
+  size_t bytes = 0;
+  ~ShmSegment();
+};
+
+// Creates (and maps) this rank's segment for `nranks` rings of `ring_bytes`.
+Result<std::unique_ptr<ShmSegment>> CreateShmSegment(const std::string& name, int nranks,
+                                                     size_t ring_bytes);
+// Maps a peer's segment by name; checks its header against `nranks` and `ring_bytes`.
+Result<std::unique_ptr<ShmSegment>> OpenShmSegment(const std::string& name, int nranks,
+                                                   size_t ring_bytes);
+
+// One send or receive of a header + payload with one peer.
+struct Xfer {
+  int peer = -1;
+  bool send = false;
+  DataHeader header;              // sent, or expected from the peer
+  std::byte* data = nullptr;      // payload (const for sends)
+  size_t bytes = 0;
+  // Receives only: called with [from, to) payload byte ranges as they arrive, in order,
+  // each a whole number of elements of `header.dtype` (the last piece may be the tail).
+  std::function<void(size_t from, size_t to)> on_data;
+  // Progress (owned by Exchange).
+  std::array<std::byte, kDataHeaderSize> hbuf{};
+  size_t hdone = 0;
+  size_t done = 0;
+  size_t notified = 0;
+  bool header_checked = false;
+};
+
+// Everything a rank knows about one peer.
+struct Peer {
+  int ctrl_fd = -1;
+  int data_fd = -1;         // -1 when the link is shared memory
+  bool shm = false;
+  bool same_host = false;
+  std::unique_ptr<ShmSegment> segment;  // the peer's segment (we write our ring in it)
+  // Control state (touched only by the thread running ops).
+  std::string ctrl_in;
+  bool goodbye = false;     // the peer left gracefully
+  bool ctrl_closed = false; // its control socket reached EOF
+  uint32_t p2p_send_seq = 0;
+  uint32_t p2p_recv_seq = 0;
+};
+
+// Per-op context for Exchange.
+struct OpCtx {
+  OpKind kind;
+  std::string what;          // "all_reduce #5" for errors
+  uint64_t bytes_sent = 0;
+  uint64_t bytes_received = 0;
+};
+
+class Mesh {
+ public:
+  Mesh(int rank, int size, std::chrono::milliseconds op_timeout);
+  ~Mesh();
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  std::vector<Peer>& peers() { return peers_; }
+  ShmSegment* own_segment() { return own_segment_.get(); }
+  void set_own_segment(std::unique_ptr<ShmSegment> s) { own_segment_ = std::move(s); }
+  size_t ring_bytes() const { return ring_bytes_; }
+  void set_ring_bytes(size_t b) { ring_bytes_ = b; }
+
+  // Runs every transfer to completion. Errors: PeerFailed naming the peer (EOF, reset, goodbye
+  // while data was expected, death seen on its control socket, silence for op_timeout),
+  // ProtocolError naming both ranks (header mismatch), CommAborted after Abort().
+  Status Exchange(OpCtx& ctx, std::span<Xfer> xfers);
+
+  // Wakes a thread blocked in Exchange; Exchange then returns CommAborted. Thread-safe.
+  void Abort();
+  bool aborted() const { return aborted_.load(std::memory_order_relaxed); }
+
+  // Best-effort control messages (non-blocking; never wait on a broken peer).
+  void SendGoodbye();
+  void SendAbortNotice(const std::string& reason);
+
+  // Writes a control frame to `peer` and waits for a frame of type `want` from every peer,
+  // with a deadline (bootstrap's ready barrier).
+  Status ControlBarrier(uint16_t type, Deadline deadline);
+
+  // Closes every socket.
+  void CloseAll();
+
+ private:
+  Status Step(Xfer& x, OpCtx& ctx, bool* progressed);
+  Status StepTcp(Xfer& x, OpCtx& ctx, bool* progressed);
+  Status StepShm(Xfer& x, OpCtx& ctx, bool* progressed);
+  Status AfterBytes(Xfer& x, OpCtx& ctx);
+  // Blocks until something may have changed; checks control sockets, abort and the deadline.
+  Status Block(OpCtx& ctx, std::span<Xfer> xfers, MonoTime silent_since);
+  // Reads whatever is on control sockets; returns an error on a dead or aborting peer.
+  Status PollControl(int timeout_ms, std::span<Xfer> xfers, bool include_data);
+  Status HandleControl(int peer);
+  Status PeerGone(int peer, const std::string& how);
+  void Ring(int to_rank);  // bump a rank's doorbell (wake it if sleeping)
+  std::atomic<uint32_t>* Doorbell(int rank_of_segment);
+
+  int rank_, size_;
+  std::chrono::milliseconds op_timeout_;
+  std::vector<Peer> peers_;
+  std::unique_ptr<ShmSegment> own_segment_;
+  size_t ring_bytes_ = 0;
+  int abort_fd_ = -1;  // eventfd
+  std::atomic<bool> aborted_{false};
+};
+
+}  // namespace rt::comm::tcp

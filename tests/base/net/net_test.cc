@@ -1,0 +1,249 @@
+// base/net/: frame I/O and the RPC skeleton on loopback.
+#include <gtest/gtest.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/use_future.hpp>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "base/net/rpc.h"
+
+namespace rt::net {
+namespace {
+
+using Bytes = std::vector<std::byte>;
+
+Bytes B(std::string_view s) {
+  auto p = reinterpret_cast<const std::byte*>(s.data());
+  return {p, p + s.size()};
+}
+// Payloads passed to a call that is started now and awaited later must outlive it.
+std::span<const std::byte> Keep(Bytes b) {
+  static std::mutex mu;
+  static std::deque<Bytes> kept;
+  std::lock_guard lock(mu);
+  kept.push_back(std::move(b));
+  return kept.back();
+}
+std::string S(std::span<const std::byte> b) {
+  return std::string(reinterpret_cast<const char*>(b.data()), b.size());
+}
+
+// An io_context run by one background thread for the duration of a test.
+class Loop {
+ public:
+  Loop() : guard_(io_.get_executor()), thread_([this] { io_.run(); }) {}
+  ~Loop() {
+    guard_.reset();
+    io_.stop();
+    thread_.join();
+  }
+  asio::io_context& io() { return io_; }
+  // Runs a coroutine on the loop and returns its result.
+  template <typename T>
+  T Run(std::function<asio::awaitable<T>()> fn) {
+    return BlockOn(io_.get_executor(), fn());
+  }
+  template <typename T>
+  std::future<T> Start(asio::awaitable<T> op) {
+    return std::async(std::launch::async, [this, op = std::move(op)]() mutable {
+      return BlockOn(io_.get_executor(), std::move(op));
+    });
+  }
+
+ private:
+  asio::io_context io_;
+  asio::executor_work_guard<asio::io_context::executor_type> guard_;
+  std::thread thread_;
+};
+
+constexpr uint16_t kEcho = 1, kSlow = 2, kFail = 3, kBig = 4;
+
+std::shared_ptr<RpcServer> EchoServer(Loop& loop, uint32_t max_payload = kDefaultMaxFramePayload) {
+  auto server = RpcServer::Create(loop.io().get_executor(), {.max_payload = max_payload, .name = "echo"});
+  server->Handle(kEcho, [](RpcRequest req) -> asio::awaitable<Result<Bytes>> {
+    co_return Bytes(req.payload.begin(), req.payload.end());
+  });
+  server->Handle(kSlow, [](RpcRequest req) -> asio::awaitable<Result<Bytes>> {
+    co_await SleepUntil(Deadline::AfterMs(300));
+    co_return Bytes(req.payload.begin(), req.payload.end());
+  });
+  server->Handle(kFail, [](RpcRequest) -> asio::awaitable<Result<Bytes>> {
+    co_return Status(StatusCode::kNotFound, "no such key", false);
+  });
+  return server;
+}
+
+TEST(FrameIo, ReadWriteRoundTripAndOversizeRejected) {
+  Loop loop;
+  tcp::acceptor acceptor(loop.io(), tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+  uint16_t port = acceptor.local_endpoint().port();
+  auto result = loop.Run<Status>([&]() -> asio::awaitable<Status> {
+    auto accepted = acceptor.async_accept(asio::use_awaitable);
+    CO_ASSIGN_OR_RETURN(tcp::socket client, co_await Connect("127.0.0.1", port, Deadline::AfterMs(2000)));
+    tcp::socket server = co_await std::move(accepted);
+    CO_RETURN_IF_ERROR(co_await WriteFrame(client, 9, 5, 77, B("hello"), Deadline::AfterMs(1000), "server"));
+    CO_ASSIGN_OR_RETURN(Frame f, co_await ReadFrame(server, 1024, Deadline::AfterMs(1000), "client"));
+    EXPECT_EQ(f.header.type, 9);
+    EXPECT_EQ(f.header.flags, 5u);
+    EXPECT_EQ(f.header.request_id, 77u);
+    EXPECT_EQ(S(f.payload), "hello");
+    // A frame larger than the reader's limit is a ProtocolError, without reading the payload.
+    Bytes big(2000, std::byte{1});
+    CO_RETURN_IF_ERROR(co_await WriteFrame(client, 9, 0, 1, big, Deadline::AfterMs(1000), "server"));
+    Result<Frame> over = co_await ReadFrame(server, 1024, Deadline::AfterMs(1000), "client 7");
+    EXPECT_EQ(over.status().code(), StatusCode::kProtocolError);
+    EXPECT_NE(over.status().message().find("client 7"), std::string_view::npos);
+    // A read with nothing arriving times out.
+    Result<Frame> late = co_await ReadFrame(client, 1024, Deadline::AfterMs(50), "server");
+    EXPECT_EQ(late.status().code(), StatusCode::kDeadlineExceeded);
+    // Peer close: EOF names the peer.
+    server.close();
+    Result<Frame> eof = co_await ReadFrame(client, 1024, Deadline::AfterMs(1000), "rank 3");
+    EXPECT_EQ(eof.status().code(), StatusCode::kUnavailable);
+    EXPECT_NE(eof.status().message().find("rank 3"), std::string_view::npos) << eof.status().ToString();
+    co_return Status();
+  });
+  EXPECT_TRUE(result.ok()) << result.ToString();
+}
+
+TEST(FrameIo, ConnectRefusedHonoursDeadline) {
+  Loop loop;
+  // Find a port nobody listens on.
+  uint16_t port;
+  {
+    tcp::acceptor a(loop.io(), tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+    port = a.local_endpoint().port();
+  }
+  auto start = MonoClock::now();
+  auto r = loop.Run<Status>([&]() -> asio::awaitable<Status> {
+    auto s = co_await Connect("127.0.0.1", port, Deadline::AfterMs(200));
+    co_return s.status();
+  });
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(MonoClock::now() - start).count();
+  EXPECT_FALSE(r.ok());
+  EXPECT_NE(r.message().find(std::to_string(port)), std::string_view::npos) << r.ToString();
+  EXPECT_GE(ms, 150);
+  EXPECT_LT(ms, 1500);
+}
+
+TEST(Rpc, RoundTripPipelinedAndErrors) {
+  Loop loop;
+  auto server = EchoServer(loop);
+  ASSERT_TRUE(server->Start().ok());
+  auto s = loop.Run<Status>([&]() -> asio::awaitable<Status> {
+    CO_ASSIGN_OR_RETURN(auto client, co_await RpcClient::Connect("127.0.0.1", server->port(), Deadline::AfterMs(2000)));
+    CO_ASSIGN_OR_RETURN(Frame r, co_await client->Call(kEcho, B("ping"), Deadline::AfterMs(1000)));
+    EXPECT_EQ(S(r.payload), "ping");
+    EXPECT_TRUE(r.header.flags & kRpcResponse);
+    // A handler's error comes back as the same code, naming the server.
+    Result<Frame> err = co_await client->Call(kFail, {}, Deadline::AfterMs(1000));
+    EXPECT_EQ(err.status().code(), StatusCode::kNotFound);
+    EXPECT_NE(err.status().message().find("no such key"), std::string_view::npos);
+    // Unknown type → Unimplemented.
+    Result<Frame> unknown = co_await client->Call(99, {}, Deadline::AfterMs(1000));
+    EXPECT_EQ(unknown.status().code(), StatusCode::kUnimplemented);
+    co_return Status();
+  });
+  EXPECT_TRUE(s.ok()) << s.ToString();
+}
+
+TEST(Rpc, PipelinedCallsMatchByRequestId) {
+  Loop loop;
+  auto server = EchoServer(loop);
+  ASSERT_TRUE(server->Start().ok());
+  // A slow call first, then a fast one on the same connection: the fast one must not wait.
+  std::shared_ptr<RpcClient> client =
+      loop.Run<Result<std::shared_ptr<RpcClient>>>([&] {
+        return RpcClient::Connect("127.0.0.1", server->port(), Deadline::AfterMs(2000));
+      }).value();
+  auto t0 = MonoClock::now();
+  auto slow = loop.Start(client->Call(kSlow, Keep(B("slow")), Deadline::AfterMs(2000)));
+  auto fast = loop.Start(client->Call(kEcho, Keep(B("fast")), Deadline::AfterMs(2000)));
+  auto f = fast.get();
+  auto fast_ms = std::chrono::duration_cast<std::chrono::milliseconds>(MonoClock::now() - t0).count();
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_EQ(S(f->payload), "fast");
+  EXPECT_LT(fast_ms, 250);
+  auto sl = slow.get();
+  ASSERT_TRUE(sl.ok());
+  EXPECT_EQ(S(sl->payload), "slow");
+}
+
+TEST(Rpc, CallDeadlineExpires) {
+  Loop loop;
+  auto server = EchoServer(loop);
+  ASSERT_TRUE(server->Start().ok());
+  auto client = loop.Run<Result<std::shared_ptr<RpcClient>>>([&] {
+    return RpcClient::Connect("127.0.0.1", server->port(), Deadline::AfterMs(2000));
+  }).value();
+  auto t0 = MonoClock::now();
+  auto r = loop.Start(client->Call(kSlow, Keep(B("x")), Deadline::AfterMs(50))).get();
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(MonoClock::now() - t0).count();
+  EXPECT_EQ(r.status().code(), StatusCode::kDeadlineExceeded);
+  EXPECT_LT(ms, 250);
+  // The connection stays usable; the late answer is dropped.
+  auto again = loop.Start(client->Call(kEcho, Keep(B("y")), Deadline::AfterMs(1000))).get();
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(S(again->payload), "y");
+}
+
+TEST(Rpc, ServerAbortFailsPendingCallsNamingTheServer) {
+  Loop loop;
+  auto server = EchoServer(loop);
+  ASSERT_TRUE(server->Start().ok());
+  RpcClientOptions opts;
+  opts.peer_name = "echo server";
+  auto client = loop.Run<Result<std::shared_ptr<RpcClient>>>([&] {
+    return RpcClient::Connect("127.0.0.1", server->port(), Deadline::AfterMs(2000), opts);
+  }).value();
+  auto pending = loop.Start(client->Call(kSlow, Keep(B("x")), Deadline::AfterMs(5000)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  auto t0 = MonoClock::now();
+  server->Abort();
+  auto r = pending.get();
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(MonoClock::now() - t0).count();
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("echo server"), std::string_view::npos) << r.status().ToString();
+  EXPECT_LT(ms, 200);
+  EXPECT_FALSE(client->connected());
+}
+
+TEST(Rpc, OversizedRequestDropsConnection) {
+  Loop loop;
+  auto server = EchoServer(loop, /*max_payload=*/1024);
+  ASSERT_TRUE(server->Start().ok());
+  auto client = loop.Run<Result<std::shared_ptr<RpcClient>>>([&] {
+    return RpcClient::Connect("127.0.0.1", server->port(), Deadline::AfterMs(2000));
+  }).value();
+  Bytes big(4096, std::byte{7});
+  auto r = loop.Start(client->Call(kEcho, Keep(big), Deadline::AfterMs(2000))).get();
+  EXPECT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable) << r.status().ToString();
+}
+
+TEST(Rpc, GracefulShutdownWaitsForRunningHandlers) {
+  Loop loop;
+  auto server = EchoServer(loop);
+  ASSERT_TRUE(server->Start().ok());
+  auto client = loop.Run<Result<std::shared_ptr<RpcClient>>>([&] {
+    return RpcClient::Connect("127.0.0.1", server->port(), Deadline::AfterMs(2000));
+  }).value();
+  auto pending = loop.Start(client->Call(kSlow, Keep(B("done")), Deadline::AfterMs(5000)));
+  while (server->active_requests() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  Status s = server->Shutdown(Deadline::AfterMs(3000));
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  auto r = pending.get();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(S(r->payload), "done");
+  // New connections are refused after shutdown.
+  auto again = loop.Run<Result<std::shared_ptr<RpcClient>>>([&] {
+    return RpcClient::Connect("127.0.0.1", server->port(), Deadline::AfterMs(100));
+  });
+  EXPECT_FALSE(again.ok());
+}
+
+}  // namespace
+}  // namespace rt::net

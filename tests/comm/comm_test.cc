@@ -1,0 +1,293 @@
+// Communicators, ranks as threads of this process: the collective table over TCP and over
+// shared memory for group sizes 1-8, sub-groups, mismatched arguments, abort and bootstrap
+// failures, byte accounting, and a new generation after a failure.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "comm/communicator.h"
+#include "tests/comm/table.h"
+
+namespace rt::comm {
+namespace {
+
+using testing::AllDTypes;
+using testing::RunCollectiveTable;
+using testing::TableOptions;
+
+struct Group {
+  std::shared_ptr<Store> store;
+  std::vector<std::unique_ptr<Communicator>> comms;
+};
+
+Group MakeGroup(int n, Transport t, int64_t generation = 0, std::shared_ptr<Store> store = nullptr,
+                std::chrono::milliseconds op_timeout = std::chrono::milliseconds(10'000)) {
+  Group g;
+  g.store = store ? store : NewMemoryStore();
+  for (int r = 0; r < n; ++r) {
+    CommOptions o;
+    o.store = g.store;
+    o.rank = r;
+    o.size = n;
+    o.generation = generation;
+    o.transport = t;
+    o.op_timeout = op_timeout;
+    o.bootstrap_timeout = std::chrono::milliseconds(10'000);
+    o.shm_ring_bytes = 256 << 10;
+    auto c = NewCpuCommunicator(o);
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    g.comms.push_back(std::move(*c));
+  }
+  return g;
+}
+
+// Runs fn(rank) on one thread per rank and returns each rank's status.
+std::vector<Status> OnEveryRank(int n, const std::function<Status(int)>& fn) {
+  std::vector<Status> out(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) threads.emplace_back([&, r] { out[r] = fn(r); });
+  for (auto& t : threads) t.join();
+  return out;
+}
+
+struct TableCase {
+  int n;
+  Transport transport;
+};
+
+class CollectiveTable : public ::testing::TestWithParam<TableCase> {};
+
+TEST_P(CollectiveTable, EveryOpEveryDTypeAgainstReference) {
+  const auto [n, transport] = GetParam();
+  Group g = MakeGroup(n, transport);
+  TableOptions o;
+  o.dtypes = AllDTypes();
+  o.counts = {0, 1, 7, 4097};
+  // 1M+3 elements only for a few sizes (runtime on a 2-core machine): f32 at 2 and 5 ranks,
+  // bf16 at 4 ranks.
+  if (n == 2 || n == 5) o.large.push_back({(1u << 20) + 3, DType::kF32});
+  if (n == 4) o.large.push_back({(1u << 20) + 3, DType::kBF16});
+  auto results = OnEveryRank(n, [&](int r) {
+    RETURN_IF_ERROR(g.comms[r]->WaitReady(Deadline::AfterMs(10'000)));
+    return RunCollectiveTable(*g.comms[r], o);
+  });
+  for (int r = 0; r < n; ++r) EXPECT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r].ToString();
+}
+
+std::vector<TableCase> AllCases() {
+  std::vector<TableCase> cases;
+  for (Transport t : {Transport::kTcp, Transport::kShm})
+    for (int n = 1; n <= 8; ++n) cases.push_back({n, t});
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Threads, CollectiveTable, ::testing::ValuesIn(AllCases()),
+                         [](const auto& info) {
+                           return std::string(info.param.transport == Transport::kTcp ? "Tcp" : "Shm") +
+                                  std::to_string(info.param.n);
+                         });
+
+class TransportTest : public ::testing::TestWithParam<Transport> {};
+
+TEST_P(TransportTest, MismatchedCountsFailCleanly) {
+  const int n = 3;
+  Group g = MakeGroup(n, GetParam());
+  auto results = OnEveryRank(n, [&](int r) -> Status {
+    size_t count = r == 1 ? 1000 : 100;  // rank 1 disagrees
+    std::vector<float> in(count, 1.0f), out(count);
+    return g.comms[r]->AllReduce(in.data(), out.data(), count, DType::kF32, ReduceOp::kSum)
+        ->Wait(Deadline::AfterMs(5000));
+  });
+  for (int r = 0; r < n; ++r) {
+    EXPECT_FALSE(results[r].ok()) << "rank " << r;
+    EXPECT_NE(results[r].code(), StatusCode::kDeadlineExceeded) << results[r].ToString();
+  }
+  // At least the direct neighbours of rank 1 name the disagreement.
+  bool named = false;
+  for (auto& s : results)
+    named |= s.code() == StatusCode::kProtocolError && s.ToString().find("count 1000") != std::string::npos;
+  EXPECT_TRUE(named) << results[0].ToString() << " | " << results[2].ToString();
+  // The communicator stays failed.
+  std::vector<float> x(4);
+  EXPECT_FALSE(g.comms[0]->AllReduce(x.data(), x.data(), 4, DType::kF32, ReduceOp::kSum)->Wait(Deadline::AfterMs(1000)).ok());
+}
+
+TEST_P(TransportTest, SplitFormsSubGroups) {
+  const int n = 6;
+  Group g = MakeGroup(n, GetParam());
+  auto results = OnEveryRank(n, [&](int r) -> Status {
+    // Colors: even/odd ranks; key reverses the order.
+    ASSIGN_OR_RETURN(auto sub, g.comms[r]->Split(r % 2, n - r, Deadline::AfterMs(10'000)));
+    if (sub->size() != 3) return Internal("sub-group size " + std::to_string(sub->size()));
+    int expect_rank = 2 - r / 2;
+    if (sub->rank() != expect_rank) return Internal("sub rank " + std::to_string(sub->rank()));
+    int32_t v = r, sum = 0;
+    RETURN_IF_ERROR(sub->AllReduce(&v, &sum, 1, DType::kI32, ReduceOp::kSum)->Wait(Deadline::AfterMs(10'000)));
+    int32_t want = r % 2 == 0 ? 0 + 2 + 4 : 1 + 3 + 5;
+    if (sum != want) return Internal("sub-group sum " + std::to_string(sum));
+    // A rank that opts out gets no communicator.
+    ASSIGN_OR_RETURN(auto none, g.comms[r]->Split(r == 0 ? -1 : 1, 0, Deadline::AfterMs(10'000)));
+    if ((r == 0) != (none == nullptr)) return Internal("opt-out split");
+    if (none) {
+      RETURN_IF_ERROR(none->Barrier()->Wait(Deadline::AfterMs(10'000)));
+      if (none->size() != n - 1) return Internal("split size");
+    }
+    return Status();
+  });
+  for (int r = 0; r < n; ++r) EXPECT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r].ToString();
+}
+
+TEST_P(TransportTest, ByteAccountingFollowsTheRingFormula) {
+  const int n = 4;
+  const size_t count = 1 << 16;  // above the small-message threshold: the ring
+  Group g = MakeGroup(n, GetParam());
+  auto results = OnEveryRank(n, [&](int r) -> Status {
+    std::vector<float> buf(count, 1.0f);
+    RETURN_IF_ERROR(g.comms[r]->AllReduce(buf.data(), buf.data(), count, DType::kF32, ReduceOp::kSum)
+                        ->Wait(Deadline::AfterMs(10'000)));
+    std::vector<float> gathered(count * n);
+    RETURN_IF_ERROR(g.comms[r]->AllGather(buf.data(), gathered.data(), count, DType::kF32)->Wait(Deadline::AfterMs(10'000)));
+    CommStats s = g.comms[r]->stats();
+    // Ring all-reduce: 2(n-1)/n of the buffer each way; all-gather: (n-1) blocks each way.
+    uint64_t ar = 2ull * (n - 1) * count * 4 / n, ag = uint64_t(n - 1) * count * 4;
+    if (s[OpKind::kAllReduce].bytes_sent != ar || s[OpKind::kAllReduce].bytes_received != ar)
+      return Internal("all_reduce bytes " + std::to_string(s[OpKind::kAllReduce].bytes_sent));
+    if (s[OpKind::kAllGather].bytes_sent != ag || s[OpKind::kAllGather].bytes_received != ag)
+      return Internal("all_gather bytes " + std::to_string(s[OpKind::kAllGather].bytes_sent));
+    if (s[OpKind::kAllReduce].ops != 1 || s.Total().ops != 2) return Internal("op counts");
+    return Status();
+  });
+  for (int r = 0; r < n; ++r) EXPECT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r].ToString();
+}
+
+TEST_P(TransportTest, AbortWakesWaitersQuickly) {
+  const int n = 3;
+  Group g = MakeGroup(n, GetParam());
+  for (auto& c : g.comms) ASSERT_TRUE(c->WaitReady(Deadline::AfterMs(10'000)).ok());
+  // Ranks 0 and 1 enter an all-reduce that rank 2 never joins; rank 0 waits from two threads.
+  std::vector<float> a(1000), b(1000);
+  auto w0 = g.comms[0]->AllReduce(a.data(), a.data(), a.size(), DType::kF32, ReduceOp::kSum);
+  auto w1 = g.comms[1]->AllReduce(b.data(), b.data(), b.size(), DType::kF32, ReduceOp::kSum);
+  auto later = g.comms[0]->Barrier();
+  std::atomic<int64_t> woke_ms{-1};
+  MonoTime aborted_at;
+  std::thread waiter([&] {
+    Status s = w0->Wait(Deadline::AfterMs(20'000));
+    woke_ms = std::chrono::duration_cast<std::chrono::milliseconds>(MonoClock::now() - aborted_at).count();
+    EXPECT_EQ(s.code(), StatusCode::kCommAborted) << s.ToString();
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  aborted_at = MonoClock::now();
+  g.comms[0]->Abort();
+  waiter.join();
+  EXPECT_GE(woke_ms.load(), 0);
+  EXPECT_LT(woke_ms.load(), 100);
+  EXPECT_EQ(later->Wait(Deadline::AfterMs(100)).code(), StatusCode::kCommAborted);
+  // Rank 1 learns that rank 0 is gone (abort notice or EOF) and names it.
+  g.comms[0].reset();
+  Status s1 = w1->Wait(Deadline::AfterMs(5000));
+  EXPECT_EQ(s1.code(), StatusCode::kPeerFailed) << s1.ToString();
+  EXPECT_NE(s1.ToString().find("rank 0"), std::string::npos) << s1.ToString();
+}
+
+TEST_P(TransportTest, NewGenerationAfterFailureInSameProcess) {
+  const int n = 3;
+  auto store = NewMemoryStore();
+  {
+    Group g = MakeGroup(n, GetParam(), /*generation=*/1, store);
+    for (auto& c : g.comms) ASSERT_TRUE(c->WaitReady(Deadline::AfterMs(10'000)).ok());
+    g.comms[2].reset();  // rank 2 leaves: the others fail on their next collective
+    std::vector<Status> r(2);
+    std::vector<std::thread> ts;
+    for (int k = 0; k < 2; ++k)
+      ts.emplace_back([&, k] { r[k] = g.comms[k]->Barrier()->Wait(Deadline::AfterMs(5000)); });
+    for (auto& t : ts) t.join();
+    for (int k = 0; k < 2; ++k) {
+      EXPECT_EQ(r[k].code(), StatusCode::kPeerFailed) << r[k].ToString();
+      EXPECT_NE(r[k].ToString().find("rank 2"), std::string::npos) << r[k].ToString();
+    }
+  }
+  // Generation 2 with the survivors, same store and process.
+  Group g2 = MakeGroup(2, GetParam(), /*generation=*/2, store);
+  auto results = OnEveryRank(2, [&](int r) -> Status {
+    int64_t v = r + 1, out = 0;
+    RETURN_IF_ERROR(g2.comms[r]->AllReduce(&v, &out, 1, DType::kI64, ReduceOp::kSum)->Wait(Deadline::AfterMs(10'000)));
+    if (out != 3) return Internal("sum " + std::to_string(out));
+    if (g2.comms[r]->generation() != 2) return Internal("generation");
+    return Status();
+  });
+  for (auto& s : results) EXPECT_TRUE(s.ok()) << s.ToString();
+}
+
+TEST_P(TransportTest, SilentPeerFailsAfterOpTimeoutNamingIt) {
+  const int n = 2;
+  Group g = MakeGroup(n, GetParam(), 0, nullptr, std::chrono::milliseconds(300));
+  for (auto& c : g.comms) ASSERT_TRUE(c->WaitReady(Deadline::AfterMs(10'000)).ok());
+  std::vector<float> a(10);
+  auto t0 = MonoClock::now();
+  Status s = g.comms[0]->AllReduce(a.data(), a.data(), a.size(), DType::kF32, ReduceOp::kSum)
+                 ->Wait(Deadline::AfterMs(5000));
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(MonoClock::now() - t0).count();
+  EXPECT_EQ(s.code(), StatusCode::kPeerFailed) << s.ToString();
+  EXPECT_NE(s.ToString().find("rank 1"), std::string::npos) << s.ToString();
+  EXPECT_GE(ms, 250);
+  EXPECT_LT(ms, 2000);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, TransportTest, ::testing::Values(Transport::kTcp, Transport::kShm),
+                         [](const auto& info) { return info.param == Transport::kTcp ? "Tcp" : "Shm"; });
+
+TEST(Bootstrap, MissingPeerTimesOutNamingIt) {
+  auto store = NewMemoryStore();
+  CommOptions o;
+  o.store = store;
+  o.rank = 0;
+  o.size = 2;
+  o.bootstrap_timeout = std::chrono::milliseconds(300);
+  auto c = NewCpuCommunicator(o).value();
+  Status s = c->WaitReady(Deadline::AfterMs(5000));
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.ToString().find("addr/1"), std::string::npos) << s.ToString();
+  // Ops issued on a failed communicator fail at once.
+  EXPECT_FALSE(c->Barrier()->Wait(Deadline::AfterMs(100)).ok());
+}
+
+TEST(Bootstrap, AbortDuringBootstrapIsReportedQuickly) {
+  CommOptions o;
+  o.store = NewMemoryStore();
+  o.rank = 1;
+  o.size = 3;
+  o.bootstrap_timeout = std::chrono::milliseconds(30'000);
+  auto c = NewCpuCommunicator(o).value();
+  auto pending = c->Barrier();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  auto t0 = MonoClock::now();
+  c->Abort();
+  Status s = c->WaitReady(Deadline::AfterMs(5000));
+  Status b = pending->Wait(Deadline::AfterMs(5000));
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(MonoClock::now() - t0).count();
+  EXPECT_EQ(s.code(), StatusCode::kCommAborted) << s.ToString();
+  EXPECT_EQ(b.code(), StatusCode::kCommAborted) << b.ToString();
+  EXPECT_LT(ms, 100);
+  auto t1 = MonoClock::now();
+  c.reset();  // destroying an aborted communicator does not hang either
+  EXPECT_LT(MonoClock::now() - t1, std::chrono::milliseconds(500));
+}
+
+TEST(Bootstrap, UnreachableStoreIsReported) {
+  auto r = ConnectTcpStore("127.0.0.1", 1, Deadline::AfterMs(200));
+  EXPECT_FALSE(r.ok());
+}
+
+TEST(Arguments, BadRootAndPeerAreInvalidArgument) {
+  Group g = MakeGroup(1, Transport::kTcp);
+  float x = 0;
+  EXPECT_EQ(g.comms[0]->Broadcast(&x, &x, 1, DType::kF32, 3)->Wait(Deadline::AfterMs(100)).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(g.comms[0]->Send(&x, 1, DType::kF32, 0, 0)->Wait(Deadline::AfterMs(100)).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(NewCpuCommunicator(CommOptions{}).status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace rt::comm

@@ -1,0 +1,90 @@
+// One rank as a separate process, started by process_test.cc.
+//   comm_test_worker table <store_port> <rank> <size> <tcp|shm>
+//     runs the collective table; exit 0 when every check passes.
+//   comm_test_worker kill <store_port> <rank> <size> <tcp|shm>
+//     all-reduces in a loop on generation 1 (reporting progress in the store) until the
+//     communicator fails (the test kill -9's one rank), records the error and the time it was
+//     seen, then joins generation 2 with the survivors and checks one all-reduce.
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "comm/communicator.h"
+#include "tests/comm/table.h"
+
+using namespace rt;
+using namespace rt::comm;
+
+int main(int argc, char** argv) {
+  if (argc != 6) {
+    std::fprintf(stderr, "usage: %s table|kill port rank size tcp|shm\n", argv[0]);
+    return 2;
+  }
+  std::string mode = argv[1];
+  uint16_t port = static_cast<uint16_t>(std::atoi(argv[2]));
+  int rank = std::atoi(argv[3]), size = std::atoi(argv[4]);
+  Transport transport = std::strcmp(argv[5], "shm") == 0 ? Transport::kShm : Transport::kTcp;
+  auto store = ConnectTcpStore("127.0.0.1", port, Deadline::AfterMs(10'000));
+  if (!store.ok()) {
+    std::fprintf(stderr, "rank %d: %s\n", rank, store.status().ToString().c_str());
+    return 3;
+  }
+  CommOptions o;
+  o.store = *store;
+  o.rank = rank;
+  o.size = size;
+  o.transport = transport;
+  o.generation = 1;
+  o.shm_ring_bytes = 1 << 20;
+  o.op_timeout = std::chrono::milliseconds(20'000);  // death must be seen by EOF, not timeout
+  auto comm = NewCpuCommunicator(o);
+  if (!comm.ok()) return 4;
+  if (mode == "table") {
+    testing::TableOptions t;
+    t.dtypes = testing::AllDTypes();
+    t.counts = {0, 1, 7, 4097};
+    t.large.push_back({(1u << 20) + 3, DType::kF32});
+    Status s = testing::RunCollectiveTable(**comm, t);
+    if (!s.ok()) {
+      std::fprintf(stderr, "rank %d: %s\n", rank, s.ToString().c_str());
+      return 1;
+    }
+    return 0;
+  }
+  // kill mode.
+  std::vector<float> buf(4 << 20, 1.0f);
+  Status failure;
+  for (int iter = 0;; ++iter) {
+    failure = (*comm)->AllReduce(buf.data(), buf.data(), buf.size(), DType::kF32, ReduceOp::kMax)
+                  ->Wait(Deadline::AfterMs(60'000));
+    if (!failure.ok()) break;
+    (void)(*store)->Set("progress/" + std::to_string(rank), ToBytes(std::to_string(iter)),
+                        Deadline::AfterMs(5000));
+  }
+  const int64_t seen_ns = MonoClock::now().time_since_epoch().count();
+  (void)(*store)->Set("failed/" + std::to_string(rank),
+                      ToBytes(std::to_string(seen_ns) + "\n" + failure.ToString()),
+                      Deadline::AfterMs(5000));
+  comm->reset();
+  // Generation 2: the survivors renumber themselves in rank order (the test tells the new size
+  // and each survivor's new rank through the store).
+  auto assignment = (*store)->Get("gen2/rank/" + std::to_string(rank), Deadline::AfterMs(20'000));
+  if (!assignment.ok()) return 5;
+  int new_rank = std::stoi(ToString(*assignment));
+  o.rank = new_rank;
+  o.size = size - 1;
+  o.generation = 2;
+  auto next = NewCpuCommunicator(o);
+  if (!next.ok()) return 6;
+  int64_t v = new_rank + 1, sum = 0;
+  Status s = (*next)->AllReduce(&v, &sum, 1, DType::kI64, ReduceOp::kSum)->Wait(Deadline::AfterMs(20'000));
+  const int64_t want = int64_t(size - 1) * size / 2;
+  if (!s.ok() || sum != want) {
+    std::fprintf(stderr, "rank %d gen 2: %s sum %lld\n", rank, s.ToString().c_str(), static_cast<long long>(sum));
+    return 7;
+  }
+  (void)(*store)->Set("gen2/ok/" + std::to_string(rank), ToBytes("1"), Deadline::AfterMs(5000));
+  return 0;
+}

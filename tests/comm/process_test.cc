@@ -1,0 +1,102 @@
+// Ranks as separate processes (tests/comm/comm_test_worker.cc) with the TCP store: the
+// collective table over TCP and shared memory, and kill -9 of one rank in the middle of an
+// all-reduce.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <thread>
+
+#include "comm/communicator.h"
+
+extern char** environ;
+
+namespace rt::comm {
+namespace {
+
+pid_t Spawn(const std::vector<std::string>& args) {
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  if (posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ) != 0) return -1;
+  return pid;
+}
+
+// Waits for `pid` until the deadline; kills it if it is still running then. Returns the exit code
+// (or -signal).
+int WaitExit(pid_t pid, Deadline deadline) {
+  while (true) {
+    int status = 0;
+    pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+    if (deadline.Expired()) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      return -1000;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+std::vector<pid_t> StartRanks(const std::string& mode, uint16_t port, int n, const std::string& transport) {
+  std::vector<pid_t> pids;
+  for (int r = 0; r < n; ++r)
+    pids.push_back(Spawn({COMM_TEST_WORKER, mode, std::to_string(port), std::to_string(r),
+                          std::to_string(n), transport}));
+  return pids;
+}
+
+class ProcessTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ProcessTest, CollectiveTableAcrossProcesses) {
+  auto server = TcpStoreServer::Start({}).value();
+  const int n = 3;
+  auto pids = StartRanks("table", server->port(), n, GetParam());
+  for (int r = 0; r < n; ++r) {
+    ASSERT_GT(pids[r], 0);
+    EXPECT_EQ(WaitExit(pids[r], Deadline::AfterMs(60'000)), 0) << "rank " << r;
+  }
+}
+
+TEST_P(ProcessTest, KillOneRankMidAllReduce) {
+  auto server = TcpStoreServer::Start({}).value();
+  auto store = ConnectTcpStore("127.0.0.1", server->port(), Deadline::AfterMs(2000)).value();
+  const int n = 4, victim = 2;
+  auto pids = StartRanks("kill", server->port(), n, GetParam());
+  // Let every rank finish a couple of 16 MiB all-reduces, then kill -9 the victim mid-loop.
+  std::vector<std::string> keys;
+  for (int r = 0; r < n; ++r) keys.push_back("progress/" + std::to_string(r));
+  ASSERT_TRUE(store->Wait(keys, Deadline::AfterMs(30'000)).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  const int64_t killed_ns = MonoClock::now().time_since_epoch().count();
+  ASSERT_EQ(kill(pids[victim], SIGKILL), 0);
+  EXPECT_EQ(WaitExit(pids[victim], Deadline::AfterMs(5000)), -SIGKILL);
+  int next_rank = 0;
+  for (int r = 0; r < n; ++r) {
+    if (r == victim) continue;
+    auto failed = store->Get("failed/" + std::to_string(r), Deadline::AfterMs(5000));
+    ASSERT_TRUE(failed.ok()) << "rank " << r << " never reported the failure";
+    std::string text = ToString(*failed);
+    int64_t seen_ns = std::stoll(text.substr(0, text.find('\n')));
+    std::string error = text.substr(text.find('\n') + 1);
+    double after_ms = (seen_ns - killed_ns) / 1e6;
+    EXPECT_LT(after_ms, 2000) << "rank " << r << ": " << error;
+    EXPECT_NE(error.find("rank 2"), std::string::npos) << "rank " << r << ": " << error;
+    EXPECT_TRUE(error.find("PeerFailed") != std::string::npos) << error;
+    ASSERT_TRUE(store->Set("gen2/rank/" + std::to_string(r), ToBytes(std::to_string(next_rank++)),
+                           Deadline::AfterMs(1000)).ok());
+  }
+  for (int r = 0; r < n; ++r) {
+    if (r == victim) continue;
+    EXPECT_EQ(WaitExit(pids[r], Deadline::AfterMs(30'000)), 0) << "rank " << r;
+    EXPECT_TRUE(store->TryGet("gen2/ok/" + std::to_string(r), Deadline::AfterMs(1000)).value().has_value());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, ProcessTest, ::testing::Values("tcp", "shm"),
+                         [](const auto& info) { return info.param == "tcp" ? "Tcp" : "Shm"; });
+
+}  // namespace
+}  // namespace rt::comm
