@@ -137,22 +137,24 @@ Status Gemm(Tensor c, Tensor a, Tensor b, bool trans_a, bool trans_b, float alph
   RETURN_IF_ERROR(CheckDefined(op, {{"c", c}, {"a", a}, {"b", b}}));
   ASSIGN_OR_RETURN(const KernelBackend* be, CheckDevices(op, {{"c", c}, {"a", a}, {"b", b}}));
   RETURN_IF_ERROR(CheckSameFloating(op, {{"c", c}, {"a", a}, {"b", b}}));
+  // Leading dimensions are flattened into rows: each operand is seen as [rows, last].
   for (const Arg& x : {Arg{"a", a}, Arg{"b", b}, Arg{"c", c}}) {
-    if (x.t.ndim() != 2) {
+    if (x.t.ndim() < 1) {
       return ShapeError(op, std::string(x.name) + " has shape " + S(x.t) + "; expected a matrix");
     }
   }
-  const int64_t m = trans_a ? a.dim(1) : a.dim(0);
-  const int64_t k = trans_a ? a.dim(0) : a.dim(1);
-  const int64_t kb = trans_b ? b.dim(1) : b.dim(0);
-  const int64_t n = trans_b ? b.dim(0) : b.dim(1);
+  const int64_t a_rows = a.shape().rows(), a_cols = a.shape().last();
+  const int64_t b_rows = b.shape().rows(), b_cols = b.shape().last();
+  const int64_t m = trans_a ? a_cols : a_rows;
+  const int64_t k = trans_a ? a_rows : a_cols;
+  const int64_t kb = trans_b ? b_cols : b_rows;
+  const int64_t n = trans_b ? b_rows : b_cols;
   if (k != kb) {
     return ShapeError(op, "inner dimensions differ: op(a) of a" + S(a) + (trans_a ? "ᵀ" : "") +
                               " has K=" + I(k) + ", op(b) of b" + S(b) + (trans_b ? "ᵀ" : "") +
                               " has K=" + I(kb));
   }
-  RETURN_IF_ERROR(CheckShape(op, {"c", c}, Matrix(m, n),
-                             "[M,N] from a" + S(a) + " and b" + S(b)));
+  RETURN_IF_ERROR(CheckMatrix(op, {"c", c}, m, n, "[M,N] from a" + S(a) + " and b" + S(b)));
   return be->gemm(c, a, b, trans_a, trans_b, alpha, beta);
 }
 

@@ -56,12 +56,7 @@ Result<Tensor> Tensor::Rows(int64_t begin, int64_t count) const {
     return OutOfRange("Rows: [" + std::to_string(begin) + ", " + std::to_string(begin + count) +
                       ") outside the " + std::to_string(rows) + " rows of " + Describe());
   }
-  Shape s;
-  if (shape_.ndim <= 1) {
-    s = Shape{count};
-  } else {
-    s = Shape{count, shape_.last()};
-  }
+  const Shape s{count, shape_.last()};
   char* p = static_cast<char*>(data_) + begin * shape_.last() * DTypeSize(dtype_);
   return Tensor(p, dtype_, s, device_);
 }

@@ -47,19 +47,21 @@ void FillBias(float* out, const T* bias, int64_t n, int64_t oc) {
   for (int64_t r = 1; r < n; ++r) std::memcpy(out + r * oc, out, static_cast<size_t>(oc) * 4);
 }
 
+// Operands seen as [rows, last] (leading dimensions flattened).
 template <typename T>
 void GemmT(const Tensor& c, const Tensor& a, const Tensor& b, bool ta, bool tb, float alpha,
            float beta) {
-  const int64_t m = c.dim(0), n = c.dim(1);
-  const int64_t k = ta ? a.dim(0) : a.dim(1);
+  const int64_t m = c.shape().rows(), n = c.shape().last();
+  const int64_t lda = a.shape().last(), ldb = b.shape().last();
+  const int64_t k = ta ? a.shape().rows() : lda;
   const float* af = AsF32(a.data_as<T>(), a.numel(), 0);
   const float* bf = AsF32(b.data_as<T>(), b.numel(), 1);
   if constexpr (sizeof(T) == 4) {
-    Sgemm(ta, tb, m, n, k, alpha, af, a.dim(1), bf, b.dim(1), beta, c.data_as<float>(), n);
+    Sgemm(ta, tb, m, n, k, alpha, af, lda, bf, ldb, beta, c.data_as<float>(), n);
   } else {
     float* cf = Scratch(2, static_cast<size_t>(c.numel()));
     if (beta != 0.0f) LoadRow(cf, c.data_as<T>(), c.numel());
-    Sgemm(ta, tb, m, n, k, alpha, af, a.dim(1), bf, b.dim(1), beta, cf, n);
+    Sgemm(ta, tb, m, n, k, alpha, af, lda, bf, ldb, beta, cf, n);
     StoreRow(c.data_as<T>(), cf, c.numel());
   }
 }

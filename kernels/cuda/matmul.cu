@@ -124,10 +124,13 @@ __global__ void BiasGradKernel(T* dbias, const T* dout, int64_t n, int64_t oc) {
 }  // namespace
 
 Status Gemm(Tensor c, Tensor a, Tensor b, bool trans_a, bool trans_b, float alpha, float beta) {
-  const int64_t m = c.dim(0), n = c.dim(1), k = trans_a ? a.dim(0) : a.dim(1);
+  // Operands seen as [rows, last] (leading dimensions flattened).
+  const int64_t m = c.shape().rows(), n = c.shape().last();
+  const int64_t lda = a.shape().last(), ldb = b.shape().last();
+  const int64_t k = trans_a ? a.shape().rows() : lda;
   if (k == 0) return beta == 0.0f ? cuda::Zero(c) : cuda::Scale(c, beta);
-  return LtGemm(c.dtype(), trans_a, trans_b, m, n, k, alpha, a.data(), a.dim(1), b.data(),
-                b.dim(1), beta, c.data(), n, nullptr);
+  return LtGemm(c.dtype(), trans_a, trans_b, m, n, k, alpha, a.data(), lda, b.data(), ldb, beta,
+                c.data(), n, nullptr);
 }
 
 Status MatmulForward(Tensor out, Tensor inp, Tensor weight, Tensor bias) {

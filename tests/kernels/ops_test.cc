@@ -52,6 +52,19 @@ TEST_P(FloatOpsTest, GemmAllTransposes) {
   }
 }
 
+TEST_P(FloatOpsTest, GemmFlattensLeadingDimensions) {
+  // a [2,3,4] is the matrix [6,4]; c [2,3,5] is [6,5].
+  const Vec a = Input(24, 30), b = Input(20, 31);
+  HostTensor ta = FromVec(dt(), Shape{2, 3, 4}, a), tb = FromVec(dt(), Shape{4, 5}, b);
+  HostTensor tc = Make(dt(), Shape{2, 3, 5});
+  ASSERT_OK(Gemm(tc.t, ta.t, tb.t, false, false, 1.0f, 0.0f));
+  Vec want(30, 0.0);
+  for (int i = 0; i < 6; ++i)
+    for (int j = 0; j < 5; ++j)
+      for (int p = 0; p < 4; ++p) want[i * 5 + j] += a[i * 4 + p] * b[p * 5 + j];
+  EXPECT_LT(RelErr(ToVec(tc.t), want), Tol());
+}
+
 TEST_P(FloatOpsTest, MatmulForwardWithAndWithoutBias) {
   const int64_t b = 2, t = 3, ic = 20, oc = 17;
   const Vec x = Input(b * t * ic, 4), w = Input(oc * ic, 5), bias = Input(oc, 6);

@@ -23,6 +23,8 @@ TEST(ShapeTest, NumelRowsAndToString) {
   EXPECT_FALSE((Shape{6} == Shape{6, 1}));
 }
 
+Result<Tensor> FlatOfAll(const Tensor& t) { return t.Flat(0, t.numel()); }
+
 TEST(TensorTest, ViewsShareMemory) {
   HostTensor h = Make(DType::kF32, Shape{4, 3});
   for (int i = 0; i < 12; ++i) h.t.data_as<float>()[i] = static_cast<float>(i);
@@ -37,6 +39,12 @@ TEST(TensorTest, ViewsShareMemory) {
   EXPECT_EQ(rows->shape(), (Shape{2, 3}));
   EXPECT_EQ(rows->data_as<float>()[0], 3.0f);
   EXPECT_EQ(h.t.Rows(3, 2).status().code(), StatusCode::kOutOfRange);
+  Result<Tensor> one = FlatOfAll(h.t);
+  ASSERT_OK(one);
+  Result<Tensor> row = one->Rows(0, 1);  // a 1-D tensor is one row
+  ASSERT_OK(row);
+  EXPECT_EQ(row->shape(), (Shape{1, 12}));
+  EXPECT_EQ(one->Rows(1, 1).status().code(), StatusCode::kOutOfRange);
   Result<Tensor> flat = h.t.Flat(5, 4);
   ASSERT_OK(flat);
   EXPECT_EQ(flat->shape(), (Shape{4}));
