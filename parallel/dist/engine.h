@@ -1,0 +1,156 @@
+// The distributed training engine: one rank of a run laid out by a ParallelLayout. It trains the
+// same model to the same numbers as the single-process Trainer (parallel/trainer.h):
+//   - pipeline parallelism: the rank runs one stage (StageLayout) over train.micro_batches
+//     micro-batches in the GPipe or 1F1B schedule, activations and their gradients going to the
+//     neighbouring stages by Send/Recv; the tied wte's gradient is summed between the first and
+//     last stages;
+//   - data parallelism over dp_shard × dp_replicate ranks, each taking an equal slice of the
+//     global batch: ZeRO-0 (DDP) all-reduces each unit's gradients as soon as its last
+//     micro-batch's backward is done, overlapped with the rest of the backward; ZeRO-1 keeps
+//     1/dp_shard of the AdamW state per rank (reduce-scatter, update, all-gather); ZeRO-2 also
+//     keeps only the gradient shard (units reduce-scattered during the backward, the full unit
+//     gradient freed after); ZeRO-3 also keeps only the parameter shard (units all-gathered
+//     before each forward and backward, freed after use, the next one prefetched). With
+//     dp_replicate > 1 (HSDP) gradient shards are then all-reduced across the replica groups.
+//     Gradients are not synchronised between micro-batches (accumulation is local);
+//   - global-norm clipping over every parameter counted once (replicas and the tied copy
+//     excluded).
+// Tensor parallelism (tp > 1), sequence parallelism, the interleaved schedule, recomputation and
+// bf16/fp16 are not implemented: Create returns Unimplemented for them.
+//
+// For the DDP byte formula and bitwise-equal ZeRO stages the world communicator should be built
+// with CommOptions::small_message_bytes = 0 (ring algorithms for every size); see
+// EngineCommOptions.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "base/status.h"
+#include "comm/communicator.h"
+#include "kernels/tensor.h"
+#include "parallel/config.h"
+#include "parallel/data_loader.h"
+#include "parallel/dist/layout.h"
+#include "parallel/dist/shard.h"
+#include "parallel/dist/stage_layout.h"
+#include "parallel/dist/stage_runner.h"
+#include "parallel/trainer.h"
+
+namespace rt::dist {
+
+// Bytes a rank holds for the training state (persistent buffers) and the most it held at once in
+// transient ZeRO buffers (gathered parameter units, full unit gradients, reduce-scatter output).
+struct MemoryStats {
+  size_t param_bytes = 0;
+  size_t grad_bytes = 0;
+  size_t optimizer_bytes = 0;  // AdamW m and v (fp32 parameters are their own master)
+  size_t activation_bytes = 0;
+  size_t peak_transient_bytes = 0;
+};
+
+// Where the last step's time went on this rank.
+struct StepTimings {
+  double step_s = 0;          // wall time of the step
+  double compute_s = 0;       // forward and backward math (the stage's busy time)
+  double reduce_wait_s = 0;   // waiting for gradient reductions after the backward (exposed)
+  double optimizer_s = 0;     // clipping, AdamW and the ZeRO-1/2 parameter all-gather
+};
+
+// Communicator options for the engine's world: `base` with ring algorithms for every message
+// size (small_message_bytes = 0).
+comm::CommOptions EngineCommOptions(comm::CommOptions base);
+
+// One rank's engine. Not thread-safe; `world` must outlive it.
+class DistTrainer {
+ public:
+  // Builds the process groups (collective over `world`), the stage and its state, and
+  // initialises the weights from train.seed exactly as the single-process Trainer does.
+  // Errors: InvalidArgument for a config that does not fit the layout (batch_size not divisible
+  // by dp · micro_batches, more stages than blocks + 2, ...); Unimplemented for the features
+  // listed above; those of comm, allocation and the loader.
+  static Result<std::unique_ptr<DistTrainer>> Create(
+      const RunConfig& config, const ParallelLayout& layout, comm::Communicator& world,
+      std::shared_ptr<const std::vector<uint16_t>> train_tokens,
+      std::chrono::milliseconds wait_timeout = std::chrono::seconds(120));
+
+  ~DistTrainer();
+
+  // One optimizer step over the global batch (train.batch_size rows). The returned loss and
+  // grad_norm are the global ones, equal on every rank. Errors: comm failures (PeerFailed,
+  // DeadlineExceeded naming the op), kernel errors; after an error the engine is unusable.
+  Result<StepStats> Step();
+
+  // This rank's training state as shards of the named global tensors (shard.h): parameters,
+  // master weights (the parameters themselves: fp32), AdamW m and v, and the step.
+  StateShards Shards();
+
+  const TrainerState& state() const { return state_; }
+  const ParallelLayout& layout() const { return layout_; }
+  const RankCoords& coords() const { return coords_; }
+  const StageLayout& stage() const { return stage_; }
+  const ProcessGroups& groups() const { return groups_; }
+  MemoryStats memory() const;
+  const StepTimings& timings() const { return timings_; }
+
+ private:
+  struct Piece;
+  struct Pending;
+  DistTrainer() = default;
+  Status Initialize();
+  Deadline WaitDeadline() const { return Deadline::After(wait_timeout_); }
+
+  // Parameter and gradient views of unit u (ZeRO-3 gathers on Acquire).
+  Status StartGather(int unit);
+  Result<float*> AcquireParams(int unit);
+  void ReleaseParams(int unit);
+  Result<float*> UnitGrads(int unit);
+  Tensor View(float* unit_base, int tensor) const;
+  BlockTensors BlockView(float* unit_base, int unit) const;
+
+  Status Forward(int micro);
+  Status Backward(int micro, bool last);
+  Status StartReduce(int unit);
+  Status AdvanceReductions(bool wait);
+  Status SyncTiedEmbedding();
+  Status OptimizerStep(double sumsq_total, StepStats* stats);
+
+  // Transient buffer bookkeeping.
+  Result<Buffer> Transient(size_t floats);
+  void FreeTransient(Buffer* b);
+
+  RunConfig config_;
+  ParallelLayout layout_;
+  RankCoords coords_;
+  ProcessGroups groups_;
+  StageLayout stage_;
+  std::unique_ptr<StageRunner> runner_;
+  std::unique_ptr<DataLoader> loader_;
+  TrainerState state_;
+  std::chrono::milliseconds wait_timeout_{120'000};
+
+  int shards_ = 1, shard_ = 0;      // dp_shard size and this rank's index in it
+  int micro_ = 1, micro_rows_ = 1;  // micro-batches per step and rows per micro-batch
+  // Per unit: the range this rank's optimizer owns (relative to the unit) and where it lives in
+  // the owned buffers (m, v, and the ZeRO-2/3 gradient and ZeRO-3 parameter shards).
+  std::vector<int64_t> own_begin_, own_size_, own_offset_;
+  int64_t own_total_ = 0;
+  std::vector<Piece> update_pieces_, norm_pieces_;
+
+  Buffer params_, grads_, m_, v_;          // see memory(): full or shard sized by ZeRO stage
+  std::vector<Buffer> gathered_;           // ZeRO-3: gathered parameter units
+  std::vector<comm::WorkHandle> gather_work_;
+  std::vector<Buffer> unit_grads_;         // ZeRO-2/3: full unit gradients during backward
+  std::vector<Pending> pending_;           // gradient reductions in flight, in issue order
+  size_t transient_bytes_ = 0, peak_transient_bytes_ = 0;
+
+  std::vector<int32_t> inputs_, targets_;  // the global batch
+  std::vector<comm::WorkHandle> send_forward_, send_backward_;  // per activation slot
+  double loss_sum_ = 0;
+  int backwards_done_ = 0;
+  StepTimings timings_;
+};
+
+}  // namespace rt::dist

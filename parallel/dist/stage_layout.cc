@@ -1,0 +1,98 @@
+#include "parallel/dist/stage_layout.h"
+
+namespace rt::dist {
+
+int64_t StageLayout::num_params() const {
+  int64_t n = 0;
+  for (const StageTensor& t : tensors) n += t.shape.numel();
+  return n;
+}
+
+int StageLayout::Find(const std::string& name) const {
+  for (size_t i = 0; i < tensors.size(); ++i)
+    if (tensors[i].name == name) return static_cast<int>(i);
+  return -1;
+}
+
+int StageFirstLayer(int n_layer, int stages, int stage) {
+  // Every stage gets n_layer / stages blocks; the remainder goes one each to stages 1, 2, ...,
+  // stages-2 (the middle, which runs neither the embedding nor the head), then 0, then the last.
+  std::vector<int> counts(static_cast<size_t>(stages), n_layer / stages);
+  std::vector<int> order;
+  for (int s = 1; s + 1 < stages; ++s) order.push_back(s);
+  order.push_back(0);
+  if (stages > 1) order.push_back(stages - 1);
+  for (int i = 0; i < n_layer % stages; ++i) ++counts[static_cast<size_t>(order[static_cast<size_t>(i)])];
+  int first = 0;
+  for (int s = 0; s < stage; ++s) first += counts[static_cast<size_t>(s)];
+  return first;
+}
+
+StageLayout BuildStageLayout(const ModelConfig& m, int stages, int stage, int shards) {
+  StageLayout l;
+  l.stage = stage;
+  l.stages = stages;
+  l.shards = shards;
+  l.first_layer = StageFirstLayer(m.n_layer, stages, stage);
+  l.end_layer = stage + 1 == stages ? m.n_layer : StageFirstLayer(m.n_layer, stages, stage + 1);
+  l.has_embedding = stage == 0;
+  l.has_head = stage == stages - 1;
+  const int64_t C = m.n_embd, V = m.vocab_size, T = m.seq_len;
+  int64_t at = 0;
+  auto add = [&](std::string name, Shape shape, bool tied_copy) {
+    StageTensor t;
+    t.name = std::move(name);
+    t.shape = shape;
+    t.offset = at;
+    t.unit = static_cast<int>(l.units.size()) - 1;
+    t.tied_copy = tied_copy;
+    t.decayed = shape.ndim == 2;
+    at += shape.numel();
+    l.units.back().tensors.push_back(static_cast<int>(l.tensors.size()));
+    l.tensors.push_back(std::move(t));
+  };
+  auto close_unit = [&] {
+    StageUnit& u = l.units.back();
+    at = u.begin + (at - u.begin + shards - 1) / shards * shards;
+    u.size = at - u.begin;
+  };
+  // The tied embedding is a unit of its own on both end stages, so both copies are padded,
+  // sharded and reduced identically and stay bitwise equal.
+  if (l.has_embedding || l.has_head) {
+    l.units.push_back(StageUnit{at, 0, -1, {}});
+    add("wte", {V, C}, !l.has_embedding);
+    close_unit();
+    l.units.push_back(StageUnit{at, 0, -1, {}});
+    if (l.has_embedding) add("wpe", {T, C}, false);
+    if (l.has_head) {
+      add("ln_f.weight", {C}, false);
+      add("ln_f.bias", {C}, false);
+    }
+    close_unit();
+  }
+  l.aux_units = static_cast<int>(l.units.size());
+  for (int layer = l.first_layer; layer < l.end_layer; ++layer) {
+    StageUnit u;
+    u.begin = at;
+    u.layer = layer;
+    l.units.push_back(u);
+    const std::string h = "h." + std::to_string(layer) + ".";
+    add(h + "ln_1.weight", {C}, false);
+    add(h + "ln_1.bias", {C}, false);
+    add(h + "attn.c_attn.weight", {3 * C, C}, false);
+    add(h + "attn.c_attn.bias", {3 * C}, false);
+    add(h + "attn.c_proj.weight", {C, C}, false);
+    add(h + "attn.c_proj.bias", {C}, false);
+    add(h + "ln_2.weight", {C}, false);
+    add(h + "ln_2.bias", {C}, false);
+    add(h + "mlp.c_fc.weight", {4 * C, C}, false);
+    add(h + "mlp.c_fc.bias", {4 * C}, false);
+    add(h + "mlp.c_proj.weight", {C, 4 * C}, false);
+    add(h + "mlp.c_proj.bias", {C}, false);
+    close_unit();
+  }
+  l.total = at;
+  return l;
+}
+
+}  // namespace rt::dist

@@ -1,0 +1,64 @@
+// Which model tensors a pipeline stage holds and where they live in the stage's flat fp32
+// parameter (and gradient) buffer. Tensors are grouped into units: the units that ZeRO-3
+// gathers, that DDP reduces as one gradient bucket and that ZeRO shards. On the first and last
+// stages two auxiliary units come first, {wte} (the last stage's is the tied copy) and {wpe,
+// ln_f.weight, ln_f.bias} (those the stage has); then one unit per transformer block. Each unit
+// is padded to a multiple of the shard count, and shard r of a unit is its r-th equal slice
+// (after llm.c's zero.cuh ShardInfo).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "kernels/tensor.h"
+#include "parallel/config.h"
+
+namespace rt::dist {
+
+// One tensor of the stage.
+struct StageTensor {
+  std::string name;     // DESIGN.md name, e.g. "h.1.mlp.c_fc.weight"
+  Shape shape;          // the global shape
+  int64_t offset = 0;   // first element in the stage's flat buffer
+  int unit = 0;         // the unit holding it
+  bool tied_copy = false;  // the last stage's copy of wte (pp > 1): a replica of stage 0's
+  bool decayed = false;    // AdamW weight decay applies (2-D weights)
+};
+
+// A unit: a contiguous, padded range of the flat buffer.
+struct StageUnit {
+  int64_t begin = 0;   // first element
+  int64_t size = 0;    // elements including padding (a multiple of the shard count)
+  int layer = -1;      // the block index, or -1 for an auxiliary unit
+  std::vector<int> tensors;  // indices into StageLayout::tensors, in order
+  // Elements of shard r: [begin + r·shard_size(), begin + (r+1)·shard_size()).
+  int64_t shard_size(int shards) const { return size / shards; }
+};
+
+// The layout of one stage.
+struct StageLayout {
+  int stage = 0, stages = 1;
+  int first_layer = 0, end_layer = 0;  // blocks [first_layer, end_layer)
+  bool has_embedding = false;          // wte + wpe (the first stage)
+  bool has_head = false;               // ln_f + the logits through wte (the last stage)
+  int shards = 1;                      // shard count every unit is padded for
+  std::vector<StageTensor> tensors;
+  std::vector<StageUnit> units;        // aux_units auxiliary units, then one per block
+  int aux_units = 0;                   // 2 on the first and last stages, 0 in the middle
+  int64_t total = 0;                   // flat buffer elements (padded)
+
+  int layers() const { return end_layer - first_layer; }
+  // Elements that are real parameters (no padding).
+  int64_t num_params() const;
+  // Index of the tensor named `name`, or -1.
+  int Find(const std::string& name) const;
+};
+
+// The first block of stage s of p for L blocks: blocks are spread evenly, a remainder going to
+// the middle stages first (the first stage also runs the embedding, the last the head).
+int StageFirstLayer(int n_layer, int stages, int stage);
+
+// Builds the layout of `stage` of `stages` for `model`, units padded to multiples of `shards`.
+StageLayout BuildStageLayout(const ModelConfig& model, int stages, int stage, int shards);
+
+}  // namespace rt::dist

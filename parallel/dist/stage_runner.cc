@@ -1,0 +1,139 @@
+#include "parallel/dist/stage_runner.h"
+
+#include <vector>
+
+#include "kernels/ops.h"
+
+namespace rt::dist {
+
+Result<std::unique_ptr<StageRunner>> StageRunner::Create(const ModelConfig& model,
+                                                         const StageLayout& layout, int rows,
+                                                         int slots) {
+  std::unique_ptr<StageRunner> r(new StageRunner());
+  r->model_ = model;
+  r->layers_ = layout.layers();
+  r->rows_ = rows;
+  r->slots_ = slots;
+  const int64_t B = rows, T = model.seq_len, C = model.n_embd, H = model.n_head,
+                V = model.vocab_size;
+  const DType f32 = DType::kF32;
+  Arena& a = r->acts_;
+  for (int s = 0; s < slots; ++s) {
+    SlotIds ids;
+    for (int j = 0; j <= r->layers_; ++j) ids.residual.push_back(a.Add("residual", f32, {B, T, C}));
+    std::vector<int> blocks;
+    for (int j = 0; j < r->layers_; ++j) {
+      blocks.push_back(a.Add("ln_1", f32, {B, T, C}));
+      blocks.push_back(a.Add("ln_1_mean", f32, {B, T}));
+      blocks.push_back(a.Add("ln_1_rstd", f32, {B, T}));
+      blocks.push_back(a.Add("qkv", f32, {B, T, 3 * C}));
+      blocks.push_back(a.Add("atty", f32, {B, T, C}));
+      blocks.push_back(a.Add("att", f32, {B, H, T, T}));
+      blocks.push_back(a.Add("residual2", f32, {B, T, C}));
+      blocks.push_back(a.Add("ln_2", f32, {B, T, C}));
+      blocks.push_back(a.Add("ln_2_mean", f32, {B, T}));
+      blocks.push_back(a.Add("ln_2_rstd", f32, {B, T}));
+      blocks.push_back(a.Add("fch", f32, {B, T, 4 * C}));
+      blocks.push_back(a.Add("fch_gelu", f32, {B, T, 4 * C}));
+    }
+    r->block_ids_.push_back(std::move(blocks));
+    ids.tokens = a.Add("tokens", DType::kI32, {B, T});
+    ids.targets = a.Add("targets", DType::kI32, {B, T});
+    const bool head = layout.has_head;
+    ids.lnf = head ? a.Add("ln_f", f32, {B, T, C}) : -1;
+    ids.lnf_mean = head ? a.Add("ln_f_mean", f32, {B, T}) : -1;
+    ids.lnf_rstd = head ? a.Add("ln_f_rstd", f32, {B, T}) : -1;
+    ids.logits = head ? a.Add("logits", f32, {B, T, V}) : -1;
+    ids.losses = head ? a.Add("losses", f32, {B, T}) : -1;
+    ids.dout = a.Add("dout", f32, {B, T, C});
+    ids.dinput = a.Add("dinput", f32, {B, T, C});
+    r->slot_ids_.push_back(std::move(ids));
+  }
+  r->dres_[0] = a.Add("dresidual_a", f32, {B, T, C});
+  r->dres_[1] = a.Add("dresidual_b", f32, {B, T, C});
+  r->dln_ = a.Add("dln", f32, {B, T, C});
+  r->datty_ = a.Add("datty", f32, {B, T, C});
+  r->dres2_ = a.Add("dresidual2", f32, {B, T, C});
+  r->dqkv_ = a.Add("dqkv", f32, {B, T, 3 * C});
+  r->dfch_ = a.Add("dfch", f32, {B, T, 4 * C});
+  r->dfch_gelu_ = a.Add("dfch_gelu", f32, {B, T, 4 * C});
+  r->branch_ = a.Add("branch", f32, {B, T, C});
+  RETURN_IF_ERROR(a.Allocate(Device::kCpu).WithContext("pipeline stage activations"));
+  return r;
+}
+
+Tensor StageRunner::input(int slot) const { return Get(slot_ids_[slot].residual.front()); }
+Tensor StageRunner::output(int slot) const { return Get(slot_ids_[slot].residual.back()); }
+Tensor StageRunner::dout(int slot) const { return Get(slot_ids_[slot].dout); }
+Tensor StageRunner::dinput(int slot) const {
+  // A stage without blocks passes the gradient through unchanged.
+  return layers_ == 0 ? dout(slot) : Get(slot_ids_[slot].dinput);
+}
+Tensor StageRunner::tokens(int slot) const { return Get(slot_ids_[slot].tokens); }
+Tensor StageRunner::targets(int slot) const { return Get(slot_ids_[slot].targets); }
+
+BlockActivations StageRunner::Acts(int slot, int j) const {
+  const std::vector<int>& ids = block_ids_[slot];
+  const size_t b = static_cast<size_t>(j) * 12;
+  return {Get(ids[b]),     Get(ids[b + 1]), Get(ids[b + 2]),  Get(ids[b + 3]),
+          Get(ids[b + 4]), Get(ids[b + 5]), Get(ids[b + 6]),  Get(ids[b + 7]),
+          Get(ids[b + 8]), Get(ids[b + 9]), Get(ids[b + 10]), Get(ids[b + 11])};
+}
+
+BlockGradScratch StageRunner::Scratch() const {
+  return {Get(dln_),  Get(datty_), Get(dres2_),     Get(dqkv_),
+          Get(dfch_), Get(dfch_gelu_), Get(branch_)};
+}
+
+Status StageRunner::EmbeddingForward(int slot, Tensor wte, Tensor wpe) {
+  RETURN_IF_ERROR(rt::EmbeddingForward(input(slot), tokens(slot), wte, 0));
+  return PositionEmbeddingAdd(input(slot), wpe, 0);
+}
+
+Status StageRunner::BlockForward(int slot, int j, const BlockTensors& p) {
+  const SlotIds& ids = slot_ids_[slot];
+  return rt::BlockForward(p, Acts(slot, j), Get(branch_), Get(ids.residual[j + 1]),
+                          Get(ids.residual[j]), model_.n_head);
+}
+
+Result<double> StageRunner::HeadForward(int slot, Tensor ln_f_w, Tensor ln_f_b, Tensor wte,
+                                        float dloss) {
+  const SlotIds& ids = slot_ids_[slot];
+  RETURN_IF_ERROR(LayerNormForward(Get(ids.lnf), Get(ids.lnf_mean), Get(ids.lnf_rstd),
+                                   output(slot), ln_f_w, ln_f_b));
+  const Tensor logits = Get(ids.logits);
+  RETURN_IF_ERROR(MatmulForward(logits, Get(ids.lnf), wte, Tensor()));
+  const Tensor losses = Get(ids.losses);
+  RETURN_IF_ERROR(SoftmaxCrossEntropy(losses, logits, logits, targets(slot), dloss));
+  std::vector<float> host(static_cast<size_t>(losses.numel()));
+  RETURN_IF_ERROR(Copy(Tensor(host.data(), DType::kF32, losses.shape()), losses));
+  double sum = 0;
+  for (float v : host) sum += v;
+  return sum;
+}
+
+Status StageRunner::HeadBackward(int slot, Tensor ln_f_w, Tensor wte, Tensor g_ln_f_w,
+                                 Tensor g_ln_f_b, Tensor g_wte) {
+  const SlotIds& ids = slot_ids_[slot];
+  const Tensor dln = Get(dln_);
+  RETURN_IF_ERROR(Zero(dln));
+  RETURN_IF_ERROR(MatmulBackward(dln, g_wte, Tensor(), Get(ids.logits), Get(ids.lnf), wte));
+  RETURN_IF_ERROR(Zero(dout(slot)));
+  return LayerNormBackward(dout(slot), g_ln_f_w, g_ln_f_b, dln, output(slot), ln_f_w,
+                           Get(ids.lnf_mean), Get(ids.lnf_rstd));
+}
+
+Status StageRunner::BlockBackward(int slot, int j, const BlockTensors& p, const BlockTensors& g) {
+  // Block layers-1 reads dout; block j writes dres_[(layers-1-j) % 2], block 0 writes dinput.
+  const Tensor from = j == layers_ - 1 ? dout(slot) : Get(dres_[(layers_ - 2 - j) % 2]);
+  const Tensor to = j == 0 ? dinput(slot) : Get(dres_[(layers_ - 1 - j) % 2]);
+  return rt::BlockBackward(p, g, Acts(slot, j), Scratch(), to, from,
+                           Get(slot_ids_[slot].residual[j]), model_.n_head);
+}
+
+Status StageRunner::EmbeddingBackward(int slot, Tensor g_wte, Tensor g_wpe) {
+  RETURN_IF_ERROR(rt::EmbeddingBackward(g_wte, dinput(slot), tokens(slot), 0));
+  return PositionEmbeddingBackward(g_wpe, dinput(slot), 0);
+}
+
+}  // namespace rt::dist

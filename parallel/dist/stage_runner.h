@@ -1,0 +1,79 @@
+// The forward and backward passes of one pipeline stage over micro-batches, piece by piece
+// (embedding, each block, the head), so the engine can gather ZeRO-3 parameters before a piece,
+// reduce a block's gradients as soon as its backward is done, and send activations between
+// stages. Activations live in `slots` independent sets (one per micro-batch in flight); the
+// backward scratch is shared. The math is the single-process model's: parallel/gpt.h's
+// BlockForward/BlockBackward and the same loss path. Not thread-safe. fp32 only.
+#pragma once
+
+#include <memory>
+#include <span>
+
+#include "base/status.h"
+#include "kernels/tensor.h"
+#include "parallel/config.h"
+#include "parallel/dist/stage_layout.h"
+#include "parallel/gpt.h"
+
+namespace rt::dist {
+
+// Activations and scratch of one stage for micro-batches of `rows` × seq_len tokens.
+class StageRunner {
+ public:
+  // Allocates `slots` activation sets. Errors: ResourceExhausted.
+  static Result<std::unique_ptr<StageRunner>> Create(const ModelConfig& model,
+                                                     const StageLayout& layout, int rows, int slots);
+
+  // The stage input [rows,T,C] of `slot` (the embedding output on the first stage; what the
+  // previous stage sent otherwise) and its output (what goes to the next stage).
+  Tensor input(int slot) const;
+  Tensor output(int slot) const;
+  // dL/d output [rows,T,C]: what the next stage sends back (or the head's backward writes).
+  Tensor dout(int slot) const;
+  // dL/d input [rows,T,C] after the backward of every block (what goes to the previous stage).
+  Tensor dinput(int slot) const;
+  // Input tokens and targets [rows,T] (i32) of `slot`.
+  Tensor tokens(int slot) const;
+  Tensor targets(int slot) const;
+
+  // input(slot) = wte[tokens] + wpe (first stage).
+  Status EmbeddingForward(int slot, Tensor wte, Tensor wpe);
+  // Runs the stage's block `j` (0-based within the stage) of `slot`.
+  Status BlockForward(int slot, int j, const BlockTensors& p);
+  // The loss path on output(slot): ln_f, logits through wte, cross-entropy against targets(slot).
+  // Leaves dloss·dL/dlogits for HeadBackward and returns the sum of the per-token losses.
+  Result<double> HeadForward(int slot, Tensor ln_f_w, Tensor ln_f_b, Tensor wte, float dloss);
+  // Accumulates the head's gradients into g_* and writes dout(slot).
+  Status HeadBackward(int slot, Tensor ln_f_w, Tensor wte, Tensor g_ln_f_w, Tensor g_ln_f_b,
+                      Tensor g_wte);
+  // Backward of block `j` (call for j = layers-1 down to 0): accumulates into `g`; the last one
+  // (j = 0) leaves dL/d input in dinput(slot).
+  Status BlockBackward(int slot, int j, const BlockTensors& p, const BlockTensors& g);
+  // Accumulates the embedding gradients from dinput(slot) (first stage).
+  Status EmbeddingBackward(int slot, Tensor g_wte, Tensor g_wpe);
+
+  int rows() const { return rows_; }
+  int slots() const { return slots_; }
+  // Bytes of activations and scratch held.
+  size_t bytes() const { return acts_.bytes(); }
+
+ private:
+  StageRunner() = default;
+  struct SlotIds {
+    std::vector<int> residual;  // layers+1 streams: [0] input, [j+1] block j's output
+    int tokens, targets, lnf, lnf_mean, lnf_rstd, logits, losses, dout, dinput;
+  };
+  Tensor Get(int id) const { return acts_.Get(id); }
+  BlockActivations Acts(int slot, int j) const;
+  BlockGradScratch Scratch() const;
+
+  ModelConfig model_;
+  int layers_ = 0, rows_ = 0, slots_ = 0;
+  Arena acts_;
+  std::vector<SlotIds> slot_ids_;
+  std::vector<std::vector<int>> block_ids_;  // per slot, per block: 12 activation ids
+  int dres_[2] = {0, 0}, dln_ = 0, datty_ = 0, dres2_ = 0, dqkv_ = 0, dfch_ = 0, dfch_gelu_ = 0,
+      branch_ = 0;
+};
+
+}  // namespace rt::dist
