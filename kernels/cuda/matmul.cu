@@ -56,6 +56,14 @@ struct DescDeleter {
   void operator()(cublasLtMatmulPreferenceOpaque_t* p) const { cublasLtMatmulPreferenceDestroy(p); }
 };
 
+// The largest power of two (≤ 256) that divides the address.
+uint32_t Alignment(const void* p) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  uint32_t align = 256;
+  while (align > 1 && a % align != 0) align /= 2;
+  return align;
+}
+
 // Row-major C[m,n] = alpha·op(A)·op(B) + beta·C (+ bias[n] per row when bias is set), as the
 // column-major product Cᵀ = op(B)ᵀ·op(A)ᵀ.
 Status LtGemm(DType dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
@@ -96,6 +104,17 @@ Status LtGemm(DType dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float
   const size_t ws = kWorkspaceBytes;
   RT_LT_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
       pref.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  // cuBLASLt assumes 256-byte aligned operands unless told otherwise; views into an arena (or
+  // Rows()/Flat() views) are less aligned, so state the real alignment of each pointer.
+  const uint32_t align_a = Alignment(b), align_b = Alignment(a), align_c = Alignment(c);
+  RT_LT_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
+      pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof(align_a)));
+  RT_LT_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
+      pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof(align_b)));
+  RT_LT_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
+      pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c, sizeof(align_c)));
+  RT_LT_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
+      pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c, sizeof(align_c)));
   cublasLtMatmulHeuristicResult_t heuristic{};
   int found = 0;
   RT_LT_RETURN_IF_ERROR(cublasLtMatmulAlgoGetHeuristic(ctx->handle, desc.get(), la, lb, lc, lc,
@@ -121,6 +140,15 @@ __global__ void BiasGradKernel(T* dbias, const T* dout, int64_t n, int64_t oc) {
   }
 }
 
+// out[n, oc] += bias[oc].
+template <typename T>
+__global__ void AddBiasKernel(T* out, const T* bias, int64_t n, int64_t oc) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n * oc;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    out[i] = Store<T>(Load(out[i]) + Load(bias[i % oc]));
+  }
+}
+
 }  // namespace
 
 Status Gemm(Tensor c, Tensor a, Tensor b, bool trans_a, bool trans_b, float alpha, float beta) {
@@ -135,8 +163,17 @@ Status Gemm(Tensor c, Tensor a, Tensor b, bool trans_a, bool trans_b, float alph
 
 Status MatmulForward(Tensor out, Tensor inp, Tensor weight, Tensor bias) {
   const int64_t n = inp.shape().rows(), ic = weight.dim(1), oc = weight.dim(0);
-  return LtGemm(out.dtype(), false, true, n, oc, ic, 1.0f, inp.data(), ic, weight.data(), ic,
-                0.0f, out.data(), oc, bias.defined() ? bias.data() : nullptr);
+  // The bias epilogue wants an aligned bias vector; an odd view gets a separate bias pass.
+  const bool epilogue = bias.defined() && Alignment(bias.data()) >= 16;
+  RETURN_IF_ERROR(LtGemm(out.dtype(), false, true, n, oc, ic, 1.0f, inp.data(), ic, weight.data(),
+                         ic, 0.0f, out.data(), oc, epilogue ? bias.data() : nullptr));
+  if (!bias.defined() || epilogue || n * oc == 0) return Status::Ok();
+  return Dispatch(out.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    AddBiasKernel<T><<<Blocks(n * oc, 256), 256, 0, Stream()>>>(out.data_as<T>(),
+                                                                bias.data_as<T>(), n, oc);
+    return CudaStatus(cudaGetLastError(), "AddBiasKernel");
+  });
 }
 
 Status MatmulBackward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,
