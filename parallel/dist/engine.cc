@@ -186,6 +186,7 @@ MemoryStats DistTrainer::memory() const {
   s.grad_bytes = grads_.size();
   s.optimizer_bytes = m_.size() + v_.size();
   s.activation_bytes = runner_->bytes();
+  s.activation_slots = runner_->slots();
   s.peak_transient_bytes = peak_transient_bytes_;
   return s;
 }

@@ -48,6 +48,7 @@ struct MemoryStats {
   size_t grad_bytes = 0;
   size_t optimizer_bytes = 0;  // AdamW m and v (fp32 parameters are their own master)
   size_t activation_bytes = 0;
+  int activation_slots = 0;    // micro-batches whose activations can be alive at once
   size_t peak_transient_bytes = 0;
 };
 

@@ -139,3 +139,135 @@ TEST(ParityTest, HsdpMatchesOneProcess) {
 
 }  // namespace
 }  // namespace rt::dist
+
+namespace rt::dist {
+namespace {
+
+TEST(PipelineParityTest, GpipeAndOneFOneBMatchOneProcess) {
+  CheckParity("pp=2,schedule=gpipe", 2);
+  CheckParity("pp=2,schedule=1f1b", 4);
+  CheckParity("pp=4,schedule=gpipe", 4);
+  CheckParity("pp=4,schedule=1f1b", 4);
+  CheckParity("pp=3,schedule=1f1b", 2);
+}
+
+TEST(PipelineParityTest, PipelineWithDataParallelZeroStages) {
+  std::vector<std::vector<float>> first;
+  for (int zero : {0, 1, 3}) {
+    const std::string spec = "pp=2,dp=2,zero=" + std::to_string(zero) + ",schedule=1f1b";
+    std::unique_ptr<DistRun> run = CheckParity(spec, 2);
+    ASSERT_TRUE(run->status.ok());
+    if (zero == 0) {
+      first = Snapshot(*run);
+    } else {
+      EXPECT_TRUE(Snapshot(*run) == first) << spec << " differs bitwise from ZeRO-0";
+    }
+  }
+  CheckParity("pp=2,dp=4,zero=3,hsdp_shard=2,schedule=gpipe", 1);
+}
+
+TEST(PipelineParityTest, OneFOneBKeepsAtMostStagesLeftMicroBatchesAlive) {
+  std::unique_ptr<DistRun> run = RunLayout(Config(4), Layout("pp=4,schedule=1f1b"), Tokens(), 1);
+  ASSERT_TRUE(run->status.ok()) << run->status.ToString();
+  std::unique_ptr<DistRun> gpipe = RunLayout(Config(4), Layout("pp=4,schedule=gpipe"), Tokens(), 1);
+  ASSERT_TRUE(gpipe->status.ok()) << gpipe->status.ToString();
+  for (int s = 0; s < 4; ++s) {
+    // Activation sets: p − s under 1F1B (p at most), m under GPipe.
+    EXPECT_EQ(run->engines[s]->memory().activation_slots, std::min(4, 4 - s));
+    EXPECT_EQ(gpipe->engines[s]->memory().activation_slots, 4);
+  }
+}
+
+// Communication volume per rank over `steps` steps equals the formulas, with Φ the rank's
+// (padded) parameter count: DDP and ZeRO-1/2 2Φ(n−1)/n, ZeRO-3 3Φ(n−1)/n, HSDP 3Φ(s−1)/s inside
+// the shard group plus 2(Φ/s)(r−1)/r across replicas. Per-rank memory equals the ZeRO formulas.
+TEST(FormulaTest, CommunicationBytesAndMemoryPerRank) {
+  constexpr int kFormulaSteps = 2;
+  using comm::OpKind;
+  for (const char* spec : {"dp=4,zero=0", "dp=4,zero=1", "dp=4,zero=2", "dp=4,zero=3",
+                           "dp=4,zero=3,hsdp_shard=2", "dp=4,zero=1,hsdp_shard=2"}) {
+    const ParallelLayout layout = Layout(spec);
+    std::unique_ptr<DistRun> run = RunLayout(Config(1), layout, Tokens(), kFormulaSteps);
+    ASSERT_TRUE(run->status.ok()) << spec << ": " << run->status.ToString();
+    const int s = layout.dp_shard, r = layout.dp_replicate;
+    for (int rank = 0; rank < layout.world(); ++rank) {
+      const DistTrainer& e = *run->engines[rank];
+      const uint64_t phi = static_cast<uint64_t>(e.stage().total);
+      EXPECT_LT(phi - static_cast<uint64_t>(e.stage().num_params()), e.stage().units.size() * s);
+      const comm::CommStats& sh = run->dp_shard_stats[rank];
+      const comm::CommStats& rep = run->dp_replicate_stats[rank];
+      const uint64_t b = 4 * kFormulaSteps;  // bytes per element, steps
+      const uint64_t part = phi * (s - 1) / s * b;
+      uint64_t ar = 0, rs = 0, ag = 0;
+      switch (layout.zero) {
+        case 0: ar = 2 * part; break;
+        case 1: case 2: rs = part; ag = part; break;
+        case 3: rs = part; ag = 2 * part; break;
+      }
+      EXPECT_EQ(sh[OpKind::kAllReduce].bytes_sent, ar) << spec;
+      EXPECT_EQ(sh[OpKind::kReduceScatter].bytes_sent, rs) << spec;
+      EXPECT_EQ(sh[OpKind::kAllGather].bytes_sent, ag) << spec;
+      EXPECT_EQ(sh.Total().bytes_sent, ar + rs + ag) << spec;
+      EXPECT_EQ(rep.Total().bytes_sent, r > 1 ? 2 * (phi / s) * (r - 1) / r * b : 0) << spec;
+      const MemoryStats m = e.memory();
+      const size_t full = phi * 4, shard = phi / s * 4;
+      EXPECT_EQ(m.param_bytes, layout.zero >= 3 ? shard : full) << spec;
+      EXPECT_EQ(m.grad_bytes, layout.zero >= 2 ? shard : full) << spec;
+      EXPECT_EQ(m.optimizer_bytes, 2 * (layout.zero >= 1 ? shard : full)) << spec;
+      if (rank == 0)
+        std::printf("%-26s Φ=%llu  sent/step: shard group %.1f KiB, replicas %.1f KiB  "
+                    "state: params %zu, grads %zu, adam %zu bytes, peak transient %zu\n",
+                    spec, static_cast<unsigned long long>(phi),
+                    sh.Total().bytes_sent / 1024.0 / kFormulaSteps,
+                    rep.Total().bytes_sent / 1024.0 / kFormulaSteps, m.param_bytes, m.grad_bytes,
+                    m.optimizer_bytes, m.peak_transient_bytes);
+    }
+  }
+}
+
+// The shard contract: the union over ranks of every kind of state reconstructs the single-process
+// state — exactly at initialisation for every layout, and exactly after 20 steps where the
+// numerics are the single process's (one data-parallel rank) — with no overlap except replicas
+// (Assemble checks coverage and replica equality).
+TEST(ShardContractTest, UnionOverRanksIsTheSingleProcessState) {
+  Result<std::unique_ptr<Trainer>> fresh = Trainer::Create(Config(1), Tokens(), "");
+  ASSERT_TRUE(fresh.ok());
+  auto check = [](DistRun& run, const Trainer& t, const std::string& spec, bool exact) {
+    const AdamWOptimizer& opt = t.optimizer();
+    const std::pair<StateKind, const Arena*> kinds[] = {{StateKind::kParam, &opt.master()},
+                                                        {StateKind::kMaster, &opt.master()},
+                                                        {StateKind::kAdamM, &opt.m()},
+                                                        {StateKind::kAdamV, &opt.v()}};
+    for (const auto& [kind, arena] : kinds) {
+      std::string error;
+      const auto got = Assemble(run, kind, &error);
+      EXPECT_EQ(error, "") << spec << " " << StateKindName(kind);
+      EXPECT_EQ(got.size(), static_cast<size_t>(arena->size())) << spec;
+      const ParamDiff d = CompareParams(got, *arena, &error);
+      if (exact) {
+        EXPECT_EQ(d.per_tensor, 0.0) << spec << " " << StateKindName(kind) << " " << d.worst_tensor;
+      }
+    }
+    for (auto& e : run.engines) {
+      int steps = 0;
+      for (const TensorShard& s : e->Shards().shards)
+        if (s.kind == StateKind::kStep) {
+          EXPECT_EQ(*s.view.data_as<int64_t>(), t.state().adam_step) << spec;
+          ++steps;
+        }
+      EXPECT_EQ(steps, 1) << spec;
+    }
+  };
+  for (const char* spec : {"dp=4,zero=3", "dp=2,zero=1", "pp=2,dp=2,zero=2", "pp=4",
+                           "pp=2,dp=4,zero=3,hsdp_shard=2"}) {
+    std::unique_ptr<DistRun> run = RunLayout(Config(1), Layout(spec), Tokens(), 0);
+    ASSERT_TRUE(run->status.ok()) << spec << ": " << run->status.ToString();
+    check(*run, **fresh, spec, true);
+  }
+  std::unique_ptr<DistRun> run = RunLayout(Config(2), Layout("dp=1"), Tokens(), kSteps);
+  ASSERT_TRUE(run->status.ok());
+  check(*run, *ReferenceRun(2).trainer, "dp=1 after 20 steps", true);
+}
+
+}  // namespace
+}  // namespace rt::dist

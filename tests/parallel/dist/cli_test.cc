@@ -1,0 +1,99 @@
+// ringtrain_dist end to end: ranks as local processes over the TCP store and the CPU backend,
+// rank 0's metrics against the single-process Trainer, and bad input.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "parallel/config.h"
+#include "parallel/data_loader.h"
+#include "parallel/token_shard.h"
+#include "parallel/trainer.h"
+#include "tests/parallel/test_util.h"
+
+namespace rt::dist {
+namespace {
+
+struct Exec {
+  int code = -1;
+  std::string output;
+};
+
+Exec Execute(const std::string& args) {
+  Exec e;
+  const std::string cmd = std::string(RINGTRAIN_DIST_BIN) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return e;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof(buf), p)) e.output.append(buf, n);
+  const int status = pclose(p);
+  e.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return e;
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("ringtrain_dist_cli_" + std::to_string(getpid()));
+    std::filesystem::create_directories(dir_);
+    auto tokens = rt::testing::PatternTokens(20000, 97, 3);
+    ASSERT_TRUE(WriteTokenShard((dir_ / "train_000.bin").string(), *tokens, 256).ok());
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::string Sets() const {
+    return "--config " + std::string(RINGTRAIN_SOURCE_DIR) + "/configs/tiny.toml --set data.dir=" +
+           dir_.string() + " --set eval.every=0 --set metrics.path=" + (dir_ / "m.jsonl").string();
+  }
+
+  std::filesystem::path dir_;
+};
+
+TEST_F(CliTest, PipelineAndDataParallelProcessesMatchOneProcess) {
+  const Exec e = Execute(Sets() + " --set train.micro_batches=2 --layout pp=2,dp=2,zero=1 --ranks 4 --steps 5");
+  ASSERT_EQ(e.code, 0) << e.output;
+  // The single-process run of the same config.
+  Result<RunConfig> config = LoadRunConfig(
+      std::string(RINGTRAIN_SOURCE_DIR) + "/configs/tiny.toml",
+      {"data.dir=" + dir_.string(), "eval.every=0", "train.micro_batches=2", "train.steps=5"});
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  auto tokens = LoadTrainTokens(dir_.string(), 256);
+  ASSERT_TRUE(tokens.ok());
+  auto trainer = Trainer::Create(*config, *tokens, "");
+  ASSERT_TRUE(trainer.ok());
+  std::ifstream metrics(dir_ / "m.jsonl");
+  std::string line;
+  int steps = 0;
+  while (std::getline(metrics, line)) {
+    const auto j = nlohmann::json::parse(line);
+    Result<StepStats> s = (*trainer)->Step();
+    ASSERT_TRUE(s.ok());
+    EXPECT_EQ(j["step"].get<int64_t>(), s->step);
+    EXPECT_NEAR(j["loss"].get<double>(), s->loss, 1e-5 * s->loss);
+    EXPECT_DOUBLE_EQ(j["lr"].get<double>(), s->lr);
+    EXPECT_GT(j["tokens_per_s"].get<double>(), 0);
+    ++steps;
+  }
+  EXPECT_EQ(steps, 5);
+}
+
+TEST_F(CliTest, BadInputGivesAClearErrorAndNonZeroExit) {
+  Exec e = Execute(Sets() + " --layout dp=2 --ranks 3 --steps 1");
+  EXPECT_NE(e.code, 0);
+  EXPECT_NE(e.output.find("--ranks 3"), std::string::npos) << e.output;
+  e = Execute(Sets() + " --layout dp=2,tpp=2 --ranks 2 --steps 1");
+  EXPECT_NE(e.code, 0);
+  EXPECT_NE(e.output.find("tpp"), std::string::npos) << e.output;
+  e = Execute(Sets() + " --set train.batch_size=6 --layout dp=4 --ranks 4 --steps 1");
+  EXPECT_NE(e.code, 0);
+  EXPECT_NE(e.output.find("batch_size"), std::string::npos) << e.output;
+}
+
+}  // namespace
+}  // namespace rt::dist
