@@ -7,7 +7,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=$(cd "${1:?usage: tools/demo.sh BUILD_DIR}" && pwd)
 RINGTRAIN=$BUILD/tools/ringtrain/ringtrain
 WORK=${RINGTRAIN_DEMO_DIR:-$BUILD/demo}
-STEPS=${RINGTRAIN_DEMO_STEPS:-1200}
+STEPS=${RINGTRAIN_DEMO_STEPS:-800}
 mkdir -p "$WORK"
 
 echo "== ringtrain demo: GPT-2 config S on Debian's fortunes (byte tokens), $STEPS steps"
