@@ -69,12 +69,12 @@ Status CheckSameFloating(const char* op, std::initializer_list<Arg> args) {
     if (first == nullptr) {
       first = &a;
       if (!IsFloating(a.t.dtype())) {
-        return DTypeError(op, std::string(a.name) + " is " + a.t.Describe() +
-                                  "; expected f32, bf16 or f16");
+        return DTypeError(
+            op, std::string(a.name) + " is " + a.t.Describe() + "; expected f32, bf16 or f16");
       }
     } else if (a.t.dtype() != first->t.dtype()) {
-      return DTypeError(op, std::string(a.name) + " is " + a.t.Describe() + " but " +
-                                first->name + " is " + first->t.Describe() +
+      return DTypeError(op, std::string(a.name) + " is " + a.t.Describe() + " but " + first->name +
+                                " is " + first->t.Describe() +
                                 " (floating arguments of one op share a dtype)");
     }
   }
@@ -91,19 +91,21 @@ Status CheckDType(const char* op, const Arg& a, DType want) {
 }
 
 // `a` (when defined) has exactly shape `want`; `why` explains where `want` comes from.
-Status CheckShape(const char* op, const Arg& a, const Shape& want, const std::string& why) {
+template <typename Why>
+Status CheckShape(const char* op, const Arg& a, const Shape& want, const Why& why) {
   if (a.t.defined() && !(a.t.shape() == want)) {
     return ShapeError(op, std::string(a.name) + " has shape " + S(a.t) + " but expected " +
-                              S(want) + " (" + why + ")");
+                              S(want) + " (" + why() + ")");
   }
   return Status::Ok();
 }
 
 // `a` (when defined) has `want` elements.
-Status CheckNumel(const char* op, const Arg& a, int64_t want, const std::string& why) {
+template <typename Why>
+Status CheckNumel(const char* op, const Arg& a, int64_t want, const Why& why) {
   if (a.t.defined() && a.t.numel() != want) {
     return ShapeError(op, std::string(a.name) + " has shape " + S(a.t) + " (" + I(a.t.numel()) +
-                              " elements) but expected " + I(want) + " elements (" + why + ")");
+                              " elements) but expected " + I(want) + " elements (" + why() + ")");
   }
   return Status::Ok();
 }
@@ -120,12 +122,12 @@ Status CheckNdimAtLeast(const char* op, const Arg& a, int n) {
 Shape Matrix(int64_t rows, int64_t cols) { return Shape{rows, cols}; }
 
 // True when the tensor seen as [rows, last] is [rows, cols]; for messages see CheckMatrix.
-Status CheckMatrix(const char* op, const Arg& a, int64_t rows, int64_t cols,
-                   const std::string& why) {
+template <typename Why>
+Status CheckMatrix(const char* op, const Arg& a, int64_t rows, int64_t cols, const Why& why) {
   if (!a.t.defined()) return Status::Ok();
   if (a.t.ndim() < 1 || a.t.shape().last() != cols || a.t.shape().rows() != rows) {
     return ShapeError(op, std::string(a.name) + " has shape " + S(a.t) + " but expected " +
-                              S(Matrix(rows, cols)) + " (" + why + ")");
+                              S(Matrix(rows, cols)) + " (" + why() + ")");
   }
   return Status::Ok();
 }
@@ -154,15 +156,17 @@ Status Gemm(Tensor c, Tensor a, Tensor b, bool trans_a, bool trans_b, float alph
                               " has K=" + I(k) + ", op(b) of b" + S(b) + (trans_b ? "ᵀ" : "") +
                               " has K=" + I(kb));
   }
-  RETURN_IF_ERROR(CheckMatrix(op, {"c", c}, m, n, "[M,N] from a" + S(a) + " and b" + S(b)));
+  RETURN_IF_ERROR(CheckMatrix(
+      op, {"c", c}, m, n, [&] { return std::string("[M,N] from a" + S(a) + " and b" + S(b)); }));
   return be->gemm(c, a, b, trans_a, trans_b, alpha, beta);
 }
 
 Status MatmulForward(Tensor out, Tensor inp, Tensor weight, Tensor bias) {
   constexpr const char* op = "MatmulForward";
   RETURN_IF_ERROR(CheckDefined(op, {{"out", out}, {"inp", inp}, {"weight", weight}}));
-  ASSIGN_OR_RETURN(const KernelBackend* be,
-                   CheckDevices(op, {{"out", out}, {"inp", inp}, {"weight", weight}, {"bias", bias}}));
+  ASSIGN_OR_RETURN(
+      const KernelBackend* be,
+      CheckDevices(op, {{"out", out}, {"inp", inp}, {"weight", weight}, {"bias", bias}}));
   RETURN_IF_ERROR(
       CheckSameFloating(op, {{"out", out}, {"inp", inp}, {"weight", weight}, {"bias", bias}}));
   RETURN_IF_ERROR(CheckNdimAtLeast(op, {"inp", inp}, 1));
@@ -175,20 +179,21 @@ Status MatmulForward(Tensor out, Tensor inp, Tensor weight, Tensor bias) {
                               " expects IC=" + I(ic) + " in its last dimension");
   }
   const int64_t n = inp.shape().rows();
-  RETURN_IF_ERROR(CheckMatrix(op, {"out", out}, n, oc,
-                              "[N,OC] from inp " + S(inp) + " and weight " + S(weight)));
-  RETURN_IF_ERROR(CheckShape(op, {"bias", bias}, Shape{oc}, "[OC] of weight " + S(weight)));
+  RETURN_IF_ERROR(CheckMatrix(op, {"out", out}, n, oc, [&] {
+    return std::string("[N,OC] from inp " + S(inp) + " and weight " + S(weight));
+  }));
+  RETURN_IF_ERROR(CheckShape(op, {"bias", bias}, Shape{oc},
+                             [&] { return std::string("[OC] of weight " + S(weight)); }));
   return be->matmul_forward(out, inp, weight, bias);
 }
 
 Status MatmulBackward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,
                       Tensor weight) {
   constexpr const char* op = "MatmulBackward";
-  RETURN_IF_ERROR(CheckDefined(
-      op, {{"dweight", dweight}, {"dout", dout}, {"inp", inp}, {"weight", weight}}));
-  const std::initializer_list<Arg> all = {{"dinp", dinp}, {"dweight", dweight},
-                                          {"dbias", dbias}, {"dout", dout},
-                                          {"inp", inp},     {"weight", weight}};
+  RETURN_IF_ERROR(
+      CheckDefined(op, {{"dweight", dweight}, {"dout", dout}, {"inp", inp}, {"weight", weight}}));
+  const std::initializer_list<Arg> all = {{"dinp", dinp}, {"dweight", dweight}, {"dbias", dbias},
+                                          {"dout", dout}, {"inp", inp},         {"weight", weight}};
   ASSIGN_OR_RETURN(const KernelBackend* be, CheckDevices(op, all));
   RETURN_IF_ERROR(CheckSameFloating(op, all));
   RETURN_IF_ERROR(CheckNdimAtLeast(op, {"inp", inp}, 1));
@@ -201,19 +206,23 @@ Status MatmulBackward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Te
                               " expects IC=" + I(ic) + " in its last dimension");
   }
   const int64_t n = inp.shape().rows();
-  RETURN_IF_ERROR(CheckMatrix(op, {"dout", dout}, n, oc,
-                              "[N,OC] from inp " + S(inp) + " and weight " + S(weight)));
-  RETURN_IF_ERROR(CheckNumel(op, {"dinp", dinp}, inp.numel(), "like inp " + S(inp)));
-  RETURN_IF_ERROR(CheckShape(op, {"dweight", dweight}, weight.shape(), "like weight"));
-  RETURN_IF_ERROR(CheckShape(op, {"dbias", dbias}, Shape{oc}, "[OC] of weight " + S(weight)));
+  RETURN_IF_ERROR(CheckMatrix(op, {"dout", dout}, n, oc, [&] {
+    return std::string("[N,OC] from inp " + S(inp) + " and weight " + S(weight));
+  }));
+  RETURN_IF_ERROR(CheckNumel(op, {"dinp", dinp}, inp.numel(),
+                             [&] { return std::string("like inp " + S(inp)); }));
+  RETURN_IF_ERROR(CheckShape(op, {"dweight", dweight}, weight.shape(),
+                             [&] { return std::string("like weight"); }));
+  RETURN_IF_ERROR(CheckShape(op, {"dbias", dbias}, Shape{oc},
+                             [&] { return std::string("[OC] of weight " + S(weight)); }));
   return be->matmul_backward(dinp, dweight, dbias, dout, inp, weight);
 }
 
 Status LayerNormForward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor weight,
                         Tensor bias) {
   constexpr const char* op = "LayerNormForward";
-  const std::initializer_list<Arg> all = {{"out", out},   {"mean", mean},     {"rstd", rstd},
-                                          {"inp", inp},   {"weight", weight}, {"bias", bias}};
+  const std::initializer_list<Arg> all = {{"out", out}, {"mean", mean},     {"rstd", rstd},
+                                          {"inp", inp}, {"weight", weight}, {"bias", bias}};
   RETURN_IF_ERROR(CheckDefined(op, all));
   ASSIGN_OR_RETURN(const KernelBackend* be, CheckDevices(op, all));
   RETURN_IF_ERROR(
@@ -222,38 +231,57 @@ Status LayerNormForward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor
   RETURN_IF_ERROR(CheckDType(op, {"rstd", rstd}, DType::kF32));
   RETURN_IF_ERROR(CheckNdimAtLeast(op, {"inp", inp}, 1));
   const int64_t c = inp.shape().last(), n = inp.shape().rows();
-  RETURN_IF_ERROR(CheckShape(op, {"out", out}, inp.shape(), "like inp"));
-  RETURN_IF_ERROR(CheckNumel(op, {"mean", mean}, n, "[N] rows of inp " + S(inp)));
-  RETURN_IF_ERROR(CheckNumel(op, {"rstd", rstd}, n, "[N] rows of inp " + S(inp)));
-  RETURN_IF_ERROR(CheckShape(op, {"weight", weight}, Shape{c}, "[C] of inp " + S(inp)));
-  RETURN_IF_ERROR(CheckShape(op, {"bias", bias}, Shape{c}, "[C] of inp " + S(inp)));
+  RETURN_IF_ERROR(
+      CheckShape(op, {"out", out}, inp.shape(), [&] { return std::string("like inp"); }));
+  RETURN_IF_ERROR(
+      CheckNumel(op, {"mean", mean}, n, [&] { return std::string("[N] rows of inp " + S(inp)); }));
+  RETURN_IF_ERROR(
+      CheckNumel(op, {"rstd", rstd}, n, [&] { return std::string("[N] rows of inp " + S(inp)); }));
+  RETURN_IF_ERROR(CheckShape(op, {"weight", weight}, Shape{c},
+                             [&] { return std::string("[C] of inp " + S(inp)); }));
+  RETURN_IF_ERROR(CheckShape(op, {"bias", bias}, Shape{c},
+                             [&] { return std::string("[C] of inp " + S(inp)); }));
   return be->layernorm_forward(out, mean, rstd, inp, weight, bias);
 }
 
 Status LayerNormBackward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,
                          Tensor weight, Tensor mean, Tensor rstd) {
   constexpr const char* op = "LayerNormBackward";
-  RETURN_IF_ERROR(CheckDefined(op, {{"dweight", dweight}, {"dbias", dbias}, {"dout", dout},
-                                    {"inp", inp}, {"weight", weight}, {"mean", mean},
+  RETURN_IF_ERROR(CheckDefined(op, {{"dweight", dweight},
+                                    {"dbias", dbias},
+                                    {"dout", dout},
+                                    {"inp", inp},
+                                    {"weight", weight},
+                                    {"mean", mean},
                                     {"rstd", rstd}}));
-  const std::initializer_list<Arg> all = {{"dinp", dinp},     {"dweight", dweight},
-                                          {"dbias", dbias},   {"dout", dout},
-                                          {"inp", inp},       {"weight", weight},
-                                          {"mean", mean},     {"rstd", rstd}};
+  const std::initializer_list<Arg> all = {{"dinp", dinp}, {"dweight", dweight}, {"dbias", dbias},
+                                          {"dout", dout}, {"inp", inp},         {"weight", weight},
+                                          {"mean", mean}, {"rstd", rstd}};
   ASSIGN_OR_RETURN(const KernelBackend* be, CheckDevices(op, all));
-  RETURN_IF_ERROR(CheckSameFloating(op, {{"dinp", dinp}, {"dweight", dweight}, {"dbias", dbias},
-                                         {"dout", dout}, {"inp", inp}, {"weight", weight}}));
+  RETURN_IF_ERROR(CheckSameFloating(op, {{"dinp", dinp},
+                                         {"dweight", dweight},
+                                         {"dbias", dbias},
+                                         {"dout", dout},
+                                         {"inp", inp},
+                                         {"weight", weight}}));
   RETURN_IF_ERROR(CheckDType(op, {"mean", mean}, DType::kF32));
   RETURN_IF_ERROR(CheckDType(op, {"rstd", rstd}, DType::kF32));
   RETURN_IF_ERROR(CheckNdimAtLeast(op, {"inp", inp}, 1));
   const int64_t c = inp.shape().last(), n = inp.shape().rows();
-  RETURN_IF_ERROR(CheckShape(op, {"dout", dout}, inp.shape(), "like inp"));
-  RETURN_IF_ERROR(CheckShape(op, {"dinp", dinp}, inp.shape(), "like inp"));
-  RETURN_IF_ERROR(CheckNumel(op, {"mean", mean}, n, "[N] rows of inp " + S(inp)));
-  RETURN_IF_ERROR(CheckNumel(op, {"rstd", rstd}, n, "[N] rows of inp " + S(inp)));
-  RETURN_IF_ERROR(CheckShape(op, {"weight", weight}, Shape{c}, "[C] of inp " + S(inp)));
-  RETURN_IF_ERROR(CheckShape(op, {"dweight", dweight}, Shape{c}, "[C] of inp " + S(inp)));
-  RETURN_IF_ERROR(CheckShape(op, {"dbias", dbias}, Shape{c}, "[C] of inp " + S(inp)));
+  RETURN_IF_ERROR(
+      CheckShape(op, {"dout", dout}, inp.shape(), [&] { return std::string("like inp"); }));
+  RETURN_IF_ERROR(
+      CheckShape(op, {"dinp", dinp}, inp.shape(), [&] { return std::string("like inp"); }));
+  RETURN_IF_ERROR(
+      CheckNumel(op, {"mean", mean}, n, [&] { return std::string("[N] rows of inp " + S(inp)); }));
+  RETURN_IF_ERROR(
+      CheckNumel(op, {"rstd", rstd}, n, [&] { return std::string("[N] rows of inp " + S(inp)); }));
+  RETURN_IF_ERROR(CheckShape(op, {"weight", weight}, Shape{c},
+                             [&] { return std::string("[C] of inp " + S(inp)); }));
+  RETURN_IF_ERROR(CheckShape(op, {"dweight", dweight}, Shape{c},
+                             [&] { return std::string("[C] of inp " + S(inp)); }));
+  RETURN_IF_ERROR(CheckShape(op, {"dbias", dbias}, Shape{c},
+                             [&] { return std::string("[C] of inp " + S(inp)); }));
   return be->layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd);
 }
 
@@ -262,7 +290,8 @@ Status GeluForward(Tensor out, Tensor inp) {
   RETURN_IF_ERROR(CheckDefined(op, {{"out", out}, {"inp", inp}}));
   ASSIGN_OR_RETURN(const KernelBackend* be, CheckDevices(op, {{"out", out}, {"inp", inp}}));
   RETURN_IF_ERROR(CheckSameFloating(op, {{"out", out}, {"inp", inp}}));
-  RETURN_IF_ERROR(CheckShape(op, {"out", out}, inp.shape(), "like inp"));
+  RETURN_IF_ERROR(
+      CheckShape(op, {"out", out}, inp.shape(), [&] { return std::string("like inp"); }));
   return be->gelu_forward(out, inp);
 }
 
@@ -272,8 +301,10 @@ Status GeluBackward(Tensor dinp, Tensor inp, Tensor dout) {
   RETURN_IF_ERROR(CheckDefined(op, all));
   ASSIGN_OR_RETURN(const KernelBackend* be, CheckDevices(op, all));
   RETURN_IF_ERROR(CheckSameFloating(op, all));
-  RETURN_IF_ERROR(CheckShape(op, {"dinp", dinp}, inp.shape(), "like inp"));
-  RETURN_IF_ERROR(CheckShape(op, {"dout", dout}, inp.shape(), "like inp"));
+  RETURN_IF_ERROR(
+      CheckShape(op, {"dinp", dinp}, inp.shape(), [&] { return std::string("like inp"); }));
+  RETURN_IF_ERROR(
+      CheckShape(op, {"dout", dout}, inp.shape(), [&] { return std::string("like inp"); }));
   return be->gelu_backward(dinp, inp, dout);
 }
 
@@ -285,8 +316,8 @@ Status CheckAttentionQkv(const char* op, const Tensor& qkv, int n_head) {
   }
   const int64_t c = qkv.dim(2) / 3;
   if (n_head <= 0 || c % n_head != 0) {
-    return InvalidArgument(std::string(op) + ": n_head " + I(n_head) + " does not divide C=" +
-                           I(c) + " of qkv " + S(qkv));
+    return InvalidArgument(std::string(op) + ": n_head " + I(n_head) +
+                           " does not divide C=" + I(c) + " of qkv " + S(qkv));
   }
   return Status::Ok();
 }
@@ -301,26 +332,31 @@ Status AttentionForward(Tensor out, Tensor att, Tensor qkv, int n_head) {
   RETURN_IF_ERROR(CheckDType(op, {"att", att}, DType::kF32));
   RETURN_IF_ERROR(CheckAttentionQkv(op, qkv, n_head));
   const int64_t b = qkv.dim(0), t = qkv.dim(1), c = qkv.dim(2) / 3;
-  RETURN_IF_ERROR(CheckShape(op, {"out", out}, Shape{b, t, c}, "[B,T,C] of qkv " + S(qkv)));
-  RETURN_IF_ERROR(CheckShape(op, {"att", att}, Shape{b, n_head, t, t},
-                             "[B,n_head,T,T] of qkv " + S(qkv) + " and n_head " + I(n_head)));
+  RETURN_IF_ERROR(CheckShape(op, {"out", out}, Shape{b, t, c},
+                             [&] { return std::string("[B,T,C] of qkv " + S(qkv)); }));
+  RETURN_IF_ERROR(CheckShape(op, {"att", att}, Shape{b, n_head, t, t}, [&] {
+    return std::string("[B,n_head,T,T] of qkv " + S(qkv) + " and n_head " + I(n_head));
+  }));
   return be->attention_forward(out, att, qkv, n_head);
 }
 
 Status AttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor att, int n_head) {
   constexpr const char* op = "AttentionBackward";
-  const std::initializer_list<Arg> all = {{"dqkv", dqkv}, {"dout", dout}, {"qkv", qkv},
-                                          {"att", att}};
+  const std::initializer_list<Arg> all = {
+      {"dqkv", dqkv}, {"dout", dout}, {"qkv", qkv}, {"att", att}};
   RETURN_IF_ERROR(CheckDefined(op, all));
   ASSIGN_OR_RETURN(const KernelBackend* be, CheckDevices(op, all));
   RETURN_IF_ERROR(CheckSameFloating(op, {{"dqkv", dqkv}, {"dout", dout}, {"qkv", qkv}}));
   RETURN_IF_ERROR(CheckDType(op, {"att", att}, DType::kF32));
   RETURN_IF_ERROR(CheckAttentionQkv(op, qkv, n_head));
   const int64_t b = qkv.dim(0), t = qkv.dim(1), c = qkv.dim(2) / 3;
-  RETURN_IF_ERROR(CheckShape(op, {"dqkv", dqkv}, qkv.shape(), "like qkv"));
-  RETURN_IF_ERROR(CheckShape(op, {"dout", dout}, Shape{b, t, c}, "[B,T,C] of qkv " + S(qkv)));
-  RETURN_IF_ERROR(CheckShape(op, {"att", att}, Shape{b, n_head, t, t},
-                             "[B,n_head,T,T] of qkv " + S(qkv) + " and n_head " + I(n_head)));
+  RETURN_IF_ERROR(
+      CheckShape(op, {"dqkv", dqkv}, qkv.shape(), [&] { return std::string("like qkv"); }));
+  RETURN_IF_ERROR(CheckShape(op, {"dout", dout}, Shape{b, t, c},
+                             [&] { return std::string("[B,T,C] of qkv " + S(qkv)); }));
+  RETURN_IF_ERROR(CheckShape(op, {"att", att}, Shape{b, n_head, t, t}, [&] {
+    return std::string("[B,n_head,T,T] of qkv " + S(qkv) + " and n_head " + I(n_head));
+  }));
   return be->attention_backward(dqkv, dout, qkv, att, n_head);
 }
 
@@ -332,8 +368,9 @@ Status EmbeddingForward(Tensor out, Tensor tokens, Tensor wte, int64_t vocab_sta
   RETURN_IF_ERROR(CheckSameFloating(op, {{"out", out}, {"wte", wte}}));
   RETURN_IF_ERROR(CheckDType(op, {"tokens", tokens}, DType::kI32));
   if (wte.ndim() != 2) return ShapeError(op, "wte has shape " + S(wte) + "; expected [V,C]");
-  RETURN_IF_ERROR(CheckMatrix(op, {"out", out}, tokens.numel(), wte.dim(1),
-                              "one row of C per token: tokens " + S(tokens) + ", wte " + S(wte)));
+  RETURN_IF_ERROR(CheckMatrix(op, {"out", out}, tokens.numel(), wte.dim(1), [&] {
+    return std::string("one row of C per token: tokens " + S(tokens) + ", wte " + S(wte));
+  }));
   return be->embedding_forward(out, tokens, wte, vocab_start);
 }
 
@@ -345,9 +382,9 @@ Status EmbeddingBackward(Tensor dwte, Tensor dout, Tensor tokens, int64_t vocab_
   RETURN_IF_ERROR(CheckSameFloating(op, {{"dwte", dwte}, {"dout", dout}}));
   RETURN_IF_ERROR(CheckDType(op, {"tokens", tokens}, DType::kI32));
   if (dwte.ndim() != 2) return ShapeError(op, "dwte has shape " + S(dwte) + "; expected [V,C]");
-  RETURN_IF_ERROR(CheckMatrix(op, {"dout", dout}, tokens.numel(), dwte.dim(1),
-                              "one row of C per token: tokens " + S(tokens) + ", dwte " +
-                                  S(dwte)));
+  RETURN_IF_ERROR(CheckMatrix(op, {"dout", dout}, tokens.numel(), dwte.dim(1), [&] {
+    return std::string("one row of C per token: tokens " + S(tokens) + ", dwte " + S(dwte));
+  }));
   return be->embedding_backward(dwte, dout, tokens, vocab_start);
 }
 
@@ -395,17 +432,20 @@ Status SoftmaxCrossEntropy(Tensor losses, Tensor dlogits, Tensor logits, Tensor 
                            float dloss) {
   constexpr const char* op = "SoftmaxCrossEntropy";
   RETURN_IF_ERROR(CheckDefined(op, {{"losses", losses}, {"logits", logits}, {"targets", targets}}));
-  const std::initializer_list<Arg> all = {{"losses", losses}, {"dlogits", dlogits},
-                                          {"logits", logits}, {"targets", targets}};
+  const std::initializer_list<Arg> all = {
+      {"losses", losses}, {"dlogits", dlogits}, {"logits", logits}, {"targets", targets}};
   ASSIGN_OR_RETURN(const KernelBackend* be, CheckDevices(op, all));
   RETURN_IF_ERROR(CheckSameFloating(op, {{"logits", logits}, {"dlogits", dlogits}}));
   RETURN_IF_ERROR(CheckDType(op, {"losses", losses}, DType::kF32));
   RETURN_IF_ERROR(CheckDType(op, {"targets", targets}, DType::kI32));
   RETURN_IF_ERROR(CheckNdimAtLeast(op, {"logits", logits}, 1));
   const int64_t n = logits.shape().rows();
-  RETURN_IF_ERROR(CheckNumel(op, {"losses", losses}, n, "[N] rows of logits " + S(logits)));
-  RETURN_IF_ERROR(CheckNumel(op, {"targets", targets}, n, "[N] rows of logits " + S(logits)));
-  RETURN_IF_ERROR(CheckShape(op, {"dlogits", dlogits}, logits.shape(), "like logits"));
+  RETURN_IF_ERROR(CheckNumel(op, {"losses", losses}, n,
+                             [&] { return std::string("[N] rows of logits " + S(logits)); }));
+  RETURN_IF_ERROR(CheckNumel(op, {"targets", targets}, n,
+                             [&] { return std::string("[N] rows of logits " + S(logits)); }));
+  RETURN_IF_ERROR(CheckShape(op, {"dlogits", dlogits}, logits.shape(),
+                             [&] { return std::string("like logits"); }));
   return be->softmax_cross_entropy(losses, dlogits, logits, targets, dloss);
 }
 
@@ -415,8 +455,8 @@ Status Add(Tensor out, Tensor a, Tensor b) {
   RETURN_IF_ERROR(CheckDefined(op, all));
   ASSIGN_OR_RETURN(const KernelBackend* be, CheckDevices(op, all));
   RETURN_IF_ERROR(CheckSameFloating(op, all));
-  RETURN_IF_ERROR(CheckShape(op, {"b", b}, a.shape(), "like a"));
-  RETURN_IF_ERROR(CheckShape(op, {"out", out}, a.shape(), "like a"));
+  RETURN_IF_ERROR(CheckShape(op, {"b", b}, a.shape(), [&] { return std::string("like a"); }));
+  RETURN_IF_ERROR(CheckShape(op, {"out", out}, a.shape(), [&] { return std::string("like a"); }));
   return be->add(out, a, b);
 }
 
@@ -426,7 +466,8 @@ Status Accumulate(Tensor dst, Tensor src) {
   RETURN_IF_ERROR(CheckDefined(op, all));
   ASSIGN_OR_RETURN(const KernelBackend* be, CheckDevices(op, all));
   RETURN_IF_ERROR(CheckSameFloating(op, all));
-  RETURN_IF_ERROR(CheckShape(op, {"src", src}, dst.shape(), "like dst"));
+  RETURN_IF_ERROR(
+      CheckShape(op, {"src", src}, dst.shape(), [&] { return std::string("like dst"); }));
   return be->accumulate(dst, src);
 }
 
@@ -469,7 +510,7 @@ Status AdamW(Tensor param, Tensor grad, Tensor m, Tensor v, Tensor param_copy,
     return DTypeError(op, "param_copy is " + param_copy.Describe() + "; expected bf16 or f16");
   }
   const int64_t n = param.numel();
-  const std::string why = "numel of param " + S(param);
+  const auto why = [&] { return "numel of param " + S(param); };
   RETURN_IF_ERROR(CheckNumel(op, {"grad", grad}, n, why));
   RETURN_IF_ERROR(CheckNumel(op, {"m", m}, n, why));
   RETURN_IF_ERROR(CheckNumel(op, {"v", v}, n, why));
@@ -491,7 +532,8 @@ Status Convert(Tensor dst, Tensor src) {
   ASSIGN_OR_RETURN(const KernelBackend* be, CheckDevices(op, all));
   RETURN_IF_ERROR(CheckSameFloating(op, {{"dst", dst}}));
   RETURN_IF_ERROR(CheckSameFloating(op, {{"src", src}}));
-  RETURN_IF_ERROR(CheckNumel(op, {"dst", dst}, src.numel(), "numel of src " + S(src)));
+  RETURN_IF_ERROR(CheckNumel(op, {"dst", dst}, src.numel(),
+                             [&] { return std::string("numel of src " + S(src)); }));
   return be->convert(dst, src);
 }
 
@@ -501,13 +543,14 @@ Status Copy(Tensor dst, Tensor src) {
   if (dst.dtype() != src.dtype()) {
     return DTypeError(op, "dst is " + dst.Describe() + " but src is " + src.Describe());
   }
-  RETURN_IF_ERROR(CheckNumel(op, {"dst", dst}, src.numel(), "numel of src " + S(src)));
+  RETURN_IF_ERROR(CheckNumel(op, {"dst", dst}, src.numel(),
+                             [&] { return std::string("numel of src " + S(src)); }));
   // Either side on a device: that device's backend copies (it handles host memory too).
   const Device device = dst.device() != Device::kCpu ? dst.device() : src.device();
   const KernelBackend* be = BackendFor(device);
   if (be == nullptr) {
-    return Unimplemented("Copy: no CUDA backend in this build (dst " + dst.Describe() +
-                         ", src " + src.Describe() + ")");
+    return Unimplemented("Copy: no CUDA backend in this build (dst " + dst.Describe() + ", src " +
+                         src.Describe() + ")");
   }
   return be->copy(dst, src);
 }

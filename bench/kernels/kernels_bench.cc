@@ -5,8 +5,8 @@
 #include <cblas.h>
 
 #include <algorithm>
-#include <cmath>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -140,13 +140,14 @@ void BenchLinear(const ModelConfig& cfg, const char* op, int64_t ic, int64_t oc,
   const int64_t n = cfg.batch * cfg.seq;
   Owned x = MakeTensor(DType::kF32, Shape{n, ic}, 1), w = MakeTensor(DType::kF32, Shape{oc, ic}, 2);
   Owned b = MakeTensor(DType::kF32, Shape{oc}, 3), y = MakeTensor(DType::kF32, Shape{n, oc}, 4);
-  Owned dy = MakeTensor(DType::kF32, Shape{n, oc}, 5), dx = MakeTensor(DType::kF32, Shape{n, ic}, 6);
+  Owned dy = MakeTensor(DType::kF32, Shape{n, oc}, 5),
+        dx = MakeTensor(DType::kF32, Shape{n, ic}, 6);
   Owned dw = MakeTensor(DType::kF32, Shape{oc, ic}, 7), db = MakeTensor(DType::kF32, Shape{oc}, 8);
   const double f = 2.0 * n * ic * oc;
   // Forward.
-  auto [ours, raw] = TimePair([&] { Check(MatmulForward(y.t, x.t, w.t, bias ? b.t : Tensor())); },
-                              [&] { Sgemm(false, true, n, oc, ic, x.f(), w.f(), 0.0f, y.f()); },
-                              reps);
+  auto [ours, raw] =
+      TimePair([&] { Check(MatmulForward(y.t, x.t, w.t, bias ? b.t : Tensor())); },
+               [&] { Sgemm(false, true, n, oc, ic, x.f(), w.f(), 0.0f, y.f()); }, reps);
   PrintGemm(cfg, op, "fwd", n, oc, ic, f, ours, raw, reps);
   // Backward, input gradient: dinp[N,IC] += dout[N,OC]·W[OC,IC].
   std::tie(ours, raw) =
@@ -159,13 +160,13 @@ void BenchLinear(const ModelConfig& cfg, const char* op, int64_t ic, int64_t oc,
                [&] { Sgemm(true, false, oc, ic, n, dy.f(), x.f(), 1.0f, dw.f()); }, reps);
   PrintGemm(cfg, op, "bwd_weight", oc, ic, n, f, ours, raw, reps);
   // The whole MatmulBackward (both GEMMs, plus the bias gradient) next to the two raw GEMMs.
-  std::tie(ours, raw) = TimePair(
-      [&] { Check(MatmulBackward(dx.t, dw.t, bias ? db.t : Tensor(), dy.t, x.t, w.t)); },
-      [&] {
-        Sgemm(false, false, n, ic, oc, dy.f(), w.f(), 1.0f, dx.f());
-        Sgemm(true, false, oc, ic, n, dy.f(), x.f(), 1.0f, dw.f());
-      },
-      reps);
+  std::tie(ours, raw) =
+      TimePair([&] { Check(MatmulBackward(dx.t, dw.t, bias ? db.t : Tensor(), dy.t, x.t, w.t)); },
+               [&] {
+                 Sgemm(false, false, n, ic, oc, dy.f(), w.f(), 1.0f, dx.f());
+                 Sgemm(true, false, oc, ic, n, dy.f(), x.f(), 1.0f, dw.f());
+               },
+               reps);
   PrintGemm(cfg, op, "bwd", n, ic, oc, 2 * f, ours, raw, reps);
 }
 
@@ -185,10 +186,13 @@ void PrintBandwidth(const char* scope, const char* op, int64_t elements, double 
 // Bytes counted are those each op must read and write.
 void BenchBandwidth(const char* scope, int64_t rows, int64_t c, int reps) {
   const int64_t n = rows * c;
-  Owned a = MakeTensor(DType::kF32, Shape{rows, c}, 11), b = MakeTensor(DType::kF32, Shape{rows, c}, 12);
-  Owned g = MakeTensor(DType::kF32, Shape{rows, c}, 13), d = MakeTensor(DType::kF32, Shape{rows, c}, 14);
+  Owned a = MakeTensor(DType::kF32, Shape{rows, c}, 11),
+        b = MakeTensor(DType::kF32, Shape{rows, c}, 12);
+  Owned g = MakeTensor(DType::kF32, Shape{rows, c}, 13),
+        d = MakeTensor(DType::kF32, Shape{rows, c}, 14);
   Owned w = MakeTensor(DType::kF32, Shape{c}, 15), bias = MakeTensor(DType::kF32, Shape{c}, 16);
-  Owned mean = MakeTensor(DType::kF32, Shape{rows}, 17), rstd = MakeTensor(DType::kF32, Shape{rows}, 18);
+  Owned mean = MakeTensor(DType::kF32, Shape{rows}, 17),
+        rstd = MakeTensor(DType::kF32, Shape{rows}, 18);
   Owned dw = MakeTensor(DType::kF32, Shape{c}, 19), dbias = MakeTensor(DType::kF32, Shape{c}, 20);
   Owned m = MakeTensor(DType::kF32, Shape{n}, 21), v = MakeTensor(DType::kF32, Shape{n}, 22);
   Owned copy = MakeTensor(DType::kBF16, Shape{n}, 23);
@@ -231,12 +235,15 @@ void BenchBandwidth(const char* scope, int64_t rows, int64_t c, int reps) {
 // Attention forward and backward of one layer of the config.
 void BenchAttention(const ModelConfig& cfg, int reps) {
   const int64_t b = cfg.batch, t = cfg.seq, c = cfg.channels, nh = cfg.heads;
-  Owned qkv = MakeTensor(DType::kF32, Shape{b, t, 3 * c}, 31), out = MakeTensor(DType::kF32, Shape{b, t, c}, 32);
-  Owned att = MakeTensor(DType::kF32, Shape{b, nh, t, t}, 33), dout = MakeTensor(DType::kF32, Shape{b, t, c}, 34);
+  Owned qkv = MakeTensor(DType::kF32, Shape{b, t, 3 * c}, 31),
+        out = MakeTensor(DType::kF32, Shape{b, t, c}, 32);
+  Owned att = MakeTensor(DType::kF32, Shape{b, nh, t, t}, 33),
+        dout = MakeTensor(DType::kF32, Shape{b, t, c}, 34);
   Owned dqkv = MakeTensor(DType::kF32, Shape{b, t, 3 * c}, 35);
   const int h = static_cast<int>(nh);
   const double fwd = TimeIt([&] { Check(AttentionForward(out.t, att.t, qkv.t, h)); }, reps);
-  const double bwd = TimeIt([&] { Check(AttentionBackward(dqkv.t, dout.t, qkv.t, att.t, h)); }, reps);
+  const double bwd =
+      TimeIt([&] { Check(AttentionBackward(dqkv.t, dout.t, qkv.t, att.t, h)); }, reps);
   // Causal FLOPs: QKᵀ and att·V each 2·B·T²·C/2 forward, twice that backward.
   const double flops_fwd = 2.0 * b * t * t * c;
   std::printf(

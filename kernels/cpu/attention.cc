@@ -42,8 +42,8 @@ RT_CPU_CLONES void CausalSoftmaxRows(float* att, int64_t r0, int64_t r1, int64_t
 
 // Softmax backward on rows [r0, r1), in place on datt: datt[t,j] ← scale·att[t,j]·(datt[t,j] −
 // Σ_i att[t,i]·datt[t,i]) over the causal prefix, 0 from t+1 to kc.
-RT_CPU_CLONES void CausalSoftmaxBackwardRows(float* datt, const float* att, int64_t r0,
-                                             int64_t r1, int64_t kc, int64_t t_len, float scale) {
+RT_CPU_CLONES void CausalSoftmaxBackwardRows(float* datt, const float* att, int64_t r0, int64_t r1,
+                                             int64_t kc, int64_t t_len, float scale) {
   for (int64_t t = r0; t < r1; ++t) {
     float* d = datt + t * t_len;
     const float* a = att + t * t_len;
@@ -72,8 +72,7 @@ void AttentionForwardT(const Tensor& out, const Tensor& att_t, const Tensor& qkv
       float* o = y + b * t_len * c + h * hs;
       for (int64_t r0 = 0; r0 < t_len; r0 += kRowBlock) {
         const int64_t r1 = std::min(t_len, r0 + kRowBlock), rb = r1 - r0, kc = r1;
-        Sgemm(false, true, rb, kc, hs, scale, q + r0 * c3, c3, k, c3, 0.0f, a + r0 * t_len,
-              t_len);
+        Sgemm(false, true, rb, kc, hs, scale, q + r0 * c3, c3, k, c3, 0.0f, a + r0 * t_len, t_len);
         CausalSoftmaxRows(a, r0, r1, t_len);
         Sgemm(false, false, rb, hs, kc, 1.0f, a + r0 * t_len, t_len, v, c3, 0.0f, o + r0 * c, c);
       }
@@ -128,9 +127,8 @@ void AttentionBackwardT(const Tensor& dqkv, const Tensor& dout, const Tensor& qk
 
 Status AttentionForward(Tensor out, Tensor att, Tensor qkv, int n_head) {
   if (qkv.numel() == 0) return Status::Ok();
-  internal::DispatchFloating(qkv.dtype(), [&](auto tag) {
-    AttentionForwardT<decltype(tag)>(out, att, qkv, n_head);
-  });
+  internal::DispatchFloating(
+      qkv.dtype(), [&](auto tag) { AttentionForwardT<decltype(tag)>(out, att, qkv, n_head); });
   return Status::Ok();
 }
 

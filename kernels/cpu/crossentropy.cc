@@ -38,16 +38,17 @@ Status SoftmaxCrossEntropy(Tensor losses, Tensor dlogits, Tensor logits, Tensor 
   const int32_t* tg = targets.data_as<int32_t>();
   for (int64_t i = 0; i < n; ++i) {
     if (tg[i] < 0 || tg[i] >= v) {
-      return InvalidArgument("SoftmaxCrossEntropy: targets[" + std::to_string(i) + "] = " +
-                             std::to_string(tg[i]) + " is outside [0, " + std::to_string(v) +
-                             ") of logits " + logits.shape().ToString());
+      return InvalidArgument("SoftmaxCrossEntropy: targets[" + std::to_string(i) +
+                             "] = " + std::to_string(tg[i]) + " is outside [0, " +
+                             std::to_string(v) + ") of logits " + logits.shape().ToString());
     }
   }
   if (v == 0) return Status::Ok();
   internal::DispatchFloating(logits.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    CrossEntropyKernel<T>(losses.data_as<float>(), dlogits.defined() ? dlogits.data_as<T>() : nullptr,
-                          logits.data_as<T>(), tg, n, v, dloss);
+    CrossEntropyKernel<T>(losses.data_as<float>(),
+                          dlogits.defined() ? dlogits.data_as<T>() : nullptr, logits.data_as<T>(),
+                          tg, n, v, dloss);
   });
   return Status::Ok();
 }

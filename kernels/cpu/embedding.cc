@@ -10,8 +10,8 @@ namespace rt::cpu {
 namespace {
 
 template <typename T>
-void EmbeddingForwardKernel(T* out, const int32_t* tokens, const T* wte, int64_t n,
-                            int64_t v_local, int64_t c, int64_t vocab_start) {
+void EmbeddingForwardKernel(T* out, const int32_t* tokens, const T* wte, int64_t n, int64_t v_local,
+                            int64_t c, int64_t vocab_start) {
   for (int64_t i = 0; i < n; ++i) {
     const int64_t row = static_cast<int64_t>(tokens[i]) - vocab_start;
     T* y = out + i * c;
@@ -24,9 +24,8 @@ void EmbeddingForwardKernel(T* out, const int32_t* tokens, const T* wte, int64_t
 }
 
 template <typename T>
-RT_CPU_CLONES void EmbeddingBackwardKernel(T* dwte, const T* dout, const int32_t* tokens,
-                                           int64_t n, int64_t v_local, int64_t c,
-                                           int64_t vocab_start) {
+RT_CPU_CLONES void EmbeddingBackwardKernel(T* dwte, const T* dout, const int32_t* tokens, int64_t n,
+                                           int64_t v_local, int64_t c, int64_t vocab_start) {
   for (int64_t i = 0; i < n; ++i) {
     const int64_t row = static_cast<int64_t>(tokens[i]) - vocab_start;
     if (row < 0 || row >= v_local) continue;

@@ -111,16 +111,14 @@ void MatmulBackwardT(const Tensor& dinp, const Tensor& dweight, const Tensor& db
 }  // namespace
 
 Status Gemm(Tensor c, Tensor a, Tensor b, bool trans_a, bool trans_b, float alpha, float beta) {
-  internal::DispatchFloating(c.dtype(), [&](auto tag) {
-    GemmT<decltype(tag)>(c, a, b, trans_a, trans_b, alpha, beta);
-  });
+  internal::DispatchFloating(
+      c.dtype(), [&](auto tag) { GemmT<decltype(tag)>(c, a, b, trans_a, trans_b, alpha, beta); });
   return Status::Ok();
 }
 
 Status MatmulForward(Tensor out, Tensor inp, Tensor weight, Tensor bias) {
-  internal::DispatchFloating(out.dtype(), [&](auto tag) {
-    MatmulForwardT<decltype(tag)>(out, inp, weight, bias);
-  });
+  internal::DispatchFloating(
+      out.dtype(), [&](auto tag) { MatmulForwardT<decltype(tag)>(out, inp, weight, bias); });
   return Status::Ok();
 }
 

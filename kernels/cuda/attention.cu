@@ -16,8 +16,8 @@ namespace {
 Status BlasStatus(cublasStatus_t s, const char* what,
                   std::source_location where = std::source_location::current()) {
   if (s == CUBLAS_STATUS_SUCCESS) return Status::Ok();
-  return ForeignError(StatusCode::kCublasError,
-                      std::string(what) + ": " + cublasGetStatusString(s), where);
+  return ForeignError(StatusCode::kCublasError, std::string(what) + ": " + cublasGetStatusString(s),
+                      where);
 }
 
 // The calling thread's cuBLAS handle, created on first use.
@@ -39,10 +39,10 @@ Result<cublasHandle_t> Handle() {
 Status BatchedGemm(cublasHandle_t h, bool ta, bool tb, int m, int n, int k, float alpha,
                    const float* a, int lda, int64_t sa, const float* b, int ldb, int64_t sb,
                    float beta, float* c, int ldc, int64_t sc, int batch) {
-  return BlasStatus(cublasSgemmStridedBatched(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                              ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b,
-                                              ldb, sb, a, lda, sa, &beta, c, ldc, sc, batch),
-                    "cublasSgemmStridedBatched");
+  return BlasStatus(
+      cublasSgemmStridedBatched(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                n, m, k, &alpha, b, ldb, sb, a, lda, sa, &beta, c, ldc, sc, batch),
+      "cublasSgemmStridedBatched");
 }
 
 // qkv[B,T,3C] (or dout[B,T,C] with parts = 1) → parts × [B,H,T,hs] fp32.
@@ -64,8 +64,8 @@ __global__ void PermuteKernel(float* dst, const T* src, int64_t b_len, int64_t t
 
 // parts × [B,H,T,hs] fp32 → dst[B,T,parts·C]: assigned, or added when accumulate.
 template <typename T>
-__global__ void UnpermuteKernel(T* dst, const float* src, int64_t b_len, int64_t t_len,
-                                int64_t nh, int64_t hs, int parts, bool accumulate) {
+__global__ void UnpermuteKernel(T* dst, const float* src, int64_t b_len, int64_t t_len, int64_t nh,
+                                int64_t hs, int parts, bool accumulate) {
   const int64_t c = nh * hs, per_part = b_len * t_len * c, total = per_part * parts;
   for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -114,9 +114,9 @@ __global__ void CausalSoftmaxBackwardKernel(float* datt, const float* att, int64
 class Scratch {
  public:
   Status Allocate(int64_t floats) {
-    return CudaStatus(cudaMallocAsync(reinterpret_cast<void**>(&p_), floats * sizeof(float),
-                                      Stream()),
-                      "cudaMallocAsync");
+    return CudaStatus(
+        cudaMallocAsync(reinterpret_cast<void**>(&p_), floats * sizeof(float), Stream()),
+        "cudaMallocAsync");
   }
   ~Scratch() {
     if (p_) cudaFreeAsync(p_, Stream());
@@ -193,22 +193,22 @@ Status AttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor att, int n
     PermuteKernel<T><<<Blocks(3 * bt, kThreads), kThreads, 0, Stream()>>>(
         q, qkv.data_as<T>(), b_len, t_len, n_head, hs, 3);
     RT_CUDA_RETURN_IF_LAUNCH_ERROR("PermuteKernel");
-    PermuteKernel<T><<<Blocks(bt, kThreads), kThreads, 0, Stream()>>>(
-        dy, dout.data_as<T>(), b_len, t_len, n_head, hs, 1);
+    PermuteKernel<T><<<Blocks(bt, kThreads), kThreads, 0, Stream()>>>(dy, dout.data_as<T>(), b_len,
+                                                                      t_len, n_head, hs, 1);
     RT_CUDA_RETURN_IF_LAUNCH_ERROR("PermuteKernel");
     // datt = dy·vᵀ; dv = attᵀ·dy.
-    RETURN_IF_ERROR(BatchedGemm(h, false, true, ti, ti, hi, 1.0f, dy, hi, sq, v, hi, sq, 0.0f,
-                                datt, ti, sa, batch));
-    RETURN_IF_ERROR(BatchedGemm(h, true, false, ti, hi, ti, 1.0f, a, ti, sa, dy, hi, sq, 0.0f,
-                                dv, hi, sq, batch));
+    RETURN_IF_ERROR(BatchedGemm(h, false, true, ti, ti, hi, 1.0f, dy, hi, sq, v, hi, sq, 0.0f, datt,
+                                ti, sa, batch));
+    RETURN_IF_ERROR(BatchedGemm(h, true, false, ti, hi, ti, 1.0f, a, ti, sa, dy, hi, sq, 0.0f, dv,
+                                hi, sq, batch));
     CausalSoftmaxBackwardKernel<<<RowBlocks(b_len * n_head * t_len), kThreads, 0, Stream()>>>(
         datt, a, b_len * n_head * t_len, t_len, scale);
     RT_CUDA_RETURN_IF_LAUNCH_ERROR("CausalSoftmaxBackwardKernel");
     // dq = dpre·k; dk = dpreᵀ·q.
     RETURN_IF_ERROR(BatchedGemm(h, false, false, ti, hi, ti, 1.0f, datt, ti, sa, k, hi, sq, 0.0f,
                                 dq, hi, sq, batch));
-    RETURN_IF_ERROR(BatchedGemm(h, true, false, ti, hi, ti, 1.0f, datt, ti, sa, q, hi, sq, 0.0f,
-                                dk, hi, sq, batch));
+    RETURN_IF_ERROR(BatchedGemm(h, true, false, ti, hi, ti, 1.0f, datt, ti, sa, q, hi, sq, 0.0f, dk,
+                                hi, sq, batch));
     UnpermuteKernel<T><<<Blocks(3 * bt, kThreads), kThreads, 0, Stream()>>>(
         dqkv.data_as<T>(), dq, b_len, t_len, n_head, hs, 3, true);
     return CudaStatus(cudaGetLastError(), "UnpermuteKernel");

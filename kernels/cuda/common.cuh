@@ -21,8 +21,8 @@ using internal::Store;
 inline Status CudaStatus(cudaError_t err, const char* what,
                          std::source_location where = std::source_location::current()) {
   if (err == cudaSuccess) return Status::Ok();
-  return ForeignError(StatusCode::kCudaError,
-                      std::string(what) + ": " + cudaGetErrorString(err), where);
+  return ForeignError(StatusCode::kCudaError, std::string(what) + ": " + cudaGetErrorString(err),
+                      where);
 }
 
 // Returns from the enclosing function if a CUDA runtime call failed.

@@ -6,7 +6,7 @@ namespace rt::cuda {
 
 namespace {
 
-#define RT_GRID_FOR(i, n)                                                            \
+#define RT_GRID_FOR(i, n)                                                                \
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); \
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
@@ -59,8 +59,8 @@ Status Add(Tensor out, Tensor a, Tensor b) {
   if (n == 0) return Status::Ok();
   return Dispatch(out.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    AddKernel<T><<<Blocks(n, 256), 256, 0, Stream()>>>(out.data_as<T>(), a.data_as<T>(),
-                                                        b.data_as<T>(), n);
+    AddKernel<T>
+        <<<Blocks(n, 256), 256, 0, Stream()>>>(out.data_as<T>(), a.data_as<T>(), b.data_as<T>(), n);
     return CudaStatus(cudaGetLastError(), "AddKernel");
   });
 }
@@ -70,8 +70,8 @@ Status Accumulate(Tensor dst, Tensor src) {
   if (n == 0) return Status::Ok();
   return Dispatch(dst.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    AccumulateKernel<T><<<Blocks(n, 256), 256, 0, Stream()>>>(dst.data_as<T>(),
-                                                               src.data_as<T>(), n);
+    AccumulateKernel<T>
+        <<<Blocks(n, 256), 256, 0, Stream()>>>(dst.data_as<T>(), src.data_as<T>(), n);
     return CudaStatus(cudaGetLastError(), "AccumulateKernel");
   });
 }
@@ -95,7 +95,8 @@ Result<double> SumOfSquares(Tensor x) {
   const int64_t n = x.numel();
   if (n == 0) return 0.0;
   double* acc = nullptr;
-  RT_CUDA_RETURN_IF_ERROR(cudaMallocAsync(reinterpret_cast<void**>(&acc), sizeof(double), Stream()));
+  RT_CUDA_RETURN_IF_ERROR(
+      cudaMallocAsync(reinterpret_cast<void**>(&acc), sizeof(double), Stream()));
   double host = 0.0;
   auto run = [&]() -> Status {
     RT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(acc, 0, sizeof(double), Stream()));
@@ -104,9 +105,8 @@ Result<double> SumOfSquares(Tensor x) {
       SumOfSquaresKernel<T><<<Blocks(n, 256), 256, 0, Stream()>>>(acc, x.data_as<T>(), n);
       return CudaStatus(cudaGetLastError(), "SumOfSquaresKernel");
     }));
-    return CudaStatus(
-        cudaMemcpyAsync(&host, acc, sizeof(double), cudaMemcpyDeviceToHost, Stream()),
-        "cudaMemcpyAsync");
+    return CudaStatus(cudaMemcpyAsync(&host, acc, sizeof(double), cudaMemcpyDeviceToHost, Stream()),
+                      "cudaMemcpyAsync");
   };
   const Status s = run();
   const Status freed = CudaStatus(cudaFreeAsync(acc, Stream()), "cudaFreeAsync");
@@ -125,8 +125,8 @@ Status Convert(Tensor dst, Tensor src) {
     return Dispatch(src.dtype(), [&](auto stag) {
       using D = decltype(dtag);
       using S = decltype(stag);
-      ConvertKernel<D, S><<<Blocks(n, 256), 256, 0, Stream()>>>(dst.data_as<D>(),
-                                                                 src.data_as<S>(), n);
+      ConvertKernel<D, S>
+          <<<Blocks(n, 256), 256, 0, Stream()>>>(dst.data_as<D>(), src.data_as<S>(), n);
       return CudaStatus(cudaGetLastError(), "ConvertKernel");
     });
   });

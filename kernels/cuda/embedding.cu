@@ -62,9 +62,9 @@ Status EmbeddingForward(Tensor out, Tensor tokens, Tensor wte, int64_t vocab_sta
   if (n * c == 0) return Status::Ok();
   return Dispatch(wte.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    EmbeddingForwardKernel<T><<<Blocks(n * c, 256), 256, 0, Stream()>>>(
-        out.data_as<T>(), tokens.data_as<int32_t>(), wte.data_as<T>(), n, wte.dim(0), c,
-        vocab_start);
+    EmbeddingForwardKernel<T>
+        <<<Blocks(n * c, 256), 256, 0, Stream()>>>(out.data_as<T>(), tokens.data_as<int32_t>(),
+                                                   wte.data_as<T>(), n, wte.dim(0), c, vocab_start);
     return CudaStatus(cudaGetLastError(), "EmbeddingForwardKernel");
   });
 }

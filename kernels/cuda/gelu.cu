@@ -29,8 +29,8 @@ Status GeluForward(Tensor out, Tensor inp) {
   if (n == 0) return Status::Ok();
   return Dispatch(inp.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    GeluForwardKernel<T><<<Blocks(n, 256), 256, 0, Stream()>>>(out.data_as<T>(),
-                                                                inp.data_as<T>(), n);
+    GeluForwardKernel<T>
+        <<<Blocks(n, 256), 256, 0, Stream()>>>(out.data_as<T>(), inp.data_as<T>(), n);
     return CudaStatus(cudaGetLastError(), "GeluForwardKernel");
   });
 }
@@ -40,8 +40,8 @@ Status GeluBackward(Tensor dinp, Tensor inp, Tensor dout) {
   if (n == 0) return Status::Ok();
   return Dispatch(inp.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    GeluBackwardKernel<T><<<Blocks(n, 256), 256, 0, Stream()>>>(
-        dinp.data_as<T>(), inp.data_as<T>(), dout.data_as<T>(), n);
+    GeluBackwardKernel<T><<<Blocks(n, 256), 256, 0, Stream()>>>(dinp.data_as<T>(), inp.data_as<T>(),
+                                                                dout.data_as<T>(), n);
     return CudaStatus(cudaGetLastError(), "GeluBackwardKernel");
   });
 }

@@ -37,9 +37,9 @@ __global__ void LayerNormForwardKernel(T* out, float* mean, float* rstd, const T
 
 // dinp[row] += (w·dout − mean(w·dout) − norm·mean(w·dout·norm))·rstd; one warp per row.
 template <typename T>
-__global__ void LayerNormBackwardInputKernel(T* dinp, const T* dout, const T* inp,
-                                             const T* weight, const float* mean,
-                                             const float* rstd, int64_t n, int64_t c) {
+__global__ void LayerNormBackwardInputKernel(T* dinp, const T* dout, const T* inp, const T* weight,
+                                             const float* mean, const float* rstd, int64_t n,
+                                             int64_t c) {
   const int64_t row = blockIdx.x * static_cast<int64_t>(blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= n) return;

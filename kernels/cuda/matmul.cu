@@ -43,9 +43,12 @@ Result<LtContext*> Context() {
 
 cudaDataType_t CudaType(DType t) {
   switch (t) {
-    case DType::kBF16: return CUDA_R_16BF;
-    case DType::kF16: return CUDA_R_16F;
-    default: return CUDA_R_32F;
+    case DType::kBF16:
+      return CUDA_R_16BF;
+    case DType::kF16:
+      return CUDA_R_16F;
+    default:
+      return CUDA_R_32F;
   }
 }
 
@@ -77,14 +80,14 @@ Status LtGemm(DType dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float
   std::unique_ptr<cublasLtMatmulDescOpaque_t, DescDeleter> desc(desc_raw);
   const cublasOperation_t op_a = tb ? CUBLAS_OP_T : CUBLAS_OP_N;  // cuBLAS A is our B
   const cublasOperation_t op_b = ta ? CUBLAS_OP_T : CUBLAS_OP_N;  // cuBLAS B is our A
-  RT_LT_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(desc.get(), CUBLASLT_MATMUL_DESC_TRANSA,
-                                                       &op_a, sizeof(op_a)));
-  RT_LT_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(desc.get(), CUBLASLT_MATMUL_DESC_TRANSB,
-                                                       &op_b, sizeof(op_b)));
+  RT_LT_RETURN_IF_ERROR(
+      cublasLtMatmulDescSetAttribute(desc.get(), CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
+  RT_LT_RETURN_IF_ERROR(
+      cublasLtMatmulDescSetAttribute(desc.get(), CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
   if (bias != nullptr) {
     const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-    RT_LT_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
-        desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+    RT_LT_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE,
+                                                         &epi, sizeof(epi)));
     RT_LT_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
         desc.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
     RT_LT_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
@@ -124,8 +127,8 @@ Status LtGemm(DType dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float
                         "cublasLtMatmulAlgoGetHeuristic: no algorithm for m=" + std::to_string(m) +
                             " n=" + std::to_string(n) + " k=" + std::to_string(k));
   }
-  RT_LT_RETURN_IF_ERROR(cublasLtMatmul(ctx->handle, desc.get(), &alpha, b, la, a, lb, &beta, c,
-                                       lc, c, lc, &heuristic.algo, ctx->workspace, ws, Stream()));
+  RT_LT_RETURN_IF_ERROR(cublasLtMatmul(ctx->handle, desc.get(), &alpha, b, la, a, lb, &beta, c, lc,
+                                       c, lc, &heuristic.algo, ctx->workspace, ws, Stream()));
   return Status::Ok();
 }
 
@@ -170,8 +173,8 @@ Status MatmulForward(Tensor out, Tensor inp, Tensor weight, Tensor bias) {
   if (!bias.defined() || epilogue || n * oc == 0) return Status::Ok();
   return Dispatch(out.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    AddBiasKernel<T><<<Blocks(n * oc, 256), 256, 0, Stream()>>>(out.data_as<T>(),
-                                                                bias.data_as<T>(), n, oc);
+    AddBiasKernel<T>
+        <<<Blocks(n * oc, 256), 256, 0, Stream()>>>(out.data_as<T>(), bias.data_as<T>(), n, oc);
     return CudaStatus(cudaGetLastError(), "AddBiasKernel");
   });
 }
@@ -189,8 +192,8 @@ Status MatmulBackward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Te
   if (dbias.defined()) {
     Status s = Dispatch(dt, [&](auto tag) {
       using T = decltype(tag);
-      BiasGradKernel<T><<<Blocks(oc, 256), 256, 0, Stream()>>>(dbias.data_as<T>(),
-                                                              dout.data_as<T>(), n, oc);
+      BiasGradKernel<T>
+          <<<Blocks(oc, 256), 256, 0, Stream()>>>(dbias.data_as<T>(), dout.data_as<T>(), n, oc);
       return CudaStatus(cudaGetLastError(), "BiasGradKernel");
     });
     RETURN_IF_ERROR(s);

@@ -24,15 +24,14 @@ struct KernelBackend {
   // dst = src bytes; either tensor may be on the CPU (the backend of the non-CPU side copies).
   Status (*copy)(Tensor dst, Tensor src);
 
-  Status (*gemm)(Tensor c, Tensor a, Tensor b, bool trans_a, bool trans_b, float alpha,
-                 float beta);
+  Status (*gemm)(Tensor c, Tensor a, Tensor b, bool trans_a, bool trans_b, float alpha, float beta);
   Status (*matmul_forward)(Tensor out, Tensor inp, Tensor weight, Tensor bias);
   Status (*matmul_backward)(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,
                             Tensor weight);
   Status (*layernorm_forward)(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor weight,
                               Tensor bias);
-  Status (*layernorm_backward)(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout,
-                               Tensor inp, Tensor weight, Tensor mean, Tensor rstd);
+  Status (*layernorm_backward)(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,
+                               Tensor weight, Tensor mean, Tensor rstd);
   Status (*gelu_forward)(Tensor out, Tensor inp);
   Status (*gelu_backward)(Tensor dinp, Tensor inp, Tensor dout);
   Status (*attention_forward)(Tensor out, Tensor att, Tensor qkv, int n_head);

@@ -59,9 +59,12 @@ constexpr DType DTypeOf<Half>() {
 template <typename F>
 auto DispatchFloating(DType t, F&& f) {
   switch (t) {
-    case DType::kBF16: return f(Bf16{});
-    case DType::kF16: return f(Half{});
-    default: return f(float{});
+    case DType::kBF16:
+      return f(Bf16{});
+    case DType::kF16:
+      return f(Half{});
+    default:
+      return f(float{});
   }
 }
 

@@ -84,10 +84,10 @@ TEST(HalfTest, InfinitiesNanSubnormals) {
   EXPECT_EQ(HalfFromFloat(std::ldexp(1.0f, -24)), 0x0001);    // min subnormal
   EXPECT_EQ(HalfFromFloat(std::ldexp(1.0f, -25)), 0x0000);    // tie with zero → even
   EXPECT_EQ(HalfFromFloat(std::nextafter(std::ldexp(1.0f, -25), 1.0f)), 0x0001);
-  EXPECT_EQ(HalfFromFloat(1.5f * std::ldexp(1.0f, -24)), 0x0002);   // tie 1|2 → 2
-  EXPECT_EQ(HalfFromFloat(2.5f * std::ldexp(1.0f, -24)), 0x0002);   // tie 2|3 → 2
+  EXPECT_EQ(HalfFromFloat(1.5f * std::ldexp(1.0f, -24)), 0x0002);                   // tie 1|2 → 2
+  EXPECT_EQ(HalfFromFloat(2.5f * std::ldexp(1.0f, -24)), 0x0002);                   // tie 2|3 → 2
   EXPECT_EQ(HalfFromFloat(std::ldexp(1.0f, -14) - std::ldexp(1.0f, -25)), 0x0400);  // tie → even
-  EXPECT_EQ(HalfFromFloat(std::ldexp(1.0f, -30)), 0x0000);  // underflow
+  EXPECT_EQ(HalfFromFloat(std::ldexp(1.0f, -30)), 0x0000);                          // underflow
   EXPECT_EQ(HalfFromFloat(-std::ldexp(1.0f, -30)), 0x8000);
   EXPECT_EQ(FloatFromHalf(0x0001), std::ldexp(1.0f, -24));
   EXPECT_EQ(FloatFromHalf(0x8001), -std::ldexp(1.0f, -24));

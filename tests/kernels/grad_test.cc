@@ -35,9 +35,11 @@ TEST(GradTest, MatmulBackward) {
   // Gradients start non-zero to check that they accumulate.
   const Vec gx0 = RoundF32(Uniform(n * ic, 5)), gw0 = RoundF32(Uniform(oc * ic, 6));
   const Vec gb0 = RoundF32(Uniform(oc, 7));
-  HostTensor tx = FromVec(DType::kF32, Shape{2, 3, ic}, x), tw = FromVec(DType::kF32, Shape{oc, ic}, w);
+  HostTensor tx = FromVec(DType::kF32, Shape{2, 3, ic}, x),
+             tw = FromVec(DType::kF32, Shape{oc, ic}, w);
   HostTensor dout = FromVec(DType::kF32, Shape{2, 3, oc}, r);
-  HostTensor dx = FromVec(DType::kF32, Shape{2, 3, ic}, gx0), dw = FromVec(DType::kF32, Shape{oc, ic}, gw0);
+  HostTensor dx = FromVec(DType::kF32, Shape{2, 3, ic}, gx0),
+             dw = FromVec(DType::kF32, Shape{oc, ic}, gw0);
   HostTensor db = FromVec(DType::kF32, Shape{oc}, gb0);
   ASSERT_OK(MatmulBackward(dx.t, dw.t, db.t, dout.t, tx.t, tw.t));
   const Vec fdx = FdOf([&](const Vec& v) { return RefMatmul(v, w, b, n, ic, oc); }, x, r);
@@ -136,8 +138,8 @@ TEST(GradTest, EmbeddingBackwards) {
     for (int64_t i = 0; i < b * t; ++i)
       for (int64_t k = 0; k < c; ++k) {
         const int64_t row = static_cast<int64_t>(tok[i]) - vocab_start;
-        out[i * c + k] = ((row >= 0 && row < v_local) ? te[row * c + k] : 0.0) +
-                         pe[(pos_start + i % t) * c + k];
+        out[i * c + k] =
+            ((row >= 0 && row < v_local) ? te[row * c + k] : 0.0) + pe[(pos_start + i % t) * c + k];
       }
     return out;
   };
@@ -158,8 +160,7 @@ TEST(GradTest, EmbeddingBackwards) {
 // bf16/f16 backward ops equal the f32 ones on the same (rounded) inputs within the storage
 // precision.
 class LowPrecisionGradTest : public ::testing::TestWithParam<DType> {};
-INSTANTIATE_TEST_SUITE_P(DTypes, LowPrecisionGradTest,
-                         ::testing::Values(DType::kBF16, DType::kF16),
+INSTANTIATE_TEST_SUITE_P(DTypes, LowPrecisionGradTest, ::testing::Values(DType::kBF16, DType::kF16),
                          [](const auto& info) { return std::string(DTypeName(info.param)); });
 
 TEST_P(LowPrecisionGradTest, MatchesF32Backward) {
@@ -178,15 +179,18 @@ TEST_P(LowPrecisionGradTest, MatchesF32Backward) {
     RT_CHECK(AttentionForward(out.t, att.t, tq.t, static_cast<int>(nh)).ok());
     RT_CHECK(AttentionBackward(dq.t, to.t, tq.t, att.t, static_cast<int>(nh)).ok());
     HostTensor tw = FromVec(d, Shape{c, 3 * c}, w), tx = FromVec(d, Shape{b * t, 3 * c}, x);
-    HostTensor dx = Make(d, Shape{b * t, 3 * c}), dw = Make(d, Shape{c, 3 * c}), db = Make(d, Shape{c});
+    HostTensor dx = Make(d, Shape{b * t, 3 * c}), dw = Make(d, Shape{c, 3 * c}),
+               db = Make(d, Shape{c});
     RT_CHECK(MatmulBackward(dx.t, dw.t, db.t, to.t, tx.t, tw.t).ok());
     HostTensor ln_out = Make(d, Shape{b * t, 3 * c}), mean = Make(DType::kF32, Shape{b * t});
-    HostTensor rstd = Make(DType::kF32, Shape{b * t}), lw = FromVec(d, Shape{3 * c}, Vec(3 * c, 1.0));
+    HostTensor rstd = Make(DType::kF32, Shape{b * t}),
+               lw = FromVec(d, Shape{3 * c}, Vec(3 * c, 1.0));
     HostTensor lb = Make(d, Shape{3 * c}), ldx = Make(d, Shape{b * t, 3 * c});
     HostTensor ldw = Make(d, Shape{3 * c}), ldb = Make(d, Shape{3 * c});
     RT_CHECK(LayerNormForward(ln_out.t, mean.t, rstd.t, tx.t, lw.t, lb.t).ok());
-    RT_CHECK(LayerNormBackward(ldx.t, ldw.t, ldb.t, tq.t.Reshape(Shape{b * t, 3 * c}).value(),
-                               tx.t, lw.t, mean.t, rstd.t).ok());
+    RT_CHECK(LayerNormBackward(ldx.t, ldw.t, ldb.t, tq.t.Reshape(Shape{b * t, 3 * c}).value(), tx.t,
+                               lw.t, mean.t, rstd.t)
+                 .ok());
     HostTensor gdx = Make(d, Shape{b * t, 3 * c});
     RT_CHECK(GeluBackward(gdx.t, tx.t, tq.t.Reshape(Shape{b * t, 3 * c}).value()).ok());
     return std::vector<Vec>{ToVec(dq.t),  ToVec(dx.t),  ToVec(dw.t), ToVec(db.t),

@@ -1,11 +1,12 @@
 // Every CPU op's forward (and the fused/elementwise ops) against a naive double-precision
 // reference, in f32 and, with looser bounds, bf16/f16.
+#include "kernels/ops.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 
-#include "kernels/ops.h"
 #include "tests/kernels/reference.h"
 #include "tests/kernels/test_util.h"
 
@@ -20,9 +21,7 @@ class FloatOpsTest : public ::testing::TestWithParam<DType> {
     return ToVec(FromVec(dt(), Shape{n}, Uniform(n, seed, lo, hi)).t);
   }
   // Tolerance relative to the output scale: f32 rounding, or the output's 8/11-bit mantissa.
-  double Tol() const {
-    return dt() == DType::kF32 ? 2e-6 : dt() == DType::kBF16 ? 8e-3 : 1e-3;
-  }
+  double Tol() const { return dt() == DType::kF32 ? 2e-6 : dt() == DType::kBF16 ? 8e-3 : 1e-3; }
 };
 
 INSTANTIATE_TEST_SUITE_P(DTypes, FloatOpsTest,
@@ -133,8 +132,8 @@ TEST(AttentionTest, SoftmaxIsStableForHugeScores) {
   const int64_t b = 1, t = 4, c = 2, nh = 1;
   Vec qkv(b * t * 3 * c, 0.0);
   for (int64_t i = 0; i < t; ++i) {
-    qkv[i * 6 + 0] = 100.0;            // q
-    qkv[i * 6 + 2] = 100.0 * (i + 1);  // k: later keys score higher
+    qkv[i * 6 + 0] = 100.0;                   // q
+    qkv[i * 6 + 2] = 100.0 * (i + 1);         // k: later keys score higher
     qkv[i * 6 + 4] = static_cast<double>(i);  // v
   }
   HostTensor tq = FromVec(DType::kF32, Shape{b, t, 3 * c}, qkv);
@@ -278,9 +277,8 @@ TEST(AdamWTest, StepsMatchDoubleReference) {
       const double gi = static_cast<float>(g[i]) * 0.5;
       rm[i] = b1 * rm[i] + (1.0 - b1) * gi;
       rv[i] = b2 * rv[i] + (1.0 - b2) * gi * gi;
-      rp[i] -= static_cast<double>(hp.lr) *
-               ((rm[i] / bc1) / (std::sqrt(rv[i] / bc2) + hp.eps) +
-                static_cast<double>(hp.weight_decay) * rp[i]);
+      rp[i] -= static_cast<double>(hp.lr) * ((rm[i] / bc1) / (std::sqrt(rv[i] / bc2) + hp.eps) +
+                                             static_cast<double>(hp.weight_decay) * rp[i]);
     }
   }
   EXPECT_LT(RelErr(ToVec(p.t), rp), 1e-6);

@@ -89,8 +89,7 @@ TEST(ArenaTest, AlignedOffsetsOneBuffer) {
   EXPECT_EQ(arena.name(b), "ln.bias");
   EXPECT_EQ(arena.Get(b).shape(), (Shape{7}));
   EXPECT_EQ(arena.Get(b).dtype(), DType::kBF16);
-  EXPECT_EQ(static_cast<char*>(arena.Get(c).data()) - static_cast<char*>(arena.Get(a).data()),
-            128);
+  EXPECT_EQ(static_cast<char*>(arena.Get(c).data()) - static_cast<char*>(arena.Get(a).data()), 128);
   EXPECT_EQ(arena.All().nbytes(), 192u);
   EXPECT_EQ(arena.Allocate(Device::kCpu).code(), StatusCode::kFailedPrecondition);
   // Views write into the one buffer.

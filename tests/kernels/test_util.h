@@ -33,11 +33,16 @@ inline HostTensor Make(DType dtype, Shape shape) {
 // Element i of a floating tensor as double.
 inline double Get(const Tensor& t, int64_t i) {
   switch (t.dtype()) {
-    case DType::kF32: return t.data_as<float>()[i];
-    case DType::kBF16: return FloatFromBf16(t.data_as<uint16_t>()[i]);
-    case DType::kF16: return FloatFromHalf(t.data_as<uint16_t>()[i]);
-    case DType::kI32: return t.data_as<int32_t>()[i];
-    default: return NAN;
+    case DType::kF32:
+      return t.data_as<float>()[i];
+    case DType::kBF16:
+      return FloatFromBf16(t.data_as<uint16_t>()[i]);
+    case DType::kF16:
+      return FloatFromHalf(t.data_as<uint16_t>()[i]);
+    case DType::kI32:
+      return t.data_as<int32_t>()[i];
+    default:
+      return NAN;
   }
 }
 
@@ -45,11 +50,20 @@ inline double Get(const Tensor& t, int64_t i) {
 inline void Set(const Tensor& t, int64_t i, double v) {
   const float f = static_cast<float>(v);
   switch (t.dtype()) {
-    case DType::kF32: t.data_as<float>()[i] = f; break;
-    case DType::kBF16: t.data_as<uint16_t>()[i] = Bf16FromFloat(f); break;
-    case DType::kF16: t.data_as<uint16_t>()[i] = HalfFromFloat(f); break;
-    case DType::kI32: t.data_as<int32_t>()[i] = static_cast<int32_t>(v); break;
-    default: break;
+    case DType::kF32:
+      t.data_as<float>()[i] = f;
+      break;
+    case DType::kBF16:
+      t.data_as<uint16_t>()[i] = Bf16FromFloat(f);
+      break;
+    case DType::kF16:
+      t.data_as<uint16_t>()[i] = HalfFromFloat(f);
+      break;
+    case DType::kI32:
+      t.data_as<int32_t>()[i] = static_cast<int32_t>(v);
+      break;
+    default:
+      break;
   }
 }
 
@@ -98,8 +112,8 @@ inline double RelErr(const std::vector<double>& a, const std::vector<double>& b,
 }  // namespace rt::testing
 
 // Asserts that a Status or Result is OK, printing the error otherwise.
-#define ASSERT_OK(expr)                                        \
-  do {                                                         \
-    const ::rt::Status s_ = ::rt::internal::AsStatus((expr));  \
-    ASSERT_TRUE(s_.ok()) << s_.ToString();                     \
+#define ASSERT_OK(expr)                                       \
+  do {                                                        \
+    const ::rt::Status s_ = ::rt::internal::AsStatus((expr)); \
+    ASSERT_TRUE(s_.ok()) << s_.ToString();                    \
   } while (0)
