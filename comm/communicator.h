@@ -3,7 +3,10 @@
 // Backends (callers get objects from the factories below and never see the implementation):
 //   - CPU (comm/tcp/): ranks exchange host buffers over TCP (Boost.Asio bootstrap, non-blocking
 //     sockets in the data path) and, for ranks on the same host, over shared-memory rings
-//     (chosen automatically). Ring reduce-scatter/all-gather with streamed (pipelined)
+//     (chosen automatically). When every rank is on one host, all-reduce and barrier run
+//     directly through per-rank shared arenas (comm/tcp/arena.h: one-step all-read for small
+//     messages, single-copy reduce-scatter/all-gather by reading for large ones). Otherwise ring
+//     reduce-scatter/all-gather with streamed (pipelined)
 //     reduction for large messages, recursive doubling for small all-reduces, a binomial tree
 //     for small broadcast/reduce, pairwise exchange for all-to-all. bf16/fp16 reduce in fp32.
 //   - NCCL (comm/nccl/, built when RINGTRAIN_CUDA is ON): device buffers, one CUDA stream per
@@ -130,9 +133,17 @@ struct CommOptions {
   std::string listen_address = "127.0.0.1";
   // CPU backend: bytes of each shared-memory ring (one per ordered same-host pair). Default 4 MiB.
   size_t shm_ring_bytes = 4u << 20;
-  // CPU backend: all-reduces of at most this many bytes use recursive doubling; larger ones the
-  // ring. Default 64 KiB.
+  // CPU backend: all-reduces of at most this many bytes use recursive doubling (over TCP) or
+  // one-step all-read through the shared arenas; larger ones the ring or the arenas' direct
+  // reduce-scatter/all-gather. Default 64 KiB.
   size_t small_message_bytes = 64u << 10;
+  // CPU backend: bytes of each rank's shared-memory arena (two staging halves) for direct
+  // all-reduce when every rank is on this host; pages are touched only when used. 0 turns the
+  // arenas off (all-reduce then runs over the per-pair rings). Default 32 MiB.
+  size_t shm_arena_bytes = 32u << 20;
+  // CPU backend: how long a rank waiting on shared memory yields the CPU (sched_yield) before
+  // sleeping on a futex. Default 200 µs.
+  std::chrono::microseconds shm_yield_window{200};
 };
 
 // A process group. Thread-safe: ops may be issued from several threads (their order is the order

@@ -20,6 +20,7 @@
 #include "base/log.h"
 #include "base/net/frame_io.h"
 #include "comm/communicator.h"
+#include "comm/tcp/arena.h"
 #include "comm/tcp/mesh.h"
 #include "comm/tcp/reduce.h"
 
@@ -382,9 +383,12 @@ Status CpuComm::Bootstrap() {
     std::snprintf(name, sizeof(name), "/ringtrain-comm-%016llx-%d",
                   static_cast<unsigned long long>(nonce), me);
     shm_name = name;
-    ASSIGN_OR_RETURN(auto seg, CreateShmSegment(shm_name, n, opts_.shm_ring_bytes));
+    ASSIGN_OR_RETURN(auto seg, CreateShmSegment(shm_name, n, opts_.shm_ring_bytes,
+                                                opts_.shm_arena_bytes));
     mesh_.set_own_segment(std::move(seg));
     mesh_.set_ring_bytes(opts_.shm_ring_bytes);
+    mesh_.set_arena_bytes(opts_.shm_arena_bytes);
+    mesh_.set_yield_window(opts_.shm_yield_window);
   }
   {
     std::ostringstream addr;
@@ -502,7 +506,8 @@ Status CpuComm::Bootstrap() {
   for (int r = 0; r < n; ++r) {
     if (r == me || !peers[r].shm) continue;
     ASSIGN_OR_RETURN(peers[r].segment,
-                     OpenShmSegment(addrs[r].shm_name, n, opts_.shm_ring_bytes));
+                     OpenShmSegment(addrs[r].shm_name, n, opts_.shm_ring_bytes,
+                                    opts_.shm_arena_bytes));
   }
   Status ready = mesh_.ControlBarrier(kReady, deadline);
   if (!shm_name.empty()) shm_unlink(shm_name.c_str());
@@ -632,8 +637,9 @@ Status RecursiveDoublingAllReduce(Ctx& cx, void* buf, size_t count) {
 
 Status AllReduceAlgo(Ctx& cx, const void* send, void* recv, size_t count, size_t small_bytes) {
   const size_t es = cx.esize();
-  if (send != recv && count) std::memcpy(recv, send, count * es);
   const int n = cx.size();
+  if (n > 1 && cx.c.mesh().all_shm()) return ArenaAllReduce(cx.c.mesh(), cx.op, cx.h, send, recv, small_bytes);
+  if (send != recv && count) std::memcpy(recv, send, count * es);
   const ReduceOp op = static_cast<ReduceOp>(cx.h.reduce_op);
   if (n == 1) return Status();
   if (count * es <= small_bytes || count < static_cast<size_t>(n)) {
@@ -922,6 +928,7 @@ class CpuCommunicator final : public Communicator {
     return Collective(OpKind::kBarrier, DType::kU8, ReduceOp::kMax, 1, 0, [](Ctx& cx) {
       uint8_t token = 1;
       if (cx.size() == 1) return Status();
+      if (cx.c.mesh().all_shm()) return ArenaAllReduce(cx.c.mesh(), cx.op, cx.h, &token, &token, 1);
       return RecursiveDoublingAllReduce(cx, &token, 1);
     });
   }
@@ -975,6 +982,8 @@ class CpuCommunicator final : public Communicator {
       cx.h.root_or_tag = static_cast<uint32_t>(root);
       cx.h.count = count;
       octx.kind = kind;
+      octx.collective = true;
+      octx.header = cx.h;
       octx.what = std::string(OpKindName(kind)) + " #" + std::to_string(cx.h.seq) + " on " +
                   RankName(c->rank());
       return algo(cx);
@@ -1004,6 +1013,8 @@ Result<std::unique_ptr<Communicator>> NewCpuCommunicator(CommOptions options) {
                            std::to_string(options.size));
   if (options.size > 64) return InvalidArgument("the CPU backend supports at most 64 ranks");
   if (options.shm_ring_bytes < 4096) return InvalidArgument("shm_ring_bytes must be at least 4096");
+  if (options.shm_arena_bytes != 0 && options.shm_arena_bytes < 4096)
+    return InvalidArgument("shm_arena_bytes must be 0 (off) or at least 4096");
   std::string scope = StoreScope(options.job, options.generation) + "comm/" + options.name + "/";
   auto c = std::make_shared<tcp::CpuComm>(std::move(options), std::move(scope));
   c->Start();

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -22,15 +23,21 @@ namespace rt::comm::tcp {
 namespace {
 
 constexpr uint32_t kShmMagic = 0x53435452;  // "RTCS"
-constexpr size_t kSegHeader = 128;
+constexpr size_t kSegHeader = 512;
 constexpr size_t kRingHeader = 128;
 
 struct SegHeader {
   uint32_t magic;
   uint32_t nranks;
   uint64_t ring_bytes;
+  uint64_t arena_bytes;
   alignas(64) std::atomic<uint32_t> doorbell;
   std::atomic<uint32_t> sleeping;
+  // Arena step counters, written only by the segment's owner (docs/formats/comm_wire.md).
+  alignas(64) std::atomic<uint64_t> arrived;
+  alignas(64) std::atomic<uint64_t> reduced;
+  alignas(64) std::atomic<uint64_t> released;
+  alignas(64) std::byte op_header[2][kDataHeaderSize];
 };
 static_assert(sizeof(SegHeader) <= kSegHeader);
 
@@ -40,8 +47,12 @@ struct RingHeader {
 };
 static_assert(sizeof(RingHeader) <= kRingHeader);
 
-size_t SegmentBytes(int nranks, size_t ring_bytes) {
-  return kSegHeader + static_cast<size_t>(nranks) * (kRingHeader + ring_bytes);
+size_t ArenaOffset(int nranks, size_t ring_bytes) {
+  size_t end = kSegHeader + static_cast<size_t>(nranks) * (kRingHeader + ring_bytes);
+  return (end + 4095) / 4096 * 4096;
+}
+size_t SegmentBytes(int nranks, size_t ring_bytes, size_t arena_bytes) {
+  return ArenaOffset(nranks, ring_bytes) + arena_bytes;
 }
 SegHeader* Header(void* base) { return static_cast<SegHeader*>(base); }
 RingHeader* RingAt(void* base, int slot, size_t ring_bytes) {
@@ -60,6 +71,10 @@ void FutexWake(std::atomic<uint32_t>* word) {
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
 }
 
+// Busy polls before yielding: short, because with more ranks than cores spinning starves the
+// peer we wait for.
+constexpr int kSpinIterations = 64;
+
 inline void CpuRelax() {
 #if defined(__x86_64__)
   __builtin_ia32_pause();
@@ -75,12 +90,12 @@ ShmSegment::~ShmSegment() {
 }
 
 Result<std::unique_ptr<ShmSegment>> CreateShmSegment(const std::string& name, int nranks,
-                                                     size_t ring_bytes) {
+                                                     size_t ring_bytes, size_t arena_bytes) {
   int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
   if (fd < 0) return ErrnoStatus(errno, "shm_open " + name);
   auto seg = std::make_unique<ShmSegment>();
   seg->name = name;
-  seg->bytes = SegmentBytes(nranks, ring_bytes);
+  seg->bytes = SegmentBytes(nranks, ring_bytes, arena_bytes);
   if (ftruncate(fd, static_cast<off_t>(seg->bytes)) != 0) {
     int e = errno;
     close(fd);
@@ -98,6 +113,7 @@ Result<std::unique_ptr<ShmSegment>> CreateShmSegment(const std::string& name, in
   auto* h = new (p) SegHeader{};
   h->nranks = static_cast<uint32_t>(nranks);
   h->ring_bytes = ring_bytes;
+  h->arena_bytes = arena_bytes;
   for (int s = 0; s < nranks; ++s) new (RingAt(p, s, ring_bytes)) RingHeader{};
   std::atomic_thread_fence(std::memory_order_release);
   h->magic = kShmMagic;
@@ -105,12 +121,12 @@ Result<std::unique_ptr<ShmSegment>> CreateShmSegment(const std::string& name, in
 }
 
 Result<std::unique_ptr<ShmSegment>> OpenShmSegment(const std::string& name, int nranks,
-                                                   size_t ring_bytes) {
+                                                   size_t ring_bytes, size_t arena_bytes) {
   int fd = shm_open(name.c_str(), O_RDWR, 0600);
   if (fd < 0) return ErrnoStatus(errno, "shm_open " + name);
   auto seg = std::make_unique<ShmSegment>();
   seg->name = name;
-  seg->bytes = SegmentBytes(nranks, ring_bytes);
+  seg->bytes = SegmentBytes(nranks, ring_bytes, arena_bytes);
   struct stat st{};
   if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != seg->bytes) {
     close(fd);
@@ -123,7 +139,7 @@ Result<std::unique_ptr<ShmSegment>> OpenShmSegment(const std::string& name, int 
   seg->base = p;
   auto* h = Header(p);
   if (h->magic != kShmMagic || h->nranks != static_cast<uint32_t>(nranks) ||
-      h->ring_bytes != ring_bytes)
+      h->ring_bytes != ring_bytes || h->arena_bytes != arena_bytes)
     return Status(StatusCode::kProtocolError, "shared-memory segment " + name + " has a bad header");
   return seg;
 }
@@ -174,7 +190,7 @@ Status Mesh::PeerGone(int peer, const std::string& how) {
 }
 
 Status Mesh::Exchange(OpCtx& ctx, std::span<Xfer> xfers) {
-  MonoTime silent_since = MonoClock::now();
+  MonoTime silent_since = MonoClock::now(), idle_since = silent_since;
   int idle = 0;
   while (true) {
     if (aborted()) return Status(StatusCode::kCommAborted, ctx.what + ": communicator aborted");
@@ -197,16 +213,20 @@ Status Mesh::Exchange(OpCtx& ctx, std::span<Xfer> xfers) {
       idle = 0;
       continue;
     }
-    // Shared memory: spin a little before sleeping (a peer is usually microseconds away).
+    // Shared memory: a peer is usually microseconds away. Spin briefly, then yield the CPU
+    // (with more ranks than cores the peer needs it), then sleep on the doorbell.
     bool any_shm = false;
     for (auto& x : xfers) any_shm |= peers_[x.peer].shm;
-    if (any_shm && ++idle < 200) {
-      for (int i = 0; i < 16; ++i) CpuRelax();
-      continue;
-    }
-    if (any_shm && idle < 260) {
-      std::this_thread::yield();
-      continue;
+    if (any_shm) {
+      if (idle == 0) idle_since = MonoClock::now();
+      if (++idle < kSpinIterations) {
+        CpuRelax();
+        continue;
+      }
+      if (MonoClock::now() - idle_since < yield_window_) {
+        sched_yield();
+        continue;
+      }
     }
     RETURN_IF_ERROR(Block(ctx, xfers, silent_since));
   }
@@ -395,6 +415,7 @@ Status Mesh::Block(OpCtx& ctx, std::span<Xfer> xfers, MonoTime silent_since) {
     }
     if (!ready && !aborted()) FutexWait(&h->doorbell, seen, std::min(left_ms, any_tcp ? 1 : 20));
     h->sleeping.fetch_sub(1, std::memory_order_seq_cst);
+    RETURN_IF_ERROR(CheckArenaMismatch(ctx));
     return PollControl(0, xfers, any_tcp);
   }
   return PollControl(std::min(left_ms, 1000), xfers, true);
@@ -540,6 +561,125 @@ Status Mesh::ControlBarrier(uint16_t type, Deadline deadline) {
         return PeerGone(r, "failed during bootstrap: " + ToString(f->payload));
     }
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Arena (direct shared-memory collectives)
+
+bool Mesh::all_shm() const {
+  if (!own_segment_ || arena_bytes_ == 0 || size_ < 2) return false;
+  for (int r = 0; r < size_; ++r)
+    if (r != rank_ && !peers_[r].shm) return false;
+  return true;
+}
+
+ArenaView Mesh::Arena(int r) {
+  void* base = r == rank_ ? own_segment_->base : peers_[r].segment->base;
+  auto* h = Header(base);
+  ArenaView v;
+  v.arrived = &h->arrived;
+  v.reduced = &h->reduced;
+  v.released = &h->released;
+  std::byte* data = static_cast<std::byte*>(base) + ArenaOffset(size_, ring_bytes_);
+  for (int k = 0; k < 2; ++k) {
+    v.op_header[k] = h->op_header[k];
+    v.half[k] = data + k * arena_half_bytes();
+  }
+  return v;
+}
+
+void Mesh::RingPeers() {
+  for (int r = 0; r < size_; ++r)
+    if (r != rank_ && peers_[r].shm) Ring(r);
+}
+
+Status Mesh::WaitUntil(OpCtx& ctx, const std::function<bool(int)>& pending, const char* what) {
+  auto ready = [&] {
+    for (int q = 0; q < size_; ++q)
+      if (q != rank_ && pending(q)) return false;
+    return true;
+  };
+  auto behind = [&] {
+    std::string who;
+    for (int q = 0; q < size_; ++q)
+      if (q != rank_ && pending(q)) who += (who.empty() ? "" : ", ") + RankName(q);
+    return who;
+  };
+  if (ready()) return Status();
+  const MonoTime start = MonoClock::now();
+  auto* h = Header(own_segment_->base);
+  for (int i = 0;; ++i) {
+    if (aborted()) return Status(StatusCode::kCommAborted, ctx.what + ": communicator aborted");
+    if (ready()) return Status();
+    if (i < kSpinIterations) {
+      CpuRelax();
+      continue;
+    }
+    const auto waited = MonoClock::now() - start;
+    if (waited < yield_window_) {
+      sched_yield();
+      continue;
+    }
+    if (waited >= op_timeout_)
+      return Status(StatusCode::kPeerFailed,
+                    ctx.what + ": no progress for " + std::to_string(op_timeout_.count()) +
+                        " ms waiting on " + behind() + " (" + what + ", shared memory)");
+    // Sleep on our doorbell: peers ring it after every counter update.
+    uint32_t seen = h->doorbell.load(std::memory_order_seq_cst);
+    h->sleeping.fetch_add(1, std::memory_order_seq_cst);
+    if (!ready() && !aborted()) {
+      int left_ms = static_cast<int>(
+          std::chrono::duration_cast<std::chrono::milliseconds>(op_timeout_ - waited).count()) + 1;
+      FutexWait(&h->doorbell, seen, std::min(left_ms, 20));
+    }
+    h->sleeping.fetch_sub(1, std::memory_order_seq_cst);
+    RETURN_IF_ERROR(CheckRingMismatch(ctx));
+    RETURN_IF_ERROR(PollControl(0, {}, false));
+    for (int q = 0; q < size_; ++q)
+      if (q != rank_ && peers_[q].ctrl_closed && pending(q))
+        return PeerGone(q, std::string(peers_[q].goodbye ? "left the communicator" : "died") +
+                               " while " + RankName(rank_) + " waited for it (" + what + ") in " +
+                               ctx.what);
+  }
+}
+
+Status Mesh::CheckRingMismatch(const OpCtx& ctx) {
+  if (!ctx.collective) return Status();
+  for (int q = 0; q < size_; ++q) {
+    if (q == rank_ || !peers_[q].shm) continue;
+    RingHeader* ring = RingAt(own_segment_->base, q, ring_bytes_);
+    uint64_t tail = ring->tail.load(std::memory_order_relaxed);
+    uint64_t head = ring->head.load(std::memory_order_acquire);
+    if (head - tail < kDataHeaderSize) continue;
+    std::array<std::byte, kDataHeaderSize> hb;
+    const std::byte* data = RingData(own_segment_->base, q, ring_bytes_);
+    for (size_t i = 0; i < kDataHeaderSize; ++i) hb[i] = data[(tail + i) % ring_bytes_];
+    Result<DataHeader> got = DecodeDataHeader(hb, UINT64_MAX);
+    if (!got.ok() || got->kind == OpKind::kSend || got->seq != ctx.header.seq) continue;
+    return Status(StatusCode::kProtocolError,
+                  ctx.what + ": ranks disagree: " + RankName(q) + " sent " + DescribeHeader(*got) +
+                      " over its ring, " + RankName(rank_) + " expected " +
+                      DescribeHeader(ctx.header) + " through the shared arena");
+  }
+  return Status();
+}
+
+Status Mesh::CheckArenaMismatch(const OpCtx& ctx) {
+  if (!ctx.collective || !all_shm()) return Status();
+  const uint64_t next = arena_step_ + 1;
+  for (int q = 0; q < size_; ++q) {
+    if (q == rank_) continue;
+    ArenaView v = Arena(q);
+    if (v.arrived->load(std::memory_order_acquire) < next) continue;
+    Result<DataHeader> got = DecodeDataHeader(
+        std::span<const std::byte>(v.op_header[next % 2], kDataHeaderSize), UINT64_MAX);
+    if (!got.ok() || got->seq != ctx.header.seq) continue;
+    return Status(StatusCode::kProtocolError,
+                  ctx.what + ": ranks disagree: " + RankName(q) + " posted " +
+                      DescribeHeader(*got) + " in the shared arena, " + RankName(rank_) +
+                      " expected " + DescribeHeader(ctx.header) + " over the rings");
+  }
+  return Status();
 }
 
 }  // namespace rt::comm::tcp

@@ -30,12 +30,23 @@ struct ShmSegment {
   ~ShmSegment();
 };
 
-// Creates (and maps) this rank's segment for `nranks` rings of `ring_bytes`.
+// Creates (and maps) this rank's segment for `nranks` rings of `ring_bytes` and an arena of
+// `arena_bytes` (0: none).
 Result<std::unique_ptr<ShmSegment>> CreateShmSegment(const std::string& name, int nranks,
-                                                     size_t ring_bytes);
-// Maps a peer's segment by name; checks its header against `nranks` and `ring_bytes`.
+                                                     size_t ring_bytes, size_t arena_bytes);
+// Maps a peer's segment by name; checks its header against the three sizes.
 Result<std::unique_ptr<ShmSegment>> OpenShmSegment(const std::string& name, int nranks,
-                                                   size_t ring_bytes);
+                                                   size_t ring_bytes, size_t arena_bytes);
+
+// One rank's arena in its segment: step counters (written by the owner only) and two staging
+// halves with an op header each (docs/formats/comm_wire.md, "Arena").
+struct ArenaView {
+  std::atomic<uint64_t>* arrived = nullptr;   // last step whose input is staged
+  std::atomic<uint64_t>* reduced = nullptr;   // last step whose own slice is reduced
+  std::atomic<uint64_t>* released = nullptr;  // last step the owner finished reading
+  std::byte* op_header[2] = {};               // encoded DataHeader of the step in each half
+  std::byte* half[2] = {};                    // staging halves (step s uses half s % 2)
+};
 
 // One send or receive of a header + payload with one peer.
 struct Xfer {
@@ -74,6 +85,8 @@ struct Peer {
 struct OpCtx {
   OpKind kind;
   std::string what;          // "all_reduce #5" for errors
+  bool collective = false;   // header below is the op's template (cross-path mismatch checks)
+  DataHeader header;
   uint64_t bytes_sent = 0;
   uint64_t bytes_received = 0;
 };
@@ -90,6 +103,25 @@ class Mesh {
   void set_own_segment(std::unique_ptr<ShmSegment> s) { own_segment_ = std::move(s); }
   size_t ring_bytes() const { return ring_bytes_; }
   void set_ring_bytes(size_t b) { ring_bytes_ = b; }
+  void set_arena_bytes(size_t b) { arena_bytes_ = b; }
+  // How long a waiter on shared memory yields the CPU before sleeping on its doorbell.
+  void set_yield_window(std::chrono::microseconds w) { yield_window_ = w; }
+
+  // True when every peer shares memory with us and the segments have arenas: collectives may
+  // then run directly through the arenas (comm/tcp/arena.h).
+  bool all_shm() const;
+  // Bytes of one staging half of every rank's arena.
+  size_t arena_half_bytes() const { return arena_bytes_ / 2 / 64 * 64; }
+  ArenaView Arena(int rank);
+  // The arena step counter (steps completed by this rank); the next step is ++arena_step().
+  uint64_t& arena_step() { return arena_step_; }
+  // Wakes every same-host peer that sleeps on its doorbell (after updating our counters).
+  void RingPeers();
+  // Waits until pending(q) is false for every peer q: spin, yield, then sleep on our doorbell,
+  // checking abort, the control sockets (dead peers, abort notices, a pending peer that left),
+  // ring traffic that shows a mismatched op, and op_timeout (PeerFailed naming the pending
+  // ranks and `what` they have not done).
+  Status WaitUntil(OpCtx& ctx, const std::function<bool(int)>& pending, const char* what);
 
   // Runs every transfer to completion. Errors: PeerFailed naming the peer (EOF, reset, goodbye
   // while data was expected, death seen on its control socket, silence for op_timeout),
@@ -121,6 +153,10 @@ class Mesh {
   // Reads whatever is on control sockets; returns an error on a dead or aborting peer.
   Status PollControl(int timeout_ms, std::span<Xfer> xfers, bool include_data);
   Status HandleControl(int peer);
+  // A collective of ours meets a peer that runs the same op number the other way (ring vs
+  // arena): ProtocolError naming both. Checked before sleeping.
+  Status CheckRingMismatch(const OpCtx& ctx);
+  Status CheckArenaMismatch(const OpCtx& ctx);
   Status PeerGone(int peer, const std::string& how);
   void Ring(int to_rank);  // bump a rank's doorbell (wake it if sleeping)
   std::atomic<uint32_t>* Doorbell(int rank_of_segment);
@@ -130,6 +166,9 @@ class Mesh {
   std::vector<Peer> peers_;
   std::unique_ptr<ShmSegment> own_segment_;
   size_t ring_bytes_ = 0;
+  size_t arena_bytes_ = 0;
+  uint64_t arena_step_ = 0;
+  std::chrono::microseconds yield_window_{200};
   int abort_fd_ = -1;  // eventfd
   std::atomic<bool> aborted_{false};
 };

@@ -40,7 +40,41 @@ void Half(uint16_t* out, const uint16_t* a, const uint16_t* b, size_t n, ReduceO
   for (size_t i = 0; i < n; ++i) out[i] = FromF(Apply(ToF(a[i]), ToF(b[i]), op));
 }
 
+template <float (*ToF)(uint16_t), uint16_t (*FromF)(float)>
+void HalfMany(uint16_t* dst, std::span<const void* const> srcs, size_t n, ReduceOp op) {
+  constexpr size_t kBlock = 2048;
+  float acc[kBlock];
+  for (size_t at = 0; at < n; at += kBlock) {
+    const size_t m = std::min(kBlock, n - at);
+    for (size_t i = 0; i < m; ++i) acc[i] = ToF(dst[at + i]);
+    for (const void* s : srcs) {
+      const uint16_t* src = static_cast<const uint16_t*>(s) + at;
+      switch (op) {
+        case ReduceOp::kMax: for (size_t i = 0; i < m; ++i) acc[i] = std::max(acc[i], ToF(src[i])); break;
+        case ReduceOp::kMin: for (size_t i = 0; i < m; ++i) acc[i] = std::min(acc[i], ToF(src[i])); break;
+        default: for (size_t i = 0; i < m; ++i) acc[i] += ToF(src[i]); break;
+      }
+    }
+    for (size_t i = 0; i < m; ++i) dst[at + i] = FromF(acc[i]);
+  }
+}
+
 }  // namespace
+
+void ReduceMany(void* dst, std::span<const void* const> srcs, size_t count, DType dtype, ReduceOp op) {
+  if (srcs.empty() || count == 0) return;
+  if (dtype == DType::kBF16)
+    return HalfMany<FloatFromBf16, Bf16FromFloat>(static_cast<uint16_t*>(dst), srcs, count, op);
+  if (dtype == DType::kF16)
+    return HalfMany<FloatFromHalf, HalfFromFloat>(static_cast<uint16_t*>(dst), srcs, count, op);
+  // Blocks of 16 KiB: dst stays in L1 while every source streams through it.
+  const size_t es = DTypeSize(dtype), block = (16u << 10) / es;
+  for (size_t at = 0; at < count; at += block) {
+    const size_t m = std::min(block, count - at);
+    void* d = static_cast<std::byte*>(dst) + at * es;
+    for (const void* s : srcs) ReduceInto(d, static_cast<const std::byte*>(s) + at * es, m, dtype, op);
+  }
+}
 
 void ReduceTo(void* out, const void* a, const void* b, size_t n, DType dtype, ReduceOp op) {
   switch (dtype) {

@@ -1,0 +1,128 @@
+#include "comm/tcp/arena.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "comm/tcp/reduce.h"
+
+namespace rt::comm::tcp {
+namespace {
+
+std::string RankName(int r) { return "rank " + std::to_string(r); }
+
+size_t BlockBegin(size_t count, int n, int b) {
+  return count / n * b + std::min<size_t>(b, count % n);
+}
+
+// Waits until every peer's counter reaches `step`.
+Status WaitAll(Mesh& mesh, OpCtx& ctx, std::atomic<uint64_t>* ArenaView::*which, uint64_t step,
+               const char* what) {
+  const int n = mesh.size();
+  std::atomic<uint64_t>* counters[64];
+  for (int q = 0; q < n; ++q) counters[q] = mesh.Arena(q).*which;
+  return mesh.WaitUntil(
+      ctx, [&](int q) { return counters[q]->load(std::memory_order_acquire) < step; }, what);
+}
+
+// Stages `bytes` of input for `step` and publishes it; then waits for every rank's input and
+// checks that every rank runs the same op.
+Status Stage(Mesh& mesh, OpCtx& ctx, const DataHeader& h, uint64_t step, const void* src,
+             size_t bytes) {
+  const int me = mesh.rank();
+  ArenaView mine = mesh.Arena(me);
+  const int half = static_cast<int>(step % 2);
+  // The half was last used by step − 2: every peer must have finished reading it.
+  if (step > 2) RETURN_IF_ERROR(WaitAll(mesh, ctx, &ArenaView::released, step - 2, "still reading the previous step"));
+  if (bytes) std::memcpy(mine.half[half], src, bytes);
+  auto enc = EncodeDataHeader(h);
+  std::memcpy(mine.op_header[half], enc.data(), enc.size());
+  mine.arrived->store(step, std::memory_order_release);
+  mesh.RingPeers();
+  RETURN_IF_ERROR(WaitAll(mesh, ctx, &ArenaView::arrived, step, "has not joined"));
+  for (int q = 0; q < mesh.size(); ++q) {
+    if (q == me) continue;
+    std::span<const std::byte> hb(mesh.Arena(q).op_header[half], kDataHeaderSize);
+    Result<DataHeader> got = DecodeDataHeader(hb, UINT64_MAX);
+    if (!got.ok())
+      return Status(StatusCode::kProtocolError,
+                    ctx.what + ": " + RankName(q) + " posted a bad header: " + got.status().ToString());
+    if (!(*got == h))
+      return Status(StatusCode::kProtocolError,
+                    ctx.what + ": ranks disagree: " + RankName(q) + " sent " + DescribeHeader(*got) +
+                        ", " + RankName(me) + " expected " + DescribeHeader(h));
+  }
+  return Status();
+}
+
+void Release(Mesh& mesh, uint64_t step) {
+  mesh.Arena(mesh.rank()).released->store(step, std::memory_order_release);
+  mesh.RingPeers();
+}
+
+}  // namespace
+
+Status ArenaAllReduce(Mesh& mesh, OpCtx& ctx, const DataHeader& op_header, const void* send,
+                      void* recv, size_t small_bytes) {
+  const int n = mesh.size(), me = mesh.rank();
+  const DType dt = op_header.dtype;
+  const ReduceOp op = static_cast<ReduceOp>(op_header.reduce_op);
+  const size_t es = DTypeSize(dt), count = op_header.count, total = count * es;
+  const size_t half_elems = mesh.arena_half_bytes() / es;
+  const auto* in = static_cast<const std::byte*>(send);
+  auto* out = static_cast<std::byte*>(recv);
+  std::vector<const void*> srcs;
+  srcs.reserve(n);
+
+  if (total <= small_bytes && count <= half_elems) {
+    const uint64_t step = ++mesh.arena_step();
+    DataHeader h = op_header;
+    h.bytes = total;
+    RETURN_IF_ERROR(Stage(mesh, ctx, h, step, in, total));
+    const int half = static_cast<int>(step % 2);
+    if (total) {
+      std::memcpy(out, mesh.Arena(0).half[half], total);
+      for (int q = 1; q < n; ++q) srcs.push_back(mesh.Arena(q).half[half]);
+      ReduceMany(out, srcs, count, dt, op);
+      FinishAverage(out, count, dt, op, n);
+    }
+    Release(mesh, step);
+    ctx.bytes_sent += total * (n - 1);
+    ctx.bytes_received += total * (n - 1);
+    return Status();
+  }
+
+  if (half_elems == 0) return Internal(ctx.what + ": the shared arena is smaller than one element");
+  for (size_t at = 0; at < count || (count == 0 && at == 0); at += half_elems) {
+    const size_t m = std::min(half_elems, count - at);
+    const uint64_t step = ++mesh.arena_step();
+    const int half = static_cast<int>(step % 2);
+    DataHeader h = op_header;
+    h.bytes = m * es;
+    RETURN_IF_ERROR(Stage(mesh, ctx, h, step, in + at * es, m * es));
+    // Reduce our slice in place in our staging half, reading the same slice of every peer's.
+    const size_t b = BlockBegin(m, n, me), e = BlockBegin(m, n, me + 1);
+    std::byte* slice = mesh.Arena(me).half[half] + b * es;
+    srcs.clear();
+    for (int q = 0; q < n; ++q)
+      if (q != me) srcs.push_back(mesh.Arena(q).half[half] + b * es);
+    ReduceMany(slice, srcs, e - b, dt, op);
+    FinishAverage(slice, e - b, dt, op, n);
+    mesh.Arena(me).reduced->store(step, std::memory_order_release);
+    mesh.RingPeers();
+    RETURN_IF_ERROR(WaitAll(mesh, ctx, &ArenaView::reduced, step, "has not reduced its slice"));
+    // Copy every rank's reduced slice out (ours included).
+    for (int k = 0; k < n; ++k) {
+      const int q = (me + k) % n;  // start with our own: spreads readers over the segments
+      const size_t qb = BlockBegin(m, n, q), qe = BlockBegin(m, n, q + 1);
+      if (qe > qb) std::memcpy(out + (at + qb) * es, mesh.Arena(q).half[half] + qb * es, (qe - qb) * es);
+    }
+    Release(mesh, step);
+    ctx.bytes_received += ((e - b) * (n - 1) + (m - (e - b))) * es;
+    ctx.bytes_sent += (m - (e - b)) * es + (e - b) * es * (n - 1);
+    if (count == 0) break;
+  }
+  return Status();
+}
+
+}  // namespace rt::comm::tcp
