@@ -2,6 +2,13 @@
 
 #include <algorithm>
 
+#include "base/bytes.h"
+#include "iofs/chain/codec.h"
+
+// GCC 12 false positives inside std::vector::resize inlined into ByteWriter::Put.
+#pragma GCC diagnostic ignored "-Warray-bounds"
+#pragma GCC diagnostic ignored "-Wstringop-overflow"
+
 namespace rt::iofs::chain {
 
 ChainManager::ChainManager(std::vector<ChainConfig> initial) {
@@ -106,6 +113,45 @@ std::vector<ChainConfig> ChainManager::OnSyncComplete(NodeId node, ChainId chain
     }
   }
   return changed;
+}
+
+std::vector<std::byte> ChainManager::Save() const {
+  ByteWriter w;
+  w.Put<uint32_t>(0x4d435452);  // "RTCM"
+  w.Put<uint32_t>(static_cast<uint32_t>(chains_.size()));
+  for (const State& s : chains_) {
+    std::vector<std::byte> config = EncodeConfig(s.config);
+    w.Put<uint32_t>(static_cast<uint32_t>(config.size()));
+    w.PutBytes(config.data(), config.size());
+    w.Put<uint32_t>(s.last_serving ? *s.last_serving : UINT32_MAX);
+  }
+  return w.Take();
+}
+
+Status ChainManager::Restore(std::span<const std::byte> saved) {
+  ByteReader r(saved, "chain manager state");
+  ASSIGN_OR_RETURN(uint32_t magic, r.Get<uint32_t>());
+  if (magic != 0x4d435452) return Corruption("chain manager state: bad magic");
+  ASSIGN_OR_RETURN(uint32_t n, r.Get<uint32_t>());
+  if (n != chains_.size())
+    return Corruption("chain manager state has " + std::to_string(n) + " chains, the layout " +
+                      std::to_string(chains_.size()));
+  std::vector<State> restored = chains_;
+  for (State& s : restored) {
+    ASSIGN_OR_RETURN(uint32_t len, r.Get<uint32_t>());
+    ASSIGN_OR_RETURN(auto bytes, r.GetBytes(len));
+    ASSIGN_OR_RETURN(ChainConfig config, DecodeConfig(bytes));
+    for (const Member& m : config.members)
+      if (std::find(s.home.begin(), s.home.end(), m.node) == s.home.end())
+        return Corruption("chain manager state: node " + std::to_string(m.node) +
+                          " is not a home node of chain " + std::to_string(s.config.chain));
+    if (config.chain != s.config.chain) return Corruption("chain manager state: chains out of order");
+    s.config = std::move(config);
+    ASSIGN_OR_RETURN(uint32_t last, r.Get<uint32_t>());
+    if (last != UINT32_MAX) s.last_serving = last;
+  }
+  chains_ = std::move(restored);
+  return Status();
 }
 
 Result<std::vector<ChainConfig>> BuildChains(const std::vector<NodeId>& nodes, int replication,

@@ -12,6 +12,7 @@
 #include <deque>
 #include <optional>
 #include <set>
+#include <span>
 #include <vector>
 
 #include "iofs/chain/chain_types.h"
@@ -34,6 +35,13 @@ class ChainManager {
   size_t chain_count() const { return chains_.size(); }
   // True if every chain has every home node as a serving member.
   bool AllHealthy() const;
+
+  // Serialises every chain's current version and last serving member, so a restarted manager
+  // continues with higher versions instead of starting over (chain versions must only grow).
+  std::vector<std::byte> Save() const;
+  // Restores what Save() wrote over the same layout. Corruption if it does not parse or does not
+  // match the layout (other chain count or home nodes).
+  Status Restore(std::span<const std::byte> saved);
 
  private:
   struct State {

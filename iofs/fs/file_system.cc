@@ -441,6 +441,7 @@ Result<FsckReport> FileSystem::Fsck(bool repair) {
     inodes = inodes_;
   }
   for (const auto& [ino, n] : inodes) {
+    if (ino == kRootIno) continue;
     if (n.is_dir) {
       ++report.dirs;
       continue;

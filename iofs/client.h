@@ -1,0 +1,71 @@
+// The ringfs client library: file operations against a ringfsd cluster over base/net RPC, as
+// Boost.Asio C++20 coroutines. Connect() asks the given server for the cluster and connects to
+// the metadata node; every call takes a deadline; many calls may be in flight on one Client
+// (they are pipelined on its connection), and PutFile/GetFile keep `parallel` chunk-sized
+// requests in flight. Use a Client on one executor (see base/net/rpc.h).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <boost/asio/awaitable.hpp>
+
+#include "base/deadline.h"
+#include "base/status.h"
+#include "iofs/file_system.h"
+
+namespace rt::net {
+class RpcClient;
+}
+
+namespace rt::iofs {
+
+class Client : public std::enable_shared_from_this<Client> {
+ public:
+  // Connects to host:port, asks it for the cluster map and connects to the metadata node.
+  static boost::asio::awaitable<Result<std::shared_ptr<Client>>> Connect(std::string host, uint16_t port,
+                                                                          Deadline deadline);
+  ~Client();
+
+  boost::asio::awaitable<Result<FileStat>> Create(std::string path, Deadline deadline);
+  boost::asio::awaitable<Status> Mkdir(std::string path, Deadline deadline);
+  // Writes `data` at `offset` (one request; keep it at most a few chunks).
+  boost::asio::awaitable<Status> Write(std::string path, uint64_t offset, std::span<const std::byte> data,
+                                       Deadline deadline);
+  // Reads up to `length` bytes at `offset` (at most 64 MiB per call).
+  boost::asio::awaitable<Result<std::vector<std::byte>>> Read(std::string path, uint64_t offset,
+                                                              uint64_t length, Deadline deadline);
+  boost::asio::awaitable<Result<FileStat>> Stat(std::string path, Deadline deadline);
+  boost::asio::awaitable<Result<std::vector<FileStat>>> List(std::string path, Deadline deadline);
+  boost::asio::awaitable<Status> Rename(std::string from, std::string to, Deadline deadline);
+  boost::asio::awaitable<Status> Remove(std::string path, Deadline deadline);
+  boost::asio::awaitable<Status> Seal(std::string path, Deadline deadline);
+  boost::asio::awaitable<Result<FsckReport>> Fsck(bool repair, Deadline deadline);
+
+  // Writes `data` at `offset` of an existing file as chunk-sized requests, `parallel` in flight.
+  boost::asio::awaitable<Status> WriteParallel(std::string path, uint64_t offset,
+                                               std::span<const std::byte> data, int parallel,
+                                               Deadline deadline);
+  // Reads [offset, offset + length) as chunk-sized requests, `parallel` in flight, into `out`
+  // (resized to what the file holds).
+  boost::asio::awaitable<Status> ReadParallel(std::string path, uint64_t offset, uint64_t length,
+                                              int parallel, std::vector<std::byte>* out, Deadline deadline);
+
+  // The file chunk size of the cluster (the natural request size).
+  uint32_t chunk_size() const { return chunk_size_; }
+  // "host:port" of the metadata node.
+  const std::string& server() const { return server_; }
+
+ private:
+  Client() = default;
+  boost::asio::awaitable<Result<std::vector<std::byte>>> Call(uint16_t type, std::vector<std::byte> payload,
+                                                              Deadline deadline);
+  std::shared_ptr<net::RpcClient> rpc_;
+  uint32_t chunk_size_ = 0;
+  std::string server_;
+};
+
+}  // namespace rt::iofs

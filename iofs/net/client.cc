@@ -1,0 +1,238 @@
+#include "iofs/client.h"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include "base/net/rpc.h"
+#include "iofs/net/wire.h"
+
+// GCC 12 false positives inside std::vector::resize inlined into ByteWriter::Put.
+#pragma GCC diagnostic ignored "-Warray-bounds"
+#pragma GCC diagnostic ignored "-Wstringop-overflow"
+
+namespace rt::iofs {
+namespace {
+
+namespace asio = boost::asio;
+using asio::awaitable;
+using asio::use_awaitable;
+
+std::vector<std::byte> PathPayload(const std::string& path) {
+  ByteWriter w;
+  w.PutString(path);
+  return w.Take();
+}
+
+// Counts running workers; Wait() returns when all have finished (single executor only).
+class WaitGroup {
+ public:
+  explicit WaitGroup(asio::any_io_executor ex) : timer_(ex, asio::steady_timer::time_point::max()) {}
+  void Add() { ++running_; }
+  void Done() {
+    if (--running_ == 0) timer_.cancel();
+  }
+  awaitable<void> Wait() {
+    while (running_ > 0) (void)co_await timer_.async_wait(asio::as_tuple(use_awaitable));
+  }
+
+ private:
+  asio::steady_timer timer_;
+  int running_ = 0;
+};
+
+}  // namespace
+
+Client::~Client() {
+  if (rpc_) rpc_->Close();
+}
+
+awaitable<Result<std::shared_ptr<Client>>> Client::Connect(std::string host, uint16_t port, Deadline deadline) {
+  net::RpcClientOptions o;
+  o.max_payload = wire::kMaxPayload;
+  o.peer_name = "ringfsd at " + host + ":" + std::to_string(port);
+  auto first = co_await net::RpcClient::Connect(host, port, deadline, o);
+  if (!first.ok()) co_return first.status();
+  auto reply = co_await (*first)->Call(wire::kInfo, {}, deadline);
+  if (!reply.ok()) co_return reply.status();
+  auto info = wire::DecodeInfo(reply->payload);
+  if (!info.ok()) co_return info.status();
+  std::shared_ptr<Client> client(new Client());
+  client->chunk_size_ = info->chunk_size;
+  client->server_ = host + ":" + std::to_string(port);
+  if (info->meta_node == info->self) {
+    client->rpc_ = *first;
+    co_return client;
+  }
+  (*first)->Close();
+  for (const auto& n : info->nodes) {
+    if (n.id != info->meta_node) continue;
+    o.peer_name = "ringfsd metadata node " + std::to_string(n.id) + " at " + n.host + ":" + std::to_string(n.port);
+    auto meta = co_await net::RpcClient::Connect(n.host, n.port, deadline, o);
+    if (!meta.ok()) co_return meta.status();
+    client->rpc_ = *meta;
+    client->server_ = n.host + ":" + std::to_string(n.port);
+    co_return client;
+  }
+  co_return Corruption("cluster info names metadata node " + std::to_string(info->meta_node) +
+                       " but lists no address for it");
+}
+
+awaitable<Result<std::vector<std::byte>>> Client::Call(uint16_t type, std::vector<std::byte> payload,
+                                                       Deadline deadline) {
+  auto reply = co_await rpc_->Call(type, payload, deadline);
+  if (!reply.ok()) co_return reply.status();
+  co_return std::move(reply->payload);
+}
+
+awaitable<Result<FileStat>> Client::Create(std::string path, Deadline deadline) {
+  auto reply = co_await Call(wire::kFsCreate, PathPayload(path), deadline);
+  if (!reply.ok()) co_return reply.status();
+  ByteReader r(*reply, "create reply");
+  co_return wire::GetStat(r);
+}
+
+awaitable<Status> Client::Mkdir(std::string path, Deadline deadline) {
+  co_return (co_await Call(wire::kFsMkdir, PathPayload(path), deadline)).status();
+}
+
+awaitable<Status> Client::Write(std::string path, uint64_t offset, std::span<const std::byte> data,
+                                Deadline deadline) {
+  ByteWriter w;
+  w.PutString(path);
+  w.Put<uint64_t>(offset);
+  w.PutBytes(data.data(), data.size());
+  co_return (co_await Call(wire::kFsWrite, w.Take(), deadline)).status();
+}
+
+awaitable<Result<std::vector<std::byte>>> Client::Read(std::string path, uint64_t offset, uint64_t length,
+                                                       Deadline deadline) {
+  ByteWriter w;
+  w.PutString(path);
+  w.Put<uint64_t>(offset);
+  w.Put<uint64_t>(length);
+  co_return co_await Call(wire::kFsRead, w.Take(), deadline);
+}
+
+awaitable<Result<FileStat>> Client::Stat(std::string path, Deadline deadline) {
+  auto reply = co_await Call(wire::kFsStat, PathPayload(path), deadline);
+  if (!reply.ok()) co_return reply.status();
+  ByteReader r(*reply, "stat reply");
+  co_return wire::GetStat(r);
+}
+
+awaitable<Result<std::vector<FileStat>>> Client::List(std::string path, Deadline deadline) {
+  auto reply = co_await Call(wire::kFsList, PathPayload(path), deadline);
+  if (!reply.ok()) co_return reply.status();
+  ByteReader r(*reply, "list reply");
+  auto n = r.Get<uint32_t>();
+  if (!n.ok()) co_return n.status();
+  std::vector<FileStat> out;
+  for (uint32_t i = 0; i < *n; ++i) {
+    auto st = wire::GetStat(r);
+    if (!st.ok()) co_return st.status();
+    out.push_back(std::move(*st));
+  }
+  co_return out;
+}
+
+awaitable<Status> Client::Rename(std::string from, std::string to, Deadline deadline) {
+  ByteWriter w;
+  w.PutString(from);
+  w.PutString(to);
+  co_return (co_await Call(wire::kFsRename, w.Take(), deadline)).status();
+}
+
+awaitable<Status> Client::Remove(std::string path, Deadline deadline) {
+  co_return (co_await Call(wire::kFsRemove, PathPayload(path), deadline)).status();
+}
+
+awaitable<Status> Client::Seal(std::string path, Deadline deadline) {
+  co_return (co_await Call(wire::kFsSeal, PathPayload(path), deadline)).status();
+}
+
+awaitable<Result<FsckReport>> Client::Fsck(bool repair, Deadline deadline) {
+  ByteWriter w;
+  w.Put<uint8_t>(repair ? 1 : 0);
+  auto reply = co_await Call(wire::kFsFsck, w.Take(), deadline);
+  if (!reply.ok()) co_return reply.status();
+  co_return wire::DecodeFsck(*reply);
+}
+
+awaitable<Status> Client::WriteParallel(std::string path, uint64_t offset, std::span<const std::byte> data,
+                                        int parallel, Deadline deadline) {
+  const uint64_t piece = chunk_size_ ? chunk_size_ : (4u << 20);
+  // Pieces aligned to file chunks, so concurrent requests never share a chunk.
+  std::vector<std::pair<uint64_t, uint64_t>> pieces;  // (offset in data, length)
+  for (uint64_t at = 0; at < data.size();) {
+    const uint64_t file_at = offset + at;
+    const uint64_t n = std::min<uint64_t>(data.size() - at, piece - file_at % piece);
+    pieces.emplace_back(at, n);
+    at += n;
+  }
+  auto ex = co_await asio::this_coro::executor;
+  WaitGroup group(ex);
+  size_t next = 0;
+  Status first_error;
+  auto self = shared_from_this();
+  for (int w = 0; w < std::max(1, parallel); ++w) {
+    group.Add();
+    asio::co_spawn(
+        ex,
+        [&, self]() -> awaitable<void> {
+          while (next < pieces.size() && first_error.ok()) {
+            const auto [at, n] = pieces[next++];
+            Status s = co_await Write(path, offset + at, data.subspan(at, n), deadline);
+            if (!s.ok() && first_error.ok()) first_error = s;
+          }
+          group.Done();
+        },
+        asio::detached);
+  }
+  co_await group.Wait();
+  co_return first_error;
+}
+
+awaitable<Status> Client::ReadParallel(std::string path, uint64_t offset, uint64_t length, int parallel,
+                                       std::vector<std::byte>* out, Deadline deadline) {
+  auto st = co_await Stat(path, deadline);
+  if (!st.ok()) co_return st.status();
+  const uint64_t end = std::min(st->size, offset + std::min(length, st->size));
+  out->assign(end > offset ? end - offset : 0, std::byte{0});
+  const uint64_t piece = chunk_size_ ? chunk_size_ : (4u << 20);
+  auto ex = co_await asio::this_coro::executor;
+  WaitGroup group(ex);
+  uint64_t next = offset;
+  Status first_error;
+  auto self = shared_from_this();
+  for (int w = 0; w < std::max(1, parallel); ++w) {
+    group.Add();
+    asio::co_spawn(
+        ex,
+        [&, self]() -> awaitable<void> {
+          while (next < end && first_error.ok()) {
+            const uint64_t at = next;
+            const uint64_t n = std::min(end - at, piece - at % piece);
+            next += n;
+            auto data = co_await Read(path, at, n, deadline);
+            if (!data.ok()) {
+              if (first_error.ok()) first_error = data.status();
+            } else if (data->size() != n) {
+              if (first_error.ok())
+                first_error = Corruption(path + ": short read at " + std::to_string(at));
+            } else {
+              std::memcpy(out->data() + (at - offset), data->data(), n);
+            }
+          }
+          group.Done();
+        },
+        asio::detached);
+  }
+  co_await group.Wait();
+  co_return first_error;
+}
+
+}  // namespace rt::iofs

@@ -1,0 +1,674 @@
+#include "iofs/server.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <atomic>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "base/log.h"
+#include "base/net/rpc.h"
+#include "iofs/chain/chain_manager.h"
+#include "iofs/chain/codec.h"
+#include "iofs/chain_node.h"
+#include "iofs/chain_store.h"
+#include "iofs/file_system.h"
+#include "iofs/net/wire.h"
+
+// GCC 12 false positives inside std::vector::resize inlined into ByteWriter::Put.
+#pragma GCC diagnostic ignored "-Warray-bounds"
+#pragma GCC diagnostic ignored "-Wstringop-overflow"
+
+namespace rt::iofs {
+namespace {
+
+namespace asio = boost::asio;
+using asio::awaitable;
+using asio::use_awaitable;
+using Payload = Result<std::vector<std::byte>>;
+
+Status WriteFileAtomically(const std::string& path, std::span<const std::byte> data) {
+  const std::string tmp = path + ".tmp";
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoStatus(errno, "create " + tmp);
+  size_t done = 0;
+  while (done < data.size()) {
+    ssize_t n = write(fd, data.data() + done, data.size() - done);
+    if (n < 0) {
+      const int err = errno;
+      close(fd);
+      return ErrnoStatus(err, "write " + tmp);
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (fsync(fd) != 0) {
+    const int err = errno;
+    close(fd);
+    return ErrnoStatus(err, "fsync " + tmp);
+  }
+  close(fd);
+  if (rename(tmp.c_str(), path.c_str()) != 0) return ErrnoStatus(errno, "rename " + tmp);
+  return Status();
+}
+
+Result<std::vector<std::byte>> ReadWholeFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFound(path);
+  std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::byte> out(s.size());
+  std::memcpy(out.data(), s.data(), s.size());
+  return out;
+}
+
+std::vector<std::byte> Empty() { return {}; }
+
+class ServerImpl final : public Server, public ChainTransport, public ChainRouter {
+ public:
+  explicit ServerImpl(ServerOptions options)
+      : options_(std::move(options)),
+        client_pool_(static_cast<size_t>(options_.client_threads)),
+        peer_pool_(static_cast<size_t>(options_.peer_threads)) {}
+
+  ~ServerImpl() override { (void)Shutdown(Deadline::AfterMs(5000)); }
+
+  Status Init();
+  uint16_t port() const override { return rpc_ ? rpc_->port() : 0; }
+  Status Shutdown(Deadline deadline) override;
+
+  // ChainTransport.
+  void Send(const chain::Message& message) override;
+  void ReportSyncComplete(chain::NodeId node, chain::ChainId chain, uint64_t version) override;
+
+  // ChainRouter.
+  chain::NodeId self() const override { return options_.self; }
+  std::vector<chain::NodeId> nodes() const override {
+    std::vector<chain::NodeId> ids;
+    for (const auto& n : options_.nodes) ids.push_back(n.id);
+    return ids;
+  }
+  size_t chain_count() const override { return static_cast<size_t>(options_.chains); }
+  chain::ChainConfig Config(chain::ChainId c) override {
+    if (manager_) {
+      std::lock_guard lock(manager_mu_);
+      return manager_->config(c);
+    }
+    auto config = chain_->Config(c);
+    return config ? *config : chain::ChainConfig{};
+  }
+  Result<uint64_t> WriteAt(chain::NodeId node, chain::ChunkKey key,
+                           std::optional<std::span<const std::byte>> data, Deadline deadline) override;
+  Status ReadAt(chain::NodeId node, chain::ChunkKey key, uint64_t offset, uint64_t length,
+                std::vector<std::byte>* out, Deadline deadline) override;
+  Result<std::vector<chain::ChunkKey>> KeysAt(chain::NodeId node, Deadline deadline) override;
+  Result<std::vector<std::string>> CheckAt(chain::NodeId node, Deadline deadline) override;
+
+ private:
+  const NodeEndpoint* Endpoint(uint32_t id) const {
+    for (const auto& n : options_.nodes)
+      if (n.id == id) return &n;
+    return nullptr;
+  }
+  bool is_meta() const { return options_.self == meta_node_; }
+
+  // Runs `fn` on `pool` and comes back to the I/O thread (co_spawn completes on the caller's
+  // executor), so blocking work never runs on the I/O thread.
+  template <typename Fn>
+  awaitable<Payload> OnPool(asio::thread_pool& pool, Fn fn) {
+    // (std::optional: co_spawn's result must be default-constructible, Result is not.)
+    std::optional<Payload> result = co_await asio::co_spawn(
+        pool.get_executor(), [&fn]() -> awaitable<std::optional<Payload>> { co_return fn(); },
+        use_awaitable);
+    co_return std::move(*result);
+  }
+
+  // A connected client to a peer (I/O thread only).
+  awaitable<Result<std::shared_ptr<net::RpcClient>>> Peer(uint32_t id, Deadline deadline);
+  // Calls `type` at node `id` from a worker thread (blocks it, never the I/O thread).
+  Result<Frame> CallBlocking(uint32_t id, uint16_t type, std::vector<std::byte> payload, Deadline deadline);
+
+  void RegisterHandlers();
+  Payload HandleFs(uint16_t type, std::span<const std::byte> payload);
+  Result<FileSystem*> Fs();
+
+  // Chain manager (metadata node only).
+  void Broadcast(const std::vector<chain::ChainConfig>& configs);
+  void SaveManager();  // REQUIRES manager_mu_
+  void OnPing(uint32_t id, bool ok);
+  awaitable<void> HeartbeatLoop();
+  awaitable<void> TickLoop();
+
+  ServerOptions options_;
+  uint32_t meta_node_ = 0;
+  asio::io_context io_;
+  std::thread io_thread_;
+  asio::thread_pool client_pool_;
+  asio::thread_pool peer_pool_;
+  std::shared_ptr<net::RpcServer> rpc_;
+  std::unique_ptr<ChunkEngine> engine_;
+  std::unique_ptr<ChainNode> chain_;
+  std::vector<chain::ChainConfig> layout_;
+  std::atomic<bool> stopping_{false};
+  bool shut_down_ = false;
+
+  std::map<uint32_t, std::shared_ptr<net::RpcClient>> peers_;  // I/O thread only
+
+  std::mutex manager_mu_;
+  std::unique_ptr<chain::ChainManager> manager_;  // metadata node only
+  std::map<uint32_t, int> missed_;                // GUARDED_BY(manager_mu_)
+  std::map<uint32_t, bool> up_;                   // GUARDED_BY(manager_mu_)
+  std::map<uint32_t, bool> ping_in_flight_;       // I/O thread only
+
+  std::mutex fs_mu_;
+  std::unique_ptr<ObjectStore> store_;  // GUARDED_BY(fs_mu_) for creation
+  std::unique_ptr<FileSystem> fs_;      // GUARDED_BY(fs_mu_) for creation
+};
+
+Status ServerImpl::Init() {
+  auto& o = options_;
+  if (o.nodes.empty()) return InvalidArgument("ringfsd: the node list is empty");
+  if (!Endpoint(o.self)) return InvalidArgument("ringfsd: node id " + std::to_string(o.self) + " is not in the node list");
+  if (o.state_dir.empty()) return InvalidArgument("ringfsd: state folder is not set");
+  meta_node_ = o.nodes[0].id;
+  std::vector<chain::NodeId> ids;
+  for (const auto& n : o.nodes) {
+    ids.push_back(n.id);
+    meta_node_ = std::min(meta_node_, n.id);
+  }
+  ASSIGN_OR_RETURN(layout_, chain::BuildChains(ids, o.replication, o.chains));
+  if (mkdir(o.state_dir.c_str(), 0755) != 0 && errno != EEXIST)
+    return ErrnoStatus(errno, "create state folder " + o.state_dir);
+  o.engine.dir = o.state_dir + "/engine";
+  if (o.file_chunk_size == 0) o.file_chunk_size = o.engine.chunk_size;
+  ASSIGN_OR_RETURN(engine_, ChunkEngine::Open(o.engine));
+  std::vector<chain::ChainId> home;
+  for (const auto& c : layout_)
+    for (const auto& m : c.members)
+      if (m.node == o.self) home.push_back(c.chain);
+  ASSIGN_OR_RETURN(chain_, ChainNode::Open(o.self, layout_.size(), home, engine_.get(), this));
+  if (is_meta()) {
+    manager_ = std::make_unique<chain::ChainManager>(layout_);
+    const std::string path = o.state_dir + "/manager.state";
+    if (auto saved = ReadWholeFile(path); saved.ok()) {
+      RETURN_IF_ERROR(manager_->Restore(*saved).WithContext(path));
+      // Continue above every version handed out before the restart.
+    }
+    std::lock_guard lock(manager_mu_);
+    SaveManager();
+  }
+  net::RpcServerOptions ro;
+  ro.bind_address = o.listen_host;
+  ro.port = Endpoint(o.self)->port;
+  ro.max_payload = wire::kMaxPayload;
+  ro.name = "ringfsd node " + std::to_string(o.self);
+  rpc_ = net::RpcServer::Create(io_.get_executor(), ro);
+  RegisterHandlers();
+  ASSIGN_OR_RETURN(uint16_t port, rpc_->Start());
+  for (auto& n : o.nodes)
+    if (n.id == o.self) n.port = port;
+  io_thread_ = std::thread([this] {
+    auto guard = asio::make_work_guard(io_);
+    io_.run();
+  });
+  if (manager_) {
+    std::vector<chain::ChainConfig> configs;
+    {
+      std::lock_guard lock(manager_mu_);
+      for (size_t c = 0; c < manager_->chain_count(); ++c) configs.push_back(manager_->config(c));
+      up_[o.self] = true;
+    }
+    for (const auto& c : configs) chain_->OnConfig(c);
+    asio::co_spawn(io_, HeartbeatLoop(), asio::detached);
+  }
+  asio::co_spawn(io_, TickLoop(), asio::detached);
+  LOG_INFO("ringfsd node {} serving on {}:{} ({} nodes, replication {}, {} chains, state {}){}", o.self,
+           o.listen_host, port, o.nodes.size(), o.replication, o.chains, o.state_dir,
+           is_meta() ? ", metadata node" : "");
+  return Status();
+}
+
+Status ServerImpl::Shutdown(Deadline deadline) {
+  if (shut_down_) return Status();
+  shut_down_ = true;
+  stopping_ = true;
+  Status s;
+  if (rpc_) s = rpc_->Shutdown(deadline);
+  io_.stop();
+  if (io_thread_.joinable()) io_thread_.join();
+  client_pool_.join();
+  peer_pool_.join();
+  fs_.reset();
+  store_.reset();
+  chain_.reset();
+  engine_.reset();
+  return s;
+}
+
+awaitable<Result<std::shared_ptr<net::RpcClient>>> ServerImpl::Peer(uint32_t id, Deadline deadline) {
+  auto it = peers_.find(id);
+  if (it != peers_.end() && it->second->connected()) co_return it->second;
+  const NodeEndpoint* e = Endpoint(id);
+  if (!e) co_return InvalidArgument("unknown node " + std::to_string(id));
+  net::RpcClientOptions co;
+  co.max_payload = wire::kMaxPayload;
+  co.peer_name = "ringfsd node " + std::to_string(id) + " at " + e->host + ":" + std::to_string(e->port);
+  co.connect.max_backoff = std::chrono::milliseconds(100);
+  auto client = co_await net::RpcClient::Connect(e->host, e->port, deadline, co);
+  if (!client.ok()) co_return client.status();
+  peers_[id] = *client;
+  co_return *client;
+}
+
+Result<Frame> ServerImpl::CallBlocking(uint32_t id, uint16_t type, std::vector<std::byte> payload,
+                                            Deadline deadline) {
+  return net::BlockOn<Result<Frame>>(
+      io_.get_executor(),
+      [](ServerImpl* self, uint32_t id, uint16_t type, std::vector<std::byte> payload,
+         Deadline deadline) -> awaitable<Result<Frame>> {
+        // A dead node refuses connections: give up on it quickly, the caller retries elsewhere.
+        auto client = co_await self->Peer(id, deadline.Min(Deadline::AfterMs(1000)));
+        if (!client.ok()) co_return client.status();
+        co_return co_await (*client)->Call(type, payload, deadline);
+      }(this, id, type, std::move(payload), deadline));
+}
+
+void ServerImpl::Send(const chain::Message& message) {
+  if (stopping_) return;
+  auto payload = std::make_shared<std::vector<std::byte>>(chain::EncodeMessage(message));
+  const uint32_t to = message.to;
+  asio::co_spawn(
+      io_,
+      [this, to, payload]() -> awaitable<void> {
+        const Deadline deadline = Deadline::AfterMs(10000);
+        auto client = co_await Peer(to, Deadline::AfterMs(500));
+        if (!client.ok()) co_return;  // lost; the protocol retransmits
+        auto reply = co_await (*client)->Call(wire::kChainMessage, *payload, deadline);
+        if (!reply.ok()) LOG_DEBUG("replica message to node {}: {}", to, reply.status().ToString());
+      },
+      asio::detached);
+}
+
+void ServerImpl::ReportSyncComplete(chain::NodeId node, chain::ChainId chain, uint64_t version) {
+  if (is_meta()) {
+    asio::post(peer_pool_, [this, node, chain, version] {
+      std::vector<chain::ChainConfig> changed;
+      {
+        std::lock_guard lock(manager_mu_);
+        changed = manager_->OnSyncComplete(node, chain, version);
+        if (!changed.empty()) SaveManager();
+      }
+      Broadcast(changed);
+    });
+    return;
+  }
+  ByteWriter w;
+  w.Put<uint32_t>(node);
+  w.Put<uint32_t>(chain);
+  w.Put<uint64_t>(version);
+  auto payload = std::make_shared<std::vector<std::byte>>(w.Take());
+  asio::co_spawn(
+      io_,
+      [this, payload]() -> awaitable<void> {
+        auto client = co_await Peer(meta_node_, Deadline::AfterMs(1000));
+        if (!client.ok()) co_return;  // the syncing member reports again after its next round
+        (void)co_await (*client)->Call(wire::kSyncComplete, *payload, Deadline::AfterMs(5000));
+      },
+      asio::detached);
+}
+
+void ServerImpl::Broadcast(const std::vector<chain::ChainConfig>& configs) {
+  for (const auto& c : configs) {
+    LOG_INFO("chain {} version {}: {} members", c.chain, c.version, c.members.size());
+    auto payload = std::make_shared<std::vector<std::byte>>(chain::EncodeConfig(c));
+    for (const auto& m : layout_[c.chain].members) {
+      if (m.node == options_.self) {
+        asio::post(peer_pool_, [this, c] { chain_->OnConfig(c); });
+        continue;
+      }
+      const uint32_t to = m.node;
+      asio::co_spawn(
+          io_,
+          [this, to, payload]() -> awaitable<void> {
+            auto client = co_await Peer(to, Deadline::AfterMs(300));
+            if (!client.ok()) co_return;  // re-broadcast every second
+            (void)co_await (*client)->Call(wire::kChainConfig, *payload, Deadline::AfterMs(3000));
+          },
+          asio::detached);
+    }
+  }
+}
+
+void ServerImpl::SaveManager() {
+  Status s = WriteFileAtomically(options_.state_dir + "/manager.state", manager_->Save());
+  if (!s.ok()) LOG_ERROR("saving the chain manager state failed: {}", s.ToString());
+}
+
+void ServerImpl::OnPing(uint32_t id, bool ok) {
+  std::vector<chain::ChainConfig> changed;
+  {
+    std::lock_guard lock(manager_mu_);
+    auto known = up_.find(id);
+    if (ok) {
+      missed_[id] = 0;
+      if (known == up_.end() || !known->second) {
+        up_[id] = true;
+        LOG_INFO("node {} is up", id);
+        changed = manager_->OnNodeUp(id);
+      }
+    } else if (++missed_[id] >= options_.down_after && (known == up_.end() || known->second)) {
+      up_[id] = false;
+      LOG_WARN("node {} is down ({} missed heartbeats)", id, missed_[id]);
+      changed = manager_->OnNodeDown(id);
+    }
+    if (!changed.empty()) SaveManager();
+  }
+  Broadcast(changed);
+}
+
+awaitable<void> ServerImpl::HeartbeatLoop() {
+  asio::steady_timer timer(io_);
+  for (uint64_t round = 0; !stopping_; ++round) {
+    for (const auto& n : options_.nodes) {
+      if (n.id == options_.self || ping_in_flight_[n.id]) continue;
+      ping_in_flight_[n.id] = true;
+      const uint32_t id = n.id;
+      asio::co_spawn(
+          io_,
+          [this, id]() -> awaitable<void> {
+            const Deadline deadline = Deadline::AfterMs(options_.heartbeat_ms * 2);
+            bool ok = false;
+            auto client = co_await Peer(id, deadline);
+            if (client.ok()) ok = (co_await (*client)->Call(wire::kPing, {}, deadline)).ok();
+            ping_in_flight_[id] = false;
+            asio::post(peer_pool_, [this, id, ok] { OnPing(id, ok); });
+          },
+          asio::detached);
+    }
+    if (round % 5 == 4) {
+      // Re-broadcast every chain version: repairs lost config messages and restarted nodes.
+      std::vector<chain::ChainConfig> all;
+      {
+        std::lock_guard lock(manager_mu_);
+        for (size_t c = 0; c < manager_->chain_count(); ++c) all.push_back(manager_->config(c));
+      }
+      asio::post(peer_pool_, [this, all] {
+        for (const auto& c : all)
+          for (const auto& m : layout_[c.chain].members)
+            if (m.node == options_.self) chain_->OnConfig(c);
+      });
+      for (const auto& c : all) {
+        auto payload = std::make_shared<std::vector<std::byte>>(chain::EncodeConfig(c));
+        for (const auto& m : layout_[c.chain].members) {
+          if (m.node == options_.self) continue;
+          const uint32_t to = m.node;
+          asio::co_spawn(
+              io_,
+              [this, to, payload]() -> awaitable<void> {
+                auto client = co_await Peer(to, Deadline::AfterMs(300));
+                if (client.ok()) (void)co_await (*client)->Call(wire::kChainConfig, *payload, Deadline::AfterMs(3000));
+              },
+              asio::detached);
+        }
+      }
+    }
+    timer.expires_after(std::chrono::milliseconds(options_.heartbeat_ms));
+    auto [ec] = co_await timer.async_wait(asio::as_tuple(use_awaitable));
+    (void)ec;
+  }
+}
+
+awaitable<void> ServerImpl::TickLoop() {
+  asio::steady_timer timer(io_);
+  std::atomic<bool>* busy = new std::atomic<bool>(false);  // freed at the end of the loop
+  while (!stopping_) {
+    if (!busy->exchange(true))
+      asio::post(peer_pool_, [this, busy] {
+        chain_->Tick();
+        busy->store(false);
+      });
+    timer.expires_after(std::chrono::milliseconds(options_.tick_ms));
+    auto [ec] = co_await timer.async_wait(asio::as_tuple(use_awaitable));
+    (void)ec;
+  }
+  // The pool may still run a tick that uses `busy`: leak it rather than race.
+}
+
+Result<uint64_t> ServerImpl::WriteAt(chain::NodeId node, chain::ChunkKey key,
+                                     std::optional<std::span<const std::byte>> data, Deadline deadline) {
+  if (node == options_.self) return chain_->Write(key, data, deadline);
+  ByteWriter w;
+  w.Put<uint64_t>(key);
+  w.Put<uint8_t>(data ? 0 : 1);
+  if (data) w.PutBytes(data->data(), data->size());
+  ASSIGN_OR_RETURN(Frame reply, CallBlocking(node, wire::kChunkWrite, w.Take(), deadline));
+  ByteReader r(reply.payload, "chunk write reply");
+  return r.Get<uint64_t>();
+}
+
+Status ServerImpl::ReadAt(chain::NodeId node, chain::ChunkKey key, uint64_t offset, uint64_t length,
+                          std::vector<std::byte>* out, Deadline deadline) {
+  if (node == options_.self) return chain_->Read(key, offset, length, out, nullptr);
+  ByteWriter w;
+  w.Put<uint64_t>(key);
+  w.Put<uint64_t>(offset);
+  w.Put<uint64_t>(std::min(length, wire::kMaxReadPerRequest));
+  ASSIGN_OR_RETURN(Frame reply, CallBlocking(node, wire::kChunkRead, w.Take(), deadline));
+  *out = std::move(reply.payload);
+  return Status();
+}
+
+Result<std::vector<chain::ChunkKey>> ServerImpl::KeysAt(chain::NodeId node, Deadline deadline) {
+  if (node == options_.self) return chain_->Keys();
+  ASSIGN_OR_RETURN(Frame reply, CallBlocking(node, wire::kChunkKeys, {}, deadline));
+  ByteReader r(reply.payload, "chunk keys reply");
+  ASSIGN_OR_RETURN(uint64_t n, r.Get<uint64_t>());
+  if (n > r.remaining() / 8) return Corruption("chunk keys reply: bad count");
+  std::vector<chain::ChunkKey> keys(n);
+  for (auto& k : keys) {
+    ASSIGN_OR_RETURN(k, r.Get<uint64_t>());
+  }
+  return keys;
+}
+
+Result<std::vector<std::string>> ServerImpl::CheckAt(chain::NodeId node, Deadline deadline) {
+  if (node == options_.self) return engine_->Check();
+  ASSIGN_OR_RETURN(Frame reply, CallBlocking(node, wire::kEngineCheck, {}, deadline));
+  ByteReader r(reply.payload, "engine check reply");
+  ASSIGN_OR_RETURN(uint32_t n, r.Get<uint32_t>());
+  std::vector<std::string> problems;
+  for (uint32_t i = 0; i < n; ++i) {
+    ASSIGN_OR_RETURN(std::string p, r.GetString(4096));
+    problems.push_back(std::move(p));
+  }
+  return problems;
+}
+
+Result<FileSystem*> ServerImpl::Fs() {
+  std::lock_guard lock(fs_mu_);
+  if (!fs_) {
+    if (!store_) {
+      ChainStoreOptions so;
+      so.max_object_size = options_.engine.chunk_size;
+      store_ = NewChainObjectStore(this, so);
+    }
+    ASSIGN_OR_RETURN(fs_, FileSystem::Open(store_.get(), options_.file_chunk_size));
+  }
+  return fs_.get();
+}
+
+void ServerImpl::RegisterHandlers() {
+  using net::RpcRequest;
+  rpc_->Handle(wire::kPing, [](RpcRequest) -> awaitable<Payload> { co_return Empty(); });
+  rpc_->Handle(wire::kInfo, [this](RpcRequest) -> awaitable<Payload> {
+    wire::ClusterInfo info;
+    info.self = options_.self;
+    info.meta_node = meta_node_;
+    info.replication = static_cast<uint32_t>(options_.replication);
+    info.chains = static_cast<uint32_t>(options_.chains);
+    info.chunk_size = options_.file_chunk_size;
+    for (const auto& n : options_.nodes) info.nodes.push_back({n.id, n.host, n.port});
+    co_return wire::EncodeInfo(info);
+  });
+  rpc_->Handle(wire::kChainMessage, [this](RpcRequest req) -> awaitable<Payload> {
+    auto message = chain::DecodeMessage(req.payload);
+    if (!message.ok()) co_return message.status();
+    co_return co_await OnPool(peer_pool_, [&]() -> Payload {
+      chain_->OnMessage(*message);
+      return Empty();
+    });
+  });
+  rpc_->Handle(wire::kChainConfig, [this](RpcRequest req) -> awaitable<Payload> {
+    auto config = chain::DecodeConfig(req.payload);
+    if (!config.ok()) co_return config.status();
+    co_return co_await OnPool(peer_pool_, [&]() -> Payload {
+      chain_->OnConfig(*config);
+      return Empty();
+    });
+  });
+  rpc_->Handle(wire::kSyncComplete, [this](RpcRequest req) -> awaitable<Payload> {
+    if (!manager_) co_return Status(StatusCode::kNotServing, "node " + std::to_string(options_.self) + " is not the chain manager");
+    ByteReader r(req.payload, "sync report");
+    auto node = r.Get<uint32_t>();
+    auto chain = r.Get<uint32_t>();
+    auto version = r.Get<uint64_t>();
+    if (!node.ok() || !chain.ok() || !version.ok()) co_return Corruption("sync report: truncated");
+    ReportSyncComplete(*node, *chain, *version);
+    co_return Empty();
+  });
+  rpc_->Handle(wire::kChunkWrite, [this](RpcRequest req) -> awaitable<Payload> {
+    co_return co_await OnPool(client_pool_, [&]() -> Payload {
+      ByteReader r(req.payload, "chunk write");
+      ASSIGN_OR_RETURN(uint64_t key, r.Get<uint64_t>());
+      ASSIGN_OR_RETURN(uint8_t flags, r.Get<uint8_t>());
+      ASSIGN_OR_RETURN(auto data, r.GetBytes(r.remaining()));
+      std::optional<std::span<const std::byte>> value;
+      if (!(flags & 1)) value = data;
+      ASSIGN_OR_RETURN(uint64_t version, chain_->Write(key, value, Deadline::AfterMs(30000)));
+      ByteWriter w;
+      w.Put<uint64_t>(version);
+      return w.Take();
+    });
+  });
+  rpc_->Handle(wire::kChunkRead, [this](RpcRequest req) -> awaitable<Payload> {
+    co_return co_await OnPool(client_pool_, [&]() -> Payload {
+      ByteReader r(req.payload, "chunk read");
+      ASSIGN_OR_RETURN(uint64_t key, r.Get<uint64_t>());
+      ASSIGN_OR_RETURN(uint64_t offset, r.Get<uint64_t>());
+      ASSIGN_OR_RETURN(uint64_t length, r.Get<uint64_t>());
+      std::vector<std::byte> out;
+      RETURN_IF_ERROR(chain_->Read(key, offset, std::min(length, wire::kMaxReadPerRequest), &out, nullptr));
+      return out;
+    });
+  });
+  rpc_->Handle(wire::kChunkKeys, [this](RpcRequest) -> awaitable<Payload> {
+    co_return co_await OnPool(client_pool_, [&]() -> Payload {
+      std::vector<chain::ChunkKey> keys = chain_->Keys();
+      ByteWriter w;
+      w.Put<uint64_t>(keys.size());
+      for (auto k : keys) w.Put<uint64_t>(k);
+      return w.Take();
+    });
+  });
+  rpc_->Handle(wire::kEngineCheck, [this](RpcRequest) -> awaitable<Payload> {
+    co_return co_await OnPool(client_pool_, [&]() -> Payload {
+      std::vector<std::string> problems = engine_->Check();
+      ByteWriter w;
+      w.Put<uint32_t>(static_cast<uint32_t>(std::min<size_t>(problems.size(), 10000)));
+      for (size_t i = 0; i < problems.size() && i < 10000; ++i) w.PutString(problems[i].substr(0, 4096));
+      return w.Take();
+    });
+  });
+  for (uint16_t type : {wire::kFsCreate, wire::kFsMkdir, wire::kFsWrite, wire::kFsRead, wire::kFsStat,
+                        wire::kFsList, wire::kFsRename, wire::kFsRemove, wire::kFsSeal, wire::kFsFsck}) {
+    rpc_->Handle(type, [this, type](RpcRequest req) -> awaitable<Payload> {
+      if (!is_meta()) {
+        const NodeEndpoint* m = Endpoint(meta_node_);
+        co_return Status(StatusCode::kNotServing,
+                         "file operations are served by node " + std::to_string(meta_node_) + " at " +
+                             m->host + ":" + std::to_string(m->port));
+      }
+      co_return co_await OnPool(client_pool_, [&]() -> Payload { return HandleFs(type, req.payload); });
+    });
+  }
+}
+
+Payload ServerImpl::HandleFs(uint16_t type, std::span<const std::byte> payload) {
+  ASSIGN_OR_RETURN(FileSystem * fs, Fs());
+  ByteReader r(payload, "file request");
+  ByteWriter w;
+  if (type == wire::kFsFsck) {
+    ASSIGN_OR_RETURN(uint8_t repair, r.Get<uint8_t>());
+    ASSIGN_OR_RETURN(FsckReport report, fs->Fsck(repair != 0));
+    return wire::EncodeFsck(report);
+  }
+  ASSIGN_OR_RETURN(std::string path, wire::GetPath(r));
+  switch (type) {
+    case wire::kFsCreate: {
+      ASSIGN_OR_RETURN(FileStat st, fs->Create(path));
+      wire::PutStat(w, st);
+      return w.Take();
+    }
+    case wire::kFsMkdir:
+      RETURN_IF_ERROR(fs->Mkdir(path));
+      return Empty();
+    case wire::kFsWrite: {
+      ASSIGN_OR_RETURN(uint64_t offset, r.Get<uint64_t>());
+      ASSIGN_OR_RETURN(auto data, r.GetBytes(r.remaining()));
+      RETURN_IF_ERROR(fs->Write(path, offset, data));
+      return Empty();
+    }
+    case wire::kFsRead: {
+      ASSIGN_OR_RETURN(uint64_t offset, r.Get<uint64_t>());
+      ASSIGN_OR_RETURN(uint64_t length, r.Get<uint64_t>());
+      std::vector<std::byte> out;
+      RETURN_IF_ERROR(fs->Read(path, offset, std::min(length, wire::kMaxReadPerRequest), &out));
+      return out;
+    }
+    case wire::kFsStat: {
+      ASSIGN_OR_RETURN(FileStat st, fs->Stat(path));
+      wire::PutStat(w, st);
+      return w.Take();
+    }
+    case wire::kFsList: {
+      ASSIGN_OR_RETURN(std::vector<FileStat> list, fs->List(path));
+      w.Put<uint32_t>(static_cast<uint32_t>(list.size()));
+      for (const FileStat& st : list) wire::PutStat(w, st);
+      return w.Take();
+    }
+    case wire::kFsRename: {
+      ASSIGN_OR_RETURN(std::string to, wire::GetPath(r));
+      RETURN_IF_ERROR(fs->Rename(path, to));
+      return Empty();
+    }
+    case wire::kFsRemove:
+      RETURN_IF_ERROR(fs->Remove(path));
+      return Empty();
+    case wire::kFsSeal:
+      RETURN_IF_ERROR(fs->Seal(path));
+      return Empty();
+    default:
+      return Unimplemented("file request type " + std::to_string(type));
+  }
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
+  auto server = std::make_unique<ServerImpl>(std::move(options));
+  RETURN_IF_ERROR(server->Init());
+  return std::unique_ptr<Server>(std::move(server));
+}
+
+}  // namespace rt::iofs

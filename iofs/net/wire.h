@@ -1,0 +1,78 @@
+// The ringfsd RPC protocol: frame types and payload codecs (docs/formats/iofs_wire.md). Every
+// request is one base/net RPC frame; payloads are little-endian with bounded lengths.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/bytes.h"
+#include "base/status.h"
+#include "iofs/file_system.h"
+
+namespace rt::iofs::wire {
+
+// Frame types (the RPC method).
+enum Type : uint16_t {
+  kPing = 0x6901,
+  kInfo = 0x6902,
+  kChainMessage = 0x6910,   // peer → peer: a replica message
+  kChainConfig = 0x6911,    // manager → node: a chain version
+  kSyncComplete = 0x6912,   // node → manager
+  kChunkWrite = 0x6920,     // → chain head
+  kChunkRead = 0x6921,      // → any serving replica
+  kChunkKeys = 0x6922,
+  kEngineCheck = 0x6923,
+  kFsCreate = 0x6930,       // file operations: served by the metadata node
+  kFsMkdir = 0x6931,
+  kFsWrite = 0x6932,
+  kFsRead = 0x6933,
+  kFsStat = 0x6934,
+  kFsList = 0x6935,
+  kFsRename = 0x6936,
+  kFsRemove = 0x6937,
+  kFsSeal = 0x6938,
+  kFsFsck = 0x6939,
+};
+
+// Largest payload of any ringfsd frame, and largest read answered by one request.
+inline constexpr uint32_t kMaxPayload = 72u << 20;
+inline constexpr uint64_t kMaxReadPerRequest = 64u << 20;
+inline constexpr size_t kMaxPath = 4096;
+
+// One node of the cluster as kInfo describes it.
+struct NodeAddress {
+  uint32_t id = 0;
+  std::string host;
+  uint16_t port = 0;
+};
+
+// The kInfo answer.
+struct ClusterInfo {
+  uint32_t self = 0;
+  uint32_t meta_node = 0;  // the node serving file operations
+  uint32_t replication = 0;
+  uint32_t chains = 0;
+  uint32_t chunk_size = 0;
+  std::vector<NodeAddress> nodes;
+};
+
+std::vector<std::byte> EncodeInfo(const ClusterInfo& info);
+Result<ClusterInfo> DecodeInfo(std::span<const std::byte> bytes);
+
+void PutStat(ByteWriter& w, const FileStat& s);
+Result<FileStat> GetStat(ByteReader& r);
+
+std::vector<std::byte> EncodeFsck(const FsckReport& report);
+Result<FsckReport> DecodeFsck(std::span<const std::byte> bytes);
+
+// A payload that starts with a path: reads it and checks it (ValidatePath).
+Result<std::string> GetPath(ByteReader& r);
+
+// Views a byte span as a string and back.
+inline std::span<const std::byte> AsBytes(const std::string& s) {
+  return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
+}
+
+}  // namespace rt::iofs::wire

@@ -1,0 +1,64 @@
+// ringfsd: one chunk-store node as a network service. It owns the node's chunk engine and chain
+// node, answers peers (replica messages, chain versions) and clients (chunk and file operations)
+// over base/net RPC, and — on the metadata node, the one with the smallest id — runs the chain
+// manager (heartbeats every node, removes failed replicas from their chains, lets returning ones
+// resync) and the file namespace. Protocol: docs/formats/iofs_wire.md.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/deadline.h"
+#include "base/status.h"
+#include "iofs/chunk_engine.h"
+
+namespace rt::iofs {
+
+// One node of a static cluster.
+struct NodeEndpoint {
+  uint32_t id = 0;
+  std::string host;
+  uint16_t port = 0;
+};
+
+// Configuration of a ringfsd node (node.toml; see LoadServerOptions).
+struct ServerOptions {
+  uint32_t self = 1;                  // this node's id (one of `nodes`)
+  std::string state_dir;              // engine data, metadata and manager state live here
+  std::string listen_host = "127.0.0.1";  // address to bind ("0.0.0.0" for all)
+  std::vector<NodeEndpoint> nodes;    // every node, this one included
+  int replication = 1;                // replicas per chain, 1-3
+  int chains = 8;                     // replication chains (chunks are striped over them)
+  uint32_t file_chunk_size = 0;       // bytes per file chunk; 0 = the engine's chunk_size
+  ChunkEngineOptions engine;          // engine.dir is set to <state_dir>/engine
+  int64_t tick_ms = 100;              // retransmission period of the chain protocol
+  int64_t heartbeat_ms = 200;         // manager → node ping period
+  int down_after = 3;                 // missed pings before a node leaves its chains
+  int client_threads = 16;            // threads for client requests (may wait on the network)
+  int peer_threads = 4;               // threads for replica messages (never wait on the network)
+};
+
+// Reads a node.toml. Errors name the file, line and key (base/config.h).
+Result<ServerOptions> LoadServerOptions(const std::string& path);
+// The embedded default: one local node (id 1) on 127.0.0.1:`port`, replication factor 1, data
+// under `state_dir`.
+ServerOptions EmbeddedServerOptions(const std::string& state_dir, uint16_t port);
+
+// A running node. Thread-safe.
+class Server {
+ public:
+  // Opens the engine, binds the port (0 picks one) and starts serving.
+  static Result<std::unique_ptr<Server>> Start(ServerOptions options);
+  virtual ~Server() = default;
+  // The bound port.
+  virtual uint16_t port() const = 0;
+  // Stops accepting requests, waits for running ones until `deadline`, then closes everything.
+  virtual Status Shutdown(Deadline deadline) = 0;
+};
+
+// The default port of the embedded server.
+inline constexpr uint16_t kDefaultPort = 7600;
+
+}  // namespace rt::iofs

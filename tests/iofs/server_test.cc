@@ -1,0 +1,284 @@
+// ringfsd and ringfs as real processes: the embedded default driven through the CLI, a 3-node
+// RF=3 cluster that loses a replica (kill -9, and a crash at the fault point in the middle of a
+// chain forward) during a write stream and resyncs it, and a corrupt replica served from another.
+#include <gtest/gtest.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <cstdlib>
+#include <fstream>
+
+#include "base/bytes.h"
+#include "base/net/rpc.h"
+#include "iofs/client.h"
+#include "iofs/net/wire.h"
+#include "tests/iofs/process_util.h"
+
+namespace rt::iofs {
+namespace {
+
+namespace asio = boost::asio;
+using testing::Content;
+using testing::FreePort;
+using testing::Process;
+using testing::TempDir;
+
+// An io_context on its own thread; Run() blocks on one coroutine.
+class Io {
+ public:
+  Io() : work_(asio::make_work_guard(io_)), thread_([this] { io_.run(); }) {}
+  ~Io() {
+    work_.reset();
+    io_.stop();
+    thread_.join();
+  }
+  template <typename T>
+  T Run(asio::awaitable<T> op) {
+    return net::BlockOn<T>(io_.get_executor(), std::move(op));
+  }
+
+ private:
+  asio::io_context io_;
+  asio::executor_work_guard<asio::io_context::executor_type> work_;
+  std::thread thread_;
+};
+
+Deadline Secs(int s) { return Deadline::After(std::chrono::seconds(s)); }
+
+// Writes a whole file through the client: create, parallel chunk writes, seal.
+Status PutFile(Io& io, Client& c, const std::string& path, const std::vector<std::byte>& data) {
+  auto created = io.Run(c.Create(path, Secs(30)));
+  if (!created.ok()) return created.status();
+  RETURN_IF_ERROR(io.Run(c.WriteParallel(path, 0, data, 4, Secs(60))));
+  return io.Run(c.Seal(path, Secs(30)));
+}
+
+Result<std::vector<std::byte>> GetFile(Io& io, Client& c, const std::string& path) {
+  std::vector<std::byte> out;
+  RETURN_IF_ERROR(io.Run(c.ReadParallel(path, 0, UINT64_MAX, 4, &out, Secs(60))));
+  return out;
+}
+
+// A raw RPC to one node.
+Result<std::vector<std::byte>> RawCall(Io& io, uint16_t port, uint16_t type, std::vector<std::byte> payload) {
+  return io.Run([](uint16_t port, uint16_t type, std::vector<std::byte> payload)
+                    -> asio::awaitable<Result<std::vector<std::byte>>> {
+    auto client = co_await net::RpcClient::Connect("127.0.0.1", port, Secs(5));
+    if (!client.ok()) co_return client.status();
+    auto reply = co_await (*client)->Call(type, payload, Secs(10));
+    (*client)->Close();
+    if (!reply.ok()) co_return reply.status();
+    co_return std::move(reply->payload);
+  }(port, type, std::move(payload)));
+}
+
+// The keys a node serves, with their data, or an error while it is not serving them all.
+Result<std::map<uint64_t, std::vector<std::byte>>> NodeContents(Io& io, uint16_t port) {
+  ASSIGN_OR_RETURN(auto keys_payload, RawCall(io, port, wire::kChunkKeys, {}));
+  ByteReader r(keys_payload, "keys");
+  ASSIGN_OR_RETURN(uint64_t n, r.Get<uint64_t>());
+  std::map<uint64_t, std::vector<std::byte>> out;
+  for (uint64_t i = 0; i < n; ++i) {
+    ASSIGN_OR_RETURN(uint64_t key, r.Get<uint64_t>());
+    ByteWriter w;
+    w.Put<uint64_t>(key);
+    w.Put<uint64_t>(0);
+    w.Put<uint64_t>(UINT64_MAX);
+    ASSIGN_OR_RETURN(out[key], RawCall(io, port, wire::kChunkRead, w.Take()));
+  }
+  return out;
+}
+
+class Cluster {
+ public:
+  Cluster(const std::string& dir, int nodes, int rf) : dir_(dir) {
+    for (int n = 1; n <= nodes; ++n) ports_.push_back(FreePort());
+    std::string list;
+    for (int n = 1; n <= nodes; ++n)
+      list += (n > 1 ? "," : "") + std::to_string(n) + "@127.0.0.1:" + std::to_string(ports_[n - 1]);
+    for (int n = 1; n <= nodes; ++n) {
+      std::ofstream out(Config(n));
+      out << "[node]\nid = " << n << "\nstate = \"" << dir << "/node" << n << "\"\n"
+          << "[cluster]\nnodes = \"" << list << "\"\nreplication = " << rf << "\nchains = 3\n"
+          << "[engine]\nchunk_size = 262144\nsmall_chunk_size = 65536\nslots_per_file = 64\n"
+          << "capacity_gib = 1\nio_buffers = 8\nqueue_depth = 8\n"
+          << "[timing]\ntick_ms = 50\nheartbeat_ms = 50\ndown_after = 4\n";
+    }
+    procs_.resize(nodes);
+    for (auto& p : procs_) p = std::make_unique<Process>();
+  }
+  std::string Config(int n) const { return dir_ + "/node" + std::to_string(n) + ".toml"; }
+  std::string Log(int n) const { return dir_ + "/node" + std::to_string(n) + ".log"; }
+  bool Start(int n, const std::string& faults = "") {
+    std::vector<std::string> env;
+    if (!faults.empty()) env.push_back("RINGTRAIN_FAULTS=" + faults);
+    return procs_[n - 1]->Start({RINGFSD, "--config", Config(n)}, env, Log(n));
+  }
+  Process& proc(int n) { return *procs_[n - 1]; }
+  uint16_t port(int n) const { return ports_[n - 1]; }
+  std::string Logs() const {
+    std::string all;
+    for (size_t n = 1; n <= ports_.size(); ++n) all += "--- node " + std::to_string(n) + "\n" + testing::ReadText(Log(static_cast<int>(n)));
+    return all;
+  }
+
+ private:
+  std::string dir_;
+  std::vector<uint16_t> ports_;
+  std::vector<std::unique_ptr<Process>> procs_;
+};
+
+// Waits until node `n` serves exactly what node 1 serves (its resync finished).
+bool WaitConverged(Io& io, Cluster& cluster, int n, int timeout_s) {
+  const Deadline deadline = Secs(timeout_s);
+  while (!deadline.Expired()) {
+    auto reference = NodeContents(io, cluster.port(1));
+    auto mine = NodeContents(io, cluster.port(n));
+    if (reference.ok() && mine.ok() && !reference->empty() && *reference == *mine) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return false;
+}
+
+void WriteStreamWithFailure(const std::string& faults_on_2, bool kill_3) {
+  TempDir dir(kill_3 ? "srv-kill" : "srv-fault");
+  Cluster cluster(dir.path(), 3, 3);
+  ASSERT_TRUE(cluster.Start(1));
+  ASSERT_TRUE(cluster.Start(2, faults_on_2));
+  ASSERT_TRUE(cluster.Start(3));
+  Io io;
+  auto client = io.Run(Client::Connect("127.0.0.1", cluster.port(2), Secs(10)));  // any node will do
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  constexpr int kFiles = 24;
+  for (int i = 0; i < kFiles; ++i) {
+    if (kill_3 && i == 6) cluster.proc(3).Kill();  // a replica dies mid-stream
+    if (i == 16) {
+      if (kill_3) {
+        ASSERT_TRUE(cluster.Start(3));  // and comes back while the stream goes on
+      } else {
+        ASSERT_FALSE(cluster.proc(2).Running()) << "the fault point never fired";
+        EXPECT_TRUE(WIFSIGNALED(cluster.proc(2).exit_status()));
+        ASSERT_TRUE(cluster.Start(2));  // restarted without the fault
+      }
+    }
+    Status s = PutFile(io, **client, "/stream/f" + std::to_string(i), Content(i, 1, 300000 + 1000 * i));
+    ASSERT_TRUE(s.ok()) << "file " << i << ": " << s.ToString() << "\n" << cluster.Logs();
+  }
+  const int returning = kill_3 ? 3 : 2;
+  ASSERT_TRUE(WaitConverged(io, cluster, returning, 60)) << "node " << returning << " did not resync\n" << cluster.Logs();
+  for (int i = 0; i < kFiles; ++i) {
+    auto got = GetFile(io, **client, "/stream/f" + std::to_string(i));
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    EXPECT_EQ(*got, Content(i, 1, 300000 + 1000 * i)) << i;
+  }
+  auto report = io.Run((*client)->Fsck(false, Secs(60)));
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_TRUE(report->problems.empty()) << report->problems[0];
+  EXPECT_EQ(report->orphan_chunks, 0u);
+  EXPECT_EQ(report->files, static_cast<uint64_t>(kFiles));
+}
+
+TEST(ServerTest, ThreeNodeRf3StreamSurvivesAReplicaKilledAndResyncsIt) { WriteStreamWithFailure("", true); }
+
+TEST(ServerTest, CrashInTheMiddleOfAChainForwardLosesNothing) {
+  WriteStreamWithFailure("iofs.chain.before_forward=crash@5", false);
+}
+
+void FlipBitsInDataFiles(const std::string& node_dir) {
+  for (const auto& e : std::filesystem::directory_iterator(node_dir + "/engine/data")) {
+    int fd = open(e.path().c_str(), O_RDWR);
+    ASSERT_GE(fd, 0);
+    for (off_t at = 1000; at < (32 << 20); at += 65536) {
+      unsigned char b = 0;
+      if (pread(fd, &b, 1, at) != 1) break;
+      b ^= 0x40;
+      ASSERT_EQ(pwrite(fd, &b, 1, at), 1);
+    }
+    fsync(fd);
+    close(fd);
+  }
+}
+
+TEST(ServerTest, CorruptReplicaIsServedFromAnotherAndFsckReportsIt) {
+  TempDir dir("srv-corrupt");
+  Cluster cluster(dir.path(), 2, 2);
+  ASSERT_TRUE(cluster.Start(1));
+  ASSERT_TRUE(cluster.Start(2));
+  Io io;
+  auto client = io.Run(Client::Connect("127.0.0.1", cluster.port(1), Secs(10)));
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  auto data = Content(3, 3, 1000000);
+  Status put = PutFile(io, **client, "/c/file", data);
+  ASSERT_TRUE(put.ok()) << put.ToString() << "\n" << cluster.Logs();
+  FlipBitsInDataFiles(dir.path() + "/node1");  // node 1 serves file reads and reads itself first
+  auto got = GetFile(io, **client, "/c/file");
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(*got, data);
+  auto report = io.Run((*client)->Fsck(false, Secs(60)));
+  ASSERT_TRUE(report.ok());
+  ASSERT_FALSE(report->problems.empty());
+  EXPECT_NE(report->problems[0].find("ChecksumMismatch"), std::string::npos) << report->problems[0];
+}
+
+// Runs a shell command; returns its exit code and output.
+std::pair<int, std::string> Shell(const std::string& command, const std::string& out_file) {
+  const int rc = std::system((command + " > " + out_file + " 2>&1").c_str());
+  return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, testing::ReadText(out_file)};
+}
+
+TEST(ServerTest, EmbeddedServerAndCliRoundTrip) {
+  TempDir dir("srv-embedded");
+  const uint16_t port = FreePort();
+  Process server;
+  ASSERT_TRUE(server.Start({RINGFSD, "--state", dir.path() + "/state", "--port", std::to_string(port)}, {},
+                           dir.path() + "/server.log"));
+  const std::string cli = std::string(RINGFS) + " --server 127.0.0.1:" + std::to_string(port) + " ";
+  const std::string out = dir.path() + "/out.txt";
+  auto data = Content(1, 1, 9 << 20);  // spans three 4 MiB chunks
+  {
+    std::ofstream f(dir.path() + "/in.bin", std::ios::binary);
+    f.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size()));
+  }
+  auto [rc, text] = Shell(cli + "put " + dir.path() + "/in.bin /data/in.bin", out);
+  // The server may still be starting: the client's connect retries for 5 s.
+  ASSERT_EQ(rc, 0) << text << testing::ReadText(dir.path() + "/server.log");
+  std::tie(rc, text) = Shell(cli + "ls /data", out);
+  EXPECT_EQ(rc, 0);
+  EXPECT_NE(text.find("9437184\t/data/in.bin"), std::string::npos) << text;
+  std::tie(rc, text) = Shell(cli + "mv /data/in.bin /data/moved.bin", out);
+  EXPECT_EQ(rc, 0) << text;
+  std::tie(rc, text) = Shell(cli + "cat /data/moved.bin | cmp - " + dir.path() + "/in.bin", out);
+  EXPECT_EQ(rc, 0) << text;
+  std::tie(rc, text) = Shell(cli + "get /data/moved.bin " + dir.path() + "/back.bin && cmp " + dir.path() +
+                                 "/back.bin " + dir.path() + "/in.bin",
+                             out);
+  EXPECT_EQ(rc, 0) << text;
+  std::tie(rc, text) = Shell(cli + "stat /data/../x", out);
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(text.find("invalid path"), std::string::npos) << text;
+  std::tie(rc, text) = Shell(cli + "stat /nope", out);
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(text.find("NotFound"), std::string::npos) << text;
+  std::tie(rc, text) = Shell(cli + "fsck", out);
+  EXPECT_EQ(rc, 0) << text;
+  EXPECT_NE(text.find("files 1, folders 1, chunks 3"), std::string::npos) << text;
+  std::tie(rc, text) = Shell(cli + "rm /data/moved.bin && " + cli + "fsck", out);
+  EXPECT_EQ(rc, 0) << text;
+  EXPECT_NE(text.find("chunks 0, orphan chunks 0"), std::string::npos) << text;
+  // A chunk write larger than a chunk is refused, and the server keeps serving.
+  Io io;
+  ByteWriter w;
+  w.Put<uint64_t>(42);
+  w.Put<uint8_t>(0);
+  std::vector<std::byte> big(5 << 20);
+  w.PutBytes(big.data(), big.size());
+  auto refused = RawCall(io, port, wire::kChunkWrite, w.Take());
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument) << refused.status().ToString();
+  std::tie(rc, text) = Shell(cli + "ls /", out);
+  EXPECT_EQ(rc, 0) << text;
+  const int status = server.Stop(std::chrono::seconds(15));
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+}
+
+}  // namespace
+}  // namespace rt::iofs
