@@ -69,6 +69,8 @@ class Trainer {
   const RunConfig& config() const { return config_; }
   Gpt& model() { return *model_; }
   const AdamWOptimizer& optimizer() const { return *optimizer_; }
+  // The optimizer, e.g. to restore its master weights and moments from a checkpoint.
+  AdamWOptimizer& optimizer() { return *optimizer_; }
 
  private:
   Trainer() = default;
