@@ -82,10 +82,10 @@ Result<Buffer> Buffer::Allocate(Device device, size_t bytes) {
                          std::to_string(bytes) + " bytes requested)");
   }
   Buffer b;
-  if (bytes > 0) {
-    ASSIGN_OR_RETURN(void* p, backend->allocate(bytes));
-    b.data_ = std::unique_ptr<void, Free>(p, Free{device});
-  }
+  // Even an empty buffer gets memory, so that views of it (zero-element tensors) are defined
+  // tensors rather than the "absent" Tensor().
+  ASSIGN_OR_RETURN(void* p, backend->allocate(bytes > 0 ? bytes : kAlign));
+  b.data_ = std::unique_ptr<void, Free>(p, Free{device});
   b.size_ = bytes;
   b.device_ = device;
   return b;

@@ -59,6 +59,18 @@ struct DescDeleter {
   void operator()(cublasLtMatmulPreferenceOpaque_t* p) const { cublasLtMatmulPreferenceDestroy(p); }
 };
 
+// c[m, n] (row stride ldc) ← beta·c (+ bias[n] when bias is set); beta = 0 ignores c.
+template <typename T>
+__global__ void ScaleBiasKernel(T* c, const T* bias, float beta, int64_t m, int64_t n,
+                                int64_t ldc) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < m * n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    T* p = c + (i / n) * ldc + i % n;
+    const float old = beta == 0.0f ? 0.0f : beta * Load(*p);
+    *p = Store<T>(old + (bias != nullptr ? Load(bias[i % n]) : 0.0f));
+  }
+}
+
 // The largest power of two (≤ 256) that divides the address.
 uint32_t Alignment(const void* p) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
@@ -73,6 +85,14 @@ Status LtGemm(DType dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float
               const void* a, int64_t lda, const void* b, int64_t ldb, float beta, void* c,
               int64_t ldc, const void* bias) {
   if (m == 0 || n == 0) return Status::Ok();
+  if (k == 0) {  // an empty product: C = beta·C (+ bias)
+    return Dispatch(dt, [&](auto tag) {
+      using T = decltype(tag);
+      ScaleBiasKernel<T><<<Blocks(m * n, 256), 256, 0, Stream()>>>(
+          static_cast<T*>(c), static_cast<const T*>(bias), beta, m, n, ldc);
+      return CudaStatus(cudaGetLastError(), "ScaleBiasKernel");
+    });
+  }
   ASSIGN_OR_RETURN(LtContext * ctx, Context());
   const cudaDataType_t type = CudaType(dt);
   cublasLtMatmulDesc_t desc_raw = nullptr;
@@ -159,7 +179,6 @@ Status Gemm(Tensor c, Tensor a, Tensor b, bool trans_a, bool trans_b, float alph
   const int64_t m = c.shape().rows(), n = c.shape().last();
   const int64_t lda = a.shape().last(), ldb = b.shape().last();
   const int64_t k = trans_a ? a.shape().rows() : lda;
-  if (k == 0) return beta == 0.0f ? cuda::Zero(c) : cuda::Scale(c, beta);
   return LtGemm(c.dtype(), trans_a, trans_b, m, n, k, alpha, a.data(), lda, b.data(), ldb, beta,
                 c.data(), n, nullptr);
 }

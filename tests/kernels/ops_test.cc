@@ -257,6 +257,29 @@ TEST(SumOfSquaresTest, ExactBeyondFloatPrecision) {
   EXPECT_EQ(*s, static_cast<double>(n));
 }
 
+TEST(EmptyTensorTest, OpsOnZeroRowsSucceedAndTouchNothing) {
+  HostTensor x = Make(DType::kF32, Shape{0, 8}), w = Make(DType::kF32, Shape{4, 8});
+  HostTensor b = Make(DType::kF32, Shape{4}), y = Make(DType::kF32, Shape{0, 4});
+  HostTensor dw = Make(DType::kF32, Shape{4, 8}), db = Make(DType::kF32, Shape{4});
+  ASSERT_OK(MatmulForward(y.t, x.t, w.t, b.t));
+  ASSERT_OK(MatmulBackward(x.t, dw.t, db.t, y.t, x.t, w.t));
+  EXPECT_EQ(ToVec(dw.t), Vec(32, 0.0));
+  HostTensor lw = Make(DType::kF32, Shape{8}), mean = Make(DType::kF32, Shape{0});
+  ASSERT_OK(LayerNormForward(x.t, mean.t, mean.t, x.t, lw.t, lw.t));
+  ASSERT_OK(LayerNormBackward(x.t, lw.t, lw.t, x.t, x.t, lw.t, mean.t, mean.t));
+  ASSERT_OK(GeluForward(x.t, x.t));
+  HostTensor qkv = Make(DType::kF32, Shape{0, 4, 24}), out = Make(DType::kF32, Shape{0, 4, 8});
+  HostTensor att = Make(DType::kF32, Shape{0, 2, 4, 4});
+  ASSERT_OK(AttentionForward(out.t, att.t, qkv.t, 2));
+  ASSERT_OK(AttentionBackward(qkv.t, out.t, qkv.t, att.t, 2));
+  HostTensor logits = Make(DType::kF32, Shape{0, 5}), losses = Make(DType::kF32, Shape{0});
+  HostTensor tg = Make(DType::kI32, Shape{0});
+  ASSERT_OK(SoftmaxCrossEntropy(losses.t, logits.t, logits.t, tg.t, 1.0f));
+  Result<double> s = SumOfSquares(x.t);
+  ASSERT_OK(s);
+  EXPECT_EQ(*s, 0.0);
+}
+
 TEST(AdamWTest, StepsMatchDoubleReference) {
   const int64_t n = 37;
   const Vec p0 = Uniform(n, 20), g = Uniform(n, 21);
