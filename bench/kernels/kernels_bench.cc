@@ -297,6 +297,11 @@ int RunKernelsBench(int argc, char** argv) {
   Options opt;
   if (!Parse(argc, argv, &opt)) return 2;
   g_failed = false;
+  // What OpenBLAS this run measures (the core type it picked and its thread count).
+  std::printf(
+      "{\"bench\":\"kernels\",\"kind\":\"setup\",\"openblas_core\":\"%s\","
+      "\"openblas_threads\":%d,\"openblas_config\":\"%s\",\"reps\":%d}\n",
+      openblas_get_corename(), openblas_get_num_threads(), openblas_get_config(), opt.reps);
   for (const ModelConfig& cfg : opt.configs) {
     const int64_t c = cfg.channels;
     BenchLinear(cfg, "qkv", c, 3 * c, true, opt.reps);
