@@ -1,10 +1,15 @@
 // ringtrain bench comm: collective timings of the CPU backend, ranks as processes on this host.
 //   ringtrain_bench_comm --op all_reduce --ranks 4 --sizes 8,1M,16M [--json]
 //                        [--transport auto|tcp|shm] [--iters N]
+//                        [--arena-bytes B] [--yield-us U] [--small-bytes B]   (CommOptions knobs)
+//                        [--bind core|none]
+// Like mpirun, rank r is bound to CPU r when the ranks fit the CPUs (--bind core, the default)
+// and left unbound otherwise.
 // Prints nccl-tests columns (size, count, type, time, algbw, busbw); with --json one JSON line
 // per size: {"op","ranks","bytes","time_us","algbw_GBps","busbw_GBps"}. busbw = algbw·2(n−1)/n
 // for all-reduce, ·(n−1)/n for all-gather, reduce-scatter and all-to-all, ·1 otherwise.
 // Sizes accept K/M/G suffixes (powers of 1024); elements are f32 (bytes/4, at least 1).
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -34,6 +39,13 @@ struct Args {
   std::string transport = "auto";
   int iters = 0;  // 0: adaptive
   int worker_rank = -1;
+  // Tuning knobs (CommOptions; negative: the default).
+  long arena_bytes = -1;
+  long yield_us = -1;
+  long small_bytes = -1;
+  // "core": bind rank r to CPU r when the ranks fit the CPUs (mpirun's default binding),
+  // otherwise leave every rank unbound; "none": never bind.
+  std::string bind = "core";
   uint16_t store_port = 0;
 };
 
@@ -66,6 +78,10 @@ bool Parse(int argc, char** argv, Args* a) {
     } else if (k == "--json") a->json = true;
     else if (k == "--transport") a->transport = next();
     else if (k == "--iters") a->iters = std::stoi(next());
+    else if (k == "--arena-bytes") a->arena_bytes = static_cast<long>(ParseSize(next()));
+    else if (k == "--yield-us") a->yield_us = std::stol(next());
+    else if (k == "--small-bytes") a->small_bytes = static_cast<long>(ParseSize(next()));
+    else if (k == "--bind") a->bind = next();
     else if (k == "--worker-rank") a->worker_rank = std::stoi(next());
     else if (k == "--store-port") a->store_port = static_cast<uint16_t>(std::stoi(next()));
     else return false;
@@ -80,6 +96,15 @@ double BusFactor(const std::string& op, int n) {
 }
 
 int Worker(const Args& a) {
+  // Bind before any thread exists (the communicator's threads inherit it).
+  const int cpus = static_cast<int>(std::thread::hardware_concurrency());
+  const bool bound = a.bind == "core" && a.ranks <= cpus;
+  if (bound) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(a.worker_rank, &set);
+    if (sched_setaffinity(0, sizeof(set), &set) != 0) std::perror("sched_setaffinity");
+  }
   auto store = ConnectTcpStore("127.0.0.1", a.store_port, Deadline::AfterMs(10'000));
   if (!store.ok()) return 3;
   CommOptions o;
@@ -87,14 +112,18 @@ int Worker(const Args& a) {
   o.rank = a.worker_rank;
   o.size = a.ranks;
   o.name = "bench";
+  if (a.arena_bytes >= 0) o.shm_arena_bytes = static_cast<size_t>(a.arena_bytes);
+  if (a.yield_us >= 0) o.shm_yield_window = std::chrono::microseconds(a.yield_us);
+  if (a.small_bytes >= 0) o.small_message_bytes = static_cast<size_t>(a.small_bytes);
   o.transport = a.transport == "tcp" ? Transport::kTcp : a.transport == "shm" ? Transport::kShm : Transport::kAuto;
   auto comm = NewCpuCommunicator(o);
   if (!comm.ok()) return 4;
   Communicator& c = **comm;
   const int n = a.ranks;
   if (a.worker_rank == 0 && !a.json)
-    std::printf("# ringtrain cpu %s, %d ranks, transport %s\n#%12s %12s %6s %12s %12s %12s\n",
-                a.op.c_str(), n, a.transport.c_str(), "size(B)", "count", "type", "time(us)",
+    std::printf("# ringtrain cpu %s, %d ranks, transport %s, %s\n#%12s %12s %6s %12s %12s %12s\n",
+                a.op.c_str(), n, a.transport.c_str(),
+                bound ? "rank r bound to cpu r" : "unbound", "size(B)", "count", "type", "time(us)",
                 "algbw(GB/s)", "busbw(GB/s)");
   for (size_t bytes : a.sizes) {
     size_t count = std::max<size_t>(1, bytes / 4);
@@ -154,7 +183,8 @@ int main(int argc, char** argv) {
   if (!Parse(argc, argv, &a)) {
     std::fprintf(stderr,
                  "usage: %s --op all_reduce|all_gather|reduce_scatter|broadcast|reduce|all_to_all "
-                 "--ranks N --sizes LIST [--json] [--transport auto|tcp|shm] [--iters N]\n",
+                 "--ranks N --sizes LIST [--json] [--transport auto|tcp|shm] [--iters N]\n"
+                 "       [--arena-bytes B] [--yield-us U] [--small-bytes B] [--bind core|none]\n",
                  argv[0]);
     return 2;
   }

@@ -146,6 +146,7 @@ Result<std::unique_ptr<ShmSegment>> OpenShmSegment(const std::string& name, int 
 
 Mesh::Mesh(int rank, int size, std::chrono::milliseconds op_timeout)
     : rank_(rank), size_(size), op_timeout_(op_timeout), peers_(size) {
+  oversubscribed_ = size > static_cast<int>(std::thread::hardware_concurrency());
   abort_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 }
 
@@ -224,7 +225,7 @@ Status Mesh::Exchange(OpCtx& ctx, std::span<Xfer> xfers) {
         continue;
       }
       if (MonoClock::now() - idle_since < yield_window_) {
-        sched_yield();
+        Pause();
         continue;
       }
     }
@@ -617,7 +618,7 @@ Status Mesh::WaitUntil(OpCtx& ctx, const std::function<bool(int)>& pending, cons
     }
     const auto waited = MonoClock::now() - start;
     if (waited < yield_window_) {
-      sched_yield();
+      Pause();
       continue;
     }
     if (waited >= op_timeout_)

@@ -5,6 +5,8 @@
 // deadline, and Abort(). Internal to comm/tcp.
 #pragma once
 
+#include <sched.h>
+
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -117,6 +119,15 @@ class Mesh {
   uint64_t& arena_step() { return arena_step_; }
   // Wakes every same-host peer that sleeps on its doorbell (after updating our counters).
   void RingPeers();
+  // One wait-loop pause: sched_yield when the group has more ranks than this host has CPUs
+  // (the rank we wait for may need ours), a CPU pause otherwise (keeping our time slice keeps
+  // both ends of an exchange running).
+  void Pause() {
+    if (oversubscribed_) sched_yield();
+#if defined(__x86_64__)
+    else for (int i = 0; i < 8; ++i) __builtin_ia32_pause();
+#endif
+  }
   // Waits until pending(q) is false for every peer q: spin, yield, then sleep on our doorbell,
   // checking abort, the control sockets (dead peers, abort notices, a pending peer that left),
   // ring traffic that shows a mismatched op, and op_timeout (PeerFailed naming the pending
@@ -168,6 +179,7 @@ class Mesh {
   size_t ring_bytes_ = 0;
   size_t arena_bytes_ = 0;
   uint64_t arena_step_ = 0;
+  bool oversubscribed_ = false;
   std::chrono::microseconds yield_window_{200};
   int abort_fd_ = -1;  // eventfd
   std::atomic<bool> aborted_{false};
