@@ -1,5 +1,6 @@
 // The kernel benchmarks (see kernels_bench.h). Each measurement runs the operation enough times
-// per repetition to last ≥ 20 ms, repeats that --reps times and reports the median.
+// per repetition to last ≥ 5 ms, repeats that --reps times (interleaving the functions it
+// compares) and reports the median.
 #include "bench/kernels/kernels_bench.h"
 
 #include <cblas.h>
@@ -35,10 +36,11 @@ constexpr ModelConfig kConfigM = {"M", 4, 384, 6, 256, 4, 256};
 
 struct Options {
   std::vector<ModelConfig> configs = {kConfigS, kConfigM};
-  int reps = 7;
+  int reps = 21;
+  int threads = 0;  // OpenBLAS threads; 0 keeps OpenBLAS's own choice
 };
 
-// Repetitions of `fn` per timed sample, so that one sample lasts ≥ 20 ms.
+// Repetitions of `fn` per timed sample, so that one sample lasts ≥ 5 ms.
 int Calibrate(const std::function<void()>& fn) {
   using Clock = std::chrono::steady_clock;
   fn();  // warm-up (caches, OpenBLAS threads, scratch)
@@ -47,8 +49,8 @@ int Calibrate(const std::function<void()>& fn) {
     const auto t0 = Clock::now();
     for (int i = 0; i < iters; ++i) fn();
     const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-    if (s >= 0.02 || iters >= (1 << 20)) return iters;
-    iters = std::max(iters * 2, static_cast<int>(iters * 0.025 / std::max(s, 1e-9)));
+    if (s >= 0.005 || iters >= (1 << 20)) return iters;
+    iters = std::max(iters * 2, static_cast<int>(iters * 0.006 / std::max(s, 1e-9)));
   }
 }
 
@@ -261,8 +263,9 @@ bool Parse(int argc, char** argv, Options* opt) {
     const std::string_view a = argv[i];
     if (a == "--help" || a == "-h") {
       std::fprintf(stderr,
-                   "usage: %s [--config=S|M|all] [--reps=N]\n"
-                   "Prints one JSON line per measurement (medians of N repetitions).\n",
+                   "usage: %s [--config=S|M|all] [--reps=N] [--threads=N]\n"
+                   "Prints one JSON line per measurement (medians of N repetitions);\n"
+                   "--threads sets the OpenBLAS thread count (default: OpenBLAS's own).\n",
                    argv[0]);
       return false;
     } else if (a.rfind("--config=", 0) == 0) {
@@ -274,6 +277,13 @@ bool Parse(int argc, char** argv, Options* opt) {
       } else if (v != "all") {
         std::fprintf(stderr, "kernels bench: unknown config '%.*s' (S, M or all)\n",
                      static_cast<int>(v.size()), v.data());
+        return false;
+      }
+    } else if (a.rfind("--threads=", 0) == 0) {
+      opt->threads = std::atoi(std::string(a.substr(10)).c_str());
+      if (opt->threads < 1 || opt->threads > 256) {
+        std::fprintf(stderr, "kernels bench: --threads must be in [1, 256], got '%s'\n",
+                     std::string(a.substr(10)).c_str());
         return false;
       }
     } else if (a.rfind("--reps=", 0) == 0) {
@@ -297,6 +307,7 @@ int RunKernelsBench(int argc, char** argv) {
   Options opt;
   if (!Parse(argc, argv, &opt)) return 2;
   g_failed = false;
+  if (opt.threads > 0) openblas_set_num_threads(opt.threads);
   // What OpenBLAS this run measures (the core type it picked and its thread count).
   std::printf(
       "{\"bench\":\"kernels\",\"kind\":\"setup\",\"openblas_core\":\"%s\","
