@@ -43,13 +43,14 @@ Status Stage(Mesh& mesh, OpCtx& ctx, const DataHeader& h, uint64_t step, const v
   for (int q = 0; q < mesh.size(); ++q) {
     if (q == me) continue;
     std::span<const std::byte> hb(mesh.Arena(q).op_header[half], kDataHeaderSize);
+    if (std::memcmp(hb.data(), enc.data(), kDataHeaderSize) == 0) continue;
     Result<DataHeader> got = DecodeDataHeader(hb, UINT64_MAX);
     if (!got.ok())
       return Status(StatusCode::kProtocolError,
-                    ctx.what + ": " + RankName(q) + " posted a bad header: " + got.status().ToString());
+                    ctx.What() + ": " + RankName(q) + " posted a bad header: " + got.status().ToString());
     if (!(*got == h))
       return Status(StatusCode::kProtocolError,
-                    ctx.what + ": ranks disagree: " + RankName(q) + " sent " + DescribeHeader(*got) +
+                    ctx.What() + ": ranks disagree: " + RankName(q) + " sent " + DescribeHeader(*got) +
                         ", " + RankName(me) + " expected " + DescribeHeader(h));
   }
   return Status();
@@ -92,7 +93,7 @@ Status ArenaAllReduce(Mesh& mesh, OpCtx& ctx, const DataHeader& op_header, const
     return Status();
   }
 
-  if (half_elems == 0) return Internal(ctx.what + ": the shared arena is smaller than one element");
+  if (half_elems == 0) return Internal(ctx.What() + ": the shared arena is smaller than one element");
   for (size_t at = 0; at < count || (count == 0 && at == 0); at += half_elems) {
     const size_t m = std::min(half_elems, count - at);
     const uint64_t step = ++mesh.arena_step();

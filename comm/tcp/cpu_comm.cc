@@ -42,6 +42,8 @@ std::string HostId() {
   return std::string(host) + "/" + boot;
 }
 
+class CpuComm;
+
 // One queued op.
 struct Op {
   OpKind kind;
@@ -53,12 +55,20 @@ struct Op {
   DType dtype = DType::kU8;
   uint32_t tag = 0;
   std::function<Status(OpCtx&)> run;
+  // All-reduce and barrier run without std::function (the latency path): `fast` is set and
+  // these hold the arguments.
+  Status (*fast)(CpuComm&, Op&, OpCtx&) = nullptr;
+  const void* send = nullptr;
+  void* recv = nullptr;
+  ReduceOp rop = ReduceOp::kSum;
+  size_t small_bytes = 0;
   // Completion (guarded by the communicator's mutex).
   bool done = false;
   Status result;
 };
 
 class CpuComm;
+Status RunFastAllReduce(CpuComm& c, Op& op, OpCtx& octx);
 
 class CpuWork final : public Work {
  public:
@@ -119,6 +129,12 @@ class CpuComm : public std::enable_shared_from_this<CpuComm> {
     op->kind = kind;
     op->p2p = p2p;
     op->run = std::move(run);
+    return EnqueueOp(std::move(op));
+  }
+
+  // Queues a prepared collective op.
+  WorkHandle EnqueueOp(std::shared_ptr<Op> op) {
+    const OpKind kind = op->kind;
     {
       std::lock_guard lock(mu_);
       if (!failed_.ok()) {
@@ -216,6 +232,28 @@ class CpuComm : public std::enable_shared_from_this<CpuComm> {
 
   // Claims the front op (plus following p2p ops, as one group), runs it unlocked, completes it.
   void RunClaimedLocked(std::unique_lock<std::mutex>& lock) {
+    if (!queue_.front()->p2p) {  // one collective: no vectors, no allocation
+      std::shared_ptr<Op> op = std::move(queue_.front());
+      queue_.pop_front();
+      running_ = true;
+      Status s = failed_;
+      lock.unlock();
+      OpCtx ctx;
+      ctx.kind = op->kind;
+      if (s.ok()) {
+        s = op->fast ? op->fast(*this, *op, ctx) : op->run(ctx);
+        if (!s.ok() && s.code() != StatusCode::kCommAborted)
+          mesh_.SendAbortNotice(RankName(opts_.rank) + ": " + s.ToString());
+      }
+      lock.lock();
+      running_ = false;
+      if (!s.ok()) FailLocked(s);
+      op->done = true;
+      op->result = std::move(s);
+      CountOp(op->kind, ctx.bytes_sent, ctx.bytes_received);
+      cv_.notify_all();
+      return;
+    }
     std::vector<std::shared_ptr<Op>> group{queue_.front()};
     queue_.pop_front();
     if (group[0]->p2p)
@@ -656,6 +694,28 @@ Status AllReduceAlgo(Ctx& cx, const void* send, void* recv, size_t count, size_t
   return RingAllGather(cx, recv, begin);
 }
 
+// All-reduce and barrier straight from the Op's fields (no std::function on the latency path).
+Status RunFastAllReduce(CpuComm& c, Op& op, OpCtx& octx) {
+  Ctx cx{c, octx, {}};
+  cx.h.kind = op.kind;
+  cx.h.dtype = op.dtype;
+  cx.h.reduce_op = static_cast<uint8_t>(op.rop);
+  cx.h.seq = c.NextSeq();
+  cx.h.root_or_tag = 0;
+  cx.h.count = op.count;
+  octx.kind = op.kind;
+  octx.collective = true;
+  octx.header = cx.h;
+  octx.rank = c.rank();
+  if (op.kind == OpKind::kBarrier) {
+    uint8_t token = 1;
+    if (cx.size() == 1) return Status();
+    if (c.mesh().all_shm()) return ArenaAllReduce(c.mesh(), octx, cx.h, &token, &token, 1);
+    return RecursiveDoublingAllReduce(cx, &token, 1);
+  }
+  return AllReduceAlgo(cx, op.send, op.recv, op.count, op.small_bytes);
+}
+
 // Binomial-tree broadcast from `root` of `count` elements in `buf`.
 Status TreeBroadcast(Ctx& cx, void* buf, size_t count, int root) {
   const int n = cx.size(), r = cx.rank();
@@ -746,10 +806,16 @@ class CpuCommunicator final : public Communicator {
 
   WorkHandle AllReduce(const void* send, void* recv, size_t count, DType dt, ReduceOp op) override {
     if (auto e = CheckBuffers(count, send, recv); !e.ok()) return Done(e);
-    size_t small = c_->options().small_message_bytes;
-    return Collective(OpKind::kAllReduce, dt, op, count, 0, [=](Ctx& cx) {
-      return AllReduceAlgo(cx, send, recv, count, small);
-    });
+    auto o = std::make_shared<Op>();
+    o->kind = OpKind::kAllReduce;
+    o->fast = RunFastAllReduce;
+    o->send = send;
+    o->recv = recv;
+    o->count = count;
+    o->dtype = dt;
+    o->rop = op;
+    o->small_bytes = c_->options().small_message_bytes;
+    return c_->EnqueueOp(std::move(o));
   }
 
   WorkHandle ReduceScatter(const void* send, void* recv, size_t rc, DType dt, ReduceOp op) override {
@@ -925,12 +991,13 @@ class CpuCommunicator final : public Communicator {
   }
 
   WorkHandle Barrier() override {
-    return Collective(OpKind::kBarrier, DType::kU8, ReduceOp::kMax, 1, 0, [](Ctx& cx) {
-      uint8_t token = 1;
-      if (cx.size() == 1) return Status();
-      if (cx.c.mesh().all_shm()) return ArenaAllReduce(cx.c.mesh(), cx.op, cx.h, &token, &token, 1);
-      return RecursiveDoublingAllReduce(cx, &token, 1);
-    });
+    auto o = std::make_shared<Op>();
+    o->kind = OpKind::kBarrier;
+    o->fast = RunFastAllReduce;  // a one-byte max all-reduce
+    o->count = 1;
+    o->dtype = DType::kU8;
+    o->rop = ReduceOp::kMax;
+    return c_->EnqueueOp(std::move(o));
   }
 
   Result<std::unique_ptr<Communicator>> Split(int color, int key, Deadline deadline) override {
@@ -984,8 +1051,7 @@ class CpuCommunicator final : public Communicator {
       octx.kind = kind;
       octx.collective = true;
       octx.header = cx.h;
-      octx.what = std::string(OpKindName(kind)) + " #" + std::to_string(cx.h.seq) + " on " +
-                  RankName(c->rank());
+      octx.rank = c->rank();
       return algo(cx);
     });
   }

@@ -182,8 +182,13 @@ std::atomic<uint32_t>* Mesh::Doorbell(int r) {
 void Mesh::Ring(int to) {
   void* base = to == rank_ ? own_segment_->base : peers_[to].segment->base;
   auto* h = Header(base);
+  // Our state change (ring head/tail, arena counter) must be visible before we look for a
+  // sleeper; a sleeper announces itself before its last check (Dekker): either it sees our
+  // change or we see it and bump the doorbell it waits on. No remote write when nobody sleeps.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (h->sleeping.load(std::memory_order_seq_cst) == 0) return;
   h->doorbell.fetch_add(1, std::memory_order_seq_cst);
-  if (h->sleeping.load(std::memory_order_seq_cst)) FutexWake(&h->doorbell);
+  FutexWake(&h->doorbell);
 }
 
 Status Mesh::PeerGone(int peer, const std::string& how) {
@@ -194,7 +199,7 @@ Status Mesh::Exchange(OpCtx& ctx, std::span<Xfer> xfers) {
   MonoTime silent_since = MonoClock::now(), idle_since = silent_since;
   int idle = 0;
   while (true) {
-    if (aborted()) return Status(StatusCode::kCommAborted, ctx.what + ": communicator aborted");
+    if (aborted()) return Status(StatusCode::kCommAborted, ctx.What() + ": communicator aborted");
     bool all_done = true, progressed = false;
     // Per peer and direction, only the first unfinished transfer may move (stream order).
     uint64_t busy_send = 0, busy_recv = 0;
@@ -243,11 +248,11 @@ Status Mesh::AfterBytes(Xfer& x, OpCtx& ctx) {
   if (!x.send && x.hdone == kDataHeaderSize && !x.header_checked) {
     Result<DataHeader> got = DecodeDataHeader(x.hbuf, UINT64_MAX);
     if (!got.ok())
-      return Status(StatusCode::kProtocolError, ctx.what + ": from " + RankName(x.peer) + ": " +
+      return Status(StatusCode::kProtocolError, ctx.What() + ": from " + RankName(x.peer) + ": " +
                                                     got.status().ToString());
     if (!(*got == x.header))
       return Status(StatusCode::kProtocolError,
-                    ctx.what + ": ranks disagree: " + RankName(x.peer) + " sent " +
+                    ctx.What() + ": ranks disagree: " + RankName(x.peer) + " sent " +
                         DescribeHeader(*got) + ", " + RankName(rank_) + " expected " +
                         DescribeHeader(x.header));
     x.header_checked = true;
@@ -292,11 +297,11 @@ Status Mesh::StepTcp(Xfer& x, OpCtx& ctx, bool* progressed) {
     errno = err;
   }
   if (r < 0) {
-    return PeerGone(x.peer, std::string("failed during ") + ctx.what + " (" +
+    return PeerGone(x.peer, std::string("failed during ") + ctx.What() + " (" +
                                 (x.send ? "send: " : "receive: ") + std::strerror(errno) + ")");
   }
   if (r == 0 && !x.send)
-    return PeerGone(x.peer, "closed its connection during " + ctx.what +
+    return PeerGone(x.peer, "closed its connection during " + ctx.What() +
                                 (p.goodbye ? " (it left the communicator)" : " (it died)"));
   size_t got = static_cast<size_t>(r);
   *progressed = got > 0;
@@ -339,7 +344,7 @@ Status Mesh::StepShm(Xfer& x, OpCtx& ctx, bool* progressed) {
       Ring(x.peer);
       *progressed = true;
     } else if (peers_[x.peer].ctrl_closed) {
-      return PeerGone(x.peer, "is gone: its ring is full during " + ctx.what);
+      return PeerGone(x.peer, "is gone: its ring is full during " + ctx.What());
     }
     return AfterBytes(x, ctx);
   }
@@ -376,7 +381,7 @@ Status Mesh::StepShm(Xfer& x, OpCtx& ctx, bool* progressed) {
   } else if (peers_[x.peer].ctrl_closed) {
     return PeerGone(x.peer, std::string(peers_[x.peer].goodbye ? "left the communicator"
                                                                 : "died (connection closed)") +
-                                " while " + RankName(rank_) + " waited for its data in " + ctx.what);
+                                " while " + RankName(rank_) + " waited for its data in " + ctx.What());
   }
   return AfterBytes(x, ctx);
 }
@@ -390,7 +395,7 @@ Status Mesh::Block(OpCtx& ctx, std::span<Xfer> xfers, MonoTime silent_since) {
       who += (who.empty() ? "" : ", ") + RankName(x.peer) + (x.send ? " (send)" : " (receive)");
     }
     return Status(StatusCode::kPeerFailed,
-                  ctx.what + ": no progress for " +
+                  ctx.What() + ": no progress for " +
                       std::to_string(op_timeout_.count()) + " ms waiting on " + who);
   }
   int left_ms = static_cast<int>(
@@ -568,10 +573,12 @@ Status Mesh::ControlBarrier(uint16_t type, Deadline deadline) {
 // Arena (direct shared-memory collectives)
 
 bool Mesh::all_shm() const {
-  if (!own_segment_ || arena_bytes_ == 0 || size_ < 2) return false;
-  for (int r = 0; r < size_; ++r)
-    if (r != rank_ && !peers_[r].shm) return false;
-  return true;
+  if (all_shm_ >= 0) return all_shm_ == 1;
+  bool all = own_segment_ && arena_bytes_ != 0 && size_ >= 2;
+  for (int r = 0; r < size_ && all; ++r)
+    if (r != rank_ && !peers_[r].shm) all = false;
+  all_shm_ = all ? 1 : 0;  // fixed once bootstrap has set the links (ops run only after it)
+  return all;
 }
 
 ArenaView Mesh::Arena(int r) {
@@ -610,7 +617,7 @@ Status Mesh::WaitUntil(OpCtx& ctx, const std::function<bool(int)>& pending, cons
   const MonoTime start = MonoClock::now();
   auto* h = Header(own_segment_->base);
   for (int i = 0;; ++i) {
-    if (aborted()) return Status(StatusCode::kCommAborted, ctx.what + ": communicator aborted");
+    if (aborted()) return Status(StatusCode::kCommAborted, ctx.What() + ": communicator aborted");
     if (ready()) return Status();
     if (i < kSpinIterations) {
       CpuRelax();
@@ -623,7 +630,7 @@ Status Mesh::WaitUntil(OpCtx& ctx, const std::function<bool(int)>& pending, cons
     }
     if (waited >= op_timeout_)
       return Status(StatusCode::kPeerFailed,
-                    ctx.what + ": no progress for " + std::to_string(op_timeout_.count()) +
+                    ctx.What() + ": no progress for " + std::to_string(op_timeout_.count()) +
                         " ms waiting on " + behind() + " (" + what + ", shared memory)");
     // Sleep on our doorbell: peers ring it after every counter update.
     uint32_t seen = h->doorbell.load(std::memory_order_seq_cst);
@@ -640,7 +647,7 @@ Status Mesh::WaitUntil(OpCtx& ctx, const std::function<bool(int)>& pending, cons
       if (q != rank_ && peers_[q].ctrl_closed && pending(q))
         return PeerGone(q, std::string(peers_[q].goodbye ? "left the communicator" : "died") +
                                " while " + RankName(rank_) + " waited for it (" + what + ") in " +
-                               ctx.what);
+                               ctx.What());
   }
 }
 
@@ -658,7 +665,7 @@ Status Mesh::CheckRingMismatch(const OpCtx& ctx) {
     Result<DataHeader> got = DecodeDataHeader(hb, UINT64_MAX);
     if (!got.ok() || got->kind == OpKind::kSend || got->seq != ctx.header.seq) continue;
     return Status(StatusCode::kProtocolError,
-                  ctx.what + ": ranks disagree: " + RankName(q) + " sent " + DescribeHeader(*got) +
+                  ctx.What() + ": ranks disagree: " + RankName(q) + " sent " + DescribeHeader(*got) +
                       " over its ring, " + RankName(rank_) + " expected " +
                       DescribeHeader(ctx.header) + " through the shared arena");
   }
@@ -676,7 +683,7 @@ Status Mesh::CheckArenaMismatch(const OpCtx& ctx) {
         std::span<const std::byte>(v.op_header[next % 2], kDataHeaderSize), UINT64_MAX);
     if (!got.ok() || got->seq != ctx.header.seq) continue;
     return Status(StatusCode::kProtocolError,
-                  ctx.what + ": ranks disagree: " + RankName(q) + " posted " +
+                  ctx.What() + ": ranks disagree: " + RankName(q) + " posted " +
                       DescribeHeader(*got) + " in the shared arena, " + RankName(rank_) +
                       " expected " + DescribeHeader(ctx.header) + " over the rings");
   }

@@ -86,9 +86,16 @@ struct Peer {
 // Per-op context for Exchange.
 struct OpCtx {
   OpKind kind;
-  std::string what;          // "all_reduce #5" for errors
+  std::string what;          // set for p2p groups; collectives describe themselves (What())
   bool collective = false;   // header below is the op's template (cross-path mismatch checks)
   DataHeader header;
+  int rank = -1;             // this rank (for What())
+  // "all_reduce #5 on rank 0", built only when an error needs it.
+  std::string What() const {
+    if (!collective) return what;
+    return std::string(OpKindName(header.kind)) + " #" + std::to_string(header.seq) + " on rank " +
+           std::to_string(rank);
+  }
   uint64_t bytes_sent = 0;
   uint64_t bytes_received = 0;
 };
@@ -179,6 +186,7 @@ class Mesh {
   size_t ring_bytes_ = 0;
   size_t arena_bytes_ = 0;
   uint64_t arena_step_ = 0;
+  mutable int all_shm_ = -1;  // all_shm() once computed
   bool oversubscribed_ = false;
   std::chrono::microseconds yield_window_{200};
   int abort_fd_ = -1;  // eventfd
