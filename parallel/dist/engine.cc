@@ -24,8 +24,9 @@ struct DistTrainer::Piece {
 struct DistTrainer::Pending {
   int unit = 0;
   int phase = 0;
+  comm::WorkHandle first;  // ZeRO-0/1: the reduce-scatter (`work` follows it in issue order)
   comm::WorkHandle work;
-  Buffer scratch;  // ZeRO-1: the reduce-scatter output
+  Buffer scratch;          // ZeRO-0/1: the reduce-scatter output
 };
 
 namespace {
@@ -52,7 +53,10 @@ Result<std::unique_ptr<DistTrainer>> DistTrainer::Create(
     std::shared_ptr<const std::vector<uint16_t>> train_tokens,
     std::chrono::milliseconds wait_timeout) {
   RETURN_IF_ERROR(ValidateRunConfig(config));
-  if (layout.tp > 1) return Unimplemented("parallel engine: tensor parallelism (tp > 1)");
+  if (config.model.n_head % layout.tp != 0 || config.model.vocab_size % layout.tp != 0)
+    return InvalidArgument("layout tp=" + std::to_string(layout.tp) +
+                           " must divide model.n_head (" + std::to_string(config.model.n_head) +
+                           ") and model.vocab_size (" + std::to_string(config.model.vocab_size) + ")");
   if (layout.sequence_parallel) return Unimplemented("parallel engine: sequence parallelism (sp=1)");
   if (layout.schedule == PipelineSchedule::kInterleaved)
     return Unimplemented("parallel engine: the interleaved pipeline schedule");
@@ -78,10 +82,12 @@ Result<std::unique_ptr<DistTrainer>> DistTrainer::Create(
   t->shard_ = t->coords_.dp_shard;
   t->micro_ = micro;
   t->micro_rows_ = config.train.batch_size / (dp * micro);
-  t->stage_ = BuildStageLayout(config.model, layout.pp, t->coords_.pp, layout.dp_shard);
+  t->stage_ = BuildStageLayout(config.model, layout.pp, t->coords_.pp, layout.dp_shard, layout.tp,
+                               t->coords_.tp);
   const int stages_left = layout.pp - t->coords_.pp;
   const int slots = layout.schedule == PipelineSchedule::kGpipe ? micro : std::min(micro, stages_left);
-  ASSIGN_OR_RETURN(t->runner_, StageRunner::Create(config.model, t->stage_, t->micro_rows_, slots));
+  ASSIGN_OR_RETURN(t->runner_, StageRunner::Create(config.model, t->stage_, t->micro_rows_, slots,
+                                                   TpGroup{t->groups_.tp.get(), wait_timeout}));
   ASSIGN_OR_RETURN(DataOrder order, ParseDataOrder(config.data.order));
   ASSIGN_OR_RETURN(DataLoader loader,
                    DataLoader::Create(std::move(train_tokens), config.train.batch_size,
@@ -145,23 +151,34 @@ Status DistTrainer::Initialize() {
   AddGptTensors(config_.model, DType::kF32, &full);
   RETURN_IF_ERROR(full.Allocate(Device::kCpu).WithContext("initial weights"));
   RETURN_IF_ERROR(Gpt::InitializeWeights(config_.model, static_cast<uint64_t>(config_.train.seed), full));
-  std::vector<int> index_of(stage_.tensors.size(), -1);
-  for (int i = 0; i < full.size(); ++i) {
-    const int ti = stage_.Find(full.name(i));
-    if (ti >= 0) index_of[static_cast<size_t>(ti)] = i;
+  // This rank's local tensors (its tensor-parallel boxes), then its part of them.
+  std::vector<float> local(static_cast<size_t>(stage_.total), 0.0f);
+  for (const StageTensor& t : stage_.tensors) {
+    const int index = [&] {
+      for (int i = 0; i < full.size(); ++i)
+        if (full.name(i) == t.name) return i;
+      return -1;
+    }();
+    RT_CHECK(index >= 0);
+    const float* src = full.Get(index).data_as<float>();
+    for (const TensorBox& b : t.boxes) {
+      float* dst = local.data() + t.offset + b.local_begin;
+      if (b.size.ndim <= 1) {
+        std::memcpy(dst, src + (b.size.ndim ? b.offset.dims[0] : 0), static_cast<size_t>(b.size.numel()) * f);
+        continue;
+      }
+      const int64_t cols = t.global_shape.dims[1];
+      for (int64_t row = 0; row < b.size.dims[0]; ++row)
+        std::memcpy(dst + row * b.size.dims[1], src + (b.offset.dims[0] + row) * cols + b.offset.dims[1],
+                    static_cast<size_t>(b.size.dims[1]) * f);
+    }
   }
   float* p = params_.View(DType::kF32, Shape{1}).data_as<float>();
   if (zero < 3) {
-    for (size_t ti = 0; ti < stage_.tensors.size(); ++ti) {
-      const Tensor src = full.Get(index_of[ti]);
-      std::memcpy(p + stage_.tensors[ti].offset, src.data(), src.nbytes());
-    }
+    std::memcpy(p, local.data(), local.size() * f);
   } else {
-    for (const Piece& pc : update_pieces_) {
-      const StageTensor& t = stage_.tensors[static_cast<size_t>(pc.tensor)];
-      const float* src = full.Get(index_of[static_cast<size_t>(pc.tensor)]).data_as<float>();
-      std::memcpy(p + pc.own, src + (pc.flat - t.offset), static_cast<size_t>(pc.count) * f);
-    }
+    for (const Piece& pc : update_pieces_)
+      std::memcpy(p + pc.own, local.data() + pc.flat, static_cast<size_t>(pc.count) * f);
   }
   inputs_.resize(static_cast<size_t>(config_.train.batch_size) * config_.model.seq_len);
   targets_.resize(inputs_.size());
@@ -379,10 +396,16 @@ Status DistTrainer::StartReduce(int unit) {
   float* grads = grads_.View(DType::kF32, Shape{1}).data_as<float>();
   comm::Communicator& dp = *groups_.dp_shard;
   switch (layout_.zero) {
-    case 0:
-      p.work = dp.AllReduce(grads + su.begin, grads + su.begin, static_cast<size_t>(su.size),
-                            DType::kF32, comm::ReduceOp::kSum);
+    case 0: {
+      // The bucket's all-reduce as the ring does it — reduce-scatter, then all-gather — issued
+      // together (ops of a communicator run in issue order). Every ZeRO stage then sums each
+      // gradient element in the same order, whatever algorithm comm picks for AllReduce.
+      ASSIGN_OR_RETURN(p.scratch, Transient(k));
+      p.first = dp.ReduceScatter(grads + su.begin, p.scratch.data(), k, DType::kF32,
+                                 comm::ReduceOp::kSum);
+      p.work = dp.AllGather(p.scratch.data(), grads + su.begin, k, DType::kF32);
       break;
+    }
     case 1: {
       ASSIGN_OR_RETURN(p.scratch, Transient(k));
       p.work = dp.ReduceScatter(grads + su.begin, p.scratch.data(), k, DType::kF32,
@@ -406,9 +429,11 @@ Status DistTrainer::AdvanceReductions(bool wait) {
   for (Pending& p : pending_) {
     if (!wait && !p.work->Done()) break;
     const std::string what = "gradient reduction of unit " + std::to_string(p.unit);
+    if (p.first) RETURN_IF_ERROR(WaitFor(p.first, WaitDeadline(), what));
     RETURN_IF_ERROR(WaitFor(p.work, WaitDeadline(), what));
     const size_t u = static_cast<size_t>(p.unit);
     const StageUnit& su = stage_.units[u];
+    if (layout_.zero == 0) FreeTransient(&p.scratch);
     if (p.phase == 0 && layout_.zero > 0) {
       const int64_t k = su.shard_size(shards_);
       float* shard = layout_.zero == 1 ? grads + su.begin + shard_ * k : grads + own_offset_[u];
@@ -503,14 +528,18 @@ Result<StepStats> DistTrainer::Step() {
   if (coords_.dp_replicate == 0) {
     const float* g = grads_.View(DType::kF32, Shape{1}).data_as<float>();
     for (const Piece& pc : norm_pieces_) {
-      if (stage_.tensors[static_cast<size_t>(pc.tensor)].tied_copy) continue;
+      const StageTensor& t = stage_.tensors[static_cast<size_t>(pc.tensor)];
+      // Count every element once: not the tied copy, and replicated tensors on tp rank 0 only.
+      if (t.tied_copy || (!t.tp_sharded && coords_.tp != 0)) continue;
       const float* at = layout_.zero < 2 ? g + pc.flat : g + pc.own;
       ASSIGN_OR_RETURN(double s, SumOfSquares(F32(const_cast<float*>(at), pc.count)));
       sumsq += s;
     }
   }
-  // Each data-parallel rank's head stage summed the losses of its own rows.
-  const int64_t mine[2] = {std::bit_cast<int64_t>(loss_sum_), std::bit_cast<int64_t>(sumsq)};
+  // Each data-parallel rank's head stage summed the losses of its own rows (the same on every
+  // tensor-parallel rank: counted on rank 0).
+  const double loss_part = coords_.tp == 0 ? loss_sum_ : 0.0;
+  const int64_t mine[2] = {std::bit_cast<int64_t>(loss_part), std::bit_cast<int64_t>(sumsq)};
   comm::Communicator& world = *groups_.world;
   std::vector<int64_t> all(static_cast<size_t>(world.size()) * 2);
   RETURN_IF_ERROR(WaitFor(world.AllGather(mine, all.data(), 2, DType::kI64), WaitDeadline(),
@@ -527,6 +556,14 @@ Result<StepStats> DistTrainer::Step() {
   timings_.optimizer_s = Now() - opt_start;
   timings_.step_s = Now() - step_start;
   return stats;
+}
+
+Result<double> DistTrainer::TimeGradientSync() {
+  if (layout_.zero != 0) return FailedPrecondition("TimeGradientSync: only for ZeRO-0 (DDP)");
+  const double start = Now();
+  for (int u = static_cast<int>(stage_.units.size()) - 1; u >= 0; --u) RETURN_IF_ERROR(StartReduce(u));
+  RETURN_IF_ERROR(AdvanceReductions(true));
+  return Now() - start;
 }
 
 Status DistTrainer::OptimizerStep(double sumsq, StepStats* stats) {
@@ -579,52 +616,68 @@ Status DistTrainer::OptimizerStep(double sumsq, StepStats* stats) {
 StateShards DistTrainer::Shards() {
   StateShards out;
   const int zero = layout_.zero;
-  // How many ranks hold the same copy: data-parallel ranks that keep full copies and the replica
-  // groups of sharded state. The tied wte on the last stage adds a second set of copies.
-  auto replica = [&](bool sharded, bool tied_copy) {
-    const int copies = sharded ? layout_.dp_replicate : layout_.dp();
-    const int id = sharded ? coords_.dp_replicate : coords_.dp;
-    return (tied_copy ? copies : 0) + id;
+  // Replica id: the copies of one piece are told apart by the data-parallel ranks holding it
+  // (all of them, or the replica groups when ZeRO shards it), the tensor-parallel ranks when
+  // the tensor is replicated there, and the tied wte's second set of copies on the last stage.
+  auto replica = [&](const StageTensor& t, bool zero_sharded) {
+    const int dp_copies = zero_sharded ? layout_.dp_replicate : layout_.dp();
+    const int dp_id = zero_sharded ? coords_.dp_replicate : coords_.dp;
+    const int tp_copies = t.tp_sharded ? 1 : layout_.tp;
+    const int tp_id = t.tp_sharded ? 0 : coords_.tp;
+    return (t.tied_copy ? dp_copies * tp_copies : 0) + dp_id * tp_copies + tp_id;
+  };
+  // Emits local elements [begin, begin+count) of tensor `ti` (viewed at `data`), split by box.
+  auto emit = [&](StateKind kind, int ti, int64_t begin, int64_t count, float* data,
+                  bool zero_sharded) {
+    const StageTensor& t = stage_.tensors[static_cast<size_t>(ti)];
+    for (const TensorBox& b : t.boxes) {
+      const int64_t lo = std::max(begin, b.local_begin);
+      const int64_t hi = std::min(begin + count, b.local_begin + b.size.numel());
+      if (lo >= hi) continue;
+      TensorShard s;
+      s.kind = kind;
+      s.name = t.name;
+      s.global_shape = t.global_shape;
+      s.box_offset = b.offset;
+      s.box_size = b.size;
+      s.has_flat_range = lo != b.local_begin || hi != b.local_begin + b.size.numel();
+      s.flat_begin = s.has_flat_range ? lo - b.local_begin : 0;
+      s.flat_end = s.has_flat_range ? hi - b.local_begin : 0;
+      s.replica = replica(t, zero_sharded);
+      s.view = F32(data + (lo - begin), hi - lo);
+      out.shards.push_back(std::move(s));
+    }
   };
   float* p = params_.View(DType::kF32, Shape{1}).data_as<float>();
   float* m = m_.View(DType::kF32, Shape{1}).data_as<float>();
   float* v = v_.View(DType::kF32, Shape{1}).data_as<float>();
-  auto full_box = [](const Shape& s) {
-    Shape offset = s;
-    for (int d = 0; d < offset.ndim; ++d) offset.dims[d] = 0;
-    return offset;
-  };
   // Parameters (and the fp32 master weights, the same memory).
   for (StateKind kind : {StateKind::kParam, StateKind::kMaster}) {
     if (zero < 3) {
-      for (const StageTensor& t : stage_.tensors) {
-        TensorShard s{kind, t.name, t.shape, DType::kF32, full_box(t.shape), t.shape,
-                      false, 0, 0, replica(false, t.tied_copy), F32(p + t.offset, t.shape.numel())};
-        out.shards.push_back(std::move(s));
+      for (size_t ti = 0; ti < stage_.tensors.size(); ++ti) {
+        const StageTensor& t = stage_.tensors[ti];
+        emit(kind, static_cast<int>(ti), 0, t.shape.numel(), p + t.offset, false);
       }
     } else {
       for (const Piece& pc : update_pieces_) {
-        const StageTensor& t = stage_.tensors[static_cast<size_t>(pc.tensor)];
-        TensorShard s{kind, t.name, t.shape, DType::kF32, full_box(t.shape), t.shape, true,
-                      pc.flat - t.offset, pc.flat - t.offset + pc.count,
-                      replica(true, t.tied_copy), F32(p + pc.own, pc.count)};
-        out.shards.push_back(std::move(s));
+        const int64_t begin = pc.flat - stage_.tensors[static_cast<size_t>(pc.tensor)].offset;
+        emit(kind, pc.tensor, begin, pc.count, p + pc.own, true);
       }
     }
   }
   for (StateKind kind : {StateKind::kAdamM, StateKind::kAdamV}) {
     float* base = kind == StateKind::kAdamM ? m : v;
     for (const Piece& pc : update_pieces_) {
-      const StageTensor& t = stage_.tensors[static_cast<size_t>(pc.tensor)];
-      TensorShard s{kind, t.name, t.shape, DType::kF32, full_box(t.shape), t.shape, zero > 0,
-                    zero > 0 ? pc.flat - t.offset : 0,
-                    zero > 0 ? pc.flat - t.offset + pc.count : 0,
-                    replica(zero > 0, t.tied_copy), F32(base + pc.own, pc.count)};
-      out.shards.push_back(std::move(s));
+      const int64_t begin = pc.flat - stage_.tensors[static_cast<size_t>(pc.tensor)].offset;
+      emit(kind, pc.tensor, begin, pc.count, base + pc.own, zero > 0);
     }
   }
-  TensorShard step{StateKind::kStep, "step", Shape(), DType::kI64, Shape(), Shape(), false, 0, 0,
-                   groups_.world->rank(), Tensor(&state_.adam_step, DType::kI64, Shape())};
+  TensorShard step;
+  step.kind = StateKind::kStep;
+  step.name = "step";
+  step.dtype = DType::kI64;
+  step.replica = groups_.world->rank();
+  step.view = Tensor(&state_.adam_step, DType::kI64, Shape());
   out.shards.push_back(std::move(step));
   return out;
 }

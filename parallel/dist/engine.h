@@ -5,22 +5,25 @@
 //     neighbouring stages by Send/Recv; the tied wte's gradient is summed between the first and
 //     last stages;
 //   - data parallelism over dp_shard × dp_replicate ranks, each taking an equal slice of the
-//     global batch: ZeRO-0 (DDP) all-reduces each unit's gradients as soon as its last
-//     micro-batch's backward is done, overlapped with the rest of the backward; ZeRO-1 keeps
+//     global batch: ZeRO-0 (DDP) all-reduces each unit's gradients (as reduce-scatter then
+//     all-gather, the ring's two halves, so that every ZeRO stage sums each element in the same
+//     order) as soon as its last micro-batch's backward is done, overlapped with the rest of the
+//     backward; ZeRO-1 keeps
 //     1/dp_shard of the AdamW state per rank (reduce-scatter, update, all-gather); ZeRO-2 also
 //     keeps only the gradient shard (units reduce-scattered during the backward, the full unit
 //     gradient freed after); ZeRO-3 also keeps only the parameter shard (units all-gathered
 //     before each forward and backward, freed after use, the next one prefetched). With
 //     dp_replicate > 1 (HSDP) gradient shards are then all-reduced across the replica groups.
 //     Gradients are not synchronised between micro-batches (accumulation is local);
-//   - global-norm clipping over every parameter counted once (replicas and the tied copy
-//     excluded).
-// Tensor parallelism (tp > 1), sequence parallelism, the interleaved schedule, recomputation and
-// bf16/fp16 are not implemented: Create returns Unimplemented for them.
+//   - tensor parallelism over tp ranks (tensor_parallel.h): heads, MLP columns and the vocabulary
+//     split Megatron-style, vocabulary-parallel embedding and cross-entropy;
+//   - global-norm clipping over every parameter counted once (data-parallel replicas, the tied
+//     copy and tensors replicated across tensor-parallel ranks excluded).
+// Sequence parallelism, the interleaved schedule, recomputation and bf16/fp16 are not
+// implemented: Create returns Unimplemented for them.
 //
-// For the DDP byte formula and bitwise-equal ZeRO stages the world communicator should be built
-// with CommOptions::small_message_bytes = 0 (ring algorithms for every size); see
-// EngineCommOptions.
+// The world communicator should be built with EngineCommOptions (ring algorithms for every
+// message size), for the byte formulas of the tensor-parallel collectives.
 #pragma once
 
 #include <chrono>
@@ -83,6 +86,12 @@ class DistTrainer {
   // grad_norm are the global ones, equal on every rank. Errors: comm failures (PeerFailed,
   // DeadlineExceeded naming the op), kernel errors; after an error the engine is unusable.
   Result<StepStats> Step();
+
+  // Benchmarks (ZeRO-0 only): runs the gradient all-reduces of one step again, with nothing to
+  // overlap them, and returns their wall time — the communication DDP hides behind the backward.
+  // Leaves the gradients summed twice (the next Step zeroes them). Collective over the data-
+  // parallel group. Errors: FailedPrecondition for zero > 0; those of comm.
+  Result<double> TimeGradientSync();
 
   // This rank's training state as shards of the named global tensors (shard.h): parameters,
   // master weights (the parameters themselves: fp32), AdamW m and v, and the step.

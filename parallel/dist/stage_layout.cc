@@ -28,8 +28,11 @@ int StageFirstLayer(int n_layer, int stages, int stage) {
   return first;
 }
 
-StageLayout BuildStageLayout(const ModelConfig& m, int stages, int stage, int shards) {
+StageLayout BuildStageLayout(const ModelConfig& m, int stages, int stage, int shards, int tp,
+                             int tp_rank) {
   StageLayout l;
+  l.tp = tp;
+  l.tp_rank = tp_rank;
   l.stage = stage;
   l.stages = stages;
   l.shards = shards;
@@ -39,17 +42,59 @@ StageLayout BuildStageLayout(const ModelConfig& m, int stages, int stage, int sh
   l.has_head = stage == stages - 1;
   const int64_t C = m.n_embd, V = m.vocab_size, T = m.seq_len;
   int64_t at = 0;
-  auto add = [&](std::string name, Shape shape, bool tied_copy) {
+  // Adds a tensor of global shape `global` of which this rank holds `boxes` (the local tensor
+  // is their concatenation; a replicated tensor is one box covering it all).
+  auto add_boxes = [&](std::string name, Shape global, bool tied_copy,
+                       std::vector<TensorBox> boxes) {
     StageTensor t;
     t.name = std::move(name);
-    t.shape = shape;
+    t.global_shape = global;
+    t.tp_sharded = !boxes.empty();
+    if (boxes.empty()) boxes.push_back(TensorBox{Shape(), global, 0});
+    int64_t local = 0;
+    for (TensorBox& b : boxes) {
+      if (b.offset.ndim == 0) {
+        b.offset = global;
+        for (int d = 0; d < global.ndim; ++d) b.offset.dims[d] = 0;
+      }
+      b.local_begin = local;
+      local += b.size.numel();
+    }
+    t.boxes = std::move(boxes);
+    // Local shape: rows stacked when boxes split rows, else the single box's shape.
+    t.shape = t.boxes.front().size;
+    if (t.boxes.size() > 1) t.shape.dims[0] = local / (t.shape.ndim == 2 ? t.shape.dims[1] : 1);
     t.offset = at;
     t.unit = static_cast<int>(l.units.size()) - 1;
     t.tied_copy = tied_copy;
-    t.decayed = shape.ndim == 2;
-    at += shape.numel();
+    t.decayed = global.ndim == 2;
+    at += t.shape.numel();
     l.units.back().tensors.push_back(static_cast<int>(l.tensors.size()));
     l.tensors.push_back(std::move(t));
+  };
+  auto add = [&](std::string name, Shape shape, bool tied_copy) {
+    add_boxes(std::move(name), shape, tied_copy, {});
+  };
+  // Rows [r·rows/tp, ...) of each of `parts` equal row blocks of a [parts·rows, cols] tensor
+  // (cols = 0 for 1-D).
+  auto row_split = [&](int64_t parts, int64_t rows, int64_t cols) {
+    std::vector<TensorBox> boxes;
+    if (tp == 1) return boxes;
+    const int64_t n = rows / tp;
+    for (int64_t j = 0; j < parts; ++j) {
+      const int64_t first = j * rows + tp_rank * n;
+      boxes.push_back(cols ? TensorBox{Shape{first, 0}, Shape{n, cols}, 0}
+                           : TensorBox{Shape{first}, Shape{n}, 0});
+    }
+    return boxes;
+  };
+  // Columns [r·cols/tp, ...) of a [rows, cols] tensor.
+  auto col_split = [&](int64_t rows, int64_t cols) {
+    std::vector<TensorBox> boxes;
+    if (tp == 1) return boxes;
+    const int64_t n = cols / tp;
+    boxes.push_back(TensorBox{Shape{0, tp_rank * n}, Shape{rows, n}, 0});
+    return boxes;
   };
   auto close_unit = [&] {
     StageUnit& u = l.units.back();
@@ -60,7 +105,7 @@ StageLayout BuildStageLayout(const ModelConfig& m, int stages, int stage, int sh
   // sharded and reduced identically and stay bitwise equal.
   if (l.has_embedding || l.has_head) {
     l.units.push_back(StageUnit{at, 0, -1, {}});
-    add("wte", {V, C}, !l.has_embedding);
+    add_boxes("wte", {V, C}, !l.has_embedding, row_split(1, V, C));
     close_unit();
     l.units.push_back(StageUnit{at, 0, -1, {}});
     if (l.has_embedding) add("wpe", {T, C}, false);
@@ -79,15 +124,15 @@ StageLayout BuildStageLayout(const ModelConfig& m, int stages, int stage, int sh
     const std::string h = "h." + std::to_string(layer) + ".";
     add(h + "ln_1.weight", {C}, false);
     add(h + "ln_1.bias", {C}, false);
-    add(h + "attn.c_attn.weight", {3 * C, C}, false);
-    add(h + "attn.c_attn.bias", {3 * C}, false);
-    add(h + "attn.c_proj.weight", {C, C}, false);
+    add_boxes(h + "attn.c_attn.weight", {3 * C, C}, false, row_split(3, C, C));
+    add_boxes(h + "attn.c_attn.bias", {3 * C}, false, row_split(3, C, 0));
+    add_boxes(h + "attn.c_proj.weight", {C, C}, false, col_split(C, C));
     add(h + "attn.c_proj.bias", {C}, false);
     add(h + "ln_2.weight", {C}, false);
     add(h + "ln_2.bias", {C}, false);
-    add(h + "mlp.c_fc.weight", {4 * C, C}, false);
-    add(h + "mlp.c_fc.bias", {4 * C}, false);
-    add(h + "mlp.c_proj.weight", {C, 4 * C}, false);
+    add_boxes(h + "mlp.c_fc.weight", {4 * C, C}, false, row_split(1, 4 * C, C));
+    add_boxes(h + "mlp.c_fc.bias", {4 * C}, false, row_split(1, 4 * C, 0));
+    add_boxes(h + "mlp.c_proj.weight", {C, 4 * C}, false, col_split(C, 4 * C));
     add(h + "mlp.c_proj.bias", {C}, false);
     close_unit();
   }

@@ -15,10 +15,21 @@
 
 namespace rt::dist {
 
-// One tensor of the stage.
+// A box of a global tensor held by one tensor-parallel rank: the local tensor is the
+// concatenation of its boxes, each stored row-major.
+struct TensorBox {
+  Shape offset;             // first index per dimension in the global tensor
+  Shape size;               // extent per dimension
+  int64_t local_begin = 0;  // first element of the box in the local tensor
+};
+
+// One tensor of the stage (this tensor-parallel rank's part of it).
 struct StageTensor {
   std::string name;     // DESIGN.md name, e.g. "h.1.mlp.c_fc.weight"
-  Shape shape;          // the global shape
+  Shape shape;          // the local shape (the global one when tp = 1 or replicated)
+  Shape global_shape;   // the whole tensor's shape
+  std::vector<TensorBox> boxes;  // where the local tensor sits in the global one
+  bool tp_sharded = false;       // split across tensor-parallel ranks (else replicated there)
   int64_t offset = 0;   // first element in the stage's flat buffer
   int unit = 0;         // the unit holding it
   bool tied_copy = false;  // the last stage's copy of wte (pp > 1): a replica of stage 0's
@@ -41,6 +52,7 @@ struct StageLayout {
   int first_layer = 0, end_layer = 0;  // blocks [first_layer, end_layer)
   bool has_embedding = false;          // wte + wpe (the first stage)
   bool has_head = false;               // ln_f + the logits through wte (the last stage)
+  int tp = 1, tp_rank = 0;             // tensor-parallel size and this rank's index
   int shards = 1;                      // shard count every unit is padded for
   std::vector<StageTensor> tensors;
   std::vector<StageUnit> units;        // aux_units auxiliary units, then one per block
@@ -58,7 +70,12 @@ struct StageLayout {
 // the middle stages first (the first stage also runs the embedding, the last the head).
 int StageFirstLayer(int n_layer, int stages, int stage);
 
-// Builds the layout of `stage` of `stages` for `model`, units padded to multiples of `shards`.
-StageLayout BuildStageLayout(const ModelConfig& model, int stages, int stage, int shards);
+// Builds the layout of `stage` of `stages` for `model` as held by tensor-parallel rank `tp_rank`
+// of `tp` (Megatron's split: wte by vocabulary rows; c_attn and c_fc by output rows — c_attn's
+// q, k and v each by heads; both c_proj weights by input columns; LayerNorms, wpe and the
+// c_proj biases replicated), units padded to multiples of `shards`. `tp` must divide n_head and
+// vocab_size.
+StageLayout BuildStageLayout(const ModelConfig& model, int stages, int stage, int shards,
+                             int tp = 1, int tp_rank = 0);
 
 }  // namespace rt::dist

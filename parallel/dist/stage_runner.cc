@@ -8,14 +8,19 @@ namespace rt::dist {
 
 Result<std::unique_ptr<StageRunner>> StageRunner::Create(const ModelConfig& model,
                                                          const StageLayout& layout, int rows,
-                                                         int slots) {
+                                                         int slots, TpGroup tp) {
   std::unique_ptr<StageRunner> r(new StageRunner());
   r->model_ = model;
+  r->tp_ = tp;
+  const int t = layout.tp;
+  r->n_head_local_ = model.n_head / t;
+  r->vocab_start_ = static_cast<int64_t>(layout.tp_rank) * (model.vocab_size / t);
   r->layers_ = layout.layers();
   r->rows_ = rows;
   r->slots_ = slots;
-  const int64_t B = rows, T = model.seq_len, C = model.n_embd, H = model.n_head,
-                V = model.vocab_size;
+  // Local widths: the heads, MLP columns and vocabulary rows of this tensor-parallel rank.
+  const int64_t B = rows, T = model.seq_len, C = model.n_embd, H = model.n_head / t,
+                V = model.vocab_size / t, Cl = C / t;
   const DType f32 = DType::kF32;
   Arena& a = r->acts_;
   for (int s = 0; s < slots; ++s) {
@@ -26,15 +31,15 @@ Result<std::unique_ptr<StageRunner>> StageRunner::Create(const ModelConfig& mode
       blocks.push_back(a.Add("ln_1", f32, {B, T, C}));
       blocks.push_back(a.Add("ln_1_mean", f32, {B, T}));
       blocks.push_back(a.Add("ln_1_rstd", f32, {B, T}));
-      blocks.push_back(a.Add("qkv", f32, {B, T, 3 * C}));
-      blocks.push_back(a.Add("atty", f32, {B, T, C}));
+      blocks.push_back(a.Add("qkv", f32, {B, T, 3 * Cl}));
+      blocks.push_back(a.Add("atty", f32, {B, T, Cl}));
       blocks.push_back(a.Add("att", f32, {B, H, T, T}));
       blocks.push_back(a.Add("residual2", f32, {B, T, C}));
       blocks.push_back(a.Add("ln_2", f32, {B, T, C}));
       blocks.push_back(a.Add("ln_2_mean", f32, {B, T}));
       blocks.push_back(a.Add("ln_2_rstd", f32, {B, T}));
-      blocks.push_back(a.Add("fch", f32, {B, T, 4 * C}));
-      blocks.push_back(a.Add("fch_gelu", f32, {B, T, 4 * C}));
+      blocks.push_back(a.Add("fch", f32, {B, T, 4 * Cl}));
+      blocks.push_back(a.Add("fch_gelu", f32, {B, T, 4 * Cl}));
     }
     r->block_ids_.push_back(std::move(blocks));
     ids.tokens = a.Add("tokens", DType::kI32, {B, T});
@@ -52,11 +57,11 @@ Result<std::unique_ptr<StageRunner>> StageRunner::Create(const ModelConfig& mode
   r->dres_[0] = a.Add("dresidual_a", f32, {B, T, C});
   r->dres_[1] = a.Add("dresidual_b", f32, {B, T, C});
   r->dln_ = a.Add("dln", f32, {B, T, C});
-  r->datty_ = a.Add("datty", f32, {B, T, C});
+  r->datty_ = a.Add("datty", f32, {B, T, Cl});
   r->dres2_ = a.Add("dresidual2", f32, {B, T, C});
-  r->dqkv_ = a.Add("dqkv", f32, {B, T, 3 * C});
-  r->dfch_ = a.Add("dfch", f32, {B, T, 4 * C});
-  r->dfch_gelu_ = a.Add("dfch_gelu", f32, {B, T, 4 * C});
+  r->dqkv_ = a.Add("dqkv", f32, {B, T, 3 * Cl});
+  r->dfch_ = a.Add("dfch", f32, {B, T, 4 * Cl});
+  r->dfch_gelu_ = a.Add("dfch_gelu", f32, {B, T, 4 * Cl});
   r->branch_ = a.Add("branch", f32, {B, T, C});
   RETURN_IF_ERROR(a.Allocate(Device::kCpu).WithContext("pipeline stage activations"));
   return r;
@@ -86,12 +91,17 @@ BlockGradScratch StageRunner::Scratch() const {
 }
 
 Status StageRunner::EmbeddingForward(int slot, Tensor wte, Tensor wpe) {
-  RETURN_IF_ERROR(rt::EmbeddingForward(input(slot), tokens(slot), wte, 0));
+  // Vocabulary-parallel: each rank embeds the tokens of its rows (zeros elsewhere), then sum.
+  RETURN_IF_ERROR(rt::EmbeddingForward(input(slot), tokens(slot), wte, vocab_start_));
+  RETURN_IF_ERROR(TpAllReduce(tp_, input(slot), "the token embeddings"));
   return PositionEmbeddingAdd(input(slot), wpe, 0);
 }
 
 Status StageRunner::BlockForward(int slot, int j, const BlockTensors& p) {
   const SlotIds& ids = slot_ids_[slot];
+  if (tp_.size() > 1)
+    return TpBlockForward(tp_, p, Acts(slot, j), Get(branch_), Get(ids.residual[j + 1]),
+                          Get(ids.residual[j]), n_head_local_);
   return rt::BlockForward(p, Acts(slot, j), Get(branch_), Get(ids.residual[j + 1]),
                           Get(ids.residual[j]), model_.n_head);
 }
@@ -104,7 +114,12 @@ Result<double> StageRunner::HeadForward(int slot, Tensor ln_f_w, Tensor ln_f_b, 
   const Tensor logits = Get(ids.logits);
   RETURN_IF_ERROR(MatmulForward(logits, Get(ids.lnf), wte, Tensor()));
   const Tensor losses = Get(ids.losses);
-  RETURN_IF_ERROR(SoftmaxCrossEntropy(losses, logits, logits, targets(slot), dloss));
+  if (tp_.size() > 1) {
+    RETURN_IF_ERROR(VocabParallelCrossEntropy(tp_, losses, logits, targets(slot), vocab_start_,
+                                              model_.vocab_size, dloss));
+  } else {
+    RETURN_IF_ERROR(SoftmaxCrossEntropy(losses, logits, logits, targets(slot), dloss));
+  }
   std::vector<float> host(static_cast<size_t>(losses.numel()));
   RETURN_IF_ERROR(Copy(Tensor(host.data(), DType::kF32, losses.shape()), losses));
   double sum = 0;
@@ -118,6 +133,7 @@ Status StageRunner::HeadBackward(int slot, Tensor ln_f_w, Tensor wte, Tensor g_l
   const Tensor dln = Get(dln_);
   RETURN_IF_ERROR(Zero(dln));
   RETURN_IF_ERROR(MatmulBackward(dln, g_wte, Tensor(), Get(ids.logits), Get(ids.lnf), wte));
+  RETURN_IF_ERROR(TpAllReduce(tp_, dln, "the gradient of ln_f's output"));
   RETURN_IF_ERROR(Zero(dout(slot)));
   return LayerNormBackward(dout(slot), g_ln_f_w, g_ln_f_b, dln, output(slot), ln_f_w,
                            Get(ids.lnf_mean), Get(ids.lnf_rstd));
@@ -127,12 +143,15 @@ Status StageRunner::BlockBackward(int slot, int j, const BlockTensors& p, const 
   // Block layers-1 reads dout; block j writes dres_[(layers-1-j) % 2], block 0 writes dinput.
   const Tensor from = j == layers_ - 1 ? dout(slot) : Get(dres_[(layers_ - 2 - j) % 2]);
   const Tensor to = j == 0 ? dinput(slot) : Get(dres_[(layers_ - 1 - j) % 2]);
+  if (tp_.size() > 1)
+    return TpBlockBackward(tp_, p, g, Acts(slot, j), Scratch(), to, from,
+                           Get(slot_ids_[slot].residual[j]), n_head_local_);
   return rt::BlockBackward(p, g, Acts(slot, j), Scratch(), to, from,
                            Get(slot_ids_[slot].residual[j]), model_.n_head);
 }
 
 Status StageRunner::EmbeddingBackward(int slot, Tensor g_wte, Tensor g_wpe) {
-  RETURN_IF_ERROR(rt::EmbeddingBackward(g_wte, dinput(slot), tokens(slot), 0));
+  RETURN_IF_ERROR(rt::EmbeddingBackward(g_wte, dinput(slot), tokens(slot), vocab_start_));
   return PositionEmbeddingBackward(g_wpe, dinput(slot), 0);
 }
 

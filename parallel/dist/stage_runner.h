@@ -3,7 +3,8 @@
 // reduce a block's gradients as soon as its backward is done, and send activations between
 // stages. Activations live in `slots` independent sets (one per micro-batch in flight); the
 // backward scratch is shared. The math is the single-process model's: parallel/gpt.h's
-// BlockForward/BlockBackward and the same loss path. Not thread-safe. fp32 only.
+// BlockForward/BlockBackward and the same loss path; with tensor parallelism the Megatron
+// pieces of tensor_parallel.h and local activation widths. Not thread-safe. fp32 only.
 #pragma once
 
 #include <memory>
@@ -13,6 +14,7 @@
 #include "kernels/tensor.h"
 #include "parallel/config.h"
 #include "parallel/dist/stage_layout.h"
+#include "parallel/dist/tensor_parallel.h"
 #include "parallel/gpt.h"
 
 namespace rt::dist {
@@ -20,9 +22,11 @@ namespace rt::dist {
 // Activations and scratch of one stage for micro-batches of `rows` × seq_len tokens.
 class StageRunner {
  public:
-  // Allocates `slots` activation sets. Errors: ResourceExhausted.
+  // Allocates `slots` activation sets for the local widths of `layout` (layout.tp ranks, whose
+  // collectives go over `tp`). Errors: ResourceExhausted.
   static Result<std::unique_ptr<StageRunner>> Create(const ModelConfig& model,
-                                                     const StageLayout& layout, int rows, int slots);
+                                                     const StageLayout& layout, int rows, int slots,
+                                                     TpGroup tp);
 
   // The stage input [rows,T,C] of `slot` (the embedding output on the first stage; what the
   // previous stage sent otherwise) and its output (what goes to the next stage).
@@ -68,7 +72,10 @@ class StageRunner {
   BlockGradScratch Scratch() const;
 
   ModelConfig model_;
+  TpGroup tp_;
   int layers_ = 0, rows_ = 0, slots_ = 0;
+  int n_head_local_ = 0;
+  int64_t vocab_start_ = 0;
   Arena acts_;
   std::vector<SlotIds> slot_ids_;
   std::vector<std::vector<int>> block_ids_;  // per slot, per block: 12 activation ids

@@ -5,6 +5,8 @@
 #pragma once
 
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <cmath>
 #include <map>
 #include <memory>
@@ -95,18 +97,24 @@ struct Assembled {
 inline std::map<std::string, Assembled> Assemble(DistRun& run, StateKind kind, std::string* error) {
   std::map<std::string, Assembled> out;
   std::vector<TensorShard> replicas;
+  // Visits (global element index, value) of every element a shard holds.
   auto place = [&](const TensorShard& s, auto&& visit) {
-    // Box is the whole tensor in this engine's shards (boxes are checked to be so).
     const int64_t begin = s.has_flat_range ? s.flat_begin : 0;
     const float* src = s.view.data_as<float>();
-    for (int64_t e = 0; e < s.numel(); ++e) visit(begin + e, src[e]);
+    for (int64_t e = 0; e < s.numel(); ++e) {
+      int64_t rest = begin + e, global = 0;
+      for (int d = s.box_size.ndim - 1, stride = 1; d >= 0; --d) {
+        const int64_t idx = rest % s.box_size.dims[d] + s.box_offset.dims[d];
+        rest /= s.box_size.dims[d];
+        global += idx * stride;
+        stride *= static_cast<int>(s.global_shape.dims[d]);
+      }
+      visit(global, src[e]);
+    }
   };
   for (auto& engine : run.engines) {
     for (const TensorShard& s : engine->Shards().shards) {
       if (s.kind != kind) continue;
-      for (int d = 0; d < s.global_shape.ndim; ++d)
-        if (s.box_offset.dims[d] != 0 || s.box_size.dims[d] != s.global_shape.dims[d])
-          *error = "unexpected partial box in " + s.name;
       if (s.replica != 0) {
         replicas.push_back(s);
         continue;
@@ -163,6 +171,8 @@ inline ParamDiff CompareParams(const std::map<std::string, Assembled>& got, cons
       scale = std::max(scale, std::abs(static_cast<double>(ref[e])));
     }
     const double rel = scale > 0 ? diff / scale : diff;
+    if (std::getenv("RT_DIST_VERBOSE") != nullptr)
+      std::printf("  %-28s max |diff| %.2e  max |ref| %.2e\n", reference.name(i).c_str(), diff, scale);
     if (rel > d.per_tensor) {
       d.per_tensor = rel;
       d.worst_tensor = reference.name(i);

@@ -28,11 +28,18 @@ std::shared_ptr<const std::vector<uint16_t>> Tokens() {
   return tokens;
 }
 
+// The tiny config with Adam's ε = 1e-6 instead of 1e-8. With 1e-8, elements whose gradient is
+// rounding noise (the key bias: softmax is invariant to it, so its exact gradient is 0) take
+// whole-size Adam steps in the direction of the noise, so any change in summation order moves
+// them by a fraction of lr per step: the single process with 2 micro-batches instead of 1
+// already differs by 2.4e-6 (max-abs relative), tp=2 by 1.15e-5. At ε = 1e-6 those
+// elements stay put and the comparison measures the engine (tp=2: 5.9e-7).
 RunConfig Config(int micro_batches) {
   RunConfig c = rt::testing::TinyConfig();
   c.train.micro_batches = micro_batches;
   c.train.steps = kSteps;
   c.optim.grad_clip = 1.0;
+  c.optim.eps = 1e-6;
   return c;
 }
 
@@ -179,7 +186,8 @@ TEST(PipelineParityTest, OneFOneBKeepsAtMostStagesLeftMicroBatchesAlive) {
 }
 
 // Communication volume per rank over `steps` steps equals the formulas, with Φ the rank's
-// (padded) parameter count: DDP and ZeRO-1/2 2Φ(n−1)/n, ZeRO-3 3Φ(n−1)/n, HSDP 3Φ(s−1)/s inside
+// (padded) parameter count: DDP and ZeRO-1/2 2Φ(n−1)/n (DDP's all-reduce as reduce-scatter +
+// all-gather), ZeRO-3 3Φ(n−1)/n, HSDP 3Φ(s−1)/s inside
 // the shard group plus 2(Φ/s)(r−1)/r across replicas. Per-rank memory equals the ZeRO formulas.
 TEST(FormulaTest, CommunicationBytesAndMemoryPerRank) {
   constexpr int kFormulaSteps = 2;
@@ -200,8 +208,7 @@ TEST(FormulaTest, CommunicationBytesAndMemoryPerRank) {
       const uint64_t part = phi * (s - 1) / s * b;
       uint64_t ar = 0, rs = 0, ag = 0;
       switch (layout.zero) {
-        case 0: ar = 2 * part; break;
-        case 1: case 2: rs = part; ag = part; break;
+        case 0: case 1: case 2: rs = part; ag = part; break;
         case 3: rs = part; ag = 2 * part; break;
       }
       EXPECT_EQ(sh[OpKind::kAllReduce].bytes_sent, ar) << spec;
@@ -259,7 +266,8 @@ TEST(ShardContractTest, UnionOverRanksIsTheSingleProcessState) {
     }
   };
   for (const char* spec : {"dp=4,zero=3", "dp=2,zero=1", "pp=2,dp=2,zero=2", "pp=4",
-                           "pp=2,dp=4,zero=3,hsdp_shard=2"}) {
+                           "pp=2,dp=4,zero=3,hsdp_shard=2", "tp=2,dp=2,zero=3", "tp=4",
+                           "tp=2,pp=2,dp=2,zero=1"}) {
     std::unique_ptr<DistRun> run = RunLayout(Config(1), Layout(spec), Tokens(), 0);
     ASSERT_TRUE(run->status.ok()) << spec << ": " << run->status.ToString();
     check(*run, **fresh, spec, true);
@@ -267,6 +275,52 @@ TEST(ShardContractTest, UnionOverRanksIsTheSingleProcessState) {
   std::unique_ptr<DistRun> run = RunLayout(Config(2), Layout("dp=1"), Tokens(), kSteps);
   ASSERT_TRUE(run->status.ok());
   check(*run, *ReferenceRun(2).trainer, "dp=1 after 20 steps", true);
+}
+
+}  // namespace
+}  // namespace rt::dist
+
+namespace rt::dist {
+namespace {
+
+TEST(TensorParallelParityTest, TensorParallelAloneAndMixed) {
+  CheckParity("tp=2", 2);
+  CheckParity("tp=4", 1);
+  std::vector<std::vector<float>> first;
+  for (int zero : {0, 1, 3}) {
+    const std::string spec = "tp=2,dp=2,zero=" + std::to_string(zero);
+    std::unique_ptr<DistRun> run = CheckParity(spec, 1);
+    ASSERT_TRUE(run->status.ok());
+    if (zero == 0) {
+      first = Snapshot(*run);
+    } else {
+      EXPECT_TRUE(Snapshot(*run) == first) << spec << " differs bitwise from ZeRO-0";
+    }
+  }
+  CheckParity("tp=2,pp=2,schedule=1f1b", 4);
+  CheckParity("tp=2,pp=2,dp=2,zero=1,schedule=1f1b", 2);
+  CheckParity("tp=2,pp=2,dp=2,zero=3,schedule=gpipe", 2);
+  CheckParity("tp=2,dp=4,zero=3,hsdp_shard=2", 1);
+}
+
+// Tensor parallel's per-layer collectives: per micro-batch of N = rows·T tokens, forward one
+// all-reduce of N·C for the embedding and two per block, backward two per block and one for the
+// head; the vocabulary-parallel cross-entropy adds N (row maxima) and 2N (sums) — each a ring
+// all-reduce sending 2(t−1)/t of its elements.
+TEST(FormulaTest, TensorParallelCollectivesPerLayer) {
+  const ParallelLayout layout = Layout("tp=2");
+  const RunConfig config = Config(2);
+  std::unique_ptr<DistRun> run = RunLayout(config, layout, Tokens(), 1);
+  ASSERT_TRUE(run->status.ok()) << run->status.ToString();
+  const uint64_t t = 2, L = static_cast<uint64_t>(config.model.n_layer),
+                 C = static_cast<uint64_t>(config.model.n_embd);
+  const uint64_t n = static_cast<uint64_t>(config.train.batch_size) * config.model.seq_len;
+  const uint64_t elements = (4 * L + 2) * n * C + 3 * n;
+  for (auto& e : run->engines) {
+    const comm::CommStats s = e->groups().tp->stats();
+    EXPECT_EQ(s[comm::OpKind::kAllReduce].bytes_sent, 2 * (t - 1) * elements * 4 / t);
+    EXPECT_EQ(s.Total().bytes_sent, s[comm::OpKind::kAllReduce].bytes_sent);
+  }
 }
 
 }  // namespace

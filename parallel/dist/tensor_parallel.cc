@@ -1,0 +1,108 @@
+#include "parallel/dist/tensor_parallel.h"
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "kernels/ops.h"
+
+namespace rt::dist {
+
+Status TpAllReduce(const TpGroup& g, Tensor x, const char* what) {
+  if (g.size() == 1) return Status();
+  return g.comm->AllReduce(x.data(), x.data(), static_cast<size_t>(x.numel()), DType::kF32,
+                           comm::ReduceOp::kSum)
+      ->Wait(Deadline::After(g.timeout))
+      .WithContext(std::string("tensor-parallel all-reduce of ") + what);
+}
+
+Status TpBlockForward(const TpGroup& g, const BlockTensors& p, const BlockActivations& a,
+                      Tensor branch, Tensor out, Tensor inp, int n_head_local) {
+  // The replicated c_proj biases are added by rank 0 only, before the g all-reduce.
+  const bool bias = g.rank() == 0;
+  RETURN_IF_ERROR(LayerNormForward(a.ln_1, a.ln_1_mean, a.ln_1_rstd, inp, p.ln_1_w, p.ln_1_b));
+  RETURN_IF_ERROR(MatmulForward(a.qkv, a.ln_1, p.attn_w, p.attn_b));
+  RETURN_IF_ERROR(AttentionForward(a.atty, a.att, a.qkv, n_head_local));
+  RETURN_IF_ERROR(MatmulForward(branch, a.atty, p.attn_proj_w, bias ? p.attn_proj_b : Tensor()));
+  RETURN_IF_ERROR(TpAllReduce(g, branch, "the attention output"));
+  RETURN_IF_ERROR(Add(a.residual2, inp, branch));
+  RETURN_IF_ERROR(LayerNormForward(a.ln_2, a.ln_2_mean, a.ln_2_rstd, a.residual2, p.ln_2_w,
+                                   p.ln_2_b));
+  RETURN_IF_ERROR(MatmulForward(a.fch, a.ln_2, p.fc_w, p.fc_b));
+  RETURN_IF_ERROR(GeluForward(a.fch_gelu, a.fch));
+  RETURN_IF_ERROR(MatmulForward(branch, a.fch_gelu, p.fc_proj_w, bias ? p.fc_proj_b : Tensor()));
+  RETURN_IF_ERROR(TpAllReduce(g, branch, "the MLP output"));
+  return Add(out, a.residual2, branch);
+}
+
+Status TpBlockBackward(const TpGroup& g, const BlockTensors& p, const BlockTensors& grads,
+                       const BlockActivations& a, const BlockGradScratch& s, Tensor dinp,
+                       Tensor dout, Tensor inp, int n_head_local) {
+  RETURN_IF_ERROR(Zero(s.dfch_gelu));
+  RETURN_IF_ERROR(MatmulBackward(s.dfch_gelu, grads.fc_proj_w, grads.fc_proj_b, dout, a.fch_gelu,
+                                 p.fc_proj_w));
+  RETURN_IF_ERROR(Zero(s.dfch));
+  RETURN_IF_ERROR(GeluBackward(s.dfch, a.fch, s.dfch_gelu));
+  RETURN_IF_ERROR(Zero(s.dln));
+  RETURN_IF_ERROR(MatmulBackward(s.dln, grads.fc_w, grads.fc_b, s.dfch, a.ln_2, p.fc_w));
+  RETURN_IF_ERROR(TpAllReduce(g, s.dln, "the gradient of ln_2's output"));
+  RETURN_IF_ERROR(Copy(s.dresidual2, dout));
+  RETURN_IF_ERROR(LayerNormBackward(s.dresidual2, grads.ln_2_w, grads.ln_2_b, s.dln, a.residual2,
+                                    p.ln_2_w, a.ln_2_mean, a.ln_2_rstd));
+  RETURN_IF_ERROR(Zero(s.datty));
+  RETURN_IF_ERROR(MatmulBackward(s.datty, grads.attn_proj_w, grads.attn_proj_b, s.dresidual2,
+                                 a.atty, p.attn_proj_w));
+  RETURN_IF_ERROR(Zero(s.dqkv));
+  RETURN_IF_ERROR(AttentionBackward(s.dqkv, s.datty, a.qkv, a.att, n_head_local));
+  RETURN_IF_ERROR(Zero(s.dln));
+  RETURN_IF_ERROR(MatmulBackward(s.dln, grads.attn_w, grads.attn_b, s.dqkv, a.ln_1, p.attn_w));
+  RETURN_IF_ERROR(TpAllReduce(g, s.dln, "the gradient of ln_1's output"));
+  RETURN_IF_ERROR(Copy(dinp, s.dresidual2));
+  return LayerNormBackward(dinp, grads.ln_1_w, grads.ln_1_b, s.dln, inp, p.ln_1_w, a.ln_1_mean,
+                           a.ln_1_rstd);
+}
+
+Status VocabParallelCrossEntropy(const TpGroup& g, Tensor losses, Tensor logits, Tensor targets,
+                                 int64_t vocab_start, int64_t vocab_size, float dloss) {
+  if (logits.device() != Device::kCpu || logits.dtype() != DType::kF32)
+    return Unimplemented("vocab-parallel cross-entropy: only f32 CPU logits");
+  const int64_t n = logits.shape().rows(), v = logits.shape().last();
+  float* x = logits.data_as<float>();
+  const int32_t* t = targets.data_as<int32_t>();
+  float* loss = losses.data_as<float>();
+  for (int64_t i = 0; i < n; ++i)
+    if (t[i] < 0 || t[i] >= vocab_size)
+      return InvalidArgument("vocab-parallel cross-entropy: targets[" + std::to_string(i) + "] = " +
+                             std::to_string(t[i]) + " is outside the vocabulary");
+  // Row maxima over the whole vocabulary.
+  std::vector<float> mx(static_cast<size_t>(n), -std::numeric_limits<float>::infinity());
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < v; ++j) mx[static_cast<size_t>(i)] = std::max(mx[static_cast<size_t>(i)], x[i * v + j]);
+  const Deadline d = Deadline::After(g.timeout);
+  RETURN_IF_ERROR(g.comm->AllReduce(mx.data(), mx.data(), mx.size(), DType::kF32, comm::ReduceOp::kMax)
+                      ->Wait(d).WithContext("vocab-parallel cross-entropy: row maxima"));
+  // Per row: Σ exp(x − max) over the local vocabulary, and the target's logit if it is local.
+  std::vector<float> sums(static_cast<size_t>(2 * n), 0.0f);
+  for (int64_t i = 0; i < n; ++i) {
+    const float m = mx[static_cast<size_t>(i)];
+    double s = 0;
+    for (int64_t j = 0; j < v; ++j) s += std::exp(x[i * v + j] - m);
+    sums[static_cast<size_t>(2 * i)] = static_cast<float>(s);
+    const int64_t local = t[i] - vocab_start;
+    if (local >= 0 && local < v) sums[static_cast<size_t>(2 * i + 1)] = x[i * v + local];
+  }
+  RETURN_IF_ERROR(g.comm->AllReduce(sums.data(), sums.data(), sums.size(), DType::kF32, comm::ReduceOp::kSum)
+                      ->Wait(d).WithContext("vocab-parallel cross-entropy: row sums"));
+  for (int64_t i = 0; i < n; ++i) {
+    const float m = mx[static_cast<size_t>(i)], sum = sums[static_cast<size_t>(2 * i)];
+    loss[i] = std::log(sum) - (sums[static_cast<size_t>(2 * i + 1)] - m);
+    if (dloss == 0) continue;
+    const float scale = dloss / sum;
+    for (int64_t j = 0; j < v; ++j) x[i * v + j] = std::exp(x[i * v + j] - m) * scale;
+    const int64_t local = t[i] - vocab_start;
+    if (local >= 0 && local < v) x[i * v + local] -= dloss;
+  }
+  return Status();
+}
+
+}  // namespace rt::dist

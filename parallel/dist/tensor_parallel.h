@@ -1,0 +1,48 @@
+// Megatron-style tensor-parallel pieces over a tensor-parallel communicator (after Shoeybi et al.,
+// "Megatron-LM", 2019): a transformer block with column-parallel c_attn and c_fc (heads and MLP
+// columns split; f = identity forward, all-reduce backward) and row-parallel c_proj's (g =
+// all-reduce forward, identity backward); the vocabulary-parallel embedding; and the
+// vocabulary-parallel cross-entropy, which reduces only per-row statistics (max, sum of
+// exponentials, target logit) and never gathers the logits. Replicated tensors (LayerNorms, wpe,
+// the c_proj biases) see bitwise identical inputs and gradients on every rank, so they stay equal.
+// Block tensors are the rank's local parts (parallel/dist/stage_layout.h). CPU tensors, fp32.
+#pragma once
+
+#include <chrono>
+
+#include "base/status.h"
+#include "comm/communicator.h"
+#include "kernels/tensor.h"
+#include "parallel/gpt.h"
+
+namespace rt::dist {
+
+// The tensor-parallel group and how long each of its collectives may take.
+struct TpGroup {
+  comm::Communicator* comm = nullptr;
+  std::chrono::milliseconds timeout{120'000};
+  int rank() const { return comm->rank(); }
+  int size() const { return comm->size(); }
+};
+
+// x = Σ over the group of x (in place, f32). Errors name `what`.
+Status TpAllReduce(const TpGroup& g, Tensor x, const char* what);
+
+// As rt::BlockForward with local c_attn [3C/tp, C] (q, k, v heads of this rank), c_proj
+// [C, C/tp], c_fc [4C/tp, C], mlp c_proj [C, 4C/tp]; `n_head_local` = n_head / tp. Activations
+// have the local widths (qkv 3C/tp, atty C/tp, att n_head/tp heads, fch 4C/tp).
+Status TpBlockForward(const TpGroup& g, const BlockTensors& p, const BlockActivations& a,
+                      Tensor branch, Tensor out, Tensor inp, int n_head_local);
+// As rt::BlockBackward for TpBlockForward.
+Status TpBlockBackward(const TpGroup& g, const BlockTensors& p, const BlockTensors& grads,
+                       const BlockActivations& a, const BlockGradScratch& s, Tensor dinp,
+                       Tensor dout, Tensor inp, int n_head_local);
+
+// Vocabulary-parallel cross-entropy over logits[N, V/tp] holding vocabulary rows
+// [vocab_start, vocab_start + V/tp): losses[N] = −log softmax(all logits)[target] (equal on every
+// rank), and, when dloss != 0, logits is overwritten with (softmax − onehot)·dloss for the
+// local vocabulary. targets[N] i32 in [0, V). Errors: InvalidArgument for a bad target.
+Status VocabParallelCrossEntropy(const TpGroup& g, Tensor losses, Tensor logits, Tensor targets,
+                                 int64_t vocab_start, int64_t vocab_size, float dloss);
+
+}  // namespace rt::dist
