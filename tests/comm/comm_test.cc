@@ -21,7 +21,8 @@ struct Group {
 };
 
 Group MakeGroup(int n, Transport t, int64_t generation = 0, std::shared_ptr<Store> store = nullptr,
-                std::chrono::milliseconds op_timeout = std::chrono::milliseconds(10'000)) {
+                std::chrono::milliseconds op_timeout = std::chrono::milliseconds(10'000),
+                const std::function<void(CommOptions&)>& tweak = nullptr) {
   Group g;
   g.store = store ? store : NewMemoryStore();
   for (int r = 0; r < n; ++r) {
@@ -34,6 +35,7 @@ Group MakeGroup(int n, Transport t, int64_t generation = 0, std::shared_ptr<Stor
     o.op_timeout = op_timeout;
     o.bootstrap_timeout = std::chrono::milliseconds(10'000);
     o.shm_ring_bytes = 256 << 10;
+    if (tweak) tweak(o);
     auto c = NewCpuCommunicator(o);
     EXPECT_TRUE(c.ok()) << c.status().ToString();
     g.comms.push_back(std::move(*c));
@@ -50,16 +52,30 @@ std::vector<Status> OnEveryRank(int n, const std::function<Status(int)>& fn) {
   return out;
 }
 
+// How all-reduce runs over shared memory (every rank on this host).
+enum class ShmPath {
+  kArena,         // defaults: one-step all-read up to 64 KiB, direct reduce-scatter/all-gather above
+  kArenaChunked,  // direct reduce-scatter/all-gather for every count, 32 KiB halves (many steps)
+  kRings,         // arenas off: recursive doubling and the ring over the per-pair rings
+};
+
 struct TableCase {
   int n;
   Transport transport;
+  ShmPath path = ShmPath::kArena;
 };
 
 class CollectiveTable : public ::testing::TestWithParam<TableCase> {};
 
 TEST_P(CollectiveTable, EveryOpEveryDTypeAgainstReference) {
-  const auto [n, transport] = GetParam();
-  Group g = MakeGroup(n, transport);
+  const auto [n, transport, path] = GetParam();
+  Group g = MakeGroup(n, transport, 0, nullptr, std::chrono::milliseconds(10'000), [&](CommOptions& o) {
+    if (path == ShmPath::kArenaChunked) {
+      o.shm_arena_bytes = 64 << 10;
+      o.small_message_bytes = 0;
+    }
+    if (path == ShmPath::kRings) o.shm_arena_bytes = 0;
+  });
   TableOptions o;
   o.dtypes = AllDTypes();
   o.counts = {0, 1, 7, 4097};
@@ -78,13 +94,18 @@ std::vector<TableCase> AllCases() {
   std::vector<TableCase> cases;
   for (Transport t : {Transport::kTcp, Transport::kShm})
     for (int n = 1; n <= 8; ++n) cases.push_back({n, t});
+  for (int n : {2, 3, 4, 5, 8}) cases.push_back({n, Transport::kShm, ShmPath::kArenaChunked});
+  for (int n : {2, 3, 4, 5}) cases.push_back({n, Transport::kShm, ShmPath::kRings});
   return cases;
 }
 
 INSTANTIATE_TEST_SUITE_P(Threads, CollectiveTable, ::testing::ValuesIn(AllCases()),
                          [](const auto& info) {
+                           const char* path = info.param.path == ShmPath::kArenaChunked ? "ArenaChunked"
+                                               : info.param.path == ShmPath::kRings      ? "Rings"
+                                                                                         : "";
                            return std::string(info.param.transport == Transport::kTcp ? "Tcp" : "Shm") +
-                                  std::to_string(info.param.n);
+                                  path + std::to_string(info.param.n);
                          });
 
 class TransportTest : public ::testing::TestWithParam<Transport> {};
