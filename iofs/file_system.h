@@ -9,6 +9,7 @@
 // Format: docs/formats/iofs_namespace.md.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -99,7 +100,10 @@ class FileSystem {
   };
   FileSystem(ObjectStore* store, uint32_t chunk_size);
   Status Load();
-  Status Persist();  // REQUIRES mu_
+  Result<std::vector<std::byte>> EncodeLocked() const;  // REQUIRES mu_
+  Status PutNamespace(std::span<const std::byte> bytes);
+  Status Persist();                                      // REQUIRES mu_
+  Status CommitSizeChange(std::unique_lock<std::mutex>& lock);  // REQUIRES lock on mu_
   Result<uint64_t> Lookup(std::string_view path) const;  // REQUIRES mu_
   Result<uint64_t> MakeParents(std::string_view path);   // REQUIRES mu_
   std::string PathOf(uint64_t ino) const;                 // REQUIRES mu_
@@ -112,6 +116,14 @@ class FileSystem {
   std::map<uint64_t, Inode> inodes_;                                // GUARDED_BY(mu_)
   std::map<uint64_t, std::map<std::string, uint64_t>> children_;   // GUARDED_BY(mu_)
   uint64_t next_ino_ = 2;                                           // GUARDED_BY(mu_)
+  // Group commit of size changes (Write): generations of the in-memory namespace.
+  std::mutex persist_mu_;  // held while a namespace object is written; taken after mu_
+  std::condition_variable persist_cv_;
+  uint64_t dirty_gen_ = 0;      // GUARDED_BY(mu_)
+  uint64_t persisted_gen_ = 0;  // GUARDED_BY(mu_)
+  uint64_t failed_gen_ = 0;     // GUARDED_BY(mu_)
+  Status failed_status_;        // GUARDED_BY(mu_)
+  bool persisting_ = false;     // GUARDED_BY(mu_)
 };
 
 }  // namespace rt::iofs

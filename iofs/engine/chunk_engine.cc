@@ -450,10 +450,12 @@ Status ChunkEngineImpl::Read(ChunkId id, uint64_t offset, uint64_t length,
   if (op.result != static_cast<int>(io_len))
     return fail(ErrnoStatus(op.result < 0 ? -op.result : EIO,
                             "read chunk " + Hex(id) + " from " + DataPath(r.loc)));
+  std::vector<uint32_t> computed;
   for (uint64_t blk = b0; blk <= b1; ++blk) {
     const uint64_t at = blk * kBlockSize - start;
     const uint64_t n = std::min<uint64_t>(kBlockSize, r.length - blk * kBlockSize);
     const uint32_t crc = Crc32c(b.data + at, n);
+    computed.push_back(crc);
     if (crc != r.block_crcs[blk])
       return fail(Status(StatusCode::kChecksumMismatch,
                          "chunk " + Hex(id) + " block " + std::to_string(blk) + " in " +
@@ -462,7 +464,8 @@ Status ChunkEngineImpl::Read(ChunkId id, uint64_t offset, uint64_t length,
                              ": CRC32C " + std::to_string(crc) + " != stored " +
                              std::to_string(r.block_crcs[blk])));
   }
-  if (offset == 0 && len == r.length && Crc32c(b.data, r.length) != r.chunk_crc)
+  // A whole-chunk read also checks the chunk CRC (combined from the block CRCs just computed).
+  if (offset == 0 && len == r.length && CombineBlockCrcs(computed, r.length) != r.chunk_crc)
     return fail(Status(StatusCode::kChecksumMismatch,
                        "chunk " + Hex(id) + " in " + DataPath(r.loc) + ": chunk CRC32C mismatch"));
   out->assign(b.data + (offset - start), b.data + (offset - start) + len);

@@ -118,7 +118,7 @@ Status FileSystem::Load() {
   return Status();
 }
 
-Status FileSystem::Persist() {
+Result<std::vector<std::byte>> FileSystem::EncodeLocked() const {
   ByteWriter w;
   w.Put<uint32_t>(kNamespaceMagic);
   w.Put<uint16_t>(kNamespaceVersion);
@@ -139,8 +139,52 @@ Status FileSystem::Persist() {
                   "namespace of " + std::to_string(inodes_.size()) + " entries needs " +
                       std::to_string(w.size()) + " bytes, more than one object (" +
                       std::to_string(store_->max_object_size()) + ")");
-  ObjectPut put{kNamespaceKey, w.bytes()};
+  return w.Take();
+}
+
+Status FileSystem::PutNamespace(std::span<const std::byte> bytes) {
+  ObjectPut put{kNamespaceKey, bytes};
   return store_->Put(std::span<const ObjectPut>(&put, 1)).WithContext("write the namespace");
+}
+
+Status FileSystem::Persist() {
+  // Namespace writes are serialised and each carries the whole in-memory state, so a later write
+  // never lands before an earlier one.
+  std::lock_guard persist(persist_mu_);
+  ASSIGN_OR_RETURN(std::vector<std::byte> bytes, EncodeLocked());
+  RETURN_IF_ERROR(PutNamespace(bytes));
+  persisted_gen_ = dirty_gen_;
+  return Status();
+}
+
+Status FileSystem::CommitSizeChange(std::unique_lock<std::mutex>& lock) {
+  // Group commit: concurrent writers share one namespace write.
+  const uint64_t my_gen = ++dirty_gen_;
+  while (persisted_gen_ < my_gen) {
+    if (persisting_) {
+      persist_cv_.wait(lock);
+      if (failed_gen_ >= my_gen) return failed_status_;
+      continue;
+    }
+    persisting_ = true;
+    const uint64_t gen = dirty_gen_;
+    std::unique_lock persist(persist_mu_);  // order: mu_, then persist_mu_
+    Result<std::vector<std::byte>> bytes = EncodeLocked();
+    lock.unlock();
+    Status s = bytes.ok() ? PutNamespace(*bytes) : bytes.status();
+    persist.unlock();  // released before mu_ is taken again
+    lock.lock();
+    persisting_ = false;
+    if (s.ok()) {
+      persisted_gen_ = std::max(persisted_gen_, gen);
+    } else {
+      failed_gen_ = gen;
+      failed_status_ = s;
+    }
+    persist_cv_.notify_all();
+    if (!s.ok()) return s;
+  }
+  return Status();
 }
 
 Result<uint64_t> FileSystem::Lookup(std::string_view path) const {
@@ -267,6 +311,12 @@ Status FileSystem::Write(std::string_view path, uint64_t offset, std::span<const
     const uint64_t a = std::max(offset, base) - base;         // new data range within the chunk
     const uint64_t b = std::min<uint64_t>(end, base + cs) - base;
     const uint64_t existing = size > base ? std::min<uint64_t>(size - base, cs) : 0;
+    if (a == 0 && b >= existing) {
+      // The write replaces everything the chunk holds: store the caller's bytes, no copy.
+      puts.push_back(ObjectPut{DataKey(ino, index), data.subspan(base - offset, b)});
+      if (puts.size() == kWriteBatch) RETURN_IF_ERROR(flush());
+      continue;
+    }
     std::vector<std::byte> chunk;
     if (a > 0 || b < existing) {
       Status s = store_->Get(DataKey(ino, index), 0, existing, &chunk);
@@ -284,15 +334,14 @@ Status FileSystem::Write(std::string_view path, uint64_t offset, std::span<const
     if (puts.size() == kWriteBatch) RETURN_IF_ERROR(flush());
   }
   if (!puts.empty()) RETURN_IF_ERROR(flush());
-  std::lock_guard lock(mu_);
+  std::unique_lock lock(mu_);
   auto it = inodes_.find(ino);
   if (it == inodes_.end()) return NotFound(std::string(path) + " was removed during the write");
-  const Inode saved = it->second;
+  // On an error the new size may still become durable with a later change: the content of a
+  // failed write's range is unspecified, as with POSIX write().
   it->second.size = std::max(it->second.size, end);
   it->second.mtime_ns = NowNs();
-  Status s = Persist();
-  if (!s.ok()) it->second = saved;
-  return s;
+  return CommitSizeChange(lock);
 }
 
 Status FileSystem::Seal(std::string_view path) {
@@ -328,6 +377,17 @@ Status FileSystem::Read(std::string_view path, uint64_t offset, uint64_t length,
     const uint64_t base = index * cs;
     const uint64_t a = std::max(offset, base) - base;
     const uint64_t b = std::min(end, base + cs) - base;
+    if (index * cs <= offset && end <= base + cs) {
+      // The whole request lies in this chunk: read straight into `out`.
+      Status s = store_->Get(DataKey(ino, index), a, b - a, out);
+      if (s.code() == StatusCode::kNotFound || s.code() == StatusCode::kOutOfRange) {
+        out->clear();
+      } else {
+        RETURN_IF_ERROR(s.WithContext("read chunk " + std::to_string(index) + " of " + std::string(path)));
+      }
+      out->resize(end - offset, std::byte{0});  // a hole or a short chunk reads as zeros
+      return Status();
+    }
     Status s = store_->Get(DataKey(ino, index), a, b - a, &piece);
     if (s.code() == StatusCode::kNotFound || s.code() == StatusCode::kOutOfRange) {
       piece.clear();  // a hole reads as zeros

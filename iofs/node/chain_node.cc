@@ -281,18 +281,19 @@ Status ChainNode::Read(ChunkKey key, uint64_t offset, uint64_t length, std::vect
   if (!slot)
     return Status(StatusCode::kNotServing,
                   "node " + std::to_string(self_) + " holds no replica of chain " + std::to_string(chain), true);
-  std::lock_guard lock(slot->mu);
-  ASSIGN_OR_RETURN(auto committed, slot->machine.Read(key));
-  if (committed.first == 0 || committed.second.tombstone)
-    return NotFound("chunk " + std::to_string(key) + " not found");
+  {
+    std::lock_guard lock(slot->mu);
+    ASSIGN_OR_RETURN(auto committed, slot->machine.Read(key));
+    if (committed.first == 0 || committed.second.tombstone)
+      return NotFound("chunk " + std::to_string(key) + " not found");
+  }
+  // The engine keeps only committed versions under the key itself (pending ones live under
+  // key | kPendingBit), so reading it without the chain lock still returns a committed version:
+  // this one or, if a commit raced the read, a newer one.
   ChunkInfo info;
-  RETURN_IF_ERROR(engine_->Read(key, offset, length, out, &info)
-                      .WithContext("node " + std::to_string(self_)));
-  if ((info.version & kVersionMask) != committed.first)
-    return Internal("node " + std::to_string(self_) + " stores v" + std::to_string(info.version & kVersionMask) +
-                    " of chunk " + std::to_string(key) + " but chain " + std::to_string(chain) +
-                    " committed v" + std::to_string(committed.first));
-  if (version) *version = committed.first;
+  RETURN_IF_ERROR(engine_->Read(key, offset, length, out, &info).WithContext("node " + std::to_string(self_)));
+  if (info.version & kTombstoneBit) return NotFound("chunk " + std::to_string(key) + " not found");
+  if (version) *version = info.version & kVersionMask;
   return Status();
 }
 

@@ -12,6 +12,8 @@
 #include <set>
 #include <thread>
 
+#include "base/crc32c.h"
+#include "iofs/engine/chunk_record.h"
 #include "tests/iofs/engine_crash_common.h"
 #include "tests/iofs/test_util.h"
 
@@ -40,6 +42,18 @@ std::unique_ptr<ChunkEngine> OpenOrDie(const ChunkEngineOptions& o) {
   EXPECT_TRUE(e.ok()) << e.status().ToString();
   if (!e.ok()) std::abort();
   return std::move(e).value();
+}
+
+TEST(ChunkEngineTest, ChunkCrcCombinedFromBlocksEqualsDirectCrc) {
+  for (size_t n : {size_t{1}, size_t{65535}, size_t{65536}, size_t{65537}, size_t{200000},
+                   size_t{4 << 20}, size_t{(4 << 20) - 3}}) {
+    auto data = Content(n, 1, n);
+    std::vector<uint32_t> blocks;
+    uint32_t chunk = 0;
+    ComputeChunkCrcs(data.data(), n, &blocks, &chunk);
+    EXPECT_EQ(chunk, Crc32c(data.data(), n)) << n;
+    EXPECT_EQ(blocks.size(), (n + 65535) / 65536);
+  }
 }
 
 TEST(ChunkEngineTest, WritesAndReadsEverySizeAndRange) {
