@@ -133,6 +133,30 @@ TEST_P(TransportTest, MismatchedCountsFailCleanly) {
   EXPECT_FALSE(g.comms[0]->AllReduce(x.data(), x.data(), 4, DType::kF32, ReduceOp::kSum)->Wait(Deadline::AfterMs(1000)).ok());
 }
 
+TEST_P(TransportTest, MismatchedOpKindsFailCleanly) {
+  // Ranks 0 and 2 all-reduce (through the shared arenas on shm) while rank 1 expects a
+  // broadcast (over the rings): the paths differ, yet the mismatch is reported, not waited out.
+  const int n = 3;
+  Group g = MakeGroup(n, GetParam());
+  auto t0 = MonoClock::now();
+  auto results = OnEveryRank(n, [&](int r) -> Status {
+    std::vector<float> in(100, 1.0f), out(100);
+    WorkHandle w = r == 1 ? g.comms[r]->Broadcast(in.data(), out.data(), 100, DType::kF32, 0)
+                          : g.comms[r]->AllReduce(in.data(), out.data(), 100, DType::kF32, ReduceOp::kSum);
+    return w->Wait(Deadline::AfterMs(5000));
+  });
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(MonoClock::now() - t0).count();
+  EXPECT_LT(ms, 3000);  // op_timeout is 10 s: detection, not a timeout
+  bool named = false;
+  for (int r = 0; r < n; ++r) {
+    EXPECT_FALSE(results[r].ok()) << "rank " << r;
+    EXPECT_NE(results[r].code(), StatusCode::kDeadlineExceeded) << results[r].ToString();
+    named |= results[r].ToString().find("disagree") != std::string::npos;
+  }
+  EXPECT_TRUE(named) << results[0].ToString() << " | " << results[1].ToString() << " | "
+                     << results[2].ToString();
+}
+
 TEST_P(TransportTest, SplitFormsSubGroups) {
   const int n = 6;
   Group g = MakeGroup(n, GetParam());
