@@ -99,28 +99,27 @@ Status BlockForward(const BlockTensors& p, const BlockActivations& a, Tensor bra
 }
 
 Status BlockBackward(const BlockTensors& p, const BlockTensors& g, const BlockActivations& a,
-                     const BlockGradScratch& s, Tensor dinp, Tensor dout, Tensor inp, int n_head) {
-  // MLP branch: out = residual2 + c_proj(gelu(c_fc(ln_2(residual2)))).
+                     const BlockGradScratch& s, Tensor dresidual, Tensor inp, int n_head) {
+  // MLP branch: out = residual2 + c_proj(gelu(c_fc(ln_2(residual2)))); dL/d residual2 is dL/d out
+  // plus the branch's contribution, accumulated in place.
   RETURN_IF_ERROR(Zero(s.dfch_gelu));
-  RETURN_IF_ERROR(MatmulBackward(s.dfch_gelu, g.fc_proj_w, g.fc_proj_b, dout, a.fch_gelu,
+  RETURN_IF_ERROR(MatmulBackward(s.dfch_gelu, g.fc_proj_w, g.fc_proj_b, dresidual, a.fch_gelu,
                                  p.fc_proj_w));
   RETURN_IF_ERROR(Zero(s.dfch));
   RETURN_IF_ERROR(GeluBackward(s.dfch, a.fch, s.dfch_gelu));
   RETURN_IF_ERROR(Zero(s.dln));
   RETURN_IF_ERROR(MatmulBackward(s.dln, g.fc_w, g.fc_b, s.dfch, a.ln_2, p.fc_w));
-  RETURN_IF_ERROR(Copy(s.dresidual2, dout));
-  RETURN_IF_ERROR(LayerNormBackward(s.dresidual2, g.ln_2_w, g.ln_2_b, s.dln, a.residual2, p.ln_2_w,
+  RETURN_IF_ERROR(LayerNormBackward(dresidual, g.ln_2_w, g.ln_2_b, s.dln, a.residual2, p.ln_2_w,
                                     a.ln_2_mean, a.ln_2_rstd));
   // Attention branch: residual2 = inp + c_proj(attention(c_attn(ln_1(inp)))).
   RETURN_IF_ERROR(Zero(s.datty));
-  RETURN_IF_ERROR(MatmulBackward(s.datty, g.attn_proj_w, g.attn_proj_b, s.dresidual2, a.atty,
+  RETURN_IF_ERROR(MatmulBackward(s.datty, g.attn_proj_w, g.attn_proj_b, dresidual, a.atty,
                                  p.attn_proj_w));
   RETURN_IF_ERROR(Zero(s.dqkv));
   RETURN_IF_ERROR(AttentionBackward(s.dqkv, s.datty, a.qkv, a.att, n_head));
   RETURN_IF_ERROR(Zero(s.dln));
   RETURN_IF_ERROR(MatmulBackward(s.dln, g.attn_w, g.attn_b, s.dqkv, a.ln_1, p.attn_w));
-  RETURN_IF_ERROR(Copy(dinp, s.dresidual2));
-  return LayerNormBackward(dinp, g.ln_1_w, g.ln_1_b, s.dln, inp, p.ln_1_w, a.ln_1_mean,
+  return LayerNormBackward(dresidual, g.ln_1_w, g.ln_1_b, s.dln, inp, p.ln_1_w, a.ln_1_mean,
                            a.ln_1_rstd);
 }
 
@@ -176,11 +175,9 @@ Status Gpt::BuildActivations() {
   ln_f_rstd_id_ = a.Add("ln_f_rstd", f32, {B, T});
   logits_id_ = a.Add("logits", dt, {B, T, V});
   losses_id_ = a.Add("losses", f32, {B, T});
-  dres_a_id_ = a.Add("dresidual_a", dt, {B, T, C});
-  dres_b_id_ = a.Add("dresidual_b", dt, {B, T, C});
+  dresidual_id_ = a.Add("dresidual", dt, {B, T, C});
   dln_id_ = a.Add("dln", dt, {B, T, C});
   datty_id_ = a.Add("datty", dt, {B, T, C});
-  dres2_id_ = a.Add("dresidual2", dt, {B, T, C});
   dqkv_id_ = a.Add("dqkv", dt, {B, T, 3 * C});
   dfch_id_ = a.Add("dfch", dt, {B, T, 4 * C});
   dfch_gelu_id_ = a.Add("dfch_gelu", dt, {B, T, 4 * C});
@@ -294,18 +291,17 @@ Status Gpt::Backward() {
   const int64_t C = config_.n_embd;
   const auto residual = [&](int l) { return Sub(acts_, residual_ids_[l], {B, T, C}); };
   const BlockGradScratch s{Sub(acts_, dln_id_, {B, T, C}),       Sub(acts_, datty_id_, {B, T, C}),
-                           Sub(acts_, dres2_id_, {B, T, C}),     Sub(acts_, dqkv_id_, {B, T, 3 * C}),
-                           Sub(acts_, dfch_id_, {B, T, 4 * C}),  Sub(acts_, dfch_gelu_id_, {B, T, 4 * C}),
-                           Sub(acts_, branch_id_, {B, T, C})};
+                           Sub(acts_, dqkv_id_, {B, T, 3 * C}),  Sub(acts_, dfch_id_, {B, T, 4 * C}),
+                           Sub(acts_, dfch_gelu_id_, {B, T, 4 * C}), Sub(acts_, branch_id_, {B, T, C})};
   // Loss path: logits = ln_f(x_L)·wteᵀ.
   const Tensor lnf = Sub(acts_, ln_f_id_, {B, T, C});
   RETURN_IF_ERROR(Zero(s.dln));
   RETURN_IF_ERROR(MatmulBackward(s.dln, g_.wte, Tensor(), logits_, lnf, p_.wte));
-  Tensor dout = Sub(acts_, dres_a_id_, {B, T, C});
-  Tensor dinp = Sub(acts_, dres_b_id_, {B, T, C});
-  RETURN_IF_ERROR(Zero(dout));
-  RETURN_IF_ERROR(LayerNormBackward(dout, g_.ln_f_w, g_.ln_f_b, s.dln, residual(config_.n_layer),
-                                    p_.ln_f_w, Sub(acts_, ln_f_mean_id_, {B, T}),
+  const Tensor dresidual = Sub(acts_, dresidual_id_, {B, T, C});
+  RETURN_IF_ERROR(Zero(dresidual));
+  RETURN_IF_ERROR(LayerNormBackward(dresidual, g_.ln_f_w, g_.ln_f_b, s.dln,
+                                    residual(config_.n_layer), p_.ln_f_w,
+                                    Sub(acts_, ln_f_mean_id_, {B, T}),
                                     Sub(acts_, ln_f_rstd_id_, {B, T})));
   for (int l = config_.n_layer - 1; l >= 0; --l) {
     const BlockActivations a = Acts(l, B, T);
@@ -313,12 +309,11 @@ Status Gpt::Backward() {
       RETURN_IF_ERROR(BlockForward(p_.h[l], a, s.branch, residual(l + 1), residual(l),
                                    config_.n_head));
     }
-    RETURN_IF_ERROR(BlockBackward(p_.h[l], g_.h[l], a, s, dinp, dout, residual(l), config_.n_head));
-    std::swap(dout, dinp);
+    RETURN_IF_ERROR(BlockBackward(p_.h[l], g_.h[l], a, s, dresidual, residual(l), config_.n_head));
   }
   const Tensor tok = Sub(acts_, tokens_id_, {B, T});
-  RETURN_IF_ERROR(EmbeddingBackward(g_.wte, dout, tok, 0));
-  return PositionEmbeddingBackward(g_.wpe, dout, 0);
+  RETURN_IF_ERROR(EmbeddingBackward(g_.wte, dresidual, tok, 0));
+  return PositionEmbeddingBackward(g_.wpe, dresidual, 0);
 }
 
 }  // namespace rt

@@ -66,7 +66,7 @@ struct BlockActivations {
 
 // Scratch tensors of a block's backward, shared by all blocks.
 struct BlockGradScratch {
-  Tensor dln, datty, dresidual2;  // [B,T,C]
+  Tensor dln, datty;              // [B,T,C]
   Tensor dqkv;                    // [B,T,3C]
   Tensor dfch, dfch_gelu;         // [B,T,4C]
   Tensor branch;                  // [B,T,C] forward scratch for a branch's projection
@@ -75,10 +75,11 @@ struct BlockGradScratch {
 // out = block(inp): pre-LN attention and MLP with residuals; fills `a` for the backward.
 Status BlockForward(const BlockTensors& p, const BlockActivations& a, Tensor branch, Tensor out,
                     Tensor inp, int n_head);
-// Given dout = dL/d out, accumulates the parameter gradients into `g` and writes dinp = dL/d inp
-// (assignment). `inp` and `a` are those of the forward.
+// Accumulates the parameter gradients into `g`. `dresidual` holds dL/d out on entry and dL/d inp
+// on return (in place: the residual stream's gradient flows through one buffer). `inp` and `a`
+// are those of the forward.
 Status BlockBackward(const BlockTensors& p, const BlockTensors& g, const BlockActivations& a,
-                     const BlockGradScratch& s, Tensor dinp, Tensor dout, Tensor inp, int n_head);
+                     const BlockGradScratch& s, Tensor dresidual, Tensor inp, int n_head);
 
 // The model: parameters, gradients and activations for up to (max_batch, seq_len). Not
 // thread-safe. Owns its arenas; views handed out live as long as the Gpt.
@@ -142,8 +143,7 @@ class Gpt {
   std::vector<ActIds> act_ids_;
   std::vector<int> residual_ids_;  // L+1 residual streams: [0] embeddings, [l+1] block l output
   int tokens_id_, targets_id_, ln_f_id_, ln_f_mean_id_, ln_f_rstd_id_, logits_id_, losses_id_;
-  int dres_a_id_, dres_b_id_, dln_id_, datty_id_, dres2_id_, dqkv_id_, dfch_id_, dfch_gelu_id_,
-      branch_id_;
+  int dresidual_id_, dln_id_, datty_id_, dqkv_id_, dfch_id_, dfch_gelu_id_, branch_id_;
   // Shape of the last Forward.
   int B_ = 0, T_ = 0;
   bool has_dlogits_ = false;
