@@ -50,15 +50,11 @@ Result<std::unique_ptr<StageRunner>> StageRunner::Create(const ModelConfig& mode
     ids.lnf_rstd = head ? a.Add("ln_f_rstd", f32, {B, T}) : -1;
     ids.logits = head ? a.Add("logits", f32, {B, T, V}) : -1;
     ids.losses = head ? a.Add("losses", f32, {B, T}) : -1;
-    ids.dout = a.Add("dout", f32, {B, T, C});
-    ids.dinput = a.Add("dinput", f32, {B, T, C});
+    ids.dout = a.Add("dresidual", f32, {B, T, C});
     r->slot_ids_.push_back(std::move(ids));
   }
-  r->dres_[0] = a.Add("dresidual_a", f32, {B, T, C});
-  r->dres_[1] = a.Add("dresidual_b", f32, {B, T, C});
   r->dln_ = a.Add("dln", f32, {B, T, C});
   r->datty_ = a.Add("datty", f32, {B, T, Cl});
-  r->dres2_ = a.Add("dresidual2", f32, {B, T, C});
   r->dqkv_ = a.Add("dqkv", f32, {B, T, 3 * Cl});
   r->dfch_ = a.Add("dfch", f32, {B, T, 4 * Cl});
   r->dfch_gelu_ = a.Add("dfch_gelu", f32, {B, T, 4 * Cl});
@@ -71,8 +67,8 @@ Tensor StageRunner::input(int slot) const { return Get(slot_ids_[slot].residual.
 Tensor StageRunner::output(int slot) const { return Get(slot_ids_[slot].residual.back()); }
 Tensor StageRunner::dout(int slot) const { return Get(slot_ids_[slot].dout); }
 Tensor StageRunner::dinput(int slot) const {
-  // A stage without blocks passes the gradient through unchanged.
-  return layers_ == 0 ? dout(slot) : Get(slot_ids_[slot].dinput);
+  // The residual stream's gradient flows backwards in place through one buffer.
+  return dout(slot);
 }
 Tensor StageRunner::tokens(int slot) const { return Get(slot_ids_[slot].tokens); }
 Tensor StageRunner::targets(int slot) const { return Get(slot_ids_[slot].targets); }
@@ -86,8 +82,7 @@ BlockActivations StageRunner::Acts(int slot, int j) const {
 }
 
 BlockGradScratch StageRunner::Scratch() const {
-  return {Get(dln_),  Get(datty_), Get(dres2_),     Get(dqkv_),
-          Get(dfch_), Get(dfch_gelu_), Get(branch_)};
+  return {Get(dln_), Get(datty_), Get(dqkv_), Get(dfch_), Get(dfch_gelu_), Get(branch_)};
 }
 
 Status StageRunner::EmbeddingForward(int slot, Tensor wte, Tensor wpe) {
@@ -140,14 +135,10 @@ Status StageRunner::HeadBackward(int slot, Tensor ln_f_w, Tensor wte, Tensor g_l
 }
 
 Status StageRunner::BlockBackward(int slot, int j, const BlockTensors& p, const BlockTensors& g) {
-  // Block layers-1 reads dout; block j writes dres_[(layers-1-j) % 2], block 0 writes dinput.
-  const Tensor from = j == layers_ - 1 ? dout(slot) : Get(dres_[(layers_ - 2 - j) % 2]);
-  const Tensor to = j == 0 ? dinput(slot) : Get(dres_[(layers_ - 1 - j) % 2]);
+  const Tensor input = Get(slot_ids_[slot].residual[j]);
   if (tp_.size() > 1)
-    return TpBlockBackward(tp_, p, g, Acts(slot, j), Scratch(), to, from,
-                           Get(slot_ids_[slot].residual[j]), n_head_local_);
-  return rt::BlockBackward(p, g, Acts(slot, j), Scratch(), to, from,
-                           Get(slot_ids_[slot].residual[j]), model_.n_head);
+    return TpBlockBackward(tp_, p, g, Acts(slot, j), Scratch(), dout(slot), input, n_head_local_);
+  return rt::BlockBackward(p, g, Acts(slot, j), Scratch(), dout(slot), input, model_.n_head);
 }
 
 Status StageRunner::EmbeddingBackward(int slot, Tensor g_wte, Tensor g_wpe) {

@@ -34,7 +34,8 @@ class StageRunner {
   Tensor output(int slot) const;
   // dL/d output [rows,T,C]: what the next stage sends back (or the head's backward writes).
   Tensor dout(int slot) const;
-  // dL/d input [rows,T,C] after the backward of every block (what goes to the previous stage).
+  // dL/d input [rows,T,C] after the backward of every block (what goes to the previous stage):
+  // the same buffer as dout — the residual gradient flows through it in place.
   Tensor dinput(int slot) const;
   // Input tokens and targets [rows,T] (i32) of `slot`.
   Tensor tokens(int slot) const;
@@ -50,8 +51,8 @@ class StageRunner {
   // Accumulates the head's gradients into g_* and writes dout(slot).
   Status HeadBackward(int slot, Tensor ln_f_w, Tensor wte, Tensor g_ln_f_w, Tensor g_ln_f_b,
                       Tensor g_wte);
-  // Backward of block `j` (call for j = layers-1 down to 0): accumulates into `g`; the last one
-  // (j = 0) leaves dL/d input in dinput(slot).
+  // Backward of block `j` (call for j = layers-1 down to 0): accumulates into `g` and turns
+  // the residual gradient in dout(slot) into dL/d block input.
   Status BlockBackward(int slot, int j, const BlockTensors& p, const BlockTensors& g);
   // Accumulates the embedding gradients from dinput(slot) (first stage).
   Status EmbeddingBackward(int slot, Tensor g_wte, Tensor g_wpe);
@@ -65,7 +66,7 @@ class StageRunner {
   StageRunner() = default;
   struct SlotIds {
     std::vector<int> residual;  // layers+1 streams: [0] input, [j+1] block j's output
-    int tokens, targets, lnf, lnf_mean, lnf_rstd, logits, losses, dout, dinput;
+    int tokens, targets, lnf, lnf_mean, lnf_rstd, logits, losses, dout;
   };
   Tensor Get(int id) const { return acts_.Get(id); }
   BlockActivations Acts(int slot, int j) const;
@@ -79,8 +80,7 @@ class StageRunner {
   Arena acts_;
   std::vector<SlotIds> slot_ids_;
   std::vector<std::vector<int>> block_ids_;  // per slot, per block: 12 activation ids
-  int dres_[2] = {0, 0}, dln_ = 0, datty_ = 0, dres2_ = 0, dqkv_ = 0, dfch_ = 0, dfch_gelu_ = 0,
-      branch_ = 0;
+  int dln_ = 0, datty_ = 0, dqkv_ = 0, dfch_ = 0, dfch_gelu_ = 0, branch_ = 0;
 };
 
 }  // namespace rt::dist

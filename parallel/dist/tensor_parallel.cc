@@ -36,30 +36,30 @@ Status TpBlockForward(const TpGroup& g, const BlockTensors& p, const BlockActiva
 }
 
 Status TpBlockBackward(const TpGroup& g, const BlockTensors& p, const BlockTensors& grads,
-                       const BlockActivations& a, const BlockGradScratch& s, Tensor dinp,
-                       Tensor dout, Tensor inp, int n_head_local) {
+                       const BlockActivations& a, const BlockGradScratch& s, Tensor dresidual,
+                       Tensor inp, int n_head_local) {
+  // As rt::BlockBackward (the residual gradient flows in place through `dresidual`), with the
+  // f all-reduce of each column-parallel input's gradient before its LayerNorm backward.
   RETURN_IF_ERROR(Zero(s.dfch_gelu));
-  RETURN_IF_ERROR(MatmulBackward(s.dfch_gelu, grads.fc_proj_w, grads.fc_proj_b, dout, a.fch_gelu,
-                                 p.fc_proj_w));
+  RETURN_IF_ERROR(MatmulBackward(s.dfch_gelu, grads.fc_proj_w, grads.fc_proj_b, dresidual,
+                                 a.fch_gelu, p.fc_proj_w));
   RETURN_IF_ERROR(Zero(s.dfch));
   RETURN_IF_ERROR(GeluBackward(s.dfch, a.fch, s.dfch_gelu));
   RETURN_IF_ERROR(Zero(s.dln));
   RETURN_IF_ERROR(MatmulBackward(s.dln, grads.fc_w, grads.fc_b, s.dfch, a.ln_2, p.fc_w));
   RETURN_IF_ERROR(TpAllReduce(g, s.dln, "the gradient of ln_2's output"));
-  RETURN_IF_ERROR(Copy(s.dresidual2, dout));
-  RETURN_IF_ERROR(LayerNormBackward(s.dresidual2, grads.ln_2_w, grads.ln_2_b, s.dln, a.residual2,
+  RETURN_IF_ERROR(LayerNormBackward(dresidual, grads.ln_2_w, grads.ln_2_b, s.dln, a.residual2,
                                     p.ln_2_w, a.ln_2_mean, a.ln_2_rstd));
   RETURN_IF_ERROR(Zero(s.datty));
-  RETURN_IF_ERROR(MatmulBackward(s.datty, grads.attn_proj_w, grads.attn_proj_b, s.dresidual2,
+  RETURN_IF_ERROR(MatmulBackward(s.datty, grads.attn_proj_w, grads.attn_proj_b, dresidual,
                                  a.atty, p.attn_proj_w));
   RETURN_IF_ERROR(Zero(s.dqkv));
   RETURN_IF_ERROR(AttentionBackward(s.dqkv, s.datty, a.qkv, a.att, n_head_local));
   RETURN_IF_ERROR(Zero(s.dln));
   RETURN_IF_ERROR(MatmulBackward(s.dln, grads.attn_w, grads.attn_b, s.dqkv, a.ln_1, p.attn_w));
   RETURN_IF_ERROR(TpAllReduce(g, s.dln, "the gradient of ln_1's output"));
-  RETURN_IF_ERROR(Copy(dinp, s.dresidual2));
-  return LayerNormBackward(dinp, grads.ln_1_w, grads.ln_1_b, s.dln, inp, p.ln_1_w, a.ln_1_mean,
-                           a.ln_1_rstd);
+  return LayerNormBackward(dresidual, grads.ln_1_w, grads.ln_1_b, s.dln, inp, p.ln_1_w,
+                           a.ln_1_mean, a.ln_1_rstd);
 }
 
 Status VocabParallelCrossEntropy(const TpGroup& g, Tensor losses, Tensor logits, Tensor targets,

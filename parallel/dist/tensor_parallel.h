@@ -33,10 +33,11 @@ Status TpAllReduce(const TpGroup& g, Tensor x, const char* what);
 // have the local widths (qkv 3C/tp, atty C/tp, att n_head/tp heads, fch 4C/tp).
 Status TpBlockForward(const TpGroup& g, const BlockTensors& p, const BlockActivations& a,
                       Tensor branch, Tensor out, Tensor inp, int n_head_local);
-// As rt::BlockBackward for TpBlockForward.
+// As rt::BlockBackward for TpBlockForward: `dresidual` holds dL/d out on entry and dL/d inp on
+// return.
 Status TpBlockBackward(const TpGroup& g, const BlockTensors& p, const BlockTensors& grads,
-                       const BlockActivations& a, const BlockGradScratch& s, Tensor dinp,
-                       Tensor dout, Tensor inp, int n_head_local);
+                       const BlockActivations& a, const BlockGradScratch& s, Tensor dresidual,
+                       Tensor inp, int n_head_local);
 
 // Vocabulary-parallel cross-entropy over logits[N, V/tp] holding vocabulary rows
 // [vocab_start, vocab_start + V/tp): losses[N] = −log softmax(all logits)[target] (equal on every

@@ -55,8 +55,8 @@ class CliTest : public ::testing::Test {
   std::filesystem::path dir_;
 };
 
-TEST_F(CliTest, PipelineAndDataParallelProcessesMatchOneProcess) {
-  const Exec e = Execute(Sets() + " --set train.micro_batches=2 --layout pp=2,dp=2,zero=1 --ranks 4 --steps 5");
+TEST_F(CliTest, MixedLayoutProcessesMatchOneProcess) {
+  const Exec e = Execute(Sets() + " --set train.micro_batches=2 --layout tp=2,pp=2,dp=2,zero=1 --ranks 8 --steps 5");
   ASSERT_EQ(e.code, 0) << e.output;
   // The single-process run of the same config.
   Result<RunConfig> config = LoadRunConfig(
