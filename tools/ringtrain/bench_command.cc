@@ -136,9 +136,11 @@ void AddBenchCommand(CLI::App& app, Action* action) {
 
 #ifdef RINGTRAIN_HAVE_KERNELS_BENCH
   // `bench kernels [args...]`: the remaining arguments go to the kernel benchmark driver.
-  CLI::App* kernels = bench->add_subcommand("kernels", "Kernel benchmarks (bench/kernels)");
+  CLI::App* kernels = bench->add_subcommand(
+      "kernels", "Kernel benchmarks (bench/kernels); arguments pass through, e.g. --config=S");
   kernels->allow_extras();
   kernels->prefix_command();
+  kernels->set_help_flag();  // --help goes to the kernel benchmark driver
   kernels->callback([=] {
     std::vector<std::string> args = kernels->remaining();
     *action = [args]() -> Status {
