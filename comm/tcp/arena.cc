@@ -25,16 +25,23 @@ Status WaitAll(Mesh& mesh, OpCtx& ctx, std::atomic<uint64_t>* ArenaView::*which,
       ctx, [&](int q) { return counters[q]->load(std::memory_order_acquire) < step; }, what);
 }
 
-// Stages `bytes` of input for `step` and publishes it; then waits for every rank's input and
-// checks that every rank runs the same op.
+// Stages `bytes` of input for `step` (except bytes [skip_from, skip_to), which no peer reads)
+// and publishes it; then waits for every rank's input and checks that every rank runs the
+// same op.
 Status Stage(Mesh& mesh, OpCtx& ctx, const DataHeader& h, uint64_t step, const void* src,
-             size_t bytes) {
+             size_t bytes, size_t skip_from = 0, size_t skip_to = 0) {
   const int me = mesh.rank();
   ArenaView mine = mesh.Arena(me);
   const int half = static_cast<int>(step % 2);
   // The half was last used by step − 2: every peer must have finished reading it.
   if (step > 2) RETURN_IF_ERROR(WaitAll(mesh, ctx, &ArenaView::released, step - 2, "still reading the previous step"));
-  if (bytes) std::memcpy(mine.half[half], src, bytes);
+  const auto* in = static_cast<const std::byte*>(src);
+  if (skip_to <= skip_from) {
+    if (bytes) std::memcpy(mine.half[half], in, bytes);
+  } else {
+    if (skip_from) std::memcpy(mine.half[half], in, skip_from);
+    if (bytes > skip_to) std::memcpy(mine.half[half] + skip_to, in + skip_to, bytes - skip_to);
+  }
   auto enc = EncodeDataHeader(h);
   std::memcpy(mine.op_header[half], enc.data(), enc.size());
   mine.arrived->store(step, std::memory_order_release);
@@ -100,21 +107,31 @@ Status ArenaAllReduce(Mesh& mesh, OpCtx& ctx, const DataHeader& op_header, const
     const int half = static_cast<int>(step % 2);
     DataHeader h = op_header;
     h.bytes = m * es;
-    RETURN_IF_ERROR(Stage(mesh, ctx, h, step, in + at * es, m * es));
-    // Reduce our slice in place in our staging half, reading the same slice of every peer's.
+    // Our own slice is never read by peers before it is reduced: it is not staged.
     const size_t b = BlockBegin(m, n, me), e = BlockBegin(m, n, me + 1);
+    RETURN_IF_ERROR(Stage(mesh, ctx, h, step, in + at * es, m * es, b * es, e * es));
+    // Reduce our slice into our staging half, reading it from our input and every peer's
+    // staging, block by block (L1-sized), and write each finished block to our output too.
     std::byte* slice = mesh.Arena(me).half[half] + b * es;
-    srcs.clear();
-    for (int q = 0; q < n; ++q)
-      if (q != me) srcs.push_back(mesh.Arena(q).half[half] + b * es);
-    ReduceMany(slice, srcs, e - b, dt, op);
-    FinishAverage(slice, e - b, dt, op, n);
+    constexpr size_t kBlockBytes = 16u << 10;
+    const size_t block = std::max<size_t>(1, kBlockBytes / es);
+    for (size_t x = 0; x < e - b; x += block) {
+      const size_t k = std::min(block, e - b - x);
+      std::byte* dst = slice + x * es;
+      std::memcpy(dst, in + (at + b + x) * es, k * es);
+      srcs.clear();
+      for (int q = 0; q < n; ++q)
+        if (q != me) srcs.push_back(mesh.Arena(q).half[half] + (b + x) * es);
+      ReduceMany(dst, srcs, k, dt, op);
+      FinishAverage(dst, k, dt, op, n);
+      std::memcpy(out + (at + b + x) * es, dst, k * es);
+    }
     mesh.Arena(me).reduced->store(step, std::memory_order_release);
     mesh.RingPeers();
     RETURN_IF_ERROR(WaitAll(mesh, ctx, &ArenaView::reduced, step, "has not reduced its slice"));
-    // Copy every rank's reduced slice out (ours included).
-    for (int k = 0; k < n; ++k) {
-      const int q = (me + k) % n;  // start with our own: spreads readers over the segments
+    // Copy every peer's reduced slice out.
+    for (int k = 1; k < n; ++k) {
+      const int q = (me + k) % n;  // start after our own: spreads readers over the segments
       const size_t qb = BlockBegin(m, n, q), qe = BlockBegin(m, n, q + 1);
       if (qe > qb) std::memcpy(out + (at + qb) * es, mesh.Arena(q).half[half] + qb * es, (qe - qb) * es);
     }
