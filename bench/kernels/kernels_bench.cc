@@ -54,9 +54,16 @@ int Calibrate(const std::function<void()>& fn) {
   }
 }
 
-// Median seconds per call of each of `fns`. The functions are sampled in turn (a, b, a, b,
-// ...), so a change in the machine's load during the run affects them alike.
-std::vector<double> TimeAll(const std::vector<std::function<void()>>& fns, int reps) {
+// Seconds per call: the median of the samples (the reported figure) and the best one (the
+// least disturbed by other processes on a shared machine).
+struct Timing {
+  double median;
+  double best;
+};
+
+// Timings of each of `fns`. The functions are sampled in turn (a, b, a, b, ...), so a change in
+// the machine's load during the run affects them alike.
+std::vector<Timing> TimeAll(const std::vector<std::function<void()>>& fns, int reps) {
   using Clock = std::chrono::steady_clock;
   std::vector<int> iters;
   for (const auto& fn : fns) iters.push_back(Calibrate(fn));
@@ -68,21 +75,21 @@ std::vector<double> TimeAll(const std::vector<std::function<void()>>& fns, int r
       samples[f].push_back(std::chrono::duration<double>(Clock::now() - t0).count() / iters[f]);
     }
   }
-  std::vector<double> medians;
+  std::vector<Timing> timings;
   for (std::vector<double>& s : samples) {
     std::sort(s.begin(), s.end());
-    medians.push_back(s[s.size() / 2]);
+    timings.push_back(Timing{s[s.size() / 2], s[0]});
   }
-  return medians;
+  return timings;
 }
 
-// Median seconds per call of `fn`.
-double TimeIt(const std::function<void()>& fn, int reps) { return TimeAll({fn}, reps)[0]; }
+// Timing of `fn`.
+Timing TimeIt(const std::function<void()>& fn, int reps) { return TimeAll({fn}, reps)[0]; }
 
-// Medians of `ours` and `raw`, sampled in turn.
-std::pair<double, double> TimePair(const std::function<void()>& ours,
+// Timings of `ours` and `raw`, sampled in turn.
+std::pair<Timing, Timing> TimePair(const std::function<void()>& ours,
                                    const std::function<void()>& raw, int reps) {
-  const std::vector<double> m = TimeAll({ours, raw}, reps);
+  const std::vector<Timing> m = TimeAll({ours, raw}, reps);
   return {m[0], m[1]};
 }
 
@@ -124,14 +131,16 @@ void Sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, co
 }
 
 void PrintGemm(const ModelConfig& cfg, const char* op, const char* pass, int64_t m, int64_t n,
-               int64_t k, double flops, double ours_s, double raw_s, int reps) {
+               int64_t k, double flops, Timing ours, Timing raw, int reps) {
   std::printf(
       "{\"bench\":\"kernels\",\"kind\":\"gemm\",\"config\":\"%s\",\"op\":\"%s\",\"pass\":\"%s\","
       "\"m\":%lld,\"n\":%lld,\"k\":%lld,\"ours_gflops\":%.2f,\"openblas_gflops\":%.2f,"
-      "\"ratio\":%.3f,\"ours_ms\":%.4f,\"openblas_ms\":%.4f,\"reps\":%d}\n",
+      "\"ratio\":%.3f,\"ours_best_gflops\":%.2f,\"openblas_best_gflops\":%.2f,"
+      "\"ratio_best\":%.3f,\"ours_ms\":%.4f,\"openblas_ms\":%.4f,\"reps\":%d}\n",
       cfg.name, op, pass, static_cast<long long>(m), static_cast<long long>(n),
-      static_cast<long long>(k), flops / ours_s * 1e-9, flops / raw_s * 1e-9, raw_s / ours_s,
-      ours_s * 1e3, raw_s * 1e3, reps);
+      static_cast<long long>(k), flops / ours.median * 1e-9, flops / raw.median * 1e-9,
+      raw.median / ours.median, flops / ours.best * 1e-9, flops / raw.best * 1e-9,
+      raw.best / ours.best, ours.median * 1e3, raw.median * 1e3, reps);
   std::fflush(stdout);
 }
 
@@ -173,14 +182,16 @@ void BenchLinear(const ModelConfig& cfg, const char* op, int64_t ic, int64_t oc,
 }
 
 void PrintBandwidth(const char* scope, const char* op, int64_t elements, double bytes,
-                    double ours_s, double memcpy_gbs, int reps) {
-  const double gbs = bytes / ours_s * 1e-9;
+                    double memcpy_bytes, Timing ours, Timing memcpy_t, int reps) {
+  const double gbs = bytes / ours.median * 1e-9, memcpy_gbs = memcpy_bytes / memcpy_t.median * 1e-9;
+  const double best = bytes / ours.best * 1e-9, memcpy_best = memcpy_bytes / memcpy_t.best * 1e-9;
   std::printf(
       "{\"bench\":\"kernels\",\"kind\":\"bandwidth\",\"scope\":\"%s\",\"op\":\"%s\","
       "\"elements\":%lld,\"bytes\":%.0f,\"gbs\":%.2f,\"memcpy_gbs\":%.2f,\"ratio\":%.3f,"
-      "\"ms\":%.4f,\"reps\":%d}\n",
-      scope, op, static_cast<long long>(elements), bytes, gbs, memcpy_gbs, gbs / memcpy_gbs,
-      ours_s * 1e3, reps);
+      "\"best_gbs\":%.2f,\"memcpy_best_gbs\":%.2f,\"ratio_best\":%.3f,\"ms\":%.4f,"
+      "\"reps\":%d}\n",
+      scope, op, static_cast<long long>(elements), bytes, gbs, memcpy_gbs, gbs / memcpy_gbs, best,
+      memcpy_best, best / memcpy_best, ours.median * 1e3, reps);
   std::fflush(stdout);
 }
 
@@ -223,14 +234,15 @@ void BenchBandwidth(const char* scope, int64_t rows, int64_t c, int reps) {
   };
   std::vector<std::function<void()>> fns;
   for (const Case& c : cases) fns.push_back(c.fn);
-  const std::vector<double> t = TimeAll(fns, reps);
-  const double memcpy_gbs = cases[0].bytes / t[0] * 1e-9;
+  const std::vector<Timing> t = TimeAll(fns, reps);
   std::printf(
       "{\"bench\":\"kernels\",\"kind\":\"bandwidth\",\"scope\":\"%s\",\"op\":\"memcpy\","
-      "\"elements\":%lld,\"bytes\":%.0f,\"gbs\":%.2f,\"ms\":%.4f,\"reps\":%d}\n",
-      scope, static_cast<long long>(n), cases[0].bytes, memcpy_gbs, t[0] * 1e3, reps);
+      "\"elements\":%lld,\"bytes\":%.0f,\"gbs\":%.2f,\"best_gbs\":%.2f,\"ms\":%.4f,"
+      "\"reps\":%d}\n",
+      scope, static_cast<long long>(n), cases[0].bytes, cases[0].bytes / t[0].median * 1e-9,
+      cases[0].bytes / t[0].best * 1e-9, t[0].median * 1e3, reps);
   for (size_t i = 1; i < cases.size(); ++i) {
-    PrintBandwidth(scope, cases[i].op, n, cases[i].bytes, t[i], memcpy_gbs, reps);
+    PrintBandwidth(scope, cases[i].op, n, cases[i].bytes, cases[0].bytes, t[i], t[0], reps);
   }
 }
 
@@ -243,18 +255,19 @@ void BenchAttention(const ModelConfig& cfg, int reps) {
         dout = MakeTensor(DType::kF32, Shape{b, t, c}, 34);
   Owned dqkv = MakeTensor(DType::kF32, Shape{b, t, 3 * c}, 35);
   const int h = static_cast<int>(nh);
-  const double fwd = TimeIt([&] { Check(AttentionForward(out.t, att.t, qkv.t, h)); }, reps);
-  const double bwd =
+  const Timing fwd = TimeIt([&] { Check(AttentionForward(out.t, att.t, qkv.t, h)); }, reps);
+  const Timing bwd =
       TimeIt([&] { Check(AttentionBackward(dqkv.t, dout.t, qkv.t, att.t, h)); }, reps);
   // Causal FLOPs: QKᵀ and att·V each 2·B·T²·C/2 forward, twice that backward.
   const double flops_fwd = 2.0 * b * t * t * c;
   std::printf(
       "{\"bench\":\"kernels\",\"kind\":\"attention\",\"config\":\"%s\",\"B\":%lld,\"T\":%lld,"
       "\"C\":%lld,\"H\":%lld,\"fwd_ms\":%.4f,\"bwd_ms\":%.4f,\"fwd_bwd_ms\":%.4f,"
-      "\"causal_gflops\":%.2f,\"reps\":%d}\n",
+      "\"causal_gflops\":%.2f,\"best_fwd_ms\":%.4f,\"best_bwd_ms\":%.4f,\"reps\":%d}\n",
       cfg.name, static_cast<long long>(b), static_cast<long long>(t), static_cast<long long>(c),
-      static_cast<long long>(nh), fwd * 1e3, bwd * 1e3, (fwd + bwd) * 1e3,
-      3 * flops_fwd / (fwd + bwd) * 1e-9, reps);
+      static_cast<long long>(nh), fwd.median * 1e3, bwd.median * 1e3,
+      (fwd.median + bwd.median) * 1e3, 3 * flops_fwd / (fwd.median + bwd.median) * 1e-9,
+      fwd.best * 1e3, bwd.best * 1e3, reps);
   std::fflush(stdout);
 }
 
