@@ -15,41 +15,47 @@ size_t BlockBegin(size_t count, int n, int b) {
   return count / n * b + std::min<size_t>(b, count % n);
 }
 
-// Waits until every peer's counter reaches `step`.
-Status WaitAll(Mesh& mesh, OpCtx& ctx, std::atomic<uint64_t>* ArenaView::*which, uint64_t step,
-               const char* what) {
+// Waits until every peer's counter (of its arena's slot of `step`, or its `reduced`) reaches
+// `step`.
+Status WaitAll(Mesh& mesh, OpCtx& ctx, bool reduced, uint64_t step, const char* what) {
   const int n = mesh.size();
   std::atomic<uint64_t>* counters[64];
-  for (int q = 0; q < n; ++q) counters[q] = mesh.Arena(q).*which;
+  for (int q = 0; q < n; ++q) {
+    ArenaView v = mesh.Arena(q);
+    counters[q] = reduced ? v.reduced : &v.slot[step % 2]->step;
+  }
   return mesh.WaitUntil(
       ctx, [&](int q) { return counters[q]->load(std::memory_order_acquire) < step; }, what);
 }
 
-// Stages `bytes` of input for `step` (except bytes [skip_from, skip_to), which no peer reads)
-// and publishes it; then waits for every rank's input and checks that every rank runs the
-// same op.
+// Stages `bytes` of input for `step` (except bytes [skip_from, skip_to), which no peer reads;
+// in the slot's line when it fits) and publishes it; then waits for every rank's input and
+// checks that every rank runs the same op. Step s reuses the half and slot of step s − 2: every
+// peer has finished reading them, since it announced step s − 1 (which we waited for) only
+// after finishing step s − 2.
 Status Stage(Mesh& mesh, OpCtx& ctx, const DataHeader& h, uint64_t step, const void* src,
-             size_t bytes, size_t skip_from = 0, size_t skip_to = 0) {
+             size_t bytes, bool inline_ok, size_t skip_from = 0, size_t skip_to = 0) {
   const int me = mesh.rank();
   ArenaView mine = mesh.Arena(me);
   const int half = static_cast<int>(step % 2);
-  // The half was last used by step − 2: every peer must have finished reading it.
-  if (step > 2) RETURN_IF_ERROR(WaitAll(mesh, ctx, &ArenaView::released, step - 2, "still reading the previous step"));
   const auto* in = static_cast<const std::byte*>(src);
-  if (skip_to <= skip_from) {
+  ArenaSlot* slot = mine.slot[half];
+  if (inline_ok && bytes <= kArenaInlineBytes) {
+    if (bytes) std::memcpy(slot->data, in, bytes);
+  } else if (skip_to <= skip_from) {
     if (bytes) std::memcpy(mine.half[half], in, bytes);
   } else {
     if (skip_from) std::memcpy(mine.half[half], in, skip_from);
     if (bytes > skip_to) std::memcpy(mine.half[half] + skip_to, in + skip_to, bytes - skip_to);
   }
   auto enc = EncodeDataHeader(h);
-  std::memcpy(mine.op_header[half], enc.data(), enc.size());
-  mine.arrived->store(step, std::memory_order_release);
+  std::memcpy(slot->header, enc.data(), enc.size());
+  slot->step.store(step, std::memory_order_release);
   mesh.RingPeers();
-  RETURN_IF_ERROR(WaitAll(mesh, ctx, &ArenaView::arrived, step, "has not joined"));
+  RETURN_IF_ERROR(WaitAll(mesh, ctx, false, step, "has not joined"));
   for (int q = 0; q < mesh.size(); ++q) {
     if (q == me) continue;
-    std::span<const std::byte> hb(mesh.Arena(q).op_header[half], kDataHeaderSize);
+    std::span<const std::byte> hb(mesh.Arena(q).slot[half]->header, kDataHeaderSize);
     if (std::memcmp(hb.data(), enc.data(), kDataHeaderSize) == 0) continue;
     Result<DataHeader> got = DecodeDataHeader(hb, UINT64_MAX);
     if (!got.ok())
@@ -61,11 +67,6 @@ Status Stage(Mesh& mesh, OpCtx& ctx, const DataHeader& h, uint64_t step, const v
                         ", " + RankName(me) + " expected " + DescribeHeader(h));
   }
   return Status();
-}
-
-void Release(Mesh& mesh, uint64_t step) {
-  mesh.Arena(mesh.rank()).released->store(step, std::memory_order_release);
-  mesh.RingPeers();
 }
 
 }  // namespace
@@ -86,15 +87,18 @@ Status ArenaAllReduce(Mesh& mesh, OpCtx& ctx, const DataHeader& op_header, const
     const uint64_t step = ++mesh.arena_step();
     DataHeader h = op_header;
     h.bytes = total;
-    RETURN_IF_ERROR(Stage(mesh, ctx, h, step, in, total));
+    RETURN_IF_ERROR(Stage(mesh, ctx, h, step, in, total, /*inline_ok=*/true));
     const int half = static_cast<int>(step % 2);
     if (total) {
-      std::memcpy(out, mesh.Arena(0).half[half], total);
-      for (int q = 1; q < n; ++q) srcs.push_back(mesh.Arena(q).half[half]);
+      auto data = [&](int q) -> const std::byte* {
+        ArenaView v = mesh.Arena(q);
+        return total <= kArenaInlineBytes ? v.slot[half]->data : v.half[half];
+      };
+      std::memcpy(out, data(0), total);
+      for (int q = 1; q < n; ++q) srcs.push_back(data(q));
       ReduceMany(out, srcs, count, dt, op);
       FinishAverage(out, count, dt, op, n);
     }
-    Release(mesh, step);
     ctx.bytes_sent += total * (n - 1);
     ctx.bytes_received += total * (n - 1);
     return Status();
@@ -109,7 +113,7 @@ Status ArenaAllReduce(Mesh& mesh, OpCtx& ctx, const DataHeader& op_header, const
     h.bytes = m * es;
     // Our own slice is never read by peers before it is reduced: it is not staged.
     const size_t b = BlockBegin(m, n, me), e = BlockBegin(m, n, me + 1);
-    RETURN_IF_ERROR(Stage(mesh, ctx, h, step, in + at * es, m * es, b * es, e * es));
+    RETURN_IF_ERROR(Stage(mesh, ctx, h, step, in + at * es, m * es, /*inline_ok=*/false, b * es, e * es));
     // Reduce our slice into our staging half, reading it from our input and every peer's
     // staging, block by block (L1-sized), and write each finished block to our output too.
     std::byte* slice = mesh.Arena(me).half[half] + b * es;
@@ -128,14 +132,13 @@ Status ArenaAllReduce(Mesh& mesh, OpCtx& ctx, const DataHeader& op_header, const
     }
     mesh.Arena(me).reduced->store(step, std::memory_order_release);
     mesh.RingPeers();
-    RETURN_IF_ERROR(WaitAll(mesh, ctx, &ArenaView::reduced, step, "has not reduced its slice"));
+    RETURN_IF_ERROR(WaitAll(mesh, ctx, true, step, "has not reduced its slice"));
     // Copy every peer's reduced slice out.
     for (int k = 1; k < n; ++k) {
       const int q = (me + k) % n;  // start after our own: spreads readers over the segments
       const size_t qb = BlockBegin(m, n, q), qe = BlockBegin(m, n, q + 1);
       if (qe > qb) std::memcpy(out + (at + qb) * es, mesh.Arena(q).half[half] + qb * es, (qe - qb) * es);
     }
-    Release(mesh, step);
     ctx.bytes_received += ((e - b) * (n - 1) + (m - (e - b))) * es;
     ctx.bytes_sent += (m - (e - b)) * es + (e - b) * es * (n - 1);
     if (count == 0) break;

@@ -34,10 +34,8 @@ struct SegHeader {
   alignas(64) std::atomic<uint32_t> doorbell;
   std::atomic<uint32_t> sleeping;
   // Arena step counters, written only by the segment's owner (docs/formats/comm_wire.md).
-  alignas(64) std::atomic<uint64_t> arrived;
   alignas(64) std::atomic<uint64_t> reduced;
-  alignas(64) std::atomic<uint64_t> released;
-  alignas(64) std::byte op_header[2][kDataHeaderSize];
+  ArenaSlot slot[2];
 };
 static_assert(sizeof(SegHeader) <= kSegHeader);
 
@@ -585,12 +583,10 @@ ArenaView Mesh::Arena(int r) {
   void* base = r == rank_ ? own_segment_->base : peers_[r].segment->base;
   auto* h = Header(base);
   ArenaView v;
-  v.arrived = &h->arrived;
   v.reduced = &h->reduced;
-  v.released = &h->released;
   std::byte* data = static_cast<std::byte*>(base) + ArenaOffset(size_, ring_bytes_);
   for (int k = 0; k < 2; ++k) {
-    v.op_header[k] = h->op_header[k];
+    v.slot[k] = &h->slot[k];
     v.half[k] = data + k * arena_half_bytes();
   }
   return v;
@@ -678,9 +674,9 @@ Status Mesh::CheckArenaMismatch(const OpCtx& ctx) {
   for (int q = 0; q < size_; ++q) {
     if (q == rank_) continue;
     ArenaView v = Arena(q);
-    if (v.arrived->load(std::memory_order_acquire) < next) continue;
+    if (v.slot[next % 2]->step.load(std::memory_order_acquire) < next) continue;
     Result<DataHeader> got = DecodeDataHeader(
-        std::span<const std::byte>(v.op_header[next % 2], kDataHeaderSize), UINT64_MAX);
+        std::span<const std::byte>(v.slot[next % 2]->header, kDataHeaderSize), UINT64_MAX);
     if (!got.ok() || got->seq != ctx.header.seq) continue;
     return Status(StatusCode::kProtocolError,
                   ctx.What() + ": ranks disagree: " + RankName(q) + " posted " +

@@ -40,14 +40,24 @@ Result<std::unique_ptr<ShmSegment>> CreateShmSegment(const std::string& name, in
 Result<std::unique_ptr<ShmSegment>> OpenShmSegment(const std::string& name, int nranks,
                                                    size_t ring_bytes, size_t arena_bytes);
 
-// One rank's arena in its segment: step counters (written by the owner only) and two staging
-// halves with an op header each (docs/formats/comm_wire.md, "Arena").
+// Payloads of at most this many bytes travel inside the arena slot's cache line.
+inline constexpr size_t kArenaInlineBytes = 24;
+
+// The announcement of one staging half, one cache line: a reader that sees `step` finds the
+// op header, and a payload of at most kArenaInlineBytes, in the same line.
+struct alignas(64) ArenaSlot {
+  std::atomic<uint64_t> step;          // the last step staged in this half (written last)
+  std::byte header[kDataHeaderSize];   // encoded DataHeader of that step
+  std::byte data[kArenaInlineBytes];   // the payload when it fits
+};
+static_assert(sizeof(ArenaSlot) == 64);
+
+// One rank's arena in its segment (written by its owner only; docs/formats/comm_wire.md,
+// "Arena"): step s uses slot and staging half s % 2.
 struct ArenaView {
-  std::atomic<uint64_t>* arrived = nullptr;   // last step whose input is staged
-  std::atomic<uint64_t>* reduced = nullptr;   // last step whose own slice is reduced
-  std::atomic<uint64_t>* released = nullptr;  // last step the owner finished reading
-  std::byte* op_header[2] = {};               // encoded DataHeader of the step in each half
-  std::byte* half[2] = {};                    // staging halves (step s uses half s % 2)
+  ArenaSlot* slot[2] = {};
+  std::atomic<uint64_t>* reduced = nullptr;  // last step whose own slice is reduced
+  std::byte* half[2] = {};                   // staging halves
 };
 
 // One send or receive of a header + payload with one peer.
