@@ -57,7 +57,9 @@ Result<std::unique_ptr<DistTrainer>> DistTrainer::Create(
     return InvalidArgument("layout tp=" + std::to_string(layout.tp) +
                            " must divide model.n_head (" + std::to_string(config.model.n_head) +
                            ") and model.vocab_size (" + std::to_string(config.model.vocab_size) + ")");
-  if (layout.sequence_parallel) return Unimplemented("parallel engine: sequence parallelism (sp=1)");
+  if (layout.sequence_parallel && config.model.seq_len % layout.tp != 0)
+    return InvalidArgument("layout sp=1: tp=" + std::to_string(layout.tp) +
+                           " must divide model.seq_len (" + std::to_string(config.model.seq_len) + ")");
   if (layout.schedule == PipelineSchedule::kInterleaved)
     return Unimplemented("parallel engine: the interleaved pipeline schedule");
   if (config.train.precision != "fp32")
@@ -87,7 +89,8 @@ Result<std::unique_ptr<DistTrainer>> DistTrainer::Create(
   const int stages_left = layout.pp - t->coords_.pp;
   const int slots = layout.schedule == PipelineSchedule::kGpipe ? micro : std::min(micro, stages_left);
   ASSIGN_OR_RETURN(t->runner_, StageRunner::Create(config.model, t->stage_, t->micro_rows_, slots,
-                                                   TpGroup{t->groups_.tp.get(), wait_timeout}));
+                                                   TpGroup{t->groups_.tp.get(), wait_timeout},
+                                                   layout.sequence_parallel));
   ASSIGN_OR_RETURN(DataOrder order, ParseDataOrder(config.data.order));
   ASSIGN_OR_RETURN(DataLoader loader,
                    DataLoader::Create(std::move(train_tokens), config.train.batch_size,
@@ -390,6 +393,17 @@ Status DistTrainer::StartReduce(int unit) {
   const size_t u = static_cast<size_t>(unit);
   const StageUnit& su = stage_.units[u];
   if (su.size == 0) return Status();
+  if (layout_.sequence_parallel && layout_.tp > 1) {
+    // Sequence parallelism leaves the LayerNorm and wpe gradients as partial sums over the
+    // tensor-parallel ranks' positions: complete them first.
+    ASSIGN_OR_RETURN(float* g, UnitGrads(unit));
+    for (int ti : su.tensors) {
+      const std::string& name = stage_.tensors[static_cast<size_t>(ti)].name;
+      if (name != "wpe" && name.find("ln_") == std::string::npos) continue;
+      RETURN_IF_ERROR(TpAllReduce(TpGroup{groups_.tp.get(), wait_timeout_}, View(g, ti),
+                                  "sequence-parallel LayerNorm/wpe gradients"));
+    }
+  }
   Pending p;
   p.unit = unit;
   const size_t k = static_cast<size_t>(su.shard_size(shards_));

@@ -16,11 +16,12 @@
 //     dp_replicate > 1 (HSDP) gradient shards are then all-reduced across the replica groups.
 //     Gradients are not synchronised between micro-batches (accumulation is local);
 //   - tensor parallelism over tp ranks (tensor_parallel.h): heads, MLP columns and the vocabulary
-//     split Megatron-style, vocabulary-parallel embedding and cross-entropy;
+//     split Megatron-style, vocabulary-parallel embedding and cross-entropy; optionally sequence
+//     parallelism (the residual stream split on the sequence between the tensor-parallel parts);
 //   - global-norm clipping over every parameter counted once (data-parallel replicas, the tied
 //     copy and tensors replicated across tensor-parallel ranks excluded).
-// Sequence parallelism, the interleaved schedule, recomputation and bf16/fp16 are not
-// implemented: Create returns Unimplemented for them.
+// The interleaved schedule, recomputation and bf16/fp16 are not implemented: Create returns
+// Unimplemented for them.
 //
 // The world communicator should be built with EngineCommOptions (ring algorithms for every
 // message size), for the byte formulas of the tensor-parallel collectives.

@@ -8,36 +8,41 @@ namespace rt::dist {
 
 Result<std::unique_ptr<StageRunner>> StageRunner::Create(const ModelConfig& model,
                                                          const StageLayout& layout, int rows,
-                                                         int slots, TpGroup tp) {
+                                                         int slots, TpGroup tp,
+                                                         bool sequence_parallel) {
   std::unique_ptr<StageRunner> r(new StageRunner());
   r->model_ = model;
   r->tp_ = tp;
   const int t = layout.tp;
   r->n_head_local_ = model.n_head / t;
   r->vocab_start_ = static_cast<int64_t>(layout.tp_rank) * (model.vocab_size / t);
+  r->sp_ = sequence_parallel && t > 1;
   r->layers_ = layout.layers();
   r->rows_ = rows;
   r->slots_ = slots;
   // Local widths: the heads, MLP columns and vocabulary rows of this tensor-parallel rank.
   const int64_t B = rows, T = model.seq_len, C = model.n_embd, H = model.n_head / t,
                 V = model.vocab_size / t, Cl = C / t;
+  // The residual stream's positions per rank, and the gathered LayerNorm outputs' (all T).
+  const int64_t Tr = r->sp_ ? T / t : T;
+  r->pos_start_ = r->sp_ ? layout.tp_rank * Tr : 0;
   const DType f32 = DType::kF32;
   Arena& a = r->acts_;
   for (int s = 0; s < slots; ++s) {
     SlotIds ids;
-    for (int j = 0; j <= r->layers_; ++j) ids.residual.push_back(a.Add("residual", f32, {B, T, C}));
+    for (int j = 0; j <= r->layers_; ++j) ids.residual.push_back(a.Add("residual", f32, {B, Tr, C}));
     std::vector<int> blocks;
     for (int j = 0; j < r->layers_; ++j) {
       blocks.push_back(a.Add("ln_1", f32, {B, T, C}));
-      blocks.push_back(a.Add("ln_1_mean", f32, {B, T}));
-      blocks.push_back(a.Add("ln_1_rstd", f32, {B, T}));
+      blocks.push_back(a.Add("ln_1_mean", f32, {B, Tr}));
+      blocks.push_back(a.Add("ln_1_rstd", f32, {B, Tr}));
       blocks.push_back(a.Add("qkv", f32, {B, T, 3 * Cl}));
       blocks.push_back(a.Add("atty", f32, {B, T, Cl}));
       blocks.push_back(a.Add("att", f32, {B, H, T, T}));
-      blocks.push_back(a.Add("residual2", f32, {B, T, C}));
+      blocks.push_back(a.Add("residual2", f32, {B, Tr, C}));
       blocks.push_back(a.Add("ln_2", f32, {B, T, C}));
-      blocks.push_back(a.Add("ln_2_mean", f32, {B, T}));
-      blocks.push_back(a.Add("ln_2_rstd", f32, {B, T}));
+      blocks.push_back(a.Add("ln_2_mean", f32, {B, Tr}));
+      blocks.push_back(a.Add("ln_2_rstd", f32, {B, Tr}));
       blocks.push_back(a.Add("fch", f32, {B, T, 4 * Cl}));
       blocks.push_back(a.Add("fch_gelu", f32, {B, T, 4 * Cl}));
     }
@@ -46,11 +51,11 @@ Result<std::unique_ptr<StageRunner>> StageRunner::Create(const ModelConfig& mode
     ids.targets = a.Add("targets", DType::kI32, {B, T});
     const bool head = layout.has_head;
     ids.lnf = head ? a.Add("ln_f", f32, {B, T, C}) : -1;
-    ids.lnf_mean = head ? a.Add("ln_f_mean", f32, {B, T}) : -1;
-    ids.lnf_rstd = head ? a.Add("ln_f_rstd", f32, {B, T}) : -1;
+    ids.lnf_mean = head ? a.Add("ln_f_mean", f32, {B, Tr}) : -1;
+    ids.lnf_rstd = head ? a.Add("ln_f_rstd", f32, {B, Tr}) : -1;
     ids.logits = head ? a.Add("logits", f32, {B, T, V}) : -1;
     ids.losses = head ? a.Add("losses", f32, {B, T}) : -1;
-    ids.dout = a.Add("dresidual", f32, {B, T, C});
+    ids.dout = a.Add("dresidual", f32, {B, Tr, C});
     r->slot_ids_.push_back(std::move(ids));
   }
   r->dln_ = a.Add("dln", f32, {B, T, C});
@@ -59,6 +64,12 @@ Result<std::unique_ptr<StageRunner>> StageRunner::Create(const ModelConfig& mode
   r->dfch_ = a.Add("dfch", f32, {B, T, 4 * Cl});
   r->dfch_gelu_ = a.Add("dfch_gelu", f32, {B, T, 4 * Cl});
   r->branch_ = a.Add("branch", f32, {B, T, C});
+  if (r->sp_) {
+    r->sp_ids_[0] = a.Add("sp_full_a", f32, {B, T, C});
+    r->sp_ids_[1] = a.Add("sp_full_b", f32, {B, T, C});
+    r->sp_ids_[2] = a.Add("sp_local", f32, {B, Tr, C});
+    r->sp_ids_[3] = a.Add("sp_staging", f32, {B, T, C});
+  }
   RETURN_IF_ERROR(a.Allocate(Device::kCpu).WithContext("pipeline stage activations"));
   return r;
 }
@@ -85,7 +96,18 @@ BlockGradScratch StageRunner::Scratch() const {
   return {Get(dln_), Get(datty_), Get(dqkv_), Get(dfch_), Get(dfch_gelu_), Get(branch_)};
 }
 
+SpScratch StageRunner::Sp() const {
+  return {Get(sp_ids_[0]), Get(sp_ids_[1]), Get(sp_ids_[2]), Get(sp_ids_[3])};
+}
+
 Status StageRunner::EmbeddingForward(int slot, Tensor wte, Tensor wpe) {
+  if (sp_) {
+    // Embed every position, reduce-scatter the vocabulary partial sums to positions.
+    const SpScratch sp = Sp();
+    RETURN_IF_ERROR(rt::EmbeddingForward(sp.full_a, tokens(slot), wte, vocab_start_));
+    RETURN_IF_ERROR(SeqReduceScatter(tp_, sp.full_a, input(slot), sp.staging));
+    return PositionEmbeddingAdd(input(slot), wpe, pos_start_);
+  }
   // Vocabulary-parallel: each rank embeds the tokens of its rows (zeros elsewhere), then sum.
   RETURN_IF_ERROR(rt::EmbeddingForward(input(slot), tokens(slot), wte, vocab_start_));
   RETURN_IF_ERROR(TpAllReduce(tp_, input(slot), "the token embeddings"));
@@ -94,6 +116,9 @@ Status StageRunner::EmbeddingForward(int slot, Tensor wte, Tensor wpe) {
 
 Status StageRunner::BlockForward(int slot, int j, const BlockTensors& p) {
   const SlotIds& ids = slot_ids_[slot];
+  if (sp_)
+    return SpBlockForward(tp_, p, Acts(slot, j), Sp(), Get(ids.residual[j + 1]),
+                          Get(ids.residual[j]), n_head_local_);
   if (tp_.size() > 1)
     return TpBlockForward(tp_, p, Acts(slot, j), Get(branch_), Get(ids.residual[j + 1]),
                           Get(ids.residual[j]), n_head_local_);
@@ -104,8 +129,15 @@ Status StageRunner::BlockForward(int slot, int j, const BlockTensors& p) {
 Result<double> StageRunner::HeadForward(int slot, Tensor ln_f_w, Tensor ln_f_b, Tensor wte,
                                         float dloss) {
   const SlotIds& ids = slot_ids_[slot];
-  RETURN_IF_ERROR(LayerNormForward(Get(ids.lnf), Get(ids.lnf_mean), Get(ids.lnf_rstd),
-                                   output(slot), ln_f_w, ln_f_b));
+  if (sp_) {
+    const SpScratch sp = Sp();
+    RETURN_IF_ERROR(LayerNormForward(sp.local, Get(ids.lnf_mean), Get(ids.lnf_rstd), output(slot),
+                                     ln_f_w, ln_f_b));
+    RETURN_IF_ERROR(SeqAllGather(tp_, sp.local, Get(ids.lnf), sp.staging));
+  } else {
+    RETURN_IF_ERROR(LayerNormForward(Get(ids.lnf), Get(ids.lnf_mean), Get(ids.lnf_rstd),
+                                     output(slot), ln_f_w, ln_f_b));
+  }
   const Tensor logits = Get(ids.logits);
   RETURN_IF_ERROR(MatmulForward(logits, Get(ids.lnf), wte, Tensor()));
   const Tensor losses = Get(ids.losses);
@@ -128,20 +160,35 @@ Status StageRunner::HeadBackward(int slot, Tensor ln_f_w, Tensor wte, Tensor g_l
   const Tensor dln = Get(dln_);
   RETURN_IF_ERROR(Zero(dln));
   RETURN_IF_ERROR(MatmulBackward(dln, g_wte, Tensor(), Get(ids.logits), Get(ids.lnf), wte));
-  RETURN_IF_ERROR(TpAllReduce(tp_, dln, "the gradient of ln_f's output"));
+  Tensor dlnf = dln;
+  if (sp_) {
+    dlnf = Sp().local;
+    RETURN_IF_ERROR(SeqReduceScatter(tp_, dln, dlnf, Sp().staging));
+  } else {
+    RETURN_IF_ERROR(TpAllReduce(tp_, dln, "the gradient of ln_f's output"));
+  }
   RETURN_IF_ERROR(Zero(dout(slot)));
-  return LayerNormBackward(dout(slot), g_ln_f_w, g_ln_f_b, dln, output(slot), ln_f_w,
+  return LayerNormBackward(dout(slot), g_ln_f_w, g_ln_f_b, dlnf, output(slot), ln_f_w,
                            Get(ids.lnf_mean), Get(ids.lnf_rstd));
 }
 
 Status StageRunner::BlockBackward(int slot, int j, const BlockTensors& p, const BlockTensors& g) {
   const Tensor input = Get(slot_ids_[slot].residual[j]);
+  if (sp_)
+    return SpBlockBackward(tp_, p, g, Acts(slot, j), Scratch(), Sp(), dout(slot), input,
+                           n_head_local_);
   if (tp_.size() > 1)
     return TpBlockBackward(tp_, p, g, Acts(slot, j), Scratch(), dout(slot), input, n_head_local_);
   return rt::BlockBackward(p, g, Acts(slot, j), Scratch(), dout(slot), input, model_.n_head);
 }
 
 Status StageRunner::EmbeddingBackward(int slot, Tensor g_wte, Tensor g_wpe) {
+  if (sp_) {
+    const SpScratch sp = Sp();
+    RETURN_IF_ERROR(SeqAllGather(tp_, dinput(slot), sp.full_a, sp.staging));
+    RETURN_IF_ERROR(rt::EmbeddingBackward(g_wte, sp.full_a, tokens(slot), vocab_start_));
+    return PositionEmbeddingBackward(g_wpe, dinput(slot), pos_start_);
+  }
   RETURN_IF_ERROR(rt::EmbeddingBackward(g_wte, dinput(slot), tokens(slot), vocab_start_));
   return PositionEmbeddingBackward(g_wpe, dinput(slot), 0);
 }

@@ -23,12 +23,14 @@ namespace rt::dist {
 class StageRunner {
  public:
   // Allocates `slots` activation sets for the local widths of `layout` (layout.tp ranks, whose
-  // collectives go over `tp`). Errors: ResourceExhausted.
+  // collectives go over `tp`); with `sequence_parallel` (and tp > 1) the residual stream holds
+  // seq_len / tp positions per rank. Errors: ResourceExhausted.
   static Result<std::unique_ptr<StageRunner>> Create(const ModelConfig& model,
                                                      const StageLayout& layout, int rows, int slots,
-                                                     TpGroup tp);
+                                                     TpGroup tp, bool sequence_parallel);
 
-  // The stage input [rows,T,C] of `slot` (the embedding output on the first stage; what the
+  // (With sequence parallelism every [rows,T,C] of the residual stream below is this rank's
+  // [rows,T/tp,C].) The stage input [rows,T,C] of `slot` (the embedding output on the first stage; what the
   // previous stage sent otherwise) and its output (what goes to the next stage).
   Tensor input(int slot) const;
   Tensor output(int slot) const;
@@ -77,6 +79,10 @@ class StageRunner {
   int layers_ = 0, rows_ = 0, slots_ = 0;
   int n_head_local_ = 0;
   int64_t vocab_start_ = 0;
+  bool sp_ = false;           // sequence parallelism
+  int64_t pos_start_ = 0;     // first position of this rank's sequence part
+  int sp_ids_[4] = {0, 0, 0, 0};  // SpScratch: full_a, full_b, local, staging
+  SpScratch Sp() const;
   Arena acts_;
   std::vector<SlotIds> slot_ids_;
   std::vector<std::vector<int>> block_ids_;  // per slot, per block: 12 activation ids

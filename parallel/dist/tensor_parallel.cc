@@ -1,5 +1,6 @@
 #include "parallel/dist/tensor_parallel.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -59,6 +60,94 @@ Status TpBlockBackward(const TpGroup& g, const BlockTensors& p, const BlockTenso
   RETURN_IF_ERROR(MatmulBackward(s.dln, grads.attn_w, grads.attn_b, s.dqkv, a.ln_1, p.attn_w));
   RETURN_IF_ERROR(TpAllReduce(g, s.dln, "the gradient of ln_1's output"));
   return LayerNormBackward(dresidual, grads.ln_1_w, grads.ln_1_b, s.dln, inp, p.ln_1_w,
+                           a.ln_1_mean, a.ln_1_rstd);
+}
+
+namespace {
+
+// Moves [B, T, C] to [tp, B, T/tp, C] (gather = false is the reverse direction).
+void Permute(float* full, float* staging, int64_t B, int64_t T, int64_t C, int tp, bool to_staging) {
+  const int64_t tl = T / tp;
+  for (int r = 0; r < tp; ++r)
+    for (int64_t b = 0; b < B; ++b) {
+      float* f = full + (b * T + r * tl) * C;
+      float* st = staging + ((r * B + b) * tl) * C;
+      if (to_staging) {
+        std::copy(f, f + tl * C, st);
+      } else {
+        std::copy(st, st + tl * C, f);
+      }
+    }
+}
+
+}  // namespace
+
+Status SeqAllGather(const TpGroup& g, Tensor local, Tensor full, Tensor staging) {
+  const int64_t B = full.dim(0), T = full.dim(1), C = full.dim(2);
+  RETURN_IF_ERROR(g.comm->AllGather(local.data(), staging.data(), static_cast<size_t>(local.numel()),
+                                    DType::kF32)
+                      ->Wait(Deadline::After(g.timeout))
+                      .WithContext("sequence-parallel all-gather"));
+  Permute(full.data_as<float>(), staging.data_as<float>(), B, T, C, g.size(), false);
+  return Status();
+}
+
+Status SeqReduceScatter(const TpGroup& g, Tensor full, Tensor local, Tensor staging) {
+  const int64_t B = full.dim(0), T = full.dim(1), C = full.dim(2);
+  Permute(full.data_as<float>(), staging.data_as<float>(), B, T, C, g.size(), true);
+  return g.comm->ReduceScatter(staging.data(), local.data(), static_cast<size_t>(local.numel()),
+                               DType::kF32, comm::ReduceOp::kSum)
+      ->Wait(Deadline::After(g.timeout))
+      .WithContext("sequence-parallel reduce-scatter");
+}
+
+Status SpBlockForward(const TpGroup& g, const BlockTensors& p, const BlockActivations& a,
+                      const SpScratch& sp, Tensor out, Tensor inp, int n_head_local) {
+  const bool bias = g.rank() == 0;  // the row-parallel biases enter the reduce-scatter once
+  RETURN_IF_ERROR(LayerNormForward(sp.local, a.ln_1_mean, a.ln_1_rstd, inp, p.ln_1_w, p.ln_1_b));
+  RETURN_IF_ERROR(SeqAllGather(g, sp.local, a.ln_1, sp.staging));
+  RETURN_IF_ERROR(MatmulForward(a.qkv, a.ln_1, p.attn_w, p.attn_b));
+  RETURN_IF_ERROR(AttentionForward(a.atty, a.att, a.qkv, n_head_local));
+  RETURN_IF_ERROR(MatmulForward(sp.full_a, a.atty, p.attn_proj_w, bias ? p.attn_proj_b : Tensor()));
+  RETURN_IF_ERROR(SeqReduceScatter(g, sp.full_a, sp.local, sp.staging));
+  RETURN_IF_ERROR(Add(a.residual2, inp, sp.local));
+  RETURN_IF_ERROR(LayerNormForward(sp.local, a.ln_2_mean, a.ln_2_rstd, a.residual2, p.ln_2_w,
+                                   p.ln_2_b));
+  RETURN_IF_ERROR(SeqAllGather(g, sp.local, a.ln_2, sp.staging));
+  RETURN_IF_ERROR(MatmulForward(a.fch, a.ln_2, p.fc_w, p.fc_b));
+  RETURN_IF_ERROR(GeluForward(a.fch_gelu, a.fch));
+  RETURN_IF_ERROR(MatmulForward(sp.full_a, a.fch_gelu, p.fc_proj_w, bias ? p.fc_proj_b : Tensor()));
+  RETURN_IF_ERROR(SeqReduceScatter(g, sp.full_a, sp.local, sp.staging));
+  return Add(out, a.residual2, sp.local);
+}
+
+Status SpBlockBackward(const TpGroup& g, const BlockTensors& p, const BlockTensors& grads,
+                       const BlockActivations& a, const BlockGradScratch& s, const SpScratch& sp,
+                       Tensor dresidual, Tensor inp, int n_head_local) {
+  // MLP branch: the gathered residual gradient drives the row-parallel c_proj (its bias gradient
+  // is then whole on every rank); c_fc's input gradient is reduce-scattered back to positions.
+  RETURN_IF_ERROR(SeqAllGather(g, dresidual, sp.full_a, sp.staging));
+  RETURN_IF_ERROR(Zero(s.dfch_gelu));
+  RETURN_IF_ERROR(MatmulBackward(s.dfch_gelu, grads.fc_proj_w, grads.fc_proj_b, sp.full_a,
+                                 a.fch_gelu, p.fc_proj_w));
+  RETURN_IF_ERROR(Zero(s.dfch));
+  RETURN_IF_ERROR(GeluBackward(s.dfch, a.fch, s.dfch_gelu));
+  RETURN_IF_ERROR(Zero(sp.full_b));
+  RETURN_IF_ERROR(MatmulBackward(sp.full_b, grads.fc_w, grads.fc_b, s.dfch, a.ln_2, p.fc_w));
+  RETURN_IF_ERROR(SeqReduceScatter(g, sp.full_b, sp.local, sp.staging));
+  RETURN_IF_ERROR(LayerNormBackward(dresidual, grads.ln_2_w, grads.ln_2_b, sp.local, a.residual2,
+                                    p.ln_2_w, a.ln_2_mean, a.ln_2_rstd));
+  // Attention branch.
+  RETURN_IF_ERROR(SeqAllGather(g, dresidual, sp.full_a, sp.staging));
+  RETURN_IF_ERROR(Zero(s.datty));
+  RETURN_IF_ERROR(MatmulBackward(s.datty, grads.attn_proj_w, grads.attn_proj_b, sp.full_a,
+                                 a.atty, p.attn_proj_w));
+  RETURN_IF_ERROR(Zero(s.dqkv));
+  RETURN_IF_ERROR(AttentionBackward(s.dqkv, s.datty, a.qkv, a.att, n_head_local));
+  RETURN_IF_ERROR(Zero(sp.full_b));
+  RETURN_IF_ERROR(MatmulBackward(sp.full_b, grads.attn_w, grads.attn_b, s.dqkv, a.ln_1, p.attn_w));
+  RETURN_IF_ERROR(SeqReduceScatter(g, sp.full_b, sp.local, sp.staging));
+  return LayerNormBackward(dresidual, grads.ln_1_w, grads.ln_1_b, sp.local, inp, p.ln_1_w,
                            a.ln_1_mean, a.ln_1_rstd);
 }
 

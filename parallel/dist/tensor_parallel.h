@@ -39,6 +39,36 @@ Status TpBlockBackward(const TpGroup& g, const BlockTensors& p, const BlockTenso
                        const BlockActivations& a, const BlockGradScratch& s, Tensor dresidual,
                        Tensor inp, int n_head_local);
 
+// Sequence parallelism (Korthikanti et al., "Reducing Activation Recomputation in Large
+// Transformer Models", 2022): between the tensor-parallel regions the residual stream, the
+// LayerNorms and the bias adds of the row-parallel outputs work on T/tp of the sequence per rank
+// ([B, T/tp, C]: rank r holds positions [r·T/tp, (r+1)·T/tp) of every row); the f/g all-reduces
+// become an all-gather before each column-parallel Linear and a reduce-scatter after each
+// row-parallel one (and their conjugates in the backward). LayerNorm (and wpe) gradients are then
+// partial sums over the ranks' positions, which the engine all-reduces over the group.
+
+// Buffers of the sequence-parallel passes: two full [B,T,C], one local [B,T/tp,C], and the
+// [tp, B, T/tp, C] staging buffer of the collectives.
+struct SpScratch {
+  Tensor full_a, full_b, local, staging;
+};
+
+// full[B,T,C] = the ranks' local[B,T/tp,C] placed at their positions.
+Status SeqAllGather(const TpGroup& g, Tensor local, Tensor full, Tensor staging);
+// local[B,T/tp,C] = Σ over the ranks of full[B,T,C] at this rank's positions.
+Status SeqReduceScatter(const TpGroup& g, Tensor full, Tensor local, Tensor staging);
+
+// TpBlockForward with sequence parallelism: `inp` and `out` are local [B,T/tp,C]; a.ln_1 and
+// a.ln_2 hold the gathered (full) LayerNorm outputs, a.residual2 and the statistics are local.
+Status SpBlockForward(const TpGroup& g, const BlockTensors& p, const BlockActivations& a,
+                      const SpScratch& sp, Tensor out, Tensor inp, int n_head_local);
+// Its backward: `dresidual` (local) holds dL/d out on entry and dL/d inp on return; the
+// LayerNorm gradients accumulated into `grads` are this rank's partial sums. Uses s.datty,
+// s.dqkv, s.dfch, s.dfch_gelu.
+Status SpBlockBackward(const TpGroup& g, const BlockTensors& p, const BlockTensors& grads,
+                       const BlockActivations& a, const BlockGradScratch& s, const SpScratch& sp,
+                       Tensor dresidual, Tensor inp, int n_head_local);
+
 // Vocabulary-parallel cross-entropy over logits[N, V/tp] holding vocabulary rows
 // [vocab_start, vocab_start + V/tp): losses[N] = −log softmax(all logits)[target] (equal on every
 // rank), and, when dloss != 0, logits is overwritten with (softmax − onehot)·dloss for the

@@ -303,6 +303,13 @@ TEST(TensorParallelParityTest, TensorParallelAloneAndMixed) {
   CheckParity("tp=2,dp=4,zero=3,hsdp_shard=2", 1);
 }
 
+TEST(TensorParallelParityTest, SequenceParallel) {
+  CheckParity("tp=2,sp=1", 2);
+  CheckParity("tp=4,sp=1", 1);
+  CheckParity("tp=2,sp=1,pp=2,dp=2,zero=1,schedule=1f1b", 2);
+  CheckParity("tp=2,sp=1,dp=2,zero=3", 1);
+}
+
 // Tensor parallel's per-layer collectives: per micro-batch of N = rows·T tokens, forward one
 // all-reduce of N·C for the embedding and two per block, backward two per block and one for the
 // head; the vocabulary-parallel cross-entropy adds N (row maxima) and 2N (sums) — each a ring
@@ -320,6 +327,21 @@ TEST(FormulaTest, TensorParallelCollectivesPerLayer) {
     const comm::CommStats s = e->groups().tp->stats();
     EXPECT_EQ(s[comm::OpKind::kAllReduce].bytes_sent, 2 * (t - 1) * elements * 4 / t);
     EXPECT_EQ(s.Total().bytes_sent, s[comm::OpKind::kAllReduce].bytes_sent);
+  }
+  // Sequence parallel: each f/g all-reduce becomes an all-gather and a reduce-scatter of the
+  // same total volume ((8L+4)·N·C elements, each sending (t−1)/t); the cross-entropy's 3N
+  // elements and, once per step, the LayerNorm and wpe gradients (4C per block, 2C for ln_f,
+  // T·C for wpe) stay all-reduces.
+  std::unique_ptr<DistRun> sp = RunLayout(config, Layout("tp=2,sp=1"), Tokens(), 1);
+  ASSERT_TRUE(sp->status.ok()) << sp->status.ToString();
+  const uint64_t T = static_cast<uint64_t>(config.model.seq_len);
+  for (auto& e : sp->engines) {
+    const comm::CommStats s = e->groups().tp->stats();
+    const uint64_t gathered = s[comm::OpKind::kAllGather].bytes_sent +
+                              s[comm::OpKind::kReduceScatter].bytes_sent;
+    EXPECT_EQ(gathered, (t - 1) * (8 * L + 4) * n * C * 4 / t);
+    EXPECT_EQ(s[comm::OpKind::kAllReduce].bytes_sent,
+              2 * (t - 1) * (3 * n + 4 * C * L + 2 * C + T * C) * 4 / t);
   }
 }
 
