@@ -347,3 +347,40 @@ TEST(FormulaTest, TensorParallelCollectivesPerLayer) {
 
 }  // namespace
 }  // namespace rt::dist
+
+namespace rt::dist {
+namespace {
+
+// The S config (L=4, C=128, H=4, T=128) under mixed layouts, 5 steps against one process.
+TEST(ParityTest, SConfigMixedLayouts) {
+  RunConfig c = Config(2);
+  c.model = ModelConfig();  // the defaults are DESIGN.md's S
+  constexpr int kS = 5;
+  auto tokens = rt::testing::PatternTokens(40000, 97, 11);
+  Result<std::unique_ptr<Trainer>> ref = Trainer::Create(c, tokens, "");
+  ASSERT_TRUE(ref.ok());
+  std::vector<double> losses;
+  for (int s = 0; s < kS; ++s) {
+    Result<StepStats> st = (*ref)->Step();
+    ASSERT_TRUE(st.ok());
+    losses.push_back(st->loss);
+  }
+  for (const char* spec : {"tp=2,sp=1,pp=2,dp=2,zero=1,schedule=1f1b", "pp=4,schedule=gpipe",
+                           "tp=4,dp=2,zero=3"}) {
+    std::unique_ptr<DistRun> run = RunLayout(c, Layout(spec), tokens, kS);
+    ASSERT_TRUE(run->status.ok()) << spec << ": " << run->status.ToString();
+    double worst = 0;
+    for (int s = 0; s < kS; ++s)
+      worst = std::max(worst, std::abs(run->losses[0][s] - losses[s]) / losses[s]);
+    std::string error;
+    const ParamDiff d =
+        CompareParams(Assemble(*run, StateKind::kParam, &error), (*ref)->optimizer().master(), &error);
+    EXPECT_EQ(error, "") << spec;
+    EXPECT_LE(worst, kTolerance) << spec;
+    EXPECT_LE(d.global, kTolerance) << spec;
+    std::printf("parity S %-36s loss rel %.1e  params max-abs rel %.1e\n", spec, worst, d.global);
+  }
+}
+
+}  // namespace
+}  // namespace rt::dist
