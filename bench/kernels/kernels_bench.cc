@@ -1,5 +1,5 @@
 // The kernel benchmarks (see kernels_bench.h). Each measurement runs the operation enough times
-// per repetition to last ≥ 5 ms, repeats that --reps times (interleaving the functions it
+// per repetition to last ≥ 2 ms, repeats that --reps times (interleaving the functions it
 // compares) and reports the median.
 #include "bench/kernels/kernels_bench.h"
 
@@ -36,11 +36,11 @@ constexpr ModelConfig kConfigM = {"M", 4, 384, 6, 256, 4, 256};
 
 struct Options {
   std::vector<ModelConfig> configs = {kConfigS, kConfigM};
-  int reps = 21;
+  int reps = 31;
   int threads = 0;  // OpenBLAS threads; 0 keeps OpenBLAS's own choice
 };
 
-// Repetitions of `fn` per timed sample, so that one sample lasts ≥ 5 ms.
+// Repetitions of `fn` per timed sample, so that one sample lasts ≥ 2 ms.
 int Calibrate(const std::function<void()>& fn) {
   using Clock = std::chrono::steady_clock;
   fn();  // warm-up (caches, OpenBLAS threads, scratch)
@@ -49,8 +49,8 @@ int Calibrate(const std::function<void()>& fn) {
     const auto t0 = Clock::now();
     for (int i = 0; i < iters; ++i) fn();
     const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-    if (s >= 0.005 || iters >= (1 << 20)) return iters;
-    iters = std::max(iters * 2, static_cast<int>(iters * 0.006 / std::max(s, 1e-9)));
+    if (s >= 0.002 || iters >= (1 << 20)) return iters;
+    iters = std::max(iters * 2, static_cast<int>(iters * 0.0025 / std::max(s, 1e-9)));
   }
 }
 
@@ -59,7 +59,18 @@ int Calibrate(const std::function<void()>& fn) {
 struct Timing {
   double median;
   double best;
+  std::vector<double> samples;  // in the order taken
 };
+
+// The median over repetitions r of slow.samples[r] / fast.samples[r]: samples taken back to back
+// see nearly the same machine load, so this ratio is steadier than the ratio of the medians on
+// a busy machine.
+double PairedRatio(const Timing& fast, const Timing& slow) {
+  std::vector<double> r;
+  for (size_t i = 0; i < fast.samples.size(); ++i) r.push_back(slow.samples[i] / fast.samples[i]);
+  std::sort(r.begin(), r.end());
+  return r[r.size() / 2];
+}
 
 // Timings of each of `fns`. The functions are sampled in turn (a, b, a, b, ...), so a change in
 // the machine's load during the run affects them alike.
@@ -77,8 +88,9 @@ std::vector<Timing> TimeAll(const std::vector<std::function<void()>>& fns, int r
   }
   std::vector<Timing> timings;
   for (std::vector<double>& s : samples) {
-    std::sort(s.begin(), s.end());
-    timings.push_back(Timing{s[s.size() / 2], s[0]});
+    std::vector<double> sorted = s;
+    std::sort(sorted.begin(), sorted.end());
+    timings.push_back(Timing{sorted[sorted.size() / 2], sorted[0], s});
   }
   return timings;
 }
@@ -136,11 +148,12 @@ void PrintGemm(const ModelConfig& cfg, const char* op, const char* pass, int64_t
       "{\"bench\":\"kernels\",\"kind\":\"gemm\",\"config\":\"%s\",\"op\":\"%s\",\"pass\":\"%s\","
       "\"m\":%lld,\"n\":%lld,\"k\":%lld,\"ours_gflops\":%.2f,\"openblas_gflops\":%.2f,"
       "\"ratio\":%.3f,\"ours_best_gflops\":%.2f,\"openblas_best_gflops\":%.2f,"
-      "\"ratio_best\":%.3f,\"ours_ms\":%.4f,\"openblas_ms\":%.4f,\"reps\":%d}\n",
+      "\"ratio_best\":%.3f,\"ratio_paired\":%.3f,\"ours_ms\":%.4f,\"openblas_ms\":%.4f,"
+      "\"reps\":%d}\n",
       cfg.name, op, pass, static_cast<long long>(m), static_cast<long long>(n),
       static_cast<long long>(k), flops / ours.median * 1e-9, flops / raw.median * 1e-9,
       raw.median / ours.median, flops / ours.best * 1e-9, flops / raw.best * 1e-9,
-      raw.best / ours.best, ours.median * 1e3, raw.median * 1e3, reps);
+      raw.best / ours.best, PairedRatio(ours, raw), ours.median * 1e3, raw.median * 1e3, reps);
   std::fflush(stdout);
 }
 
@@ -188,10 +201,12 @@ void PrintBandwidth(const char* scope, const char* op, int64_t elements, double 
   std::printf(
       "{\"bench\":\"kernels\",\"kind\":\"bandwidth\",\"scope\":\"%s\",\"op\":\"%s\","
       "\"elements\":%lld,\"bytes\":%.0f,\"gbs\":%.2f,\"memcpy_gbs\":%.2f,\"ratio\":%.3f,"
-      "\"best_gbs\":%.2f,\"memcpy_best_gbs\":%.2f,\"ratio_best\":%.3f,\"ms\":%.4f,"
+      "\"best_gbs\":%.2f,\"memcpy_best_gbs\":%.2f,\"ratio_best\":%.3f,\"ratio_paired\":%.3f,"
+      "\"ms\":%.4f,"
       "\"reps\":%d}\n",
       scope, op, static_cast<long long>(elements), bytes, gbs, memcpy_gbs, gbs / memcpy_gbs, best,
-      memcpy_best, best / memcpy_best, ours.median * 1e3, reps);
+      memcpy_best, best / memcpy_best, PairedRatio(ours, memcpy_t) * bytes / memcpy_bytes,
+      ours.median * 1e3, reps);
   std::fflush(stdout);
 }
 
