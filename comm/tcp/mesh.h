@@ -142,7 +142,7 @@ class Mesh {
   void Pause() {
     if (oversubscribed_) sched_yield();
 #if defined(__x86_64__)
-    else for (int i = 0; i < 8; ++i) __builtin_ia32_pause();
+    else __builtin_ia32_pause();
 #endif
   }
   // Waits until pending(q) is false for every peer q: spin, yield, then sleep on our doorbell,
