@@ -4,8 +4,13 @@
 
 namespace rt::iofs::chain {
 
-ReplicaMachine::ReplicaMachine(NodeId self, ChainId chain, std::map<ChunkKey, ChunkState> chunks)
-    : self_(self), chain_id_(chain), chunks_(std::move(chunks)) {
+ReplicaMachine::ReplicaMachine(NodeId self, ChainId chain, std::map<ChunkKey, ChunkState> chunks,
+                               uint64_t retransmit_ticks, uint64_t resync_ticks)
+    : self_(self),
+      chain_id_(chain),
+      chunks_(std::move(chunks)),
+      retransmit_ticks_(retransmit_ticks),
+      resync_ticks_(resync_ticks) {
   config_.chain = chain;
 }
 
@@ -75,7 +80,7 @@ void ReplicaMachine::ReplyWaiting(ChunkKey key) {
   if (by_version.empty()) waiting_.erase(it);
 }
 
-void ReplicaMachine::PushPending() {
+void ReplicaMachine::PushPending(bool only_stale) {
   if (IndexOf(self_) < 0) return;
   const std::optional<NodeId> succ = Successor();
   const std::optional<NodeId> pred = Predecessor();
@@ -83,6 +88,9 @@ void ReplicaMachine::PushPending() {
     if (st.pending.empty()) continue;
     const auto& [version, value] = *st.pending.rbegin();
     if (succ) {
+      auto sent = sent_at_.find(key);
+      if (only_stale && sent != sent_at_.end() && sent->second + retransmit_ticks_ > ticks_) continue;
+      sent_at_[key] = ticks_;
       Send(Message::Kind::kForward, *succ, key, version, value);
     } else {
       // Nobody follows: this replica is the tail and commits.
@@ -98,19 +106,27 @@ void ReplicaMachine::PushPending() {
 void ReplicaMachine::SendSyncRound() {
   const std::optional<NodeId> succ = Successor();
   if (!succ) return;
-  const uint64_t round = ++ticks_;
+  const uint64_t round = ++sync_round_;
   uint64_t count = 0;
-  bool pending = false;
   for (const auto& [key, st] : chunks_) {
-    pending = pending || !st.pending.empty();
     if (st.committed_version == 0) continue;
     Send(Message::Kind::kSync, *succ, key, st.committed_version, st.committed, round);
     ++count;
   }
+  sync_round_count_ = count;
+  sync_round_tick_ = ticks_;
+  SendSyncDone();
+}
+
+void ReplicaMachine::SendSyncDone() {
+  const std::optional<NodeId> succ = Successor();
+  if (!succ || sync_round_ == 0) return;
   // A pending version here may already be committed further down (by a tail that since left),
   // so the sync may only complete once the syncing member has acknowledged all of them: the
   // round is closed only when nothing is pending.
-  if (!pending) Send(Message::Kind::kSyncDone, *succ, 0, round, {}, count);
+  for (const auto& [key, st] : chunks_)
+    if (!st.pending.empty()) return;
+  Send(Message::Kind::kSyncDone, *succ, 0, sync_round_, {}, sync_round_count_);
 }
 
 void ReplicaMachine::OnConfig(const ChainConfig& config) {
@@ -142,7 +158,7 @@ void ReplicaMachine::OnConfig(const ChainConfig& config) {
         dirty_.insert(key);
       }
   }
-  PushPending();
+  PushPending(/*only_stale=*/false);
   const std::optional<NodeId> succ = Successor();
   if (succ && IsLastServing()) SendSyncRound();
 }
@@ -166,6 +182,7 @@ void ReplicaMachine::OnMessage(const Message& m) {
       if (!st.pending.emplace(m.version, m.value).second && succ) return;
       dirty_.insert(m.key);
       if (succ) {
+        sent_at_[m.key] = ticks_;
         Send(Message::Kind::kForward, *succ, m.key, m.version, m.value);
       } else {
         Commit(m.key, m.version, m.value);
@@ -235,6 +252,7 @@ void ReplicaMachine::OnClientWrite(uint64_t request_id, ChunkKey key, Value valu
   dirty_.insert(key);
   waiting_[key].emplace(version, request_id);
   if (const std::optional<NodeId> succ = Successor()) {
+    sent_at_[key] = ticks_;
     Send(Message::Kind::kForward, *succ, key, version, std::move(value));
   } else {
     Commit(key, version, value);
@@ -244,8 +262,14 @@ void ReplicaMachine::OnClientWrite(uint64_t request_id, ChunkKey key, Value valu
 
 void ReplicaMachine::OnTick() {
   ++ticks_;
-  if (ticks_ % 2 == 0) PushPending();
-  if (Successor() && IsLastServing() && ticks_ % 4 == 0) SendSyncRound();
+  PushPending(/*only_stale=*/true);
+  if (Successor() && IsLastServing()) {
+    if (sync_round_ == 0 || ticks_ - sync_round_tick_ >= resync_ticks_) {
+      SendSyncRound();  // the first, or a lost one: send the whole committed state again
+    } else if (ticks_ % 2 == 0) {
+      SendSyncDone();
+    }
+  }
 }
 
 Result<std::pair<uint64_t, Value>> ReplicaMachine::Read(ChunkKey key) const {

@@ -23,8 +23,13 @@ namespace rt::iofs::chain {
 // Not thread-safe; the driver serialises calls.
 class ReplicaMachine {
  public:
-  // `chunks` is this replica's durable state for `chain` (empty for a new replica).
-  ReplicaMachine(NodeId self, ChainId chain, std::map<ChunkKey, ChunkState> chunks = {});
+  // `chunks` is this replica's durable state for `chain` (empty for a new replica). A pending
+  // version is re-forwarded on a tick only when `retransmit_ticks` ticks have passed since it
+  // was last sent (a new chain version re-forwards everything at once). A sync round (the
+  // committed state sent to a syncing successor) is sent once per chain version and again only
+  // after `resync_ticks` ticks without completing; in between, ticks repeat its end marker.
+  ReplicaMachine(NodeId self, ChainId chain, std::map<ChunkKey, ChunkState> chunks = {},
+                 uint64_t retransmit_ticks = 2, uint64_t resync_ticks = 12);
 
   // Installs a chain version from the manager; older or equal versions are ignored.
   void OnConfig(const ChainConfig& config);
@@ -67,8 +72,9 @@ class ReplicaMachine {
             uint64_t count = 0);
   void Commit(ChunkKey key, uint64_t version, const Value& value);
   void ReplyWaiting(ChunkKey key);
-  void PushPending();
+  void PushPending(bool only_stale);
   void SendSyncRound();
+  void SendSyncDone();
 
   NodeId self_;
   ChainId chain_id_;
@@ -80,6 +86,12 @@ class ReplicaMachine {
   std::map<uint64_t, std::set<ChunkKey>> round_keys_;
   bool sync_reported_ = false;   // kSyncComplete sent for the current config
   uint64_t ticks_ = 0;
+  uint64_t sync_round_ = 0;        // id of the last sync round sent
+  uint64_t sync_round_count_ = 0;  // keys in it
+  uint64_t sync_round_tick_ = 0;   // tick it was sent
+  uint64_t retransmit_ticks_ = 2;
+  uint64_t resync_ticks_ = 12;
+  std::map<ChunkKey, uint64_t> sent_at_;  // tick a key's top pending version was last forwarded
   std::vector<Output> outputs_;
   std::set<ChunkKey> dirty_;
 };

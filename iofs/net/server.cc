@@ -134,8 +134,14 @@ class ServerImpl final : public Server, public ChainTransport, public ChainRoute
     co_return std::move(*result);
   }
 
+  // Connections to a peer: bulk traffic (replica messages, chunk operations) and control traffic
+  // (heartbeats, chain versions, sync reports) use separate connections, so a short-deadline
+  // ping never queues behind megabytes of chunk data (a frame that misses its deadline closes
+  // its connection, failing every call on it).
+  enum class Lane { kData = 0, kControl = 1 };
   // A connected client to a peer (I/O thread only).
-  awaitable<Result<std::shared_ptr<net::RpcClient>>> Peer(uint32_t id, Deadline deadline);
+  awaitable<Result<std::shared_ptr<net::RpcClient>>> Peer(uint32_t id, Deadline deadline,
+                                                          Lane lane = Lane::kData);
   // Calls `type` at node `id` from a worker thread (blocks it, never the I/O thread).
   Result<Frame> CallBlocking(uint32_t id, uint16_t type, std::vector<std::byte> payload, Deadline deadline);
 
@@ -163,7 +169,7 @@ class ServerImpl final : public Server, public ChainTransport, public ChainRoute
   std::atomic<bool> stopping_{false};
   bool shut_down_ = false;
 
-  std::map<uint32_t, std::shared_ptr<net::RpcClient>> peers_;  // I/O thread only
+  std::map<std::pair<uint32_t, Lane>, std::shared_ptr<net::RpcClient>> peers_;  // I/O thread only
 
   std::mutex manager_mu_;
   std::unique_ptr<chain::ChainManager> manager_;  // metadata node only
@@ -256,8 +262,9 @@ Status ServerImpl::Shutdown(Deadline deadline) {
   return s;
 }
 
-awaitable<Result<std::shared_ptr<net::RpcClient>>> ServerImpl::Peer(uint32_t id, Deadline deadline) {
-  auto it = peers_.find(id);
+awaitable<Result<std::shared_ptr<net::RpcClient>>> ServerImpl::Peer(uint32_t id, Deadline deadline,
+                                                                    Lane lane) {
+  auto it = peers_.find({id, lane});
   if (it != peers_.end() && it->second->connected()) co_return it->second;
   const NodeEndpoint* e = Endpoint(id);
   if (!e) co_return InvalidArgument("unknown node " + std::to_string(id));
@@ -267,7 +274,12 @@ awaitable<Result<std::shared_ptr<net::RpcClient>>> ServerImpl::Peer(uint32_t id,
   co.connect.max_backoff = std::chrono::milliseconds(100);
   auto client = co_await net::RpcClient::Connect(e->host, e->port, deadline, co);
   if (!client.ok()) co_return client.status();
-  peers_[id] = *client;
+  auto& slot = peers_[{id, lane}];
+  if (slot && slot->connected()) {
+    (*client)->Close();  // another coroutine connected first: use that one
+    co_return slot;
+  }
+  slot = *client;
   co_return *client;
 }
 
@@ -288,11 +300,14 @@ void ServerImpl::Send(const chain::Message& message) {
   if (stopping_) return;
   auto payload = std::make_shared<std::vector<std::byte>>(chain::EncodeMessage(message));
   const uint32_t to = message.to;
+  // Small messages (acknowledgements, sync ends) go on the control connection so they never wait
+  // behind chunk data.
+  const Lane lane = message.value.data ? Lane::kData : Lane::kControl;
   asio::co_spawn(
       io_,
-      [this, to, payload]() -> awaitable<void> {
+      [this, to, payload, lane]() -> awaitable<void> {
         const Deadline deadline = Deadline::AfterMs(10000);
-        auto client = co_await Peer(to, Deadline::AfterMs(500));
+        auto client = co_await Peer(to, Deadline::AfterMs(500), lane);
         if (!client.ok()) co_return;  // lost; the protocol retransmits
         auto reply = co_await (*client)->Call(wire::kChainMessage, *payload, deadline);
         if (!reply.ok()) LOG_DEBUG("replica message to node {}: {}", to, reply.status().ToString());
@@ -321,7 +336,7 @@ void ServerImpl::ReportSyncComplete(chain::NodeId node, chain::ChainId chain, ui
   asio::co_spawn(
       io_,
       [this, payload]() -> awaitable<void> {
-        auto client = co_await Peer(meta_node_, Deadline::AfterMs(1000));
+        auto client = co_await Peer(meta_node_, Deadline::AfterMs(1000), Lane::kControl);
         if (!client.ok()) co_return;  // the syncing member reports again after its next round
         (void)co_await (*client)->Call(wire::kSyncComplete, *payload, Deadline::AfterMs(5000));
       },
@@ -341,7 +356,7 @@ void ServerImpl::Broadcast(const std::vector<chain::ChainConfig>& configs) {
       asio::co_spawn(
           io_,
           [this, to, payload]() -> awaitable<void> {
-            auto client = co_await Peer(to, Deadline::AfterMs(300));
+            auto client = co_await Peer(to, Deadline::AfterMs(300), Lane::kControl);
             if (!client.ok()) co_return;  // re-broadcast every second
             (void)co_await (*client)->Call(wire::kChainConfig, *payload, Deadline::AfterMs(3000));
           },
@@ -389,7 +404,7 @@ awaitable<void> ServerImpl::HeartbeatLoop() {
           [this, id]() -> awaitable<void> {
             const Deadline deadline = Deadline::AfterMs(options_.heartbeat_ms * 2);
             bool ok = false;
-            auto client = co_await Peer(id, deadline);
+            auto client = co_await Peer(id, deadline, Lane::kControl);
             if (client.ok()) ok = (co_await (*client)->Call(wire::kPing, {}, deadline)).ok();
             ping_in_flight_[id] = false;
             asio::post(peer_pool_, [this, id, ok] { OnPing(id, ok); });
@@ -416,7 +431,7 @@ awaitable<void> ServerImpl::HeartbeatLoop() {
           asio::co_spawn(
               io_,
               [this, to, payload]() -> awaitable<void> {
-                auto client = co_await Peer(to, Deadline::AfterMs(300));
+                auto client = co_await Peer(to, Deadline::AfterMs(300), Lane::kControl);
                 if (client.ok()) (void)co_await (*client)->Call(wire::kChainConfig, *payload, Deadline::AfterMs(3000));
               },
               asio::detached);

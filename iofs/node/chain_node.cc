@@ -27,6 +27,10 @@ struct WriteOutcome {
 };
 
 constexpr uint64_t kVersionMask = ~kTombstoneBit;
+// Ticks before an unacknowledged forward is sent again (ringfsd ticks every 100 ms).
+constexpr uint64_t kRetransmitTicks = 5;
+// Ticks before a sync round that did not complete is sent again in full.
+constexpr uint64_t kResyncTicks = 100;
 
 }  // namespace
 
@@ -86,7 +90,8 @@ Result<std::unique_ptr<ChainNode>> ChainNode::Open(chain::NodeId self, size_t ch
   for (ChainId c : home_chains) {
     if (c >= chain_count) return InvalidArgument("chain node: home chain " + std::to_string(c) + " out of range");
     ASSIGN_OR_RETURN(auto states, LoadChain(engine, c, chain_count));
-    node->slots_[c] = std::make_unique<Slot>(chain::ReplicaMachine(self, c, std::move(states)));
+    node->slots_[c] =
+        std::make_unique<Slot>(chain::ReplicaMachine(self, c, std::move(states), kRetransmitTicks, kResyncTicks));
   }
   return node;
 }
@@ -148,7 +153,7 @@ Status ChainNode::Persist(Slot& slot) {
 Status ChainNode::Reload(Slot& slot) {
   const ChainConfig config = slot.machine.config();
   ASSIGN_OR_RETURN(auto states, LoadChain(engine_, config.chain, chain_count_));
-  slot.machine = chain::ReplicaMachine(self_, config.chain, std::move(states));
+  slot.machine = chain::ReplicaMachine(self_, config.chain, std::move(states), kRetransmitTicks, kResyncTicks);
   slot.machine.OnConfig(config);
   (void)slot.machine.TakeOutputs();
   (void)slot.machine.TakeDirty();

@@ -15,8 +15,10 @@ using chain::MemberState;
 using chain::NodeId;
 
 bool Retryable(const Status& s) {
+  // kAborted: a connection to a node was closed under the call; the write is retried (a
+  // repeated write only adds a version) and a read goes to another replica.
   return s.retryable() || s.code() == StatusCode::kNotServing || s.code() == StatusCode::kUnavailable ||
-         s.code() == StatusCode::kDeadlineExceeded;
+         s.code() == StatusCode::kDeadlineExceeded || s.code() == StatusCode::kAborted;
 }
 
 class ChainObjectStore final : public ObjectStore {
