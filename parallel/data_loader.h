@@ -29,11 +29,10 @@ Result<DataOrder> ParseDataOrder(std::string_view name);
 
 // Everything that determines the loader's next batch besides the data and the batch shape.
 struct LoaderState {
-  uint64_t rows = 0;  // rows (sequences) handed out since the start of the run
+  uint64_t rows = 0;  // rows (sequences) handed out since the start of the run; a shuffled
+                      // loader is in epoch rows / W
   uint64_t seed = 0;  // seed of the shuffled order
 
-  // Epoch of the next row for a shuffled loader with `windows` windows.
-  uint64_t Epoch(uint64_t windows) const { return rows / windows; }
   // 16 bytes, little-endian: rows, seed.
   std::vector<std::byte> Serialize() const;
   // Errors: Corruption if `bytes` is not 16 bytes.
