@@ -101,6 +101,15 @@ TEST_P(FloatOpsTest, GeluForward) {
   }
 }
 
+TEST_P(FloatOpsTest, GeluPropagatesNanAndSaturates) {
+  HostTensor x = FromVec(dt(), Shape{4}, {NAN, INFINITY, -INFINITY, 20.0});
+  HostTensor y = Make(dt(), Shape{4});
+  ASSERT_OK(GeluForward(y.t, x.t));
+  EXPECT_TRUE(std::isnan(Get(y.t, 0)));
+  EXPECT_TRUE(std::isnan(Get(y.t, 1)) || Get(y.t, 1) == INFINITY);  // inf·(1+1) or inf·0
+  EXPECT_EQ(Get(y.t, 3), 20.0);
+}
+
 TEST_P(FloatOpsTest, AttentionForward) {
   const int64_t b = 2, t = 70, c = 12, nh = 3;  // T > the CPU row block, to cover blocking
   const Vec qkv = Input(b * t * 3 * c, 11, -2.0, 2.0);
