@@ -239,6 +239,14 @@ Status ServerImpl::Init() {
     asio::co_spawn(io_, HeartbeatLoop(), asio::detached);
   }
   asio::co_spawn(io_, TickLoop(), asio::detached);
+  LOG_INFO(
+      "effective config: node.id={} node.state={} node.listen={} cluster.replication={} cluster.chains={} "
+      "cluster.file_chunk_size={} engine.chunk_size={} engine.small_chunk_size={} engine.slots_per_file={} "
+      "engine.capacity_bytes={} engine.queue_depth={} engine.io_buffers={} timing.tick_ms={} "
+      "timing.heartbeat_ms={} timing.down_after={}",
+      o.self, o.state_dir, o.listen_host, o.replication, o.chains, o.file_chunk_size, o.engine.chunk_size,
+      o.engine.small_chunk_size, o.engine.slots_per_file, o.engine.capacity_bytes, o.engine.queue_depth,
+      o.engine.io_buffers, o.tick_ms, o.heartbeat_ms, o.down_after);
   LOG_INFO("ringfsd node {} serving on {}:{} ({} nodes, replication {}, {} chains, state {}){}", o.self,
            o.listen_host, port, o.nodes.size(), o.replication, o.chains, o.state_dir,
            is_meta() ? ", metadata node" : "");
