@@ -313,7 +313,7 @@ Status DistTrainer::Forward(int micro) {
     ASSIGN_OR_RETURN(double loss, runner_->HeadForward(slot, View(rest, rest_t[lnf]),
                                                        View(rest, rest_t[lnf + 1]),
                                                        View(wte, stage_.units[0].tensors[0]),
-                                                       1.0f / static_cast<float>(static_cast<int64_t>(config_.train.batch_size) * T)));
+                                                       evaluating_ ? 0.0f : 1.0f / static_cast<float>(static_cast<int64_t>(config_.train.batch_size) * T)));
     loss_sum_ += loss;
   }
   for (int u = 0; u < aux; ++u) ReleaseParams(u);
@@ -550,19 +550,8 @@ Result<StepStats> DistTrainer::Step() {
       sumsq += s;
     }
   }
-  // Each data-parallel rank's head stage summed the losses of its own rows (the same on every
-  // tensor-parallel rank: counted on rank 0).
-  const double loss_part = coords_.tp == 0 ? loss_sum_ : 0.0;
-  const int64_t mine[2] = {std::bit_cast<int64_t>(loss_part), std::bit_cast<int64_t>(sumsq)};
-  comm::Communicator& world = *groups_.world;
-  std::vector<int64_t> all(static_cast<size_t>(world.size()) * 2);
-  RETURN_IF_ERROR(WaitFor(world.AllGather(mine, all.data(), 2, DType::kI64), WaitDeadline(),
-                          "loss and gradient-norm all-gather"));
-  double loss_total = 0, sumsq_total = 0;
-  for (int r = 0; r < world.size(); ++r) {
-    loss_total += std::bit_cast<double>(all[static_cast<size_t>(r) * 2]);
-    sumsq_total += std::bit_cast<double>(all[static_cast<size_t>(r) * 2 + 1]);
-  }
+  ASSIGN_OR_RETURN(auto totals, SumOverWorld(sumsq));
+  const auto [loss_total, sumsq_total] = totals;
   stats.loss = loss_total / static_cast<double>(stats.tokens);
   RETURN_IF_ERROR(OptimizerStep(sumsq_total, &stats));
   ++state_.step;
@@ -578,6 +567,61 @@ Result<double> DistTrainer::TimeGradientSync() {
   for (int u = static_cast<int>(stage_.units.size()) - 1; u >= 0; --u) RETURN_IF_ERROR(StartReduce(u));
   RETURN_IF_ERROR(AdvanceReductions(true));
   return Now() - start;
+}
+
+Result<std::pair<double, double>> DistTrainer::SumOverWorld(double sumsq) {
+  // Each data-parallel rank's head stage summed the losses of its own rows (the same on every
+  // tensor-parallel rank: counted on rank 0). Gathered and added in rank order, so every rank
+  // gets bitwise the same totals.
+  const double loss_part = coords_.tp == 0 ? loss_sum_ : 0.0;
+  const int64_t mine[2] = {std::bit_cast<int64_t>(loss_part), std::bit_cast<int64_t>(sumsq)};
+  comm::Communicator& world = *groups_.world;
+  std::vector<int64_t> all(static_cast<size_t>(world.size()) * 2);
+  RETURN_IF_ERROR(WaitFor(world.AllGather(mine, all.data(), 2, DType::kI64), WaitDeadline(),
+                          "loss and gradient-norm all-gather"));
+  double loss_total = 0, sumsq_total = 0;
+  for (int r = 0; r < world.size(); ++r) {
+    loss_total += std::bit_cast<double>(all[static_cast<size_t>(r) * 2]);
+    sumsq_total += std::bit_cast<double>(all[static_cast<size_t>(r) * 2 + 1]);
+  }
+  return std::make_pair(loss_total, sumsq_total);
+}
+
+Result<double> DistTrainer::Evaluate(std::shared_ptr<const std::vector<uint16_t>> tokens,
+                                     int batches) {
+  const int B = config_.train.batch_size, T = config_.model.seq_len;
+  ASSIGN_OR_RETURN(DataLoader loader,
+                   DataLoader::Create(std::move(tokens), B, T, DataOrder::kSequential, 0));
+  const std::vector<int32_t> saved_inputs = inputs_, saved_targets = targets_;
+  evaluating_ = true;
+  double sum = 0;
+  Status status;
+  for (int b = 0; b < batches && status.ok(); ++b) {
+    loader.Next(inputs_, targets_);
+    const int32_t V = config_.model.vocab_size;
+    for (size_t i = 0; i < inputs_.size() && status.ok(); ++i)
+      if (inputs_[i] < 0 || inputs_[i] >= V || targets_[i] < 0 || targets_[i] >= V)
+        status = InvalidArgument("evaluation token outside the vocabulary of " + std::to_string(V));
+    loss_sum_ = 0;
+    for (int m = 0; m < micro_ && status.ok(); ++m) status = Forward(m);
+    for (size_t s = 0; s < send_forward_.size() && status.ok(); ++s) {
+      if (!send_forward_[s]) continue;
+      status = WaitFor(send_forward_[s], WaitDeadline(), "pipeline send");
+      send_forward_[s].reset();
+    }
+    if (!status.ok()) break;
+    Result<std::pair<double, double>> totals = SumOverWorld(0.0);
+    if (!totals.ok()) {
+      status = totals.status();
+      break;
+    }
+    sum += totals->first / (static_cast<double>(B) * T);
+  }
+  evaluating_ = false;
+  inputs_ = saved_inputs;
+  targets_ = saved_targets;
+  RETURN_IF_ERROR(status);
+  return sum / batches;
 }
 
 Status DistTrainer::OptimizerStep(double sumsq, StepStats* stats) {

@@ -30,6 +30,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -88,6 +89,12 @@ class DistTrainer {
   // DeadlineExceeded naming the op), kernel errors; after an error the engine is unusable.
   Result<StepStats> Step();
 
+  // Mean loss over `batches` sequential batches of train.batch_size rows from the start of
+  // `tokens`, forward only (as Trainer::Evaluate; equal on every rank). Collective over the world.
+  // Errors: InvalidArgument for a token outside the vocabulary or a stream shorter than one
+  // window; those of comm.
+  Result<double> Evaluate(std::shared_ptr<const std::vector<uint16_t>> tokens, int batches);
+
   // Benchmarks (ZeRO-0 only): runs the gradient all-reduces of one step again, with nothing to
   // overlap them, and returns their wall time — the communication DDP hides behind the backward.
   // Leaves the gradients summed twice (the next Step zeroes them). Collective over the data-
@@ -127,6 +134,8 @@ class DistTrainer {
   Status AdvanceReductions(bool wait);
   Status SyncTiedEmbedding();
   Status OptimizerStep(double sumsq_total, StepStats* stats);
+  // (Σ loss_sum_ over the ranks that count it, Σ `sumsq` over all ranks), equal on every rank.
+  Result<std::pair<double, double>> SumOverWorld(double sumsq);
 
   // Transient buffer bookkeeping.
   Result<Buffer> Transient(size_t floats);
@@ -160,6 +169,7 @@ class DistTrainer {
   std::vector<int32_t> inputs_, targets_;  // the global batch
   std::vector<comm::WorkHandle> send_forward_, send_backward_;  // per activation slot
   double loss_sum_ = 0;
+  bool evaluating_ = false;  // forward only: no loss gradient
   int backwards_done_ = 0;
   StepTimings timings_;
 };

@@ -58,6 +58,11 @@ Status RunWorker(const DistTrainOptions& o) {
   RETURN_IF_ERROR(world->WaitReady(boot).WithContext("world communicator"));
   ASSIGN_OR_RETURN(auto tokens, LoadTrainTokens(config.data.dir,
                                                 static_cast<uint32_t>(config.model.vocab_size)));
+  std::shared_ptr<const std::vector<uint16_t>> val_tokens;
+  if (config.eval.every > 0) {
+    ASSIGN_OR_RETURN(val_tokens, LoadShardTokens(config.data.dir + "/val.bin",
+                                                 static_cast<uint32_t>(config.model.vocab_size)));
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<DistTrainer> engine,
                    DistTrainer::Create(config, layout, *world, tokens));
   const bool lead = o.rank == 0;
@@ -75,6 +80,13 @@ Status RunWorker(const DistTrainOptions& o) {
     ASSIGN_OR_RETURN(StepStats s, engine->Step());
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const bool last = s.step == config.train.steps;
+    const bool evaluate =
+        config.eval.every > 0 && (s.step % config.eval.every == 0 || last);
+    double val = 0;
+    if (evaluate) {
+      ASSIGN_OR_RETURN(val, engine->Evaluate(val_tokens, config.eval.batches));
+    }
     if (!lead) continue;
     const double tokens_per_s = static_cast<double>(s.tokens) / seconds;
     nlohmann::ordered_json line = {{"step", s.step},           {"loss", s.loss},
@@ -82,10 +94,15 @@ Status RunWorker(const DistTrainOptions& o) {
                                    {"grad_norm", s.grad_norm}, {"skipped", s.skipped}};
     if (!std::isfinite(s.grad_norm)) line["grad_norm"] = nullptr;
     if (metrics.is_open()) metrics << line.dump() << "\n" << std::flush;
-    const bool last = s.step == config.train.steps;
     if (last || config.train.log_every <= 0 || s.step % config.train.log_every == 0)
       std::printf("step %lld/%lld  loss %.4f  lr %.2e  %.0f tok/s\n", static_cast<long long>(s.step),
                   static_cast<long long>(config.train.steps), s.loss, s.lr, tokens_per_s);
+    if (evaluate) {
+      std::printf("step %lld: val_loss %.4f\n", static_cast<long long>(s.step), val);
+      if (metrics.is_open())
+        metrics << nlohmann::ordered_json({{"step", s.step}, {"val_loss", val}}).dump() << "\n"
+                << std::flush;
+    }
   }
   return Status();
 }

@@ -44,12 +44,15 @@ class CliTest : public ::testing::Test {
     std::filesystem::create_directories(dir_);
     auto tokens = rt::testing::PatternTokens(20000, 97, 3);
     ASSERT_TRUE(WriteTokenShard((dir_ / "train_000.bin").string(), *tokens, 256).ok());
+    auto val = rt::testing::PatternTokens(4000, 97, 3);
+    ASSERT_TRUE(WriteTokenShard((dir_ / "val.bin").string(), *val, 256).ok());
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
   std::string Sets() const {
     return "--config " + std::string(RINGTRAIN_SOURCE_DIR) + "/configs/tiny.toml --set data.dir=" +
-           dir_.string() + " --set eval.every=0 --set metrics.path=" + (dir_ / "m.jsonl").string();
+           dir_.string() + " --set eval.every=5 --set eval.batches=2 --set metrics.path=" +
+           (dir_ / "m.jsonl").string();
   }
 
   std::filesystem::path dir_;
@@ -61,7 +64,7 @@ TEST_F(CliTest, MixedLayoutProcessesMatchOneProcess) {
   // The single-process run of the same config.
   Result<RunConfig> config = LoadRunConfig(
       std::string(RINGTRAIN_SOURCE_DIR) + "/configs/tiny.toml",
-      {"data.dir=" + dir_.string(), "eval.every=0", "train.micro_batches=2", "train.steps=5"});
+      {"data.dir=" + dir_.string(), "train.micro_batches=2", "train.steps=5"});
   ASSERT_TRUE(config.ok()) << config.status().ToString();
   auto tokens = LoadTrainTokens(dir_.string(), 256);
   ASSERT_TRUE(tokens.ok());
@@ -70,8 +73,20 @@ TEST_F(CliTest, MixedLayoutProcessesMatchOneProcess) {
   std::ifstream metrics(dir_ / "m.jsonl");
   std::string line;
   int steps = 0;
+  bool evaluated = false;
   while (std::getline(metrics, line)) {
     const auto j = nlohmann::json::parse(line);
+    if (j.contains("val_loss")) {
+      // After the last step: the same validation loss as one process.
+      auto val = LoadShardTokens((dir_ / "val.bin").string(), 256);
+      ASSERT_TRUE(val.ok());
+      Result<double> expected = (*trainer)->Evaluate(*val, 2);
+      ASSERT_TRUE(expected.ok());
+      EXPECT_EQ(j["step"].get<int64_t>(), 5);
+      EXPECT_NEAR(j["val_loss"].get<double>(), *expected, 1e-5 * *expected);
+      evaluated = true;
+      continue;
+    }
     Result<StepStats> s = (*trainer)->Step();
     ASSERT_TRUE(s.ok());
     EXPECT_EQ(j["step"].get<int64_t>(), s->step);
@@ -81,6 +96,7 @@ TEST_F(CliTest, MixedLayoutProcessesMatchOneProcess) {
     ++steps;
   }
   EXPECT_EQ(steps, 5);
+  EXPECT_TRUE(evaluated);
 }
 
 TEST_F(CliTest, BadInputGivesAClearErrorAndNonZeroExit) {
