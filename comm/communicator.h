@@ -137,6 +137,11 @@ struct CommOptions {
   // one-step all-read through the shared arenas; larger ones the ring or the arenas' direct
   // reduce-scatter/all-gather. Default 64 KiB.
   size_t small_message_bytes = 64u << 10;
+  // CPU backend: TCP data connections per pair of ranks (1..8). Transfers of at least
+  // `tcp_stripe_bytes` are striped over all of them (one part per connection, each with its own
+  // header), which helps where one TCP stream cannot fill the link. Default 1.
+  int tcp_connections_per_peer = 1;
+  size_t tcp_stripe_bytes = 1u << 20;
   // CPU backend: bytes of each rank's shared-memory arena (two staging halves) for direct
   // all-reduce when every rank is on this host; pages are touched only when used. 0 turns the
   // arenas off (all-reduce then runs over the per-pair rings). Default 32 MiB.

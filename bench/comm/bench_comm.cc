@@ -2,7 +2,7 @@
 //   ringtrain_bench_comm --op all_reduce --ranks 4 --sizes 8,1M,16M [--json]
 //                        [--transport auto|tcp|shm] [--iters N]
 //                        [--arena-bytes B] [--yield-us U] [--small-bytes B]   (CommOptions knobs)
-//                        [--bind core|none]
+//                        [--bind core|none] [--tcp-conns K]
 // Like mpirun, rank r is bound to CPU r when the ranks fit the CPUs (--bind core, the default)
 // and left unbound otherwise.
 // Prints nccl-tests columns (size, count, type, time, algbw, busbw); with --json one JSON line
@@ -43,6 +43,7 @@ struct Args {
   long arena_bytes = -1;
   long yield_us = -1;
   long small_bytes = -1;
+  int tcp_conns = 0;
   // "core": bind rank r to CPU r when the ranks fit the CPUs (mpirun's default binding),
   // otherwise leave every rank unbound; "none": never bind.
   std::string bind = "core";
@@ -82,6 +83,7 @@ bool Parse(int argc, char** argv, Args* a) {
     else if (k == "--yield-us") a->yield_us = std::stol(next());
     else if (k == "--small-bytes") a->small_bytes = static_cast<long>(ParseSize(next()));
     else if (k == "--bind") a->bind = next();
+    else if (k == "--tcp-conns") a->tcp_conns = std::stoi(next());
     else if (k == "--worker-rank") a->worker_rank = std::stoi(next());
     else if (k == "--store-port") a->store_port = static_cast<uint16_t>(std::stoi(next()));
     else return false;
@@ -115,6 +117,7 @@ int Worker(const Args& a) {
   if (a.arena_bytes >= 0) o.shm_arena_bytes = static_cast<size_t>(a.arena_bytes);
   if (a.yield_us >= 0) o.shm_yield_window = std::chrono::microseconds(a.yield_us);
   if (a.small_bytes >= 0) o.small_message_bytes = static_cast<size_t>(a.small_bytes);
+  if (a.tcp_conns > 0) o.tcp_connections_per_peer = a.tcp_conns;
   o.transport = a.transport == "tcp" ? Transport::kTcp : a.transport == "shm" ? Transport::kShm : Transport::kAuto;
   auto comm = NewCpuCommunicator(o);
   if (!comm.ok()) return 4;
@@ -184,7 +187,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: %s --op all_reduce|all_gather|reduce_scatter|broadcast|reduce|all_to_all "
                  "--ranks N --sizes LIST [--json] [--transport auto|tcp|shm] [--iters N]\n"
-                 "       [--arena-bytes B] [--yield-us U] [--small-bytes B] [--bind core|none]\n",
+                 "       [--arena-bytes B] [--yield-us U] [--small-bytes B] [--bind core|none]\n"
+                 "       [--tcp-conns K]\n",
                  argv[0]);
     return 2;
   }

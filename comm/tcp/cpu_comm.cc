@@ -455,12 +455,16 @@ Status CpuComm::Bootstrap() {
 
   // 3. Connections: rank j connects to every lower rank i (a control connection, plus a data
   // connection when the pair does not share memory); each connection opens with a hello.
-  std::vector<std::optional<tcp::socket>> ctrl(n), data(n);
+  const int conns = opts_.tcp_connections_per_peer;
+  mesh_.set_stripe_bytes(opts_.tcp_stripe_bytes);
+  std::vector<std::optional<tcp::socket>> ctrl(n);
+  std::vector<std::vector<std::optional<tcp::socket>>> data(n);
+  for (auto& d : data) d.resize(conns);
   int expected_in = 0;
-  for (int r = me + 1; r < n; ++r) expected_in += peers[r].shm ? 1 : 2;
+  for (int r = me + 1; r < n; ++r) expected_in += peers[r].shm ? 1 : 1 + conns;
   Status failure;
   int pending = expected_in;
-  for (int r = 0; r < me; ++r) pending += peers[r].shm ? 1 : 2;
+  for (int r = 0; r < me; ++r) pending += peers[r].shm ? 1 : 1 + conns;
   auto fail = [&](Status s) {
     if (failure.ok()) failure = std::move(s);
   };
@@ -482,7 +486,12 @@ Status CpuComm::Bootstrap() {
         --i;  // another generation or communicator: never mix
         continue;
       }
-      auto& slot = h->purpose == kData ? data[h->rank] : ctrl[h->rank];
+      if (h->purpose >= kData + conns) {
+        fail(Status(StatusCode::kProtocolError, "bootstrap: " + RankName(h->rank) + " opened data connection " +
+                                                    std::to_string(h->purpose - kData) + " of " + std::to_string(conns)));
+        co_return;
+      }
+      auto& slot = h->purpose >= kData ? data[h->rank][h->purpose - kData] : ctrl[h->rank];
       if (slot) {
         fail(Status(StatusCode::kProtocolError, "bootstrap: two connections from " + RankName(h->rank)));
         co_return;
@@ -494,8 +503,9 @@ Status CpuComm::Bootstrap() {
     }
   }, asio::detached);
   for (int r = 0; r < me; ++r) {
-    for (uint8_t purpose : {uint8_t{kControl}, uint8_t{kData}}) {
-      if (purpose == kData && peers[r].shm) continue;
+    for (int p = 0; p <= conns; ++p) {
+      const uint8_t purpose = p == 0 ? uint8_t{kControl} : static_cast<uint8_t>(kData + p - 1);
+      if (purpose >= kData && peers[r].shm) continue;
       asio::co_spawn(io, [&, r, purpose]() -> asio::awaitable<void> {
         auto sock = co_await net::Connect(addrs[r].host, addrs[r].port, deadline);
         if (!sock.ok()) {
@@ -509,7 +519,7 @@ Status CpuComm::Bootstrap() {
           fail(Status(StatusCode::kPeerFailed, "bootstrap: " + s.ToString()));
           co_return;
         }
-        (purpose == kData ? data[r] : ctrl[r]).emplace(std::move(*sock));
+        (purpose >= kData ? data[r][purpose - kData] : ctrl[r]).emplace(std::move(*sock));
         --pending;
       }, asio::detached);
     }
@@ -522,7 +532,8 @@ Status CpuComm::Bootstrap() {
     if (deadline.Expired()) {
       std::string missing;
       for (int r = 0; r < n; ++r)
-        if (r != me && (!ctrl[r] || (!peers[r].shm && !data[r])))
+        if (r != me && (!ctrl[r] || (!peers[r].shm && !std::all_of(data[r].begin(), data[r].end(),
+                                                                    [](auto& s) { return s.has_value(); }))))
           missing += (missing.empty() ? "" : ", ") + RankName(r);
       failure = Status(StatusCode::kPeerFailed, "bootstrap: no connection from " + missing +
                                                     " before the deadline");
@@ -535,9 +546,12 @@ Status CpuComm::Bootstrap() {
   for (int r = 0; r < n; ++r) {
     if (r == me) continue;
     peers[r].ctrl_fd = ctrl[r]->release();
-    if (!peers[r].shm) peers[r].data_fd = data[r]->release();
-    for (int fd : {peers[r].ctrl_fd, peers[r].data_fd})
-      if (fd >= 0) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+    if (!peers[r].shm) {
+      for (auto& s : data[r]) peers[r].data_fds.push_back(s->release());
+      peers[r].data_fd = peers[r].data_fds[0];
+    }
+    fcntl(peers[r].ctrl_fd, F_SETFL, fcntl(peers[r].ctrl_fd, F_GETFL) | O_NONBLOCK);
+    for (int fd : peers[r].data_fds) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
   }
   // 4. Map the same-host peers' segments, then a ready barrier; after it every peer has mapped
   // our segment and its name can go (nothing is left behind if a process is killed later).
@@ -1079,6 +1093,8 @@ Result<std::unique_ptr<Communicator>> NewCpuCommunicator(CommOptions options) {
                            std::to_string(options.size));
   if (options.size > 64) return InvalidArgument("the CPU backend supports at most 64 ranks");
   if (options.shm_ring_bytes < 4096) return InvalidArgument("shm_ring_bytes must be at least 4096");
+  if (options.tcp_connections_per_peer < 1 || options.tcp_connections_per_peer > tcp::kMaxDataConnections)
+    return InvalidArgument("tcp_connections_per_peer must be 1.." + std::to_string(tcp::kMaxDataConnections));
   if (options.shm_arena_bytes != 0 && options.shm_arena_bytes < 4096)
     return InvalidArgument("shm_arena_bytes must be 0 (off) or at least 4096");
   std::string scope = StoreScope(options.job, options.generation) + "comm/" + options.name + "/";

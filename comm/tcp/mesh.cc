@@ -156,7 +156,9 @@ Mesh::~Mesh() {
 void Mesh::CloseAll() {
   for (auto& p : peers_) {
     if (p.ctrl_fd >= 0) close(p.ctrl_fd);
-    if (p.data_fd >= 0) close(p.data_fd);
+    for (int fd : p.data_fds)
+      if (fd >= 0) close(fd);
+    p.data_fds.clear();
     p.ctrl_fd = p.data_fd = -1;
   }
 }
@@ -194,19 +196,68 @@ Status Mesh::PeerGone(int peer, const std::string& how) {
 }
 
 Status Mesh::Exchange(OpCtx& ctx, std::span<Xfer> xfers) {
+  // Striping: a large TCP transfer to a peer with several data connections travels as one part
+  // per connection, each with its own header (bytes = the part's). Both sides cut the same way
+  // from the header they send or expect; a disagreement shows in the first part's header.
+  bool stripe = false;
+  for (auto& x : xfers)
+    stripe |= !peers_[x.peer].shm && peers_[x.peer].data_fds.size() > 1 && x.bytes >= stripe_bytes_;
+  if (!stripe) return ExchangeParts(ctx, xfers);
+  std::vector<Xfer> parts;
+  std::vector<size_t> owner;
+  for (size_t i = 0; i < xfers.size(); ++i) {
+    Xfer& x = xfers[i];
+    const size_t k = peers_[x.peer].shm ? 1 : peers_[x.peer].data_fds.size();
+    if (k <= 1 || x.bytes < stripe_bytes_) {
+      parts.push_back(x);
+      owner.push_back(i);
+      continue;
+    }
+    const size_t elem = DTypeSize(x.header.dtype), elems = x.bytes / elem;
+    for (size_t c = 0; c < k; ++c) {
+      const size_t from = elems / k * c * elem, to = c + 1 == k ? x.bytes : elems / k * (c + 1) * elem;
+      Xfer part;
+      part.peer = x.peer;
+      part.send = x.send;
+      part.header = x.header;
+      part.header.bytes = to - from;
+      part.data = x.data + from;
+      part.bytes = to - from;
+      part.conn = static_cast<int>(c);
+      if (x.on_data) {
+        auto cb = x.on_data;
+        part.on_data = [cb, from](size_t a, size_t b) { cb(from + a, from + b); };
+      }
+      parts.push_back(std::move(part));
+      owner.push_back(i);
+    }
+  }
+  Status s = ExchangeParts(ctx, parts);
+  for (auto& x : xfers) x.done = 0;
+  for (size_t j = 0; j < parts.size(); ++j) {
+    Xfer& x = xfers[owner[j]];
+    x.done += parts[j].done;
+    x.hdone = kDataHeaderSize;
+    x.header_checked = true;
+  }
+  return s;
+}
+
+Status Mesh::ExchangeParts(OpCtx& ctx, std::span<Xfer> xfers) {
   MonoTime silent_since = MonoClock::now(), idle_since = silent_since;
   int idle = 0;
   while (true) {
     if (aborted()) return Status(StatusCode::kCommAborted, ctx.What() + ": communicator aborted");
     bool all_done = true, progressed = false;
-    // Per peer and direction, only the first unfinished transfer may move (stream order).
-    uint64_t busy_send = 0, busy_recv = 0;
+    // Per peer, connection and direction, only the first unfinished transfer may move (stream
+    // order).
+    uint64_t busy_send[8] = {}, busy_recv[8] = {};
     for (auto& x : xfers) {
       const bool finished = x.hdone == kDataHeaderSize && x.done == x.bytes && x.header_checked;
       if (finished) continue;
       all_done = false;
       uint64_t bit = uint64_t{1} << (x.peer & 63);
-      uint64_t& busy = x.send ? busy_send : busy_recv;
+      uint64_t& busy = (x.send ? busy_send : busy_recv)[x.conn & 7];
       if (busy & bit) continue;
       busy |= bit;
       RETURN_IF_ERROR(Step(x, ctx, &progressed));
@@ -280,9 +331,9 @@ Status Mesh::StepTcp(Xfer& x, OpCtx& ctx, bool* progressed) {
     msghdr msg{};
     msg.msg_iov = iov;
     msg.msg_iovlen = n;
-    r = sendmsg(p.data_fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+    r = sendmsg(p.data_fds[x.conn], &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
   } else {
-    r = readv(p.data_fd, iov, n);
+    r = readv(p.data_fds[x.conn], iov, n);
   }
   if (r <= 0 && !(r == 0 && x.send)) {
     if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return Status();
@@ -439,7 +490,7 @@ Status Mesh::PollControl(int timeout_ms, std::span<Xfer> xfers, bool include_dat
     for (auto& x : xfers) {
       if (peers_[x.peer].shm || peers_[x.peer].data_fd < 0) continue;
       if (x.hdone == kDataHeaderSize && x.done == x.bytes && x.header_checked) continue;
-      fds.push_back({peers_[x.peer].data_fd, static_cast<short>(x.send ? POLLOUT : POLLIN), 0});
+      fds.push_back({peers_[x.peer].data_fds[x.conn], static_cast<short>(x.send ? POLLOUT : POLLIN), 0});
       who.push_back(-1);
     }
   }

@@ -67,6 +67,7 @@ struct Xfer {
   DataHeader header;              // sent, or expected from the peer
   std::byte* data = nullptr;      // payload (const for sends)
   size_t bytes = 0;
+  int conn = 0;                   // TCP: which of the peer's data connections carries it
   // Receives only: called with [from, to) payload byte ranges as they arrive, in order,
   // each a whole number of elements of `header.dtype` (the last piece may be the tail).
   std::function<void(size_t from, size_t to)> on_data;
@@ -81,7 +82,8 @@ struct Xfer {
 // Everything a rank knows about one peer.
 struct Peer {
   int ctrl_fd = -1;
-  int data_fd = -1;         // -1 when the link is shared memory
+  int data_fd = -1;         // -1 when the link is shared memory (= data_fds[0] otherwise)
+  std::vector<int> data_fds;  // TCP: every data connection (large transfers are striped)
   bool shm = false;
   bool same_host = false;
   std::unique_ptr<ShmSegment> segment;  // the peer's segment (we write our ring in it)
@@ -123,6 +125,8 @@ class Mesh {
   size_t ring_bytes() const { return ring_bytes_; }
   void set_ring_bytes(size_t b) { ring_bytes_ = b; }
   void set_arena_bytes(size_t b) { arena_bytes_ = b; }
+  // TCP transfers of at least `stripe_bytes` are cut into one part per data connection.
+  void set_stripe_bytes(size_t b) { stripe_bytes_ = b; }
   // How long a waiter on shared memory yields the CPU before sleeping on its doorbell.
   void set_yield_window(std::chrono::microseconds w) { yield_window_ = w; }
 
@@ -173,6 +177,7 @@ class Mesh {
 
  private:
   Status Step(Xfer& x, OpCtx& ctx, bool* progressed);
+  Status ExchangeParts(OpCtx& ctx, std::span<Xfer> xfers);
   Status StepTcp(Xfer& x, OpCtx& ctx, bool* progressed);
   Status StepShm(Xfer& x, OpCtx& ctx, bool* progressed);
   Status AfterBytes(Xfer& x, OpCtx& ctx);
@@ -196,6 +201,7 @@ class Mesh {
   size_t ring_bytes_ = 0;
   size_t arena_bytes_ = 0;
   uint64_t arena_step_ = 0;
+  size_t stripe_bytes_ = 1u << 20;
   mutable int all_shm_ = -1;  // all_shm() once computed
   bool oversubscribed_ = false;
   std::chrono::microseconds yield_window_{200};

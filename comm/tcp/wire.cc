@@ -80,7 +80,7 @@ Result<Hello> DecodeHello(std::span<const std::byte> payload) {
   ASSIGN_OR_RETURN(h.nonce, r.Get<uint64_t>());
   ASSIGN_OR_RETURN(h.rank, r.Get<uint32_t>());
   ASSIGN_OR_RETURN(h.purpose, r.Get<uint8_t>());
-  if (h.purpose > kData) return Corruption("comm hello: bad purpose " + std::to_string(h.purpose));
+  if (h.purpose >= kData + kMaxDataConnections) return Corruption("comm hello: bad purpose " + std::to_string(h.purpose));
   if (r.remaining() != 0) return Corruption("comm hello: trailing bytes");
   return h;
 }

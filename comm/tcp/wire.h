@@ -43,8 +43,9 @@ enum FrameType : uint16_t {
   kGoodbye = 3,  // the sender destroys the communicator gracefully (empty)
   kAbortNotice = 4,  // the sender's communicator failed: u32 length + reason
 };
-// Purpose byte of a hello.
+// Purpose byte of a hello: control, or data connection k as kData + k.
 enum Purpose : uint8_t { kControl = 0, kData = 1 };
+inline constexpr int kMaxDataConnections = 8;
 
 struct Hello {
   uint64_t nonce = 0;

@@ -57,6 +57,7 @@ enum class ShmPath {
   kArena,         // defaults: one-step all-read up to 64 KiB, direct reduce-scatter/all-gather above
   kArenaChunked,  // direct reduce-scatter/all-gather for every count, 32 KiB halves (many steps)
   kRings,         // arenas off: recursive doubling and the ring over the per-pair rings
+  kStriped,       // TCP: three data connections per pair, transfers from 4 KiB striped
 };
 
 struct TableCase {
@@ -75,6 +76,10 @@ TEST_P(CollectiveTable, EveryOpEveryDTypeAgainstReference) {
       o.small_message_bytes = 0;
     }
     if (path == ShmPath::kRings) o.shm_arena_bytes = 0;
+    if (path == ShmPath::kStriped) {
+      o.tcp_connections_per_peer = 3;
+      o.tcp_stripe_bytes = 4 << 10;
+    }
   });
   TableOptions o;
   o.dtypes = AllDTypes();
@@ -96,6 +101,7 @@ std::vector<TableCase> AllCases() {
     for (int n = 1; n <= 8; ++n) cases.push_back({n, t});
   for (int n : {2, 3, 4, 5, 8}) cases.push_back({n, Transport::kShm, ShmPath::kArenaChunked});
   for (int n : {2, 3, 4, 5}) cases.push_back({n, Transport::kShm, ShmPath::kRings});
+  for (int n : {2, 3, 4}) cases.push_back({n, Transport::kTcp, ShmPath::kStriped});
   return cases;
 }
 
@@ -103,6 +109,7 @@ INSTANTIATE_TEST_SUITE_P(Threads, CollectiveTable, ::testing::ValuesIn(AllCases(
                          [](const auto& info) {
                            const char* path = info.param.path == ShmPath::kArenaChunked ? "ArenaChunked"
                                                : info.param.path == ShmPath::kRings      ? "Rings"
+                                               : info.param.path == ShmPath::kStriped    ? "Striped"
                                                                                          : "";
                            return std::string(info.param.transport == Transport::kTcp ? "Tcp" : "Shm") +
                                   path + std::to_string(info.param.n);
