@@ -32,6 +32,10 @@ Status RocksError(const rocksdb::Status& s, std::string_view what,
 
 uint64_t RoundUp(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
 
+// The location of an empty chunk: it takes no slot (tombstones of deleted chunks are empty).
+constexpr uint32_t kNoFile = UINT32_MAX;
+bool HasSlot(const ChunkLocation& loc) { return loc.file != kNoFile; }
+
 std::string Hex(ChunkId id) {
   char buf[24];
   std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(id));
@@ -193,7 +197,7 @@ Status ChunkEngineImpl::Init() {
     ChunkId id = 0;
     if (!ParseChunkKey(it->key().ToStringView(), &id)) break;
     ASSIGN_OR_RETURN(ChunkRecord r, DecodeChunkRecord(it->value().ToStringView(), Hex(id)));
-    RETURN_IF_ERROR(slots_->MarkUsed(r.loc, "chunk " + Hex(id)));
+    if (HasSlot(r.loc)) RETURN_IF_ERROR(slots_->MarkUsed(r.loc, "chunk " + Hex(id)));
     chunks_[id] = Entry{r.loc, ChunkInfo{id, r.version, r.length, r.chunk_crc,
                                          r.loc.size_class == SizeClass::kSmall}};
   }
@@ -241,9 +245,14 @@ Status ChunkEngineImpl::Write(std::span<const ChunkWrite> writes) {
     for (const ChunkWrite& w : writes) {
       const SizeClass c = w.data.size() <= options_.small_chunk_size ? SizeClass::kSmall
                                                                      : SizeClass::kLarge;
+      if (w.data.empty()) {
+        locs.push_back(ChunkLocation{SizeClass::kSmall, kNoFile, 0});
+        continue;
+      }
       Result<ChunkLocation> loc = AllocateLocked(c);
       if (!loc.ok()) {
-        for (const ChunkLocation& l : locs) slots_->Free(l);
+        for (const ChunkLocation& l : locs)
+          if (HasSlot(l)) slots_->Free(l);
         return loc.status().WithContext("allocate a slot for chunk " + Hex(w.id));
       }
       locs.push_back(*loc);
@@ -251,7 +260,8 @@ Status ChunkEngineImpl::Write(std::span<const ChunkWrite> writes) {
   }
   auto free_new = [&] {
     std::lock_guard lock(alloc_mu_);
-    for (const ChunkLocation& l : locs) slots_->Free(l);
+    for (const ChunkLocation& l : locs)
+      if (HasSlot(l)) slots_->Free(l);
   };
   CommitRequest request;
   std::vector<int> touched_files;
@@ -401,7 +411,8 @@ void ChunkEngineImpl::Apply(const CommitRequest& request) {
     const ChunkId id = change.id;
     const std::optional<ChunkRecord>& record = change.record;
     auto it = chunks_.find(id);
-    if (it != chunks_.end() && !change.moved_away) slots_->Quarantine(it->second.loc);
+    if (it != chunks_.end() && !change.moved_away && HasSlot(it->second.loc))
+      slots_->Quarantine(it->second.loc);
     if (record) {
       chunks_[id] = Entry{record->loc, ChunkInfo{id, record->version, record->length,
                                                  record->chunk_crc,
@@ -484,7 +495,7 @@ std::vector<std::string> ChunkEngineImpl::Check() {
   std::lock_guard lock(alloc_mu_);
   std::set<std::pair<uint32_t, uint32_t>> held;
   for (const auto& [id, e] : chunks_)
-    if (!held.insert({e.loc.file, e.loc.slot}).second)
+    if (HasSlot(e.loc) && !held.insert({e.loc.file, e.loc.slot}).second)
       problems.push_back("slot " + std::to_string(e.loc.slot) + " of " + DataPath(e.loc) +
                          " is held by two chunks");
   if (slots_->used_slots() != held.size())

@@ -141,6 +141,26 @@ TEST(ChunkEngineTest, MoveHandsDataOverWithoutCopying) {
   EXPECT_EQ(engine->Usage().used_slots, 1u);
 }
 
+TEST(ChunkEngineTest, EmptyChunksTakeNoSlot) {
+  TempDir dir("engine-empty");
+  {
+    auto engine = OpenOrDie(SmallOptions(dir.path()));
+    ASSERT_TRUE(engine->Write(1, 1, Content(1, 1, 300000)).ok());
+    ASSERT_TRUE(engine->Write(1, 2, {}).ok());  // e.g. a tombstone replacing a deleted chunk
+    ASSERT_TRUE(engine->Write(2, 1, {}).ok());
+    EXPECT_EQ(engine->Usage().used_slots, 0u);
+  }
+  auto engine = OpenOrDie(SmallOptions(dir.path()));
+  EXPECT_EQ(engine->Usage().chunks, 2u);
+  EXPECT_EQ(engine->Usage().used_slots, 0u);
+  std::vector<std::byte> got;
+  ChunkInfo info;
+  ASSERT_TRUE(engine->ReadAll(1, &got, &info).ok());
+  EXPECT_TRUE(got.empty());
+  EXPECT_EQ(info.version, 2u);
+  EXPECT_TRUE(engine->Check().empty());
+}
+
 TEST(ChunkEngineTest, RejectsADifferentGeometry) {
   TempDir dir("engine-geom");
   { OpenOrDie(SmallOptions(dir.path())); }
