@@ -80,8 +80,9 @@ Status ArenaAllReduce(Mesh& mesh, OpCtx& ctx, const DataHeader& op_header, const
   const size_t half_elems = mesh.arena_half_bytes() / es;
   const auto* in = static_cast<const std::byte*>(send);
   auto* out = static_cast<std::byte*>(recv);
-  std::vector<const void*> srcs;
-  srcs.reserve(n);
+  const void* src_buf[64];  // n ≤ 64 (NewCpuCommunicator); no allocation per op
+  size_t nsrc = 0;
+  auto srcs = [&] { return std::span<const void* const>(src_buf, nsrc); };
 
   if (total <= small_bytes && count <= half_elems) {
     const uint64_t step = ++mesh.arena_step();
@@ -95,8 +96,8 @@ Status ArenaAllReduce(Mesh& mesh, OpCtx& ctx, const DataHeader& op_header, const
         return total <= kArenaInlineBytes ? v.slot[half]->data : v.half[half];
       };
       std::memcpy(out, data(0), total);
-      for (int q = 1; q < n; ++q) srcs.push_back(data(q));
-      ReduceMany(out, srcs, count, dt, op);
+      for (int q = 1; q < n; ++q) src_buf[nsrc++] = data(q);
+      ReduceMany(out, srcs(), count, dt, op);
       FinishAverage(out, count, dt, op, n);
     }
     ctx.bytes_sent += total * (n - 1);
@@ -123,10 +124,10 @@ Status ArenaAllReduce(Mesh& mesh, OpCtx& ctx, const DataHeader& op_header, const
       const size_t k = std::min(block, e - b - x);
       std::byte* dst = slice + x * es;
       std::memcpy(dst, in + (at + b + x) * es, k * es);
-      srcs.clear();
+      nsrc = 0;
       for (int q = 0; q < n; ++q)
-        if (q != me) srcs.push_back(mesh.Arena(q).half[half] + (b + x) * es);
-      ReduceMany(dst, srcs, k, dt, op);
+        if (q != me) src_buf[nsrc++] = mesh.Arena(q).half[half] + (b + x) * es;
+      ReduceMany(dst, srcs(), k, dt, op);
       FinishAverage(dst, k, dt, op, n);
       std::memcpy(out + (at + b + x) * es, dst, k * es);
     }
