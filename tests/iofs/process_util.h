@@ -80,6 +80,16 @@ class Process {
     return status;
   }
 
+  // Waits up to `timeout` for the process to exit on its own (killing it after) and returns its
+  // wait status (-1 if it had to be killed or was not running).
+  int WaitExit(std::chrono::milliseconds timeout) {
+    if (pid_ <= 0) return -1;
+    const int status = WaitChild(pid_, timeout);
+    pid_ = -1;
+    exit_status_ = status;
+    return status;
+  }
+
   // True while the process has not exited (reaps it if it has).
   bool Running() {
     if (pid_ <= 0) return false;
