@@ -35,7 +35,7 @@ struct ServerOptions {
   ChunkEngineOptions engine;          // engine.dir is set to <state_dir>/engine
   int64_t tick_ms = 100;              // retransmission period of the chain protocol
   int64_t heartbeat_ms = 200;         // manager → node ping period
-  int down_after = 3;                 // missed pings before a node leaves its chains
+  int down_after = 10;                // missed pings before a node leaves its chains (2 s)
   int client_threads = 16;            // threads for client requests (may wait on the network)
   int peer_threads = 4;               // threads for replica messages (never wait on the network)
 };

@@ -102,7 +102,7 @@ class Cluster {
           << "[cluster]\nnodes = \"" << list << "\"\nreplication = " << rf << "\nchains = 3\n"
           << "[engine]\nchunk_size = 262144\nsmall_chunk_size = 65536\nslots_per_file = 64\n"
           << "capacity_gib = 1\nio_buffers = 8\nqueue_depth = 8\n"
-          << "[timing]\ntick_ms = 50\nheartbeat_ms = 50\ndown_after = 4\n";
+          << "[timing]\ntick_ms = 50\nheartbeat_ms = 100\ndown_after = 10\n";
     }
     procs_.resize(nodes);
     for (auto& p : procs_) p = std::make_unique<Process>();
