@@ -10,15 +10,6 @@
 
 namespace rt::dist {
 
-// A run of elements of one tensor that this rank updates (or counts in the gradient norm).
-struct DistTrainer::Piece {
-  int tensor = 0;         // index into stage_.tensors
-  int unit = 0;
-  int64_t flat = 0;       // first element in the stage's flat layout
-  int64_t own = 0;        // first element in the owned buffers
-  int64_t count = 0;
-};
-
 // A gradient reduction in flight: phase 0 is the reduction over dp_shard, phase 1 the
 // all-reduce across replica groups (HSDP).
 struct DistTrainer::Pending {
@@ -669,75 +660,6 @@ Status DistTrainer::OptimizerStep(double sumsq, StepStats* stats) {
       RETURN_IF_ERROR(WaitFor(w, WaitDeadline(), "ZeRO parameter all-gather"));
   }
   return Status();
-}
-
-StateShards DistTrainer::Shards() {
-  StateShards out;
-  const int zero = layout_.zero;
-  // Replica id: the copies of one piece are told apart by the data-parallel ranks holding it
-  // (all of them, or the replica groups when ZeRO shards it), the tensor-parallel ranks when
-  // the tensor is replicated there, and the tied wte's second set of copies on the last stage.
-  auto replica = [&](const StageTensor& t, bool zero_sharded) {
-    const int dp_copies = zero_sharded ? layout_.dp_replicate : layout_.dp();
-    const int dp_id = zero_sharded ? coords_.dp_replicate : coords_.dp;
-    const int tp_copies = t.tp_sharded ? 1 : layout_.tp;
-    const int tp_id = t.tp_sharded ? 0 : coords_.tp;
-    return (t.tied_copy ? dp_copies * tp_copies : 0) + dp_id * tp_copies + tp_id;
-  };
-  // Emits local elements [begin, begin+count) of tensor `ti` (viewed at `data`), split by box.
-  auto emit = [&](StateKind kind, int ti, int64_t begin, int64_t count, float* data,
-                  bool zero_sharded) {
-    const StageTensor& t = stage_.tensors[static_cast<size_t>(ti)];
-    for (const TensorBox& b : t.boxes) {
-      const int64_t lo = std::max(begin, b.local_begin);
-      const int64_t hi = std::min(begin + count, b.local_begin + b.size.numel());
-      if (lo >= hi) continue;
-      TensorShard s;
-      s.kind = kind;
-      s.name = t.name;
-      s.global_shape = t.global_shape;
-      s.box_offset = b.offset;
-      s.box_size = b.size;
-      s.has_flat_range = lo != b.local_begin || hi != b.local_begin + b.size.numel();
-      s.flat_begin = s.has_flat_range ? lo - b.local_begin : 0;
-      s.flat_end = s.has_flat_range ? hi - b.local_begin : 0;
-      s.replica = replica(t, zero_sharded);
-      s.view = F32(data + (lo - begin), hi - lo);
-      out.shards.push_back(std::move(s));
-    }
-  };
-  float* p = params_.View(DType::kF32, Shape{1}).data_as<float>();
-  float* m = m_.View(DType::kF32, Shape{1}).data_as<float>();
-  float* v = v_.View(DType::kF32, Shape{1}).data_as<float>();
-  // Parameters (and the fp32 master weights, the same memory).
-  for (StateKind kind : {StateKind::kParam, StateKind::kMaster}) {
-    if (zero < 3) {
-      for (size_t ti = 0; ti < stage_.tensors.size(); ++ti) {
-        const StageTensor& t = stage_.tensors[ti];
-        emit(kind, static_cast<int>(ti), 0, t.shape.numel(), p + t.offset, false);
-      }
-    } else {
-      for (const Piece& pc : update_pieces_) {
-        const int64_t begin = pc.flat - stage_.tensors[static_cast<size_t>(pc.tensor)].offset;
-        emit(kind, pc.tensor, begin, pc.count, p + pc.own, true);
-      }
-    }
-  }
-  for (StateKind kind : {StateKind::kAdamM, StateKind::kAdamV}) {
-    float* base = kind == StateKind::kAdamM ? m : v;
-    for (const Piece& pc : update_pieces_) {
-      const int64_t begin = pc.flat - stage_.tensors[static_cast<size_t>(pc.tensor)].offset;
-      emit(kind, pc.tensor, begin, pc.count, base + pc.own, zero > 0);
-    }
-  }
-  TensorShard step;
-  step.kind = StateKind::kStep;
-  step.name = "step";
-  step.dtype = DType::kI64;
-  step.replica = groups_.world->rank();
-  step.view = Tensor(&state_.adam_step, DType::kI64, Shape());
-  out.shards.push_back(std::move(step));
-  return out;
 }
 
 }  // namespace rt::dist

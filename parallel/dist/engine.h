@@ -21,7 +21,9 @@
 //   - global-norm clipping over every parameter counted once (data-parallel replicas, the tied
 //     copy and tensors replicated across tensor-parallel ranks excluded).
 // The interleaved schedule, recomputation and bf16/fp16 are not implemented: Create returns
-// Unimplemented for them.
+// Unimplemented for them. State lives in host memory (Device::kCpu) and the vocabulary-parallel
+// cross-entropy and sequence-parallel permutations are host loops, so the engine runs on the CPU
+// communicator only, not yet on NCCL/CUDA.
 //
 // The world communicator should be built with EngineCommOptions (ring algorithms for every
 // message size), for the byte formulas of the tensor-parallel collectives.
@@ -114,7 +116,14 @@ class DistTrainer {
   const StepTimings& timings() const { return timings_; }
 
  private:
-  struct Piece;
+  // A run of elements of one tensor that this rank updates (or counts in the gradient norm).
+  struct Piece {
+    int tensor = 0;    // index into stage_.tensors
+    int unit = 0;
+    int64_t flat = 0;  // first element in the stage's flat layout
+    int64_t own = 0;   // first element in the owned buffers
+    int64_t count = 0;
+  };
   struct Pending;
   DistTrainer() = default;
   Status Initialize();

@@ -8,12 +8,6 @@ int64_t StageLayout::num_params() const {
   return n;
 }
 
-int StageLayout::Find(const std::string& name) const {
-  for (size_t i = 0; i < tensors.size(); ++i)
-    if (tensors[i].name == name) return static_cast<int>(i);
-  return -1;
-}
-
 int StageFirstLayer(int n_layer, int stages, int stage) {
   // Every stage gets n_layer / stages blocks; the remainder goes one each to stages 1, 2, ...,
   // stages-2 (the middle, which runs neither the embedding nor the head), then 0, then the last.

@@ -62,8 +62,6 @@ struct StageLayout {
   int layers() const { return end_layer - first_layer; }
   // Elements that are real parameters (no padding).
   int64_t num_params() const;
-  // Index of the tensor named `name`, or -1.
-  int Find(const std::string& name) const;
 };
 
 // The first block of stage s of p for L blocks: blocks are spread evenly, a remainder going to
