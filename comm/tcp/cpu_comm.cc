@@ -44,8 +44,12 @@ std::string HostId() {
 
 class CpuComm;
 
-// One queued op.
-struct Op {
+// One queued op; it is also the op's work handle (one allocation per op).
+struct Op final : Work {
+  Status Wait(Deadline deadline) override;
+  bool Done() const override;
+
+  std::shared_ptr<CpuComm> comm;  // kept alive while a handle exists
   OpKind kind;
   bool p2p = false;
   // p2p ops: the transfer (run is unused).
@@ -69,18 +73,6 @@ struct Op {
 
 class CpuComm;
 Status RunFastAllReduce(CpuComm& c, Op& op, OpCtx& octx);
-
-class CpuWork final : public Work {
- public:
-  CpuWork(std::shared_ptr<CpuComm> comm, std::shared_ptr<Op> op)
-      : comm_(std::move(comm)), op_(std::move(op)) {}
-  Status Wait(Deadline deadline) override;
-  bool Done() const override;
-
- private:
-  std::shared_ptr<CpuComm> comm_;
-  std::shared_ptr<Op> op_;
-};
 
 // A completed work handle (argument errors, size-1 shortcuts).
 class DoneWork final : public Work {
@@ -135,6 +127,7 @@ class CpuComm : public std::enable_shared_from_this<CpuComm> {
   // Queues a prepared collective op.
   WorkHandle EnqueueOp(std::shared_ptr<Op> op) {
     const OpKind kind = op->kind;
+    op->comm = shared_from_this();
     {
       std::lock_guard lock(mu_);
       if (!failed_.ok()) {
@@ -147,11 +140,11 @@ class CpuComm : public std::enable_shared_from_this<CpuComm> {
     }
     // The worker is not woken here: a caller that waits right away runs the op itself (no thread
     // handoff); the worker polls every kWorkerPollMs and runs ops nobody waits for.
-    return std::make_shared<CpuWork>(shared_from_this(), op);
+    return op;
   }
 
   // Runs queued ops (claimed in order) until `op` is done or the deadline passes.
-  Status WaitFor(const std::shared_ptr<Op>& op, Deadline deadline) {
+  Status WaitFor(Op* op, Deadline deadline) {
     std::unique_lock lock(mu_);
     while (!op->done) {
       if (CanClaimLocked()) {
@@ -174,6 +167,7 @@ class CpuComm : public std::enable_shared_from_this<CpuComm> {
     op->dtype = dt;
     op->peer = peer;
     op->tag = tag;
+    op->comm = shared_from_this();
     {
       std::lock_guard lock(mu_);
       if (!failed_.ok()) {
@@ -186,10 +180,10 @@ class CpuComm : public std::enable_shared_from_this<CpuComm> {
     }
     // The worker is not woken here: a caller that waits right away runs the op itself (no thread
     // handoff); the worker polls every kWorkerPollMs and runs ops nobody waits for.
-    return std::make_shared<CpuWork>(shared_from_this(), op);
+    return op;
   }
 
-  bool IsDone(const std::shared_ptr<Op>& op) {
+  bool IsDone(const Op* op) {
     std::lock_guard lock(mu_);
     return op->done;
   }
@@ -357,8 +351,8 @@ class CpuComm : public std::enable_shared_from_this<CpuComm> {
   CommStats stats_;
 };
 
-Status CpuWork::Wait(Deadline deadline) { return comm_->WaitFor(op_, deadline); }
-bool CpuWork::Done() const { return comm_->IsDone(op_); }
+Status Op::Wait(Deadline deadline) { return comm->WaitFor(this, deadline); }
+bool Op::Done() const { return comm->IsDone(this); }
 
 // ---------------------------------------------------------------------------------------------
 // Bootstrap
