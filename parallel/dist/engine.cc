@@ -56,7 +56,6 @@ Result<std::unique_ptr<DistTrainer>> DistTrainer::Create(
   if (config.train.precision != "fp32")
     return Unimplemented("parallel engine: precision '" + config.train.precision +
                          "' (only fp32)");
-  if (config.train.recompute) return Unimplemented("parallel engine: train.recompute");
   const int dp = layout.dp(), micro = config.train.micro_batches;
   if (config.train.batch_size % (dp * micro) != 0)
     return InvalidArgument("train.batch_size (" + std::to_string(config.train.batch_size) +
@@ -81,7 +80,7 @@ Result<std::unique_ptr<DistTrainer>> DistTrainer::Create(
   const int slots = layout.schedule == PipelineSchedule::kGpipe ? micro : std::min(micro, stages_left);
   ASSIGN_OR_RETURN(t->runner_, StageRunner::Create(config.model, t->stage_, t->micro_rows_, slots,
                                                    TpGroup{t->groups_.tp.get(), wait_timeout},
-                                                   layout.sequence_parallel));
+                                                   layout.sequence_parallel, config.train.recompute));
   ASSIGN_OR_RETURN(DataOrder order, ParseDataOrder(config.data.order));
   ASSIGN_OR_RETURN(DataLoader loader,
                    DataLoader::Create(std::move(train_tokens), config.train.batch_size,

@@ -20,7 +20,8 @@
 //     parallelism (the residual stream split on the sequence between the tensor-parallel parts);
 //   - global-norm clipping over every parameter counted once (data-parallel replicas, the tied
 //     copy and tensors replicated across tensor-parallel ranks excluded).
-// The interleaved schedule, recomputation and bf16/fp16 are not implemented: Create returns
+// train.recompute keeps only each block's input per micro-batch and recomputes the rest in the
+// backward. The interleaved schedule and bf16/fp16 are not implemented: Create returns
 // Unimplemented for them. State lives in host memory (Device::kCpu) and the vocabulary-parallel
 // cross-entropy and sequence-parallel permutations are host loops, so the engine runs on the CPU
 // communicator only, not yet on NCCL/CUDA.

@@ -9,7 +9,7 @@ namespace rt::dist {
 Result<std::unique_ptr<StageRunner>> StageRunner::Create(const ModelConfig& model,
                                                          const StageLayout& layout, int rows,
                                                          int slots, TpGroup tp,
-                                                         bool sequence_parallel) {
+                                                         bool sequence_parallel, bool recompute) {
   std::unique_ptr<StageRunner> r(new StageRunner());
   r->model_ = model;
   r->tp_ = tp;
@@ -17,6 +17,7 @@ Result<std::unique_ptr<StageRunner>> StageRunner::Create(const ModelConfig& mode
   r->n_head_local_ = model.n_head / t;
   r->vocab_start_ = static_cast<int64_t>(layout.tp_rank) * (model.vocab_size / t);
   r->sp_ = sequence_parallel && t > 1;
+  r->recompute_ = recompute;
   r->layers_ = layout.layers();
   r->rows_ = rows;
   r->slots_ = slots;
@@ -31,8 +32,10 @@ Result<std::unique_ptr<StageRunner>> StageRunner::Create(const ModelConfig& mode
   for (int s = 0; s < slots; ++s) {
     SlotIds ids;
     for (int j = 0; j <= r->layers_; ++j) ids.residual.push_back(a.Add("residual", f32, {B, Tr, C}));
+    // With recomputation one set of block activations serves every block and slot.
     std::vector<int> blocks;
-    for (int j = 0; j < r->layers_; ++j) {
+    const int sets = recompute ? (s == 0 && r->layers_ > 0 ? 1 : 0) : r->layers_;
+    for (int j = 0; j < sets; ++j) {
       blocks.push_back(a.Add("ln_1", f32, {B, T, C}));
       blocks.push_back(a.Add("ln_1_mean", f32, {B, Tr}));
       blocks.push_back(a.Add("ln_1_rstd", f32, {B, Tr}));
@@ -85,8 +88,8 @@ Tensor StageRunner::tokens(int slot) const { return Get(slot_ids_[slot].tokens);
 Tensor StageRunner::targets(int slot) const { return Get(slot_ids_[slot].targets); }
 
 BlockActivations StageRunner::Acts(int slot, int j) const {
-  const std::vector<int>& ids = block_ids_[slot];
-  const size_t b = static_cast<size_t>(j) * 12;
+  const std::vector<int>& ids = block_ids_[recompute_ ? 0 : slot];
+  const size_t b = recompute_ ? 0 : static_cast<size_t>(j) * 12;
   return {Get(ids[b]),     Get(ids[b + 1]), Get(ids[b + 2]),  Get(ids[b + 3]),
           Get(ids[b + 4]), Get(ids[b + 5]), Get(ids[b + 6]),  Get(ids[b + 7]),
           Get(ids[b + 8]), Get(ids[b + 9]), Get(ids[b + 10]), Get(ids[b + 11])};
@@ -174,6 +177,8 @@ Status StageRunner::HeadBackward(int slot, Tensor ln_f_w, Tensor wte, Tensor g_l
 
 Status StageRunner::BlockBackward(int slot, int j, const BlockTensors& p, const BlockTensors& g) {
   const Tensor input = Get(slot_ids_[slot].residual[j]);
+  // Recomputation: the block's forward again (rewriting its output with the same values).
+  if (recompute_) RETURN_IF_ERROR(BlockForward(slot, j, p));
   if (sp_)
     return SpBlockBackward(tp_, p, g, Acts(slot, j), Scratch(), Sp(), dout(slot), input,
                            n_head_local_);

@@ -24,10 +24,12 @@ class StageRunner {
  public:
   // Allocates `slots` activation sets for the local widths of `layout` (layout.tp ranks, whose
   // collectives go over `tp`); with `sequence_parallel` (and tp > 1) the residual stream holds
-  // seq_len / tp positions per rank. Errors: ResourceExhausted.
+  // seq_len / tp positions per rank. With `recompute` only the blocks' inputs are kept per slot
+  // and BlockBackward runs the block's forward again first. Errors: ResourceExhausted.
   static Result<std::unique_ptr<StageRunner>> Create(const ModelConfig& model,
                                                      const StageLayout& layout, int rows, int slots,
-                                                     TpGroup tp, bool sequence_parallel);
+                                                     TpGroup tp, bool sequence_parallel,
+                                                     bool recompute);
 
   // (With sequence parallelism every [rows,T,C] of the residual stream below is this rank's
   // [rows,T/tp,C].) The stage input [rows,T,C] of `slot` (the embedding output on the first stage; what the
@@ -80,6 +82,7 @@ class StageRunner {
   int n_head_local_ = 0;
   int64_t vocab_start_ = 0;
   bool sp_ = false;           // sequence parallelism
+  bool recompute_ = false;    // one shared set of block activations, rebuilt in the backward
   int64_t pos_start_ = 0;     // first position of this rank's sequence part
   int sp_ids_[4] = {0, 0, 0, 0};  // SpScratch: full_a, full_b, local, staging
   SpScratch Sp() const;

@@ -384,3 +384,43 @@ TEST(ParityTest, SConfigMixedLayouts) {
 
 }  // namespace
 }  // namespace rt::dist
+
+namespace rt::dist {
+namespace {
+
+// train.recompute: the same numbers as one process recomputing, with fewer activation bytes.
+TEST(ParityTest, RecomputeMatchesOneProcess) {
+  RunConfig c = Config(2);
+  c.train.recompute = true;
+  Result<std::unique_ptr<Trainer>> ref = Trainer::Create(c, Tokens(), "");
+  ASSERT_TRUE(ref.ok());
+  std::vector<double> losses;
+  for (int s = 0; s < kSteps; ++s) {
+    Result<StepStats> st = (*ref)->Step();
+    ASSERT_TRUE(st.ok());
+    losses.push_back(st->loss);
+  }
+  for (const char* spec : {"dp=1", "tp=2,sp=1,pp=2,schedule=1f1b", "dp=2,zero=3"}) {
+    std::unique_ptr<DistRun> run = RunLayout(c, Layout(spec), Tokens(), kSteps);
+    ASSERT_TRUE(run->status.ok()) << spec << ": " << run->status.ToString();
+    std::unique_ptr<DistRun> kept = RunLayout(Config(2), Layout(spec), Tokens(), 0);
+    ASSERT_TRUE(kept->status.ok());
+    EXPECT_LT(run->engines[0]->memory().activation_bytes, kept->engines[0]->memory().activation_bytes);
+    double worst = 0;
+    for (int s = 0; s < kSteps; ++s)
+      worst = std::max(worst, std::abs(run->losses[0][s] - losses[s]) / losses[s]);
+    std::string error;
+    const ParamDiff d =
+        CompareParams(Assemble(*run, StateKind::kParam, &error), (*ref)->optimizer().master(), &error);
+    EXPECT_EQ(error, "") << spec;
+    EXPECT_LE(worst, kTolerance) << spec;
+    EXPECT_LE(d.global, kTolerance) << spec;
+    if (std::string(spec) == "dp=1") {
+      EXPECT_EQ(d.global, 0.0);  // bitwise the Trainer
+    }
+    std::printf("recompute %-30s loss rel %.1e  params max-abs rel %.1e\n", spec, worst, d.global);
+  }
+}
+
+}  // namespace
+}  // namespace rt::dist
