@@ -310,6 +310,18 @@ TEST(TensorParallelParityTest, SequenceParallel) {
   CheckParity("tp=2,sp=1,dp=2,zero=3", 1);
 }
 
+// Gradient accumulation does not synchronise: 4 micro-batches per rank send the same bytes as 1.
+TEST(FormulaTest, NoSyncDuringGradientAccumulation) {
+  for (const char* spec : {"dp=2,zero=0", "dp=2,zero=3"}) {
+    std::unique_ptr<DistRun> one = RunLayout(Config(1), Layout(spec), Tokens(), 1);
+    std::unique_ptr<DistRun> four = RunLayout(Config(4), Layout(spec), Tokens(), 1);
+    ASSERT_TRUE(one->status.ok() && four->status.ok()) << spec;
+    const comm::OpKind rs = comm::OpKind::kReduceScatter;
+    EXPECT_EQ(four->dp_shard_stats[0][rs].bytes_sent, one->dp_shard_stats[0][rs].bytes_sent) << spec;
+    EXPECT_EQ(four->dp_shard_stats[0][rs].ops, one->dp_shard_stats[0][rs].ops) << spec;
+  }
+}
+
 // Tensor parallel's per-layer collectives: per micro-batch of N = rows·T tokens, forward one
 // all-reduce of N·C for the embedding and two per block, backward two per block and one for the
 // head; the vocabulary-parallel cross-entropy adds N (row maxima) and 2N (sums) — each a ring
