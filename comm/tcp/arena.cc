@@ -11,6 +11,9 @@ namespace {
 
 std::string RankName(int r) { return "rank " + std::to_string(r); }
 
+// The root field of a small-path step's header (all-reduce has no root; large steps carry 0).
+constexpr uint32_t kSmallPath = 1;
+
 size_t BlockBegin(size_t count, int n, int b) {
   return count / n * b + std::min<size_t>(b, count % n);
 }
@@ -88,6 +91,7 @@ Status ArenaAllReduce(Mesh& mesh, OpCtx& ctx, const DataHeader& op_header, const
     const uint64_t step = ++mesh.arena_step();
     DataHeader h = op_header;
     h.bytes = total;
+    h.root_or_tag = kSmallPath;  // ranks configured with different thresholds must not mix paths
     RETURN_IF_ERROR(Stage(mesh, ctx, h, step, in, total, /*inline_ok=*/true));
     const int half = static_cast<int>(step % 2);
     if (total) {
