@@ -164,6 +164,23 @@ TEST_P(TransportTest, MismatchedOpKindsFailCleanly) {
                      << results[2].ToString();
 }
 
+TEST(SharedArena, RanksWithDifferentSmallThresholdsFailInsteadOfMixingPaths) {
+  // Rank 0 would take the one-step small path, rank 1 the direct large path for the same
+  // all-reduce: the step headers differ, so both fail cleanly rather than read wrong slices.
+  const int n = 2;
+  Group g = MakeGroup(n, Transport::kShm, 0, nullptr, std::chrono::milliseconds(10'000),
+                      [](CommOptions& o) { o.small_message_bytes = o.rank == 0 ? 64 << 10 : 0; });
+  auto results = OnEveryRank(n, [&](int r) -> Status {
+    std::vector<float> in(100, 1.0f), out(100);
+    return g.comms[r]->AllReduce(in.data(), out.data(), 100, DType::kF32, ReduceOp::kSum)
+        ->Wait(Deadline::AfterMs(5000));
+  });
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(results[r].code(), StatusCode::kProtocolError) << "rank " << r << ": " << results[r].ToString();
+    EXPECT_NE(results[r].ToString().find("disagree"), std::string::npos) << results[r].ToString();
+  }
+}
+
 TEST_P(TransportTest, SplitFormsSubGroups) {
   const int n = 6;
   Group g = MakeGroup(n, GetParam());
