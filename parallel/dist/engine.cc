@@ -2,6 +2,7 @@
 
 #include <bit>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 #include "kernels/ops.h"
@@ -21,6 +22,9 @@ struct DistTrainer::Pending {
 };
 
 namespace {
+
+// ZeRO-2/3: unit reduce-scatters in flight during the backward (each holds a full unit gradient).
+constexpr size_t kMaxReductionsInFlight = 2;
 
 double Now() { return MonoSeconds(); }
 
@@ -359,7 +363,8 @@ Status DistTrainer::Backward(int micro, bool last) {
     if (last) {
       timings_.compute_s += Now() - busy;
       RETURN_IF_ERROR(StartReduce(unit));
-      RETURN_IF_ERROR(AdvanceReductions(false));
+      // ZeRO-2/3 bound the full unit gradients alive at once; ZeRO-0/1 only collect finished ones.
+      RETURN_IF_ERROR(AdvanceReductions(layout_.zero >= 2 ? kMaxReductionsInFlight : SIZE_MAX));
       busy = Now();
     }
   }
@@ -425,12 +430,13 @@ Status DistTrainer::StartReduce(int unit) {
   return Status();
 }
 
-Status DistTrainer::AdvanceReductions(bool wait) {
+Status DistTrainer::AdvanceReductions(size_t max_pending) {
   float* grads = grads_.View(DType::kF32, Shape{1}).data_as<float>();
   // Reductions complete in issue order (one communicator each), so the replica all-reduces are
   // issued in the same order on every rank.
   size_t done = 0;
   for (Pending& p : pending_) {
+    const bool wait = pending_.size() - done > max_pending;
     if (!wait && !p.work->Done()) break;
     const std::string what = "gradient reduction of unit " + std::to_string(p.unit);
     if (p.first) RETURN_IF_ERROR(WaitFor(p.first, WaitDeadline(), what));
@@ -522,7 +528,7 @@ Result<StepStats> DistTrainer::Step() {
     RETURN_IF_ERROR(SyncTiedEmbedding());
     for (int u = 0; u < stage_.aux_units; ++u) RETURN_IF_ERROR(StartReduce(u));
   }
-  RETURN_IF_ERROR(AdvanceReductions(true));
+  RETURN_IF_ERROR(AdvanceReductions(0));
   timings_.reduce_wait_s = Now() - wait_start;
 
   // Loss and gradient norm: every rank's partial sums, gathered over the world and added in rank
@@ -555,7 +561,7 @@ Result<double> DistTrainer::TimeGradientSync() {
   if (layout_.zero != 0) return FailedPrecondition("TimeGradientSync: only for ZeRO-0 (DDP)");
   const double start = Now();
   for (int u = static_cast<int>(stage_.units.size()) - 1; u >= 0; --u) RETURN_IF_ERROR(StartReduce(u));
-  RETURN_IF_ERROR(AdvanceReductions(true));
+  RETURN_IF_ERROR(AdvanceReductions(0));
   return Now() - start;
 }
 

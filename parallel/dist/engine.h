@@ -141,7 +141,9 @@ class DistTrainer {
   Status Forward(int micro);
   Status Backward(int micro, bool last);
   Status StartReduce(int unit);
-  Status AdvanceReductions(bool wait);
+  // Completes finished reductions in issue order, waiting for the oldest while more than
+  // `max_pending` are in flight (0: all).
+  Status AdvanceReductions(size_t max_pending);
   Status SyncTiedEmbedding();
   Status OptimizerStep(double sumsq_total, StepStats* stats);
   // (Σ loss_sum_ over the ranks that count it, Σ `sumsq` over all ranks), equal on every rank.
