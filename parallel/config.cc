@@ -51,18 +51,17 @@ void BindRunConfig(RunConfig* c, ConfigSchema* s) {
 Status ValidateRunConfig(const RunConfig& c) {
   if (c.model.n_embd % c.model.n_head != 0)
     return InvalidArgument("model.n_embd = " + std::to_string(c.model.n_embd) +
-                           " is not divisible by model.n_head = " +
-                           std::to_string(c.model.n_head));
+                           " is not divisible by model.n_head = " + std::to_string(c.model.n_head));
   if (c.train.batch_size % c.train.micro_batches != 0)
-    return InvalidArgument("train.batch_size = " + std::to_string(c.train.batch_size) +
-                           " is not divisible by train.micro_batches = " +
-                           std::to_string(c.train.micro_batches));
-  if (c.optim.min_lr > c.optim.lr)
-    return InvalidArgument("optim.min_lr exceeds optim.lr");
+    return InvalidArgument(
+        "train.batch_size = " + std::to_string(c.train.batch_size) +
+        " is not divisible by train.micro_batches = " + std::to_string(c.train.micro_batches));
+  if (c.optim.min_lr > c.optim.lr) return InvalidArgument("optim.min_lr exceeds optim.lr");
   return Status();
 }
 
-Result<RunConfig> LoadRunConfig(const std::string& path, const std::vector<std::string>& overrides) {
+Result<RunConfig> LoadRunConfig(const std::string& path,
+                                const std::vector<std::string>& overrides) {
   RunConfig config;
   ConfigSchema schema;
   BindRunConfig(&config, &schema);

@@ -13,11 +13,11 @@ namespace rt {
 
 // [model]: the GPT-2 architecture (DESIGN.md "The model").
 struct ModelConfig {
-  int n_layer = 4;         // transformer blocks L; default 4
-  int n_embd = 128;        // channels C; default 128; must be divisible by n_head
-  int n_head = 4;          // attention heads H; default 4
-  int seq_len = 128;       // context length T (rows of wpe); default 128 tokens
-  int vocab_size = 256;    // vocabulary size V (rows of wte); default 256 (byte tokens)
+  int n_layer = 4;       // transformer blocks L; default 4
+  int n_embd = 128;      // channels C; default 128; must be divisible by n_head
+  int n_head = 4;        // attention heads H; default 4
+  int seq_len = 128;     // context length T (rows of wpe); default 128 tokens
+  int vocab_size = 256;  // vocabulary size V (rows of wte); default 256 (byte tokens)
 };
 
 // [train]: the step loop.
@@ -28,7 +28,7 @@ struct TrainConfig {
   int64_t seed = 1337;             // seed of initialisation and data order; default 1337
   std::string precision = "fp32";  // "fp32", "bf16" or "fp16"; default "fp32"
   bool recompute = false;          // recompute block activations in backward; default false
-  int log_every = 10;              // plain-text progress line every N steps (no terminal); default 10
+  int log_every = 10;  // plain-text progress line every N steps (no terminal); default 10
   double loss_scale_init = 65536;  // fp16 only: initial dynamic loss scale; default 65536 (2^16)
   int loss_scale_window = 1000;    // fp16 only: clean steps before the scale doubles; default 1000
 };
@@ -48,8 +48,9 @@ struct OptimConfig {
 
 // [data]: token shards written by `ringtrain data prepare`.
 struct DataConfig {
-  std::string dir = "data/fortunes";  // folder with train_*.bin and val.bin; default "data/fortunes"
-  std::string order = "shuffled";     // "sequential" or "shuffled" windows; default "shuffled"
+  std::string dir =
+      "data/fortunes";             // folder with train_*.bin and val.bin; default "data/fortunes"
+  std::string order = "shuffled";  // "sequential" or "shuffled" windows; default "shuffled"
 };
 
 // [eval]: validation.

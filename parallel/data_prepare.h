@@ -12,9 +12,9 @@ namespace rt {
 
 // What PrepareData does.
 struct PrepareOptions {
-  std::vector<std::string> inputs;  // files or folders (walked recursively, name order)
-  std::string out_dir;              // created if absent; receives train_NNN.bin and val.bin
-  double val_fraction = 0.1;        // tail of each file held out for validation; default 0.1
+  std::vector<std::string> inputs;     // files or folders (walked recursively, name order)
+  std::string out_dir;                 // created if absent; receives train_NNN.bin and val.bin
+  double val_fraction = 0.1;           // tail of each file held out for validation; default 0.1
   int64_t shard_tokens = 100'000'000;  // tokens per training shard; default 100 M
 };
 

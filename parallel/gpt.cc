@@ -30,14 +30,18 @@ Result<Precision> ParsePrecision(std::string_view name) {
   if (name == "fp32") return Precision::kFp32;
   if (name == "bf16") return Precision::kBf16;
   if (name == "fp16") return Precision::kFp16;
-  return InvalidArgument("unknown precision '" + std::string(name) + "' (expected fp32, bf16 or fp16)");
+  return InvalidArgument("unknown precision '" + std::string(name) +
+                         "' (expected fp32, bf16 or fp16)");
 }
 
 DType ComputeDType(Precision p) {
   switch (p) {
-    case Precision::kFp32: return DType::kF32;
-    case Precision::kBf16: return DType::kBF16;
-    case Precision::kFp16: return DType::kF16;
+    case Precision::kFp32:
+      return DType::kF32;
+    case Precision::kBf16:
+      return DType::kBF16;
+    case Precision::kFp16:
+      return DType::kF16;
   }
   return DType::kF32;
 }
@@ -90,8 +94,8 @@ Status BlockForward(const BlockTensors& p, const BlockActivations& a, Tensor bra
   RETURN_IF_ERROR(AttentionForward(a.atty, a.att, a.qkv, n_head));
   RETURN_IF_ERROR(MatmulForward(branch, a.atty, p.attn_proj_w, p.attn_proj_b));
   RETURN_IF_ERROR(Add(a.residual2, inp, branch));
-  RETURN_IF_ERROR(LayerNormForward(a.ln_2, a.ln_2_mean, a.ln_2_rstd, a.residual2, p.ln_2_w,
-                                   p.ln_2_b));
+  RETURN_IF_ERROR(
+      LayerNormForward(a.ln_2, a.ln_2_mean, a.ln_2_rstd, a.residual2, p.ln_2_w, p.ln_2_b));
   RETURN_IF_ERROR(MatmulForward(a.fch, a.ln_2, p.fc_w, p.fc_b));
   RETURN_IF_ERROR(GeluForward(a.fch_gelu, a.fch));
   RETURN_IF_ERROR(MatmulForward(branch, a.fch_gelu, p.fc_proj_w, p.fc_proj_b));
@@ -103,8 +107,8 @@ Status BlockBackward(const BlockTensors& p, const BlockTensors& g, const BlockAc
   // MLP branch: out = residual2 + c_proj(gelu(c_fc(ln_2(residual2)))); dL/d residual2 is dL/d out
   // plus the branch's contribution, accumulated in place.
   RETURN_IF_ERROR(Zero(s.dfch_gelu));
-  RETURN_IF_ERROR(MatmulBackward(s.dfch_gelu, g.fc_proj_w, g.fc_proj_b, dresidual, a.fch_gelu,
-                                 p.fc_proj_w));
+  RETURN_IF_ERROR(
+      MatmulBackward(s.dfch_gelu, g.fc_proj_w, g.fc_proj_b, dresidual, a.fch_gelu, p.fc_proj_w));
   RETURN_IF_ERROR(Zero(s.dfch));
   RETURN_IF_ERROR(GeluBackward(s.dfch, a.fch, s.dfch_gelu));
   RETURN_IF_ERROR(Zero(s.dln));
@@ -113,8 +117,8 @@ Status BlockBackward(const BlockTensors& p, const BlockTensors& g, const BlockAc
                                     a.ln_2_mean, a.ln_2_rstd));
   // Attention branch: residual2 = inp + c_proj(attention(c_attn(ln_1(inp)))).
   RETURN_IF_ERROR(Zero(s.datty));
-  RETURN_IF_ERROR(MatmulBackward(s.datty, g.attn_proj_w, g.attn_proj_b, dresidual, a.atty,
-                                 p.attn_proj_w));
+  RETURN_IF_ERROR(
+      MatmulBackward(s.datty, g.attn_proj_w, g.attn_proj_b, dresidual, a.atty, p.attn_proj_w));
   RETURN_IF_ERROR(Zero(s.dqkv));
   RETURN_IF_ERROR(AttentionBackward(s.dqkv, s.datty, a.qkv, a.att, n_head));
   RETURN_IF_ERROR(Zero(s.dln));
@@ -127,8 +131,9 @@ Result<std::unique_ptr<Gpt>> Gpt::Create(const ModelConfig& config, Precision pr
                                          int max_batch, bool recompute) {
   if (config.n_layer < 1 || config.n_embd < 1 || config.n_head < 1 || config.seq_len < 1 ||
       config.vocab_size < 1 || config.n_embd % config.n_head != 0 || max_batch < 1)
-    return InvalidArgument("GPT config: n_layer, n_embd, n_head, seq_len, vocab_size and the batch "
-                           "must be positive and n_embd divisible by n_head");
+    return InvalidArgument(
+        "GPT config: n_layer, n_embd, n_head, seq_len, vocab_size and the batch "
+        "must be positive and n_embd divisible by n_head");
   std::unique_ptr<Gpt> m(new Gpt());
   m->config_ = config;
   m->precision_ = precision;
@@ -188,12 +193,12 @@ Status Gpt::BuildActivations() {
 BlockActivations Gpt::Acts(int layer, int B, int T) const {
   const ActIds& ids = act_ids_[recompute_ ? 0 : layer];
   const int64_t C = config_.n_embd, H = config_.n_head;
-  return {Sub(acts_, ids.ln_1, {B, T, C}),       Sub(acts_, ids.ln_1_mean, {B, T}),
-          Sub(acts_, ids.ln_1_rstd, {B, T}),     Sub(acts_, ids.qkv, {B, T, 3 * C}),
-          Sub(acts_, ids.atty, {B, T, C}),       Sub(acts_, ids.att, {B, H, T, T}),
-          Sub(acts_, ids.residual2, {B, T, C}),  Sub(acts_, ids.ln_2, {B, T, C}),
-          Sub(acts_, ids.ln_2_mean, {B, T}),     Sub(acts_, ids.ln_2_rstd, {B, T}),
-          Sub(acts_, ids.fch, {B, T, 4 * C}),    Sub(acts_, ids.fch_gelu, {B, T, 4 * C})};
+  return {Sub(acts_, ids.ln_1, {B, T, C}),      Sub(acts_, ids.ln_1_mean, {B, T}),
+          Sub(acts_, ids.ln_1_rstd, {B, T}),    Sub(acts_, ids.qkv, {B, T, 3 * C}),
+          Sub(acts_, ids.atty, {B, T, C}),      Sub(acts_, ids.att, {B, H, T, T}),
+          Sub(acts_, ids.residual2, {B, T, C}), Sub(acts_, ids.ln_2, {B, T, C}),
+          Sub(acts_, ids.ln_2_mean, {B, T}),    Sub(acts_, ids.ln_2_rstd, {B, T}),
+          Sub(acts_, ids.fch, {B, T, 4 * C}),   Sub(acts_, ids.fch_gelu, {B, T, 4 * C})};
 }
 
 Status Gpt::InitializeWeights(const ModelConfig& config, uint64_t seed, const Arena& master) {
@@ -201,7 +206,8 @@ Status Gpt::InitializeWeights(const ModelConfig& config, uint64_t seed, const Ar
   for (int i = 0; i < master.size(); ++i) {
     const std::string& name = master.name(i);
     const Tensor t = master.Get(i);
-    if (t.dtype() != DType::kF32) return InvalidArgument("InitializeWeights: '" + name + "' is not f32");
+    if (t.dtype() != DType::kF32)
+      return InvalidArgument("InitializeWeights: '" + name + "' is not f32");
     std::vector<float> values(static_cast<size_t>(t.numel()), 0.0f);
     const bool is_bias = name.ends_with(".bias");
     const bool is_norm = name.find("ln_") != std::string::npos;
@@ -263,10 +269,9 @@ Result<double> Gpt::Forward(std::span<const int32_t> tokens, std::span<const int
                                  Sub(acts_, residual_ids_[l], {B, T, C}), config_.n_head));
   }
   const Tensor lnf = Sub(acts_, ln_f_id_, {B, T, C});
-  RETURN_IF_ERROR(LayerNormForward(lnf, Sub(acts_, ln_f_mean_id_, {B, T}),
-                                   Sub(acts_, ln_f_rstd_id_, {B, T}),
-                                   Sub(acts_, residual_ids_[config_.n_layer], {B, T, C}), p_.ln_f_w,
-                                   p_.ln_f_b));
+  RETURN_IF_ERROR(LayerNormForward(
+      lnf, Sub(acts_, ln_f_mean_id_, {B, T}), Sub(acts_, ln_f_rstd_id_, {B, T}),
+      Sub(acts_, residual_ids_[config_.n_layer], {B, T, C}), p_.ln_f_w, p_.ln_f_b));
   logits_ = Sub(acts_, logits_id_, {B, T, V});
   RETURN_IF_ERROR(MatmulForward(logits_, lnf, p_.wte, Tensor()));
   has_dlogits_ = false;
@@ -274,7 +279,8 @@ Result<double> Gpt::Forward(std::span<const int32_t> tokens, std::span<const int
   const Tensor tgt = Sub(acts_, targets_id_, {B, T});
   RETURN_IF_ERROR(Copy(tgt, HostTensor(targets.data(), DType::kI32, {B, T})));
   const Tensor losses = Sub(acts_, losses_id_, {B, T});
-  RETURN_IF_ERROR(SoftmaxCrossEntropy(losses, dloss != 0 ? logits_ : Tensor(), logits_, tgt, dloss));
+  RETURN_IF_ERROR(
+      SoftmaxCrossEntropy(losses, dloss != 0 ? logits_ : Tensor(), logits_, tgt, dloss));
   has_dlogits_ = dloss != 0;
   std::vector<float> host(n);
   RETURN_IF_ERROR(Copy(HostTensor(host.data(), DType::kF32, {B, T}), losses));
@@ -290,24 +296,24 @@ Status Gpt::Backward() {
   const int B = B_, T = T_;
   const int64_t C = config_.n_embd;
   const auto residual = [&](int l) { return Sub(acts_, residual_ids_[l], {B, T, C}); };
-  const BlockGradScratch s{Sub(acts_, dln_id_, {B, T, C}),       Sub(acts_, datty_id_, {B, T, C}),
-                           Sub(acts_, dqkv_id_, {B, T, 3 * C}),  Sub(acts_, dfch_id_, {B, T, 4 * C}),
-                           Sub(acts_, dfch_gelu_id_, {B, T, 4 * C}), Sub(acts_, branch_id_, {B, T, C})};
+  const BlockGradScratch s{
+      Sub(acts_, dln_id_, {B, T, C}),           Sub(acts_, datty_id_, {B, T, C}),
+      Sub(acts_, dqkv_id_, {B, T, 3 * C}),      Sub(acts_, dfch_id_, {B, T, 4 * C}),
+      Sub(acts_, dfch_gelu_id_, {B, T, 4 * C}), Sub(acts_, branch_id_, {B, T, C})};
   // Loss path: logits = ln_f(x_L)·wteᵀ.
   const Tensor lnf = Sub(acts_, ln_f_id_, {B, T, C});
   RETURN_IF_ERROR(Zero(s.dln));
   RETURN_IF_ERROR(MatmulBackward(s.dln, g_.wte, Tensor(), logits_, lnf, p_.wte));
   const Tensor dresidual = Sub(acts_, dresidual_id_, {B, T, C});
   RETURN_IF_ERROR(Zero(dresidual));
-  RETURN_IF_ERROR(LayerNormBackward(dresidual, g_.ln_f_w, g_.ln_f_b, s.dln,
-                                    residual(config_.n_layer), p_.ln_f_w,
-                                    Sub(acts_, ln_f_mean_id_, {B, T}),
-                                    Sub(acts_, ln_f_rstd_id_, {B, T})));
+  RETURN_IF_ERROR(LayerNormBackward(
+      dresidual, g_.ln_f_w, g_.ln_f_b, s.dln, residual(config_.n_layer), p_.ln_f_w,
+      Sub(acts_, ln_f_mean_id_, {B, T}), Sub(acts_, ln_f_rstd_id_, {B, T})));
   for (int l = config_.n_layer - 1; l >= 0; --l) {
     const BlockActivations a = Acts(l, B, T);
     if (recompute_) {
-      RETURN_IF_ERROR(BlockForward(p_.h[l], a, s.branch, residual(l + 1), residual(l),
-                                   config_.n_head));
+      RETURN_IF_ERROR(
+          BlockForward(p_.h[l], a, s.branch, residual(l + 1), residual(l), config_.n_head));
     }
     RETURN_IF_ERROR(BlockBackward(p_.h[l], g_.h[l], a, s, dresidual, residual(l), config_.n_head));
   }

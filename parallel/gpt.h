@@ -66,10 +66,10 @@ struct BlockActivations {
 
 // Scratch tensors of a block's backward, shared by all blocks.
 struct BlockGradScratch {
-  Tensor dln, datty;              // [B,T,C]
-  Tensor dqkv;                    // [B,T,3C]
-  Tensor dfch, dfch_gelu;         // [B,T,4C]
-  Tensor branch;                  // [B,T,C] forward scratch for a branch's projection
+  Tensor dln, datty;       // [B,T,C]
+  Tensor dqkv;             // [B,T,3C]
+  Tensor dfch, dfch_gelu;  // [B,T,4C]
+  Tensor branch;           // [B,T,C] forward scratch for a branch's projection
 };
 
 // out = block(inp): pre-LN attention and MLP with residuals; fills `a` for the backward.

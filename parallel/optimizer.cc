@@ -14,7 +14,8 @@ double LearningRate(const OptimConfig& c, int64_t step, int64_t total_steps) {
   return c.min_lr + 0.5 * (c.lr - c.min_lr) * (1.0 + std::cos(M_PI * progress));
 }
 
-Result<std::unique_ptr<AdamWOptimizer>> AdamWOptimizer::Create(const Gpt& model, const OptimConfig& config) {
+Result<std::unique_ptr<AdamWOptimizer>> AdamWOptimizer::Create(const Gpt& model,
+                                                               const OptimConfig& config) {
   std::unique_ptr<AdamWOptimizer> opt(new AdamWOptimizer());
   opt->config_ = config;
   opt->params_ = &model.params();
@@ -33,7 +34,8 @@ Result<std::unique_ptr<AdamWOptimizer>> AdamWOptimizer::Create(const Gpt& model,
 
 Status AdamWOptimizer::SyncParams() {
   if (!has_master_) return Status();
-  for (int i = 0; i < master_.size(); ++i) RETURN_IF_ERROR(Convert(params_->Get(i), master_.Get(i)));
+  for (int i = 0; i < master_.size(); ++i)
+    RETURN_IF_ERROR(Convert(params_->Get(i), master_.Get(i)));
   return Status();
 }
 

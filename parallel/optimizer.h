@@ -23,7 +23,8 @@ double LearningRate(const OptimConfig& config, int64_t step, int64_t total_steps
 class AdamWOptimizer {
  public:
   // Allocates state for `model`'s parameter layout. Errors: ResourceExhausted.
-  static Result<std::unique_ptr<AdamWOptimizer>> Create(const Gpt& model, const OptimConfig& config);
+  static Result<std::unique_ptr<AdamWOptimizer>> Create(const Gpt& model,
+                                                        const OptimConfig& config);
 
   // The fp32 master weights (the model's parameter arena in fp32 mode).
   const Arena& master() const { return has_master_ ? master_ : *params_; }

@@ -1,9 +1,8 @@
 #include "parallel/safetensors.h"
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "parallel/token_shard.h"
@@ -14,12 +13,18 @@ namespace {
 // safetensors' dtype names.
 const char* SafeName(DType t) {
   switch (t) {
-    case DType::kF32: return "F32";
-    case DType::kBF16: return "BF16";
-    case DType::kF16: return "F16";
-    case DType::kI32: return "I32";
-    case DType::kI64: return "I64";
-    case DType::kU8: return "U8";
+    case DType::kF32:
+      return "F32";
+    case DType::kBF16:
+      return "BF16";
+    case DType::kF16:
+      return "F16";
+    case DType::kI32:
+      return "I32";
+    case DType::kI64:
+      return "I64";
+    case DType::kU8:
+      return "U8";
   }
   return nullptr;
 }
@@ -62,15 +67,17 @@ Result<const SafetensorsEntry*> SafetensorsFile::Find(const std::string& name,
   return &it->second;
 }
 
-Result<std::vector<std::byte>> EncodeSafetensors(const std::vector<SafetensorsInput>& tensors,
-                                                 const std::map<std::string, std::string>& metadata) {
+Result<std::vector<std::byte>> EncodeSafetensors(
+    const std::vector<SafetensorsInput>& tensors,
+    const std::map<std::string, std::string>& metadata) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::set<std::string> names;
   int64_t offset = 0;
   for (const SafetensorsInput& t : tensors) {
     if (t.name.empty() || t.name == "__metadata__" || !names.insert(t.name).second)
-      return InvalidArgument("safetensors: tensor name '" + t.name + "' is empty, reserved or repeated");
+      return InvalidArgument("safetensors: tensor name '" + t.name +
+                             "' is empty, reserved or repeated");
     const int64_t size = ByteSize(t.shape, t.dtype);
     if (size < 0) return InvalidArgument("safetensors: tensor '" + t.name + "' has a bad shape");
     header[t.name] = {{"dtype", SafeName(t.dtype)},
@@ -105,8 +112,8 @@ Result<SafetensorsFile> DecodeSafetensors(std::vector<std::byte> bytes, std::str
     return Corruption(file.what + ": header length " + std::to_string(header_len) +
                       " runs past the end of the file (" + std::to_string(b.size()) + " bytes)");
   const char* json_begin = reinterpret_cast<const char*>(b.data() + 8);
-  nlohmann::json header =
-      nlohmann::json::parse(json_begin, json_begin + header_len, nullptr, /*allow_exceptions=*/false);
+  nlohmann::json header = nlohmann::json::parse(json_begin, json_begin + header_len, nullptr,
+                                                /*allow_exceptions=*/false);
   if (!header.is_object()) return Corruption(file.what + ": header is not a JSON object");
   const size_t data_start = 8 + header_len;
   const uint64_t data_size = b.size() - data_start;
@@ -153,8 +160,9 @@ Result<SafetensorsFile> DecodeSafetensors(std::vector<std::byte> bytes, std::str
   uint64_t covered = 0;
   for (const auto& [begin, end] : ranges) {
     if (begin != covered)
-      return Corruption(file.what + ": tensor data " + (begin < covered ? "overlaps" : "has a hole") +
-                        " at byte " + std::to_string(begin));
+      return Corruption(file.what + ": tensor data " +
+                        (begin < covered ? "overlaps" : "has a hole") + " at byte " +
+                        std::to_string(begin));
     covered = end;
   }
   if (covered != data_size)

@@ -31,8 +31,8 @@ struct SafetensorsEntry {
 
 // A parsed file. Movable; entries view `bytes`, which the file owns.
 struct SafetensorsFile {
-  std::string what;                               // names the file in errors
-  std::map<std::string, std::string> metadata;    // "__metadata__"
+  std::string what;                             // names the file in errors
+  std::map<std::string, std::string> metadata;  // "__metadata__"
   std::map<std::string, SafetensorsEntry> tensors;
   std::vector<std::byte> bytes;
 
@@ -44,8 +44,9 @@ struct SafetensorsFile {
 
 // Encodes tensors (in the given order) and string metadata as a file image. Errors:
 // InvalidArgument for a repeated or empty name or a dtype safetensors cannot name.
-Result<std::vector<std::byte>> EncodeSafetensors(const std::vector<SafetensorsInput>& tensors,
-                                                 const std::map<std::string, std::string>& metadata);
+Result<std::vector<std::byte>> EncodeSafetensors(
+    const std::vector<SafetensorsInput>& tensors,
+    const std::map<std::string, std::string>& metadata);
 
 // Parses a file image; `what` names it in errors. Errors: Corruption for a short file, a header
 // length beyond the file, invalid JSON, an unknown dtype, a bad shape, offsets that do not match

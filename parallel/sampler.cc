@@ -35,7 +35,8 @@ Result<std::vector<int32_t>> SampleTokens(Gpt& model, std::span<const int32_t> p
       const double max = logits[order[0]];
       std::vector<double> p(static_cast<size_t>(k));
       double total = 0;
-      for (int j = 0; j < k; ++j) total += p[j] = std::exp((logits[order[j]] - max) / options.temperature);
+      for (int j = 0; j < k; ++j)
+        total += p[j] = std::exp((logits[order[j]] - max) / options.temperature);
       double u = rng.Uniform() * total;
       int j = 0;
       while (j < k - 1 && u >= p[j]) u -= p[j++];

@@ -61,8 +61,8 @@ Result<TokenShard> DecodeTokenShard(std::span<const std::byte> bytes, const std:
   const uint64_t have = r.remaining();
   if (count > have / kTokenWidth || have != count * kTokenWidth)
     return Corruption(what + ": header says " + std::to_string(count) + " tokens (" +
-                      std::to_string(kHeaderBytes + count * kTokenWidth) + " bytes) but the file has " +
-                      std::to_string(bytes.size()) + " bytes" +
+                      std::to_string(kHeaderBytes + count * kTokenWidth) +
+                      " bytes) but the file has " + std::to_string(bytes.size()) + " bytes" +
                       (have < count * kTokenWidth ? " (truncated)" : " (trailing bytes)"));
   ASSIGN_OR_RETURN(auto payload, r.GetBytes(have));
   if (Crc32c(payload.data(), payload.size()) != crc)
@@ -87,7 +87,8 @@ Result<std::vector<std::byte>> ReadFileBytes(const std::string& path) {
   std::vector<std::byte> bytes;
   std::byte chunk[1 << 16];
   size_t n;
-  while ((n = std::fread(chunk, 1, sizeof(chunk), f)) > 0) bytes.insert(bytes.end(), chunk, chunk + n);
+  while ((n = std::fread(chunk, 1, sizeof(chunk), f)) > 0)
+    bytes.insert(bytes.end(), chunk, chunk + n);
   const bool failed = std::ferror(f);
   std::fclose(f);
   if (failed) return ErrnoStatus(EIO, "read '" + path + "'");

@@ -41,7 +41,8 @@ Result<std::unique_ptr<Tokenizer>> MakeGpt2Tokenizer(const std::string& vocab_di
 
 // `kind` is "byte" or "gpt2" (which needs `vocab_dir`). Errors: InvalidArgument for another
 // kind, and those of MakeGpt2Tokenizer.
-Result<std::unique_ptr<Tokenizer>> MakeTokenizer(std::string_view kind, const std::string& vocab_dir);
+Result<std::unique_ptr<Tokenizer>> MakeTokenizer(std::string_view kind,
+                                                 const std::string& vocab_dir);
 
 // Splits `text` into GPT-2's pre-tokens with the pattern
 //   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+

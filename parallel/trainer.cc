@@ -54,10 +54,10 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(
   }
   RETURN_IF_ERROR(t->optimizer_->SyncParams());
   ASSIGN_OR_RETURN(DataOrder order, ParseDataOrder(config.data.order));
-  ASSIGN_OR_RETURN(DataLoader loader,
-                   DataLoader::Create(std::move(train_tokens), config.train.batch_size,
-                                      config.model.seq_len, order,
-                                      static_cast<uint64_t>(config.train.seed)));
+  ASSIGN_OR_RETURN(
+      DataLoader loader,
+      DataLoader::Create(std::move(train_tokens), config.train.batch_size, config.model.seq_len,
+                         order, static_cast<uint64_t>(config.train.seed)));
   t->loader_ = std::make_unique<DataLoader>(std::move(loader));
   t->state_.loader = t->loader_->state();
   t->state_.loss_scale = precision == Precision::kFp16 ? config.train.loss_scale_init : 1.0;
@@ -125,8 +125,7 @@ Result<StepStats> Trainer::Step() {
   return stats;
 }
 
-Result<double> Trainer::Evaluate(std::shared_ptr<const std::vector<uint16_t>> tokens,
-                                 int batches) {
+Result<double> Trainer::Evaluate(std::shared_ptr<const std::vector<uint16_t>> tokens, int batches) {
   return EvaluateLoss(*model_, std::move(tokens), config_.train.batch_size,
                       config_.train.batch_size / config_.train.micro_batches, batches);
 }

@@ -19,11 +19,11 @@ namespace rt {
 
 // The trainer's position, small and serialisable (checkpoints store it).
 struct TrainerState {
-  int64_t step = 0;          // optimizer steps taken (including skipped ones)
-  int64_t adam_step = 0;     // updates applied (the AdamW bias-correction count)
-  double loss_scale = 1.0;   // fp16 dynamic loss scale (1 otherwise)
-  int64_t clean_steps = 0;   // fp16: finite steps since the scale last changed
-  LoaderState loader;        // the training data position
+  int64_t step = 0;         // optimizer steps taken (including skipped ones)
+  int64_t adam_step = 0;    // updates applied (the AdamW bias-correction count)
+  double loss_scale = 1.0;  // fp16 dynamic loss scale (1 otherwise)
+  int64_t clean_steps = 0;  // fp16: finite steps since the scale last changed
+  LoaderState loader;       // the training data position
 
   // Little-endian: version u32 = 1, step, adam_step, loss_scale (f64), clean_steps, loader (16 B).
   std::vector<std::byte> Serialize() const;
@@ -33,13 +33,13 @@ struct TrainerState {
 
 // What one step did.
 struct StepStats {
-  int64_t step = 0;        // 1-based number of this step
-  double loss = 0;         // mean training loss of the batch
-  double lr = 0;           // learning rate used
-  double grad_norm = 0;    // global gradient norm before clipping (unscaled); inf if overflowed
-  bool skipped = false;    // non-finite gradients: no update applied
-  double loss_scale = 1;   // loss scale in effect for this step
-  int64_t tokens = 0;      // tokens processed (B·T)
+  int64_t step = 0;       // 1-based number of this step
+  double loss = 0;        // mean training loss of the batch
+  double lr = 0;          // learning rate used
+  double grad_norm = 0;   // global gradient norm before clipping (unscaled); inf if overflowed
+  bool skipped = false;   // non-finite gradients: no update applied
+  double loss_scale = 1;  // loss scale in effect for this step
+  int64_t tokens = 0;     // tokens processed (B·T)
 };
 
 // Owns the model, optimizer and loader. Not thread-safe.

@@ -11,6 +11,7 @@ import argparse
 import json
 import math
 import resource
+import statistics
 import time
 import tomllib
 from pathlib import Path
@@ -106,13 +107,15 @@ def main():
 
     for i in range(args.warmup):
         step(i)
-    start = time.perf_counter()
+    times = []
     for i in range(args.warmup, args.warmup + args.steps):
+        start = time.perf_counter()
         loss = step(i)
-    seconds = time.perf_counter() - start
+        times.append(time.perf_counter() - start)
+    seconds = statistics.median(times)  # as ringtrain: a busy machine's spikes stay out
     n_params = sum(p.numel() for p in model.parameters()) - T * C
     flops_per_token = 6 * n_params + 12 * L * C * T
-    tokens_per_s = B * T * args.steps / seconds
+    tokens_per_s = B * T / seconds
     print(json.dumps({
         "impl": "pytorch", "torch": torch.__version__, "config": args.config,
         "threads": args.threads, "tokens_per_s": tokens_per_s,

@@ -37,10 +37,20 @@ Char DecodeAt(std::string_view text, size_t i) {
   size_t len = 1;
   if (c >= 0x80) {
     uint32_t min;
-    if (c >= 0xC2 && c <= 0xDF) { len = 2; cp = c & 0x1F; min = 0x80; }
-    else if (c >= 0xE0 && c <= 0xEF) { len = 3; cp = c & 0x0F; min = 0x800; }
-    else if (c >= 0xF0 && c <= 0xF4) { len = 4; cp = c & 0x07; min = 0x10000; }
-    else return {Class::kOther, c, 1};
+    if (c >= 0xC2 && c <= 0xDF) {
+      len = 2;
+      cp = c & 0x1F;
+      min = 0x80;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      len = 3;
+      cp = c & 0x0F;
+      min = 0x800;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      len = 4;
+      cp = c & 0x07;
+      min = 0x10000;
+    } else
+      return {Class::kOther, c, 1};
     if (i + len > text.size()) return {Class::kOther, c, 1};
     for (size_t k = 1; k < len; ++k) {
       if ((b(i + k) & 0xC0) != 0x80) return {Class::kOther, c, 1};
@@ -49,9 +59,12 @@ Char DecodeAt(std::string_view text, size_t i) {
     if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return {Class::kOther, c, 1};
   }
   Class cls = Class::kOther;
-  if (InRanges(kLetterRanges, cp)) cls = Class::kLetter;
-  else if (InRanges(kNumberRanges, cp)) cls = Class::kNumber;
-  else if (InRanges(kSpaceRanges, cp)) cls = Class::kSpace;
+  if (InRanges(kLetterRanges, cp))
+    cls = Class::kLetter;
+  else if (InRanges(kNumberRanges, cp))
+    cls = Class::kNumber;
+  else if (InRanges(kSpaceRanges, cp))
+    cls = Class::kSpace;
   return {cls, cp, len};
 }
 

@@ -1,8 +1,7 @@
 // The byte and GPT-2 BPE tokenizers.
-#include <nlohmann/json.hpp>
-
 #include <climits>
 #include <cstdlib>
+#include <nlohmann/json.hpp>
 #include <unordered_map>
 
 #include "parallel/token_shard.h"
@@ -53,9 +52,12 @@ Result<std::string> UnmapBytes(std::string_view s, const std::unordered_map<uint
     const uint8_t c = static_cast<uint8_t>(s[i]);
     uint32_t cp;
     size_t len;
-    if (c < 0x80) { cp = c; len = 1; }
-    else if ((c & 0xE0) == 0xC0 && i + 1 < s.size()) {
-      cp = ((c & 0x1F) << 6) | (static_cast<uint8_t>(s[i + 1]) & 0x3F); len = 2;
+    if (c < 0x80) {
+      cp = c;
+      len = 1;
+    } else if ((c & 0xE0) == 0xC0 && i + 1 < s.size()) {
+      cp = ((c & 0x1F) << 6) | (static_cast<uint8_t>(s[i + 1]) & 0x3F);
+      len = 2;
     } else {
       return Corruption(what + ": entry '" + std::string(s) + "' is not a byte-level token");
     }
@@ -214,14 +216,16 @@ std::unique_ptr<Tokenizer> MakeByteTokenizer() { return std::make_unique<ByteTok
 
 Result<std::unique_ptr<Tokenizer>> MakeGpt2Tokenizer(const std::string& vocab_dir) {
   auto tokenizer = std::make_unique<Gpt2Tokenizer>();
-  RETURN_IF_ERROR(tokenizer->Load(vocab_dir).WithContext("GPT-2 vocabulary in '" + vocab_dir + "'"));
+  RETURN_IF_ERROR(
+      tokenizer->Load(vocab_dir).WithContext("GPT-2 vocabulary in '" + vocab_dir + "'"));
   return std::unique_ptr<Tokenizer>(std::move(tokenizer));
 }
 
 Result<std::unique_ptr<Tokenizer>> MakeTokenizer(std::string_view kind,
                                                  const std::string& vocab_dir) {
   if (kind == "byte") return MakeByteTokenizer();
-  if (kind == "gpt2") return MakeGpt2Tokenizer(vocab_dir.empty() ? DefaultGpt2VocabDir() : vocab_dir);
+  if (kind == "gpt2")
+    return MakeGpt2Tokenizer(vocab_dir.empty() ? DefaultGpt2VocabDir() : vocab_dir);
   return InvalidArgument("unknown tokenizer '" + std::string(kind) + "' (expected byte or gpt2)");
 }
 

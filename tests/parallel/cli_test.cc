@@ -68,7 +68,7 @@ TEST_F(CliTest, PrepareTrainEvalSample) {
   Outcome prep = Ringtrain("data prepare --input " + d + "/text --out " + d + "/data");
   ASSERT_EQ(prep.exit_code, 0) << prep.output;
   Outcome train = Ringtrain("train --config " + config_ + " --set metrics.path=" + d +
-                        "/m.jsonl --out " + d + "/w.safetensors");
+                            "/m.jsonl --out " + d + "/w.safetensors");
   ASSERT_EQ(train.exit_code, 0) << train.output;
   EXPECT_NE(train.output.find("step 20: val_loss"), std::string::npos) << train.output;
   std::ifstream metrics(d + "/m.jsonl");
@@ -88,11 +88,12 @@ TEST_F(CliTest, PrepareTrainEvalSample) {
   Outcome eval = Ringtrain("eval --weights " + d + "/w.safetensors --data " + d + "/data/val.bin");
   ASSERT_EQ(eval.exit_code, 0) << eval.output;
   EXPECT_NE(eval.output.find("loss "), std::string::npos);
-  Outcome sample = Ringtrain("sample --weights " + d + "/w.safetensors --prompt fortune --tokens 10");
+  Outcome sample =
+      Ringtrain("sample --weights " + d + "/w.safetensors --prompt fortune --tokens 10");
   ASSERT_EQ(sample.exit_code, 0) << sample.output;
   EXPECT_EQ(sample.output.rfind("fortune", 0), 0u) << sample.output;
-  Outcome init = Ringtrain("train --config " + config_ + " --steps 2 --init-from " + d +
-                       "/w.safetensors");
+  Outcome init =
+      Ringtrain("train --config " + config_ + " --steps 2 --init-from " + d + "/w.safetensors");
   EXPECT_EQ(init.exit_code, 0) << init.output;
 }
 
@@ -113,8 +114,10 @@ TEST_F(CliTest, BadShards) {
   std::vector<uint16_t> tokens(100, 7);
   auto bytes = EncodeTokenShard(tokens, 256);
   ASSERT_TRUE(bytes.ok());
-  ASSERT_TRUE(WriteFileBytes(d + "/bad/train_000.bin", std::span(*bytes).first(bytes->size() - 3)).ok());
-  ExpectError(Ringtrain("train --config " + config_ + " --set data.dir=" + d + "/bad"), "truncated");
+  ASSERT_TRUE(
+      WriteFileBytes(d + "/bad/train_000.bin", std::span(*bytes).first(bytes->size() - 3)).ok());
+  ExpectError(Ringtrain("train --config " + config_ + " --set data.dir=" + d + "/bad"),
+              "truncated");
   auto wrong = *bytes;
   wrong[1] = std::byte{'X'};
   ASSERT_TRUE(WriteFileBytes(d + "/bad/train_000.bin", wrong).ok());
@@ -154,7 +157,9 @@ TEST_F(CliTest, BadWeights) {
 TEST_F(CliTest, PromptOutsideTheVocabulary) {
   const std::string d = dir_;
   ASSERT_EQ(Ringtrain("export --config " + config_ + " --set model.vocab_size=128 --out " + d +
-                      "/ascii.safetensors").exit_code, 0);
+                      "/ascii.safetensors")
+                .exit_code,
+            0);
   ExpectError(Ringtrain("sample --weights " + d + "/ascii.safetensors --prompt 'caf\xc3\xa9'"),
               "0xC3");
 }

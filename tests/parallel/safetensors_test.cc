@@ -1,9 +1,9 @@
 // The safetensors encoder and decoder.
+#include "parallel/safetensors.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
-
-#include "parallel/safetensors.h"
 
 namespace rt {
 namespace {
@@ -11,9 +11,9 @@ namespace {
 TEST(Safetensors, RoundTripIsBitwise) {
   std::vector<float> a = {1.5f, -0.0f, 3e-38f, 7.0f, 8.0f, 9.0f};
   std::vector<uint16_t> b = {1, 2, 3};
-  auto bytes = EncodeSafetensors({{"a", DType::kF32, {2, 3}, a.data()},
-                                  {"b.x", DType::kBF16, {3}, b.data()}},
-                                 {{"n_layer", "2"}});
+  auto bytes = EncodeSafetensors(
+      {{"a", DType::kF32, {2, 3}, a.data()}, {"b.x", DType::kBF16, {3}, b.data()}},
+      {{"n_layer", "2"}});
   ASSERT_TRUE(bytes.ok());
   auto file = DecodeSafetensors(*bytes, "t");
   ASSERT_TRUE(file.ok()) << file.status().ToString();
@@ -64,8 +64,9 @@ TEST(Safetensors, RejectsMalformedFiles) {
     EXPECT_EQ(r.status().code(), StatusCode::kCorruption) << i;
     EXPECT_NE(r.status().message().find("file q"), std::string::npos);
   }
-  EXPECT_FALSE(EncodeSafetensors({{"a", DType::kF32, {1}, a.data()},
-                                  {"a", DType::kF32, {1}, a.data()}}, {}).ok());
+  EXPECT_FALSE(
+      EncodeSafetensors({{"a", DType::kF32, {1}, a.data()}, {"a", DType::kF32, {1}, a.data()}}, {})
+          .ok());
 }
 
 }  // namespace

@@ -1,10 +1,10 @@
 // The byte tokenizer, GPT-2's pre-tokenizer and GPT-2 BPE against encodings made by the
 // reference gpt-3-encoder@1.1.4 (node).
+#include "parallel/tokenizer.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
-
-#include "parallel/tokenizer.h"
 
 namespace rt {
 namespace {
@@ -30,9 +30,9 @@ TEST(Gpt2PreTokenize, FollowsThePattern) {
   EXPECT_EQ(Pieces("It's 2024!!"), (V{"It", "'s", " 2024", "!!"}));
   EXPECT_EQ(Pieces("a   b"), (V{"a", "  ", " b"}));
   EXPECT_EQ(Pieces("a \n\nb "), (V{"a", " \n", "\n", "b", " "}));
-  EXPECT_EQ(Pieces("x\xc2\xa0y"), (V{"x", "\xc2\xa0", "y"}));   // NBSP is \s
-  EXPECT_EQ(Pieces("caf\xc3\xa9s"), (V{"caf\xc3\xa9s"}));       // é is \p{L}
-  EXPECT_EQ(Pieces("\xff\xfe ok"), (V{"\xff\xfe", " ok"}));     // invalid UTF-8: "other"
+  EXPECT_EQ(Pieces("x\xc2\xa0y"), (V{"x", "\xc2\xa0", "y"}));  // NBSP is \s
+  EXPECT_EQ(Pieces("caf\xc3\xa9s"), (V{"caf\xc3\xa9s"}));      // é is \p{L}
+  EXPECT_EQ(Pieces("\xff\xfe ok"), (V{"\xff\xfe", " ok"}));    // invalid UTF-8: "other"
   EXPECT_EQ(Pieces(" '"), (V{" '"}));
   EXPECT_EQ(Pieces("I'll"), (V{"I", "'ll"}));
   std::string joined;
@@ -68,7 +68,9 @@ TEST_F(Gpt2Test, KnownEncodings) {
       {"I'll they're we've  \t tabs", {40, 1183, 484, 821, 356, 1053, 220, 220, 197, 22524}},
       {"na\xc3\xafve caf\xc3\xa9 \xe6\x9d\xb1\xe4\xba\xac 123456",
        {2616, 38776, 40304, 10545, 251, 109, 12859, 105, 17031, 29228}},
-      {"a\xc2\xa0" "b", {64, 1849, 65}},
+      {"a\xc2\xa0"
+       "b",
+       {64, 1849, 65}},
       {"emoji \xf0\x9f\x98\x80!", {368, 31370, 30325, 222, 0}},
   };
   EXPECT_EQ(tok_->vocab_size(), 50257u);

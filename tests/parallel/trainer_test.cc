@@ -1,5 +1,7 @@
 // The trainer: determinism, precision modes, fp16 overflow handling, weight files, and learning
 // on the real corpus (Debian's fortunes).
+#include "parallel/trainer.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,7 +11,6 @@
 #include "base/fault.h"
 #include "parallel/data_loader.h"
 #include "parallel/data_prepare.h"
-#include "parallel/trainer.h"
 #include "parallel/weights.h"
 #include "tests/parallel/test_util.h"
 
@@ -38,8 +39,7 @@ std::vector<double> Train(Trainer& t, int steps) {
 }
 
 bool SameBytes(const Arena& a, const Arena& b) {
-  return a.bytes() == b.bytes() &&
-         std::memcmp(a.All().data(), b.All().data(), a.bytes()) == 0;
+  return a.bytes() == b.bytes() && std::memcmp(a.All().data(), b.All().data(), a.bytes()) == 0;
 }
 
 TEST(Trainer, TwoRunsWithOneSeedAreBitwiseIdentical) {

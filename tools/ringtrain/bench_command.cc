@@ -2,12 +2,12 @@
 // kernels` (the kernel benchmarks of bench/kernels, when built).
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
-
 #include <nlohmann/json.hpp>
 
 #include "kernels/ops.h"
@@ -38,29 +38,45 @@ std::string ResolveConfig(const std::string& name) {
   return std::string(RINGTRAIN_SOURCE_DIR) + "/configs/" + name + ".toml";
 }
 
-// Best GFLOP/s of an n×n×n f32 GEMM (OpenBLAS sgemm on the CPU) over a few repetitions.
-Result<double> SgemmPeak(int n) {
-  const size_t bytes = static_cast<size_t>(n) * n * sizeof(float);
-  ASSIGN_OR_RETURN(Buffer a, Buffer::Allocate(Device::kCpu, bytes));
-  ASSIGN_OR_RETURN(Buffer b, Buffer::Allocate(Device::kCpu, bytes));
-  ASSIGN_OR_RETURN(Buffer c, Buffer::Allocate(Device::kCpu, bytes));
-  const Shape s{n, n};
-  Rng rng(1);
-  float* pa = static_cast<float*>(a.data());
-  float* pb = static_cast<float*>(b.data());
-  for (int64_t i = 0; i < s.numel(); ++i) {
-    pa[i] = static_cast<float>(rng.Uniform() - 0.5);
-    pb[i] = static_cast<float>(rng.Uniform() - 0.5);
+// Square f32 GEMMs (OpenBLAS sgemm on the CPU) timed one at a time, so the measurements can be
+// interleaved with the training steps and see the same machine load.
+class SgemmProbe {
+ public:
+  static Result<SgemmProbe> Create(int n) {
+    SgemmProbe p;
+    p.n_ = n;
+    const size_t bytes = static_cast<size_t>(n) * n * sizeof(float);
+    ASSIGN_OR_RETURN(p.a_, Buffer::Allocate(Device::kCpu, bytes));
+    ASSIGN_OR_RETURN(p.b_, Buffer::Allocate(Device::kCpu, bytes));
+    ASSIGN_OR_RETURN(p.c_, Buffer::Allocate(Device::kCpu, bytes));
+    Rng rng(1);
+    float* pa = static_cast<float*>(p.a_.data());
+    float* pb = static_cast<float*>(p.b_.data());
+    for (int64_t i = 0; i < static_cast<int64_t>(n) * n; ++i) {
+      pa[i] = static_cast<float>(rng.Uniform() - 0.5);
+      pb[i] = static_cast<float>(rng.Uniform() - 0.5);
+    }
+    return p;
   }
-  double best = 0;
-  for (int rep = 0; rep < 6; ++rep) {
+  // GFLOP/s of one n×n×n GEMM.
+  Result<double> Measure() {
+    const Shape s{n_, n_};
     const auto start = Clock::now();
-    RETURN_IF_ERROR(Gemm(c.View(DType::kF32, s), a.View(DType::kF32, s), b.View(DType::kF32, s),
+    RETURN_IF_ERROR(Gemm(c_.View(DType::kF32, s), a_.View(DType::kF32, s), b_.View(DType::kF32, s),
                          false, true, 1.0f, 0.0f));
     const double sec = std::chrono::duration<double>(Clock::now() - start).count();
-    if (rep > 0) best = std::max(best, 2.0 * n * n * static_cast<double>(n) / sec / 1e9);
+    return 2.0 * n_ * n_ * static_cast<double>(n_) / sec / 1e9;
   }
-  return best;
+
+ private:
+  int n_ = 0;
+  Buffer a_, b_, c_;
+};
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 Status RunBenchStep(const BenchStepOptions& opt) {
@@ -73,42 +89,51 @@ Status RunBenchStep(const BenchStepOptions& opt) {
   Rng rng(7);
   for (auto& t : *tokens) t = static_cast<uint16_t>(rng.Below(config.model.vocab_size));
   ASSIGN_OR_RETURN(auto trainer, Trainer::Create(config, tokens, ""));
+  ASSIGN_OR_RETURN(SgemmProbe probe, SgemmProbe::Create(opt.gemm_size));
   for (int i = 0; i < opt.warmup; ++i) RETURN_IF_ERROR(trainer->Step().status());
-  const auto start = Clock::now();
+  RETURN_IF_ERROR(probe.Measure().status());
+  // Steps and sgemm probes alternate; medians keep a busy machine's spikes out of both figures.
+  std::vector<double> step_seconds, sgemm_gflops;
   double last_loss = 0;
   for (int i = 0; i < opt.steps; ++i) {
+    const auto start = Clock::now();
     ASSIGN_OR_RETURN(StepStats s, trainer->Step());
+    step_seconds.push_back(std::chrono::duration<double>(Clock::now() - start).count());
     last_loss = s.loss;
+    ASSIGN_OR_RETURN(double g, probe.Measure());
+    sgemm_gflops.push_back(g);
   }
-  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  const double seconds = Median(step_seconds);
   const ModelConfig& m = config.model;
-  const double tokens_per_s =
-      static_cast<double>(config.train.batch_size) * m.seq_len * opt.steps / seconds;
+  const double tokens_per_s = static_cast<double>(config.train.batch_size) * m.seq_len / seconds;
   // PaLM's count: 6 FLOPs per parameter and token (wpe excluded: a lookup, no multiply) plus
   // the attention scores and weighted sum, 12·L·C·T per token.
   const double n_params = static_cast<double>(trainer->model().num_params()) -
                           static_cast<double>(m.seq_len) * m.n_embd;
   const double flops_per_token = 6.0 * n_params + 12.0 * m.n_layer * m.n_embd * m.seq_len;
   const double gflops = tokens_per_s * flops_per_token / 1e9;
-  ASSIGN_OR_RETURN(double sgemm, SgemmPeak(opt.gemm_size));
+  const double sgemm = Median(sgemm_gflops);
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   const double rss_mib = static_cast<double>(usage.ru_maxrss) / 1024.0;
   const char* threads = std::getenv("OPENBLAS_NUM_THREADS");
   std::printf("config %s: L=%d C=%d H=%d T=%d B=%d micro=%d %s, %lld params, OpenBLAS threads %s\n",
-              opt.config.c_str(), m.n_layer, m.n_embd, m.n_head, m.seq_len,
-              config.train.batch_size, config.train.micro_batches, config.train.precision.c_str(),
+              opt.config.c_str(), m.n_layer, m.n_embd, m.n_head, m.seq_len, config.train.batch_size,
+              config.train.micro_batches, config.train.precision.c_str(),
               static_cast<long long>(trainer->model().num_params()), threads ? threads : "default");
-  std::printf("tokens/s        %.0f  (%d steps in %.3f s, last loss %.4f)\n", tokens_per_s,
-              opt.steps, seconds, last_loss);
+  std::printf("tokens/s        %.0f  (median step %.4f s of %d, last loss %.4f)\n", tokens_per_s,
+              seconds, opt.steps, last_loss);
   std::printf("achieved        %.2f GFLOP/s  (%.3g FLOP/token = 6N + 12LCT)\n", gflops,
               flops_per_token);
-  std::printf("sgemm peak      %.2f GFLOP/s  (%d^3, same run) -> %.0f%% of peak\n", sgemm,
-              opt.gemm_size, 100.0 * gflops / sgemm);
+  std::printf("sgemm peak      %.2f GFLOP/s  (%d^3, median, between the steps) -> %.0f%% of peak\n",
+              sgemm, opt.gemm_size, 100.0 * gflops / sgemm);
   std::printf("peak RSS        %.1f MiB\n", rss_mib);
-  const nlohmann::json line = {{"config", opt.config},         {"tokens_per_s", tokens_per_s},
-                               {"gflops", gflops},             {"sgemm_gflops", sgemm},
-                               {"peak_rss_mib", rss_mib},      {"steps", opt.steps},
+  const nlohmann::json line = {{"config", opt.config},
+                               {"tokens_per_s", tokens_per_s},
+                               {"gflops", gflops},
+                               {"sgemm_gflops", sgemm},
+                               {"peak_rss_mib", rss_mib},
+                               {"steps", opt.steps},
                                {"threads", threads ? threads : "default"}};
   std::printf("JSON %s\n", line.dump().c_str());
   return Status();

@@ -22,9 +22,9 @@ void AddDataCommand(CLI::App& app, Action* action) {
   prepare->add_option("--tokenizer", *tokenizer, "byte or gpt2")
       ->check(CLI::IsMember({"byte", "gpt2"}))
       ->capture_default_str();
-  prepare->add_option("--vocab", *vocab,
-                      "folder of encoder.json and vocab.bpe (gpt2; default " +
-                          DefaultGpt2VocabDir() + ")");
+  prepare->add_option(
+      "--vocab", *vocab,
+      "folder of encoder.json and vocab.bpe (gpt2; default " + DefaultGpt2VocabDir() + ")");
   prepare->add_option("--val-fraction", opt->val_fraction, "tail of each file held out")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
@@ -35,11 +35,12 @@ void AddDataCommand(CLI::App& app, Action* action) {
     *action = [=]() -> Status {
       ASSIGN_OR_RETURN(auto tok, MakeTokenizer(*tokenizer, *vocab));
       ASSIGN_OR_RETURN(PrepareSummary s, PrepareData(*opt, *tok));
-      std::printf("prepared %lld files with the %s tokenizer: %lld training tokens in %d shard(s), "
-                  "%lld validation tokens, in %s\n",
-                  static_cast<long long>(s.files), std::string(tok->name()).c_str(),
-                  static_cast<long long>(s.train_tokens), s.train_shards,
-                  static_cast<long long>(s.val_tokens), opt->out_dir.c_str());
+      std::printf(
+          "prepared %lld files with the %s tokenizer: %lld training tokens in %d shard(s), "
+          "%lld validation tokens, in %s\n",
+          static_cast<long long>(s.files), std::string(tok->name()).c_str(),
+          static_cast<long long>(s.train_tokens), s.train_shards,
+          static_cast<long long>(s.val_tokens), opt->out_dir.c_str());
       return Status();
     };
   });

@@ -95,8 +95,9 @@ Status RunSample(const SampleCliOptions& opt) {
 
 void AddModelCommands(CLI::App& app, Action* action) {
   CLI::App* exp = app.add_subcommand(
-      "export", "Write a config's initial (seeded) weights as safetensors; trained weights come "
-                "from `train --out`");
+      "export",
+      "Write a config's initial (seeded) weights as safetensors; trained weights come "
+      "from `train --out`");
   auto e = std::make_shared<ExportOptions>();
   exp->add_option("--config", e->config, "TOML config")->required();
   exp->add_option("--set", e->sets, "override a config key");

@@ -34,14 +34,15 @@ void Progress::Step(int64_t step, double loss, double lr, double tokens_per_s, d
     std::string bar(filled, '#');
     bar.append(kWidth - filled, '.');
     std::printf("\r\x1b[Kstep %lld/%lld [%s] loss %.4f lr %.2e %.0f tok/s ETA %s%s",
-                static_cast<long long>(step), static_cast<long long>(total_), bar.c_str(), loss,
-                lr, tokens_per_s, Duration(eta).c_str(), skipped ? " (skipped)" : "");
+                static_cast<long long>(step), static_cast<long long>(total_), bar.c_str(), loss, lr,
+                tokens_per_s, Duration(eta).c_str(), skipped ? " (skipped)" : "");
     std::fflush(stdout);
     bar_open_ = true;
   } else if (step % plain_every_ == 0 || step == total_ || skipped) {
     std::printf("step %lld/%lld loss %.4f lr %.3e tokens/s %.0f eta %s%s\n",
                 static_cast<long long>(step), static_cast<long long>(total_), loss, lr,
-                tokens_per_s, Duration(eta).c_str(), skipped ? " (skipped: non-finite gradients)" : "");
+                tokens_per_s, Duration(eta).c_str(),
+                skipped ? " (skipped: non-finite gradients)" : "");
     std::fflush(stdout);
   }
 }

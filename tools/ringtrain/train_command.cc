@@ -4,7 +4,6 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
-
 #include <nlohmann/json.hpp>
 
 #include "base/log.h"
@@ -65,11 +64,12 @@ Status RunTrain(const TrainOptions& opt) {
   const std::string tokenizer = TokenizerOfVocab(first.vocab_size);
 
   ASSIGN_OR_RETURN(auto trainer, Trainer::Create(config, train_tokens, opt.init_from));
-  LOG_INFO("model: {} parameters, {} layers, {} channels, {} heads, context {}, vocabulary {} ({}), "
-           "precision {}; {} training tokens",
-           trainer->model().num_params(), config.model.n_layer, config.model.n_embd,
-           config.model.n_head, config.model.seq_len, config.model.vocab_size, tokenizer,
-           config.train.precision, train_tokens->size());
+  LOG_INFO(
+      "model: {} parameters, {} layers, {} channels, {} heads, context {}, vocabulary {} ({}), "
+      "precision {}; {} training tokens",
+      trainer->model().num_params(), config.model.n_layer, config.model.n_embd, config.model.n_head,
+      config.model.seq_len, config.model.vocab_size, tokenizer, config.train.precision,
+      train_tokens->size());
   Metrics metrics;
   RETURN_IF_ERROR(metrics.Open(config.metrics.path));
   Progress progress(config.train.steps, config.train.log_every);
@@ -77,7 +77,8 @@ Status RunTrain(const TrainOptions& opt) {
   const auto evaluate = [&](int64_t step) -> Status {
     ASSIGN_OR_RETURN(double val, trainer->Evaluate(val_tokens, config.eval.batches));
     char line[128];
-    std::snprintf(line, sizeof(line), "step %lld: val_loss %.4f", static_cast<long long>(step), val);
+    std::snprintf(line, sizeof(line), "step %lld: val_loss %.4f", static_cast<long long>(step),
+                  val);
     progress.Line(line);
     metrics.Write({{"step", step}, {"val_loss", val}});
     return Status();
@@ -90,9 +91,12 @@ Status RunTrain(const TrainOptions& opt) {
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     train_seconds += seconds;
     const double tokens_per_s = static_cast<double>(s.tokens) / seconds;
-    nlohmann::ordered_json line = {{"step", s.step},           {"loss", s.loss},
-                           {"lr", s.lr},               {"tokens_per_s", tokens_per_s},
-                           {"grad_norm", s.grad_norm}, {"skipped", s.skipped}};
+    nlohmann::ordered_json line = {{"step", s.step},
+                                   {"loss", s.loss},
+                                   {"lr", s.lr},
+                                   {"tokens_per_s", tokens_per_s},
+                                   {"grad_norm", s.grad_norm},
+                                   {"skipped", s.skipped}};
     if (config.train.precision == "fp16") line["loss_scale"] = s.loss_scale;
     if (!std::isfinite(s.grad_norm)) line["grad_norm"] = nullptr;
     metrics.Write(line);
