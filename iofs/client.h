@@ -28,8 +28,11 @@ class Client : public std::enable_shared_from_this<Client> {
   // Connects to host:port, asks it for the cluster map and connects to the metadata node.
   static boost::asio::awaitable<Result<std::shared_ptr<Client>>> Connect(std::string host, uint16_t port,
                                                                           Deadline deadline);
+  // Closes the connection; calls still in flight fail with Aborted.
   ~Client();
 
+  // The file operations of FileSystem (iofs/file_system.h), with the same contracts and errors,
+  // plus Unavailable/DeadlineExceeded from the connection.
   boost::asio::awaitable<Result<FileStat>> Create(std::string path, Deadline deadline);
   boost::asio::awaitable<Status> Mkdir(std::string path, Deadline deadline);
   // Writes `data` at `offset` (one request; keep it at most a few chunks).

@@ -62,6 +62,7 @@ class FileSystem {
   // Loads (or creates) the namespace from `store` (not owned). `chunk_size` is used for new
   // files (at most store->max_object_size()).
   static Result<std::unique_ptr<FileSystem>> Open(ObjectStore* store, uint32_t chunk_size);
+  // Does not write anything: every change is durable when its call returns.
   ~FileSystem();
 
   // Creates an empty file, making missing parent folders. AlreadyExists if the path exists.
@@ -75,6 +76,7 @@ class FileSystem {
   Status Seal(std::string_view path);
   // Reads up to `length` bytes at `offset` (clamped to the size).
   Status Read(std::string_view path, uint64_t offset, uint64_t length, std::vector<std::byte>* out);
+  // The metadata of a file or folder (NotFound if absent).
   Result<FileStat> Stat(std::string_view path);
   // The entries of a folder, sorted by name.
   Result<std::vector<FileStat>> List(std::string_view path);

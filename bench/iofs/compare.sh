@@ -32,6 +32,15 @@ fio_r=$($FIO --name=r --rw=read --bs=4M --iodepth=32 | awk -F';' '{printf "%.1f"
 fio_rr=$($FIO --name=rr --rw=randread --bs=64k --iodepth=32 --number_ios=$RANDOM_READS | awk -F';' '{printf "%d", $8}')
 rm -f "$WORK/fio.dat"
 
+# --- the chunk engine alone (no network): 8 writer threads, one chunk per batch ---
+ENGINE_BENCH=$BUILD/bench/iofs/iofs_engine_bench
+eng_w=-; eng_r=-
+if [ -x "$ENGINE_BENCH" ]; then
+  line=$("$ENGINE_BENCH" "$WORK/engine" "$SIZE_MIB" 8 1)
+  echo "$line" >&2
+  eng_w=$(echo "$line" | awk '{print $3}'); eng_r=$(echo "$line" | awk '{print $6}')
+fi
+
 parse() {  # pass: write|read|rand64k
   awk -v p="$1" '$1==p {print $2}' "$2"
 }
@@ -69,5 +78,6 @@ echo
 echo "| $(date -u +%F) $(nproc) cores, load $(cut -d' ' -f1 /proc/loadavg), ${SIZE_MIB} MiB | seq write MiB/s | seq read MiB/s | rand 64 KiB IOPS |"
 echo "|---|---|---|---|"
 echo "| fio io_uring direct, bs 4M, iodepth 32 | $fio_w | $fio_r | $fio_rr |"
+echo "| iofs chunk engine alone (8 threads, no network) | $eng_w | $eng_r | – |"
 echo "| ringfs RF=1 (embedded ringfsd) | $rf1_w ($(pct "$rf1_w" "$fio_w") of fio) | $rf1_r ($(pct "$rf1_r" "$fio_r")) | $rf1_rr |"
 echo "| ringfs RF=2 (2 nodes, loopback) | $rf2_w ($(pct "$rf2_w" "$rf1_w") of RF=1) | $rf2_r | $rf2_rr |"

@@ -25,8 +25,12 @@ class ChainManager {
   // `initial`: every chain at version 1 with its home members, all serving (from BuildChains).
   explicit ChainManager(std::vector<ChainConfig> initial);
 
+  // A node failed: it leaves every chain it is in.
   std::vector<ChainConfig> OnNodeDown(NodeId node);
+  // A node is reachable again: it waits for (or starts) its resync, or serves again if it was
+  // the last serving member of a stopped chain.
   std::vector<ChainConfig> OnNodeUp(NodeId node);
+  // A syncing member finished its sync under `chain_version` (stale reports are ignored).
   std::vector<ChainConfig> OnSyncComplete(NodeId node, ChainId chain, uint64_t chain_version);
 
   // The current config of a chain, and its home nodes (the members it was built with).

@@ -21,6 +21,7 @@ using ChunkKey = uint64_t;
 // receive forwarded writes, and do not serve reads until their sync completes.
 enum class MemberState : uint8_t { kServing = 0, kSyncing = 1 };
 
+// One member of a chain.
 struct Member {
   NodeId node = 0;
   MemberState state = MemberState::kServing;

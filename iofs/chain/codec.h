@@ -18,10 +18,12 @@ inline constexpr size_t kMaxWireValue = 64u << 20;
 // Most members of a chain on the wire.
 inline constexpr size_t kMaxWireMembers = 16;
 
+// Encodes a replica message (the value's bytes included).
 std::vector<std::byte> EncodeMessage(const Message& message);
 // Errors: Corruption naming the field that does not fit.
 Result<Message> DecodeMessage(std::span<const std::byte> bytes);
 
+// Encodes and decodes a chain version (Corruption on a bad payload, at most 16 members).
 std::vector<std::byte> EncodeConfig(const ChainConfig& config);
 Result<ChainConfig> DecodeConfig(std::span<const std::byte> bytes);
 

@@ -51,6 +51,7 @@ std::string ChunkKey(ChunkId id);
 // Decodes a chunk key; false if `key` is not one.
 bool ParseChunkKey(std::string_view key, ChunkId* id);
 
+// Record codecs (docs/formats/iofs_chunk_engine.md).
 std::string EncodeChunkRecord(const ChunkRecord& record);
 // Errors: Corruption naming `what` (bad magic, version, length, CRC or block count).
 Result<ChunkRecord> DecodeChunkRecord(std::string_view bytes, std::string_view what);

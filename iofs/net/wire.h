@@ -58,6 +58,7 @@ struct ClusterInfo {
   std::vector<NodeAddress> nodes;
 };
 
+// Codecs of the payloads above; decoders return Corruption naming what does not fit.
 std::vector<std::byte> EncodeInfo(const ClusterInfo& info);
 Result<ClusterInfo> DecodeInfo(std::span<const std::byte> bytes);
 

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "base/crc32c.h"
+#include "base/fault.h"
 #include "iofs/engine/chunk_record.h"
 #include "tests/iofs/engine_crash_common.h"
 #include "tests/iofs/test_util.h"
@@ -324,6 +325,7 @@ struct CrashCase {
 class ChunkEngineCrashTest : public ::testing::TestWithParam<CrashCase> {};
 
 TEST_P(ChunkEngineCrashTest, Kill9AtFaultPointLeavesOldOrNew) {
+  if (!fault::Enabled()) GTEST_SKIP() << "built without RINGTRAIN_FAULT_INJECTION";
   TempDir dir("engine-crash");
   // Rounds 1 and 2 complete; the third hit of the point (round 3) kills the child.
   const int status = RunChild(dir.path(), 1, 5, std::string(GetParam().point) + "=crash@3");

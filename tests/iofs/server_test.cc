@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "base/bytes.h"
+#include "base/fault.h"
 #include "base/net/rpc.h"
 #include "iofs/client.h"
 #include "iofs/net/wire.h"
@@ -181,6 +182,7 @@ void WriteStreamWithFailure(const std::string& faults_on_2, bool kill_3) {
 TEST(ServerTest, ThreeNodeRf3StreamSurvivesAReplicaKilledAndResyncsIt) { WriteStreamWithFailure("", true); }
 
 TEST(ServerTest, CrashInTheMiddleOfAChainForwardLosesNothing) {
+  if (!fault::Enabled()) GTEST_SKIP() << "built without RINGTRAIN_FAULT_INJECTION";
   WriteStreamWithFailure("iofs.chain.before_forward=crash@5", false);
 }
 
@@ -292,6 +294,7 @@ namespace {
 class ServerCrashTest : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(ServerCrashTest, Kill9AtEngineFaultPointThenFsckClean) {
+  if (!fault::Enabled()) GTEST_SKIP() << "built without RINGTRAIN_FAULT_INJECTION";
   TempDir dir("srv-crash");
   const uint16_t port = FreePort();
   const std::string state = dir.path() + "/state";
