@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/comm/comm_bench.h"
 #include "comm/communicator.h"
 
 extern char** environ;
@@ -181,7 +182,7 @@ int Worker(const Args& a) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int RunCommBench(int argc, char** argv, const std::vector<std::string>& relaunch) {
   Args a;
   if (!Parse(argc, argv, &a)) {
     std::fprintf(stderr,
@@ -200,7 +201,8 @@ int main(int argc, char** argv) {
   }
   std::vector<pid_t> pids;
   for (int r = 0; r < a.ranks; ++r) {
-    std::vector<std::string> args(argv, argv + argc);
+    std::vector<std::string> args = relaunch;
+    args.insert(args.end(), argv + 1, argv + argc);
     args.insert(args.end(), {"--worker-rank", std::to_string(r), "--store-port", std::to_string((*server)->port())});
     std::vector<char*> cargs;
     for (auto& s : args) cargs.push_back(s.data());

@@ -1,4 +1,4 @@
-// `ringtrain bench parallel` (standalone for now: ringtrain_bench_parallel): step time and
+// `ringtrain bench parallel` (also the standalone ringtrain_bench_parallel): step time and
 // tokens/s of the distributed engine per layout, ranks as threads over the CPU communicator on
 // synthetic tokens. For pipeline layouts it prints the measured bubble — 1 − (the stage's busy
 // time: forward and backward math) / (step time), averaged over stages — next to GPipe/1F1B's
@@ -15,6 +15,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "bench/parallel/parallel_bench.h"
 #include "comm/communicator.h"
 #include "comm/store.h"
 #include "parallel/config.h"
@@ -148,4 +149,4 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace rt::dist
 
-int main(int argc, char** argv) { return rt::dist::Main(argc, argv); }
+int RunParallelBench(int argc, char** argv) { return rt::dist::Main(argc, argv); }

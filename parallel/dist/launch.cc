@@ -150,7 +150,7 @@ Status WaitWorkers(std::vector<pid_t> pids) {
 
 std::vector<std::string> WorkerArguments(const DistTrainOptions& o, int rank,
                                          const std::string& store) {
-  std::vector<std::string> a;
+  std::vector<std::string> a = o.command;
   if (!o.config.empty()) a.insert(a.end(), {"--config", o.config});
   for (const std::string& s : o.sets) a.insert(a.end(), {"--set", s});
   if (o.steps >= 0) a.insert(a.end(), {"--steps", std::to_string(o.steps)});

@@ -24,6 +24,9 @@ struct DistTrainOptions {
   int rank = -1;                  // this worker's rank; -1 = launcher
   std::string store;              // rendezvous store "host:port"
   std::string job = "train";      // job name scoping the store keys
+  // Arguments the workers get before their options: the subcommand words of the executable
+  // (e.g. {"train"} for `ringtrain train`); empty for ringtrain_dist.
+  std::vector<std::string> command;
 };
 
 // The launcher (options.rank < 0): validates the config and layout, starts the store, runs

@@ -7,17 +7,18 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "bench/comm/comm_bench.h"
+#include "bench/kernels/kernels_bench.h"
+#include "bench/parallel/parallel_bench.h"
 #include "kernels/ops.h"
 #include "parallel/rng.h"
 #include "parallel/trainer.h"
 #include "tools/ringtrain/commands.h"
 
-#ifdef RINGTRAIN_HAVE_KERNELS_BENCH
-#include "bench/kernels/kernels_bench.h"
-#endif
 
 namespace rt::cli {
 namespace {
@@ -139,6 +140,28 @@ Status RunBenchStep(const BenchStepOptions& opt) {
   return Status();
 }
 
+// Registers `bench NAME [args...]`: the remaining arguments, --help included, go to `run` as
+// argv[1..]; a non-zero exit status becomes an error.
+void AddPassThrough(CLI::App* bench, const std::string& name, const std::string& description,
+                    Action* action, std::function<int(int, char**)> run) {
+  CLI::App* sub = bench->add_subcommand(name, description);
+  sub->allow_extras();
+  sub->prefix_command();
+  sub->set_help_flag();
+  sub->callback([=] {
+    std::vector<std::string> args = sub->remaining();
+    *action = [args, name, run]() -> Status {
+      std::vector<std::string> owned = {"ringtrain bench " + name};
+      owned.insert(owned.end(), args.begin(), args.end());
+      std::vector<char*> argv;
+      for (std::string& a : owned) argv.push_back(a.data());
+      const int rc = run(static_cast<int>(argv.size()), argv.data());
+      if (rc != 0) return Internal(name + " benchmarks exited with status " + std::to_string(rc));
+      return Status();
+    };
+  });
+}
+
 }  // namespace
 
 void AddBenchCommand(CLI::App& app, Action* action) {
@@ -159,26 +182,17 @@ void AddBenchCommand(CLI::App& app, Action* action) {
       ->capture_default_str();
   step->callback([=] { *action = [=] { return RunBenchStep(*opt); }; });
 
-#ifdef RINGTRAIN_HAVE_KERNELS_BENCH
-  // `bench kernels [args...]`: the remaining arguments go to the kernel benchmark driver.
-  CLI::App* kernels = bench->add_subcommand(
-      "kernels", "Kernel benchmarks (bench/kernels); arguments pass through, e.g. --config=S");
-  kernels->allow_extras();
-  kernels->prefix_command();
-  kernels->set_help_flag();  // --help goes to the kernel benchmark driver
-  kernels->callback([=] {
-    std::vector<std::string> args = kernels->remaining();
-    *action = [args]() -> Status {
-      std::vector<std::string> owned = {"ringtrain bench kernels"};
-      owned.insert(owned.end(), args.begin(), args.end());
-      std::vector<char*> argv;
-      for (std::string& a : owned) argv.push_back(a.data());
-      const int rc = RunKernelsBench(static_cast<int>(argv.size()), argv.data());
-      if (rc != 0) return Internal("kernel benchmarks exited with status " + std::to_string(rc));
-      return Status();
-    };
-  });
-#endif
+  AddPassThrough(bench, "kernels",
+                 "Kernel benchmarks (bench/kernels); arguments pass through, e.g. --config=S",
+                 action, [](int argc, char** argv) { return RunKernelsBench(argc, argv); });
+  AddPassThrough(bench, "comm",
+                 "Collective benchmarks, ranks as processes: --op OP --ranks N --sizes LIST",
+                 action, [](int argc, char** argv) {
+                   return RunCommBench(argc, argv, {"/proc/self/exe", "bench", "comm"});
+                 });
+  AddPassThrough(bench, "parallel",
+                 "Parallel-engine benchmark per layout: --layouts \"dp=2;pp=2,schedule=1f1b\"",
+                 action, [](int argc, char** argv) { return RunParallelBench(argc, argv); });
 }
 
 }  // namespace rt::cli

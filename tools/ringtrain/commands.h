@@ -19,7 +19,7 @@ void AddDataCommand(CLI::App& app, Action* action);
 void AddTrainCommand(CLI::App& app, Action* action);
 // `export`, `eval` and `sample`.
 void AddModelCommands(CLI::App& app, Action* action);
-// `bench step` and `bench kernels`.
+// `bench step`, `bench kernels`, `bench comm` and `bench parallel`.
 void AddBenchCommand(CLI::App& app, Action* action);
 
 }  // namespace rt::cli

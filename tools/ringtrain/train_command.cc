@@ -1,4 +1,5 @@
-// `ringtrain train --config FILE [--set key=value ...] [--steps N] [--init-from W] [--out W]`.
+// `ringtrain train --config FILE [--set key=value ...] [--steps N] [--init-from W] [--out W]`,
+// or with `--layout L --ranks N` on N local worker processes (parallel/dist/launch.h).
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -9,6 +10,7 @@
 #include "base/log.h"
 #include "parallel/data_loader.h"
 #include "parallel/data_prepare.h"
+#include "parallel/dist/launch.h"
 #include "parallel/token_shard.h"
 #include "parallel/trainer.h"
 #include "tools/ringtrain/commands.h"
@@ -23,7 +25,20 @@ struct TrainOptions {
   int64_t steps = -1;
   std::string init_from;
   std::string out;
+  rt::dist::DistTrainOptions dist;  // used when --layout is given
 };
+
+// `train --layout ... --ranks N`: the launcher (or, with the hidden --rank, one worker).
+Status RunDistributedTrain(const TrainOptions& opt) {
+  if (!opt.init_from.empty() || !opt.out.empty())
+    return InvalidArgument("--init-from and --out are not supported with --layout yet");
+  rt::dist::DistTrainOptions o = opt.dist;
+  o.config = opt.config;
+  o.sets = opt.sets;
+  o.steps = opt.steps;
+  o.command = {"train"};
+  return rt::dist::RunDistributedTrain(o, "/proc/self/exe");
+}
 
 // The tokenizer a data folder was prepared with, from its vocabulary size.
 std::string TokenizerOfVocab(uint32_t vocab) { return vocab == 256 ? "byte" : "gpt2"; }
@@ -117,7 +132,7 @@ Status RunTrain(const TrainOptions& opt) {
 }  // namespace
 
 void AddTrainCommand(CLI::App& app, Action* action) {
-  CLI::App* train = app.add_subcommand("train", "Train a GPT-2 model in this process");
+  CLI::App* train = app.add_subcommand("train", "Train a GPT-2 model, in this process or with --layout on local ranks");
   auto opt = std::make_shared<TrainOptions>();
   train->add_option("--config", opt->config, "TOML config (configs/tiny.toml, s.toml, m.toml)")
       ->required();
@@ -126,7 +141,19 @@ void AddTrainCommand(CLI::App& app, Action* action) {
       ->check(CLI::NonNegativeNumber);
   train->add_option("--init-from", opt->init_from, "start from these safetensors weights");
   train->add_option("--out", opt->out, "write the final weights to this safetensors file");
-  train->callback([=] { *action = [=] { return RunTrain(*opt); }; });
+  train->add_option("--layout", opt->dist.layout,
+                    "parallel layout on local processes: tp=,pp=,dp=,zero=,hsdp_shard=,sp=,"
+                    "schedule=gpipe|1f1b (with --ranks)");
+  train->add_option("--ranks", opt->dist.ranks, "local worker processes: the layout's world size")
+      ->check(CLI::PositiveNumber);
+  train->add_option("--rank", opt->dist.rank, "worker mode: this worker's rank")->group("");
+  train->add_option("--store", opt->dist.store, "worker mode: rendezvous store host:port")
+      ->group("");
+  train->add_option("--job", opt->dist.job, "worker mode: job name")->group("");
+  train->callback([=] {
+    const bool distributed = !opt->dist.layout.empty() || opt->dist.ranks > 1;
+    *action = [=] { return distributed ? RunDistributedTrain(*opt) : RunTrain(*opt); };
+  });
 }
 
 }  // namespace rt::cli

@@ -1,4 +1,4 @@
-// ringtrain_dist end to end: ranks as local processes over the TCP store and the CPU backend,
+// ringtrain_dist and `ringtrain train --layout` end to end: ranks as local processes over the TCP store and the CPU backend,
 // rank 0's metrics against the single-process Trainer, and bad input.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -24,9 +24,10 @@ struct Exec {
   std::string output;
 };
 
-Exec Execute(const std::string& args) {
+// Runs `binary args` and collects its exit code and output.
+Exec ExecuteBinary(const std::string& binary, const std::string& args) {
   Exec e;
-  const std::string cmd = std::string(RINGTRAIN_DIST_BIN) + " " + args + " 2>&1";
+  const std::string cmd = binary + " " + args + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   if (p == nullptr) return e;
   char buf[4096];
@@ -35,6 +36,8 @@ Exec Execute(const std::string& args) {
   e.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return e;
 }
+
+Exec Execute(const std::string& args) { return ExecuteBinary(RINGTRAIN_DIST_BIN, args); }
 
 class CliTest : public ::testing::Test {
  protected:
@@ -55,12 +58,27 @@ class CliTest : public ::testing::Test {
            (dir_ / "m.jsonl").string();
   }
 
+  // Checks rank 0's metrics file of a finished 5-step run (micro_batches=2) against one process.
+  void ExpectMetricsMatchOneProcess();
+
   std::filesystem::path dir_;
 };
 
 TEST_F(CliTest, MixedLayoutProcessesMatchOneProcess) {
   const Exec e = Execute(Sets() + " --set train.micro_batches=2 --layout tp=2,pp=2,dp=2,zero=1 --ranks 8 --steps 5");
   ASSERT_EQ(e.code, 0) << e.output;
+  ExpectMetricsMatchOneProcess();
+}
+
+TEST_F(CliTest, RingtrainTrainWithLayoutMatchesOneProcess) {
+  const Exec e = ExecuteBinary(RINGTRAIN_BIN, "--log-level warn train " + Sets() +
+                                                 " --set train.micro_batches=2 --layout "
+                                                 "dp=2,zero=3 --ranks 2 --steps 5");
+  ASSERT_EQ(e.code, 0) << e.output;
+  ExpectMetricsMatchOneProcess();
+}
+
+void CliTest::ExpectMetricsMatchOneProcess() {
   // The single-process run of the same config.
   Result<RunConfig> config = LoadRunConfig(
       std::string(RINGTRAIN_SOURCE_DIR) + "/configs/tiny.toml",
