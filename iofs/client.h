@@ -41,6 +41,11 @@ class Client : public std::enable_shared_from_this<Client> {
   // Reads up to `length` bytes at `offset` (at most 64 MiB per call).
   boost::asio::awaitable<Result<std::vector<std::byte>>> Read(std::string path, uint64_t offset,
                                                               uint64_t length, Deadline deadline);
+  // Reads up to out.size() bytes (at most 64 MiB) at `offset` straight into `out` (zero-copy
+  // receive); returns the bytes read. The data is checked against the server's CRC32C
+  // (ChecksumMismatch if it was corrupted on the way).
+  boost::asio::awaitable<Result<size_t>> ReadInto(std::string path, uint64_t offset, std::span<std::byte> out,
+                                                  Deadline deadline);
   boost::asio::awaitable<Result<FileStat>> Stat(std::string path, Deadline deadline);
   boost::asio::awaitable<Result<std::vector<FileStat>>> List(std::string path, Deadline deadline);
   boost::asio::awaitable<Status> Rename(std::string from, std::string to, Deadline deadline);

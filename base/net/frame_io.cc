@@ -9,6 +9,9 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <array>
+#include <cstring>
+
+#include "base/crc32c.h"
 
 namespace rt::net {
 namespace {
@@ -45,7 +48,46 @@ asio::awaitable<std::optional<std::tuple<ErrorCode, size_t>>> Race(Awaitable op,
   co_return std::nullopt;
 }
 
+void PutU32(std::byte* at, uint32_t v) {
+  for (int i = 0; i < 4; ++i) at[i] = static_cast<std::byte>(v >> (8 * i));
+}
+
+// Offsets of the header fields that EncodeGatherHeader fills in (docs/formats/frame.md).
+constexpr size_t kLengthOffset = 16;
+constexpr size_t kCrcOffset = 20;
+
+std::vector<asio::const_buffer> Buffers(std::span<const std::byte> header, Pieces pieces) {
+  std::vector<asio::const_buffer> buffers;
+  buffers.reserve(pieces.size() + 1);
+  buffers.push_back(asio::buffer(header.data(), header.size()));
+  for (const auto& p : pieces)
+    if (!p.empty()) buffers.push_back(asio::buffer(p.data(), p.size()));
+  return buffers;
+}
+
 }  // namespace
+
+std::array<std::byte, kFrameHeaderSize> EncodeGatherHeader(uint16_t type, uint32_t flags,
+                                                           uint32_t request_id, Pieces pieces) {
+  auto header = EncodeFrameHeader(type, flags, request_id, {});
+  uint64_t length = 0;
+  uint32_t crc = 0;
+  for (const auto& p : pieces) {
+    length += p.size();
+    if (!(flags & kFrameUncheckedPayload)) crc = Crc32cExtend(crc, p.data(), p.size());
+  }
+  PutU32(header.data() + kLengthOffset, static_cast<uint32_t>(length));
+  if (flags & kFrameUncheckedPayload) crc = Crc32c(header.data(), kCrcOffset);
+  PutU32(header.data() + kCrcOffset, crc);
+  return header;
+}
+
+Result<FrameHeader> DecodeCheckedHeader(std::span<const std::byte> bytes, uint32_t max_payload) {
+  ASSIGN_OR_RETURN(FrameHeader header, DecodeFrameHeader(bytes, max_payload));
+  if ((header.flags & kFrameUncheckedPayload) && Crc32c(bytes.data(), kCrcOffset) != header.crc)
+    return Corruption("frame header checksum mismatch");
+  return header;
+}
 
 asio::awaitable<Status> ReadExactly(tcp::socket& socket, std::span<std::byte> buffer,
                                     Deadline deadline, std::string_view peer) {
@@ -71,25 +113,40 @@ asio::awaitable<Status> WriteAll(tcp::socket& socket, std::span<const std::byte>
   co_return Status();
 }
 
-asio::awaitable<Result<Frame>> ReadFrame(tcp::socket& socket, uint32_t max_payload,
-                                         Deadline deadline, std::string_view peer) {
+asio::awaitable<Result<FrameHeader>> ReadFrameHeader(tcp::socket& socket, uint32_t max_payload,
+                                                     Deadline deadline, std::string_view peer) {
   std::array<std::byte, kFrameHeaderSize> header_bytes;
   CO_RETURN_IF_ERROR(co_await ReadExactly(socket, header_bytes, deadline, peer));
-  Result<FrameHeader> header = DecodeFrameHeader(header_bytes, max_payload);
+  Result<FrameHeader> header = DecodeCheckedHeader(header_bytes, max_payload);
   if (!header.ok()) co_return header.status().WithContext("frame from " + std::string(peer));
+  co_return *header;
+}
+
+asio::awaitable<Result<Frame>> ReadFrame(tcp::socket& socket, uint32_t max_payload,
+                                         Deadline deadline, std::string_view peer) {
+  Result<FrameHeader> header = co_await ReadFrameHeader(socket, max_payload, deadline, peer);
+  if (!header.ok()) co_return header.status();
   Frame frame{*header, std::vector<std::byte>(header->length)};
   CO_RETURN_IF_ERROR(co_await ReadExactly(socket, frame.payload, deadline, peer));
-  Status verified = VerifyFramePayload(frame.header, frame.payload);
-  if (!verified.ok()) co_return verified.WithContext("frame from " + std::string(peer));
+  if (!(frame.header.flags & kFrameUncheckedPayload)) {
+    Status verified = VerifyFramePayload(frame.header, frame.payload);
+    if (!verified.ok()) co_return verified.WithContext("frame from " + std::string(peer));
+  }
   co_return frame;
 }
 
 asio::awaitable<Status> WriteFrame(tcp::socket& socket, uint16_t type, uint32_t flags,
                                    uint32_t request_id, std::span<const std::byte> payload,
                                    Deadline deadline, std::string_view peer) {
-  auto header = EncodeFrameHeader(type, flags, request_id, payload);
-  std::array<asio::const_buffer, 2> buffers{asio::buffer(header.data(), header.size()),
-                                            asio::buffer(payload.data(), payload.size())};
+  const std::span<const std::byte> one[] = {payload};
+  co_return co_await WriteFrame(socket, type, flags, request_id, Pieces(one), deadline, peer);
+}
+
+asio::awaitable<Status> WriteFrame(tcp::socket& socket, uint16_t type, uint32_t flags,
+                                   uint32_t request_id, Pieces pieces, Deadline deadline,
+                                   std::string_view peer) {
+  auto header = EncodeGatherHeader(type, flags, request_id, pieces);
+  auto buffers = Buffers(header, pieces);
   auto r = co_await Race(asio::async_write(socket, buffers, as_tuple(use_awaitable)), deadline);
   if (!r) co_return DeadlineStatus("writing a frame to", peer);
   auto [ec, n] = *r;
@@ -152,24 +209,36 @@ std::string RemoteName(const tcp::socket& socket) {
 }
 
 struct FrameWriter::Item {
-  std::vector<std::byte> wire;
-  Deadline deadline;
+  std::array<std::byte, kFrameHeaderSize> header;
+  std::vector<asio::const_buffer> buffers;  // the header, then the caller's pieces (not copied)
+  Deadline deadline = Deadline::At(MonoTime::max());
   std::optional<Status> done;
   std::unique_ptr<asio::steady_timer> wake;  // cancelled when `done` is set
 };
 
 asio::awaitable<Status> FrameWriter::Send(uint16_t type, uint32_t flags, uint32_t request_id,
                                           std::span<const std::byte> payload, Deadline deadline) {
+  const std::span<const std::byte> one[] = {payload};
+  co_return co_await Send(type, flags, request_id, Pieces(one), deadline);
+}
+
+asio::awaitable<Status> FrameWriter::Send(uint16_t type, uint32_t flags, uint32_t request_id,
+                                          Pieces pieces, Deadline deadline) {
   if (!failed_.ok()) co_return failed_;
   auto ex = co_await asio::this_coro::executor;
-  auto item = std::make_shared<Item>(Item{EncodeFrame(type, flags, request_id, payload), deadline,
-                                          std::nullopt, std::make_unique<asio::steady_timer>(ex)});
+  auto item = std::make_shared<Item>();
+  item->header = EncodeGatherHeader(type, flags, request_id, pieces);
+  item->buffers = Buffers(item->header, pieces);
+  item->deadline = deadline;
+  item->wake = std::make_unique<asio::steady_timer>(ex);
   item->wake->expires_at(MonoTime::max());
   queue_.push_back(item);
   if (!draining_) {
     draining_ = true;
     asio::co_spawn(ex, [self = shared_from_this()]() { return self->Drain(); }, asio::detached);
   }
+  // Wakes only when `done` is set (by Drain after the write ended, or by Fail while still
+  // queued), so the caller's pieces are never used after this returns.
   co_await item->wake->async_wait(as_tuple(use_awaitable));
   if (!item->done) co_return Aborted("frame writer to " + peer_ + " stopped");
   co_return *item->done;
@@ -181,10 +250,16 @@ asio::awaitable<void> FrameWriter::Drain() {
     queue_.pop_front();
     Status s = failed_;
     if (s.ok()) {
-      if (item->deadline.Expired())
+      if (item->deadline.Expired()) {
         s = DeadlineStatus("queued frame for", peer_);
-      else
-        s = co_await WriteAll(socket_, item->wire, item->deadline, peer_);
+      } else {
+        auto r = co_await Race(asio::async_write(socket_, item->buffers, as_tuple(use_awaitable)),
+                               item->deadline);
+        if (!r)
+          s = DeadlineStatus("writing a frame to", peer_);
+        else if (auto [ec, n] = *r; ec)
+          s = IoStatus(ec, "writing a frame to", peer_);
+      }
       // A failed or timed-out write leaves the stream out of step: the connection is done.
       if (!s.ok()) Fail(s);
     }

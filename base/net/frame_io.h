@@ -18,6 +18,7 @@
 #pragma once
 
 #include <boost/asio/awaitable.hpp>
+#include <array>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -42,6 +43,30 @@ namespace rt::net {
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
 
+// Frame flag (a frame-level bit, not a protocol's): the payload is not checksummed by the frame.
+// The `crc` field then holds the CRC32C of header bytes 0-19, so the header (type, flags, request
+// id, length) is still verified; the payload's integrity is the protocol's job (iofs carries
+// CRC32C of its data end to end). Meant for bulk payloads, to avoid a second pass over them.
+inline constexpr uint32_t kFrameUncheckedPayload = 1u << 29;
+
+// A payload gathered from several pieces (sent back to back, without copying them together).
+using Pieces = std::span<const std::span<const std::byte>>;
+
+// Encodes the header of a frame whose payload is `pieces` concatenated: the length, and the crc
+// over the payload, or over the header if `flags` has kFrameUncheckedPayload.
+std::array<std::byte, kFrameHeaderSize> EncodeGatherHeader(uint16_t type, uint32_t flags,
+                                                           uint32_t request_id, Pieces pieces);
+
+// Decodes and validates a received header: base/frame.h's checks (magic, version, length ≤
+// max_payload) plus, for kFrameUncheckedPayload frames, the header CRC (Corruption on mismatch).
+Result<FrameHeader> DecodeCheckedHeader(std::span<const std::byte> bytes, uint32_t max_payload);
+
+// Reads and validates one frame header (see DecodeCheckedHeader); the caller reads `length`
+// payload bytes next and, unless kFrameUncheckedPayload is set, checks them with
+// VerifyFramePayload. Errors as ReadFrame.
+asio::awaitable<Result<FrameHeader>> ReadFrameHeader(tcp::socket& socket, uint32_t max_payload,
+                                                     Deadline deadline, std::string_view peer);
+
 // Reads one whole frame: header, then payload, verified (magic, version, length ≤ max_payload,
 // CRC32C). Errors: Unavailable "peer closed the connection" on EOF or reset (retryable),
 // DeadlineExceeded when `deadline` passes first, Corruption/ProtocolError for a bad frame
@@ -54,6 +79,10 @@ asio::awaitable<Result<Frame>> ReadFrame(tcp::socket& socket, uint32_t max_paylo
 asio::awaitable<Status> WriteFrame(tcp::socket& socket, uint16_t type, uint32_t flags,
                                    uint32_t request_id, std::span<const std::byte> payload,
                                    Deadline deadline, std::string_view peer);
+// Writes one frame whose payload is `pieces` (header and pieces in one gathered write).
+asio::awaitable<Status> WriteFrame(tcp::socket& socket, uint16_t type, uint32_t flags,
+                                   uint32_t request_id, Pieces pieces, Deadline deadline,
+                                   std::string_view peer);
 
 // Reads exactly `buffer.size()` raw bytes (for protocols that stream bulk data after a frame).
 asio::awaitable<Status> ReadExactly(tcp::socket& socket, std::span<std::byte> buffer,
@@ -115,9 +144,13 @@ class FrameWriter : public std::enable_shared_from_this<FrameWriter> {
   FrameWriter(tcp::socket& socket, std::string peer) : socket_(socket), peer_(std::move(peer)) {}
 
   // Queues one frame; completes when it is on the wire. `deadline` bounds this frame's own
-  // write and its time in the queue.
+  // write and its time in the queue. The payload is not copied: it must stay valid until the
+  // returned awaitable completes (it does not complete before the frame's write has ended).
   asio::awaitable<Status> Send(uint16_t type, uint32_t flags, uint32_t request_id,
                                std::span<const std::byte> payload, Deadline deadline);
+  // The same with a payload gathered from `pieces` (each valid until completion).
+  asio::awaitable<Status> Send(uint16_t type, uint32_t flags, uint32_t request_id, Pieces pieces,
+                               Deadline deadline);
 
   // Fails every queued frame with `why` and refuses later ones.
   void Fail(Status why);

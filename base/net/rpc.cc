@@ -6,11 +6,13 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <cstdlib>
 #include <future>
 #include <optional>
 #include <thread>
 
 #include "base/bytes.h"
+#include "base/crc32c.h"
 #include "base/log.h"
 
 namespace rt::net {
@@ -70,6 +72,18 @@ RpcServer::~RpcServer() = default;
 
 void RpcServer::Handle(uint16_t type, RpcHandler handler) { handlers_[type] = std::move(handler); }
 
+void RpcServer::HandleBulk(uint16_t type, RpcBulkHandler handler) {
+  bulk_handlers_[type] = std::move(handler);
+}
+
+// A received request. The payload is read into memory that is not zeroed first (it is
+// overwritten by the read), which matters for megabyte payloads.
+struct RpcServer::Request {
+  FrameHeader header;
+  std::unique_ptr<std::byte[]> payload;
+  std::span<const std::byte> bytes() const { return {payload.get(), header.length}; }
+};
+
 Result<uint16_t> RpcServer::Start() {
   ErrorCode ec;
   auto address = asio::ip::make_address(options_.bind_address, ec);
@@ -111,16 +125,29 @@ asio::awaitable<void> RpcServer::AcceptLoop() {
 
 asio::awaitable<void> RpcServer::ServeConnection(std::shared_ptr<Connection> connection) {
   while (!stopping_) {
-    Result<Frame> frame =
-        co_await ReadFrame(connection->socket, options_.max_payload, Forever(), connection->peer);
-    if (!frame.ok()) {
-      if (frame.status().code() != StatusCode::kUnavailable &&
-          frame.status().code() != StatusCode::kAborted)
-        LOG_WARN("{}: dropping connection: {}", options_.name, frame.status().ToString());
+    auto request = std::make_shared<Request>();
+    Status status;
+    Result<FrameHeader> header = co_await ReadFrameHeader(connection->socket, options_.max_payload,
+                                                          Forever(), connection->peer);
+    if (header.ok()) {
+      request->header = *header;
+      request->payload.reset(new std::byte[header->length]);
+      status = co_await ReadExactly(connection->socket,
+                                    {request->payload.get(), header->length}, Forever(),
+                                    connection->peer);
+      if (status.ok() && !(header->flags & kFrameUncheckedPayload))
+        status = VerifyFramePayload(*header, request->bytes())
+                     .WithContext("frame from " + connection->peer);
+    } else {
+      status = header.status();
+    }
+    if (!status.ok()) {
+      if (status.code() != StatusCode::kUnavailable && status.code() != StatusCode::kAborted)
+        LOG_WARN("{}: dropping connection: {}", options_.name, status.ToString());
       break;
     }
     if (stopping_) break;
-    if (frame->header.flags & kRpcResponse) {
+    if (request->header.flags & kRpcResponse) {
       LOG_WARN("{}: {} sent a response frame as a request; dropping it", options_.name,
                connection->peer);
       break;
@@ -128,8 +155,8 @@ asio::awaitable<void> RpcServer::ServeConnection(std::shared_ptr<Connection> con
     ++connection->active;
     ++active_;
     asio::co_spawn(executor_,
-                   [self = shared_from_this(), connection, f = std::move(*frame)]() mutable {
-                     return self->ServeRequest(connection, std::move(f));
+                   [self = shared_from_this(), connection, request]() mutable {
+                     return self->ServeRequest(connection, std::move(request));
                    },
                    asio::detached);
   }
@@ -138,26 +165,38 @@ asio::awaitable<void> RpcServer::ServeConnection(std::shared_ptr<Connection> con
   if (connection->active == 0) connections_.erase(connection);
 }
 
-asio::awaitable<void> RpcServer::ServeRequest(std::shared_ptr<Connection> connection, Frame frame) {
-  Result<std::vector<std::byte>> reply = Unimplemented("no handler for request type " +
-                                                       std::to_string(frame.header.type));
-  auto it = handlers_.find(frame.header.type);
-  if (it != handlers_.end()) {
-    try {
-      reply = co_await it->second(RpcRequest{frame.header, frame.payload, connection->peer});
-    } catch (const std::exception& e) {
-      reply = Internal(options_.name + ": handler threw: " + e.what());
+asio::awaitable<void> RpcServer::ServeRequest(std::shared_ptr<Connection> connection,
+                                              std::shared_ptr<Request> request) {
+  const FrameHeader& header = request->header;
+  const RpcRequest call{header, request->bytes(), connection->peer};
+  Result<RpcBulkReply> reply = Unimplemented("no handler for request type " +
+                                             std::to_string(header.type));
+  bool bulk = false;
+  try {
+    if (auto it = handlers_.find(header.type); it != handlers_.end()) {
+      Result<std::vector<std::byte>> plain = co_await it->second(call);
+      if (plain.ok())
+        reply = RpcBulkReply{{}, std::move(*plain)};
+      else
+        reply = plain.status();
+    } else if (auto bit = bulk_handlers_.find(header.type); bit != bulk_handlers_.end()) {
+      bulk = true;
+      reply = co_await bit->second(call);
     }
+  } catch (const std::exception& e) {
+    reply = Internal(options_.name + ": handler threw: " + e.what());
   }
   Status sent;
   const Deadline deadline = Deadline::After(options_.write_timeout);
   if (reply.ok()) {
-    sent = co_await connection->writer->Send(frame.header.type, kRpcResponse,
-                                             frame.header.request_id, *reply, deadline);
+    const std::span<const std::byte> pieces[] = {reply->head, reply->body};
+    sent = co_await connection->writer->Send(header.type,
+                                             kRpcResponse | (bulk ? kFrameUncheckedPayload : 0),
+                                             header.request_id, Pieces(pieces), deadline);
   } else {
     auto payload = EncodeRpcError(reply.status());
-    sent = co_await connection->writer->Send(frame.header.type, kRpcResponse | kRpcError,
-                                             frame.header.request_id, payload, deadline);
+    sent = co_await connection->writer->Send(header.type, kRpcResponse | kRpcError,
+                                             header.request_id, payload, deadline);
   }
   if (!sent.ok()) LOG_DEBUG("{}: response not sent: {}", options_.name, sent.ToString());
   --connection->active;
@@ -208,6 +247,11 @@ struct RpcClient::Pending {
   explicit Pending(asio::any_io_executor ex) : wake(ex) {}
   asio::steady_timer wake;  // expires at the call's deadline; cancelled when `result` is set
   std::optional<Result<Frame>> result;
+  // CallInto's buffers: a successful response's payload is read into them.
+  bool sink = false;
+  std::span<std::byte> head, body;
+  size_t* received = nullptr;
+  bool filling = false;  // the read loop is writing into head/body now
 };
 
 RpcClient::RpcClient(tcp::socket socket, RpcClientOptions options)
@@ -242,46 +286,127 @@ asio::awaitable<Result<std::shared_ptr<RpcClient>>> RpcClient::Connect(std::stri
 
 asio::awaitable<Result<Frame>> RpcClient::Call(uint16_t type, std::span<const std::byte> payload,
                                                Deadline deadline) {
+  const std::span<const std::byte> one[] = {payload};
+  co_return co_await CallInto(type, Pieces(one), 0, {}, {}, nullptr, deadline);
+}
+
+asio::awaitable<Result<Frame>> RpcClient::Call(uint16_t type, Pieces pieces, uint32_t flags,
+                                               Deadline deadline) {
+  co_return co_await CallInto(type, pieces, flags, {}, {}, nullptr, deadline);
+}
+
+asio::awaitable<Result<Frame>> RpcClient::CallInto(uint16_t type, Pieces pieces, uint32_t flags,
+                                                   std::span<std::byte> head,
+                                                   std::span<std::byte> body, size_t* received,
+                                                   Deadline deadline) {
   if (!failed_.ok()) co_return failed_;
   auto self = shared_from_this();
   uint32_t id = next_id_++;
   if (next_id_ == 0) next_id_ = 1;
   auto pending = std::make_shared<Pending>(socket_.get_executor());
+  pending->sink = received != nullptr;
+  pending->head = head;
+  pending->body = body;
+  pending->received = received;
   pending->wake.expires_at(deadline.when());
   pending_[id] = pending;
-  Status sent = co_await writer_->Send(type, 0, id, payload, deadline);
-  if (!sent.ok() && !pending->result) {
+  Status sent = co_await writer_->Send(type, flags & ~(kRpcResponse | kRpcError), id, pieces,
+                                       deadline);
+  if (!sent.ok() && !pending->result && !pending->filling) {
     pending_.erase(id);
     co_return sent;
   }
   if (!pending->result) co_await pending->wake.async_wait(as_tuple(use_awaitable));
   pending_.erase(id);
+  if (pending->filling) {
+    // The response is being read into the caller's memory: stop the connection (the read fails
+    // at once on the closed socket) and wait until the reader has let go of the memory.
+    pending->result = DeadlineExceeded("call of type " + std::to_string(type) + " to " + peer_ +
+                                       ": response still arriving at the deadline");
+    FailAll(pending->result->status());
+    const Deadline bound = Deadline::AfterMs(10'000);
+    while (pending->filling && !bound.Expired()) {
+      pending->wake.expires_at(bound.when());
+      co_await pending->wake.async_wait(as_tuple(use_awaitable));
+    }
+    if (pending->filling) {
+      // Unreachable with Asio's close semantics; returning would let the read write freed memory.
+      LOG_ERROR("rpc client to {}: a read into a finished call's buffer did not stop", peer_);
+      std::abort();
+    }
+  }
   if (pending->result) co_return std::move(*pending->result);
   co_return DeadlineExceeded("call of type " + std::to_string(type) + " to " + peer_ +
                              ": no response before the deadline");
 }
 
+asio::awaitable<Status> RpcClient::ReadResponse(const FrameHeader& header,
+                                                std::shared_ptr<Pending> pending) {
+  const bool error = header.flags & kRpcError;
+  const bool checked = !(header.flags & kFrameUncheckedPayload);
+  if (pending && pending->sink && !pending->result && !error &&
+      header.length <= pending->head.size() + pending->body.size()) {
+    const size_t in_head = std::min<size_t>(header.length, pending->head.size());
+    const size_t in_body = header.length - in_head;
+    pending->filling = true;
+    Status s = co_await ReadExactly(socket_, pending->head.first(in_head), Forever(), peer_);
+    if (s.ok()) s = co_await ReadExactly(socket_, pending->body.first(in_body), Forever(), peer_);
+    if (s.ok() && checked &&
+        Crc32cExtend(Crc32c(pending->head.data(), in_head), pending->body.data(), in_body) !=
+            header.crc)
+      s = Corruption("frame from " + peer_ + ": payload checksum mismatch");
+    pending->filling = false;
+    if (!pending->result) {
+      if (s.ok()) {
+        *pending->received = header.length;
+        pending->result = Frame{header, {}};
+      } else {
+        pending->result = s;
+      }
+    }
+    pending->wake.cancel();
+    co_return s;
+  }
+  Frame frame{header, std::vector<std::byte>(header.length)};
+  CO_RETURN_IF_ERROR(co_await ReadExactly(socket_, frame.payload, Forever(), peer_));
+  if (checked)
+    CO_RETURN_IF_ERROR(VerifyFramePayload(header, frame.payload).WithContext("frame from " + peer_));
+  if (!pending || pending->result) co_return Status();  // the call gave up: drop the late answer
+  if (error)
+    pending->result = DecodeRpcError(frame.payload, peer_);
+  else if (pending->sink)
+    pending->result = Status(StatusCode::kProtocolError,
+                             peer_ + ": response of " + std::to_string(header.length) +
+                                 " bytes exceeds the " +
+                                 std::to_string(pending->head.size() + pending->body.size()) +
+                                 "-byte buffer");
+  else
+    pending->result = std::move(frame);
+  pending->wake.cancel();
+  co_return Status();
+}
+
 asio::awaitable<void> RpcClient::ReadLoop() {
   auto self = shared_from_this();
   while (true) {
-    Result<Frame> frame = co_await ReadFrame(socket_, options_.max_payload, Forever(), peer_);
-    if (!frame.ok()) {
-      FailAll(frame.status());
+    Result<FrameHeader> header = co_await ReadFrameHeader(socket_, options_.max_payload, Forever(), peer_);
+    if (!header.ok()) {
+      FailAll(header.status());
       co_return;
     }
-    if (!(frame->header.flags & kRpcResponse)) {
+    if (!(header->flags & kRpcResponse)) {
       FailAll(Status(StatusCode::kProtocolError, peer_ + " sent a request frame to a client"));
       co_return;
     }
-    auto it = pending_.find(frame->header.request_id);
-    if (it == pending_.end()) continue;  // the call gave up (deadline); drop the late answer
-    auto pending = it->second;
-    pending_.erase(it);
-    if (frame->header.flags & kRpcError)
-      pending->result = DecodeRpcError(frame->payload, peer_);
-    else
-      pending->result = std::move(*frame);
-    pending->wake.cancel();
+    std::shared_ptr<Pending> pending;
+    if (auto it = pending_.find(header->request_id); it != pending_.end()) pending = it->second;
+    Status read = co_await ReadResponse(*header, pending);
+    if (!read.ok()) {
+      FailAll(read);
+      co_return;
+    }
+    if (auto it = pending_.find(header->request_id); it != pending_.end() && it->second == pending)
+      pending_.erase(it);
   }
 }
 

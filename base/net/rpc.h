@@ -57,6 +57,15 @@ struct RpcRequest {
 using RpcHandler =
     std::function<asio::awaitable<Result<std::vector<std::byte>>>(RpcRequest request)>;
 
+// A reply sent as [head, body] in one kFrameUncheckedPayload frame (no frame CRC over the
+// payload): for bulk data whose integrity the protocol covers itself, e.g. a CRC32C in `head`.
+struct RpcBulkReply {
+  std::vector<std::byte> head;  // small protocol fields
+  std::vector<std::byte> body;  // the bulk bytes, sent without being copied
+};
+// A handler answering with a bulk reply (errors as RpcHandler).
+using RpcBulkHandler = std::function<asio::awaitable<Result<RpcBulkReply>>(RpcRequest request)>;
+
 // Server settings.
 struct RpcServerOptions {
   // Address to bind (default loopback; "0.0.0.0" for every interface).
@@ -82,6 +91,8 @@ class RpcServer : public std::enable_shared_from_this<RpcServer> {
 
   // Registers the handler for frame type `type`. Call before Start().
   void Handle(uint16_t type, RpcHandler handler);
+  // Registers a handler whose successful replies are bulk replies. Call before Start().
+  void HandleBulk(uint16_t type, RpcBulkHandler handler);
 
   // Binds, listens and starts accepting. Returns the bound port. Errors: IoError or
   // AlreadyExists naming the address when bind fails. Call once, from any thread before the
@@ -108,12 +119,15 @@ class RpcServer : public std::enable_shared_from_this<RpcServer> {
   RpcServer(asio::any_io_executor executor, RpcServerOptions options);
   asio::awaitable<void> AcceptLoop();
   asio::awaitable<void> ServeConnection(std::shared_ptr<Connection> connection);
-  asio::awaitable<void> ServeRequest(std::shared_ptr<Connection> connection, Frame frame);
+  struct Request;
+  asio::awaitable<void> ServeRequest(std::shared_ptr<Connection> connection,
+                                     std::shared_ptr<Request> request);
   void CloseAll();
 
   asio::any_io_executor executor_;
   RpcServerOptions options_;
   std::map<uint16_t, RpcHandler> handlers_;
+  std::map<uint16_t, RpcBulkHandler> bulk_handlers_;
   std::unique_ptr<tcp::acceptor> acceptor_;
   std::set<std::shared_ptr<Connection>> connections_;  // on the executor only
   std::atomic<uint16_t> port_{0};
@@ -152,6 +166,20 @@ class RpcClient : public std::enable_shared_from_this<RpcClient> {
   // `payload` must stay valid until the returned awaitable completes.
   asio::awaitable<Result<Frame>> Call(uint16_t type, std::span<const std::byte> payload,
                                       Deadline deadline);
+  // The same with the request payload gathered from `pieces` (not copied; each valid until
+  // completion) and frame `flags` (kFrameUncheckedPayload for bulk data the protocol checks).
+  asio::awaitable<Result<Frame>> Call(uint16_t type, Pieces pieces, uint32_t flags,
+                                      Deadline deadline);
+  // Zero-copy receive: like Call, but a successful response's payload is read from the socket
+  // straight into `head` and then `body` (head first; the response returns with an empty
+  // payload, and `*received` holds the payload's length). A response larger than head + body
+  // fails the call with ProtocolError (the connection stays usable); an error response is
+  // returned as the error. If the deadline passes while the payload is being read into the
+  // caller's memory, the connection is closed (every pending call fails) and the call returns
+  // only once the read has stopped, so the memory is never written after this returns.
+  asio::awaitable<Result<Frame>> CallInto(uint16_t type, Pieces pieces, uint32_t flags,
+                                          std::span<std::byte> head, std::span<std::byte> body,
+                                          size_t* received, Deadline deadline);
 
   // Closes the connection; pending and later calls fail with Aborted. Thread-safe.
   void Close();
@@ -164,6 +192,8 @@ class RpcClient : public std::enable_shared_from_this<RpcClient> {
   struct Pending;
   RpcClient(tcp::socket socket, RpcClientOptions options);
   asio::awaitable<void> ReadLoop();
+  // Reads a response payload of `header` into `pending`'s buffers or a new vector.
+  asio::awaitable<Status> ReadResponse(const FrameHeader& header, std::shared_ptr<Pending> pending);
   void FailAll(const Status& why);
 
   tcp::socket socket_;

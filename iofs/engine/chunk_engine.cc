@@ -15,9 +15,9 @@
 #include <shared_mutex>
 #include <unordered_set>
 
-#include "base/crc32c.h"
 #include "base/fault.h"
 #include "base/log.h"
+#include "iofs/engine/block_crc.h"
 #include "iofs/engine/chunk_record.h"
 #include "iofs/engine/slot_files.h"
 #include "iofs/engine/uring_executor.h"
@@ -465,12 +465,10 @@ Status ChunkEngineImpl::Read(ChunkId id, uint64_t offset, uint64_t length,
   if (op.result != static_cast<int>(io_len))
     return fail(ErrnoStatus(op.result < 0 ? -op.result : EIO,
                             "read chunk " + Hex(id) + " from " + DataPath(r.loc)));
-  std::vector<uint32_t> computed;
+  std::vector<uint32_t> computed(b1 - b0 + 1);
+  BlockCrcs(b.data, end - start, kBlockSize, computed);
   for (uint64_t blk = b0; blk <= b1; ++blk) {
-    const uint64_t at = blk * kBlockSize - start;
-    const uint64_t n = std::min<uint64_t>(kBlockSize, r.length - blk * kBlockSize);
-    const uint32_t crc = Crc32c(b.data + at, n);
-    computed.push_back(crc);
+    const uint32_t crc = computed[blk - b0];
     if (crc != r.block_crcs[blk])
       return fail(Status(StatusCode::kChecksumMismatch,
                          "chunk " + Hex(id) + " block " + std::to_string(blk) + " in " +

@@ -7,6 +7,7 @@
 
 #include "base/bytes.h"
 #include "base/crc32c.h"
+#include "iofs/engine/block_crc.h"
 
 namespace rt::iofs {
 namespace {
@@ -173,11 +174,8 @@ uint32_t CombineBlockCrcs(std::span<const uint32_t> block_crcs, uint64_t length)
 
 void ComputeChunkCrcs(const std::byte* data, size_t length, std::vector<uint32_t>* block_crcs,
                       uint32_t* chunk_crc) {
-  block_crcs->clear();
-  for (size_t at = 0; at < length; at += kBlockSize) {
-    const size_t n = std::min<size_t>(kBlockSize, length - at);
-    block_crcs->push_back(Crc32c(data + at, n));
-  }
+  block_crcs->assign((length + kBlockSize - 1) / kBlockSize, 0);
+  BlockCrcs(data, length, kBlockSize, *block_crcs);
   // One pass over the data: the chunk CRC is combined from the block CRCs.
   *chunk_crc = CombineBlockCrcs(*block_crcs, length);
 }

@@ -371,23 +371,23 @@ Status FileSystem::Read(std::string_view path, uint64_t offset, uint64_t length,
   out->clear();
   if (offset >= size) return Status();
   const uint64_t end = offset + std::min(length, size - offset);
+  if (const uint64_t index = offset / cs; end <= (index + 1) * cs) {
+    // The whole request lies in one chunk: read straight into `out` (not zero-filled first).
+    Status s = store_->Get(DataKey(ino, index), offset - index * cs, end - offset, out);
+    if (s.code() == StatusCode::kNotFound || s.code() == StatusCode::kOutOfRange) {
+      out->clear();
+    } else {
+      RETURN_IF_ERROR(s.WithContext("read chunk " + std::to_string(index) + " of " + std::string(path)));
+    }
+    out->resize(end - offset, std::byte{0});  // a hole or a short chunk reads as zeros
+    return Status();
+  }
   out->resize(end - offset);
   std::vector<std::byte> piece;
   for (uint64_t index = offset / cs; index * cs < end; ++index) {
     const uint64_t base = index * cs;
     const uint64_t a = std::max(offset, base) - base;
     const uint64_t b = std::min(end, base + cs) - base;
-    if (index * cs <= offset && end <= base + cs) {
-      // The whole request lies in this chunk: read straight into `out`.
-      Status s = store_->Get(DataKey(ino, index), a, b - a, out);
-      if (s.code() == StatusCode::kNotFound || s.code() == StatusCode::kOutOfRange) {
-        out->clear();
-      } else {
-        RETURN_IF_ERROR(s.WithContext("read chunk " + std::to_string(index) + " of " + std::string(path)));
-      }
-      out->resize(end - offset, std::byte{0});  // a hole or a short chunk reads as zeros
-      return Status();
-    }
     Status s = store_->Get(DataKey(ino, index), a, b - a, &piece);
     if (s.code() == StatusCode::kNotFound || s.code() == StatusCode::kOutOfRange) {
       piece.clear();  // a hole reads as zeros

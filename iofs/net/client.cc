@@ -1,5 +1,7 @@
 #include "iofs/client.h"
 
+#include <array>
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -8,6 +10,7 @@
 #include <boost/asio/use_awaitable.hpp>
 
 #include "base/net/rpc.h"
+#include "iofs/engine/block_crc.h"
 #include "iofs/net/wire.h"
 
 // GCC 12 false positives inside std::vector::resize inlined into ByteWriter::Put.
@@ -101,20 +104,49 @@ awaitable<Status> Client::Mkdir(std::string path, Deadline deadline) {
 
 awaitable<Status> Client::Write(std::string path, uint64_t offset, std::span<const std::byte> data,
                                 Deadline deadline) {
+  // [path, offset, CRC32C of data] then the data itself, sent from the caller's memory in a frame
+  // without a payload CRC: the server checks the data against the CRC (end to end).
   ByteWriter w;
   w.PutString(path);
   w.Put<uint64_t>(offset);
-  w.PutBytes(data.data(), data.size());
-  co_return (co_await Call(wire::kFsWrite, w.Take(), deadline)).status();
+  w.Put<uint32_t>(FastCrc32c(data.data(), data.size()));
+  const std::vector<std::byte> head = w.Take();
+  const std::span<const std::byte> pieces[] = {head, data};
+  auto reply = co_await rpc_->Call(wire::kFsWrite, net::Pieces(pieces), net::kFrameUncheckedPayload, deadline);
+  co_return reply.status();
+}
+
+awaitable<Result<size_t>> Client::ReadInto(std::string path, uint64_t offset, std::span<std::byte> out,
+                                           Deadline deadline) {
+  ByteWriter w;
+  w.PutString(path);
+  w.Put<uint64_t>(offset);
+  w.Put<uint64_t>(out.size());
+  const std::vector<std::byte> request = w.Take();
+  const std::span<const std::byte> pieces[] = {request};
+  std::array<std::byte, 4> head;
+  size_t received = 0;
+  auto reply = co_await rpc_->CallInto(wire::kFsRead, net::Pieces(pieces), 0, head, out, &received, deadline);
+  if (!reply.ok()) co_return reply.status();
+  if (received < head.size()) co_return Corruption("read reply from " + server_ + ": truncated");
+  ByteReader r(head, "read reply");
+  CO_ASSIGN_OR_RETURN(uint32_t crc, r.Get<uint32_t>());
+  const size_t n = received - head.size();
+  if (const uint32_t got = FastCrc32c(out.data(), n); got != crc)
+    co_return Status(StatusCode::kChecksumMismatch,
+                     "read of " + std::to_string(n) + " bytes at " + std::to_string(offset) + " of " + path +
+                         " from " + server_ + ": data CRC32C " + std::to_string(got) + " != " + std::to_string(crc) +
+                         " sent by the server (corrupted in transit)");
+  co_return n;
 }
 
 awaitable<Result<std::vector<std::byte>>> Client::Read(std::string path, uint64_t offset, uint64_t length,
                                                        Deadline deadline) {
-  ByteWriter w;
-  w.PutString(path);
-  w.Put<uint64_t>(offset);
-  w.Put<uint64_t>(length);
-  co_return co_await Call(wire::kFsRead, w.Take(), deadline);
+  std::vector<std::byte> out(std::min(length, wire::kMaxReadPerRequest));
+  auto n = co_await ReadInto(std::move(path), offset, out, deadline);
+  if (!n.ok()) co_return n.status();
+  out.resize(*n);
+  co_return out;
 }
 
 awaitable<Result<FileStat>> Client::Stat(std::string path, Deadline deadline) {
@@ -201,7 +233,8 @@ awaitable<Status> Client::ReadParallel(std::string path, uint64_t offset, uint64
   auto st = co_await Stat(path, deadline);
   if (!st.ok()) co_return st.status();
   const uint64_t end = std::min(st->size, offset + std::min(length, st->size));
-  out->assign(end > offset ? end - offset : 0, std::byte{0});
+  // Every byte is overwritten by a read (or the call fails): no zero fill of a reused buffer.
+  out->resize(end > offset ? end - offset : 0);
   const uint64_t piece = chunk_size_ ? chunk_size_ : (4u << 20);
   auto ex = co_await asio::this_coro::executor;
   WaitGroup group(ex);
@@ -217,14 +250,13 @@ awaitable<Status> Client::ReadParallel(std::string path, uint64_t offset, uint64
             const uint64_t at = next;
             const uint64_t n = std::min(end - at, piece - at % piece);
             next += n;
-            auto data = co_await Read(path, at, n, deadline);
-            if (!data.ok()) {
-              if (first_error.ok()) first_error = data.status();
-            } else if (data->size() != n) {
+            // Straight into `out`: no intermediate buffer.
+            auto got = co_await ReadInto(path, at, std::span(out->data() + (at - offset), n), deadline);
+            if (!got.ok()) {
+              if (first_error.ok()) first_error = got.status();
+            } else if (*got != n) {
               if (first_error.ok())
                 first_error = Corruption(path + ": short read at " + std::to_string(at));
-            } else {
-              std::memcpy(out->data() + (at - offset), data->data(), n);
             }
           }
           group.Done();

@@ -25,6 +25,7 @@
 #include "iofs/chain/codec.h"
 #include "iofs/chain_node.h"
 #include "iofs/chain_store.h"
+#include "iofs/engine/block_crc.h"
 #include "iofs/file_system.h"
 #include "iofs/net/wire.h"
 
@@ -147,6 +148,9 @@ class ServerImpl final : public Server, public ChainTransport, public ChainRoute
 
   void RegisterHandlers();
   Payload HandleFs(uint16_t type, std::span<const std::byte> payload);
+  Result<net::RpcBulkReply> HandleFsRead(std::span<const std::byte> payload);
+  // The answer of a node that is not the metadata node to a file operation.
+  Status NotServingFs() const;
   Result<FileSystem*> Fs();
 
   // Chain manager (metadata node only).
@@ -613,18 +617,44 @@ void ServerImpl::RegisterHandlers() {
       return w.Take();
     });
   });
-  for (uint16_t type : {wire::kFsCreate, wire::kFsMkdir, wire::kFsWrite, wire::kFsRead, wire::kFsStat,
+  // Reads answer [u32 CRC32C of the data, data] in a frame without a payload CRC: the client
+  // checks the data against the CRC end to end, one pass instead of two.
+  rpc_->HandleBulk(wire::kFsRead, [this](RpcRequest req) -> awaitable<Result<net::RpcBulkReply>> {
+    if (!is_meta()) co_return NotServingFs();
+    std::optional<Result<net::RpcBulkReply>> reply = co_await asio::co_spawn(
+        client_pool_.get_executor(),
+        [&]() -> awaitable<std::optional<Result<net::RpcBulkReply>>> { co_return HandleFsRead(req.payload); },
+        use_awaitable);
+    co_return std::move(*reply);
+  });
+  for (uint16_t type : {wire::kFsCreate, wire::kFsMkdir, wire::kFsWrite, wire::kFsStat,
                         wire::kFsList, wire::kFsRename, wire::kFsRemove, wire::kFsSeal, wire::kFsFsck}) {
     rpc_->Handle(type, [this, type](RpcRequest req) -> awaitable<Payload> {
-      if (!is_meta()) {
-        const NodeEndpoint* m = Endpoint(meta_node_);
-        co_return Status(StatusCode::kNotServing,
-                         "file operations are served by node " + std::to_string(meta_node_) + " at " +
-                             m->host + ":" + std::to_string(m->port));
-      }
+      if (!is_meta()) co_return NotServingFs();
       co_return co_await OnPool(client_pool_, [&]() -> Payload { return HandleFs(type, req.payload); });
     });
   }
+}
+
+Status ServerImpl::NotServingFs() const {
+  const NodeEndpoint* m = Endpoint(meta_node_);
+  return Status(StatusCode::kNotServing, "file operations are served by node " +
+                                             std::to_string(meta_node_) + " at " + m->host + ":" +
+                                             std::to_string(m->port));
+}
+
+Result<net::RpcBulkReply> ServerImpl::HandleFsRead(std::span<const std::byte> payload) {
+  ASSIGN_OR_RETURN(FileSystem * fs, Fs());
+  ByteReader r(payload, "read request");
+  ASSIGN_OR_RETURN(std::string path, wire::GetPath(r));
+  ASSIGN_OR_RETURN(uint64_t offset, r.Get<uint64_t>());
+  ASSIGN_OR_RETURN(uint64_t length, r.Get<uint64_t>());
+  net::RpcBulkReply reply;
+  RETURN_IF_ERROR(fs->Read(path, offset, std::min(length, wire::kMaxReadPerRequest), &reply.body));
+  ByteWriter w;
+  w.Put<uint32_t>(FastCrc32c(reply.body.data(), reply.body.size()));
+  reply.head = w.Take();
+  return reply;
 }
 
 Payload ServerImpl::HandleFs(uint16_t type, std::span<const std::byte> payload) {
@@ -648,16 +678,16 @@ Payload ServerImpl::HandleFs(uint16_t type, std::span<const std::byte> payload) 
       return Empty();
     case wire::kFsWrite: {
       ASSIGN_OR_RETURN(uint64_t offset, r.Get<uint64_t>());
+      ASSIGN_OR_RETURN(uint32_t crc, r.Get<uint32_t>());
       ASSIGN_OR_RETURN(auto data, r.GetBytes(r.remaining()));
+      // The frame carries no payload CRC: this is the end-to-end check of the client's bytes.
+      if (const uint32_t got = FastCrc32c(data.data(), data.size()); got != crc)
+        return Status(StatusCode::kChecksumMismatch,
+                      "write of " + std::to_string(data.size()) + " bytes at " + std::to_string(offset) +
+                          " of " + path + ": data CRC32C " + std::to_string(got) + " != " +
+                          std::to_string(crc) + " sent by the client (corrupted in transit)");
       RETURN_IF_ERROR(fs->Write(path, offset, data));
       return Empty();
-    }
-    case wire::kFsRead: {
-      ASSIGN_OR_RETURN(uint64_t offset, r.Get<uint64_t>());
-      ASSIGN_OR_RETURN(uint64_t length, r.Get<uint64_t>());
-      std::vector<std::byte> out;
-      RETURN_IF_ERROR(fs->Read(path, offset, std::min(length, wire::kMaxReadPerRequest), &out));
-      return out;
     }
     case wire::kFsStat: {
       ASSIGN_OR_RETURN(FileStat st, fs->Stat(path));

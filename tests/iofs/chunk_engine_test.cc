@@ -14,6 +14,7 @@
 
 #include "base/crc32c.h"
 #include "base/fault.h"
+#include "iofs/engine/block_crc.h"
 #include "iofs/engine/chunk_record.h"
 #include "tests/iofs/engine_crash_common.h"
 #include "tests/iofs/test_util.h"
@@ -54,6 +55,20 @@ TEST(ChunkEngineTest, ChunkCrcCombinedFromBlocksEqualsDirectCrc) {
     ComputeChunkCrcs(data.data(), n, &blocks, &chunk);
     EXPECT_EQ(chunk, Crc32c(data.data(), n)) << n;
     EXPECT_EQ(blocks.size(), (n + 65535) / 65536);
+  }
+}
+
+TEST(ChunkEngineTest, InterleavedBlockCrcsEqualDirectCrcs) {
+  for (size_t n : {size_t{0}, size_t{7}, size_t{65536}, size_t{4 * 65536}, size_t{5 * 65536 + 9},
+                   size_t{(4 << 20) - 3}, size_t{4 << 20}}) {
+    auto data = Content(n, 2, n);
+    for (size_t block : {size_t{4096}, size_t{65536}}) {
+      std::vector<uint32_t> crcs((n + block - 1) / block, 0);
+      BlockCrcs(data.data(), n, block, crcs);
+      for (size_t i = 0; i < crcs.size(); ++i)
+        ASSERT_EQ(crcs[i], Crc32c(data.data() + i * block, std::min(block, n - i * block))) << n << " " << i;
+    }
+    EXPECT_EQ(FastCrc32c(data.data(), n), Crc32c(data.data(), n)) << n;
   }
 }
 

@@ -13,6 +13,7 @@
 #include "base/net/rpc.h"
 #include "iofs/client.h"
 #include "iofs/net/wire.h"
+#include "tests/iofs/io_util.h"
 #include "tests/iofs/process_util.h"
 
 namespace rt::iofs {
@@ -20,29 +21,10 @@ namespace {
 
 namespace asio = boost::asio;
 using testing::Content;
+using testing::Io;
 using testing::FreePort;
 using testing::Process;
 using testing::TempDir;
-
-// An io_context on its own thread; Run() blocks on one coroutine.
-class Io {
- public:
-  Io() : work_(asio::make_work_guard(io_)), thread_([this] { io_.run(); }) {}
-  ~Io() {
-    work_.reset();
-    io_.stop();
-    thread_.join();
-  }
-  template <typename T>
-  T Run(asio::awaitable<T> op) {
-    return net::BlockOn<T>(io_.get_executor(), std::move(op));
-  }
-
- private:
-  asio::io_context io_;
-  asio::executor_work_guard<asio::io_context::executor_type> work_;
-  std::thread thread_;
-};
 
 Deadline Secs(int s) { return Deadline::After(std::chrono::seconds(s)); }
 

@@ -2,6 +2,8 @@
 // unless --server HOST:PORT is given.
 //   ringfs put LOCAL REMOTE | get REMOTE LOCAL | cat REMOTE | ls [PATH] | stat PATH |
 //          mv FROM TO | rm PATH | mkdir PATH | fsck [--repair] | bench [--size-mib N ...]
+#include <malloc.h>
+
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <fstream>
@@ -28,6 +30,10 @@ void PrintStat(const rt::iofs::FileStat& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Chunk-sized buffers (4 MiB) come and go with every request: keep them in the heap rather than
+  // mmap and munmap each one (the page faults and the kernel's zeroing cost more than the copy).
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
   CLI::App app{"ringfs: files in the ringtrain chunk store"};
   app.require_subcommand(1);
   std::string server = "127.0.0.1:" + std::to_string(rt::iofs::kDefaultPort);

@@ -1,0 +1,21 @@
+// CRC32C of consecutive 64 KiB blocks, several blocks at a time. The SSE4.2 crc32 instruction
+// has a latency of three cycles but a throughput of one per cycle, so one block at a time runs
+// at a third of the instruction's speed; independent blocks interleaved fill the pipeline. The
+// results are bit-identical to base/crc32c.h's Crc32c of each block.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+namespace rt::iofs {
+
+// Writes the CRC32C of every `block_size` piece of data[0, length) (the last one may be shorter)
+// to crcs[0, ceil(length / block_size)). `crcs` must hold that many entries.
+void BlockCrcs(const std::byte* data, size_t length, size_t block_size, std::span<uint32_t> crcs);
+
+// CRC32C of data[0, length), computed as 64 KiB block CRCs interleaved and then combined (the
+// same value as base/crc32c.h's Crc32c, about three times faster on large buffers).
+uint32_t FastCrc32c(const std::byte* data, size_t length);
+
+}  // namespace rt::iofs
