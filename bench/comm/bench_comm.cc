@@ -5,9 +5,13 @@
 //                        [--bind core|none] [--tcp-conns K]
 // Like mpirun, rank r is bound to CPU r when the ranks fit the CPUs (--bind core, the default)
 // and left unbound otherwise.
-// Prints nccl-tests columns (size, count, type, time, algbw, busbw); with --json one JSON line
-// per size: {"op","ranks","bytes","time_us","algbw_GBps","busbw_GBps"}. busbw = algbw·2(n−1)/n
-// for all-reduce, ·(n−1)/n for all-gather, reduce-scatter and all-to-all, ·1 otherwise.
+// Prints nccl-tests columns (size, count, type, time, algbw, busbw) and the mean; with --json one
+// JSON line per size: {"op","ranks","bytes","time_us","algbw_GBps","busbw_GBps","mean_us",
+// "iters"}. time is the median over the timed batches of ops on rank 0 of a batch's time per op
+// (a descheduled moment on a shared machine moves the mean, not the median); algbw and busbw
+// follow from it. busbw = algbw·2(n−1)/n for all-reduce, ·(n−1)/n for all-gather,
+// reduce-scatter and all-to-all, ·1 otherwise. Warm-up and iteration counts are those of
+// mpi_bench_comm.c.
 // Sizes accept K/M/G suffixes (powers of 1024); elements are f32 (bytes/4, at least 1).
 #include <sched.h>
 #include <signal.h>
@@ -16,7 +20,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <numeric>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -31,6 +37,12 @@ using namespace rt;
 using namespace rt::comm;
 
 namespace {
+
+// The most timed ops per size, and the most timed batches they form (as mpi_bench_comm.c):
+// ops run in batches of iters / kMaxSamples (at least 1), each batch timed with one pair of
+// clock readings, so a clock reading (tens of ns on a VM) does not weigh on short ops.
+constexpr double kMaxIters = 200000;
+constexpr int kMaxSamples = 1000;
 
 struct Args {
   std::string op = "all_reduce";
@@ -125,10 +137,10 @@ int Worker(const Args& a) {
   Communicator& c = **comm;
   const int n = a.ranks;
   if (a.worker_rank == 0 && !a.json)
-    std::printf("# ringtrain cpu %s, %d ranks, transport %s, %s\n#%12s %12s %6s %12s %12s %12s\n",
+    std::printf("# ringtrain cpu %s, %d ranks, transport %s, %s\n#%12s %12s %6s %12s %12s %12s %12s\n",
                 a.op.c_str(), n, a.transport.c_str(),
                 bound ? "rank r bound to cpu r" : "unbound", "size(B)", "count", "type", "time(us)",
-                "algbw(GB/s)", "busbw(GB/s)");
+                "algbw(GB/s)", "busbw(GB/s)", "mean(us)");
   for (size_t bytes : a.sizes) {
     size_t count = std::max<size_t>(1, bytes / 4);
     size_t per_rank = std::max<size_t>(1, count / n);
@@ -147,33 +159,50 @@ int Worker(const Args& a) {
       std::fprintf(stderr, "unknown op %s\n", a.op.c_str());
       return 2;
     }
-    auto run = [&](int k) -> Status {
-      for (int i = 0; i < k; ++i) RETURN_IF_ERROR(issue()->Wait(Deadline::AfterMs(60'000)));
+    // Runs k ops in batches of `batch` and records each batch's time per op (one clock reading
+    // per batch; every op's deadline comes from its batch's reading).
+    std::vector<double> times;
+    auto run = [&](int k, int batch) -> Status {
+      MonoTime t0 = MonoClock::now();
+      for (int i = 0; i < k; i += batch) {
+        const Deadline d = Deadline::At(t0 + std::chrono::seconds(60));
+        for (int j = 0; j < batch; ++j) RETURN_IF_ERROR(issue()->Wait(d));
+        const MonoTime t1 = MonoClock::now();
+        times.push_back(std::chrono::duration<double>(t1 - t0).count() / batch);
+        t0 = t1;
+      }
       return Status();
     };
-    if (!run(3).ok()) return 5;
-    // Iterations: enough for ~0.3 s, agreed through an all-reduce (max) so every rank runs the same.
+    // Warm-up and iteration count exactly as mpi_bench_comm.c: 3 ops, then 2 timed ones give
+    // the count for ~0.3 s (5..kMaxIters), agreed through an all-reduce (max) so every rank runs
+    // the same.
+    if (!run(3, 1).ok()) return 5;
     int iters = a.iters;
     if (iters <= 0) {
-      double t0 = MonoSeconds();
-      if (!run(2).ok()) return 5;
-      double per = (MonoSeconds() - t0) / 2;
-      int32_t want = static_cast<int32_t>(std::clamp(0.3 / std::max(per, 1e-7), 5.0, 20000.0)), agreed = 0;
+      times.clear();
+      if (!run(2, 1).ok()) return 5;
+      double per = (times[0] + times[1]) / 2;
+      int32_t want = static_cast<int32_t>(std::clamp(0.3 / std::max(per, 1e-7), 5.0, kMaxIters)), agreed = 0;
       if (!c.AllReduce(&want, &agreed, 1, DType::kI32, ReduceOp::kMax)->Wait(Deadline::AfterMs(60'000)).ok()) return 5;
       iters = agreed;
     }
+    const int batch = std::max(1, iters / kMaxSamples);
+    iters = iters / batch * batch;
     if (!c.Barrier()->Wait(Deadline::AfterMs(60'000)).ok()) return 5;
-    double t0 = MonoSeconds();
-    if (!run(iters).ok()) return 5;
-    double us = (MonoSeconds() - t0) / iters * 1e6;
+    times.clear();
+    if (!run(iters, batch).ok()) return 5;
+    const size_t samples = times.size();
+    const double mean_us = std::accumulate(times.begin(), times.end(), 0.0) / samples * 1e6;
+    std::nth_element(times.begin(), times.begin() + samples / 2, times.end());
+    const double us = times[samples / 2] * 1e6;  // the median batch, per op
     double algbw = static_cast<double>(count * 4) / (us * 1e-6) / 1e9;
     double busbw = algbw * BusFactor(a.op, n);
     if (a.worker_rank == 0) {
       if (a.json)
-        std::printf("{\"op\":\"%s\",\"ranks\":%d,\"bytes\":%zu,\"time_us\":%.2f,\"algbw_GBps\":%.3f,\"busbw_GBps\":%.3f}\n",
-                    a.op.c_str(), n, count * 4, us, algbw, busbw);
+        std::printf("{\"op\":\"%s\",\"ranks\":%d,\"bytes\":%zu,\"time_us\":%.2f,\"algbw_GBps\":%.3f,\"busbw_GBps\":%.3f,\"mean_us\":%.2f,\"iters\":%d}\n",
+                    a.op.c_str(), n, count * 4, us, algbw, busbw, mean_us, iters);
       else
-        std::printf(" %12zu %12zu %6s %12.2f %12.3f %12.3f\n", count * 4, count, "float", us, algbw, busbw);
+        std::printf(" %12zu %12zu %6s %12.2f %12.3f %12.3f %12.2f\n", count * 4, count, "float", us, algbw, busbw, mean_us);
       std::fflush(stdout);
     }
   }

@@ -24,11 +24,25 @@ Status WaitAll(Mesh& mesh, OpCtx& ctx, bool reduced, uint64_t step, const char* 
   const int n = mesh.size();
   std::atomic<uint64_t>* counters[64];
   for (int q = 0; q < n; ++q) {
-    ArenaView v = mesh.Arena(q);
+    const ArenaView& v = mesh.Arena(q);
     counters[q] = reduced ? v.reduced : &v.slot[step % 2]->step;
   }
-  return mesh.WaitUntil(
-      ctx, [&](int q) { return counters[q]->load(std::memory_order_acquire) < step; }, what);
+  return mesh.WaitUntil(ctx, counters, step, what);
+}
+
+// Checks that the header `q` posted in `slot` equals ours (`enc`, of `h`): ProtocolError
+// naming both ranks otherwise.
+Status CheckHeader(const OpCtx& ctx, const DataHeader& h, const std::array<std::byte, kDataHeaderSize>& enc,
+                   const ArenaSlot& slot, int q, int me) {
+  if (std::memcmp(slot.header, enc.data(), kDataHeaderSize) == 0) return Status();
+  std::span<const std::byte> hb(slot.header, kDataHeaderSize);
+  Result<DataHeader> got = DecodeDataHeader(hb, UINT64_MAX);
+  if (!got.ok())
+    return Status(StatusCode::kProtocolError,
+                  ctx.What() + ": " + RankName(q) + " posted a bad header: " + got.status().ToString());
+  return Status(StatusCode::kProtocolError,
+                ctx.What() + ": ranks disagree: " + RankName(q) + " sent " + DescribeHeader(*got) +
+                    ", " + RankName(me) + " expected " + DescribeHeader(h));
 }
 
 // Stages `bytes` of input for `step` (except bytes [skip_from, skip_to), which no peer reads;
@@ -39,7 +53,7 @@ Status WaitAll(Mesh& mesh, OpCtx& ctx, bool reduced, uint64_t step, const char* 
 Status Stage(Mesh& mesh, OpCtx& ctx, const DataHeader& h, uint64_t step, const void* src,
              size_t bytes, bool inline_ok, size_t skip_from = 0, size_t skip_to = 0) {
   const int me = mesh.rank();
-  ArenaView mine = mesh.Arena(me);
+  const ArenaView& mine = mesh.Arena(me);
   const int half = static_cast<int>(step % 2);
   const auto* in = static_cast<const std::byte*>(src);
   ArenaSlot* slot = mine.slot[half];
@@ -56,19 +70,8 @@ Status Stage(Mesh& mesh, OpCtx& ctx, const DataHeader& h, uint64_t step, const v
   slot->step.store(step, std::memory_order_release);
   mesh.RingPeers();
   RETURN_IF_ERROR(WaitAll(mesh, ctx, false, step, "has not joined"));
-  for (int q = 0; q < mesh.size(); ++q) {
-    if (q == me) continue;
-    std::span<const std::byte> hb(mesh.Arena(q).slot[half]->header, kDataHeaderSize);
-    if (std::memcmp(hb.data(), enc.data(), kDataHeaderSize) == 0) continue;
-    Result<DataHeader> got = DecodeDataHeader(hb, UINT64_MAX);
-    if (!got.ok())
-      return Status(StatusCode::kProtocolError,
-                    ctx.What() + ": " + RankName(q) + " posted a bad header: " + got.status().ToString());
-    if (!(*got == h))
-      return Status(StatusCode::kProtocolError,
-                    ctx.What() + ": ranks disagree: " + RankName(q) + " sent " + DescribeHeader(*got) +
-                        ", " + RankName(me) + " expected " + DescribeHeader(h));
-  }
+  for (int q = 0; q < mesh.size(); ++q)
+    if (q != me) RETURN_IF_ERROR(CheckHeader(ctx, h, enc, *mesh.Arena(q).slot[half], q, me));
   return Status();
 }
 
@@ -96,12 +99,16 @@ Status ArenaAllReduce(Mesh& mesh, OpCtx& ctx, const DataHeader& op_header, const
     const int half = static_cast<int>(step % 2);
     if (total) {
       auto data = [&](int q) -> const std::byte* {
-        ArenaView v = mesh.Arena(q);
+        const ArenaView& v = mesh.Arena(q);
         return total <= kArenaInlineBytes ? v.slot[half]->data : v.half[half];
       };
-      std::memcpy(out, data(0), total);
-      for (int q = 1; q < n; ++q) src_buf[nsrc++] = data(q);
-      ReduceMany(out, srcs(), count, dt, op);
+      if (n == 2 && dt != DType::kBF16 && dt != DType::kF16) {  // what ReduceMany does, in one call
+        ReduceTo(out, data(0), data(1), count, dt, op);
+      } else {
+        std::memcpy(out, data(0), total);
+        for (int q = 1; q < n; ++q) src_buf[nsrc++] = data(q);
+        ReduceMany(out, srcs(), count, dt, op);
+      }
       FinishAverage(out, count, dt, op, n);
     }
     ctx.bytes_sent += total * (n - 1);

@@ -121,13 +121,14 @@ class CpuComm : public std::enable_shared_from_this<CpuComm> {
     op->kind = kind;
     op->p2p = p2p;
     op->run = std::move(run);
+    op->comm = shared_from_this();
     return EnqueueOp(std::move(op));
   }
 
-  // Queues a prepared collective op.
+  // Queues a prepared collective op (op->comm already set: the facade's reference is copied,
+  // cheaper than shared_from_this()).
   WorkHandle EnqueueOp(std::shared_ptr<Op> op) {
     const OpKind kind = op->kind;
-    op->comm = shared_from_this();
     {
       std::lock_guard lock(mu_);
       if (!failed_.ok()) {
@@ -823,6 +824,7 @@ class CpuCommunicator final : public Communicator {
     o->dtype = dt;
     o->rop = op;
     o->small_bytes = c_->options().small_message_bytes;
+    o->comm = c_;
     return c_->EnqueueOp(std::move(o));
   }
 
@@ -1005,6 +1007,7 @@ class CpuCommunicator final : public Communicator {
     o->count = 1;
     o->dtype = DType::kU8;
     o->rop = ReduceOp::kMax;
+    o->comm = c_;
     return c_->EnqueueOp(std::move(o));
   }
 

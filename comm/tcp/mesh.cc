@@ -69,9 +69,9 @@ void FutexWake(std::atomic<uint32_t>* word) {
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
 }
 
-// Busy polls before yielding: short, because with more ranks than cores spinning starves the
-// peer we wait for.
-constexpr int kSpinIterations = 64;
+// Busy polls of ExchangeParts before yielding: short, because with more ranks than cores
+// spinning starves the peer we wait for.
+constexpr int kRingSpinIterations = 64;
 
 inline void CpuRelax() {
 #if defined(__x86_64__)
@@ -274,7 +274,7 @@ Status Mesh::ExchangeParts(OpCtx& ctx, std::span<Xfer> xfers) {
     for (auto& x : xfers) any_shm |= peers_[x.peer].shm;
     if (any_shm) {
       if (idle == 0) idle_since = MonoClock::now();
-      if (++idle < kSpinIterations) {
+      if (++idle < kRingSpinIterations) {
         CpuRelax();
         continue;
       }
@@ -630,43 +630,65 @@ bool Mesh::all_shm() const {
   return all;
 }
 
-ArenaView Mesh::Arena(int r) {
-  void* base = r == rank_ ? own_segment_->base : peers_[r].segment->base;
-  auto* h = Header(base);
-  ArenaView v;
-  v.reduced = &h->reduced;
-  std::byte* data = static_cast<std::byte*>(base) + ArenaOffset(size_, ring_bytes_);
-  for (int k = 0; k < 2; ++k) {
-    v.slot[k] = &h->slot[k];
-    v.half[k] = data + k * arena_half_bytes();
+void Mesh::BuildArenaViews() {
+  views_.resize(size_);
+  for (int r = 0; r < size_; ++r) {
+    ShmSegment* seg = r == rank_ ? own_segment_.get() : peers_[r].segment.get();
+    if (!seg) continue;  // not a same-host peer: no arena
+    auto* h = Header(seg->base);
+    ArenaView& v = views_[r];
+    v.reduced = &h->reduced;
+    std::byte* data = static_cast<std::byte*>(seg->base) + ArenaOffset(size_, ring_bytes_);
+    for (int k = 0; k < 2; ++k) {
+      v.slot[k] = &h->slot[k];
+      v.half[k] = data + k * arena_half_bytes();
+    }
   }
-  return v;
 }
 
 void Mesh::RingPeers() {
-  for (int r = 0; r < size_; ++r)
-    if (r != rank_ && peers_[r].shm) Ring(r);
+  // As Ring() for every same-host peer, with one fence for all of them.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_ || !peers_[r].shm) continue;
+    auto* h = Header(peers_[r].segment->base);
+    if (h->sleeping.load(std::memory_order_seq_cst) == 0) continue;
+    h->doorbell.fetch_add(1, std::memory_order_seq_cst);
+    FutexWake(&h->doorbell);
+  }
 }
 
-Status Mesh::WaitUntil(OpCtx& ctx, const std::function<bool(int)>& pending, const char* what) {
+Status Mesh::WaitUntil(OpCtx& ctx, std::atomic<uint64_t>* const* counters, uint64_t target,
+                       const char* what) {
+  auto pending = [&](int q) {
+    return q != rank_ && counters[q]->load(std::memory_order_acquire) < target;
+  };
   auto ready = [&] {
     for (int q = 0; q < size_; ++q)
-      if (q != rank_ && pending(q)) return false;
+      if (pending(q)) return false;
     return true;
   };
   auto behind = [&] {
     std::string who;
     for (int q = 0; q < size_; ++q)
-      if (q != rank_ && pending(q)) who += (who.empty() ? "" : ", ") + RankName(q);
+      if (pending(q)) who += (who.empty() ? "" : ", ") + RankName(q);
     return who;
   };
-  if (ready()) return Status();
+  // 1. The peers are usually a few hundred nanoseconds behind: poll their counters with a CPU
+  // pause between turns, checking Abort() on every turn; no clock, no system call.
+  for (int i = 0; i < kSpinIterations; ++i) {
+    if (ready()) return Status();
+    if (aborted()) return Status(StatusCode::kCommAborted, ctx.What() + ": communicator aborted");
+    CpuRelax();
+  }
+  // 2. Pause (or yield the CPU when the group has more ranks than CPUs) until the yield window
+  // ends, then 3. sleep on our doorbell; both watch abort, dead peers and op_timeout.
   const MonoTime start = MonoClock::now();
   auto* h = Header(own_segment_->base);
   for (int i = 0;; ++i) {
     if (aborted()) return Status(StatusCode::kCommAborted, ctx.What() + ": communicator aborted");
     if (ready()) return Status();
-    if (i < kSpinIterations || (!oversubscribed_ && (i & 15) != 0)) {
+    if (!oversubscribed_ && (i & 15) != 0) {
       CpuRelax();  // (the clock is read every 16th turn only)
       continue;
     }
@@ -688,10 +710,14 @@ Status Mesh::WaitUntil(OpCtx& ctx, const std::function<bool(int)>& pending, cons
       FutexWait(&h->doorbell, seen, std::min(left_ms, 20));
     }
     h->sleeping.fetch_sub(1, std::memory_order_seq_cst);
+    // Every peer that posted is read first: a peer that posted a mismatched header and then
+    // sent its abort notice is reported by the caller's header check (ProtocolError naming both
+    // ranks), not as "rank q failed".
+    if (ready()) return Status();
     RETURN_IF_ERROR(CheckRingMismatch(ctx));
     RETURN_IF_ERROR(PollControl(0, {}, false));
     for (int q = 0; q < size_; ++q)
-      if (q != rank_ && peers_[q].ctrl_closed && pending(q))
+      if (peers_[q].ctrl_closed && pending(q))
         return PeerGone(q, std::string(peers_[q].goodbye ? "left the communicator" : "died") +
                                " while " + RankName(rank_) + " waited for it (" + what + ") in " +
                                ctx.What());

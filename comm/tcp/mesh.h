@@ -135,7 +135,12 @@ class Mesh {
   bool all_shm() const;
   // Bytes of one staging half of every rank's arena.
   size_t arena_half_bytes() const { return arena_bytes_ / 2 / 64 * 64; }
-  ArenaView Arena(int rank);
+  // The arena of `rank` (ours or a same-host peer's); views are computed once, on first use
+  // (after bootstrap, when every segment is mapped).
+  const ArenaView& Arena(int rank) {
+    if (views_.empty()) BuildArenaViews();
+    return views_[rank];
+  }
   // The arena step counter (steps completed by this rank); the next step is ++arena_step().
   uint64_t& arena_step() { return arena_step_; }
   // Wakes every same-host peer that sleeps on its doorbell (after updating our counters).
@@ -149,11 +154,16 @@ class Mesh {
     else __builtin_ia32_pause();
 #endif
   }
-  // Waits until pending(q) is false for every peer q: spin, yield, then sleep on our doorbell,
-  // checking abort, the control sockets (dead peers, abort notices, a pending peer that left),
-  // ring traffic that shows a mismatched op, and op_timeout (PeerFailed naming the pending
-  // ranks and `what` they have not done).
-  Status WaitUntil(OpCtx& ctx, const std::function<bool(int)>& pending, const char* what);
+  // Waits until counters[q] >= target for every peer q (counters[rank()] is not read): a
+  // bounded spin with CPU pauses (abort checked on every turn, no clock read for the first
+  // kSpinIterations turns), then pauses or yields until the yield window ends, then sleeps on
+  // our doorbell in slices of at most 20 ms, checking abort, the control sockets (dead peers,
+  // abort notices, a pending peer that left), ring traffic that shows a mismatched op, and
+  // op_timeout (PeerFailed naming the pending ranks and `what` they have not done).
+  Status WaitUntil(OpCtx& ctx, std::atomic<uint64_t>* const* counters, uint64_t target,
+                   const char* what);
+  // Turns of the first, clock-free spin of WaitUntil.
+  static constexpr int kSpinIterations = 64;
 
   // Runs every transfer to completion. Errors: PeerFailed naming the peer (EOF, reset, goodbye
   // while data was expected, death seen on its control socket, silence for op_timeout),
@@ -192,6 +202,7 @@ class Mesh {
   Status CheckArenaMismatch(const OpCtx& ctx);
   Status PeerGone(int peer, const std::string& how);
   void Ring(int to_rank);  // bump a rank's doorbell (wake it if sleeping)
+  void BuildArenaViews();
   std::atomic<uint32_t>* Doorbell(int rank_of_segment);
 
   int rank_, size_;
@@ -201,6 +212,7 @@ class Mesh {
   size_t ring_bytes_ = 0;
   size_t arena_bytes_ = 0;
   uint64_t arena_step_ = 0;
+  std::vector<ArenaView> views_;  // Arena(r), built on first use
   size_t stripe_bytes_ = 1u << 20;
   mutable int all_shm_ = -1;  // all_shm() once computed
   bool oversubscribed_ = false;
