@@ -55,18 +55,21 @@ Result<std::unique_ptr<DistTrainer>> DistTrainer::Create(
   if (layout.sequence_parallel && config.model.seq_len % layout.tp != 0)
     return InvalidArgument("layout sp=1: tp=" + std::to_string(layout.tp) +
                            " must divide model.seq_len (" + std::to_string(config.model.seq_len) + ")");
-  if (layout.schedule == PipelineSchedule::kInterleaved)
-    return Unimplemented("parallel engine: the interleaved pipeline schedule");
-  if (config.train.precision != "fp32")
-    return Unimplemented("parallel engine: precision '" + config.train.precision +
-                         "' (only fp32)");
+  const int chunks = layout.virtual_stages;
+  if (layout.schedule == PipelineSchedule::kInterleaved &&
+      config.train.micro_batches % layout.pp != 0)
+    return InvalidArgument("schedule=interleaved: train.micro_batches (" +
+                           std::to_string(config.train.micro_batches) +
+                           ") must be a multiple of pp (" + std::to_string(layout.pp) + ")");
+  ASSIGN_OR_RETURN(const Precision precision, ParsePrecision(config.train.precision));
   const int dp = layout.dp(), micro = config.train.micro_batches;
   if (config.train.batch_size % (dp * micro) != 0)
     return InvalidArgument("train.batch_size (" + std::to_string(config.train.batch_size) +
                            ") must be divisible by dp (" + std::to_string(dp) +
                            ") × train.micro_batches (" + std::to_string(micro) + ")");
-  if (layout.pp > config.model.n_layer + 2)
-    return InvalidArgument("layout pp=" + std::to_string(layout.pp) + " exceeds model.n_layer + 2 (" +
+  if (layout.pp * chunks > config.model.n_layer + 2)
+    return InvalidArgument("layout pp=" + std::to_string(layout.pp) + " × vpp=" +
+                           std::to_string(chunks) + " exceeds model.n_layer + 2 (" +
                            std::to_string(config.model.n_layer + 2) + ")");
   std::unique_ptr<DistTrainer> t(new DistTrainer());
   t->config_ = config;
@@ -77,14 +80,23 @@ Result<std::unique_ptr<DistTrainer>> DistTrainer::Create(
   t->shards_ = layout.dp_shard;
   t->shard_ = t->coords_.dp_shard;
   t->micro_ = micro;
+  t->precision_ = precision;
+  t->dt_ = ComputeDType(precision);
+  t->state_.loss_scale = precision == Precision::kFp16 ? config.train.loss_scale_init : 1.0;
   t->micro_rows_ = config.train.batch_size / (dp * micro);
   t->stage_ = BuildStageLayout(config.model, layout.pp, t->coords_.pp, layout.dp_shard, layout.tp,
-                               t->coords_.tp);
-  const int stages_left = layout.pp - t->coords_.pp;
-  const int slots = layout.schedule == PipelineSchedule::kGpipe ? micro : std::min(micro, stages_left);
-  ASSIGN_OR_RETURN(t->runner_, StageRunner::Create(config.model, t->stage_, t->micro_rows_, slots,
-                                                   TpGroup{t->groups_.tp.get(), wait_timeout},
-                                                   layout.sequence_parallel, config.train.recompute));
+                               t->coords_.tp, chunks);
+  t->ops_ = BuildPipelineSchedule(layout.schedule, layout.pp, t->coords_.pp, micro, chunks);
+  // Each chunk holds the activations of as many micro-batches as its schedule has in flight.
+  const std::vector<int> slots = MaxInFlight(t->ops_, chunks);
+  for (int c = 0; c < chunks; ++c) {
+    ASSIGN_OR_RETURN(std::unique_ptr<StageRunner> runner,
+                     StageRunner::Create(config.model, t->stage_, c, t->micro_rows_,
+                                         slots[static_cast<size_t>(c)],
+                                         TpGroup{t->groups_.tp.get(), wait_timeout},
+                                         layout.sequence_parallel, config.train.recompute, t->dt_));
+    t->runners_.push_back(std::move(runner));
+  }
   ASSIGN_OR_RETURN(DataOrder order, ParseDataOrder(config.data.order));
   ASSIGN_OR_RETURN(DataLoader loader,
                    DataLoader::Create(std::move(train_tokens), config.train.batch_size,
@@ -139,8 +151,11 @@ Status DistTrainer::Initialize() {
   gathered_.resize(units);
   gather_work_.resize(units);
   unit_grads_.resize(units);
-  send_forward_.resize(static_cast<size_t>(runner_->slots()));
-  send_backward_.resize(static_cast<size_t>(runner_->slots()));
+  promoted_.assign(units, false);
+  for (const auto& runner : runners_) {
+    send_forward_.emplace_back(static_cast<size_t>(runner->slots()));
+    send_backward_.emplace_back(static_cast<size_t>(runner->slots()));
+  }
 
   // The single-process initialisation: the whole model into a temporary f32 arena, then copy
   // this rank's part.
@@ -177,13 +192,14 @@ Status DistTrainer::Initialize() {
     for (const Piece& pc : update_pieces_)
       std::memcpy(p + pc.own, local.data() + pc.flat, static_cast<size_t>(pc.count) * f);
   }
+  RETURN_IF_ERROR(InitializeLowPrecision());
   inputs_.resize(static_cast<size_t>(config_.train.batch_size) * config_.model.seq_len);
   targets_.resize(inputs_.size());
   return Status();
 }
 
-Result<Buffer> DistTrainer::Transient(size_t floats) {
-  ASSIGN_OR_RETURN(Buffer b, Buffer::Allocate(Device::kCpu, floats * sizeof(float)));
+Result<Buffer> DistTrainer::Transient(size_t count, DType dtype) {
+  ASSIGN_OR_RETURN(Buffer b, Buffer::Allocate(Device::kCpu, count * DTypeSize(dtype)));
   transient_bytes_ += b.size();
   peak_transient_bytes_ = std::max(peak_transient_bytes_, transient_bytes_);
   return b;
@@ -196,22 +212,24 @@ void DistTrainer::FreeTransient(Buffer* b) {
 
 MemoryStats DistTrainer::memory() const {
   MemoryStats s;
-  s.param_bytes = params_.size();
-  s.grad_bytes = grads_.size();
+  s.param_bytes = params_.size() + work_.size();
+  s.grad_bytes = grads_.size() + lp_grads_.size();
   s.optimizer_bytes = m_.size() + v_.size();
-  s.activation_bytes = runner_->bytes();
-  s.activation_slots = runner_->slots();
+  for (const auto& runner : runners_) {
+    s.activation_bytes += runner->bytes();
+    s.activation_slots += runner->slots();
+  }
   s.peak_transient_bytes = peak_transient_bytes_;
   return s;
 }
 
-Tensor DistTrainer::View(float* unit_base, int tensor) const {
+Tensor DistTrainer::View(std::byte* unit_base, int tensor) const {
   const StageTensor& t = stage_.tensors[static_cast<size_t>(tensor)];
-  return Tensor(unit_base + (t.offset - stage_.units[static_cast<size_t>(t.unit)].begin),
-                DType::kF32, t.shape);
+  const int64_t at = t.offset - stage_.units[static_cast<size_t>(t.unit)].begin;
+  return Tensor(unit_base + at * static_cast<int64_t>(DTypeSize(dt_)), dt_, t.shape);
 }
 
-BlockTensors DistTrainer::BlockView(float* base, int unit) const {
+BlockTensors DistTrainer::BlockView(std::byte* base, int unit) const {
   const std::vector<int>& ts = stage_.units[static_cast<size_t>(unit)].tensors;
   return {View(base, ts[0]), View(base, ts[1]), View(base, ts[2]),  View(base, ts[3]),
           View(base, ts[4]), View(base, ts[5]), View(base, ts[6]),  View(base, ts[7]),
@@ -222,24 +240,25 @@ Status DistTrainer::StartGather(int unit) {
   const size_t u = static_cast<size_t>(unit);
   if (layout_.zero < 3 || gathered_[u].data() != nullptr) return Status();
   const int64_t size = stage_.units[u].size;
-  ASSIGN_OR_RETURN(gathered_[u], Transient(static_cast<size_t>(size)));
-  float* shard = params_.View(DType::kF32, Shape{1}).data_as<float>() + own_offset_[u];
+  ASSIGN_OR_RETURN(gathered_[u], Transient(static_cast<size_t>(size), dt_));
+  // The compute-dtype parameters: the fp32 master itself, or its low-precision copy.
+  std::byte* shard = Compute(lp() ? work_ : params_) + own_offset_[u] * DTypeSize(dt_);
   gather_work_[u] = groups_.dp_shard->AllGather(shard, gathered_[u].data(),
-                                                static_cast<size_t>(own_size_[u]), DType::kF32);
+                                                static_cast<size_t>(own_size_[u]), dt_);
   return Status();
 }
 
-Result<float*> DistTrainer::AcquireParams(int unit) {
+Result<std::byte*> DistTrainer::AcquireParams(int unit) {
   const size_t u = static_cast<size_t>(unit);
   if (layout_.zero < 3)
-    return params_.View(DType::kF32, Shape{1}).data_as<float>() + stage_.units[u].begin;
+    return Compute(lp() ? work_ : params_) + stage_.units[u].begin * DTypeSize(dt_);
   RETURN_IF_ERROR(StartGather(unit));
   if (gather_work_[u]) {
     RETURN_IF_ERROR(WaitFor(gather_work_[u], WaitDeadline(),
                             "ZeRO-3 all-gather of unit " + std::to_string(unit)));
     gather_work_[u].reset();
   }
-  return static_cast<float*>(gathered_[u].data());
+  return static_cast<std::byte*>(gathered_[u].data());
 }
 
 void DistTrainer::ReleaseParams(int unit) {
@@ -248,97 +267,119 @@ void DistTrainer::ReleaseParams(int unit) {
   FreeTransient(&gathered_[u]);
 }
 
-Result<float*> DistTrainer::UnitGrads(int unit) {
+Result<std::byte*> DistTrainer::UnitGrads(int unit) {
   const size_t u = static_cast<size_t>(unit);
   if (layout_.zero < 2)
-    return grads_.View(DType::kF32, Shape{1}).data_as<float>() + stage_.units[u].begin;
+    return Compute(lp() ? lp_grads_ : grads_) + stage_.units[u].begin * DTypeSize(dt_);
   if (unit_grads_[u].data() == nullptr) {
-    ASSIGN_OR_RETURN(unit_grads_[u], Transient(static_cast<size_t>(stage_.units[u].size)));
+    ASSIGN_OR_RETURN(unit_grads_[u], Transient(static_cast<size_t>(stage_.units[u].size), dt_));
   }
-  return static_cast<float*>(unit_grads_[u].data());
+  return static_cast<std::byte*>(unit_grads_[u].data());
 }
 
-Status DistTrainer::Forward(int micro) {
-  const int slot = micro % runner_->slots();
-  const size_t s = static_cast<size_t>(slot);
-  const int stage = coords_.pp;
-  if (send_forward_[s]) {
-    RETURN_IF_ERROR(WaitFor(send_forward_[s], WaitDeadline(), "pipeline activation send"));
-    send_forward_[s].reset();
+int DistTrainer::PrevStage(int chunk) const {
+  const int vs = stage_.chunks[static_cast<size_t>(chunk)].virtual_stage;
+  return vs == 0 ? -1 : (vs - 1) % layout_.pp;
+}
+
+int DistTrainer::NextStage(int chunk) const {
+  const int vs = stage_.chunks[static_cast<size_t>(chunk)].virtual_stage;
+  return vs + 1 == layout_.pp * layout_.virtual_stages ? -1 : (vs + 1) % layout_.pp;
+}
+
+uint32_t DistTrainer::Tag(int chunk, int micro) const {
+  const int vs = stage_.chunks[static_cast<size_t>(chunk)].virtual_stage;
+  return static_cast<uint32_t>(vs * micro_ + micro);
+}
+
+Status DistTrainer::Forward(int chunk, int micro) {
+  StageRunner* runner = runners_[static_cast<size_t>(chunk)].get();
+  const StageChunk& ck = stage_.chunks[static_cast<size_t>(chunk)];
+  const int slot = micro % runner->slots();
+  comm::WorkHandle& sent = send_forward_[static_cast<size_t>(chunk)][static_cast<size_t>(slot)];
+  if (sent) {
+    RETURN_IF_ERROR(WaitFor(sent, WaitDeadline(), "pipeline activation send"));
+    sent.reset();
   }
   const int T = config_.model.seq_len;
   const size_t n = static_cast<size_t>(micro_rows_) * T;
   const size_t at = (static_cast<size_t>(coords_.dp) * micro_ + micro) * n;
-  if (stage_.has_embedding)
-    RETURN_IF_ERROR(Copy(runner_->tokens(slot),
+  if (ck.has_embedding)
+    RETURN_IF_ERROR(Copy(runner->tokens(slot),
                          Tensor(inputs_.data() + at, DType::kI32, {micro_rows_, T})));
-  if (stage_.has_head)
-    RETURN_IF_ERROR(Copy(runner_->targets(slot),
+  if (ck.has_head)
+    RETURN_IF_ERROR(Copy(runner->targets(slot),
                          Tensor(targets_.data() + at, DType::kI32, {micro_rows_, T})));
-  if (stage > 0) {
-    const Tensor in = runner_->input(slot);
+  const int prev = PrevStage(chunk), next = NextStage(chunk);
+  if (prev >= 0) {
+    const Tensor in = runner->input(slot);
     RETURN_IF_ERROR(WaitFor(groups_.pp_forward->Recv(in.data(), static_cast<size_t>(in.numel()),
-                                                     DType::kF32, stage - 1, static_cast<uint32_t>(micro)),
-                            WaitDeadline(), "pipeline activation receive from stage " + std::to_string(stage - 1)));
+                                                     in.dtype(), prev, Tag(chunk, micro) - static_cast<uint32_t>(micro_)),
+                            WaitDeadline(), "pipeline activation receive from stage " + std::to_string(prev)));
   }
   const double t0 = Now();
-  const int aux = stage_.aux_units;
+  // The auxiliary units (wte, wpe, ln_f) serve the chunk with the embedding or the head.
+  const int aux = ck.has_embedding || ck.has_head ? stage_.aux_units : 0;
+  const int first = ck.first_unit, layers = ck.layers();
   for (int u = 0; u < aux; ++u) RETURN_IF_ERROR(StartGather(u));
-  if (stage_.layers() > 0) RETURN_IF_ERROR(StartGather(aux));
-  float* wte = nullptr;
-  float* rest = nullptr;
+  if (layers > 0) RETURN_IF_ERROR(StartGather(first));
+  std::byte* wte = nullptr;
+  std::byte* rest = nullptr;
   if (aux > 0) {
     ASSIGN_OR_RETURN(wte, AcquireParams(0));
     ASSIGN_OR_RETURN(rest, AcquireParams(1));
   }
   const std::vector<int> rest_t = aux > 0 ? stage_.units[1].tensors : std::vector<int>();
-  if (stage_.has_embedding)
-    RETURN_IF_ERROR(runner_->EmbeddingForward(slot, View(wte, stage_.units[0].tensors[0]),
-                                              View(rest, rest_t[0])));
-  for (int j = 0; j < stage_.layers(); ++j) {
-    const int unit = aux + j;
-    if (j + 1 < stage_.layers()) RETURN_IF_ERROR(StartGather(unit + 1));
-    ASSIGN_OR_RETURN(float* p, AcquireParams(unit));
-    RETURN_IF_ERROR(runner_->BlockForward(slot, j, BlockView(p, unit)));
+  if (ck.has_embedding)
+    RETURN_IF_ERROR(runner->EmbeddingForward(slot, View(wte, stage_.units[0].tensors[0]),
+                                             View(rest, rest_t[0])));
+  for (int j = 0; j < layers; ++j) {
+    const int unit = first + j;
+    if (j + 1 < layers) RETURN_IF_ERROR(StartGather(unit + 1));
+    ASSIGN_OR_RETURN(std::byte* p, AcquireParams(unit));
+    RETURN_IF_ERROR(runner->BlockForward(slot, j, BlockView(p, unit)));
     ReleaseParams(unit);
   }
-  if (stage_.has_head) {
+  if (ck.has_head) {
     const size_t lnf = stage_.has_embedding ? 1 : 0;
-    ASSIGN_OR_RETURN(double loss, runner_->HeadForward(slot, View(rest, rest_t[lnf]),
+    ASSIGN_OR_RETURN(double loss, runner->HeadForward(slot, View(rest, rest_t[lnf]),
                                                        View(rest, rest_t[lnf + 1]),
                                                        View(wte, stage_.units[0].tensors[0]),
-                                                       evaluating_ ? 0.0f : 1.0f / static_cast<float>(static_cast<int64_t>(config_.train.batch_size) * T)));
+                                                       evaluating_ ? 0.0f : static_cast<float>(state_.loss_scale / (static_cast<double>(config_.train.batch_size) * T))));
     loss_sum_ += loss;
   }
   for (int u = 0; u < aux; ++u) ReleaseParams(u);
   timings_.compute_s += Now() - t0;
-  if (stage + 1 < layout_.pp) {
-    const Tensor out = runner_->output(slot);
-    send_forward_[s] = groups_.pp_forward->Send(out.data(), static_cast<size_t>(out.numel()),
-                                                DType::kF32, stage + 1, static_cast<uint32_t>(micro));
+  if (next >= 0) {
+    const Tensor out = runner->output(slot);
+    sent = groups_.pp_forward->Send(out.data(), static_cast<size_t>(out.numel()), out.dtype(),
+                                    next, Tag(chunk, micro));
   }
   return Status();
 }
 
-Status DistTrainer::Backward(int micro, bool last) {
-  const int slot = micro % runner_->slots();
-  const size_t s = static_cast<size_t>(slot);
-  const int stage = coords_.pp;
-  if (send_backward_[s]) {
-    RETURN_IF_ERROR(WaitFor(send_backward_[s], WaitDeadline(), "pipeline gradient send"));
-    send_backward_[s].reset();
+Status DistTrainer::Backward(int chunk, int micro, bool last) {
+  StageRunner* runner = runners_[static_cast<size_t>(chunk)].get();
+  const StageChunk& ck = stage_.chunks[static_cast<size_t>(chunk)];
+  const int slot = micro % runner->slots();
+  comm::WorkHandle& sent = send_backward_[static_cast<size_t>(chunk)][static_cast<size_t>(slot)];
+  if (sent) {
+    RETURN_IF_ERROR(WaitFor(sent, WaitDeadline(), "pipeline gradient send"));
+    sent.reset();
   }
-  if (stage + 1 < layout_.pp) {
-    const Tensor d = runner_->dout(slot);
+  const int prev = PrevStage(chunk), next = NextStage(chunk);
+  if (next >= 0) {
+    const Tensor d = runner->dout(slot);
     RETURN_IF_ERROR(WaitFor(groups_.pp_backward->Recv(d.data(), static_cast<size_t>(d.numel()),
-                                                      DType::kF32, stage + 1, static_cast<uint32_t>(micro)),
-                            WaitDeadline(), "pipeline gradient receive from stage " + std::to_string(stage + 1)));
+                                                      d.dtype(), next, Tag(chunk, micro) + static_cast<uint32_t>(micro_)),
+                            WaitDeadline(), "pipeline gradient receive from stage " + std::to_string(next)));
   }
   double busy = Now();
-  const int aux = stage_.aux_units;
+  const int aux = ck.has_embedding || ck.has_head ? stage_.aux_units : 0;
+  const int first = ck.first_unit, layers = ck.layers();
   for (int u = 0; u < aux; ++u) RETURN_IF_ERROR(StartGather(u));
-  if (stage_.layers() > 0) RETURN_IF_ERROR(StartGather(aux + stage_.layers() - 1));
-  float *wte = nullptr, *rest = nullptr, *g_wte = nullptr, *g_rest = nullptr;
+  if (layers > 0) RETURN_IF_ERROR(StartGather(first + layers - 1));
+  std::byte *wte = nullptr, *rest = nullptr, *g_wte = nullptr, *g_rest = nullptr;
   if (aux > 0) {
     ASSIGN_OR_RETURN(wte, AcquireParams(0));
     ASSIGN_OR_RETURN(rest, AcquireParams(1));
@@ -347,18 +388,18 @@ Status DistTrainer::Backward(int micro, bool last) {
   }
   const std::vector<int> rest_t = aux > 0 ? stage_.units[1].tensors : std::vector<int>();
   const int wte_t = aux > 0 ? stage_.units[0].tensors[0] : -1;
-  if (stage_.has_head) {
+  if (ck.has_head) {
     const size_t lnf = stage_.has_embedding ? 1 : 0;
-    RETURN_IF_ERROR(runner_->HeadBackward(slot, View(rest, rest_t[lnf]), View(wte, wte_t),
+    RETURN_IF_ERROR(runner->HeadBackward(slot, View(rest, rest_t[lnf]), View(wte, wte_t),
                                           View(g_rest, rest_t[lnf]), View(g_rest, rest_t[lnf + 1]),
                                           View(g_wte, wte_t)));
   }
-  for (int j = stage_.layers() - 1; j >= 0; --j) {
-    const int unit = aux + j;
+  for (int j = layers - 1; j >= 0; --j) {
+    const int unit = first + j;
     if (j > 0) RETURN_IF_ERROR(StartGather(unit - 1));
-    ASSIGN_OR_RETURN(float* p, AcquireParams(unit));
-    ASSIGN_OR_RETURN(float* g, UnitGrads(unit));
-    RETURN_IF_ERROR(runner_->BlockBackward(slot, j, BlockView(p, unit), BlockView(g, unit)));
+    ASSIGN_OR_RETURN(std::byte* p, AcquireParams(unit));
+    ASSIGN_OR_RETURN(std::byte* g, UnitGrads(unit));
+    RETURN_IF_ERROR(runner->BlockBackward(slot, j, BlockView(p, unit), BlockView(g, unit)));
     ReleaseParams(unit);
     if (last) {
       timings_.compute_s += Now() - busy;
@@ -368,18 +409,18 @@ Status DistTrainer::Backward(int micro, bool last) {
       busy = Now();
     }
   }
-  if (stage_.has_embedding)
-    RETURN_IF_ERROR(runner_->EmbeddingBackward(slot, View(g_wte, wte_t), View(g_rest, rest_t[0])));
+  if (ck.has_embedding)
+    RETURN_IF_ERROR(runner->EmbeddingBackward(slot, View(g_wte, wte_t), View(g_rest, rest_t[0])));
   for (int u = 0; u < aux; ++u) ReleaseParams(u);
   timings_.compute_s += Now() - busy;
   // The auxiliary units' gradients are final now, except the tied wte between two stages,
   // which SyncTiedEmbedding sums first.
   if (last && layout_.pp == 1)
     for (int u = 0; u < aux; ++u) RETURN_IF_ERROR(StartReduce(u));
-  if (stage > 0) {
-    const Tensor d = runner_->dinput(slot);
-    send_backward_[s] = groups_.pp_backward->Send(d.data(), static_cast<size_t>(d.numel()),
-                                                  DType::kF32, stage - 1, static_cast<uint32_t>(micro));
+  if (prev >= 0) {
+    const Tensor d = runner->dinput(slot);
+    sent = groups_.pp_backward->Send(d.data(), static_cast<size_t>(d.numel()), d.dtype(), prev,
+                                     Tag(chunk, micro));
   }
   return Status();
 }
@@ -388,14 +429,16 @@ Status DistTrainer::StartReduce(int unit) {
   const size_t u = static_cast<size_t>(unit);
   const StageUnit& su = stage_.units[u];
   if (su.size == 0) return Status();
+  // The reductions are in fp32: low-precision gradients are converted first.
+  ASSIGN_OR_RETURN(float* g32, ReduceGrads(unit));
   if (layout_.sequence_parallel && layout_.tp > 1) {
     // Sequence parallelism leaves the LayerNorm and wpe gradients as partial sums over the
     // tensor-parallel ranks' positions: complete them first.
-    ASSIGN_OR_RETURN(float* g, UnitGrads(unit));
     for (int ti : su.tensors) {
-      const std::string& name = stage_.tensors[static_cast<size_t>(ti)].name;
-      if (name != "wpe" && name.find("ln_") == std::string::npos) continue;
-      RETURN_IF_ERROR(TpAllReduce(TpGroup{groups_.tp.get(), wait_timeout_}, View(g, ti),
+      const StageTensor& t = stage_.tensors[static_cast<size_t>(ti)];
+      if (t.name != "wpe" && t.name.find("ln_") == std::string::npos) continue;
+      RETURN_IF_ERROR(TpAllReduce(TpGroup{groups_.tp.get(), wait_timeout_},
+                                  Tensor(g32 + (t.offset - su.begin), DType::kF32, t.shape),
                                   "sequence-parallel LayerNorm/wpe gradients"));
     }
   }
@@ -422,8 +465,7 @@ Status DistTrainer::StartReduce(int unit) {
       break;
     }
     default:
-      p.work = dp.ReduceScatter(unit_grads_[u].data(), grads + own_offset_[u], k, DType::kF32,
-                                comm::ReduceOp::kSum);
+      p.work = dp.ReduceScatter(g32, grads + own_offset_[u], k, DType::kF32, comm::ReduceOp::kSum);
       break;
   }
   pending_.push_back(std::move(p));
@@ -469,7 +511,7 @@ Status DistTrainer::AdvanceReductions(size_t max_pending) {
 
 Status DistTrainer::SyncTiedEmbedding() {
   if (groups_.embedding == nullptr) return Status();
-  ASSIGN_OR_RETURN(float* g, UnitGrads(0));
+  ASSIGN_OR_RETURN(float* g, ReduceGrads(0));
   const int64_t n = stage_.tensors[static_cast<size_t>(stage_.units[0].tensors[0])].shape.numel();
   return WaitFor(groups_.embedding->AllReduce(g, g, static_cast<size_t>(n), DType::kF32,
                                               comm::ReduceOp::kSum),
@@ -490,37 +532,28 @@ Result<StepStats> DistTrainer::Step() {
     if (inputs_[i] < 0 || inputs_[i] >= V || targets_[i] < 0 || targets_[i] >= V)
       return InvalidArgument("token at position " + std::to_string(i) +
                              " of the batch is outside the vocabulary of " + std::to_string(V));
+  stats.loss_scale = state_.loss_scale;
   if (layout_.zero < 2) RETURN_IF_ERROR(Zero(grads_.View(DType::kF32, Shape{static_cast<int64_t>(grads_.size() / 4)})));
+  if (lp() && layout_.zero < 2)
+    RETURN_IF_ERROR(Zero(lp_grads_.View(dt_, Shape{static_cast<int64_t>(lp_grads_.size() / DTypeSize(dt_))})));
+  promoted_.assign(promoted_.size(), false);
   loss_sum_ = 0;
 
-  // The schedule of this stage: (forward?, micro-batch) in order.
-  std::vector<std::pair<bool, int>> ops;
-  const int m = micro_;
-  if (layout_.schedule == PipelineSchedule::kGpipe) {
-    for (int i = 0; i < m; ++i) ops.emplace_back(true, i);
-    for (int i = 0; i < m; ++i) ops.emplace_back(false, i);
-  } else {
-    const int warmup = std::min(layout_.pp - coords_.pp - 1, m);
-    for (int i = 0; i < warmup; ++i) ops.emplace_back(true, i);
-    for (int i = 0; i < m - warmup; ++i) {
-      ops.emplace_back(true, warmup + i);
-      ops.emplace_back(false, i);
-    }
-    for (int i = m - warmup; i < m; ++i) ops.emplace_back(false, i);
-  }
-  int backwards = 0;
-  for (const auto& [forward, micro] : ops) {
-    if (forward) {
-      RETURN_IF_ERROR(Forward(micro));
+  std::vector<int> backwards(runners_.size(), 0);
+  for (const PipelineOp& op : ops_) {
+    if (op.forward) {
+      RETURN_IF_ERROR(Forward(op.chunk, op.micro));
     } else {
-      RETURN_IF_ERROR(Backward(micro, ++backwards == m));
+      RETURN_IF_ERROR(Backward(op.chunk, op.micro, ++backwards[static_cast<size_t>(op.chunk)] == micro_));
     }
   }
-  for (size_t s = 0; s < send_forward_.size(); ++s) {
-    for (comm::WorkHandle* w : {&send_forward_[s], &send_backward_[s]}) {
-      if (!*w) continue;
-      RETURN_IF_ERROR(WaitFor(*w, WaitDeadline(), "pipeline send"));
-      w->reset();
+  for (auto* sends : {&send_forward_, &send_backward_}) {
+    for (std::vector<comm::WorkHandle>& chunk : *sends) {
+      for (comm::WorkHandle& w : chunk) {
+        if (!w) continue;
+        RETURN_IF_ERROR(WaitFor(w, WaitDeadline(), "pipeline send"));
+        w.reset();
+      }
     }
   }
   const double wait_start = Now();
@@ -534,16 +567,25 @@ Result<StepStats> DistTrainer::Step() {
   // Loss and gradient norm: every rank's partial sums, gathered over the world and added in rank
   // order (so every rank gets bitwise the same totals).
   const double opt_start = Now();
+  RETURN_IF_ERROR(InjectOverflow());
   double sumsq = 0;
-  if (coords_.dp_replicate == 0) {
-    const float* g = grads_.View(DType::kF32, Shape{1}).data_as<float>();
-    for (const Piece& pc : norm_pieces_) {
-      const StageTensor& t = stage_.tensors[static_cast<size_t>(pc.tensor)];
-      // Count every element once: not the tied copy, and replicated tensors on tp rank 0 only.
-      if (t.tied_copy || (!t.tp_sharded && coords_.tp != 0)) continue;
-      const float* at = layout_.zero < 2 ? g + pc.flat : g + pc.own;
-      ASSIGN_OR_RETURN(double s, SumOfSquares(F32(const_cast<float*>(at), pc.count)));
+  // fp16: every copy is checked for inf/NaN too, so an overflow anywhere skips the step
+  // everywhere (the sum over the world is then not finite on every rank).
+  const bool check_copies = precision_ == Precision::kFp16;
+  const float* g = grads_.View(DType::kF32, Shape{1}).data_as<float>();
+  for (const Piece& pc : norm_pieces_) {
+    const StageTensor& t = stage_.tensors[static_cast<size_t>(pc.tensor)];
+    // Count every element once: one replica group, not the tied copy, and replicated tensors
+    // on tp rank 0 only.
+    const bool counted =
+        coords_.dp_replicate == 0 && !t.tied_copy && (t.tp_sharded || coords_.tp == 0);
+    if (!counted && !check_copies) continue;
+    const float* at = layout_.zero < 2 ? g + pc.flat : g + pc.own;
+    ASSIGN_OR_RETURN(double s, SumOfSquares(F32(const_cast<float*>(at), pc.count)));
+    if (counted) {
       sumsq += s;
+    } else if (!std::isfinite(s)) {
+      sumsq = INFINITY;
     }
   }
   ASSIGN_OR_RETURN(auto totals, SumOverWorld(sumsq));
@@ -599,11 +641,15 @@ Result<double> DistTrainer::Evaluate(std::shared_ptr<const std::vector<uint16_t>
       if (inputs_[i] < 0 || inputs_[i] >= V || targets_[i] < 0 || targets_[i] >= V)
         status = InvalidArgument("evaluation token outside the vocabulary of " + std::to_string(V));
     loss_sum_ = 0;
-    for (int m = 0; m < micro_ && status.ok(); ++m) status = Forward(m);
-    for (size_t s = 0; s < send_forward_.size() && status.ok(); ++s) {
-      if (!send_forward_[s]) continue;
-      status = WaitFor(send_forward_[s], WaitDeadline(), "pipeline send");
-      send_forward_[s].reset();
+    // The schedule's forwards in its order (the order the neighbours send and receive in).
+    for (const PipelineOp& op : ops_)
+      if (op.forward && status.ok()) status = Forward(op.chunk, op.micro);
+    for (std::vector<comm::WorkHandle>& chunk : send_forward_) {
+      for (comm::WorkHandle& w : chunk) {
+        if (!w || !status.ok()) continue;
+        status = WaitFor(w, WaitDeadline(), "pipeline send");
+        w.reset();
+      }
     }
     if (!status.ok()) break;
     Result<std::pair<double, double>> totals = SumOverWorld(0.0);
@@ -621,12 +667,19 @@ Result<double> DistTrainer::Evaluate(std::shared_ptr<const std::vector<uint16_t>
 }
 
 Status DistTrainer::OptimizerStep(double sumsq, StepStats* stats) {
+  // As Trainer::Step: fp16 halves the loss scale on overflow and doubles it after
+  // loss_scale_window clean steps; gradients are unscaled inside AdamW.
+  const bool fp16 = precision_ == Precision::kFp16;
   if (!std::isfinite(sumsq)) {
     stats->skipped = true;
     stats->grad_norm = INFINITY;
+    if (fp16) {
+      state_.loss_scale = std::max(1.0, state_.loss_scale / 2);
+      state_.clean_steps = 0;
+    }
     return Status();
   }
-  stats->grad_norm = std::sqrt(sumsq);
+  stats->grad_norm = std::sqrt(sumsq) / state_.loss_scale;
   double clip = 1.0;
   if (config_.optim.grad_clip > 0 && stats->grad_norm > config_.optim.grad_clip)
     clip = config_.optim.grad_clip / stats->grad_norm;
@@ -636,19 +689,24 @@ Status DistTrainer::OptimizerStep(double sumsq, StepStats* stats) {
   hp.beta1 = static_cast<float>(config_.optim.beta1);
   hp.beta2 = static_cast<float>(config_.optim.beta2);
   hp.eps = static_cast<float>(config_.optim.eps);
-  hp.grad_scale = static_cast<float>(clip);
+  hp.grad_scale = static_cast<float>(clip / state_.loss_scale);
   hp.step = state_.adam_step;
   float* p = params_.View(DType::kF32, Shape{1}).data_as<float>();
   float* g = grads_.View(DType::kF32, Shape{1}).data_as<float>();
   float* m = m_.View(DType::kF32, Shape{1}).data_as<float>();
   float* v = v_.View(DType::kF32, Shape{1}).data_as<float>();
+  std::byte* work = lp() ? Compute(work_) : nullptr;
   const int zero = layout_.zero;
   for (const Piece& pc : update_pieces_) {
     const StageTensor& t = stage_.tensors[static_cast<size_t>(pc.tensor)];
     hp.weight_decay = t.decayed ? static_cast<float>(config_.optim.weight_decay) : 0.0f;
     RETURN_IF_ERROR(rt::AdamW(F32((zero < 3 ? p + pc.flat : p + pc.own), pc.count),
                               F32((zero < 2 ? g + pc.flat : g + pc.own), pc.count),
-                              F32(m + pc.own, pc.count), F32(v + pc.own, pc.count), Tensor(), hp)
+                              F32(m + pc.own, pc.count), F32(v + pc.own, pc.count),
+                              lp() ? Tensor(work + (zero < 3 ? pc.flat : pc.own) * DTypeSize(dt_),
+                                            dt_, Shape{pc.count})
+                                   : Tensor(),
+                              hp)
                         .WithContext("AdamW on '" + t.name + "'"));
   }
   if (zero == 1 || zero == 2) {
@@ -663,6 +721,14 @@ Status DistTrainer::OptimizerStep(double sumsq, StepStats* stats) {
     }
     for (const comm::WorkHandle& w : works)
       RETURN_IF_ERROR(WaitFor(w, WaitDeadline(), "ZeRO parameter all-gather"));
+    // The other shards' low-precision copies from their fp32 masters (the same rounding AdamW
+    // applies to this rank's shard).
+    if (lp())
+      RETURN_IF_ERROR(Convert(Tensor(work, dt_, Shape{stage_.total}), F32(p, stage_.total)));
+  }
+  if (fp16 && ++state_.clean_steps >= config_.train.loss_scale_window) {
+    state_.loss_scale *= 2;
+    state_.clean_steps = 0;
   }
   return Status();
 }

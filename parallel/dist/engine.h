@@ -42,6 +42,7 @@
 #include "parallel/config.h"
 #include "parallel/data_loader.h"
 #include "parallel/dist/layout.h"
+#include "parallel/dist/schedule.h"
 #include "parallel/dist/shard.h"
 #include "parallel/dist/stage_layout.h"
 #include "parallel/dist/stage_runner.h"
@@ -130,16 +131,36 @@ class DistTrainer {
   Status Initialize();
   Deadline WaitDeadline() const { return Deadline::After(wait_timeout_); }
 
-  // Parameter and gradient views of unit u (ZeRO-3 gathers on Acquire).
+  // Parameter and gradient views of unit u in the compute dtype (ZeRO-3 gathers on Acquire).
   Status StartGather(int unit);
-  Result<float*> AcquireParams(int unit);
+  Result<std::byte*> AcquireParams(int unit);
   void ReleaseParams(int unit);
-  Result<float*> UnitGrads(int unit);
-  Tensor View(float* unit_base, int tensor) const;
-  BlockTensors BlockView(float* unit_base, int unit) const;
+  Result<std::byte*> UnitGrads(int unit);
+  Tensor View(std::byte* unit_base, int tensor) const;
+  BlockTensors BlockView(std::byte* unit_base, int unit) const;
 
-  Status Forward(int micro);
-  Status Backward(int micro, bool last);
+  // Low precision (engine_precision.cc). True for bf16/fp16.
+  bool lp() const { return dt_ != DType::kF32; }
+  // `b`'s memory as bytes.
+  static std::byte* Compute(const Buffer& b) { return static_cast<std::byte*>(b.data()); }
+  // Allocates the low-precision parameter copy (from the fp32 master) and gradients.
+  Status InitializeLowPrecision();
+  // Unit u's gradients in fp32 for the reductions: the fp32 gradients themselves, or (once per
+  // step) the low-precision ones converted into the fp32 buffer (ZeRO-0/1) or a transient one
+  // that replaces them (ZeRO-2/3).
+  Result<float*> ReduceGrads(int unit);
+  // The fault point "parallel.dist.grad_overflow" (test builds): sets one of this rank's
+  // reduced gradients to inf.
+  Status InjectOverflow();
+
+  // Passes of `micro` through chunk `chunk`; `last`: the chunk's last backward of the step.
+  Status Forward(int chunk, int micro);
+  Status Backward(int chunk, int micro, bool last);
+  // The pipeline rank of the previous and next virtual stage of `chunk` (-1 if none) and the
+  // tag of what chunk `chunk` sends (activations or gradients) for `micro`.
+  int PrevStage(int chunk) const;
+  int NextStage(int chunk) const;
+  uint32_t Tag(int chunk, int micro) const;
   Status StartReduce(int unit);
   // Completes finished reductions in issue order, waiting for the oldest while more than
   // `max_pending` are in flight (0: all).
@@ -150,7 +171,7 @@ class DistTrainer {
   Result<std::pair<double, double>> SumOverWorld(double sumsq);
 
   // Transient buffer bookkeeping.
-  Result<Buffer> Transient(size_t floats);
+  Result<Buffer> Transient(size_t count, DType dtype = DType::kF32);
   void FreeTransient(Buffer* b);
 
   RunConfig config_;
@@ -158,7 +179,8 @@ class DistTrainer {
   RankCoords coords_;
   ProcessGroups groups_;
   StageLayout stage_;
-  std::unique_ptr<StageRunner> runner_;
+  std::vector<std::unique_ptr<StageRunner>> runners_;  // per chunk
+  std::vector<PipelineOp> ops_;                        // this stage's schedule
   std::unique_ptr<DataLoader> loader_;
   TrainerState state_;
   std::chrono::milliseconds wait_timeout_{120'000};
@@ -172,6 +194,11 @@ class DistTrainer {
   std::vector<Piece> update_pieces_, norm_pieces_;
 
   Buffer params_, grads_, m_, v_;          // see memory(): full or shard sized by ZeRO stage
+  Precision precision_ = Precision::kFp32;
+  DType dt_ = DType::kF32;                 // parameters and activations
+  Buffer work_;      // bf16/fp16: the low-precision parameters (params_' layout and size)
+  Buffer lp_grads_;  // bf16/fp16, ZeRO-0/1: the low-precision gradients (grads_' layout)
+  std::vector<bool> promoted_;             // per unit: ReduceGrads ran this step
   std::vector<Buffer> gathered_;           // ZeRO-3: gathered parameter units
   std::vector<comm::WorkHandle> gather_work_;
   std::vector<Buffer> unit_grads_;         // ZeRO-2/3: full unit gradients during backward
@@ -179,10 +206,10 @@ class DistTrainer {
   size_t transient_bytes_ = 0, peak_transient_bytes_ = 0;
 
   std::vector<int32_t> inputs_, targets_;  // the global batch
-  std::vector<comm::WorkHandle> send_forward_, send_backward_;  // per activation slot
+  // Per chunk, per activation slot.
+  std::vector<std::vector<comm::WorkHandle>> send_forward_, send_backward_;
   double loss_sum_ = 0;
   bool evaluating_ = false;  // forward only: no loss gradient
-  int backwards_done_ = 0;
   StepTimings timings_;
 };
 

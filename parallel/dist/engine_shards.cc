@@ -18,9 +18,10 @@ StateShards DistTrainer::Shards() {
     const int tp_id = t.tp_sharded ? 0 : coords_.tp;
     return (t.tied_copy ? dp_copies * tp_copies : 0) + dp_id * tp_copies + tp_id;
   };
-  // Emits local elements [begin, begin+count) of tensor `ti` (viewed at `data`), split by box.
-  auto emit = [&](StateKind kind, int ti, int64_t begin, int64_t count, float* data,
-                  bool zero_sharded) {
+  // Emits local elements [begin, begin+count) of tensor `ti` (viewed at `data`, of `dtype`),
+  // split by box.
+  auto emit = [&](StateKind kind, int ti, int64_t begin, int64_t count, std::byte* data,
+                  DType dtype, bool zero_sharded) {
     const StageTensor& t = stage_.tensors[static_cast<size_t>(ti)];
     for (const TensorBox& b : t.boxes) {
       const int64_t lo = std::max(begin, b.local_begin);
@@ -36,32 +37,38 @@ StateShards DistTrainer::Shards() {
       s.flat_begin = s.has_flat_range ? lo - b.local_begin : 0;
       s.flat_end = s.has_flat_range ? hi - b.local_begin : 0;
       s.replica = replica(t, zero_sharded);
-      s.view = Tensor(data + (lo - begin), DType::kF32, Shape{hi - lo});
+      s.dtype = dtype;
+      s.view = Tensor(data + (lo - begin) * static_cast<int64_t>(DTypeSize(dtype)), dtype,
+                      Shape{hi - lo});
       out.shards.push_back(std::move(s));
     }
   };
-  float* p = params_.View(DType::kF32, Shape{1}).data_as<float>();
-  float* m = m_.View(DType::kF32, Shape{1}).data_as<float>();
-  float* v = v_.View(DType::kF32, Shape{1}).data_as<float>();
-  // Parameters (and the fp32 master weights, the same memory).
+  const DType f32 = DType::kF32;
+  const size_t fs = sizeof(float);
+  // Parameters (the fp32 ones are their own master weights; bf16/fp16 ones are the
+  // low-precision copy in the same layout) and the fp32 master weights.
   for (StateKind kind : {StateKind::kParam, StateKind::kMaster}) {
+    const bool low = kind == StateKind::kParam && lp();
+    std::byte* base = Compute(low ? work_ : params_);
+    const DType dtype = low ? dt_ : f32;
+    const size_t size = DTypeSize(dtype);
     if (zero < 3) {
       for (size_t ti = 0; ti < stage_.tensors.size(); ++ti) {
         const StageTensor& t = stage_.tensors[ti];
-        emit(kind, static_cast<int>(ti), 0, t.shape.numel(), p + t.offset, false);
+        emit(kind, static_cast<int>(ti), 0, t.shape.numel(), base + t.offset * size, dtype, false);
       }
     } else {
       for (const Piece& pc : update_pieces_) {
         const int64_t begin = pc.flat - stage_.tensors[static_cast<size_t>(pc.tensor)].offset;
-        emit(kind, pc.tensor, begin, pc.count, p + pc.own, true);
+        emit(kind, pc.tensor, begin, pc.count, base + pc.own * size, dtype, true);
       }
     }
   }
   for (StateKind kind : {StateKind::kAdamM, StateKind::kAdamV}) {
-    float* base = kind == StateKind::kAdamM ? m : v;
+    std::byte* base = Compute(kind == StateKind::kAdamM ? m_ : v_);
     for (const Piece& pc : update_pieces_) {
       const int64_t begin = pc.flat - stage_.tensors[static_cast<size_t>(pc.tensor)].offset;
-      emit(kind, pc.tensor, begin, pc.count, base + pc.own, zero > 0);
+      emit(kind, pc.tensor, begin, pc.count, base + pc.own * fs, f32, zero > 0);
     }
   }
   TensorShard step;

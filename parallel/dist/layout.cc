@@ -28,7 +28,7 @@ std::string_view PipelineScheduleName(PipelineSchedule s) {
 
 Result<ParallelLayout> ParseLayout(std::string_view spec) {
   ParallelLayout l;
-  int dp = 1, hsdp_shard = 0;
+  int dp = 1, hsdp_shard = 0, vpp = 0;
   while (!spec.empty()) {
     const size_t comma = spec.find(',');
     const std::string_view item = spec.substr(0, comma);
@@ -53,6 +53,8 @@ Result<ParallelLayout> ParseLayout(std::string_view spec) {
       ASSIGN_OR_RETURN(int sp, ParsePositive(key, value, 0));
       if (sp > 1) return InvalidArgument("layout: 'sp' must be 0 or 1, got " + std::string(value));
       l.sequence_parallel = sp == 1;
+    } else if (key == "vpp") {
+      ASSIGN_OR_RETURN(vpp, ParsePositive(key, value, 1));
     } else if (key == "schedule") {
       if (value == "gpipe") {
         l.schedule = PipelineSchedule::kGpipe;
@@ -66,8 +68,15 @@ Result<ParallelLayout> ParseLayout(std::string_view spec) {
       }
     } else {
       return InvalidArgument("layout: unknown key '" + std::string(key) +
-                             "' (expected tp, pp, dp, zero, hsdp_shard, sp, schedule)");
+                             "' (expected tp, pp, dp, zero, hsdp_shard, sp, schedule, vpp)");
     }
+  }
+  if (l.schedule == PipelineSchedule::kInterleaved) {
+    if (l.pp < 2) return InvalidArgument("layout: schedule=interleaved needs pp ≥ 2");
+    l.virtual_stages = vpp == 0 ? 2 : vpp;
+  } else if (vpp > 1) {
+    return InvalidArgument("layout: 'vpp' (" + std::to_string(vpp) +
+                           ") needs schedule=interleaved");
   }
   if (hsdp_shard == 0) {
     l.dp_shard = dp;
@@ -88,6 +97,7 @@ std::string DescribeLayout(const ParallelLayout& l) {
   if (l.dp_replicate > 1) s += ",hsdp_shard=" + std::to_string(l.dp_shard);
   s += ",sp=" + std::string(l.sequence_parallel ? "1" : "0");
   s += ",schedule=" + std::string(PipelineScheduleName(l.schedule));
+  if (l.schedule == PipelineSchedule::kInterleaved) s += ",vpp=" + std::to_string(l.virtual_stages);
   return s;
 }
 

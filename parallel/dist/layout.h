@@ -18,7 +18,7 @@ namespace rt::dist {
 enum class PipelineSchedule : uint8_t {
   kGpipe = 0,        // every forward, then every backward
   kOneFOneB = 1,     // warm-up forwards, then alternate one forward and one backward (1F1B)
-  kInterleaved = 2,  // interleaved 1F1B over virtual stages (parsed; not implemented)
+  kInterleaved = 2,  // Megatron's interleaved 1F1B over `virtual_stages` model chunks per rank
 };
 
 // "gpipe", "1f1b", "interleaved".
@@ -34,19 +34,25 @@ struct ParallelLayout {
   int zero = 0;          // ZeRO stage 0 (DDP), 1 (optimizer state), 2 (+ gradients), 3 (+ params)
   bool sequence_parallel = false;  // shard LayerNorm/residual regions on the sequence; default off
   PipelineSchedule schedule = PipelineSchedule::kOneFOneB;  // default 1F1B
+  // Model chunks per pipeline rank (interleaved schedule only; 1 otherwise): rank s holds the
+  // virtual stages s, s + pp, ..., s + (virtual_stages−1)·pp of pp · virtual_stages.
+  int virtual_stages = 1;
 
   int world() const { return tp * pp * dp_replicate * dp_shard; }
   int dp() const { return dp_replicate * dp_shard; }
 };
 
 // Parses "key=value,..." with keys tp, pp, dp (total data-parallel ranks), zero, hsdp_shard
-// (dp_shard size; dp_replicate = dp / hsdp_shard), sp (0/1) and schedule (gpipe, 1f1b,
-// interleaved); missing keys take their defaults; an empty string is one rank. Errors:
+// (dp_shard size; dp_replicate = dp / hsdp_shard), sp (0/1), schedule (gpipe, 1f1b,
+// interleaved) and vpp (model chunks per pipeline rank, interleaved only; default 2 with
+// schedule=interleaved); missing keys take their defaults; an empty string is one rank. Errors:
 // InvalidArgument naming the key or value (unknown key, not a positive integer, zero outside
-// 0..3, hsdp_shard not dividing dp or used with zero=0).
+// 0..3, hsdp_shard not dividing dp or used with zero=0, vpp > 1 without schedule=interleaved,
+// schedule=interleaved with pp = 1).
 Result<ParallelLayout> ParseLayout(std::string_view spec);
 
-// The canonical spec, e.g. "tp=2,pp=2,dp=2,zero=1,hsdp_shard=2,sp=0,schedule=1f1b".
+// The canonical spec, e.g. "tp=2,pp=2,dp=2,zero=1,hsdp_shard=2,sp=0,schedule=1f1b" (",vpp=2"
+// follows schedule=interleaved).
 std::string DescribeLayout(const ParallelLayout& layout);
 
 // A rank's coordinates in the layout.

@@ -8,6 +8,12 @@ int64_t StageLayout::num_params() const {
   return n;
 }
 
+int StageLayout::layers() const {
+  int n = 0;
+  for (const StageChunk& c : chunks) n += c.layers();
+  return n;
+}
+
 int StageFirstLayer(int n_layer, int stages, int stage) {
   // Every stage gets n_layer / stages blocks; the remainder goes one each to stages 1, 2, ...,
   // stages-2 (the middle, which runs neither the embedding nor the head), then 0, then the last.
@@ -16,22 +22,33 @@ int StageFirstLayer(int n_layer, int stages, int stage) {
   for (int s = 1; s + 1 < stages; ++s) order.push_back(s);
   order.push_back(0);
   if (stages > 1) order.push_back(stages - 1);
-  for (int i = 0; i < n_layer % stages; ++i) ++counts[static_cast<size_t>(order[static_cast<size_t>(i)])];
+  for (int i = 0; i < n_layer % stages; ++i)
+    ++counts[static_cast<size_t>(order[static_cast<size_t>(i)])];
   int first = 0;
   for (int s = 0; s < stage; ++s) first += counts[static_cast<size_t>(s)];
   return first;
 }
 
 StageLayout BuildStageLayout(const ModelConfig& m, int stages, int stage, int shards, int tp,
-                             int tp_rank) {
+                             int tp_rank, int virtual_stages) {
   StageLayout l;
   l.tp = tp;
   l.tp_rank = tp_rank;
   l.stage = stage;
   l.stages = stages;
   l.shards = shards;
-  l.first_layer = StageFirstLayer(m.n_layer, stages, stage);
-  l.end_layer = stage + 1 == stages ? m.n_layer : StageFirstLayer(m.n_layer, stages, stage + 1);
+  const int virtual_total = stages * virtual_stages;
+  for (int c = 0; c < virtual_stages; ++c) {
+    StageChunk chunk;
+    chunk.virtual_stage = c * stages + stage;
+    const int vs = chunk.virtual_stage;
+    chunk.first_layer = StageFirstLayer(m.n_layer, virtual_total, vs);
+    chunk.end_layer =
+        vs + 1 == virtual_total ? m.n_layer : StageFirstLayer(m.n_layer, virtual_total, vs + 1);
+    chunk.has_embedding = vs == 0;
+    chunk.has_head = vs + 1 == virtual_total;
+    l.chunks.push_back(chunk);
+  }
   l.has_embedding = stage == 0;
   l.has_head = stage == stages - 1;
   const int64_t C = m.n_embd, V = m.vocab_size, T = m.seq_len;
@@ -110,25 +127,28 @@ StageLayout BuildStageLayout(const ModelConfig& m, int stages, int stage, int sh
     close_unit();
   }
   l.aux_units = static_cast<int>(l.units.size());
-  for (int layer = l.first_layer; layer < l.end_layer; ++layer) {
-    StageUnit u;
-    u.begin = at;
-    u.layer = layer;
-    l.units.push_back(u);
-    const std::string h = "h." + std::to_string(layer) + ".";
-    add(h + "ln_1.weight", {C}, false);
-    add(h + "ln_1.bias", {C}, false);
-    add_boxes(h + "attn.c_attn.weight", {3 * C, C}, false, row_split(3, C, C));
-    add_boxes(h + "attn.c_attn.bias", {3 * C}, false, row_split(3, C, 0));
-    add_boxes(h + "attn.c_proj.weight", {C, C}, false, col_split(C, C));
-    add(h + "attn.c_proj.bias", {C}, false);
-    add(h + "ln_2.weight", {C}, false);
-    add(h + "ln_2.bias", {C}, false);
-    add_boxes(h + "mlp.c_fc.weight", {4 * C, C}, false, row_split(1, 4 * C, C));
-    add_boxes(h + "mlp.c_fc.bias", {4 * C}, false, row_split(1, 4 * C, 0));
-    add_boxes(h + "mlp.c_proj.weight", {C, 4 * C}, false, col_split(C, 4 * C));
-    add(h + "mlp.c_proj.bias", {C}, false);
-    close_unit();
+  for (StageChunk& chunk : l.chunks) {
+    chunk.first_unit = static_cast<int>(l.units.size());
+    for (int layer = chunk.first_layer; layer < chunk.end_layer; ++layer) {
+      StageUnit u;
+      u.begin = at;
+      u.layer = layer;
+      l.units.push_back(u);
+      const std::string h = "h." + std::to_string(layer) + ".";
+      add(h + "ln_1.weight", {C}, false);
+      add(h + "ln_1.bias", {C}, false);
+      add_boxes(h + "attn.c_attn.weight", {3 * C, C}, false, row_split(3, C, C));
+      add_boxes(h + "attn.c_attn.bias", {3 * C}, false, row_split(3, C, 0));
+      add_boxes(h + "attn.c_proj.weight", {C, C}, false, col_split(C, C));
+      add(h + "attn.c_proj.bias", {C}, false);
+      add(h + "ln_2.weight", {C}, false);
+      add(h + "ln_2.bias", {C}, false);
+      add_boxes(h + "mlp.c_fc.weight", {4 * C, C}, false, row_split(1, 4 * C, C));
+      add_boxes(h + "mlp.c_fc.bias", {4 * C}, false, row_split(1, 4 * C, 0));
+      add_boxes(h + "mlp.c_proj.weight", {C, 4 * C}, false, col_split(C, 4 * C));
+      add(h + "mlp.c_proj.bias", {C}, false);
+      close_unit();
+    }
   }
   l.total = at;
   return l;

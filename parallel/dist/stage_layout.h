@@ -46,20 +46,33 @@ struct StageUnit {
   int64_t shard_size(int shards) const { return size / shards; }
 };
 
-// The layout of one stage.
+// One model chunk of a pipeline rank: a virtual stage of the interleaved schedule, or the whole
+// stage otherwise. Its blocks are the units [first_unit, first_unit + layers()).
+struct StageChunk {
+  int virtual_stage = 0;               // chunk c of rank s is virtual stage c·stages + s
+  int first_layer = 0, end_layer = 0;  // blocks [first_layer, end_layer)
+  int first_unit = 0;
+  bool has_embedding = false;          // the first virtual stage
+  bool has_head = false;               // the last virtual stage
+  int layers() const { return end_layer - first_layer; }
+};
+
+// The layout of one stage (pipeline rank).
 struct StageLayout {
   int stage = 0, stages = 1;
-  int first_layer = 0, end_layer = 0;  // blocks [first_layer, end_layer)
+  std::vector<StageChunk> chunks;      // in order; one unless the schedule is interleaved
   bool has_embedding = false;          // wte + wpe (the first stage)
   bool has_head = false;               // ln_f + the logits through wte (the last stage)
   int tp = 1, tp_rank = 0;             // tensor-parallel size and this rank's index
   int shards = 1;                      // shard count every unit is padded for
   std::vector<StageTensor> tensors;
-  std::vector<StageUnit> units;        // aux_units auxiliary units, then one per block
+  std::vector<StageUnit> units;        // aux_units auxiliary units, then one per block, chunk
+                                       // by chunk
   int aux_units = 0;                   // 2 on the first and last stages, 0 in the middle
   int64_t total = 0;                   // flat buffer elements (padded)
 
-  int layers() const { return end_layer - first_layer; }
+  // Blocks over all chunks.
+  int layers() const;
   // Elements that are real parameters (no padding).
   int64_t num_params() const;
 };
@@ -72,8 +85,9 @@ int StageFirstLayer(int n_layer, int stages, int stage);
 // of `tp` (Megatron's split: wte by vocabulary rows; c_attn and c_fc by output rows — c_attn's
 // q, k and v each by heads; both c_proj weights by input columns; LayerNorms, wpe and the
 // c_proj biases replicated), units padded to multiples of `shards`. `tp` must divide n_head and
-// vocab_size.
+// vocab_size. With `virtual_stages` v > 1 the blocks are spread over stages · v virtual stages
+// and the stage holds chunks c = 0..v−1, virtual stages c·stages + stage.
 StageLayout BuildStageLayout(const ModelConfig& model, int stages, int stage, int shards,
-                             int tp = 1, int tp_rank = 0);
+                             int tp = 1, int tp_rank = 0, int virtual_stages = 1);
 
 }  // namespace rt::dist

@@ -7,9 +7,10 @@
 namespace rt::dist {
 
 Result<std::unique_ptr<StageRunner>> StageRunner::Create(const ModelConfig& model,
-                                                         const StageLayout& layout, int rows,
-                                                         int slots, TpGroup tp,
-                                                         bool sequence_parallel, bool recompute) {
+                                                         const StageLayout& layout, int chunk,
+                                                         int rows, int slots, TpGroup tp,
+                                                         bool sequence_parallel, bool recompute,
+                                                         DType dtype) {
   std::unique_ptr<StageRunner> r(new StageRunner());
   r->model_ = model;
   r->tp_ = tp;
@@ -18,7 +19,8 @@ Result<std::unique_ptr<StageRunner>> StageRunner::Create(const ModelConfig& mode
   r->vocab_start_ = static_cast<int64_t>(layout.tp_rank) * (model.vocab_size / t);
   r->sp_ = sequence_parallel && t > 1;
   r->recompute_ = recompute;
-  r->layers_ = layout.layers();
+  const StageChunk& c = layout.chunks[static_cast<size_t>(chunk)];
+  r->layers_ = c.layers();
   r->rows_ = rows;
   r->slots_ = slots;
   // Local widths: the heads, MLP columns and vocabulary rows of this tensor-parallel rank.
@@ -27,51 +29,52 @@ Result<std::unique_ptr<StageRunner>> StageRunner::Create(const ModelConfig& mode
   // The residual stream's positions per rank, and the gathered LayerNorm outputs' (all T).
   const int64_t Tr = r->sp_ ? T / t : T;
   r->pos_start_ = r->sp_ ? layout.tp_rank * Tr : 0;
-  const DType f32 = DType::kF32;
+  const DType f32 = DType::kF32, dt = dtype;
   Arena& a = r->acts_;
   for (int s = 0; s < slots; ++s) {
     SlotIds ids;
-    for (int j = 0; j <= r->layers_; ++j) ids.residual.push_back(a.Add("residual", f32, {B, Tr, C}));
+    for (int j = 0; j <= r->layers_; ++j) ids.residual.push_back(a.Add("residual", dt, {B, Tr, C}));
     // With recomputation one set of block activations serves every block and slot.
     std::vector<int> blocks;
     const int sets = recompute ? (s == 0 && r->layers_ > 0 ? 1 : 0) : r->layers_;
     for (int j = 0; j < sets; ++j) {
-      blocks.push_back(a.Add("ln_1", f32, {B, T, C}));
+      blocks.push_back(a.Add("ln_1", dt, {B, T, C}));
       blocks.push_back(a.Add("ln_1_mean", f32, {B, Tr}));
       blocks.push_back(a.Add("ln_1_rstd", f32, {B, Tr}));
-      blocks.push_back(a.Add("qkv", f32, {B, T, 3 * Cl}));
-      blocks.push_back(a.Add("atty", f32, {B, T, Cl}));
+      blocks.push_back(a.Add("qkv", dt, {B, T, 3 * Cl}));
+      blocks.push_back(a.Add("atty", dt, {B, T, Cl}));
       blocks.push_back(a.Add("att", f32, {B, H, T, T}));
-      blocks.push_back(a.Add("residual2", f32, {B, Tr, C}));
-      blocks.push_back(a.Add("ln_2", f32, {B, T, C}));
+      blocks.push_back(a.Add("residual2", dt, {B, Tr, C}));
+      blocks.push_back(a.Add("ln_2", dt, {B, T, C}));
       blocks.push_back(a.Add("ln_2_mean", f32, {B, Tr}));
       blocks.push_back(a.Add("ln_2_rstd", f32, {B, Tr}));
-      blocks.push_back(a.Add("fch", f32, {B, T, 4 * Cl}));
-      blocks.push_back(a.Add("fch_gelu", f32, {B, T, 4 * Cl}));
+      blocks.push_back(a.Add("fch", dt, {B, T, 4 * Cl}));
+      blocks.push_back(a.Add("fch_gelu", dt, {B, T, 4 * Cl}));
     }
     r->block_ids_.push_back(std::move(blocks));
     ids.tokens = a.Add("tokens", DType::kI32, {B, T});
     ids.targets = a.Add("targets", DType::kI32, {B, T});
-    const bool head = layout.has_head;
-    ids.lnf = head ? a.Add("ln_f", f32, {B, T, C}) : -1;
+    const bool head = c.has_head;
+    ids.lnf = head ? a.Add("ln_f", dt, {B, T, C}) : -1;
     ids.lnf_mean = head ? a.Add("ln_f_mean", f32, {B, Tr}) : -1;
     ids.lnf_rstd = head ? a.Add("ln_f_rstd", f32, {B, Tr}) : -1;
-    ids.logits = head ? a.Add("logits", f32, {B, T, V}) : -1;
+    ids.logits = head ? a.Add("logits", dt, {B, T, V}) : -1;
     ids.losses = head ? a.Add("losses", f32, {B, T}) : -1;
-    ids.dout = a.Add("dresidual", f32, {B, Tr, C});
+    ids.dout = a.Add("dresidual", dt, {B, Tr, C});
     r->slot_ids_.push_back(std::move(ids));
   }
-  r->dln_ = a.Add("dln", f32, {B, T, C});
-  r->datty_ = a.Add("datty", f32, {B, T, Cl});
-  r->dqkv_ = a.Add("dqkv", f32, {B, T, 3 * Cl});
-  r->dfch_ = a.Add("dfch", f32, {B, T, 4 * Cl});
-  r->dfch_gelu_ = a.Add("dfch_gelu", f32, {B, T, 4 * Cl});
-  r->branch_ = a.Add("branch", f32, {B, T, C});
+  r->dln_ = a.Add("dln", dt, {B, T, C});
+  r->datty_ = a.Add("datty", dt, {B, T, Cl});
+  r->dqkv_ = a.Add("dqkv", dt, {B, T, 3 * Cl});
+  r->dfch_ = a.Add("dfch", dt, {B, T, 4 * Cl});
+  r->dfch_gelu_ = a.Add("dfch_gelu", dt, {B, T, 4 * Cl});
+  r->branch_ = a.Add("branch", dt, {B, T, C});
+  if (t > 1 && dt != f32) r->logits32_ = a.Add("logits_f32", f32, {B, T, V});
   if (r->sp_) {
-    r->sp_ids_[0] = a.Add("sp_full_a", f32, {B, T, C});
-    r->sp_ids_[1] = a.Add("sp_full_b", f32, {B, T, C});
-    r->sp_ids_[2] = a.Add("sp_local", f32, {B, Tr, C});
-    r->sp_ids_[3] = a.Add("sp_staging", f32, {B, T, C});
+    r->sp_ids_[0] = a.Add("sp_full_a", dt, {B, T, C});
+    r->sp_ids_[1] = a.Add("sp_full_b", dt, {B, T, C});
+    r->sp_ids_[2] = a.Add("sp_local", dt, {B, Tr, C});
+    r->sp_ids_[3] = a.Add("sp_staging", dt, {B, T, C});
   }
   RETURN_IF_ERROR(a.Allocate(Device::kCpu).WithContext("pipeline stage activations"));
   return r;
@@ -144,7 +147,15 @@ Result<double> StageRunner::HeadForward(int slot, Tensor ln_f_w, Tensor ln_f_b, 
   const Tensor logits = Get(ids.logits);
   RETURN_IF_ERROR(MatmulForward(logits, Get(ids.lnf), wte, Tensor()));
   const Tensor losses = Get(ids.losses);
-  if (tp_.size() > 1) {
+  if (tp_.size() > 1 && logits32_ >= 0) {
+    // The cross-entropy's reductions are f32 host loops: through an f32 copy of the logits, then
+    // dL/dlogits rounded back (as the single-process loss writes them in the compute dtype).
+    const Tensor l32 = Get(logits32_);
+    RETURN_IF_ERROR(Convert(l32, logits));
+    RETURN_IF_ERROR(VocabParallelCrossEntropy(tp_, losses, l32, targets(slot), vocab_start_,
+                                              model_.vocab_size, dloss));
+    RETURN_IF_ERROR(Convert(logits, l32));
+  } else if (tp_.size() > 1) {
     RETURN_IF_ERROR(VocabParallelCrossEntropy(tp_, losses, logits, targets(slot), vocab_start_,
                                               model_.vocab_size, dloss));
   } else {

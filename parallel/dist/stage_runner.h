@@ -4,7 +4,9 @@
 // stages. Activations live in `slots` independent sets (one per micro-batch in flight); the
 // backward scratch is shared. The math is the single-process model's: parallel/gpt.h's
 // BlockForward/BlockBackward and the same loss path; with tensor parallelism the Megatron
-// pieces of tensor_parallel.h and local activation widths. Not thread-safe. fp32 only.
+// pieces of tensor_parallel.h and local activation widths. Activations are in the compute dtype
+// (fp32, bf16 or fp16) except the f32 statistics, as in the single-process model. Not
+// thread-safe.
 #pragma once
 
 #include <memory>
@@ -22,14 +24,17 @@ namespace rt::dist {
 // Activations and scratch of one stage for micro-batches of `rows` × seq_len tokens.
 class StageRunner {
  public:
-  // Allocates `slots` activation sets for the local widths of `layout` (layout.tp ranks, whose
+  // Allocates `slots` activation sets of model chunk `chunk` of `layout` (its blocks, and the
+  // head when it has it) for the local widths of layout.tp ranks (whose
   // collectives go over `tp`); with `sequence_parallel` (and tp > 1) the residual stream holds
   // seq_len / tp positions per rank. With `recompute` only the blocks' inputs are kept per slot
-  // and BlockBackward runs the block's forward again first. Errors: ResourceExhausted.
+  // and BlockBackward runs the block's forward again first. Activations are `dtype`.
+  // Errors: ResourceExhausted.
   static Result<std::unique_ptr<StageRunner>> Create(const ModelConfig& model,
-                                                     const StageLayout& layout, int rows, int slots,
+                                                     const StageLayout& layout, int chunk,
+                                                     int rows, int slots,
                                                      TpGroup tp, bool sequence_parallel,
-                                                     bool recompute);
+                                                     bool recompute, DType dtype);
 
   // (With sequence parallelism every [rows,T,C] of the residual stream below is this rank's
   // [rows,T/tp,C].) The stage input [rows,T,C] of `slot` (the embedding output on the first stage; what the
@@ -47,7 +52,7 @@ class StageRunner {
 
   // input(slot) = wte[tokens] + wpe (first stage).
   Status EmbeddingForward(int slot, Tensor wte, Tensor wpe);
-  // Runs the stage's block `j` (0-based within the stage) of `slot`.
+  // Runs the chunk's block `j` (0-based within the chunk) of `slot`.
   Status BlockForward(int slot, int j, const BlockTensors& p);
   // The loss path on output(slot): ln_f, logits through wte, cross-entropy against targets(slot).
   // Leaves dloss·dL/dlogits for HeadBackward and returns the sum of the per-token losses.
@@ -89,6 +94,7 @@ class StageRunner {
   Arena acts_;
   std::vector<SlotIds> slot_ids_;
   std::vector<std::vector<int>> block_ids_;  // per slot, per block: 12 activation ids
+  int logits32_ = -1;  // f32 logits for the vocabulary-parallel cross-entropy (tp > 1, not f32)
   int dln_ = 0, datty_ = 0, dqkv_ = 0, dfch_ = 0, dfch_gelu_ = 0, branch_ = 0;
 };
 

@@ -1,6 +1,7 @@
 #include "parallel/dist/tensor_parallel.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -11,7 +12,7 @@ namespace rt::dist {
 
 Status TpAllReduce(const TpGroup& g, Tensor x, const char* what) {
   if (g.size() == 1) return Status();
-  return g.comm->AllReduce(x.data(), x.data(), static_cast<size_t>(x.numel()), DType::kF32,
+  return g.comm->AllReduce(x.data(), x.data(), static_cast<size_t>(x.numel()), x.dtype(),
                            comm::ReduceOp::kSum)
       ->Wait(Deadline::After(g.timeout))
       .WithContext(std::string("tensor-parallel all-reduce of ") + what);
@@ -65,13 +66,16 @@ Status TpBlockBackward(const TpGroup& g, const BlockTensors& p, const BlockTenso
 
 namespace {
 
-// Moves [B, T, C] to [tp, B, T/tp, C] (gather = false is the reverse direction).
-void Permute(float* full, float* staging, int64_t B, int64_t T, int64_t C, int tp, bool to_staging) {
+// Moves [B, T, C] to [tp, B, T/tp, C] (to_staging = false is the reverse direction); elements
+// of `size` bytes.
+void Permute(std::byte* full, std::byte* staging, int64_t B, int64_t T, int64_t C, int tp,
+             size_t size, bool to_staging) {
   const int64_t tl = T / tp;
+  C *= static_cast<int64_t>(size);
   for (int r = 0; r < tp; ++r)
     for (int64_t b = 0; b < B; ++b) {
-      float* f = full + (b * T + r * tl) * C;
-      float* st = staging + ((r * B + b) * tl) * C;
+      std::byte* f = full + (b * T + r * tl) * C;
+      std::byte* st = staging + ((r * B + b) * tl) * C;
       if (to_staging) {
         std::copy(f, f + tl * C, st);
       } else {
@@ -85,18 +89,20 @@ void Permute(float* full, float* staging, int64_t B, int64_t T, int64_t C, int t
 Status SeqAllGather(const TpGroup& g, Tensor local, Tensor full, Tensor staging) {
   const int64_t B = full.dim(0), T = full.dim(1), C = full.dim(2);
   RETURN_IF_ERROR(g.comm->AllGather(local.data(), staging.data(), static_cast<size_t>(local.numel()),
-                                    DType::kF32)
+                                    local.dtype())
                       ->Wait(Deadline::After(g.timeout))
                       .WithContext("sequence-parallel all-gather"));
-  Permute(full.data_as<float>(), staging.data_as<float>(), B, T, C, g.size(), false);
+  Permute(static_cast<std::byte*>(full.data()), static_cast<std::byte*>(staging.data()), B, T, C,
+          g.size(), DTypeSize(full.dtype()), false);
   return Status();
 }
 
 Status SeqReduceScatter(const TpGroup& g, Tensor full, Tensor local, Tensor staging) {
   const int64_t B = full.dim(0), T = full.dim(1), C = full.dim(2);
-  Permute(full.data_as<float>(), staging.data_as<float>(), B, T, C, g.size(), true);
+  Permute(static_cast<std::byte*>(full.data()), static_cast<std::byte*>(staging.data()), B, T, C,
+          g.size(), DTypeSize(full.dtype()), true);
   return g.comm->ReduceScatter(staging.data(), local.data(), static_cast<size_t>(local.numel()),
-                               DType::kF32, comm::ReduceOp::kSum)
+                               local.dtype(), comm::ReduceOp::kSum)
       ->Wait(Deadline::After(g.timeout))
       .WithContext("sequence-parallel reduce-scatter");
 }

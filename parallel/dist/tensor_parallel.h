@@ -5,7 +5,8 @@
 // vocabulary-parallel cross-entropy, which reduces only per-row statistics (max, sum of
 // exponentials, target logit) and never gathers the logits. Replicated tensors (LayerNorms, wpe,
 // the c_proj biases) see bitwise identical inputs and gradients on every rank, so they stay equal.
-// Block tensors are the rank's local parts (parallel/dist/stage_layout.h). CPU tensors, fp32.
+// Block tensors are the rank's local parts (parallel/dist/stage_layout.h). CPU tensors, fp32, or
+// bf16/fp16 (collectives in that dtype, comm reducing in fp32), except the cross-entropy: fp32.
 #pragma once
 
 #include <chrono>
@@ -25,7 +26,7 @@ struct TpGroup {
   int size() const { return comm->size(); }
 };
 
-// x = Σ over the group of x (in place, f32). Errors name `what`.
+// x = Σ over the group of x (in place, x's dtype). Errors name `what`.
 Status TpAllReduce(const TpGroup& g, Tensor x, const char* what);
 
 // As rt::BlockForward with local c_attn [3C/tp, C] (q, k, v heads of this rank), c_proj

@@ -143,7 +143,8 @@ void AddTrainCommand(CLI::App& app, Action* action) {
   train->add_option("--out", opt->out, "write the final weights to this safetensors file");
   train->add_option("--layout", opt->dist.layout,
                     "parallel layout on local processes: tp=,pp=,dp=,zero=,hsdp_shard=,sp=,"
-                    "schedule=gpipe|1f1b (with --ranks)");
+                    "schedule=gpipe|1f1b|interleaved, vpp= (model chunks per rank, interleaved) "
+                    "(with --ranks)");
   train->add_option("--ranks", opt->dist.ranks, "local worker processes: the layout's world size")
       ->check(CLI::PositiveNumber);
   train->add_option("--rank", opt->dist.rank, "worker mode: this worker's rank")->group("");

@@ -19,7 +19,8 @@ int main(int argc, char** argv) {
   app.add_option("--set", o.sets, "override a config key: key=value (repeatable)");
   app.add_option("--steps", o.steps, "optimizer steps (overrides train.steps)");
   app.add_option("--layout", o.layout,
-                 "parallel layout: tp=,pp=,dp=,zero=,hsdp_shard=,sp=,schedule=gpipe|1f1b");
+                 "parallel layout: tp=,pp=,dp=,zero=,hsdp_shard=,sp=,schedule=gpipe|1f1b|interleaved,"
+                 "vpp= (model chunks per rank, interleaved)");
   app.add_option("--ranks", o.ranks, "local worker processes (the layout's world size)")
       ->check(CLI::PositiveNumber);
   app.add_option("--rank", o.rank, "worker mode: this worker's rank")->group("");

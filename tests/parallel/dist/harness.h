@@ -16,6 +16,7 @@
 
 #include "comm/communicator.h"
 #include "comm/store.h"
+#include "kernels/ops.h"
 #include "parallel/dist/engine.h"
 #include "parallel/trainer.h"
 
@@ -100,7 +101,10 @@ inline std::map<std::string, Assembled> Assemble(DistRun& run, StateKind kind, s
   // Visits (global element index, value) of every element a shard holds.
   auto place = [&](const TensorShard& s, auto&& visit) {
     const int64_t begin = s.has_flat_range ? s.flat_begin : 0;
-    const float* src = s.view.data_as<float>();
+    // bf16/fp16 parameters are compared as their (exact) fp32 values.
+    std::vector<float> wide(static_cast<size_t>(s.numel()));
+    RT_CHECK(Convert(Tensor(wide.data(), DType::kF32, Shape{s.numel()}), s.view).ok());
+    const float* src = wide.data();
     for (int64_t e = 0; e < s.numel(); ++e) {
       int64_t rest = begin + e, global = 0;
       for (int d = s.box_size.ndim - 1, stride = 1; d >= 0; --d) {

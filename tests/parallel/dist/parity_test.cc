@@ -9,114 +9,32 @@
 #include "parallel/dist/engine.h"
 #include "parallel/trainer.h"
 #include "tests/parallel/dist/harness.h"
+#include "tests/parallel/dist/parity.h"
 #include "tests/parallel/test_util.h"
 
 namespace rt::dist {
 namespace {
 
 using testing::Assemble;
+using testing::CheckParity;
 using testing::CompareParams;
-using testing::ParamDiff;
+using testing::Config;
 using testing::DistRun;
+using testing::kSteps;
+using testing::kTolerance;
+using testing::Layout;
+using testing::ParamDiff;
+using testing::ReferenceRun;
 using testing::RunLayout;
-
-constexpr int kSteps = 20;
-constexpr double kTolerance = 1e-5;
-
-std::shared_ptr<const std::vector<uint16_t>> Tokens() {
-  static auto tokens = rt::testing::PatternTokens(20000, 97, 7);
-  return tokens;
-}
-
-// The tiny config with Adam's ε = 1e-6 instead of 1e-8. With 1e-8, elements whose gradient is
-// rounding noise (the key bias: softmax is invariant to it, so its exact gradient is 0) take
-// whole-size Adam steps in the direction of the noise, so any change in summation order moves
-// them by a fraction of lr per step: the single process with 2 micro-batches instead of 1
-// already differs by 2.4e-6 (max-abs relative), tp=2 by 1.15e-5. At ε = 1e-6 those
-// elements stay put and the comparison measures the engine (tp=2: 5.9e-7).
-RunConfig Config(int micro_batches) {
-  RunConfig c = rt::testing::TinyConfig();
-  c.train.micro_batches = micro_batches;
-  c.train.steps = kSteps;
-  c.optim.grad_clip = 1.0;
-  c.optim.eps = 1e-6;
-  return c;
-}
-
-// The single-process run: per-step losses and the trainer (for its final state).
-struct Reference {
-  std::vector<double> losses, norms;
-  std::unique_ptr<Trainer> trainer;
-};
-
-Reference& ReferenceRun(int micro_batches) {
-  static std::map<int, Reference> cache;
-  Reference& ref = cache[micro_batches];
-  if (!ref.trainer) {
-    Result<std::unique_ptr<Trainer>> t = Trainer::Create(Config(micro_batches), Tokens(), "");
-    RT_CHECK(t.ok());
-    ref.trainer = std::move(*t);
-    for (int s = 0; s < kSteps; ++s) {
-      Result<StepStats> st = ref.trainer->Step();
-      RT_CHECK(st.ok());
-      ref.losses.push_back(st->loss);
-      ref.norms.push_back(st->grad_norm);
-    }
-  }
-  return ref;
-}
-
-ParallelLayout Layout(const std::string& spec) {
-  Result<ParallelLayout> l = ParseLayout(spec);
-  RT_CHECK(l.ok());
-  return *l;
-}
-
-// Runs `spec` and checks it against the single-process run; returns the run for more checks.
-std::unique_ptr<DistRun> CheckParity(const std::string& spec, int micro_batches) {
-  const ParallelLayout layout = Layout(spec);
-  std::unique_ptr<DistRun> run = RunLayout(Config(micro_batches), layout, Tokens(), kSteps);
-  EXPECT_TRUE(run->status.ok()) << spec << ": " << run->status.ToString();
-  if (!run->status.ok()) return run;
-  Reference& ref = ReferenceRun(micro_batches);
-  double worst_loss = 0;
-  for (size_t r = 0; r < run->losses.size(); ++r) {
-    for (int s = 0; s < kSteps; ++s) {
-      const double rel = std::abs(run->losses[r][s] - ref.losses[s]) / std::abs(ref.losses[s]);
-      worst_loss = std::max(worst_loss, rel);
-      // The global gradient norm (and so the clipping, active while it exceeds 1) agrees too.
-      EXPECT_NEAR(run->norms[r][s], ref.norms[s], kTolerance * ref.norms[s]) << spec << " step " << s;
-    }
-  }
-  std::string error;
-  const auto params = Assemble(*run, StateKind::kParam, &error);
-  EXPECT_EQ(error, "") << spec;
-  const ParamDiff diff = CompareParams(params, ref.trainer->optimizer().master(), &error);
-  EXPECT_EQ(error, "") << spec;
-  EXPECT_LE(worst_loss, kTolerance) << spec;
-  EXPECT_LE(diff.global, kTolerance) << spec;
-  std::printf("parity %-36s micro=%d  loss rel %.1e  params max-abs rel %.1e  (worst tensor %s "
-              "%.1e)  loss %.4f -> %.4f, norm %.3f\n",
-              spec.c_str(), micro_batches, worst_loss, diff.global, diff.worst_tensor.c_str(),
-              diff.per_tensor, run->losses[0].front(), run->losses[0].back(), run->norms[0].front());
-  return run;
-}
+using testing::Snapshot;
+using testing::Reference;
+using testing::Tokens;
 
 TEST(ParityTest, SingleRankEngineIsBitwiseTheTrainer) {
   std::unique_ptr<DistRun> run = CheckParity("dp=1", 2);
   ASSERT_TRUE(run->status.ok());
   const Reference& ref = ReferenceRun(2);
   for (int s = 0; s < kSteps; ++s) EXPECT_EQ(run->losses[0][s], ref.losses[s]) << s;
-}
-
-// Copies of every rank's parameter memory, to compare runs bitwise.
-std::vector<std::vector<float>> Snapshot(DistRun& run) {
-  std::vector<std::vector<float>> out;
-  std::string error;
-  for (StateKind kind : {StateKind::kParam, StateKind::kAdamM, StateKind::kAdamV}) {
-    for (auto& [name, a] : Assemble(run, kind, &error)) out.push_back(a.values);
-  }
-  return out;
 }
 
 TEST(ParityTest, DataParallelZeroStagesAreBitwiseEqualAndMatchOneProcess) {
