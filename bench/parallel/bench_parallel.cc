@@ -1,19 +1,24 @@
 // `ringtrain bench parallel` (also the standalone ringtrain_bench_parallel): step time and
 // tokens/s of the distributed engine per layout, ranks as threads over the CPU communicator on
 // synthetic tokens. For pipeline layouts it prints the measured bubble — 1 − (the stage's busy
-// time: forward and backward math) / (step time), averaged over stages — next to GPipe/1F1B's
-// (p−1)/(m+p−1); for DDP the share of the gradient all-reduce time hidden behind the backward:
-// 1 − (wait after the backward) / (the same all-reduces run alone).
+// time: forward and backward math) / (the pipeline's time: from the step's start to the last
+// stage to finish its passes, before the gradient reductions and the optimizer), averaged over
+// stages — next to its formula as
+// a fraction of the step: GPipe/1F1B's (p−1)/(m+p−1), and the interleaved schedule's
+// (p−1)/(v·m+p−1) (Megatron's bubble is (1/v)·(p−1)/m of the ideal time t_ideal; as a fraction of
+// the step, t_bubble / (t_ideal + t_bubble), that is (p−1)/(v·m+p−1)); for DDP the share of the
+// gradient all-reduce time hidden behind the backward: 1 − (wait after the backward) / (the same
+// all-reduces run alone).
 //   ringtrain_bench_parallel [--config FILE] [--steps N] [--layouts "dp=2;pp=2,schedule=gpipe"]
 //                            [--set key=value ...]
+#include <CLI/CLI.hpp>
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <CLI/CLI.hpp>
 
 #include "bench/parallel/parallel_bench.h"
 #include "comm/communicator.h"
@@ -28,9 +33,9 @@ namespace {
 
 // Per-layout results, averaged over the measured steps.
 struct Result_ {
-  double step_s = 0;        // slowest rank's step
-  double bubble = -1;       // pipeline: measured bubble (fraction)
-  double hidden = -1;       // DDP: hidden share of the all-reduce time
+  double step_s = 0;   // slowest rank's step
+  double bubble = -1;  // pipeline: measured bubble (fraction)
+  double hidden = -1;  // DDP: hidden share of the all-reduce time
 };
 
 Status RunLayout(const RunConfig& config, const ParallelLayout& layout,
@@ -42,7 +47,8 @@ Status RunLayout(const RunConfig& config, const ParallelLayout& layout,
   const std::string name = "bench-" + std::to_string(job++);
   std::vector<Status> status(static_cast<size_t>(n));
   std::vector<double> step_s(static_cast<size_t>(n)), busy(static_cast<size_t>(n)),
-      exposed(static_cast<size_t>(n)), alone(static_cast<size_t>(n));
+      pipeline(static_cast<size_t>(n)), exposed(static_cast<size_t>(n)),
+      alone(static_cast<size_t>(n));
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
@@ -63,6 +69,7 @@ Status RunLayout(const RunConfig& config, const ParallelLayout& layout,
           const StepTimings& t = engine->timings();
           step_s[i] += t.step_s / steps;
           busy[i] += t.compute_s / steps;
+          pipeline[i] += t.pipeline_s / steps;
           exposed[i] += t.reduce_wait_s / steps;
           if (layout.zero == 0 && layout.dp() > 1) {
             ASSIGN_OR_RETURN(double a, engine->TimeGradientSync());
@@ -77,10 +84,11 @@ Status RunLayout(const RunConfig& config, const ParallelLayout& layout,
   for (std::thread& t : threads) t.join();
   for (const Status& s : status) RETURN_IF_ERROR(s);
   double slowest = 0, bubble = 0, hidden = 0;
+  const double span = *std::max_element(pipeline.begin(), pipeline.end());
   for (int r = 0; r < n; ++r) {
     const size_t i = static_cast<size_t>(r);
     slowest = std::max(slowest, step_s[i]);
-    bubble += (1.0 - busy[i] / step_s[i]) / n;
+    bubble += (1.0 - busy[i] / span) / n;
     if (alone[i] > 0) hidden += std::max(0.0, 1.0 - exposed[i] / alone[i]) / n;
   }
   out->step_s = slowest;
@@ -91,8 +99,10 @@ Status RunLayout(const RunConfig& config, const ParallelLayout& layout,
 
 int Main(int argc, char** argv) {
   CLI::App app{"ringtrain bench parallel: the distributed engine per layout"};
-  std::string config_path, layouts =
-      "dp=1;dp=2;dp=2,zero=1;dp=2,zero=3;tp=2;pp=2,schedule=gpipe;pp=2,schedule=1f1b";
+  std::string config_path,
+      layouts =
+          "dp=1;dp=2;dp=2,zero=1;dp=2,zero=3;tp=2;pp=2,schedule=gpipe;pp=2,schedule=1f1b;"
+          "pp=2,vpp=2,schedule=interleaved";
   std::vector<std::string> sets;
   int steps = 10, warmup = 2;
   app.add_option("--config", config_path, "TOML config (default: built-in defaults, i.e. S)");
@@ -109,13 +119,17 @@ int Main(int argc, char** argv) {
   config->train.steps = warmup + steps;
   Rng rng(1);
   auto tokens = std::make_shared<std::vector<uint16_t>>(1 << 20);
-  for (auto& t : *tokens) t = static_cast<uint16_t>(rng.Below(static_cast<uint64_t>(config->model.vocab_size)));
-  const double tokens_per_step = static_cast<double>(config->train.batch_size) * config->model.seq_len;
+  for (auto& t : *tokens)
+    t = static_cast<uint16_t>(rng.Below(static_cast<uint64_t>(config->model.vocab_size)));
+  const double tokens_per_step =
+      static_cast<double>(config->train.batch_size) * config->model.seq_len;
   std::printf("model L=%d C=%d H=%d T=%d V=%d, batch %d, micro-batches %d, %d steps after %d\n\n",
               config->model.n_layer, config->model.n_embd, config->model.n_head,
               config->model.seq_len, config->model.vocab_size, config->train.batch_size,
               config->train.micro_batches, steps, warmup);
-  std::printf("| layout | ranks | step ms | tokens/s | bubble measured | bubble (p−1)/(m+p−1) | DDP comm hidden |\n");
+  std::printf(
+      "| layout | ranks | step ms | tokens/s | bubble measured | bubble formula: (p−1)/(v·m+p−1) | "
+      "DDP comm hidden |\n");
   std::printf("|---|---|---|---|---|---|---|\n");
   size_t at = 0;
   int failures = 0;
@@ -126,17 +140,18 @@ int Main(int argc, char** argv) {
     if (spec.empty()) continue;
     Result<ParallelLayout> layout = ParseLayout(spec);
     Result_ r;
-    Status s = layout.ok() ? RunLayout(*config, *layout, tokens, warmup, steps, &r) : layout.status();
+    Status s =
+        layout.ok() ? RunLayout(*config, *layout, tokens, warmup, steps, &r) : layout.status();
     if (!s.ok()) {
       std::printf("| %s | | failed: %s | | | | |\n", spec.c_str(), s.ToString().c_str());
       ++failures;
       continue;
     }
-    const int p = layout->pp, m = config->train.micro_batches;
+    const int p = layout->pp, m = config->train.micro_batches, v = layout->virtual_stages;
     char bubble[32] = "", formula[32] = "", hidden[32] = "";
     if (r.bubble >= 0) {
       std::snprintf(bubble, sizeof(bubble), "%.1f%%", 100 * r.bubble);
-      std::snprintf(formula, sizeof(formula), "%.1f%%", 100.0 * (p - 1) / (m + p - 1));
+      std::snprintf(formula, sizeof(formula), "%.1f%%", 100.0 * (p - 1) / (v * m + p - 1));
     }
     if (r.hidden >= 0) std::snprintf(hidden, sizeof(hidden), "%.0f%%", 100 * r.hidden);
     std::printf("| %s | %d | %.1f | %.0f | %s | %s | %s |\n", spec.c_str(), layout->world(),

@@ -547,6 +547,7 @@ Result<StepStats> DistTrainer::Step() {
       RETURN_IF_ERROR(Backward(op.chunk, op.micro, ++backwards[static_cast<size_t>(op.chunk)] == micro_));
     }
   }
+  timings_.pipeline_s = Now() - step_start;
   for (auto* sends : {&send_forward_, &send_backward_}) {
     for (std::vector<comm::WorkHandle>& chunk : *sends) {
       for (comm::WorkHandle& w : chunk) {

@@ -1,9 +1,10 @@
 // The distributed training engine: one rank of a run laid out by a ParallelLayout. It trains the
 // same model to the same numbers as the single-process Trainer (parallel/trainer.h):
 //   - pipeline parallelism: the rank runs one stage (StageLayout) over train.micro_batches
-//     micro-batches in the GPipe or 1F1B schedule, activations and their gradients going to the
-//     neighbouring stages by Send/Recv; the tied wte's gradient is summed between the first and
-//     last stages;
+//     micro-batches in the GPipe, 1F1B or interleaved 1F1B schedule (schedule.h; interleaved:
+//     layout.virtual_stages model chunks per rank), activations and their gradients going to the
+//     neighbouring (virtual) stages by Send/Recv; the tied wte's gradient is summed between the
+//     first and last stages;
 //   - data parallelism over dp_shard × dp_replicate ranks, each taking an equal slice of the
 //     global batch: ZeRO-0 (DDP) all-reduces each unit's gradients (as reduce-scatter then
 //     all-gather, the ring's two halves, so that every ZeRO stage sums each element in the same
@@ -21,8 +22,13 @@
 //   - global-norm clipping over every parameter counted once (data-parallel replicas, the tied
 //     copy and tensors replicated across tensor-parallel ranks excluded).
 // train.recompute keeps only each block's input per micro-batch and recomputes the rest in the
-// backward. The interleaved schedule and bf16/fp16 are not implemented: Create returns
-// Unimplemented for them. State lives in host memory (Device::kCpu) and the vocabulary-parallel
+// backward. train.precision bf16/fp16 is the single-process engine's: parameters, activations
+// and each rank's gradient accumulation over its micro-batches in the compute dtype; fp32 master
+// weights (the engine's fp32 parameters, sharded as ZeRO shards them), AdamW state and gradient
+// reductions (each unit's low-precision gradients are converted to fp32 once its backward is
+// done, then reduced); fp16 scales the loss dynamically and skips a step whose gradients hold
+// inf/NaN on any rank (the norm summed over the world is then not finite everywhere). State
+// lives in host memory (Device::kCpu) and the vocabulary-parallel
 // cross-entropy and sequence-parallel permutations are host loops, so the engine runs on the CPU
 // communicator only, not yet on NCCL/CUDA.
 //
@@ -53,8 +59,8 @@ namespace rt::dist {
 // Bytes a rank holds for the training state (persistent buffers) and the most it held at once in
 // transient ZeRO buffers (gathered parameter units, full unit gradients, reduce-scatter output).
 struct MemoryStats {
-  size_t param_bytes = 0;
-  size_t grad_bytes = 0;
+  size_t param_bytes = 0;      // fp32 parameters (the master) and any bf16/fp16 copy
+  size_t grad_bytes = 0;       // fp32 gradients and any bf16/fp16 accumulation buffer
   size_t optimizer_bytes = 0;  // AdamW m and v (fp32 parameters are their own master)
   size_t activation_bytes = 0;
   int activation_slots = 0;    // micro-batches whose activations can be alive at once
@@ -65,6 +71,7 @@ struct MemoryStats {
 struct StepTimings {
   double step_s = 0;          // wall time of the step
   double compute_s = 0;       // forward and backward math (the stage's busy time)
+  double pipeline_s = 0;      // from the step's start to this stage's last pass (the schedule)
   double reduce_wait_s = 0;   // waiting for gradient reductions after the backward (exposed)
   double optimizer_s = 0;     // clipping, AdamW and the ZeRO-1/2 parameter all-gather
 };
@@ -79,8 +86,8 @@ class DistTrainer {
   // Builds the process groups (collective over `world`), the stage and its state, and
   // initialises the weights from train.seed exactly as the single-process Trainer does.
   // Errors: InvalidArgument for a config that does not fit the layout (batch_size not divisible
-  // by dp · micro_batches, more stages than blocks + 2, ...); Unimplemented for the features
-  // listed above; those of comm, allocation and the loader.
+  // by dp · micro_batches, more (virtual) stages than blocks + 2, interleaved with micro_batches
+  // not a multiple of pp, an unknown precision); those of comm, allocation and the loader.
   static Result<std::unique_ptr<DistTrainer>> Create(
       const RunConfig& config, const ParallelLayout& layout, comm::Communicator& world,
       std::shared_ptr<const std::vector<uint16_t>> train_tokens,
@@ -89,7 +96,9 @@ class DistTrainer {
   ~DistTrainer();
 
   // One optimizer step over the global batch (train.batch_size rows). The returned loss and
-  // grad_norm are the global ones, equal on every rank. Errors: comm failures (PeerFailed,
+  // grad_norm are the global ones, equal on every rank, as is the skip decision (fp16). The
+  // fault point "parallel.dist.grad_overflow" (test builds) sets one gradient of the rank that
+  // hits it to inf. Errors: comm failures (PeerFailed,
   // DeadlineExceeded naming the op), kernel errors; after an error the engine is unusable.
   Result<StepStats> Step();
 
@@ -105,8 +114,9 @@ class DistTrainer {
   // parallel group. Errors: FailedPrecondition for zero > 0; those of comm.
   Result<double> TimeGradientSync();
 
-  // This rank's training state as shards of the named global tensors (shard.h): parameters,
-  // master weights (the parameters themselves: fp32), AdamW m and v, and the step.
+  // This rank's training state as shards of the named global tensors (shard.h): parameters (the
+  // compute dtype: the fp32 master itself, or its bf16/fp16 copy), fp32 master weights, AdamW m
+  // and v, and the step.
   StateShards Shards();
 
   const TrainerState& state() const { return state_; }
