@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <utility>
 
 #include "base/fault.h"
 #include "tests/parallel/dist/parity.h"
@@ -99,6 +100,38 @@ TEST(PrecisionParityTest, Fp16LossScaleGrowsAfterTheWindow) {
   for (auto& e : run->engines) {
     EXPECT_EQ(e->state().loss_scale, (*ref)->state().loss_scale);
     EXPECT_EQ(e->state().loss_scale, 1024.0 * 8);  // 10 clean steps: doubled 3 times
+  }
+}
+
+TEST(ShardContractTest, Bf16ParametersAreTheSingleProcessOnes) {
+  const RunConfig config = Config(2, 2, "bf16");
+  Result<std::unique_ptr<Trainer>> fresh = Trainer::Create(config, Tokens(), "");
+  ASSERT_TRUE(fresh.ok());
+  // The single process's bf16 parameters, widened to f32 for the comparison.
+  Arena params;
+  AddGptTensors(config.model, DType::kF32, &params);
+  ASSERT_TRUE(params.Allocate(Device::kCpu).ok());
+  const Arena& bf16 = (*fresh)->model().params();
+  for (int i = 0; i < bf16.size(); ++i) ASSERT_TRUE(Convert(params.Get(i), bf16.Get(i)).ok());
+  for (const char* spec :
+       {"tp=2,pp=2,dp=2,zero=3,schedule=1f1b", "dp=2,zero=1", "pp=2,vpp=2,schedule=interleaved"}) {
+    std::unique_ptr<DistRun> run = RunLayout(config, Layout(spec), Tokens(), 0);
+    ASSERT_TRUE(run->status.ok()) << spec << ": " << run->status.ToString();
+    for (const auto& [kind, arena] :
+         {std::pair<StateKind, const Arena*>{StateKind::kParam, &params},
+          std::pair{StateKind::kMaster, &(*fresh)->optimizer().master()}}) {
+      std::string error;
+      const auto got = testing::Assemble(*run, kind, &error);
+      EXPECT_EQ(error, "") << spec;
+      EXPECT_EQ(testing::CompareParams(got, *arena, &error).per_tensor, 0.0)
+          << spec << " " << StateKindName(kind);
+      EXPECT_EQ(error, "") << spec;
+    }
+    for (auto& e : run->engines)
+      for (const TensorShard& s : e->Shards().shards)
+        if (s.kind == StateKind::kParam) {
+          EXPECT_EQ(s.dtype, DType::kBF16) << spec;
+        }
   }
 }
 
