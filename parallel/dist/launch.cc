@@ -92,6 +92,7 @@ Status RunWorker(const DistTrainOptions& o) {
     nlohmann::ordered_json line = {{"step", s.step},           {"loss", s.loss},
                                    {"lr", s.lr},               {"tokens_per_s", tokens_per_s},
                                    {"grad_norm", s.grad_norm}, {"skipped", s.skipped}};
+    if (config.train.precision == "fp16") line["loss_scale"] = s.loss_scale;
     if (!std::isfinite(s.grad_norm)) line["grad_norm"] = nullptr;
     if (metrics.is_open()) metrics << line.dump() << "\n" << std::flush;
     if (last || config.train.log_every <= 0 || s.step % config.train.log_every == 0)

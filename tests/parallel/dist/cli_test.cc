@@ -1,14 +1,14 @@
-// ringtrain_dist and `ringtrain train --layout` end to end: ranks as local processes over the TCP store and the CPU backend,
-// rank 0's metrics against the single-process Trainer, and bad input.
+// ringtrain_dist and `ringtrain train --layout` end to end: ranks as local processes over the TCP
+// store and the CPU backend, rank 0's metrics against the single-process Trainer, and bad input.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
 #include "parallel/config.h"
 #include "parallel/data_loader.h"
@@ -42,8 +42,8 @@ Exec Execute(const std::string& args) { return ExecuteBinary(RINGTRAIN_DIST_BIN,
 class CliTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("ringtrain_dist_cli_" + std::to_string(getpid()));
+    dir_ =
+        std::filesystem::temp_directory_path() / ("ringtrain_dist_cli_" + std::to_string(getpid()));
     std::filesystem::create_directories(dir_);
     auto tokens = rt::testing::PatternTokens(20000, 97, 3);
     ASSERT_TRUE(WriteTokenShard((dir_ / "train_000.bin").string(), *tokens, 256).ok());
@@ -53,36 +53,52 @@ class CliTest : public ::testing::Test {
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
   std::string Sets() const {
-    return "--config " + std::string(RINGTRAIN_SOURCE_DIR) + "/configs/tiny.toml --set data.dir=" +
-           dir_.string() + " --set eval.every=5 --set eval.batches=2 --set metrics.path=" +
+    return "--config " + std::string(RINGTRAIN_SOURCE_DIR) +
+           "/configs/tiny.toml --set data.dir=" + dir_.string() +
+           " --set eval.every=5 --set eval.batches=2 --set metrics.path=" +
            (dir_ / "m.jsonl").string();
   }
 
-  // Checks rank 0's metrics file of a finished 5-step run (micro_batches=2) against one process.
-  void ExpectMetricsMatchOneProcess();
+  // Checks rank 0's metrics file of a finished 5-step run (micro_batches=2, and the config keys
+  // `sets`) against one process, losses within `tolerance` relative.
+  void ExpectMetricsMatchOneProcess(const std::vector<std::string>& sets = {},
+                                    double tolerance = 1e-5);
 
   std::filesystem::path dir_;
 };
 
 TEST_F(CliTest, MixedLayoutProcessesMatchOneProcess) {
-  const Exec e = Execute(Sets() + " --set train.micro_batches=2 --layout tp=2,pp=2,dp=2,zero=1 --ranks 8 --steps 5");
+  const Exec e = Execute(
+      Sets() + " --set train.micro_batches=2 --layout tp=2,pp=2,dp=2,zero=1 --ranks 8 --steps 5");
   ASSERT_EQ(e.code, 0) << e.output;
   ExpectMetricsMatchOneProcess();
 }
 
 TEST_F(CliTest, RingtrainTrainWithLayoutMatchesOneProcess) {
   const Exec e = ExecuteBinary(RINGTRAIN_BIN, "--log-level warn train " + Sets() +
-                                                 " --set train.micro_batches=2 --layout "
-                                                 "dp=2,zero=3 --ranks 2 --steps 5");
+                                                  " --set train.micro_batches=2 --layout "
+                                                  "dp=2,zero=3 --ranks 2 --steps 5");
   ASSERT_EQ(e.code, 0) << e.output;
   ExpectMetricsMatchOneProcess();
 }
 
-void CliTest::ExpectMetricsMatchOneProcess() {
+TEST_F(CliTest, InterleavedFp16ProcessesMatchOneProcess) {
+  const Exec e = Execute(Sets() +
+                         " --set train.micro_batches=2 --set train.precision=fp16 "
+                         "--layout pp=2,vpp=2,schedule=interleaved --ranks 2 --steps 5");
+  ASSERT_EQ(e.code, 0) << e.output;
+  // fp16 differs from one process by its rounding of differently-ordered sums
+  // (precision_test.cc).
+  ExpectMetricsMatchOneProcess({"train.precision=fp16"}, 2e-3);
+}
+
+void CliTest::ExpectMetricsMatchOneProcess(const std::vector<std::string>& sets, double tolerance) {
   // The single-process run of the same config.
-  Result<RunConfig> config = LoadRunConfig(
-      std::string(RINGTRAIN_SOURCE_DIR) + "/configs/tiny.toml",
-      {"data.dir=" + dir_.string(), "train.micro_batches=2", "train.steps=5"});
+  std::vector<std::string> all = {"data.dir=" + dir_.string(), "train.micro_batches=2",
+                                  "train.steps=5"};
+  all.insert(all.end(), sets.begin(), sets.end());
+  Result<RunConfig> config =
+      LoadRunConfig(std::string(RINGTRAIN_SOURCE_DIR) + "/configs/tiny.toml", all);
   ASSERT_TRUE(config.ok()) << config.status().ToString();
   auto tokens = LoadTrainTokens(dir_.string(), 256);
   ASSERT_TRUE(tokens.ok());
@@ -101,14 +117,18 @@ void CliTest::ExpectMetricsMatchOneProcess() {
       Result<double> expected = (*trainer)->Evaluate(*val, 2);
       ASSERT_TRUE(expected.ok());
       EXPECT_EQ(j["step"].get<int64_t>(), 5);
-      EXPECT_NEAR(j["val_loss"].get<double>(), *expected, 1e-5 * *expected);
+      EXPECT_NEAR(j["val_loss"].get<double>(), *expected, tolerance * *expected);
       evaluated = true;
       continue;
     }
     Result<StepStats> s = (*trainer)->Step();
     ASSERT_TRUE(s.ok());
     EXPECT_EQ(j["step"].get<int64_t>(), s->step);
-    EXPECT_NEAR(j["loss"].get<double>(), s->loss, 1e-5 * s->loss);
+    EXPECT_NEAR(j["loss"].get<double>(), s->loss, tolerance * s->loss);
+    EXPECT_EQ(j.contains("loss_scale"), config->train.precision == "fp16");
+    if (j.contains("loss_scale")) {
+      EXPECT_EQ(j["loss_scale"].get<double>(), s->loss_scale);
+    }
     EXPECT_DOUBLE_EQ(j["lr"].get<double>(), s->lr);
     EXPECT_GT(j["tokens_per_s"].get<double>(), 0);
     ++steps;
