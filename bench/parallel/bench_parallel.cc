@@ -1,14 +1,16 @@
 // `ringtrain bench parallel` (also the standalone ringtrain_bench_parallel): step time and
 // tokens/s of the distributed engine per layout, ranks as threads over the CPU communicator on
-// synthetic tokens. For pipeline layouts it prints the measured bubble — 1 − (the stage's busy
-// time: forward and backward math) / (the pipeline's time: from the step's start to the last
-// stage to finish its passes, before the gradient reductions and the optimizer), averaged over
-// stages — next to its formula as
-// a fraction of the step: GPipe/1F1B's (p−1)/(m+p−1), and the interleaved schedule's
-// (p−1)/(v·m+p−1) (Megatron's bubble is (1/v)·(p−1)/m of the ideal time t_ideal; as a fraction of
-// the step, t_bubble / (t_ideal + t_bubble), that is (p−1)/(v·m+p−1)); for DDP the share of the
-// gradient all-reduce time hidden behind the backward: 1 − (wait after the backward) / (the same
-// all-reduces run alone).
+// synthetic tokens. For pipeline layouts it prints the measured bubble — 1 − (the busiest stage's
+// busy time: its forward and backward math) / (the pipeline's span: from the step's start to the
+// last stage to finish its passes, before the gradient reductions and the optimizer), with the
+// mean over the stages (which adds the lighter stages' idling from imbalance) in brackets — next
+// to its formula as a fraction of the span: GPipe/1F1B's (p−1)/(m+p−1), and the interleaved
+// schedule's (p−1)/(v·m+p−1) (Megatron's bubble is (1/v)·(p−1)/m of the ideal time t_ideal; as a
+// fraction of the whole, t_bubble / (t_ideal + t_bubble), that is (p−1)/(v·m+p−1)). For DDP the
+// share of the gradient all-reduce time hidden behind the backward: 1 − (wait after the
+// backward) / (the same all-reduces run alone). Run with OPENBLAS_NUM_THREADS=1 when the ranks
+// outnumber the cores' spare capacity: a rank's multi-threaded GEMMs otherwise speed up while
+// its neighbour idles, which hides the bubble.
 //   ringtrain_bench_parallel [--config FILE] [--steps N] [--layouts "dp=2;pp=2,schedule=gpipe"]
 //                            [--set key=value ...]
 #include <CLI/CLI.hpp>
@@ -34,7 +36,8 @@ namespace {
 // Per-layout results, averaged over the measured steps.
 struct Result_ {
   double step_s = 0;   // slowest rank's step
-  double bubble = -1;  // pipeline: measured bubble (fraction)
+  double bubble = -1;       // pipeline: the busiest stage's idle fraction of the span
+  double mean_bubble = -1;  // pipeline: the stages' mean idle fraction (imbalance included)
   double hidden = -1;  // DDP: hidden share of the all-reduce time
 };
 
@@ -83,16 +86,20 @@ Status RunLayout(const RunConfig& config, const ParallelLayout& layout,
   }
   for (std::thread& t : threads) t.join();
   for (const Status& s : status) RETURN_IF_ERROR(s);
-  double slowest = 0, bubble = 0, hidden = 0;
+  double slowest = 0, bubble = 0, hidden = 0, busiest = 0;
   const double span = *std::max_element(pipeline.begin(), pipeline.end());
   for (int r = 0; r < n; ++r) {
     const size_t i = static_cast<size_t>(r);
     slowest = std::max(slowest, step_s[i]);
     bubble += (1.0 - busy[i] / span) / n;
+    busiest = std::max(busiest, busy[i]);
     if (alone[i] > 0) hidden += std::max(0.0, 1.0 - exposed[i] / alone[i]) / n;
   }
   out->step_s = slowest;
-  if (layout.pp > 1) out->bubble = bubble;
+  if (layout.pp > 1) {
+    out->bubble = 1.0 - busiest / span;
+    out->mean_bubble = bubble;
+  }
   if (layout.zero == 0 && layout.dp() > 1) out->hidden = hidden;
   return Status();
 }
@@ -148,9 +155,10 @@ int Main(int argc, char** argv) {
       continue;
     }
     const int p = layout->pp, m = config->train.micro_batches, v = layout->virtual_stages;
-    char bubble[32] = "", formula[32] = "", hidden[32] = "";
+    char bubble[48] = "", formula[32] = "", hidden[32] = "";
     if (r.bubble >= 0) {
-      std::snprintf(bubble, sizeof(bubble), "%.1f%%", 100 * r.bubble);
+      std::snprintf(bubble, sizeof(bubble), "%.1f%% (mean %.1f%%)", 100 * r.bubble,
+                    100 * r.mean_bubble);
       std::snprintf(formula, sizeof(formula), "%.1f%%", 100.0 * (p - 1) / (v * m + p - 1));
     }
     if (r.hidden >= 0) std::snprintf(hidden, sizeof(hidden), "%.0f%%", 100 * r.hidden);
