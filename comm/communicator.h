@@ -146,8 +146,9 @@ struct CommOptions {
   // all-reduce when every rank is on this host; pages are touched only when used. 0 turns the
   // arenas off (all-reduce then runs over the per-pair rings). Default 32 MiB.
   size_t shm_arena_bytes = 32u << 20;
-  // CPU backend: how long a rank waiting on shared memory yields the CPU (sched_yield) before
-  // sleeping on a futex. Default 200 µs.
+  // CPU backend: how long a rank waiting on shared memory keeps polling (CPU pauses, or
+  // sched_yield when the group has more ranks than this host has CPUs) before sleeping on a
+  // futex; Abort() is seen on every poll, a dead peer within a millisecond. Default 200 µs.
   std::chrono::microseconds shm_yield_window{200};
 };
 

@@ -682,8 +682,19 @@ Status Mesh::WaitUntil(OpCtx& ctx, std::atomic<uint64_t>* const* counters, uint6
     CpuRelax();
   }
   // 2. Pause (or yield the CPU when the group has more ranks than CPUs) until the yield window
-  // ends, then 3. sleep on our doorbell; both watch abort, dead peers and op_timeout.
+  // ends, then 3. sleep on our doorbell in slices. Both watch Abort() on every turn, and dead
+  // peers (control sockets: EOF, abort notices) and op_timeout at least every millisecond.
   const MonoTime start = MonoClock::now();
+  MonoTime checked = start;
+  auto check_peers = [&]() -> Status {
+    RETURN_IF_ERROR(PollControl(0, {}, false));
+    for (int q = 0; q < size_; ++q)
+      if (peers_[q].ctrl_closed && pending(q))
+        return PeerGone(q, std::string(peers_[q].goodbye ? "left the communicator" : "died") +
+                               " while " + RankName(rank_) + " waited for it (" + what + ") in " +
+                               ctx.What());
+    return Status();
+  };
   auto* h = Header(own_segment_->base);
   for (int i = 0;; ++i) {
     if (aborted()) return Status(StatusCode::kCommAborted, ctx.What() + ": communicator aborted");
@@ -692,15 +703,20 @@ Status Mesh::WaitUntil(OpCtx& ctx, std::atomic<uint64_t>* const* counters, uint6
       CpuRelax();  // (the clock is read every 16th turn only)
       continue;
     }
-    const auto waited = MonoClock::now() - start;
-    if (waited < yield_window_) {
-      Pause();
-      continue;
-    }
+    const MonoTime now = MonoClock::now();
+    const auto waited = now - start;
     if (waited >= op_timeout_)
       return Status(StatusCode::kPeerFailed,
                     ctx.What() + ": no progress for " + std::to_string(op_timeout_.count()) +
                         " ms waiting on " + behind() + " (" + what + ", shared memory)");
+    if (waited < yield_window_) {
+      if (now - checked >= std::chrono::milliseconds(1)) {
+        checked = now;
+        RETURN_IF_ERROR(check_peers());
+      }
+      Pause();
+      continue;
+    }
     // Sleep on our doorbell: peers ring it after every counter update.
     uint32_t seen = h->doorbell.load(std::memory_order_seq_cst);
     h->sleeping.fetch_add(1, std::memory_order_seq_cst);
@@ -715,12 +731,7 @@ Status Mesh::WaitUntil(OpCtx& ctx, std::atomic<uint64_t>* const* counters, uint6
     // ranks), not as "rank q failed".
     if (ready()) return Status();
     RETURN_IF_ERROR(CheckRingMismatch(ctx));
-    RETURN_IF_ERROR(PollControl(0, {}, false));
-    for (int q = 0; q < size_; ++q)
-      if (peers_[q].ctrl_closed && pending(q))
-        return PeerGone(q, std::string(peers_[q].goodbye ? "left the communicator" : "died") +
-                               " while " + RankName(rank_) + " waited for it (" + what + ") in " +
-                               ctx.What());
+    RETURN_IF_ERROR(check_peers());
   }
 }
 

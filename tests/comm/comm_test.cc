@@ -3,6 +3,9 @@
 // failures, byte accounting, and a new generation after a failure.
 #include <gtest/gtest.h>
 
+#include <time.h>
+
+#include <algorithm>
 #include <thread>
 
 #include "comm/communicator.h"
@@ -179,6 +182,100 @@ TEST(SharedArena, RanksWithDifferentSmallThresholdsFailInsteadOfMixingPaths) {
     EXPECT_EQ(results[r].code(), StatusCode::kProtocolError) << "rank " << r << ": " << results[r].ToString();
     EXPECT_NE(results[r].ToString().find("disagree"), std::string::npos) << results[r].ToString();
   }
+}
+
+// CPU time the calling thread has used.
+std::chrono::milliseconds ThreadCpuTime() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return std::chrono::milliseconds(ts.tv_sec * 1000 + ts.tv_nsec / 1'000'000);
+}
+
+TEST(SharedArenaWait, AbortWakesAWaiterThatIsStillPolling) {
+  // A 30 s yield window keeps rank 0's waiter polling (CPU pauses, no futex sleep) for the
+  // whole wait: Abort() must still end it within 100 ms.
+  const int n = 2;
+  Group g = MakeGroup(n, Transport::kShm, 0, nullptr, std::chrono::milliseconds(20'000),
+                      [](CommOptions& o) { o.shm_yield_window = std::chrono::seconds(30); });
+  for (auto& c : g.comms) ASSERT_TRUE(c->WaitReady(Deadline::AfterMs(10'000)).ok());
+  float a[2] = {1, 2};
+  auto w = g.comms[0]->AllReduce(a, a, 2, DType::kF32, ReduceOp::kSum);  // rank 1 never joins
+  std::atomic<int64_t> woke_ms{-1}, cpu_ms{-1};
+  std::atomic<bool> waiting{false};
+  MonoTime aborted_at;
+  Status s;
+  std::thread waiter([&] {
+    const auto cpu0 = ThreadCpuTime();
+    waiting = true;
+    s = w->Wait(Deadline::AfterMs(20'000));
+    woke_ms = std::chrono::duration_cast<std::chrono::milliseconds>(MonoClock::now() - aborted_at).count();
+    cpu_ms = (ThreadCpuTime() - cpu0).count();
+  });
+  while (!waiting) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  aborted_at = MonoClock::now();
+  g.comms[0]->Abort();
+  waiter.join();
+  EXPECT_EQ(s.code(), StatusCode::kCommAborted) << s.ToString();
+  EXPECT_GE(woke_ms.load(), 0);
+  EXPECT_LT(woke_ms.load(), 100);
+  EXPECT_GE(cpu_ms.load(), 20) << "the waiter slept instead of polling";
+}
+
+TEST(SharedArenaWait, AWaiterBacksOffToSleepAfterTheYieldWindow) {
+  // With the default 200 µs window a waiter whose peer is late stops polling and sleeps on its
+  // futex: 500 ms of waiting cost it far less than 500 ms of CPU (2 ranks on 2 busy cores must
+  // not burn each other's time). Abort() still wakes it within 100 ms.
+  const int n = 2;
+  Group g = MakeGroup(n, Transport::kShm);
+  for (auto& c : g.comms) ASSERT_TRUE(c->WaitReady(Deadline::AfterMs(10'000)).ok());
+  float a[2] = {1, 2};
+  auto w = g.comms[0]->AllReduce(a, a, 2, DType::kF32, ReduceOp::kSum);  // rank 1 never joins
+  std::atomic<int64_t> woke_ms{-1}, cpu_ms{-1};
+  std::atomic<bool> waiting{false};
+  MonoTime aborted_at;
+  Status s;
+  std::thread waiter([&] {
+    const auto cpu0 = ThreadCpuTime();
+    waiting = true;
+    s = w->Wait(Deadline::AfterMs(20'000));
+    woke_ms = std::chrono::duration_cast<std::chrono::milliseconds>(MonoClock::now() - aborted_at).count();
+    cpu_ms = (ThreadCpuTime() - cpu0).count();
+  });
+  while (!waiting) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  aborted_at = MonoClock::now();
+  g.comms[0]->Abort();
+  waiter.join();
+  EXPECT_EQ(s.code(), StatusCode::kCommAborted) << s.ToString();
+  EXPECT_LT(woke_ms.load(), 100);
+  EXPECT_LT(cpu_ms.load(), 100) << "the waiter kept polling";
+}
+
+TEST(SharedArenaWait, SmallAllReducesAgreeWithTheReferenceOverManySteps) {
+  // Many back-to-back 1..6-element all-reduces through the slots (both halves, every reduce op)
+  // give exactly the reference on both ranks.
+  const int n = 2;
+  Group g = MakeGroup(n, Transport::kShm);
+  auto results = OnEveryRank(n, [&](int r) -> Status {
+    for (int i = 0; i < 2000; ++i) {
+      const size_t count = 1 + i % 6;
+      const ReduceOp op = static_cast<ReduceOp>(i % 4);
+      int32_t in[6], out[6];
+      for (size_t k = 0; k < count; ++k) in[k] = static_cast<int32_t>((i + 1) * (r + 1) + k);
+      RETURN_IF_ERROR(g.comms[r]->AllReduce(in, out, count, DType::kI32, op)->Wait(Deadline::AfterMs(10'000)));
+      for (size_t k = 0; k < count; ++k) {
+        const int32_t x = (i + 1) + static_cast<int32_t>(k), y = 2 * (i + 1) + static_cast<int32_t>(k);
+        const int32_t want = op == ReduceOp::kSum ? x + y : op == ReduceOp::kAvg ? (x + y) / 2
+                             : op == ReduceOp::kMax ? std::max(x, y) : std::min(x, y);
+        if (out[k] != want)
+          return Internal("step " + std::to_string(i) + " element " + std::to_string(k) + ": " +
+                          std::to_string(out[k]) + " != " + std::to_string(want));
+      }
+    }
+    return Status();
+  });
+  for (int r = 0; r < n; ++r) EXPECT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r].ToString();
 }
 
 TEST_P(TransportTest, SplitFormsSubGroups) {

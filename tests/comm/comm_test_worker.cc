@@ -2,9 +2,12 @@
 //   comm_test_worker table <store_port> <rank> <size> <tcp|shm>
 //     runs the collective table; exit 0 when every check passes.
 //   comm_test_worker kill <store_port> <rank> <size> <tcp|shm>
-//     all-reduces in a loop on generation 1 (reporting progress in the store) until the
+//     all-reduces 16 MiB in a loop on generation 1 (reporting progress in the store) until the
 //     communicator fails (the test kill -9's one rank), records the error and the time it was
 //     seen, then joins generation 2 with the survivors and checks one all-reduce.
+//   comm_test_worker spin <store_port> <rank> <size> <tcp|shm>
+//     as kill, with 8-byte all-reduces and a 30 s shared-memory yield window: a survivor is
+//     polling (not sleeping on its futex) when its peer dies.
 #include <unistd.h>
 
 #include <cstdio>
@@ -19,7 +22,7 @@ using namespace rt::comm;
 
 int main(int argc, char** argv) {
   if (argc != 6) {
-    std::fprintf(stderr, "usage: %s table|kill port rank size tcp|shm\n", argv[0]);
+    std::fprintf(stderr, "usage: %s table|kill|spin port rank size tcp|shm\n", argv[0]);
     return 2;
   }
   std::string mode = argv[1];
@@ -42,6 +45,7 @@ int main(int argc, char** argv) {
   o.tcp_connections_per_peer = 2;  // TCP: large transfers striped over two connections
   o.tcp_stripe_bytes = 64 << 10;
   o.op_timeout = std::chrono::milliseconds(20'000);  // death must be seen by EOF, not timeout
+  if (mode == "spin") o.shm_yield_window = std::chrono::seconds(30);
   auto comm = NewCpuCommunicator(o);
   if (!comm.ok()) return 4;
   if (mode == "table") {
@@ -56,8 +60,8 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
-  // kill mode.
-  std::vector<float> buf(4 << 20, 1.0f);
+  // kill and spin modes.
+  std::vector<float> buf(mode == "spin" ? 2 : 4 << 20, 1.0f);
   Status failure;
   for (int iter = 0;; ++iter) {
     failure = (*comm)->AllReduce(buf.data(), buf.data(), buf.size(), DType::kF32, ReduceOp::kMax)
