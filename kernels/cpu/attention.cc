@@ -1,14 +1,16 @@
-// Causal multi-head self-attention on the CPU: per (batch, head), the score and value products
-// go through sgemm in causal row blocks (a block of query rows only meets the keys up to its
-// last row), with a numerically stable softmax in between (after llm.c's attention_forward/
-// backward, with the T×T×hs loops handed to BLAS). qkv rows are read in place (leading
-// dimension 3C); bf16/f16 inputs are widened to fp32 scratch.
+// Causal multi-head self-attention on the CPU, per (batch, head): head sizes that are a multiple
+// of 16 go through the register tiles of attention_head.cc; the others through sgemm in causal
+// row blocks (a block of query rows only meets the keys up to its last row), with a numerically
+// stable softmax in between (after llm.c's attention_forward/backward, with the T×T×hs loops
+// handed to BLAS). qkv rows are read in place (leading dimension 3C); bf16/f16 inputs are widened
+// to fp32 scratch.
 #include <cblas.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
+#include "kernels/cpu/attention_head.h"
 #include "kernels/cpu/common.h"
 #include "kernels/cpu/cpu_ops.h"
 
@@ -70,6 +72,10 @@ void AttentionForwardT(const Tensor& out, const Tensor& att_t, const Tensor& qkv
       const float* v = q + 2 * c;
       float* a = att + (b * n_head + h) * t_len * t_len;
       float* o = y + b * t_len * c + h * hs;
+      if (AttentionHeadTiled(hs)) {
+        AttentionHeadForward({q, k, v, c3, t_len, hs, scale}, a, o, c);
+        continue;
+      }
       for (int64_t r0 = 0; r0 < t_len; r0 += kRowBlock) {
         const int64_t r1 = std::min(t_len, r0 + kRowBlock), rb = r1 - r0, kc = r1;
         Sgemm(false, true, rb, kc, hs, scale, q + r0 * c3, c3, k, c3, 0.0f, a + r0 * t_len, t_len);
@@ -107,6 +113,10 @@ void AttentionBackwardT(const Tensor& dqkv, const Tensor& dout, const Tensor& qk
       float* dv = dq + 2 * c;
       const float* a = att + (b * n_head + h) * t_len * t_len;
       const float* g = dy + b * t_len * c + h * hs;
+      if (AttentionHeadTiled(hs)) {
+        AttentionHeadBackward({q, k, v, c3, t_len, hs, scale}, a, g, c, dq, dk, dv);
+        continue;
+      }
       for (int64_t r0 = 0; r0 < t_len; r0 += kRowBlock) {
         const int64_t r1 = std::min(t_len, r0 + kRowBlock), rb = r1 - r0, kc = r1;
         float* d = datt + r0 * t_len;

@@ -127,6 +127,15 @@ TEST(GradTest, AttentionBackward) { CheckAttentionGrad(2, 6, 8, 2, 30); }
 
 TEST(GradTest, AttentionBackwardAcrossRowBlocks) { CheckAttentionGrad(1, 70, 4, 1, 40); }
 
+TEST(GradTest, AttentionBackwardTiledHeads) {
+  // Head sizes 16, 32, 48 and 64 take the CPU's register tiles; T is not a multiple of 4 or 16.
+  CheckAttentionGrad(2, 23, 32, 2, 41);
+  CheckAttentionGrad(1, 18, 64, 2, 42);
+  CheckAttentionGrad(1, 9, 96, 2, 43);
+  CheckAttentionGrad(1, 13, 64, 1, 44);
+  CheckAttentionGrad(1, 2, 16, 1, 45);
+}
+
 TEST(GradTest, EmbeddingBackwards) {
   const int64_t b = 2, t = 4, c = 3, v_local = 5, vocab_start = 2, pos_start = 1;
   const Vec tok = {2, 3, 2, 9, 6, 1, 4, 2};  // 9 and 1 are outside [2, 7)

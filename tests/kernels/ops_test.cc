@@ -110,15 +110,18 @@ TEST_P(FloatOpsTest, GeluPropagatesNanAndSaturates) {
   EXPECT_EQ(Get(y.t, 3), 20.0);
 }
 
-TEST_P(FloatOpsTest, AttentionForward) {
-  const int64_t b = 2, t = 70, c = 12, nh = 3;  // T > the CPU row block, to cover blocking
-  const Vec qkv = Input(b * t * 3 * c, 11, -2.0, 2.0);
-  HostTensor tq = FromVec(dt(), Shape{b, t, 3 * c}, qkv), out = Make(dt(), Shape{b, t, c});
+// Forward of B×T tokens, C channels, nh heads against the double reference.
+void CheckAttentionForward(DType dt, double tol, int64_t b, int64_t t, int64_t c, int64_t nh) {
+  SCOPED_TRACE("B=" + std::to_string(b) + " T=" + std::to_string(t) + " C=" + std::to_string(c) +
+               " H=" + std::to_string(nh));
+  const int64_t n = b * t * 3 * c;
+  const Vec qkv = ToVec(FromVec(dt, Shape{n}, Uniform(n, 11, -2.0, 2.0)).t);
+  HostTensor tq = FromVec(dt, Shape{b, t, 3 * c}, qkv), out = Make(dt, Shape{b, t, c});
   HostTensor att = Make(DType::kF32, Shape{b, nh, t, t});
   ASSERT_OK(AttentionForward(out.t, att.t, tq.t, static_cast<int>(nh)));
   Vec want_att;
   const Vec want = RefAttention(qkv, b, t, c, nh, &want_att);
-  EXPECT_LT(RelErr(ToVec(out.t), want), Tol() * 4);
+  EXPECT_LT(RelErr(ToVec(out.t), want), tol * 4);
   EXPECT_LT(RelErr(ToVec(att.t), want_att), 1e-5);
   // Above the diagonal the probabilities are exactly 0; rows sum to 1.
   const Vec a = ToVec(att.t);
@@ -134,6 +137,17 @@ TEST_P(FloatOpsTest, AttentionForward) {
       }
       ASSERT_NEAR(s, 1.0, 1e-5);
     }
+}
+
+TEST_P(FloatOpsTest, AttentionForward) {
+  // The CPU's sgemm path (head sizes 4 and 3; T > its 64-row block) and its register tiles (head
+  // sizes 16, 32, 48 and 64; T not a multiple of the 4-row tiles or 16-column steps).
+  CheckAttentionForward(dt(), Tol(), 2, 70, 12, 3);
+  CheckAttentionForward(dt(), Tol(), 1, 5, 3, 1);
+  CheckAttentionForward(dt(), Tol(), 2, 37, 32, 2);
+  CheckAttentionForward(dt(), Tol(), 1, 70, 64, 2);
+  CheckAttentionForward(dt(), Tol(), 1, 19, 96, 2);
+  CheckAttentionForward(dt(), Tol(), 1, 3, 64, 1);
 }
 
 TEST(AttentionTest, SoftmaxIsStableForHugeScores) {
