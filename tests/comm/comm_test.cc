@@ -219,7 +219,7 @@ TEST(SharedArenaWait, AbortWakesAWaiterThatIsStillPolling) {
   EXPECT_EQ(s.code(), StatusCode::kCommAborted) << s.ToString();
   EXPECT_GE(woke_ms.load(), 0);
   EXPECT_LT(woke_ms.load(), 100);
-  EXPECT_GE(cpu_ms.load(), 20) << "the waiter slept instead of polling";
+  EXPECT_GE(cpu_ms.load(), 5) << "the waiter slept instead of polling";  // sleeping: ~0 ms
 }
 
 TEST(SharedArenaWait, AWaiterBacksOffToSleepAfterTheYieldWindow) {
