@@ -21,14 +21,14 @@
 
 namespace rt::dist {
 
-// Activations and scratch of one stage for micro-batches of `rows` × seq_len tokens.
+// Activations and scratch of one model chunk of a stage for micro-batches of `rows` × seq_len tokens.
 class StageRunner {
  public:
   // Allocates `slots` activation sets of model chunk `chunk` of `layout` (its blocks, and the
-  // head when it has it) for the local widths of layout.tp ranks (whose
-  // collectives go over `tp`); with `sequence_parallel` (and tp > 1) the residual stream holds
-  // seq_len / tp positions per rank. With `recompute` only the blocks' inputs are kept per slot
-  // and BlockBackward runs the block's forward again first. Activations are `dtype`.
+  // head when it has it) for the local widths of layout.tp ranks (whose collectives go over
+  // `tp`); with `sequence_parallel` (and tp > 1) the residual stream holds seq_len / tp
+  // positions per rank. With `recompute` only the blocks' inputs are kept per slot and
+  // BlockBackward runs the block's forward again first. Activations are `dtype`.
   // Errors: ResourceExhausted.
   static Result<std::unique_ptr<StageRunner>> Create(const ModelConfig& model,
                                                      const StageLayout& layout, int chunk,
