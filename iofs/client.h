@@ -22,6 +22,9 @@ class RpcClient;
 }
 
 namespace rt::iofs {
+namespace shm {
+class ClientRegion;
+}
 
 class Client : public std::enable_shared_from_this<Client> {
  public:
@@ -62,6 +65,24 @@ class Client : public std::enable_shared_from_this<Client> {
   boost::asio::awaitable<Status> ReadParallel(std::string path, uint64_t offset, uint64_t length,
                                               int parallel, std::vector<std::byte>* out, Deadline deadline);
 
+  // Shared-memory data path (iofs/net/shm.h), for a client on the metadata node's host: maps
+  // `bytes` of memory shared with the server. Afterwards Write/ReadInto (and the parallel forms)
+  // whose data lies inside shared() send only small control messages; the server reads and
+  // writes the bytes in place. Other buffers keep using TCP. Errors: Unavailable when the server
+  // is not on this host or offers no shared-memory socket (everything keeps working over TCP).
+  boost::asio::awaitable<Status> MapShared(size_t bytes, Deadline deadline);
+  // The shared bytes (empty before MapShared succeeded).
+  std::span<std::byte> shared() const;
+  // Writes and reads served through the shared region so far.
+  uint64_t shared_requests() const { return shared_requests_; }
+
+  // Reads [offset, offset + out.size()) into `out` as chunk-sized requests, `parallel` in flight;
+  // returns the bytes read (less at the end of the file). With `out` inside shared() no data
+  // crosses the socket.
+  boost::asio::awaitable<Result<uint64_t>> ReadParallelInto(std::string path, uint64_t offset,
+                                                            std::span<std::byte> out, int parallel,
+                                                            Deadline deadline);
+
   // The file chunk size of the cluster (the natural request size).
   uint32_t chunk_size() const { return chunk_size_; }
   // "host:port" of the metadata node.
@@ -71,9 +92,21 @@ class Client : public std::enable_shared_from_this<Client> {
   Client() = default;
   boost::asio::awaitable<Result<std::vector<std::byte>>> Call(uint16_t type, std::vector<std::byte> payload,
                                                               Deadline deadline);
+  // Reads [offset, offset + out.size()) of a file that holds them into `out`.
+  boost::asio::awaitable<Status> ReadRange(std::string path, uint64_t offset, std::span<std::byte> out, int parallel,
+                                           Deadline deadline);
+  // Write and ReadInto through the shared region.
+  boost::asio::awaitable<Status> WriteShared(std::string path, uint64_t offset, std::span<const std::byte> data,
+                                             Deadline deadline);
+  boost::asio::awaitable<Result<size_t>> ReadShared(std::string path, uint64_t offset, std::span<std::byte> out,
+                                                    Deadline deadline);
   std::shared_ptr<net::RpcClient> rpc_;
   uint32_t chunk_size_ = 0;
   std::string server_;
+  std::string host_;  // the metadata node
+  uint16_t port_ = 0;
+  std::unique_ptr<shm::ClientRegion> shared_;
+  uint64_t shared_requests_ = 0;
 };
 
 }  // namespace rt::iofs

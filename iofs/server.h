@@ -38,6 +38,7 @@ struct ServerOptions {
   int down_after = 10;                // missed pings before a node leaves its chains (2 s)
   int client_threads = 16;            // threads for client requests (may wait on the network)
   int peer_threads = 4;               // threads for replica messages (never wait on the network)
+  bool shared_memory = true;          // accept shared regions of clients on this host (shm.h)
 };
 
 // Reads a node.toml. Errors name the file, line and key (base/config.h).

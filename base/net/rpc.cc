@@ -421,6 +421,13 @@ void RpcClient::FailAll(const Status& why) {
   pending_.clear();
 }
 
+std::string RpcClient::LocalName() const {
+  ErrorCode ec;
+  auto ep = socket_.local_endpoint(ec);
+  if (ec) return "unconnected";
+  return ep.address().to_string() + ":" + std::to_string(ep.port());
+}
+
 void RpcClient::Close() {
   broken_ = true;
   asio::post(socket_.get_executor(), [self = shared_from_this()] {

@@ -187,6 +187,8 @@ class RpcClient : public std::enable_shared_from_this<RpcClient> {
   // False once the connection has failed or been closed.
   bool connected() const { return !broken_.load(); }
   const std::string& peer() const { return peer_; }
+  // "host:port" of this end of the connection (as the server's RpcRequest::peer names it).
+  std::string LocalName() const;
 
  private:
   struct Pending;

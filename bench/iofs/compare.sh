@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Side-by-side: ringfs (RF=1 embedded server, RF=2 over loopback) against fio on the same
-# filesystem, in one invocation. Prints a markdown table.
+# Side-by-side: ringfs (RF=1 embedded server with the shared-memory data path and with data over
+# TCP, RF=2 over loopback) against fio on the same filesystem, in one invocation. Prints a
+# markdown table.
 #   bench/iofs/compare.sh [BUILD_DIR] [WORK_DIR]
 # Env: SIZE_MIB (default 4096), PARALLEL (requests in flight, default 16), RANDOM_READS (4096).
 # fio runs: --ioengine=io_uring --direct=1 --bs=4M --iodepth=32 --end_fsync=1 (write, read) and
@@ -51,6 +52,8 @@ P=$(port)
 PIDS+=($!)
 log "ringfs RF=1 on port $P"
 "$RINGFS" --server 127.0.0.1:$P --parallel "$PARALLEL" bench --size-mib "$SIZE_MIB" --random-reads "$RANDOM_READS" | tee "$WORK/rf1.txt" >&2
+log "ringfs RF=1 over TCP only (--tcp)"
+"$RINGFS" --server 127.0.0.1:$P --parallel "$PARALLEL" bench --tcp --size-mib "$SIZE_MIB" --random-reads "$RANDOM_READS" | tee "$WORK/rf1tcp.txt" >&2
 kill "${PIDS[-1]}"; wait "${PIDS[-1]}" 2>/dev/null || true; rm -rf "$WORK/rf1"
 
 # --- ringfs RF=2: two nodes on loopback ---
@@ -72,6 +75,8 @@ log "ringfs RF=2 on ports $P1, $P2"
 "$RINGFS" --server 127.0.0.1:$P1 --parallel "$PARALLEL" bench --size-mib "$SIZE_MIB" --random-reads "$RANDOM_READS" | tee "$WORK/rf2.txt" >&2
 
 rf1_w=$(parse write "$WORK/rf1.txt"); rf1_r=$(parse read "$WORK/rf1.txt"); rf1_rr=$(parse rand64k "$WORK/rf1.txt")
+rft_w=$(parse write "$WORK/rf1tcp.txt"); rft_r=$(parse read "$WORK/rf1tcp.txt"); rft_rr=$(parse rand64k "$WORK/rf1tcp.txt")
+rf1_path=$(parse path "$WORK/rf1.txt"); rf2_path=$(parse path "$WORK/rf2.txt")
 rf2_w=$(parse write "$WORK/rf2.txt"); rf2_r=$(parse read "$WORK/rf2.txt"); rf2_rr=$(parse rand64k "$WORK/rf2.txt")
 pct() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.0f%%", 100*a/b}'; }
 echo
@@ -79,5 +84,6 @@ echo "| $(date -u +%F) $(nproc) cores, load $(cut -d' ' -f1 /proc/loadavg), ${SI
 echo "|---|---|---|---|"
 echo "| fio io_uring direct, bs 4M, iodepth 32 | $fio_w | $fio_r | $fio_rr |"
 echo "| iofs chunk engine alone (8 threads, no network) | $eng_w | $eng_r | – |"
-echo "| ringfs RF=1 (embedded ringfsd) | $rf1_w ($(pct "$rf1_w" "$fio_w") of fio) | $rf1_r ($(pct "$rf1_r" "$fio_r")) | $rf1_rr |"
-echo "| ringfs RF=2 (2 nodes, loopback) | $rf2_w ($(pct "$rf2_w" "$rf1_w") of RF=1) | $rf2_r | $rf2_rr |"
+echo "| ringfs RF=1 (embedded ringfsd, data path: $rf1_path) | $rf1_w ($(pct "$rf1_w" "$fio_w") of fio) | $rf1_r ($(pct "$rf1_r" "$fio_r")) | $rf1_rr |"
+echo "| ringfs RF=1 (embedded ringfsd, data over TCP) | $rft_w ($(pct "$rft_w" "$fio_w")) | $rft_r ($(pct "$rft_r" "$fio_r")) | $rft_rr |"
+echo "| ringfs RF=2 (2 nodes, loopback; client data path: $rf2_path) | $rf2_w ($(pct "$rf2_w" "$rf1_w") of RF=1) | $rf2_r | $rf2_rr |"

@@ -14,26 +14,20 @@ namespace rt::iofs {
 namespace {
 
 #if defined(__x86_64__)
-// CRC32C of four blocks of `n` bytes each (n a multiple of 8), interleaved.
-__attribute__((target("sse4.2"))) void FourBlocks(const std::byte* a, const std::byte* b,
-                                                  const std::byte* c, const std::byte* d, size_t n,
+// CRC32C of four blocks of `n` bytes each (n a multiple of 8), interleaved; with kCopy, each word
+// is also stored to the matching destination block.
+template <bool kCopy>
+__attribute__((target("sse4.2"))) void FourBlocks(std::byte* const* dst, const std::byte* const* src, size_t n,
                                                   uint32_t* out) {
-  uint64_t ca = 0xffffffffu, cb = 0xffffffffu, cc = 0xffffffffu, cd = 0xffffffffu;
+  uint64_t crc[4] = {0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu};
   for (size_t i = 0; i < n; i += 8) {
-    uint64_t wa, wb, wc, wd;
-    std::memcpy(&wa, a + i, 8);
-    std::memcpy(&wb, b + i, 8);
-    std::memcpy(&wc, c + i, 8);
-    std::memcpy(&wd, d + i, 8);
-    ca = _mm_crc32_u64(ca, wa);
-    cb = _mm_crc32_u64(cb, wb);
-    cc = _mm_crc32_u64(cc, wc);
-    cd = _mm_crc32_u64(cd, wd);
+    uint64_t w[4];
+    for (int k = 0; k < 4; ++k) std::memcpy(&w[k], src[k] + i, 8);
+    for (int k = 0; k < 4; ++k) crc[k] = _mm_crc32_u64(crc[k], w[k]);
+    if constexpr (kCopy)
+      for (int k = 0; k < 4; ++k) std::memcpy(dst[k] + i, &w[k], 8);
   }
-  out[0] = ~static_cast<uint32_t>(ca);
-  out[1] = ~static_cast<uint32_t>(cb);
-  out[2] = ~static_cast<uint32_t>(cc);
-  out[3] = ~static_cast<uint32_t>(cd);
+  for (int k = 0; k < 4; ++k) out[k] = ~static_cast<uint32_t>(crc[k]);
 }
 #endif
 
@@ -46,13 +40,35 @@ void BlockCrcs(const std::byte* data, size_t length, size_t block_size, std::spa
   if (Crc32cHardwareAvailable() && block_size % 8 == 0) {
     for (; block + 4 <= full; block += 4) {
       const std::byte* p = data + block * block_size;
-      FourBlocks(p, p + block_size, p + 2 * block_size, p + 3 * block_size, block_size,
-                 crcs.data() + block);
+      const std::byte* src[4] = {p, p + block_size, p + 2 * block_size, p + 3 * block_size};
+      FourBlocks<false>(nullptr, src, block_size, crcs.data() + block);
     }
   }
 #endif
   for (size_t at = block * block_size; at < length; at += block_size, ++block)
     crcs[block] = Crc32c(data + at, std::min(block_size, length - at));
+}
+
+void CopyBlockCrcs(std::byte* dst, const std::byte* src, size_t length, size_t block_size,
+                   std::span<uint32_t> crcs) {
+  size_t block = 0;
+  const size_t full = length / block_size;
+#if defined(__x86_64__)
+  if (Crc32cHardwareAvailable() && block_size % 8 == 0) {
+    for (; block + 4 <= full; block += 4) {
+      const size_t at = block * block_size;
+      const std::byte* s = src + at;
+      std::byte* d = dst + at;
+      const std::byte* from[4] = {s, s + block_size, s + 2 * block_size, s + 3 * block_size};
+      std::byte* const to[4] = {d, d + block_size, d + 2 * block_size, d + 3 * block_size};
+      FourBlocks<true>(to, from, block_size, crcs.data() + block);
+    }
+  }
+#endif
+  const size_t done = block * block_size;
+  if (length > done) std::memcpy(dst + done, src + done, length - done);
+  for (size_t at = done; at < length; at += block_size, ++block)
+    crcs[block] = Crc32c(dst + at, std::min(block_size, length - at));
 }
 
 uint32_t FastCrc32c(const std::byte* data, size_t length) {

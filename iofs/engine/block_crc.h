@@ -14,6 +14,12 @@ namespace rt::iofs {
 // to crcs[0, ceil(length / block_size)). `crcs` must hold that many entries.
 void BlockCrcs(const std::byte* data, size_t length, size_t block_size, std::span<uint32_t> crcs);
 
+// Copies src[0, length) to dst and computes the block CRCs of the bytes as copied (as BlockCrcs),
+// in one pass: each word is loaded once, checksummed and stored, so the CRCs describe exactly
+// what lands in dst even if src changes meanwhile.
+void CopyBlockCrcs(std::byte* dst, const std::byte* src, size_t length, size_t block_size,
+                   std::span<uint32_t> crcs);
+
 // CRC32C of data[0, length), computed as 64 KiB block CRCs interleaved and then combined (the
 // same value as base/crc32c.h's Crc32c, about three times faster on large buffers).
 uint32_t FastCrc32c(const std::byte* data, size_t length);

@@ -287,11 +287,13 @@ Status ChunkEngineImpl::Write(std::span<const ChunkWrite> writes) {
       r.loc = loc;
       r.length = static_cast<uint32_t>(w.data.size());
       r.version = w.version;
-      ComputeChunkCrcs(w.data.data(), w.data.size(), &r.block_crcs, &r.chunk_crc);
+      // One pass: copy into the registered buffer and checksum the bytes as copied.
+      r.block_crcs.assign((w.data.size() + kBlockSize - 1) / kBlockSize, 0);
+      if (!w.data.empty()) CopyBlockCrcs(b.data, w.data.data(), w.data.size(), kBlockSize, r.block_crcs);
+      r.chunk_crc = CombineBlockCrcs(r.block_crcs, w.data.size());
       request.changes.push_back(Change{w.id, std::move(r), false});
       const uint64_t io_len = RoundUp(w.data.size(), kIoAlign);
       if (io_len == 0) continue;
-      if (!w.data.empty()) std::memcpy(b.data, w.data.data(), w.data.size());
       std::memset(b.data + w.data.size(), 0, io_len - w.data.size());
       IoOp op;
       op.kind = IoOp::Kind::kWrite;

@@ -11,6 +11,7 @@
 
 #include "base/net/rpc.h"
 #include "iofs/engine/block_crc.h"
+#include "iofs/net/shm.h"
 #include "iofs/net/wire.h"
 
 // GCC 12 false positives inside std::vector::resize inlined into ByteWriter::Put.
@@ -66,6 +67,8 @@ awaitable<Result<std::shared_ptr<Client>>> Client::Connect(std::string host, uin
   std::shared_ptr<Client> client(new Client());
   client->chunk_size_ = info->chunk_size;
   client->server_ = host + ":" + std::to_string(port);
+  client->host_ = host;
+  client->port_ = port;
   if (info->meta_node == info->self) {
     client->rpc_ = *first;
     co_return client;
@@ -78,6 +81,8 @@ awaitable<Result<std::shared_ptr<Client>>> Client::Connect(std::string host, uin
     if (!meta.ok()) co_return meta.status();
     client->rpc_ = *meta;
     client->server_ = n.host + ":" + std::to_string(n.port);
+    client->host_ = n.host;
+    client->port_ = n.port;
     co_return client;
   }
   co_return Corruption("cluster info names metadata node " + std::to_string(info->meta_node) +
@@ -102,8 +107,55 @@ awaitable<Status> Client::Mkdir(std::string path, Deadline deadline) {
   co_return (co_await Call(wire::kFsMkdir, PathPayload(path), deadline)).status();
 }
 
+awaitable<Status> Client::MapShared(size_t bytes, Deadline deadline) {
+  if (!shm::IsLoopbackHost(host_))
+    co_return Status(StatusCode::kUnavailable, "shared memory: " + server_ + " is not on this host", true);
+  auto region = shm::ClientRegion::Create(port_, bytes, rpc_->LocalName(), deadline);
+  if (!region.ok()) co_return region.status();
+  shared_ = std::move(*region);
+  co_return Status();
+}
+
+std::span<std::byte> Client::shared() const { return shared_ ? shared_->region().bytes() : std::span<std::byte>(); }
+
+namespace {
+// [path, offset, region id, offset in the region, length]: the control message of a shared-memory
+// write or read.
+std::vector<std::byte> SharedRequest(const std::string& path, uint64_t offset, uint32_t id, uint64_t at,
+                                     uint64_t length) {
+  ByteWriter w;
+  w.PutString(path);
+  w.Put<uint64_t>(offset);
+  w.Put<uint32_t>(id);
+  w.Put<uint64_t>(at);
+  w.Put<uint64_t>(length);
+  return w.Take();
+}
+}  // namespace
+
+awaitable<Status> Client::WriteShared(std::string path, uint64_t offset, std::span<const std::byte> data,
+                                      Deadline deadline) {
+  const uint64_t at = static_cast<uint64_t>(data.data() - shared_->region().bytes().data());
+  ++shared_requests_;
+  co_return (co_await Call(wire::kFsWriteShm, SharedRequest(path, offset, shared_->id(), at, data.size()), deadline))
+      .status();
+}
+
+awaitable<Result<size_t>> Client::ReadShared(std::string path, uint64_t offset, std::span<std::byte> out,
+                                             Deadline deadline) {
+  const uint64_t at = static_cast<uint64_t>(out.data() - shared_->region().bytes().data());
+  ++shared_requests_;
+  auto reply = co_await Call(wire::kFsReadShm, SharedRequest(path, offset, shared_->id(), at, out.size()), deadline);
+  if (!reply.ok()) co_return reply.status();
+  ByteReader r(*reply, "shared read reply");
+  CO_ASSIGN_OR_RETURN(uint64_t n, r.Get<uint64_t>());
+  if (n > out.size()) co_return Corruption("shared read reply from " + server_ + ": " + std::to_string(n) + " bytes");
+  co_return static_cast<size_t>(n);
+}
+
 awaitable<Status> Client::Write(std::string path, uint64_t offset, std::span<const std::byte> data,
                                 Deadline deadline) {
+  if (shared_ && shared_->region().Contains(data)) co_return co_await WriteShared(std::move(path), offset, data, deadline);
   // [path, offset, CRC32C of data] then the data itself, sent from the caller's memory in a frame
   // without a payload CRC: the server checks the data against the CRC (end to end).
   ByteWriter w;
@@ -118,6 +170,7 @@ awaitable<Status> Client::Write(std::string path, uint64_t offset, std::span<con
 
 awaitable<Result<size_t>> Client::ReadInto(std::string path, uint64_t offset, std::span<std::byte> out,
                                            Deadline deadline) {
+  if (shared_ && shared_->region().Contains(out)) co_return co_await ReadShared(std::move(path), offset, out, deadline);
   ByteWriter w;
   w.PutString(path);
   w.Put<uint64_t>(offset);
@@ -235,6 +288,21 @@ awaitable<Status> Client::ReadParallel(std::string path, uint64_t offset, uint64
   const uint64_t end = std::min(st->size, offset + std::min(length, st->size));
   // Every byte is overwritten by a read (or the call fails): no zero fill of a reused buffer.
   out->resize(end > offset ? end - offset : 0);
+  co_return co_await ReadRange(std::move(path), offset, *out, parallel, deadline);
+}
+
+awaitable<Result<uint64_t>> Client::ReadParallelInto(std::string path, uint64_t offset, std::span<std::byte> out,
+                                                     int parallel, Deadline deadline) {
+  auto st = co_await Stat(path, deadline);
+  if (!st.ok()) co_return st.status();
+  const uint64_t n = offset >= st->size ? 0 : std::min<uint64_t>(st->size - offset, out.size());
+  CO_RETURN_IF_ERROR(co_await ReadRange(std::move(path), offset, out.first(n), parallel, deadline));
+  co_return n;
+}
+
+awaitable<Status> Client::ReadRange(std::string path, uint64_t offset, std::span<std::byte> out, int parallel,
+                                    Deadline deadline) {
+  const uint64_t end = offset + out.size();
   const uint64_t piece = chunk_size_ ? chunk_size_ : (4u << 20);
   auto ex = co_await asio::this_coro::executor;
   WaitGroup group(ex);
@@ -251,7 +319,7 @@ awaitable<Status> Client::ReadParallel(std::string path, uint64_t offset, uint64
             const uint64_t n = std::min(end - at, piece - at % piece);
             next += n;
             // Straight into `out`: no intermediate buffer.
-            auto got = co_await ReadInto(path, at, std::span(out->data() + (at - offset), n), deadline);
+            auto got = co_await ReadInto(path, at, out.subspan(at - offset, n), deadline);
             if (!got.ok()) {
               if (first_error.ok()) first_error = got.status();
             } else if (*got != n) {

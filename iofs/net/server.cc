@@ -7,7 +7,9 @@
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
@@ -27,6 +29,7 @@
 #include "iofs/chain_store.h"
 #include "iofs/engine/block_crc.h"
 #include "iofs/file_system.h"
+#include "iofs/net/shm.h"
 #include "iofs/net/wire.h"
 
 // GCC 12 false positives inside std::vector::resize inlined into ByteWriter::Put.
@@ -147,6 +150,12 @@ class ServerImpl final : public Server, public ChainTransport, public ChainRoute
   Result<Frame> CallBlocking(uint32_t id, uint16_t type, std::vector<std::byte> payload, Deadline deadline);
 
   void RegisterHandlers();
+  // Shared-memory clients (iofs/net/shm.h): accepts registrations on the Unix socket.
+  void StartSharedMemory(uint16_t port);
+  awaitable<void> ShmAcceptLoop();
+  awaitable<void> ShmSession(asio::local::stream_protocol::socket socket);
+  // kFsWriteShm (write = true) and kFsReadShm.
+  Payload HandleShm(bool write, std::span<const std::byte> payload, const std::string& peer);
   Payload HandleFs(uint16_t type, std::span<const std::byte> payload);
   Result<net::RpcBulkReply> HandleFsRead(std::span<const std::byte> payload);
   // The answer of a node that is not the metadata node to a file operation.
@@ -167,6 +176,15 @@ class ServerImpl final : public Server, public ChainTransport, public ChainRoute
   asio::thread_pool client_pool_;
   asio::thread_pool peer_pool_;
   std::shared_ptr<net::RpcServer> rpc_;
+  // A client's shared region, usable only from its own TCP connection `peer`.
+  struct SharedClient {
+    std::unique_ptr<shm::Region> region;
+    std::string peer;
+  };
+  std::unique_ptr<asio::local::stream_protocol::acceptor> shm_acceptor_;  // I/O thread only
+  std::mutex shm_mu_;
+  std::map<uint32_t, std::shared_ptr<SharedClient>> shm_;  // GUARDED_BY(shm_mu_)
+  uint32_t next_shm_ = 1;                                  // GUARDED_BY(shm_mu_)
   std::unique_ptr<ChunkEngine> engine_;
   std::unique_ptr<ChainNode> chain_;
   std::vector<chain::ChainConfig> layout_;
@@ -228,6 +246,7 @@ Status ServerImpl::Init() {
   ASSIGN_OR_RETURN(uint16_t port, rpc_->Start());
   for (auto& n : o.nodes)
     if (n.id == o.self) n.port = port;
+  if (o.shared_memory) StartSharedMemory(port);
   io_thread_ = std::thread([this] {
     auto guard = asio::make_work_guard(io_);
     io_.run();
@@ -257,6 +276,63 @@ Status ServerImpl::Init() {
   return Status();
 }
 
+void ServerImpl::StartSharedMemory(uint16_t port) {
+  using local = asio::local::stream_protocol;
+  auto acceptor = std::make_unique<local::acceptor>(io_);
+  boost::system::error_code ec;
+  acceptor->open(local(), ec);
+  if (!ec) acceptor->bind(local::endpoint(shm::SocketName(port)), ec);
+  if (!ec) acceptor->listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    LOG_WARN("ringfsd node {}: no shared-memory socket ({}); local clients use TCP", options_.self, ec.message());
+    return;
+  }
+  shm_acceptor_ = std::move(acceptor);
+  asio::co_spawn(io_, ShmAcceptLoop(), asio::detached);
+}
+
+awaitable<void> ServerImpl::ShmAcceptLoop() {
+  while (!stopping_) {
+    auto [ec, socket] = co_await shm_acceptor_->async_accept(asio::as_tuple(use_awaitable));
+    if (ec) {
+      if (ec == asio::error::operation_aborted || stopping_) break;
+      continue;
+    }
+    asio::co_spawn(io_, ShmSession(std::move(socket)), asio::detached);
+  }
+}
+
+awaitable<void> ServerImpl::ShmSession(asio::local::stream_protocol::socket socket) {
+  using namespace asio::experimental::awaitable_operators;
+  asio::steady_timer timer(io_);
+  timer.expires_after(std::chrono::seconds(5));
+  auto ready = co_await (socket.async_wait(asio::socket_base::wait_read, asio::as_tuple(use_awaitable)) ||
+                         timer.async_wait(asio::as_tuple(use_awaitable)));
+  if (ready.index() == 1) co_return;  // no registration in time
+  std::string peer;
+  auto region = shm::ReceiveRegion(socket.native_handle(), &peer);
+  uint32_t id = 0;
+  if (region.ok()) {
+    std::lock_guard lock(shm_mu_);
+    id = next_shm_++;
+    shm_[id] = std::make_shared<SharedClient>(SharedClient{std::move(*region), peer});
+  }
+  shm::SendReply(socket.native_handle(), region.status(), id);
+  if (!region.ok()) {
+    LOG_WARN("ringfsd node {}: shared region refused: {}", options_.self, region.status().ToString());
+    co_return;
+  }
+  // The region lives while the client keeps the socket open: this wait lasts the client's
+  // lifetime and ends when it closes the socket (or when the server stops).
+  std::array<char, 64> sink;
+  while (true) {
+    auto [ec, n] = co_await socket.async_read_some(asio::buffer(sink), asio::as_tuple(use_awaitable));
+    if (ec) break;
+  }
+  std::lock_guard lock(shm_mu_);
+  shm_.erase(id);
+}
+
 Status ServerImpl::Shutdown(Deadline deadline) {
   if (shut_down_) return Status();
   shut_down_ = true;
@@ -265,6 +341,7 @@ Status ServerImpl::Shutdown(Deadline deadline) {
   if (rpc_) s = rpc_->Shutdown(deadline);
   io_.stop();
   if (io_thread_.joinable()) io_thread_.join();
+  shm_acceptor_.reset();  // frees the socket name for a server started after this one
   client_pool_.join();
   peer_pool_.join();
   fs_.reset();
@@ -617,6 +694,14 @@ void ServerImpl::RegisterHandlers() {
       return w.Take();
     });
   });
+  for (uint16_t type : {wire::kFsWriteShm, wire::kFsReadShm}) {
+    rpc_->Handle(type, [this, type](RpcRequest req) -> awaitable<Payload> {
+      if (!is_meta()) co_return NotServingFs();
+      co_return co_await OnPool(client_pool_, [&]() -> Payload {
+        return HandleShm(type == wire::kFsWriteShm, req.payload, req.peer);
+      });
+    });
+  }
   // Reads answer [u32 CRC32C of the data, data] in a frame without a payload CRC: the client
   // checks the data against the CRC end to end, one pass instead of two.
   rpc_->HandleBulk(wire::kFsRead, [this](RpcRequest req) -> awaitable<Result<net::RpcBulkReply>> {
@@ -641,6 +726,40 @@ Status ServerImpl::NotServingFs() const {
   return Status(StatusCode::kNotServing, "file operations are served by node " +
                                              std::to_string(meta_node_) + " at " + m->host + ":" +
                                              std::to_string(m->port));
+}
+
+Payload ServerImpl::HandleShm(bool write, std::span<const std::byte> payload, const std::string& peer) {
+  ASSIGN_OR_RETURN(FileSystem * fs, Fs());
+  ByteReader r(payload, "shared-memory file request");
+  ASSIGN_OR_RETURN(std::string path, wire::GetPath(r));
+  ASSIGN_OR_RETURN(uint64_t offset, r.Get<uint64_t>());
+  ASSIGN_OR_RETURN(uint32_t id, r.Get<uint32_t>());
+  ASSIGN_OR_RETURN(uint64_t at, r.Get<uint64_t>());
+  ASSIGN_OR_RETURN(uint64_t length, r.Get<uint64_t>());
+  if (length > wire::kMaxReadPerRequest)
+    return InvalidArgument(std::to_string(length) + " bytes in one shared-memory request exceed " +
+                           std::to_string(wire::kMaxReadPerRequest));
+  std::shared_ptr<SharedClient> client;
+  {
+    std::lock_guard lock(shm_mu_);
+    if (auto it = shm_.find(id); it != shm_.end()) client = it->second;
+  }
+  // A region serves only the connection that registered it.
+  if (!client || client->peer != peer)
+    return NotFound("no shared region " + std::to_string(id) + " registered for " + peer);
+  ASSIGN_OR_RETURN(std::span<std::byte> bytes, client->region->Slice(at, length));
+  if (write) {
+    // The chain node copies the bytes before it checksums and stores them, so a client that
+    // changes its buffer during the write gets one of its versions, never a bad checksum.
+    RETURN_IF_ERROR(fs->Write(path, offset, bytes));
+    return Empty();
+  }
+  std::vector<std::byte> out;
+  RETURN_IF_ERROR(fs->Read(path, offset, length, &out));
+  std::memcpy(bytes.data(), out.data(), out.size());
+  ByteWriter w;
+  w.Put<uint64_t>(out.size());
+  return w.Take();
 }
 
 Result<net::RpcBulkReply> ServerImpl::HandleFsRead(std::span<const std::byte> payload) {

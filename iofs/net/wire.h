@@ -34,6 +34,8 @@ enum Type : uint16_t {
   kFsRemove = 0x6937,
   kFsSeal = 0x6938,
   kFsFsck = 0x6939,
+  kFsWriteShm = 0x693a,     // FsWrite with the data in a shared region (iofs/net/shm.h)
+  kFsReadShm = 0x693b,      // FsRead into a shared region
 };
 
 // Largest payload of any ringfsd frame, and largest read answered by one request.

@@ -3,9 +3,13 @@
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
 #include <thread>
 
 #include "base/net/frame_io.h"
+#include "iofs/client.h"
 
 namespace rt::iofs::testing {
 
@@ -29,5 +33,13 @@ class Io {
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_;
   std::thread thread_;
 };
+
+// A client of the server on 127.0.0.1:`port`; aborts the test binary if it cannot connect.
+inline std::shared_ptr<Client> ConnectOrDie(Io& io, uint16_t port) {
+  auto c = io.Run(Client::Connect("127.0.0.1", port, Deadline::After(std::chrono::seconds(10))));
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+  if (!c.ok()) std::abort();
+  return *c;
+}
 
 }  // namespace rt::iofs::testing

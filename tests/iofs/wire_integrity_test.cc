@@ -24,17 +24,11 @@ namespace {
 
 namespace asio = boost::asio;
 using testing::Content;
+using testing::ConnectOrDie;
 using testing::Io;
 using testing::TempDir;
 
 Deadline Secs(int s) { return Deadline::After(std::chrono::seconds(s)); }
-
-std::shared_ptr<Client> ConnectOrDie(Io& io, uint16_t port) {
-  auto c = io.Run(Client::Connect("127.0.0.1", port, Secs(10)));
-  EXPECT_TRUE(c.ok()) << c.status().ToString();
-  if (!c.ok()) std::abort();
-  return *c;
-}
 
 TEST(WireIntegrity, WriteWhosePayloadDoesNotMatchItsCrcIsRefusedAndNotStored) {
   TempDir dir("wire-write");

@@ -27,7 +27,28 @@ int RunBench(Session& session, const BenchOptions& o) {
   const rt::Deadline deadline = rt::Deadline::After(std::chrono::seconds(o.timeout_s));
   const uint64_t size = o.size_mib << 20;
   const uint64_t window = std::min<uint64_t>(size, 256ull << 20);
-  std::vector<std::byte> data(window);
+  const int workers = std::max(1, o.parallel);
+  constexpr uint64_t kRandom = 64 << 10;
+  // The data to write, the read-back buffer and one 64 KiB slot per random reader: in memory
+  // shared with the server when it runs on this host (no data crosses the socket), else local.
+  const uint64_t total = 2 * window + workers * kRandom;
+  std::vector<std::byte> local;
+  std::span<std::byte> buffers;
+  bool shared = false;
+  if (!o.tcp) {
+    rt::Status s = session.Run(client.MapShared(total, deadline));
+    shared = s.ok();
+    if (!shared) std::fprintf(stderr, "ringfs bench: no shared memory (%s); data over TCP\n", s.ToString().c_str());
+  }
+  if (shared) {
+    buffers = client.shared().first(total);
+  } else {
+    local.resize(total);
+    buffers = local;
+  }
+  const std::span<std::byte> data = buffers.first(window);
+  const std::span<std::byte> back = buffers.subspan(window, window);
+  std::printf("path    %s\n", shared ? "shared-memory" : "tcp");
   std::mt19937_64 rng(1);
   for (size_t i = 0; i < data.size(); i += 8) {
     uint64_t v = rng();
@@ -42,7 +63,7 @@ int RunBench(Session& session, const BenchOptions& o) {
   auto start = std::chrono::steady_clock::now();
   for (uint64_t at = 0; at < size; at += window) {
     const uint64_t n = std::min(window, size - at);
-    rt::Status s = session.Run(client.WriteParallel(o.path, at, std::span(data.data(), n), o.parallel, deadline));
+    rt::Status s = session.Run(client.WriteParallel(o.path, at, data.first(n), o.parallel, deadline));
     if (!s.ok()) {
       std::fprintf(stderr, "ringfs bench: write: %s\n", s.ToString().c_str());
       return 1;
@@ -56,15 +77,15 @@ int RunBench(Session& session, const BenchOptions& o) {
   std::fflush(stdout);
 
   // The read-back check is not timed: only the reads are.
-  std::vector<std::byte> back;
   double read_s = 0;
   for (uint64_t at = 0; at < size; at += window) {
     const uint64_t n = std::min(window, size - at);
     start = std::chrono::steady_clock::now();
-    rt::Status s = session.Run(client.ReadParallel(o.path, at, n, o.parallel, &back, deadline));
+    auto got = session.Run(client.ReadParallelInto(o.path, at, back.first(n), o.parallel, deadline));
     read_s += Seconds(start);
-    if (!s.ok()) {
-      std::fprintf(stderr, "ringfs bench: read: %s\n", s.ToString().c_str());
+    if (!got.ok() || *got != n) {
+      std::fprintf(stderr, "ringfs bench: read: %s\n",
+                   got.ok() ? ("short read at " + std::to_string(at)).c_str() : got.status().ToString().c_str());
       return 1;
     }
     if (std::memcmp(back.data(), data.data(), n) != 0) {
@@ -89,14 +110,15 @@ int RunBench(Session& session, const BenchOptions& o) {
     size_t next = 0;
     int running = 0;
     rt::Status first_error;
-    for (int w = 0; w < std::max(1, o.parallel); ++w) {
+    for (int w = 0; w < workers; ++w) {
       ++running;
       asio::co_spawn(
           ex,
-          [&]() -> asio::awaitable<void> {
+          [&, w]() -> asio::awaitable<void> {
+            const std::span<std::byte> slot = buffers.subspan(2 * window + w * kRandom, kRandom);
             while (next < offsets.size() && first_error.ok()) {
               const uint64_t off = offsets[next++];
-              auto r = co_await client.Read(o.path, off, 64 << 10, deadline);
+              auto r = co_await client.ReadInto(o.path, off, slot, deadline);
               if (!r.ok() && first_error.ok()) first_error = r.status();
             }
             if (--running == 0) all_done.cancel();

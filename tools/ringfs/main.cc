@@ -70,6 +70,7 @@ int main(int argc, char** argv) {
   bench->add_option("--size-mib", bo.size_mib, "file size in MiB (default 4096)");
   bench->add_option("--random-reads", bo.random_reads, "number of 64 KiB random reads");
   bench->add_option("--path", bo.path, "file to write");
+  bench->add_flag("--tcp", bo.tcp, "send the data over TCP even when the server is on this host");
   CLI11_PARSE(app, argc, argv);
   (void)rt::InitLogging("warn", "ringfs");
 

@@ -40,6 +40,7 @@ struct BenchOptions {
   int random_reads = 4096;      // 64 KiB random reads
   std::string path = "/bench/ringfs-bench.dat";
   int64_t timeout_s = 600;
+  bool tcp = false;             // never use the shared-memory path
 };
 
 // Runs the benchmark and prints one line per pass; returns the exit code.

@@ -1,0 +1,160 @@
+// The shared-memory data path (iofs/net/shm.h): a client on the server's host maps a region
+// shared with ringfsd and its file data never crosses the socket; without the server's socket,
+// or for a remote server, everything goes over TCP; a region serves only its own connection and
+// only a sealed memfd is accepted.
+#include <gtest/gtest.h>
+
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "base/bytes.h"
+#include "base/net/rpc.h"
+#include "iofs/client.h"
+#include "iofs/net/shm.h"
+#include "iofs/net/wire.h"
+#include "iofs/server.h"
+#include "tests/iofs/io_util.h"
+#include "tests/iofs/process_util.h"
+
+// GCC 12 false positives inside std::vector::resize inlined into ByteWriter::Put.
+#pragma GCC diagnostic ignored "-Warray-bounds"
+#pragma GCC diagnostic ignored "-Wstringop-overflow"
+
+namespace rt::iofs {
+namespace {
+
+using testing::Content;
+using testing::ConnectOrDie;
+using testing::Io;
+using testing::TempDir;
+
+Deadline Secs(int s) { return Deadline::After(std::chrono::seconds(s)); }
+
+std::unique_ptr<Server> StartServer(const std::string& dir, bool shared_memory) {
+  ServerOptions o = EmbeddedServerOptions(dir, 0);
+  o.shared_memory = shared_memory;
+  auto s = Server::Start(o);
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  if (!s.ok()) std::abort();
+  return std::move(*s);
+}
+
+TEST(SharedMemory, LocalClientMovesDataThroughTheSharedRegion) {
+  TempDir dir("shm-local");
+  auto server = StartServer(dir.path() + "/state", true);
+  Io io;
+  auto client = ConnectOrDie(io, server->port());
+  const size_t n = 9 * (1 << 20) + 12345;  // several chunks and a tail
+  ASSERT_TRUE(io.Run(client->MapShared(2 * n, Secs(10))).ok());
+  ASSERT_EQ(client->shared().size(), 2 * n);
+  std::span<std::byte> in = client->shared().first(n), out = client->shared().subspan(n, n);
+  const std::vector<std::byte> want = Content(3, 1, n);
+  std::memcpy(in.data(), want.data(), n);
+
+  ASSERT_TRUE(io.Run(client->Create("/shm", Secs(10))).ok());
+  ASSERT_TRUE(io.Run(client->WriteParallel("/shm", 0, in, 4, Secs(30))).ok());
+  EXPECT_GE(client->shared_requests(), 3u);
+  // Read back over TCP (a buffer outside the region) and through the region: the same bytes.
+  std::vector<std::byte> tcp;
+  const uint64_t before = client->shared_requests();
+  ASSERT_TRUE(io.Run(client->ReadParallel("/shm", 0, UINT64_MAX, 4, &tcp, Secs(30))).ok());
+  EXPECT_EQ(client->shared_requests(), before);
+  EXPECT_EQ(tcp, want);
+  auto got = io.Run(client->ReadParallelInto("/shm", 0, out, 4, Secs(30)));
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(*got, n);
+  EXPECT_GT(client->shared_requests(), before);
+  EXPECT_EQ(std::memcmp(out.data(), want.data(), n), 0);
+  // A partial read at an unaligned offset through the region.
+  auto part = io.Run(client->ReadInto("/shm", 70001, out.first(5000), Secs(10)));
+  ASSERT_TRUE(part.ok());
+  EXPECT_EQ(*part, 5000u);
+  EXPECT_EQ(std::memcmp(out.data(), want.data() + 70001, 5000), 0);
+  EXPECT_TRUE(server->Shutdown(Secs(10)).ok());
+}
+
+TEST(SharedMemory, WithoutTheServersSocketEverythingGoesOverTcp) {
+  TempDir dir("shm-off");
+  auto server = StartServer(dir.path() + "/state", false);
+  Io io;
+  auto client = ConnectOrDie(io, server->port());
+  Status mapped = io.Run(client->MapShared(1 << 20, Secs(10)));
+  EXPECT_EQ(mapped.code(), StatusCode::kUnavailable) << mapped.ToString();
+  EXPECT_TRUE(client->shared().empty());
+  const std::vector<std::byte> want = Content(4, 1, 5 << 20);
+  ASSERT_TRUE(io.Run(client->Create("/tcp", Secs(10))).ok());
+  ASSERT_TRUE(io.Run(client->WriteParallel("/tcp", 0, want, 4, Secs(30))).ok());
+  std::vector<std::byte> back;
+  ASSERT_TRUE(io.Run(client->ReadParallel("/tcp", 0, UINT64_MAX, 4, &back, Secs(30))).ok());
+  EXPECT_EQ(back, want);
+  EXPECT_EQ(client->shared_requests(), 0u);
+  EXPECT_TRUE(server->Shutdown(Secs(10)).ok());
+}
+
+TEST(SharedMemory, OnlyLoopbackServersAreOnThisHost) {
+  for (const char* h : {"127.0.0.1", "127.3.2.1", "localhost", "::1"}) EXPECT_TRUE(shm::IsLoopbackHost(h)) << h;
+  for (const char* h : {"10.0.0.1", "192.168.1.7", "example.com", "", "128.0.0.1"})
+    EXPECT_FALSE(shm::IsLoopbackHost(h)) << h;
+}
+
+TEST(SharedMemory, ARegionServesOnlyItsConnectionAndOnlyInsideItself) {
+  TempDir dir("shm-peer");
+  auto server = StartServer(dir.path() + "/state", true);
+  Io io;
+  auto client = ConnectOrDie(io, server->port());
+  ASSERT_TRUE(io.Run(client->MapShared(1 << 20, Secs(10))).ok());
+  ASSERT_TRUE(io.Run(client->Create("/p", Secs(10))).ok());
+  // Region 1 (the only one) used from another connection, and past its end from any.
+  auto raw = [&](uint64_t at, uint64_t length) {
+    ByteWriter w;
+    w.PutString("/p");
+    w.Put<uint64_t>(0);
+    w.Put<uint32_t>(1);
+    w.Put<uint64_t>(at);
+    w.Put<uint64_t>(length);
+    return io.Run([](uint16_t port, std::vector<std::byte> payload) -> boost::asio::awaitable<Status> {
+      auto rpc = co_await net::RpcClient::Connect("127.0.0.1", port, Secs(5));
+      if (!rpc.ok()) co_return rpc.status();
+      auto reply = co_await (*rpc)->Call(wire::kFsWriteShm, payload, Secs(10));
+      (*rpc)->Close();
+      co_return reply.status();
+    }(server->port(), w.Take()));
+  };
+  EXPECT_EQ(raw(0, 4096).code(), StatusCode::kNotFound);
+  // The owning connection's own requests work (here: a read of an empty file).
+  auto own = io.Run(client->ReadInto("/p", 0, client->shared().first(10), Secs(10)));
+  ASSERT_TRUE(own.ok()) << own.status().ToString();
+  EXPECT_EQ(*own, 0u);
+  // Ranges are checked against the region, overflow included.
+  void* base = mmap(nullptr, 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(base, MAP_FAILED);
+  shm::Region region(static_cast<std::byte*>(base), 8192);
+  EXPECT_TRUE(region.Slice(0, 8192).ok());
+  EXPECT_TRUE(region.Slice(8192, 0).ok());
+  EXPECT_EQ(region.Slice(8000, 200).status().code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(region.Slice(UINT64_MAX, 2).status().code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(region.Slice(2, UINT64_MAX).status().code(), StatusCode::kOutOfRange);
+  EXPECT_TRUE(server->Shutdown(Secs(10)).ok());
+}
+
+TEST(SharedMemory, AnUnsealedMemfdIsRefused) {
+  int pair[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, pair), 0);
+  const int mfd = memfd_create("unsealed", MFD_CLOEXEC);
+  ASSERT_GE(mfd, 0);
+  ASSERT_EQ(ftruncate(mfd, 1 << 20), 0);
+  ASSERT_TRUE(shm::SendWithFd(pair[0], shm::RegistrationMessage(1 << 20, "127.0.0.1:1"), mfd).ok());
+  std::string peer;
+  auto region = shm::ReceiveRegion(pair[1], &peer);
+  EXPECT_EQ(region.status().code(), StatusCode::kInvalidArgument) << region.status().ToString();
+  EXPECT_NE(region.status().message().find("sealed"), std::string_view::npos);
+  close(mfd);
+  close(pair[0]);
+  close(pair[1]);
+}
+
+}  // namespace
+}  // namespace rt::iofs
