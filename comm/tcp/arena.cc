@@ -45,15 +45,14 @@ Status CheckHeader(const OpCtx& ctx, const DataHeader& h, const std::array<std::
                     ", " + RankName(me) + " expected " + DescribeHeader(h));
 }
 
-// Stages `bytes` of input for `step` (except bytes [skip_from, skip_to), which no peer reads;
+// Stage = Publish + Gather. Publish stages `bytes` of input for `step` (except bytes [skip_from, skip_to), which no peer reads;
 // in the slot's line when it fits) and publishes it; then waits for every rank's input and
 // checks that every rank runs the same op. Step s reuses the half and slot of step s − 2: every
 // peer has finished reading them, since it announced step s − 1 (which we waited for) only
 // after finishing step s − 2.
-Status Stage(Mesh& mesh, OpCtx& ctx, const DataHeader& h, uint64_t step, const void* src,
-             size_t bytes, bool inline_ok, size_t skip_from = 0, size_t skip_to = 0) {
-  const int me = mesh.rank();
-  const ArenaView& mine = mesh.Arena(me);
+void Publish(Mesh& mesh, const DataHeader& h, uint64_t step, const void* src, size_t bytes,
+             bool inline_ok, size_t skip_from = 0, size_t skip_to = 0) {
+  const ArenaView& mine = mesh.Arena(mesh.rank());
   const int half = static_cast<int>(step % 2);
   const auto* in = static_cast<const std::byte*>(src);
   ArenaSlot* slot = mine.slot[half];
@@ -69,20 +68,82 @@ Status Stage(Mesh& mesh, OpCtx& ctx, const DataHeader& h, uint64_t step, const v
   std::memcpy(slot->header, enc.data(), enc.size());
   slot->step.store(step, std::memory_order_release);
   mesh.RingPeers();
+}
+
+// The second half of Stage: waits for every rank's input of `step` and checks that every rank
+// runs the same op (header h).
+Status Gather(Mesh& mesh, OpCtx& ctx, const DataHeader& h, uint64_t step) {
+  const int me = mesh.rank(), half = static_cast<int>(step % 2);
+  const auto enc = EncodeDataHeader(h);
   RETURN_IF_ERROR(WaitAll(mesh, ctx, false, step, "has not joined"));
   for (int q = 0; q < mesh.size(); ++q)
     if (q != me) RETURN_IF_ERROR(CheckHeader(ctx, h, enc, *mesh.Arena(q).slot[half], q, me));
   return Status();
 }
 
+Status Stage(Mesh& mesh, OpCtx& ctx, const DataHeader& h, uint64_t step, const void* src,
+             size_t bytes, bool inline_ok, size_t skip_from = 0, size_t skip_to = 0) {
+  Publish(mesh, h, step, src, bytes, inline_ok, skip_from, skip_to);
+  return Gather(mesh, ctx, h, step);
+}
+
+// The header of a small-path step of the op `op_header`.
+DataHeader SmallHeader(const DataHeader& op_header) {
+  DataHeader h = op_header;
+  h.bytes = op_header.count * DTypeSize(op_header.dtype);
+  h.root_or_tag = kSmallPath;  // ranks configured with different thresholds must not mix paths
+  return h;
+}
+
 }  // namespace
+
+bool ArenaSmallPath(Mesh& mesh, const DataHeader& op_header, size_t small_bytes) {
+  const size_t es = DTypeSize(op_header.dtype);
+  return op_header.count * es <= small_bytes && op_header.count <= mesh.arena_half_bytes() / es;
+}
+
+uint64_t ArenaPostSmall(Mesh& mesh, const DataHeader& op_header, const void* send) {
+  const uint64_t step = ++mesh.arena_step();
+  const DataHeader h = SmallHeader(op_header);
+  Publish(mesh, h, step, send, h.bytes, /*inline_ok=*/true);
+  return step;
+}
+
+Status ArenaFinishSmall(Mesh& mesh, OpCtx& ctx, const DataHeader& op_header, uint64_t step, void* recv) {
+  const int n = mesh.size();
+  const DataHeader h = SmallHeader(op_header);
+  RETURN_IF_ERROR(Gather(mesh, ctx, h, step));
+  const DType dt = h.dtype;
+  const ReduceOp op = static_cast<ReduceOp>(h.reduce_op);
+  const size_t count = h.count, total = h.bytes;
+  auto* out = static_cast<std::byte*>(recv);
+  if (total) {
+    const int half = static_cast<int>(step % 2);
+    auto data = [&](int q) -> const std::byte* {
+      const ArenaView& v = mesh.Arena(q);
+      return total <= kArenaInlineBytes ? v.slot[half]->data : v.half[half];
+    };
+    if (n == 2 && dt != DType::kBF16 && dt != DType::kF16) {  // what ReduceMany does, in one call
+      ReduceTo(out, data(0), data(1), count, dt, op);
+    } else {
+      const void* src_buf[64];  // n ≤ 64 (NewCpuCommunicator); no allocation per op
+      std::memcpy(out, data(0), total);
+      for (int q = 1; q < n; ++q) src_buf[q - 1] = data(q);
+      ReduceMany(out, std::span<const void* const>(src_buf, n - 1), count, dt, op);
+    }
+    FinishAverage(out, count, dt, op, n);
+  }
+  ctx.bytes_sent += total * (n - 1);
+  ctx.bytes_received += total * (n - 1);
+  return Status();
+}
 
 Status ArenaAllReduce(Mesh& mesh, OpCtx& ctx, const DataHeader& op_header, const void* send,
                       void* recv, size_t small_bytes) {
   const int n = mesh.size(), me = mesh.rank();
   const DType dt = op_header.dtype;
   const ReduceOp op = static_cast<ReduceOp>(op_header.reduce_op);
-  const size_t es = DTypeSize(dt), count = op_header.count, total = count * es;
+  const size_t es = DTypeSize(dt), count = op_header.count;
   const size_t half_elems = mesh.arena_half_bytes() / es;
   const auto* in = static_cast<const std::byte*>(send);
   auto* out = static_cast<std::byte*>(recv);
@@ -90,31 +151,8 @@ Status ArenaAllReduce(Mesh& mesh, OpCtx& ctx, const DataHeader& op_header, const
   size_t nsrc = 0;
   auto srcs = [&] { return std::span<const void* const>(src_buf, nsrc); };
 
-  if (total <= small_bytes && count <= half_elems) {
-    const uint64_t step = ++mesh.arena_step();
-    DataHeader h = op_header;
-    h.bytes = total;
-    h.root_or_tag = kSmallPath;  // ranks configured with different thresholds must not mix paths
-    RETURN_IF_ERROR(Stage(mesh, ctx, h, step, in, total, /*inline_ok=*/true));
-    const int half = static_cast<int>(step % 2);
-    if (total) {
-      auto data = [&](int q) -> const std::byte* {
-        const ArenaView& v = mesh.Arena(q);
-        return total <= kArenaInlineBytes ? v.slot[half]->data : v.half[half];
-      };
-      if (n == 2 && dt != DType::kBF16 && dt != DType::kF16) {  // what ReduceMany does, in one call
-        ReduceTo(out, data(0), data(1), count, dt, op);
-      } else {
-        std::memcpy(out, data(0), total);
-        for (int q = 1; q < n; ++q) src_buf[nsrc++] = data(q);
-        ReduceMany(out, srcs(), count, dt, op);
-      }
-      FinishAverage(out, count, dt, op, n);
-    }
-    ctx.bytes_sent += total * (n - 1);
-    ctx.bytes_received += total * (n - 1);
-    return Status();
-  }
+  if (ArenaSmallPath(mesh, op_header, small_bytes))
+    return ArenaFinishSmall(mesh, ctx, op_header, ArenaPostSmall(mesh, op_header, send), recv);
 
   if (half_elems == 0) return Internal(ctx.What() + ": the shared arena is smaller than one element");
   for (size_t at = 0; at < count || (count == 0 && at == 0); at += half_elems) {

@@ -25,4 +25,14 @@ namespace rt::comm::tcp {
 Status ArenaAllReduce(Mesh& mesh, OpCtx& ctx, const DataHeader& h, const void* send, void* recv,
                       size_t small_bytes);
 
+// The small path in two halves, for a caller that posts its input before it waits (the
+// latency path of CpuComm): ArenaSmallPath tells whether ArenaAllReduce takes the small path
+// for an op (h as above); ArenaPostSmall stages `send` for the next arena step and publishes it
+// without waiting (returns the step); ArenaFinishSmall waits for every rank's input of that
+// step, checks the headers and reduces into `recv`. ArenaAllReduce's small path is exactly
+// Post then Finish. Between the two, the caller must run no other arena step.
+bool ArenaSmallPath(Mesh& mesh, const DataHeader& h, size_t small_bytes);
+uint64_t ArenaPostSmall(Mesh& mesh, const DataHeader& h, const void* send);
+Status ArenaFinishSmall(Mesh& mesh, OpCtx& ctx, const DataHeader& h, uint64_t step, void* recv);
+
 }  // namespace rt::comm::tcp

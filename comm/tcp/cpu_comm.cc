@@ -66,6 +66,10 @@ struct Op final : Work {
   void* recv = nullptr;
   ReduceOp rop = ReduceOp::kSum;
   size_t small_bytes = 0;
+  // Set when the issuing thread already posted the input (CpuComm::TryPost): the arena step and
+  // the op number it used.
+  uint64_t posted_step = 0;
+  uint32_t seq = 0;
   // Completion (guarded by the communicator's mutex).
   bool done = false;
   Status result;
@@ -159,6 +163,47 @@ class CpuComm : public std::enable_shared_from_this<CpuComm> {
     return op->result;
   }
 
+  // The latency path of AllReduce (the peers usually post within a microsecond): when the
+  // communicator is ready, healthy and idle (nothing queued or running), every rank is on this
+  // host and the op takes the arena's small path, posts its input now on the calling thread
+  // (ArenaPostSmall: writes our slot, never waits), so that allocating and queueing the op
+  // overlap the peers' posting. Holds the queue (running_) until QueuePosted; returns false,
+  // having done nothing, when the op must take the ordinary queue.
+  bool TryPost(const void* send, size_t count, DType dt, ReduceOp rop, size_t small_bytes,
+               uint64_t* step, uint32_t* seq) {
+    std::lock_guard lock(mu_);
+    if (!ready_ || !failed_.ok() || running_ || !queue_.empty() || stopping_ || opts_.size == 1 ||
+        !mesh_.all_shm())
+      return false;
+    DataHeader h;
+    h.kind = OpKind::kAllReduce;
+    h.dtype = dt;
+    h.reduce_op = static_cast<uint8_t>(rop);
+    h.count = count;
+    if (!ArenaSmallPath(mesh_, h, small_bytes)) return false;
+    *seq = h.seq = NextSeq();
+    *step = ArenaPostSmall(mesh_, h, send);
+    running_ = true;  // no other op may run before this one is queued
+    return true;
+  }
+
+  // Queues the op TryPost posted (posted_step and seq set) at the front and releases the queue.
+  WorkHandle QueuePosted(std::shared_ptr<Op> op) {
+    {
+      std::lock_guard lock(mu_);
+      running_ = false;
+      if (!failed_.ok()) {  // Abort() or a failure came in between: the op fails with it
+        op->done = true;
+        op->result = failed_;
+        CountOp(op->kind, 0, 0);
+      } else {
+        queue_.push_front(op);
+      }
+    }
+    cv_.notify_all();  // waiters could not claim while running_ was set
+    return op;
+  }
+
   WorkHandle EnqueueP2p(OpKind kind, void* buf, size_t count, DType dt, int peer, uint32_t tag) {
     auto op = std::make_shared<Op>();
     op->kind = kind;
@@ -220,7 +265,8 @@ class CpuComm : public std::enable_shared_from_this<CpuComm> {
   int rank() const { return opts_.rank; }
   int size() const { return opts_.size; }
   Mesh& mesh() { return mesh_; }
-  uint32_t NextSeq() { return seq_++; }  // on the running thread only
+  // On the running thread only (or under mu_ while nothing runs: TryPost).
+  uint32_t NextSeq() { return seq_++; }
 
  private:
   bool CanClaimLocked() const { return ready_ && !running_ && !queue_.empty(); }
@@ -709,13 +755,14 @@ Status RunFastAllReduce(CpuComm& c, Op& op, OpCtx& octx) {
   cx.h.kind = op.kind;
   cx.h.dtype = op.dtype;
   cx.h.reduce_op = static_cast<uint8_t>(op.rop);
-  cx.h.seq = c.NextSeq();
+  cx.h.seq = op.posted_step ? op.seq : c.NextSeq();
   cx.h.root_or_tag = 0;
   cx.h.count = op.count;
   octx.kind = op.kind;
   octx.collective = true;
   octx.header = cx.h;
   octx.rank = c.rank();
+  if (op.posted_step) return ArenaFinishSmall(c.mesh(), octx, cx.h, op.posted_step, op.recv);
   if (op.kind == OpKind::kBarrier) {
     uint8_t token = 1;
     if (cx.size() == 1) return Status();
@@ -815,7 +862,13 @@ class CpuCommunicator final : public Communicator {
 
   WorkHandle AllReduce(const void* send, void* recv, size_t count, DType dt, ReduceOp op) override {
     if (auto e = CheckBuffers(count, send, recv); !e.ok()) return Done(e);
+    const size_t small = c_->options().small_message_bytes;
+    uint64_t step = 0;
+    uint32_t seq = 0;
+    const bool posted = c_->TryPost(send, count, dt, op, small, &step, &seq);
     auto o = std::make_shared<Op>();
+    o->posted_step = step;
+    o->seq = seq;
     o->kind = OpKind::kAllReduce;
     o->fast = RunFastAllReduce;
     o->send = send;
@@ -823,9 +876,9 @@ class CpuCommunicator final : public Communicator {
     o->count = count;
     o->dtype = dt;
     o->rop = op;
-    o->small_bytes = c_->options().small_message_bytes;
+    o->small_bytes = small;
     o->comm = c_;
-    return c_->EnqueueOp(std::move(o));
+    return posted ? c_->QueuePosted(std::move(o)) : c_->EnqueueOp(std::move(o));
   }
 
   WorkHandle ReduceScatter(const void* send, void* recv, size_t rc, DType dt, ReduceOp op) override {

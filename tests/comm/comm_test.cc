@@ -252,6 +252,33 @@ TEST(SharedArenaWait, AWaiterBacksOffToSleepAfterTheYieldWindow) {
   EXPECT_LT(cpu_ms.load(), 100) << "the waiter kept polling";
 }
 
+TEST(SharedArenaWait, PostedOpsNobodyWaitsForCompleteInIssueOrder) {
+  // Each rank issues three small all-reduces without waiting (the first is posted by the
+  // issuing thread, the others queue behind it) and polls Done(): the worker thread finishes
+  // them, in issue order, with the reference results.
+  const int n = 2;
+  Group g = MakeGroup(n, Transport::kShm);
+  for (auto& c : g.comms) ASSERT_TRUE(c->WaitReady(Deadline::AfterMs(10'000)).ok());
+  auto results = OnEveryRank(n, [&](int r) -> Status {
+    int64_t in[3] = {r + 1, 10 * (r + 1), 100 * (r + 1)}, out[3] = {};
+    std::vector<WorkHandle> w;
+    for (int k = 0; k < 3; ++k) w.push_back(g.comms[r]->AllReduce(&in[k], &out[k], 1, DType::kI64, ReduceOp::kSum));
+    const Deadline d = Deadline::AfterMs(5000);
+    while (!w[2]->Done()) {
+      if (d.Expired()) return DeadlineExceeded("the third op is not done");
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    for (int k = 0; k < 3; ++k) {
+      if (!w[k]->Done()) return Internal("op " + std::to_string(k) + " not done after a later one");
+      RETURN_IF_ERROR(w[k]->Wait(Deadline::AfterMs(100)));
+    }
+    if (out[0] != 3 || out[1] != 30 || out[2] != 300)
+      return Internal("sums " + std::to_string(out[0]) + " " + std::to_string(out[1]) + " " + std::to_string(out[2]));
+    return Status();
+  });
+  for (int r = 0; r < n; ++r) EXPECT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r].ToString();
+}
+
 TEST(SharedArenaWait, SmallAllReducesAgreeWithTheReferenceOverManySteps) {
   // Many back-to-back 1..6-element all-reduces through the slots (both halves, every reduce op)
   // give exactly the reference on both ranks.
