@@ -191,65 +191,60 @@ std::chrono::milliseconds ThreadCpuTime() {
   return std::chrono::milliseconds(ts.tv_sec * 1000 + ts.tv_nsec / 1'000'000);
 }
 
-TEST(SharedArenaWait, AbortWakesAWaiterThatIsStillPolling) {
-  // A 30 s yield window keeps rank 0's waiter polling (CPU pauses, no futex sleep) for the
-  // whole wait: Abort() must still end it within 100 ms.
-  const int n = 2;
-  Group g = MakeGroup(n, Transport::kShm, 0, nullptr, std::chrono::milliseconds(20'000),
-                      [](CommOptions& o) { o.shm_yield_window = std::chrono::seconds(30); });
-  for (auto& c : g.comms) ASSERT_TRUE(c->WaitReady(Deadline::AfterMs(10'000)).ok());
+struct LoneWait {
+  Status status;           // what the waiter got
+  int64_t woke_ms = -1;    // from Abort() to the waiter's return
+  int64_t cpu_ms = -1;     // CPU time the waiting thread used
+};
+
+// Two ranks over shared memory (options tweaked by `tweak`); rank 0 enters a small all-reduce
+// that rank 1 never joins, waits on its own thread, and is aborted after `before_abort`.
+LoneWait WaitAloneThenAbort(std::chrono::milliseconds before_abort,
+                            const std::function<void(CommOptions&)>& tweak) {
+  Group g = MakeGroup(2, Transport::kShm, 0, nullptr, std::chrono::milliseconds(20'000), tweak);
+  for (auto& c : g.comms) EXPECT_TRUE(c->WaitReady(Deadline::AfterMs(10'000)).ok());
   float a[2] = {1, 2};
-  auto w = g.comms[0]->AllReduce(a, a, 2, DType::kF32, ReduceOp::kSum);  // rank 1 never joins
-  std::atomic<int64_t> woke_ms{-1}, cpu_ms{-1};
+  auto w = g.comms[0]->AllReduce(a, a, 2, DType::kF32, ReduceOp::kSum);
+  LoneWait out;
   std::atomic<bool> waiting{false};
-  MonoTime aborted_at;
-  Status s;
+  MonoTime woke_at;
   std::thread waiter([&] {
     const auto cpu0 = ThreadCpuTime();
     waiting = true;
-    s = w->Wait(Deadline::AfterMs(20'000));
-    woke_ms = std::chrono::duration_cast<std::chrono::milliseconds>(MonoClock::now() - aborted_at).count();
-    cpu_ms = (ThreadCpuTime() - cpu0).count();
+    out.status = w->Wait(Deadline::AfterMs(20'000));
+    woke_at = MonoClock::now();
+    out.cpu_ms = (ThreadCpuTime() - cpu0).count();
   });
   while (!waiting) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  aborted_at = MonoClock::now();
+  std::this_thread::sleep_for(before_abort);
+  const MonoTime aborted_at = MonoClock::now();
   g.comms[0]->Abort();
   waiter.join();
-  EXPECT_EQ(s.code(), StatusCode::kCommAborted) << s.ToString();
-  EXPECT_GE(woke_ms.load(), 0);
-  EXPECT_LT(woke_ms.load(), 100);
-  EXPECT_GE(cpu_ms.load(), 5) << "the waiter slept instead of polling";  // sleeping: ~0 ms
+  out.woke_ms = std::chrono::duration_cast<std::chrono::milliseconds>(woke_at - aborted_at).count();
+  return out;
+}
+
+TEST(SharedArenaWait, AbortWakesAWaiterThatIsStillPolling) {
+  // A 30 s yield window keeps rank 0's waiter polling (CPU pauses, no futex sleep) for the
+  // whole wait: Abort() must still end it within 100 ms.
+  LoneWait w = WaitAloneThenAbort(std::chrono::milliseconds(200), [](CommOptions& o) {
+    o.shm_yield_window = std::chrono::seconds(30);
+  });
+  EXPECT_EQ(w.status.code(), StatusCode::kCommAborted) << w.status.ToString();
+  EXPECT_GE(w.woke_ms, 0);
+  EXPECT_LT(w.woke_ms, 100);
+  EXPECT_GE(w.cpu_ms, 5) << "the waiter slept instead of polling";  // sleeping: ~0 ms
 }
 
 TEST(SharedArenaWait, AWaiterBacksOffToSleepAfterTheYieldWindow) {
   // With the default 200 µs window a waiter whose peer is late stops polling and sleeps on its
   // futex: 500 ms of waiting cost it far less than 500 ms of CPU (2 ranks on 2 busy cores must
   // not burn each other's time). Abort() still wakes it within 100 ms.
-  const int n = 2;
-  Group g = MakeGroup(n, Transport::kShm);
-  for (auto& c : g.comms) ASSERT_TRUE(c->WaitReady(Deadline::AfterMs(10'000)).ok());
-  float a[2] = {1, 2};
-  auto w = g.comms[0]->AllReduce(a, a, 2, DType::kF32, ReduceOp::kSum);  // rank 1 never joins
-  std::atomic<int64_t> woke_ms{-1}, cpu_ms{-1};
-  std::atomic<bool> waiting{false};
-  MonoTime aborted_at;
-  Status s;
-  std::thread waiter([&] {
-    const auto cpu0 = ThreadCpuTime();
-    waiting = true;
-    s = w->Wait(Deadline::AfterMs(20'000));
-    woke_ms = std::chrono::duration_cast<std::chrono::milliseconds>(MonoClock::now() - aborted_at).count();
-    cpu_ms = (ThreadCpuTime() - cpu0).count();
-  });
-  while (!waiting) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  aborted_at = MonoClock::now();
-  g.comms[0]->Abort();
-  waiter.join();
-  EXPECT_EQ(s.code(), StatusCode::kCommAborted) << s.ToString();
-  EXPECT_LT(woke_ms.load(), 100);
-  EXPECT_LT(cpu_ms.load(), 100) << "the waiter kept polling";
+  LoneWait w = WaitAloneThenAbort(std::chrono::milliseconds(500), nullptr);
+  EXPECT_EQ(w.status.code(), StatusCode::kCommAborted) << w.status.ToString();
+  EXPECT_GE(w.woke_ms, 0);
+  EXPECT_LT(w.woke_ms, 100);
+  EXPECT_LT(w.cpu_ms, 100) << "the waiter kept polling";
 }
 
 TEST(SharedArenaWait, PostedOpsNobodyWaitsForCompleteInIssueOrder) {
