@@ -2,7 +2,9 @@
 # Side-by-side all-reduce: ringtrain's CPU backend vs OpenMPI (shared-memory BTL), same sizes,
 # same machine, one invocation. Usage: [REPEAT=k] [SIZES=list] bench/comm/compare.sh [build-dir] [ranks...]
 # Each side runs REPEAT times (default 5), alternating ringtrain and OpenMPI so both see the same
-# load; every figure is the median of its runs. Ranks are bound to CPUs the same way on both
+# load; every figure is the median of its runs. Within a run both programs use the same method
+# (bench_comm.cc, mpi_bench_comm.c): 3 warm-up ops, the count for ~0.3 s (at most 200000), and
+# the median over up to 1000 timed batches of a batch's time per op. Ranks are bound to CPUs the same way on both
 # sides: rank r on CPU r when the ranks fit the CPUs (mpirun's default), unbound otherwise.
 # Prints: ranks, size, ringtrain time/busbw, OpenMPI time/busbw, ratio.
 set -euo pipefail
