@@ -1,6 +1,7 @@
 #include "iofs/chain/codec.h"
 
 #include "base/bytes.h"
+#include "iofs/engine/block_crc.h"
 
 // GCC 12 reports false array-bounds/stringop-overflow errors inside std::vector::resize as
 // inlined into ByteWriter::Put at -O3 (GCC bug 105329 family).
@@ -12,7 +13,8 @@ namespace {
 
 constexpr uint32_t kMessageMagic = 0x4d435452;  // "RTCM"
 constexpr uint32_t kConfigMagic = 0x43435452;   // "RTCC"
-constexpr uint8_t kVersion = 1;
+constexpr uint8_t kMessageFormat = 2;  // 2: a CRC32C follows a value's length
+constexpr uint8_t kVersion = 1;         // of configs
 
 // Value flags.
 constexpr uint8_t kHasData = 1;
@@ -21,9 +23,18 @@ constexpr uint8_t kTombstone = 2;
 }  // namespace
 
 std::vector<std::byte> EncodeMessage(const Message& m) {
+  std::vector<std::byte> bytes = EncodeMessageHead(m);
+  if (m.value.data) {
+    const auto* p = reinterpret_cast<const std::byte*>(m.value.data->data());
+    bytes.insert(bytes.end(), p, p + m.value.data->size());
+  }
+  return bytes;
+}
+
+std::vector<std::byte> EncodeMessageHead(const Message& m) {
   ByteWriter w;
   w.Put<uint32_t>(kMessageMagic);
-  w.Put<uint8_t>(kVersion);
+  w.Put<uint8_t>(kMessageFormat);
   w.Put<uint8_t>(static_cast<uint8_t>(m.kind));
   w.Put<uint32_t>(m.chain);
   w.Put<uint64_t>(m.chain_version);
@@ -35,8 +46,9 @@ std::vector<std::byte> EncodeMessage(const Message& m) {
   const uint8_t flags = static_cast<uint8_t>((m.value.data ? kHasData : 0) | (m.value.tombstone ? kTombstone : 0));
   w.Put<uint8_t>(flags);
   if (m.value.data) {
+    const auto* p = reinterpret_cast<const std::byte*>(m.value.data->data());
     w.Put<uint32_t>(static_cast<uint32_t>(m.value.data->size()));
-    w.PutBytes(m.value.data->data(), m.value.data->size());
+    w.Put<uint32_t>(FastCrc32c(p, m.value.data->size()));
   }
   return w.Take();
 }
@@ -45,7 +57,7 @@ Result<Message> DecodeMessage(std::span<const std::byte> bytes) {
   ByteReader rd(bytes, "chain message");
   ASSIGN_OR_RETURN(uint32_t magic, rd.Get<uint32_t>());
   ASSIGN_OR_RETURN(uint8_t version, rd.Get<uint8_t>());
-  if (magic != kMessageMagic || version != kVersion)
+  if (magic != kMessageMagic || version != kMessageFormat)
     return Corruption("chain message: bad magic or version");
   Message m;
   ASSIGN_OR_RETURN(uint8_t kind, rd.Get<uint8_t>());
@@ -67,7 +79,12 @@ Result<Message> DecodeMessage(std::span<const std::byte> bytes) {
     if (n > kMaxWireValue)
       return Corruption("chain message: value of " + std::to_string(n) + " bytes exceeds " +
                         std::to_string(kMaxWireValue));
+    ASSIGN_OR_RETURN(uint32_t crc, rd.Get<uint32_t>());
     ASSIGN_OR_RETURN(auto data, rd.GetBytes(n));
+    // The frame does not checksum a value (it travels as a bulk frame): this is its check.
+    if (FastCrc32c(data.data(), n) != crc)
+      return Status(StatusCode::kChecksumMismatch, "chain message: value of key " + std::to_string(m.key) + " v" +
+                                                       std::to_string(m.version) + " corrupted in transit");
     m.value.data = std::make_shared<const std::string>(reinterpret_cast<const char*>(data.data()), n);
   }
   if (rd.remaining() != 0) return Corruption("chain message: trailing bytes");

@@ -147,7 +147,10 @@ class ServerImpl final : public Server, public ChainTransport, public ChainRoute
   awaitable<Result<std::shared_ptr<net::RpcClient>>> Peer(uint32_t id, Deadline deadline,
                                                           Lane lane = Lane::kData);
   // Calls `type` at node `id` from a worker thread (blocks it, never the I/O thread).
-  Result<Frame> CallBlocking(uint32_t id, uint16_t type, std::vector<std::byte> payload, Deadline deadline);
+  // `bulk`, if not empty, follows `payload` in a frame without a payload CRC (the protocol
+  // carries its own); it must stay valid until the call returns (it blocks until then).
+  Result<Frame> CallBlocking(uint32_t id, uint16_t type, std::vector<std::byte> payload, Deadline deadline,
+                             std::span<const std::byte> bulk = {});
 
   void RegisterHandlers();
   // Shared-memory clients (iofs/net/shm.h): accepts registrations on the Unix socket.
@@ -373,32 +376,41 @@ awaitable<Result<std::shared_ptr<net::RpcClient>>> ServerImpl::Peer(uint32_t id,
 }
 
 Result<Frame> ServerImpl::CallBlocking(uint32_t id, uint16_t type, std::vector<std::byte> payload,
-                                            Deadline deadline) {
+                                       Deadline deadline, std::span<const std::byte> bulk) {
   return net::BlockOn<Result<Frame>>(
       io_.get_executor(),
-      [](ServerImpl* self, uint32_t id, uint16_t type, std::vector<std::byte> payload,
-         Deadline deadline) -> awaitable<Result<Frame>> {
+      [](ServerImpl* self, uint32_t id, uint16_t type, std::vector<std::byte> payload, Deadline deadline,
+         std::span<const std::byte> bulk) -> awaitable<Result<Frame>> {
         // A dead node refuses connections: give up on it quickly, the caller retries elsewhere.
         auto client = co_await self->Peer(id, deadline.Min(Deadline::AfterMs(1000)));
         if (!client.ok()) co_return client.status();
-        co_return co_await (*client)->Call(type, payload, deadline);
-      }(this, id, type, std::move(payload), deadline));
+        const std::span<const std::byte> pieces[] = {payload, bulk};
+        co_return co_await (*client)->Call(type, net::Pieces(pieces), bulk.empty() ? 0 : net::kFrameUncheckedPayload,
+                                           deadline);
+      }(this, id, type, std::move(payload), deadline, bulk));
 }
 
 void ServerImpl::Send(const chain::Message& message) {
   if (stopping_) return;
-  auto payload = std::make_shared<std::vector<std::byte>>(chain::EncodeMessage(message));
+  // The value is not copied into the payload: it is gathered from the message's own buffer (kept
+  // alive by `value`) in a bulk frame, covered by the CRC32C in the message head.
+  auto head = std::make_shared<std::vector<std::byte>>(chain::EncodeMessageHead(message));
+  std::shared_ptr<const std::string> value = message.value.data;
   const uint32_t to = message.to;
   // Small messages (acknowledgements, sync ends) go on the control connection so they never wait
   // behind chunk data.
-  const Lane lane = message.value.data ? Lane::kData : Lane::kControl;
+  const Lane lane = value ? Lane::kData : Lane::kControl;
   asio::co_spawn(
       io_,
-      [this, to, payload, lane]() -> awaitable<void> {
+      [this, to, head, value, lane]() -> awaitable<void> {
         const Deadline deadline = Deadline::AfterMs(10000);
         auto client = co_await Peer(to, Deadline::AfterMs(500), lane);
         if (!client.ok()) co_return;  // lost; the protocol retransmits
-        auto reply = co_await (*client)->Call(wire::kChainMessage, *payload, deadline);
+        std::span<const std::byte> data;
+        if (value) data = std::as_bytes(std::span(value->data(), value->size()));
+        const std::span<const std::byte> pieces[] = {*head, data};
+        auto reply = co_await (*client)->Call(wire::kChainMessage, net::Pieces(pieces),
+                                              value ? net::kFrameUncheckedPayload : 0, deadline);
         if (!reply.ok()) LOG_DEBUG("replica message to node {}: {}", to, reply.status().ToString());
       },
       asio::detached);
@@ -552,11 +564,13 @@ awaitable<void> ServerImpl::TickLoop() {
 Result<uint64_t> ServerImpl::WriteAt(chain::NodeId node, chain::ChunkKey key,
                                      std::optional<std::span<const std::byte>> data, Deadline deadline) {
   if (node == options_.self) return chain_->Write(key, data, deadline);
+  // [key, flags, CRC32C of the data] then the data, gathered in a bulk frame.
   ByteWriter w;
   w.Put<uint64_t>(key);
   w.Put<uint8_t>(data ? 0 : 1);
-  if (data) w.PutBytes(data->data(), data->size());
-  ASSIGN_OR_RETURN(Frame reply, CallBlocking(node, wire::kChunkWrite, w.Take(), deadline));
+  w.Put<uint32_t>(data ? FastCrc32c(data->data(), data->size()) : 0);
+  ASSIGN_OR_RETURN(Frame reply, CallBlocking(node, wire::kChunkWrite, w.Take(), deadline,
+                                             data.value_or(std::span<const std::byte>())));
   ByteReader r(reply.payload, "chunk write reply");
   return r.Get<uint64_t>();
 }
@@ -656,7 +670,12 @@ void ServerImpl::RegisterHandlers() {
       ByteReader r(req.payload, "chunk write");
       ASSIGN_OR_RETURN(uint64_t key, r.Get<uint64_t>());
       ASSIGN_OR_RETURN(uint8_t flags, r.Get<uint8_t>());
+      ASSIGN_OR_RETURN(uint32_t crc, r.Get<uint32_t>());
       ASSIGN_OR_RETURN(auto data, r.GetBytes(r.remaining()));
+      // The frame carries no payload CRC: this is the end-to-end check.
+      if (!(flags & 1) && FastCrc32c(data.data(), data.size()) != crc)
+        return Status(StatusCode::kChecksumMismatch,
+                      "chunk write of key " + std::to_string(key) + ": data corrupted in transit");
       std::optional<std::span<const std::byte>> value;
       if (!(flags & 1)) value = data;
       ASSIGN_OR_RETURN(uint64_t version, chain_->Write(key, value, Deadline::AfterMs(30000)));

@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "base/bytes.h"
+#include "base/crc32c.h"
 #include "base/fault.h"
 #include "base/net/rpc.h"
 #include "iofs/client.h"
@@ -255,6 +256,7 @@ TEST(ServerTest, EmbeddedServerAndCliRoundTrip) {
   w.Put<uint64_t>(42);
   w.Put<uint8_t>(0);
   std::vector<std::byte> big(5 << 20);
+  w.Put<uint32_t>(Crc32c(big.data(), big.size()));
   w.PutBytes(big.data(), big.size());
   auto refused = RawCall(io, port, wire::kChunkWrite, w.Take());
   EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument) << refused.status().ToString();
