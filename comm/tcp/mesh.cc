@@ -675,8 +675,9 @@ Status Mesh::WaitUntil(OpCtx& ctx, std::atomic<uint64_t>* const* counters, uint6
     return who;
   };
   // 1. The peers are usually a few hundred nanoseconds behind: poll their counters with a CPU
-  // pause between turns, checking Abort() on every turn; no clock, no system call.
-  for (int i = 0; i < kSpinIterations; ++i) {
+  // pause between turns, checking Abort() on every turn; no clock, no system call. Skipped
+  // when the group has more ranks than CPUs: a peer we wait for may need our CPU to post.
+  for (int i = 0; i < (oversubscribed_ ? 0 : kSpinIterations); ++i) {
     if (ready()) return Status();
     if (aborted()) return Status(StatusCode::kCommAborted, ctx.What() + ": communicator aborted");
     CpuRelax();

@@ -156,7 +156,8 @@ class Mesh {
   }
   // Waits until counters[q] >= target for every peer q (counters[rank()] is not read): a
   // bounded spin with CPU pauses (no clock read, no system call for the first kSpinIterations
-  // turns), then pauses (or yields, see Pause) until the yield window ends, then sleeps on our
+  // turns; none when oversubscribed), then pauses (or yields, see Pause) until the yield window
+  // ends, then sleeps on our
   // doorbell in slices of at most 20 ms. Abort() is checked on every turn; after the first
   // phase the control sockets (dead peers, abort notices, a pending peer that left) and
   // op_timeout at least every millisecond, and ring traffic that shows a mismatched op after

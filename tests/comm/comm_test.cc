@@ -184,17 +184,18 @@ TEST(SharedArena, RanksWithDifferentSmallThresholdsFailInsteadOfMixingPaths) {
   }
 }
 
-// CPU time the calling thread has used.
-std::chrono::milliseconds ThreadCpuTime() {
+// CPU time this process has used (the op may run on the waiter or on the communicator's
+// thread).
+std::chrono::milliseconds ProcessCpuTime() {
   timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
   return std::chrono::milliseconds(ts.tv_sec * 1000 + ts.tv_nsec / 1'000'000);
 }
 
 struct LoneWait {
   Status status;           // what the waiter got
   int64_t woke_ms = -1;    // from Abort() to the waiter's return
-  int64_t cpu_ms = -1;     // CPU time the waiting thread used
+  int64_t cpu_ms = -1;     // CPU time the process used while rank 0 waited
 };
 
 // Two ranks over shared memory (options tweaked by `tweak`); rank 0 enters a small all-reduce
@@ -208,12 +209,12 @@ LoneWait WaitAloneThenAbort(std::chrono::milliseconds before_abort,
   LoneWait out;
   std::atomic<bool> waiting{false};
   MonoTime woke_at;
+  const auto cpu0 = ProcessCpuTime();
   std::thread waiter([&] {
-    const auto cpu0 = ThreadCpuTime();
     waiting = true;
     out.status = w->Wait(Deadline::AfterMs(20'000));
     woke_at = MonoClock::now();
-    out.cpu_ms = (ThreadCpuTime() - cpu0).count();
+    out.cpu_ms = (ProcessCpuTime() - cpu0).count();
   });
   while (!waiting) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   std::this_thread::sleep_for(before_abort);
