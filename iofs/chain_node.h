@@ -64,6 +64,8 @@ class ChainNode {
   // Errors: NotServing (not a serving member), NotFound, ChecksumMismatch.
   Status Read(chain::ChunkKey key, uint64_t offset, uint64_t length, std::vector<std::byte>* out,
               uint64_t* version);
+  // Read straight into `out` (up to out.size() bytes at `offset`); returns the bytes read.
+  Result<size_t> ReadInto(chain::ChunkKey key, uint64_t offset, std::span<std::byte> out, uint64_t* version);
   // Committed, not deleted keys of every home chain this node serves.
   std::vector<chain::ChunkKey> Keys();
   // The config this node holds for a chain (nullopt if not home to it).
@@ -78,6 +80,8 @@ class ChainNode {
   void Process(Slot& slot);       // REQUIRES slot.mu
   Status Reload(Slot& slot);      // REQUIRES slot.mu
   Slot* Find(chain::ChainId chain);
+  // OK if this node serves a committed, not deleted version of `key` (NotServing, NotFound).
+  Status CheckReadable(chain::ChunkKey key);
 
   const chain::NodeId self_;
   const size_t chain_count_;

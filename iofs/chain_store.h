@@ -34,6 +34,15 @@ class ChainRouter {
   // ChainNode::Read at `node`.
   virtual Status ReadAt(chain::NodeId node, chain::ChunkKey key, uint64_t offset, uint64_t length,
                         std::vector<std::byte>* out, Deadline deadline) = 0;
+  // ChainNode::ReadInto at `node`; by default ReadAt into a vector and a copy.
+  virtual Result<size_t> ReadAtInto(chain::NodeId node, chain::ChunkKey key, uint64_t offset,
+                                    std::span<std::byte> out, Deadline deadline) {
+    std::vector<std::byte> bytes;
+    RETURN_IF_ERROR(ReadAt(node, key, offset, out.size(), &bytes, deadline));
+    const size_t n = std::min(bytes.size(), out.size());
+    std::copy_n(bytes.begin(), n, out.begin());
+    return n;
+  }
   // ChainNode::Keys at `node`.
   virtual Result<std::vector<chain::ChunkKey>> KeysAt(chain::NodeId node, Deadline deadline) = 0;
   // The chunk engine check at `node` (one line per problem).

@@ -91,6 +91,10 @@ class ChunkEngine {
   // metadata. Errors: NotFound, OutOfRange, ChecksumMismatch (naming chunk, block, file, offset).
   virtual Status Read(ChunkId id, uint64_t offset, uint64_t length, std::vector<std::byte>* out,
                       ChunkInfo* info = nullptr) = 0;
+  // Reads like Read, straight into `out` (up to out.size() bytes at `offset`, one copy from the
+  // I/O buffer, no intermediate vector). Returns the bytes read (fewer at the end of the chunk).
+  virtual Result<size_t> ReadInto(ChunkId id, uint64_t offset, std::span<std::byte> out,
+                                  ChunkInfo* info = nullptr) = 0;
   // Reads a whole chunk.
   Status ReadAll(ChunkId id, std::vector<std::byte>* out, ChunkInfo* info = nullptr) {
     return Read(id, 0, UINT64_MAX, out, info);

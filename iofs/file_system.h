@@ -76,6 +76,9 @@ class FileSystem {
   Status Seal(std::string_view path);
   // Reads up to `length` bytes at `offset` (clamped to the size).
   Status Read(std::string_view path, uint64_t offset, uint64_t length, std::vector<std::byte>* out);
+  // Reads up to out.size() bytes at `offset` (clamped to the size) straight into `out`; returns
+  // the bytes read. Holes read as zeros.
+  Result<uint64_t> ReadInto(std::string_view path, uint64_t offset, std::span<std::byte> out);
   // The metadata of a file or folder (NotFound if absent).
   Result<FileStat> Stat(std::string_view path);
   // The entries of a folder, sorted by name.

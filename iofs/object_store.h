@@ -3,6 +3,7 @@
 // embedded default) and by the chain-replicated store. One object is one chunk.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -31,6 +32,15 @@ class ObjectStore {
   // Reads `length` bytes at `offset` of an object (clamped to its size), checksums verified.
   // Errors: NotFound, OutOfRange, ChecksumMismatch.
   virtual Status Get(ObjectKey key, uint64_t offset, uint64_t length, std::vector<std::byte>* out) = 0;
+  // Reads up to out.size() bytes at `offset` of an object straight into `out`; returns the bytes
+  // read (fewer at the end of the object). Errors as Get. By default Get and a copy.
+  virtual Result<size_t> GetInto(ObjectKey key, uint64_t offset, std::span<std::byte> out) {
+    std::vector<std::byte> bytes;
+    RETURN_IF_ERROR(Get(key, offset, out.size(), &bytes));
+    const size_t n = std::min(bytes.size(), out.size());
+    std::copy_n(bytes.begin(), n, out.begin());
+    return n;
+  }
   // Deletes objects (absent keys are ignored).
   virtual Status Delete(std::span<const ObjectKey> keys) = 0;
   // Every stored key, in order (for fsck).

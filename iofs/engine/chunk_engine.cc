@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -83,7 +84,20 @@ class ChunkEngineImpl final : public ChunkEngine {
 
   Status Write(std::span<const ChunkWrite> writes) override;
   Status Read(ChunkId id, uint64_t offset, uint64_t length, std::vector<std::byte>* out,
-              ChunkInfo* info) override;
+              ChunkInfo* info) override {
+    out->clear();
+    return ReadVerified(id, offset, length, info, [out](const std::byte* data, size_t n) {
+      out->assign(data, data + n);
+    });
+  }
+  Result<size_t> ReadInto(ChunkId id, uint64_t offset, std::span<std::byte> out, ChunkInfo* info) override {
+    size_t got = 0;
+    RETURN_IF_ERROR(ReadVerified(id, offset, out.size(), info, [&](const std::byte* data, size_t n) {
+      std::memcpy(out.data(), data, n);
+      got = n;
+    }));
+    return got;
+  }
   Result<ChunkInfo> Stat(ChunkId id) override {
     std::lock_guard lock(alloc_mu_);
     auto it = chunks_.find(id);
@@ -113,6 +127,10 @@ class ChunkEngineImpl final : public ChunkEngine {
   const ChunkEngineOptions& options() const override { return options_; }
 
  private:
+  // Reads and verifies [offset, offset + length) of a chunk (clamped to its length) and hands
+  // the verified bytes to `deliver` (not called for an empty range).
+  Status ReadVerified(ChunkId id, uint64_t offset, uint64_t length, ChunkInfo* info,
+                      const std::function<void(const std::byte*, size_t)>& deliver);
   Status Commit(CommitRequest* request);
   void Apply(const CommitRequest& request);  // REQUIRES alloc_mu_
   Result<ChunkLocation> AllocateLocked(SizeClass size_class);
@@ -429,8 +447,8 @@ void ChunkEngineImpl::Apply(const CommitRequest& request) {
   }
 }
 
-Status ChunkEngineImpl::Read(ChunkId id, uint64_t offset, uint64_t length,
-                             std::vector<std::byte>* out, ChunkInfo* info) {
+Status ChunkEngineImpl::ReadVerified(ChunkId id, uint64_t offset, uint64_t length, ChunkInfo* info,
+                                     const std::function<void(const std::byte*, size_t)>& deliver) {
   std::shared_lock reuse(reuse_mu_);
   std::string value;
   rocksdb::Status rs = db_->Get(rocksdb::ReadOptions(), ChunkKey(id), &value);
@@ -442,7 +460,6 @@ Status ChunkEngineImpl::Read(ChunkId id, uint64_t offset, uint64_t length,
     return OutOfRange("read at offset " + std::to_string(offset) + " of chunk " + Hex(id) +
                       " of " + std::to_string(r.length) + " bytes");
   const uint64_t len = std::min<uint64_t>(length, r.length - offset);
-  out->clear();
   if (len == 0) return Status();
   const uint64_t b0 = offset / kBlockSize;
   const uint64_t b1 = (offset + len - 1) / kBlockSize;
@@ -483,7 +500,7 @@ Status ChunkEngineImpl::Read(ChunkId id, uint64_t offset, uint64_t length,
   if (offset == 0 && len == r.length && CombineBlockCrcs(computed, r.length) != r.chunk_crc)
     return fail(Status(StatusCode::kChecksumMismatch,
                        "chunk " + Hex(id) + " in " + DataPath(r.loc) + ": chunk CRC32C mismatch"));
-  out->assign(b.data + (offset - start), b.data + (offset - start) + len);
+  deliver(b.data + (offset - start), len);
   executor_->ReleaseBuffer(b);
   return Status();
 }

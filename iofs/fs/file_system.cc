@@ -383,23 +383,39 @@ Status FileSystem::Read(std::string_view path, uint64_t offset, uint64_t length,
     return Status();
   }
   out->resize(end - offset);
-  std::vector<std::byte> piece;
+  ASSIGN_OR_RETURN(uint64_t n, ReadInto(path, offset, *out));
+  out->resize(n);
+  return Status();
+}
+
+Result<uint64_t> FileSystem::ReadInto(std::string_view path, uint64_t offset, std::span<std::byte> out) {
+  uint64_t ino = 0, size = 0;
+  uint32_t cs = 0;
+  {
+    std::lock_guard lock(mu_);
+    ASSIGN_OR_RETURN(ino, Lookup(path));
+    const Inode& n = inodes_.at(ino);
+    if (n.is_dir) return FailedPrecondition(std::string(path) + " is a folder");
+    size = n.size;
+    cs = n.chunk_size;
+  }
+  if (offset >= size) return uint64_t{0};
+  const uint64_t end = offset + std::min<uint64_t>(out.size(), size - offset);
   for (uint64_t index = offset / cs; index * cs < end; ++index) {
     const uint64_t base = index * cs;
     const uint64_t a = std::max(offset, base) - base;
     const uint64_t b = std::min(end, base + cs) - base;
-    Status s = store_->Get(DataKey(ino, index), a, b - a, &piece);
-    if (s.code() == StatusCode::kNotFound || s.code() == StatusCode::kOutOfRange) {
-      piece.clear();  // a hole reads as zeros
-    } else {
-      RETURN_IF_ERROR(s.WithContext("read chunk " + std::to_string(index) + " of " + std::string(path)));
+    std::span<std::byte> dst = out.subspan(base + a - offset, b - a);
+    Result<size_t> got = store_->GetInto(DataKey(ino, index), a, dst);
+    size_t n = 0;
+    if (got.ok()) {
+      n = *got;
+    } else if (got.status().code() != StatusCode::kNotFound && got.status().code() != StatusCode::kOutOfRange) {
+      return got.status().WithContext("read chunk " + std::to_string(index) + " of " + std::string(path));
     }
-    std::byte* dst = out->data() + (base + a - offset);
-    const size_t n = std::min<size_t>(piece.size(), b - a);
-    if (n) std::memcpy(dst, piece.data(), n);
-    std::memset(dst + n, 0, (b - a) - n);
+    std::fill(dst.begin() + n, dst.end(), std::byte{0});  // a hole or a short chunk reads as zeros
   }
-  return Status();
+  return end - offset;
 }
 
 Result<FileStat> FileSystem::Stat(std::string_view path) {

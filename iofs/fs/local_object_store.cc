@@ -21,6 +21,9 @@ class LocalObjectStore final : public ObjectStore {
   Status Get(ObjectKey key, uint64_t offset, uint64_t length, std::vector<std::byte>* out) override {
     return engine_->Read(key, offset, length, out);
   }
+  Result<size_t> GetInto(ObjectKey key, uint64_t offset, std::span<std::byte> out) override {
+    return engine_->ReadInto(key, offset, out);
+  }
   Status Delete(std::span<const ObjectKey> keys) override { return engine_->Remove(keys); }
   Result<std::vector<ObjectKey>> Keys() override {
     std::vector<ObjectKey> keys;

@@ -116,6 +116,11 @@ class ServerImpl final : public Server, public ChainTransport, public ChainRoute
                            std::optional<std::span<const std::byte>> data, Deadline deadline) override;
   Status ReadAt(chain::NodeId node, chain::ChunkKey key, uint64_t offset, uint64_t length,
                 std::vector<std::byte>* out, Deadline deadline) override;
+  Result<size_t> ReadAtInto(chain::NodeId node, chain::ChunkKey key, uint64_t offset, std::span<std::byte> out,
+                            Deadline deadline) override {
+    if (node == options_.self) return chain_->ReadInto(key, offset, out, nullptr);
+    return ChainRouter::ReadAtInto(node, key, offset, out, deadline);
+  }
   Result<std::vector<chain::ChunkKey>> KeysAt(chain::NodeId node, Deadline deadline) override;
   Result<std::vector<std::string>> CheckAt(chain::NodeId node, Deadline deadline) override;
 
@@ -773,11 +778,10 @@ Payload ServerImpl::HandleShm(bool write, std::span<const std::byte> payload, co
     RETURN_IF_ERROR(fs->Write(path, offset, bytes));
     return Empty();
   }
-  std::vector<std::byte> out;
-  RETURN_IF_ERROR(fs->Read(path, offset, length, &out));
-  std::memcpy(bytes.data(), out.data(), out.size());
+  // Straight from the chunk engine's I/O buffer into the client's region.
+  ASSIGN_OR_RETURN(uint64_t n, fs->ReadInto(path, offset, bytes));
   ByteWriter w;
-  w.Put<uint64_t>(out.size());
+  w.Put<uint64_t>(n);
   return w.Take();
 }
 

@@ -279,8 +279,7 @@ Result<uint64_t> ChainNode::Write(ChunkKey key, std::optional<std::span<const st
   return outcome.version;
 }
 
-Status ChainNode::Read(ChunkKey key, uint64_t offset, uint64_t length, std::vector<std::byte>* out,
-                       uint64_t* version) {
+Status ChainNode::CheckReadable(ChunkKey key) {
   const ChainId chain = chain::ChainOf(key, chain_count_);
   Slot* slot = Find(chain);
   if (!slot)
@@ -292,6 +291,12 @@ Status ChainNode::Read(ChunkKey key, uint64_t offset, uint64_t length, std::vect
     if (committed.first == 0 || committed.second.tombstone)
       return NotFound("chunk " + std::to_string(key) + " not found");
   }
+  return Status();
+}
+
+Status ChainNode::Read(ChunkKey key, uint64_t offset, uint64_t length, std::vector<std::byte>* out,
+                       uint64_t* version) {
+  RETURN_IF_ERROR(CheckReadable(key));
   // The engine keeps only committed versions under the key itself (pending ones live under
   // key | kPendingBit), so reading it without the chain lock still returns a committed version:
   // this one or, if a commit raced the read, a newer one.
@@ -300,6 +305,17 @@ Status ChainNode::Read(ChunkKey key, uint64_t offset, uint64_t length, std::vect
   if (info.version & kTombstoneBit) return NotFound("chunk " + std::to_string(key) + " not found");
   if (version) *version = info.version & kVersionMask;
   return Status();
+}
+
+Result<size_t> ChainNode::ReadInto(ChunkKey key, uint64_t offset, std::span<std::byte> out, uint64_t* version) {
+  RETURN_IF_ERROR(CheckReadable(key));
+  // Committed versions only, as in Read.
+  ChunkInfo info;
+  Result<size_t> n = engine_->ReadInto(key, offset, out, &info);
+  if (!n.ok()) return n.status().WithContext("node " + std::to_string(self_));
+  if (info.version & kTombstoneBit) return NotFound("chunk " + std::to_string(key) + " not found");
+  if (version) *version = info.version & kVersionMask;
+  return n;
 }
 
 std::vector<ChunkKey> ChainNode::Keys() {

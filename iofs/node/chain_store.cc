@@ -52,6 +52,24 @@ class ChainObjectStore final : public ObjectStore {
   }
 
   Status Get(ObjectKey key, uint64_t offset, uint64_t length, std::vector<std::byte>* out) override {
+    return FromAnyReplica(key, [&](NodeId n, Deadline deadline) {
+      return router_->ReadAt(n, key, offset, length, out, deadline);
+    });
+  }
+
+  Result<size_t> GetInto(ObjectKey key, uint64_t offset, std::span<std::byte> out) override {
+    size_t got = 0;
+    RETURN_IF_ERROR(FromAnyReplica(key, [&](NodeId n, Deadline deadline) -> Status {
+      ASSIGN_OR_RETURN(got, router_->ReadAtInto(n, key, offset, out, deadline));
+      return Status();
+    }));
+    return got;
+  }
+
+  // Runs `read` against the serving replicas of the key's chain (this node's first) until one
+  // succeeds, retrying while the chain changes.
+  template <typename Read>
+  Status FromAnyReplica(ObjectKey key, const Read& read) {
     const Deadline deadline = Deadline::AfterMs(options_.op_timeout_ms);
     const chain::ChainId c = chain::ChainOf(key, router_->chain_count());
     Status last;
@@ -66,7 +84,7 @@ class ChainObjectStore final : public ObjectStore {
       if (self != replicas.end()) std::rotate(replicas.begin(), self, self + 1);
       bool retry = replicas.empty();
       for (NodeId n : replicas) {
-        Status s = router_->ReadAt(n, key, offset, length, out, deadline);
+        Status s = read(n, deadline);
         if (s.ok()) {
           if (!tried.empty()) LOG_WARN("object {}: served by node {} after: {}", key, n, tried);
           return s;

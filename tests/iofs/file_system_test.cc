@@ -115,6 +115,32 @@ TEST(FileSystemTest, MatchesAReferenceModelAcrossReopen) {
   EXPECT_EQ(report->files, model.size());
 }
 
+TEST(FileSystemTest, ReadIntoMatchesTheReferenceAcrossChunksHolesAndTheEnd) {
+  TempDir dir("fs-readinto");
+  std::mt19937_64 rng(7);
+  Stack st(dir.path());
+  ASSERT_TRUE(st.fs->Create("/r").ok());
+  // Data in chunks 0-2, a hole in chunks 3-4, a short last chunk at 5.
+  std::vector<std::byte> model(5 * (64 << 10) + 1000, std::byte{0});
+  const auto head = Bytes(rng, 3 * (64 << 10) - 17);
+  const auto tail = Bytes(rng, 1000);
+  ASSERT_TRUE(st.fs->Write("/r", 0, head).ok());
+  ASSERT_TRUE(st.fs->Write("/r", 5 * (64 << 10), tail).ok());
+  std::copy(head.begin(), head.end(), model.begin());
+  std::copy(tail.begin(), tail.end(), model.begin() + 5 * (64 << 10));
+  for (int i = 0; i < 200; ++i) {
+    const uint64_t off = rng() % (model.size() + 100);
+    const size_t len = static_cast<size_t>(rng() % (3 * (64 << 10)));
+    std::vector<std::byte> out(len + 1, std::byte{0x5a});
+    auto n = st.fs->ReadInto("/r", off, std::span(out).first(len));
+    ASSERT_TRUE(n.ok()) << n.status().ToString();
+    const uint64_t want = off >= model.size() ? 0 : std::min<uint64_t>(len, model.size() - off);
+    ASSERT_EQ(*n, want) << off << " " << len;
+    EXPECT_TRUE(std::equal(out.begin(), out.begin() + want, model.begin() + off)) << off << " " << len;
+    EXPECT_EQ(out[want], std::byte{0x5a});  // nothing written past what was read
+  }
+}
+
 TEST(FileSystemTest, ListStatSealRenameAndSpaceReclaim) {
   TempDir dir("fs-ops");
   Stack st(dir.path());
