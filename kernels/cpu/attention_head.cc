@@ -1,12 +1,12 @@
 // Causal attention of one head in register tiles (see attention_head.h). Three tile shapes, each
-// 4 rows (or 4 key columns) by 16 or 32 floats, so 8 vector accumulators stay in registers and
-// every loaded vector feeds 4 FMAs:
+// 8 rows (or 8 key columns) by 16 or 32 floats, so 16 vector accumulators stay in the 32 AVX-512
+// registers and every loaded vector feeds 8 FMAs:
 //   ScoreTile  s[r, j]  = α·Σ_d x[r, d]·yᵀ[d, j]   (q·kᵀ and dout·vᵀ, with k, v transposed)
 //   RowTile    o[r, :] (+)= Σ_j p[r, j]·y[j, :]     (att·v and dscores·k)
 //   ColumnTile o[j, :] += Σ_t p[t, j]·x[t, :]       (attᵀ·dout and dscoresᵀ·q)
-// Only the causal triangle is visited: row block [r0, r0+4) meets keys [0, r0+4) in 16-column
-// steps, and the column tiles start at their first key. This file is compiled with
-// -ffp-contract=fast (kernels/CMakeLists.txt) so the tiles' multiply-adds become FMAs.
+// Only the causal triangle is visited: row block [r0, r0+8) meets keys [0, r0+8) in 16-column
+// steps, and the column tiles start at their first key. The softmax rows between the tiles are
+// 16-lane vector code too (tree reductions, a vector exp).
 #include "kernels/cpu/attention_head.h"
 
 #include <algorithm>
@@ -18,8 +18,9 @@ namespace rt::cpu {
 namespace {
 
 typedef float V16 __attribute__((vector_size(64)));
+typedef int32_t I16 __attribute__((vector_size(64)));
 
-constexpr int64_t kTileRows = 4;
+constexpr int64_t kTileRows = 8;
 
 inline V16 Load16(const float* p) {
   V16 v;
@@ -29,7 +30,89 @@ inline V16 Load16(const float* p) {
 
 inline void Store16(float* p, V16 v) { std::memcpy(p, &v, sizeof(v)); }
 
-// s[r·ld_s + j0 + j] = alpha·Σ_d x[r][d]·yt[d·ld_yt + j0 + j] for r < 4, j < 16·NV.
+inline V16 Splat(float x) { return V16{} + x; }
+
+// Horizontal sum and max of the 16 lanes, as a tree of shuffles (no serial scalar chain).
+inline float HSum16(V16 v) {
+  v += __builtin_shuffle(v, I16{8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7});
+  v += __builtin_shuffle(v, I16{4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11});
+  v += __builtin_shuffle(v, I16{2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13});
+  v += __builtin_shuffle(v, I16{1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14});
+  return v[0];
+}
+
+inline V16 Max16(V16 a, V16 b) { return a > b ? a : b; }
+
+inline float HMax16(V16 v) {
+  v = Max16(v, __builtin_shuffle(v, I16{8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7}));
+  v = Max16(v, __builtin_shuffle(v, I16{4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11}));
+  v = Max16(v, __builtin_shuffle(v, I16{2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13}));
+  v = Max16(v, __builtin_shuffle(v, I16{1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14}));
+  return v[0];
+}
+
+// ExpFast (common.h) on 16 lanes: the same range reduction and polynomial, −inf → 0.
+inline V16 Exp16(V16 x) {
+  const V16 xc = Max16(Splat(-87.3f), x < Splat(88.37f) ? x : Splat(88.37f));
+  const V16 round = Splat(12582912.0f);
+  const V16 j = (xc * 1.44269504088896341f + round) - round;
+  const V16 r = (xc - j * 0.693359375f) - j * -2.12194440e-4f;
+  V16 p = Splat(1.9875691500e-4f);
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const I16 e = (__builtin_convertvector(j, I16) + 127) << 23;
+  V16 y = p * (V16)e;
+  y = x < Splat(-87.3f) ? Splat(0.0f) : y;
+  y = x > Splat(88.37f) ? Splat(__builtin_inff()) : y;
+  return x != x ? x : y;
+}
+
+// Row t of the causal softmax: sr holds the scaled scores of keys [0, ncol) (ncol a multiple of
+// 16; keys after t are masked out), ar[0, t_len) receives the probabilities, zeros after t.
+inline void SoftmaxRow(float* sr, int64_t t, int64_t ncol, float* ar, int64_t t_len) {
+  const I16 lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  const V16 neg_inf = Splat(-__builtin_inff());
+  V16 mv = neg_inf;
+  for (int64_t j0 = 0; j0 < ncol; j0 += 16) {
+    const V16 v = lane > static_cast<int32_t>(t - j0) ? neg_inf : Load16(sr + j0);
+    Store16(sr + j0, v);
+    mv = Max16(mv, v);
+  }
+  const float mx = HMax16(mv);
+  V16 sum = {};
+  for (int64_t j0 = 0; j0 < ncol; j0 += 16) {
+    const V16 e = Exp16(Load16(sr + j0) - mx);
+    Store16(sr + j0, e);
+    sum += e;
+  }
+  const float inv = 1.0f / HSum16(sum);
+  const int64_t nw = std::min(ncol, t_len);
+  int64_t j = 0;
+  for (; j + 16 <= nw; j += 16) Store16(ar + j, Load16(sr + j) * inv);
+  for (; j < nw; ++j) ar[j] = sr[j] * inv;
+  for (; j < t_len; ++j) ar[j] = 0.0f;
+}
+
+// Row t of the softmax backward: dr[j] = scale·ar[j]·(sr[j] − Σ_i ar[i]·sr[i]) for j < nw (ar is
+// 0 after the diagonal, so dr is too), then zeros up to column t + kTileRows − 1.
+inline void SoftmaxBackwardRow(float* dr, const float* ar, const float* sr, int64_t nw,
+                               int64_t zero_end, float scale) {
+  V16 acc = {};
+  int64_t j = 0;
+  for (; j + 16 <= nw; j += 16) acc += Load16(ar + j) * Load16(sr + j);
+  float dot = HSum16(acc);
+  for (; j < nw; ++j) dot += ar[j] * sr[j];
+  for (j = 0; j + 16 <= nw; j += 16)
+    Store16(dr + j, Load16(ar + j) * scale * (Load16(sr + j) - dot));
+  for (; j < nw; ++j) dr[j] = scale * ar[j] * (sr[j] - dot);
+  for (; j < zero_end; ++j) dr[j] = 0.0f;
+}
+
+// s[r·ld_s + j0 + j] = alpha·Σ_d x[r][d]·yt[d·ld_yt + j0 + j] for r < kTileRows, j < 16·NV.
 template <int NV>
 inline void ScoreTile(const float* const x[kTileRows], const float* yt, int64_t ld_yt, int64_t hs,
                       int64_t j0, float alpha, float* s, int64_t ld_s) {
@@ -46,7 +129,7 @@ inline void ScoreTile(const float* const x[kTileRows], const float* yt, int64_t 
     for (int n = 0; n < NV; ++n) Store16(s + r * ld_s + j0 + 16 * n, acc[r][n] * alpha);
 }
 
-// o[r][i] (+)= Σ_{j<nk} p[r][j]·y[j·ld_y + i] for r < 4, i < 16·NV.
+// o[r][i] (+)= Σ_{j<nk} p[r][j]·y[j·ld_y + i] for r < kTileRows, i < 16·NV.
 template <int NV>
 inline void RowTile(const float* const p[kTileRows], const float* y, int64_t ld_y, int64_t nk,
                     float* const o[kTileRows], bool accumulate) {
@@ -67,7 +150,7 @@ inline void RowTile(const float* const p[kTileRows], const float* y, int64_t ld_
   }
 }
 
-// o[c][i] += Σ_{t0≤t<t1} p[t·ld_p + col[c]]·x[t·ld_x + i] for c < 4, i < 16·NV.
+// o[c][i] += Σ_{t0≤t<t1} p[t·ld_p + col[c]]·x[t·ld_x + i] for c < kTileRows, i < 16·NV.
 template <int NV>
 inline void ColumnTile(const float* p, int64_t ld_p, const int64_t col[kTileRows], const float* x,
                        int64_t ld_x, int64_t t0, int64_t t1, float* const o[kTileRows]) {
@@ -166,19 +249,10 @@ RT_CPU_CLONES void AttentionHeadForward(const HeadView& h, float* att, float* ou
     }
     // Softmax over whole 16-column steps: the future keys' scores become −inf, so their
     // probabilities come out as exact zeros and no loop has a remainder.
-    const int64_t ncol = RoundUp16(r1), nw = std::min(ncol, t_len);
+    const int64_t ncol = RoundUp16(r1);
     ScoreRows(x, kt, tp, hs, ncol, h.scale, s, tp);
-    for (int64_t r = 0; r < nr; ++r) {
-      const int64_t t = r0 + r;
-      float* sr = s + r * tp;
-      float* ar = att + t * t_len;
-      for (int64_t j = t + 1; j < ncol; ++j) sr[j] = -__builtin_inff();
-      const float mx = MaxF32(sr, ncol);
-      for (int64_t j = 0; j < ncol; ++j) sr[j] = ExpFast(sr[j] - mx);
-      const float inv = 1.0f / SumF32(sr, ncol);
-      for (int64_t j = 0; j < nw; ++j) ar[j] = sr[j] * inv;
-      for (int64_t j = nw; j < t_len; ++j) ar[j] = 0.0f;
-    }
+    for (int64_t r = 0; r < nr; ++r)
+      SoftmaxRow(s + r * tp, r0 + r, ncol, att + (r0 + r) * t_len, t_len);
     RowTiles(p, h.v, h.ld_qkv, r1, o, hs, false, junk);
   }
 }
@@ -189,7 +263,7 @@ RT_CPU_CLONES void AttentionHeadBackward(const HeadView& h, const float* att, co
   float* vt = Scratch(4, static_cast<size_t>(hs * tp));
   float* s = Scratch(5, static_cast<size_t>(kTileRows * tp));
   // dscores[t, j] = scale·att[t, j]·(datt[t, j] − Σ_i att[t, i]·datt[t, i]) for j ≤ t, zeros in
-  // the 3 columns after the diagonal (which the 4-wide tiles read).
+  // the kTileRows − 1 columns after the diagonal (which the tiles read).
   float* ds = Scratch(6, static_cast<size_t>(t_len * t_len));
   alignas(64) float junk[kTileRows * 32] = {};
   Transpose(vt, h.v, h.ld_qkv, t_len, tp, hs);
@@ -210,17 +284,14 @@ RT_CPU_CLONES void AttentionHeadBackward(const HeadView& h, const float* att, co
     // Over whole 16-column steps too: att is 0 after the diagonal, so dscores is as well.
     for (int64_t r = 0; r < nr; ++r) {
       const int64_t t = r0 + r;
-      const float* sr = s + r * tp;
-      const float* ar = att + t * t_len;
-      float* dr = ds + t * t_len;
-      const float dot = DotF32(ar, sr, nw);
-      for (int64_t j = 0; j < nw; ++j) dr[j] = h.scale * ar[j] * (sr[j] - dot);
-      for (int64_t j = nw; j < std::min(t_len, t + kTileRows); ++j) dr[j] = 0.0f;
+      SoftmaxBackwardRow(ds + t * t_len, att + t * t_len, s + r * tp, nw,
+                         std::min(t_len, t + kTileRows), h.scale);
     }
     // dq += dscores·k.
     RowTiles(p, h.k, h.ld_qkv, r1, o, hs, true, junk);
   }
-  // dv += attᵀ·dout and dk += dscoresᵀ·q, 4 keys at a time from their first query on.
+  // dv += attᵀ·dout and dk += dscoresᵀ·q, kTileRows keys at a time from their first query
+  // on.
   for (int64_t j0 = 0; j0 < t_len; j0 += kTileRows) {
     int64_t col[kTileRows];
     float* ov[kTileRows];

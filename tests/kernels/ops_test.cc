@@ -168,6 +168,26 @@ TEST(AttentionTest, SoftmaxIsStableForHugeScores) {
   }
 }
 
+TEST(AttentionTest, TiledSoftmaxIsStableForHugeScores) {
+  // As above through the CPU's register tiles (head size 16): scores of 400·(j+1).
+  const int64_t t = 21, c = 16;
+  Vec qkv(t * 3 * c, 0.0);
+  for (int64_t i = 0; i < t; ++i) {
+    for (int64_t d = 0; d < c; ++d) {
+      qkv[i * 3 * c + d] = 10.0;                                   // q
+      qkv[i * 3 * c + c + d] = 10.0 * static_cast<double>(i + 1);  // k: later keys score higher
+      qkv[i * 3 * c + 2 * c + d] = static_cast<double>(i);         // v
+    }
+  }
+  HostTensor tq = FromVec(DType::kF32, Shape{1, t, 3 * c}, qkv);
+  HostTensor out = Make(DType::kF32, Shape{1, t, c}), att = Make(DType::kF32, Shape{1, 1, t, t});
+  ASSERT_OK(AttentionForward(out.t, att.t, tq.t, 1));
+  for (int64_t i = 0; i < t; ++i) {
+    EXPECT_NEAR(Get(out.t, i * c + 5), static_cast<double>(i), 1e-5);  // attends to the last key
+    EXPECT_NEAR(Get(att.t, i * t + i), 1.0, 1e-6);
+  }
+}
+
 TEST_P(FloatOpsTest, EmbeddingsWithVocabRange) {
   const int64_t b = 2, t = 3, c = 5, v_local = 4, vocab_start = 10;
   const Vec wte = Input(v_local * c, 12), wpe = Input(8 * c, 13);
