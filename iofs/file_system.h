@@ -109,6 +109,8 @@ class FileSystem {
   Status PutNamespace(std::span<const std::byte> bytes);
   Status Persist();                                      // REQUIRES mu_
   Status CommitSizeChange(std::unique_lock<std::mutex>& lock);  // REQUIRES lock on mu_
+  // The inode, size and chunk size of a file (FailedPrecondition for a folder). Takes mu_.
+  Status FileOf(std::string_view path, uint64_t* ino, uint64_t* size, uint32_t* chunk_size);
   Result<uint64_t> Lookup(std::string_view path) const;  // REQUIRES mu_
   Result<uint64_t> MakeParents(std::string_view path);   // REQUIRES mu_
   std::string PathOf(uint64_t ino) const;                 // REQUIRES mu_

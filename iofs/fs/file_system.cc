@@ -356,18 +356,21 @@ Status FileSystem::Seal(std::string_view path) {
   return s;
 }
 
+Status FileSystem::FileOf(std::string_view path, uint64_t* ino, uint64_t* size, uint32_t* chunk_size) {
+  std::lock_guard lock(mu_);
+  ASSIGN_OR_RETURN(*ino, Lookup(path));
+  const Inode& n = inodes_.at(*ino);
+  if (n.is_dir) return FailedPrecondition(std::string(path) + " is a folder");
+  *size = n.size;
+  *chunk_size = n.chunk_size;
+  return Status();
+}
+
 Status FileSystem::Read(std::string_view path, uint64_t offset, uint64_t length,
                         std::vector<std::byte>* out) {
   uint64_t ino = 0, size = 0;
   uint32_t cs = 0;
-  {
-    std::lock_guard lock(mu_);
-    ASSIGN_OR_RETURN(ino, Lookup(path));
-    const Inode& n = inodes_.at(ino);
-    if (n.is_dir) return FailedPrecondition(std::string(path) + " is a folder");
-    size = n.size;
-    cs = n.chunk_size;
-  }
+  RETURN_IF_ERROR(FileOf(path, &ino, &size, &cs));
   out->clear();
   if (offset >= size) return Status();
   const uint64_t end = offset + std::min(length, size - offset);
@@ -391,14 +394,7 @@ Status FileSystem::Read(std::string_view path, uint64_t offset, uint64_t length,
 Result<uint64_t> FileSystem::ReadInto(std::string_view path, uint64_t offset, std::span<std::byte> out) {
   uint64_t ino = 0, size = 0;
   uint32_t cs = 0;
-  {
-    std::lock_guard lock(mu_);
-    ASSIGN_OR_RETURN(ino, Lookup(path));
-    const Inode& n = inodes_.at(ino);
-    if (n.is_dir) return FailedPrecondition(std::string(path) + " is a folder");
-    size = n.size;
-    cs = n.chunk_size;
-  }
+  RETURN_IF_ERROR(FileOf(path, &ino, &size, &cs));
   if (offset >= size) return uint64_t{0};
   const uint64_t end = offset + std::min<uint64_t>(out.size(), size - offset);
   for (uint64_t index = offset / cs; index * cs < end; ++index) {
