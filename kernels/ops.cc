@@ -295,7 +295,7 @@ Status GeluForward(Tensor out, Tensor inp) {
   return be->gelu_forward(out, inp);
 }
 
-Status GeluBackward(Tensor dinp, Tensor inp, Tensor dout) {
+Status GeluBackward(Tensor dinp, Tensor inp, Tensor dout, bool accumulate) {
   constexpr const char* op = "GeluBackward";
   const std::initializer_list<Arg> all = {{"dinp", dinp}, {"inp", inp}, {"dout", dout}};
   RETURN_IF_ERROR(CheckDefined(op, all));
@@ -305,7 +305,7 @@ Status GeluBackward(Tensor dinp, Tensor inp, Tensor dout) {
       CheckShape(op, {"dinp", dinp}, inp.shape(), [&] { return std::string("like inp"); }));
   RETURN_IF_ERROR(
       CheckShape(op, {"dout", dout}, inp.shape(), [&] { return std::string("like inp"); }));
-  return be->gelu_backward(dinp, inp, dout);
+  return be->gelu_backward(dinp, inp, dout, accumulate);
 }
 
 namespace {

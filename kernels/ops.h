@@ -41,8 +41,9 @@ Status LayerNormBackward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout,
 
 // out = GeluTanh(inp), any shape.
 Status GeluForward(Tensor out, Tensor inp);
-// dinp += GeluTanhGrad(inp)·dout.
-Status GeluBackward(Tensor dinp, Tensor inp, Tensor dout);
+// dinp += GeluTanhGrad(inp)·dout; with accumulate = false, dinp = GeluTanhGrad(inp)·dout instead
+// (no zeroing pass needed, and dinp may then alias dout: the gradient is formed in place).
+Status GeluBackward(Tensor dinp, Tensor inp, Tensor dout, bool accumulate = true);
 
 // Causal multi-head self-attention. qkv[B,T,3C] holds q, k, v side by side (each [C] =
 // n_head heads of C/n_head); out[B,T,C]; att[B,n_head,T,T] (f32) receives the softmax

@@ -109,10 +109,10 @@ Status BlockBackward(const BlockTensors& p, const BlockTensors& g, const BlockAc
   RETURN_IF_ERROR(Zero(s.dfch_gelu));
   RETURN_IF_ERROR(
       MatmulBackward(s.dfch_gelu, g.fc_proj_w, g.fc_proj_b, dresidual, a.fch_gelu, p.fc_proj_w));
-  RETURN_IF_ERROR(Zero(s.dfch));
-  RETURN_IF_ERROR(GeluBackward(s.dfch, a.fch, s.dfch_gelu));
+  // dL/d fch is formed in place over dL/d gelu(fch) (no zeroing pass, no second buffer).
+  RETURN_IF_ERROR(GeluBackward(s.dfch_gelu, a.fch, s.dfch_gelu, /*accumulate=*/false));
   RETURN_IF_ERROR(Zero(s.dln));
-  RETURN_IF_ERROR(MatmulBackward(s.dln, g.fc_w, g.fc_b, s.dfch, a.ln_2, p.fc_w));
+  RETURN_IF_ERROR(MatmulBackward(s.dln, g.fc_w, g.fc_b, s.dfch_gelu, a.ln_2, p.fc_w));
   RETURN_IF_ERROR(LayerNormBackward(dresidual, g.ln_2_w, g.ln_2_b, s.dln, a.residual2, p.ln_2_w,
                                     a.ln_2_mean, a.ln_2_rstd));
   // Attention branch: residual2 = inp + c_proj(attention(c_attn(ln_1(inp)))).

@@ -29,7 +29,7 @@ Status LayerNormBackward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout,
                          Tensor weight, Tensor mean, Tensor rstd);
 // gelu.cc
 Status GeluForward(Tensor out, Tensor inp);
-Status GeluBackward(Tensor dinp, Tensor inp, Tensor dout);
+Status GeluBackward(Tensor dinp, Tensor inp, Tensor dout, bool accumulate);
 // attention.cc
 Status AttentionForward(Tensor out, Tensor att, Tensor qkv, int n_head);
 Status AttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor att, int n_head);

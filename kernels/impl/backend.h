@@ -33,7 +33,7 @@ struct KernelBackend {
   Status (*layernorm_backward)(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,
                                Tensor weight, Tensor mean, Tensor rstd);
   Status (*gelu_forward)(Tensor out, Tensor inp);
-  Status (*gelu_backward)(Tensor dinp, Tensor inp, Tensor dout);
+  Status (*gelu_backward)(Tensor dinp, Tensor inp, Tensor dout, bool accumulate);
   Status (*attention_forward)(Tensor out, Tensor att, Tensor qkv, int n_head);
   Status (*attention_backward)(Tensor dqkv, Tensor dout, Tensor qkv, Tensor att, int n_head);
   Status (*embedding_forward)(Tensor out, Tensor tokens, Tensor wte, int64_t vocab_start);

@@ -105,6 +105,15 @@ TEST(GradTest, GeluBackward) {
   for (int64_t i = 0; i < n; ++i) {
     EXPECT_NEAR(got[i], fd[i], kFdTol * std::max(std::fabs(fd[i]), 1e-2)) << x[i];
   }
+  // Assignment instead of accumulation, in place over dout (f32, bf16, f16): the accumulated
+  // gradient above, rounded once to the dtype.
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+    HostTensor xt = FromVec(dt, Shape{n}, x), d = FromVec(dt, Shape{n}, r);
+    HostTensor acc = FromVec(dt, Shape{n}, Vec(n, 0.0));
+    ASSERT_OK(GeluBackward(acc.t, xt.t, d.t));
+    ASSERT_OK(GeluBackward(d.t, xt.t, d.t, /*accumulate=*/false));
+    EXPECT_EQ(ToVec(d.t), ToVec(acc.t)) << DTypeName(dt);
+  }
 }
 
 void CheckAttentionGrad(int64_t b, int64_t t, int64_t c, int64_t nh, uint32_t seed) {
