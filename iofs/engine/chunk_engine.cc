@@ -20,6 +20,7 @@
 #include "base/log.h"
 #include "iofs/engine/block_crc.h"
 #include "iofs/engine/chunk_record.h"
+#include "iofs/engine/rocks_logger.h"
 #include "iofs/engine/slot_files.h"
 #include "iofs/engine/uring_executor.h"
 
@@ -171,6 +172,7 @@ Status ChunkEngineImpl::Init() {
   if (o.io_buffers < 1) return InvalidArgument("chunk engine: io_buffers must be at least 1");
   RETURN_IF_ERROR(MakeDir(o.dir));
   RETURN_IF_ERROR(MakeDir(o.dir + "/data"));
+  RETURN_IF_ERROR(MakeDir(o.dir + "/meta"));  // RocksDB logs an error when it has to make it
 
   rocksdb::Options db_options;
   db_options.create_if_missing = true;
@@ -179,6 +181,8 @@ Status ChunkEngineImpl::Init() {
   // preallocation (1.1 x write_buffer_size), which at the default 64 MiB takes a nearly full
   // disk's last space away from the chunk data.
   db_options.write_buffer_size = 4 << 20;
+  // RocksDB's messages go to our log, not to a LOG file on the (possibly full) data disk.
+  db_options.info_log = NewRocksLogger(o.dir + "/meta");
   rocksdb::Status rs = rocksdb::DB::Open(db_options, o.dir + "/meta", &db_);
   if (!rs.ok()) return RocksError(rs, "open chunk metadata " + o.dir + "/meta");
 
