@@ -19,15 +19,14 @@
 #include <cstdio>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "bench/parallel/parallel_bench.h"
 #include "comm/communicator.h"
-#include "comm/store.h"
 #include "parallel/config.h"
 #include "parallel/dist/engine.h"
 #include "parallel/dist/layout.h"
+#include "parallel/dist/local_ranks.h"
 #include "parallel/rng.h"
 
 namespace rt::dist {
@@ -46,25 +45,15 @@ Status RunLayout(const RunConfig& config, const ParallelLayout& layout,
                  Result_* out) {
   static std::atomic<int> job{0};
   const int n = layout.world();
-  std::shared_ptr<comm::Store> store = comm::NewMemoryStore();
-  const std::string name = "bench-" + std::to_string(job++);
-  std::vector<Status> status(static_cast<size_t>(n));
   std::vector<double> step_s(static_cast<size_t>(n)), busy(static_cast<size_t>(n)),
       pipeline(static_cast<size_t>(n)), exposed(static_cast<size_t>(n)),
       alone(static_cast<size_t>(n));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      const size_t i = static_cast<size_t>(r);
-      auto body = [&]() -> Status {
-        comm::CommOptions o;
-        o.store = store;
-        o.job = name;
-        o.rank = r;
-        o.size = n;
-        ASSIGN_OR_RETURN(auto world, comm::NewCpuCommunicator(EngineCommOptions(o)));
-        RETURN_IF_ERROR(world->WaitReady(Deadline::AfterMs(60'000)));
-        ASSIGN_OR_RETURN(auto engine, DistTrainer::Create(config, layout, *world, tokens));
+  std::vector<std::unique_ptr<comm::Communicator>> worlds;
+  RETURN_IF_ERROR(RunRanksAsThreads(
+      n, "bench-" + std::to_string(job++), &worlds,
+      [&](int r, comm::Communicator& world) -> Status {
+        const size_t i = static_cast<size_t>(r);
+        ASSIGN_OR_RETURN(auto engine, DistTrainer::Create(config, layout, world, tokens));
         for (int s = 0; s < warmup + steps; ++s) {
           ASSIGN_OR_RETURN(StepStats st, engine->Step());
           (void)st;
@@ -79,13 +68,8 @@ Status RunLayout(const RunConfig& config, const ParallelLayout& layout,
             alone[i] += a / steps;
           }
         }
-        return world->Barrier()->Wait(Deadline::AfterMs(60'000));
-      };
-      status[i] = body().WithContext("rank " + std::to_string(r));
-    });
-  }
-  for (std::thread& t : threads) t.join();
-  for (const Status& s : status) RETURN_IF_ERROR(s);
+        return world.Barrier()->Wait(Deadline::AfterMs(60'000));
+      }));
   double slowest = 0, bubble = 0, hidden = 0, busiest = 0;
   const double span = *std::max_element(pipeline.begin(), pipeline.end());
   for (int r = 0; r < n; ++r) {

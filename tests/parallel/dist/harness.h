@@ -11,13 +11,12 @@
 #include <map>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "comm/communicator.h"
-#include "comm/store.h"
 #include "kernels/ops.h"
 #include "parallel/dist/engine.h"
+#include "parallel/dist/local_ranks.h"
 #include "parallel/trainer.h"
 
 namespace rt::dist::testing {
@@ -40,33 +39,21 @@ struct DistRun {
 // Runs `steps` steps of `config` under `layout` with one thread per rank. Every rank's first
 // error ends up in DistRun::status (naming the rank).
 inline std::unique_ptr<DistRun> RunLayout(const RunConfig& config, const ParallelLayout& layout,
-                                      std::shared_ptr<const std::vector<uint16_t>> tokens,
-                                      int steps) {
+                                          std::shared_ptr<const std::vector<uint16_t>> tokens,
+                                          int steps) {
   static std::atomic<int> job{0};
-  const int n = layout.world();
+  const size_t n = static_cast<size_t>(layout.world());
   auto run = std::make_unique<DistRun>();
-  run->worlds.resize(static_cast<size_t>(n));
-  run->engines.resize(static_cast<size_t>(n));
-  run->losses.resize(static_cast<size_t>(n));
-  run->norms.resize(static_cast<size_t>(n));
-  run->dp_shard_stats.resize(static_cast<size_t>(n));
-  run->dp_replicate_stats.resize(static_cast<size_t>(n));
-  std::vector<Status> status(static_cast<size_t>(n));
-  std::shared_ptr<comm::Store> store = comm::NewMemoryStore();
-  const std::string job_name = "dist-test-" + std::to_string(job++);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      const size_t i = static_cast<size_t>(r);
-      auto body = [&]() -> Status {
-        comm::CommOptions o;
-        o.store = store;
-        o.job = job_name;
-        o.rank = r;
-        o.size = n;
-        ASSIGN_OR_RETURN(run->worlds[i], comm::NewCpuCommunicator(EngineCommOptions(o)));
-        RETURN_IF_ERROR(run->worlds[i]->WaitReady(Deadline::AfterMs(60'000)));
-        ASSIGN_OR_RETURN(run->engines[i], DistTrainer::Create(config, layout, *run->worlds[i], tokens));
+  run->engines.resize(n);
+  run->losses.resize(n);
+  run->norms.resize(n);
+  run->dp_shard_stats.resize(n);
+  run->dp_replicate_stats.resize(n);
+  run->status = RunRanksAsThreads(
+      layout.world(), "dist-test-" + std::to_string(job++), &run->worlds,
+      [&](int r, comm::Communicator& world) -> Status {
+        const size_t i = static_cast<size_t>(r);
+        ASSIGN_OR_RETURN(run->engines[i], DistTrainer::Create(config, layout, world, tokens));
         for (int s = 0; s < steps; ++s) {
           ASSIGN_OR_RETURN(StepStats st, run->engines[i]->Step());
           run->losses[i].push_back(st.loss);
@@ -75,14 +62,7 @@ inline std::unique_ptr<DistRun> RunLayout(const RunConfig& config, const Paralle
         run->dp_shard_stats[i] = run->engines[i]->groups().dp_shard->stats();
         run->dp_replicate_stats[i] = run->engines[i]->groups().dp_replicate->stats();
         return Status();
-      };
-      status[i] = body().WithContext("rank " + std::to_string(r));
-      if (!status[i].ok() && run->worlds[i]) run->worlds[i]->Abort();
-    });
-  }
-  for (std::thread& t : threads) t.join();
-  for (const Status& s : status)
-    if (!s.ok() && run->status.ok()) run->status = s;
+      });
   return run;
 }
 
