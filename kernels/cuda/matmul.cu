@@ -95,6 +95,8 @@ Status LtGemm(DType dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float
   }
   ASSIGN_OR_RETURN(LtContext * ctx, Context());
   const cudaDataType_t type = CudaType(dt);
+  // CUBLAS_COMPUTE_32F is full fp32 arithmetic: f32 GEMMs never run in TF32 (that would take
+  // CUBLAS_COMPUTE_32F_FAST_TF32), so they match the CPU's sgemm to fp32 rounding.
   cublasLtMatmulDesc_t desc_raw = nullptr;
   RT_LT_RETURN_IF_ERROR(cublasLtMatmulDescCreate(&desc_raw, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   std::unique_ptr<cublasLtMatmulDescOpaque_t, DescDeleter> desc(desc_raw);
@@ -152,14 +154,27 @@ Status LtGemm(DType dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float
   return Status::Ok();
 }
 
-// dbias[oc] += Σ_rows dout[n, oc]: one thread per column, rows in order (deterministic).
+// dbias[oc] += Σ_rows dout[n, oc]. Blocks of kColumnTile × kRowLanes threads: each block takes
+// kColumnTile columns (coalesced reads along a row), thread (x, y) sums rows y, y+kRowLanes, ...
+// of its column, and the kRowLanes partial sums are added in a fixed order (deterministic).
 template <typename T>
 __global__ void BiasGradKernel(T* dbias, const T* dout, int64_t n, int64_t oc) {
-  for (int64_t o = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; o < oc;
-       o += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  __shared__ float part[kRowLanes][kColumnTile + 1];
+  for (int64_t base = blockIdx.x * static_cast<int64_t>(kColumnTile); base < oc;
+       base += static_cast<int64_t>(gridDim.x) * kColumnTile) {
+    const int64_t o = base + threadIdx.x;
     float s = 0.0f;
-    for (int64_t r = 0; r < n; ++r) s += Load(dout[r * oc + o]);
-    dbias[o] = Store<T>(Load(dbias[o]) + s);
+    if (o < oc) {
+      for (int64_t r = threadIdx.y; r < n; r += kRowLanes) s += Load(dout[r * oc + o]);
+    }
+    part[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y == 0 && o < oc) {
+      float total = 0.0f;
+      for (int y = 0; y < kRowLanes; ++y) total += part[y][threadIdx.x];
+      dbias[o] = Store<T>(Load(dbias[o]) + total);
+    }
+    __syncthreads();
   }
 }
 
@@ -211,8 +226,8 @@ Status MatmulBackward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Te
   if (dbias.defined()) {
     Status s = Dispatch(dt, [&](auto tag) {
       using T = decltype(tag);
-      BiasGradKernel<T>
-          <<<Blocks(oc, 256), 256, 0, Stream()>>>(dbias.data_as<T>(), dout.data_as<T>(), n, oc);
+      BiasGradKernel<T><<<Blocks(oc, kColumnTile), dim3(kColumnTile, kRowLanes), 0, Stream()>>>(
+          dbias.data_as<T>(), dout.data_as<T>(), n, oc);
       return CudaStatus(cudaGetLastError(), "BiasGradKernel");
     });
     RETURN_IF_ERROR(s);
