@@ -132,8 +132,8 @@ Status LayerNormBackward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout,
     }
     LayerNormBackwardParamsKernel<T>
         <<<Blocks(c, kColumnTile), dim3(kColumnTile, kRowLanes), 0, Stream()>>>(
-        dweight.data_as<T>(), dbias.data_as<T>(), dout.data_as<T>(), inp.data_as<T>(),
-        mean.data_as<float>(), rstd.data_as<float>(), n, c);
+            dweight.data_as<T>(), dbias.data_as<T>(), dout.data_as<T>(), inp.data_as<T>(),
+            mean.data_as<float>(), rstd.data_as<float>(), n, c);
     return CudaStatus(cudaGetLastError(), "LayerNormBackwardParamsKernel");
   });
 }
