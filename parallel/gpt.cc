@@ -261,8 +261,8 @@ Result<double> Gpt::Forward(std::span<const int32_t> tokens, std::span<const int
   io_host_.assign(tokens.begin(), tokens.end());
   io_host_.insert(io_host_.end(), targets.begin(), targets.end());
   const auto io_len = static_cast<int64_t>(io_host_.size());
-  RETURN_IF_ERROR(Copy(Sub(acts_, io_id_, {io_len}),
-                       HostTensor(io_host_.data(), DType::kI32, {io_len})));
+  RETURN_IF_ERROR(
+      Copy(Sub(acts_, io_id_, {io_len}), HostTensor(io_host_.data(), DType::kI32, {io_len})));
   const Tensor tok = Sub(acts_, io_id_, {B, T});
   const Tensor x0 = Sub(acts_, residual_ids_[0], {B, T, C});
   RETURN_IF_ERROR(EmbeddingForward(x0, tok, p_.wte, 0));

@@ -54,9 +54,9 @@ std::unique_ptr<Trainer> MakeTrainer(const RunConfig& c, const std::string& init
 // An f32 arena's contents on the host.
 std::vector<float> HostFloats(const Arena& arena) {
   std::vector<float> v(arena.bytes() / sizeof(float));
-  RT_CHECK(Copy(Tensor(v.data(), DType::kU8, Shape{static_cast<int64_t>(arena.bytes())}),
-                arena.All())
-               .ok());
+  RT_CHECK(
+      Copy(Tensor(v.data(), DType::kU8, Shape{static_cast<int64_t>(arena.bytes())}), arena.All())
+          .ok());
   return v;
 }
 
@@ -202,7 +202,7 @@ TEST_F(CudaTrainer, Fp16SkipsAStepOnAnInjectedOverflow) {
   EXPECT_EQ(t->state().step, 3);
   EXPECT_EQ(t->state().adam_step, 2);
   EXPECT_EQ(t->state().loss_scale, 32768.0);
-  EXPECT_EQ(HostFloats(t->optimizer().master()), before);  // no update
+  EXPECT_EQ(HostFloats(t->optimizer().master()), before);   // no update
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(t->Step().ok());  // three clean steps: scale doubles
   EXPECT_EQ(t->state().loss_scale, 65536.0);
   EXPECT_EQ(t->state().adam_step, 5);
