@@ -555,4 +555,13 @@ Status Copy(Tensor dst, Tensor src) {
   return be->copy(dst, src);
 }
 
+Status Synchronize(Device device) {
+  const KernelBackend* be = BackendFor(device);
+  if (be == nullptr) {
+    return Unimplemented(std::string("Synchronize: no ") + DeviceName(device) +
+                         " backend in this build");
+  }
+  return be->synchronize();
+}
+
 }  // namespace rt

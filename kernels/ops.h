@@ -101,7 +101,13 @@ Status AdamW(Tensor param, Tensor grad, Tensor m, Tensor v, Tensor param_copy,
 // dst = src converted elementwise between f32, bf16 and f16 (round to nearest even); same numel.
 Status Convert(Tensor dst, Tensor src);
 
-// Copies src to dst (same dtype and numel), across devices if needed.
+// Copies src to dst (same dtype and numel), across devices if needed. A copy to or from host
+// memory has finished when it returns.
 Status Copy(Tensor dst, Tensor src);
+
+// Waits until every op this thread enqueued on `device` (on CUDA: on the current stream) has
+// finished, and returns the error of a failed asynchronous kernel. Nothing to wait for on the CPU.
+// Errors: Unimplemented for a device this build has no backend for; CudaError.
+Status Synchronize(Device device);
 
 }  // namespace rt

@@ -13,6 +13,24 @@ constexpr size_t kAlign = 64;
 size_t AlignUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 }  // namespace
 
+const char* DeviceName(Device device) { return device == Device::kCpu ? "cpu" : "cuda"; }
+
+Result<Device> ParseDevice(std::string_view name) {
+  if (name == "cpu") return Device::kCpu;
+  if (name == "cuda") return Device::kCuda;
+  return InvalidArgument("unknown device '" + std::string(name) + "' (expected cpu or cuda)");
+}
+
+Status CheckDeviceAvailable(Device device) {
+  const internal::KernelBackend* backend = internal::BackendFor(device);
+  if (backend == nullptr) {
+    return Unimplemented(std::string("no ") + DeviceName(device) +
+                         " backend in this build (configure with -DRINGTRAIN_CUDA=ON and the CUDA "
+                         "toolkit)");
+  }
+  return backend->available();
+}
+
 Shape::Shape(std::initializer_list<int64_t> d) {
   RT_CHECK(d.size() <= static_cast<size_t>(kMaxDims));
   for (int64_t v : d) dims[ndim++] = v;
@@ -71,8 +89,7 @@ Result<Tensor> Tensor::Flat(int64_t offset, int64_t count) const {
 }
 
 std::string Tensor::Describe() const {
-  return std::string(DTypeName(dtype_)) + shape_.ToString() +
-         (device_ == Device::kCpu ? "@cpu" : "@cuda");
+  return std::string(DTypeName(dtype_)) + shape_.ToString() + "@" + DeviceName(device_);
 }
 
 Result<Buffer> Buffer::Allocate(Device device, size_t bytes) {

@@ -7,6 +7,7 @@
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
@@ -16,6 +17,16 @@ namespace rt {
 
 // Where a tensor's memory lives.
 enum class Device : uint8_t { kCpu = 0, kCuda = 1 };
+
+// "cpu" or "cuda".
+const char* DeviceName(Device device);
+// Parses "cpu" or "cuda". Errors: InvalidArgument naming the value.
+Result<Device> ParseDevice(std::string_view name);
+// OK when tensors can be allocated and ops run on `device` here: always on the CPU; for kCuda, in
+// a build with the CUDA backend and on a machine whose CUDA runtime reports a usable device.
+// Errors: Unimplemented (no CUDA backend in this build) or Unavailable (no usable device), naming
+// why. Initialises the CUDA runtime on first call for kCuda.
+Status CheckDeviceAvailable(Device device);
 
 // Up to four dimensions, row-major (the last dimension is contiguous).
 struct Shape {

@@ -18,6 +18,8 @@ void BindRunConfig(RunConfig* c, ConfigSchema* s) {
   s->Int("train.seed", &c->train.seed, 0, INT64_MAX, "seed of initialisation and data order");
   s->Enum("train.precision", &c->train.precision, {"fp32", "bf16", "fp16"},
           "parameter and activation precision (master weights and Adam state stay fp32)");
+  s->Enum("train.device", &c->train.device, {"cpu", "cuda"},
+          "device of the model, optimizer and activations (cuda: a CUDA build and a GPU)");
   s->Bool("train.recompute", &c->train.recompute, "recompute block activations in backward");
   s->Int("train.log_every", &c->train.log_every, 1, 1 << 30,
          "plain progress line every N steps when not on a terminal");
@@ -85,6 +87,14 @@ std::string DescribeRunConfig(const RunConfig& config) {
   ConfigSchema schema;
   BindRunConfig(&copy, &schema);
   return schema.Effective();
+}
+
+Result<Device> TrainDevice(const TrainConfig& config) {
+  const std::string key = "train.device = \"" + config.device + "\"";
+  Result<Device> device = ParseDevice(config.device);
+  if (!device.ok()) return device.status().WithContext(key);
+  RETURN_IF_ERROR(CheckDeviceAvailable(*device).WithContext(key));
+  return *device;
 }
 
 }  // namespace rt

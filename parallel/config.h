@@ -8,6 +8,7 @@
 
 #include "base/config.h"
 #include "base/status.h"
+#include "kernels/tensor.h"
 
 namespace rt {
 
@@ -27,6 +28,8 @@ struct TrainConfig {
   int64_t steps = 1000;            // optimizer steps; default 1000
   int64_t seed = 1337;             // seed of initialisation and data order; default 1337
   std::string precision = "fp32";  // "fp32", "bf16" or "fp16"; default "fp32"
+  std::string device = "cpu";      // where the model, optimizer and activations live: "cpu" or
+                                   // "cuda" (the current CUDA device); default "cpu"
   bool recompute = false;          // recompute block activations in backward; default false
   int log_every = 10;  // plain-text progress line every N steps (no terminal); default 10
   double loss_scale_init = 65536;  // fp16 only: initial dynamic loss scale; default 65536 (2^16)
@@ -88,5 +91,9 @@ Result<RunConfig> LoadRunConfig(const std::string& path, const std::vector<std::
 
 // The effective config as TOML, for the log at start.
 std::string DescribeRunConfig(const RunConfig& config);
+
+// The device train.device names, checked to be usable here (kernels' CheckDeviceAvailable).
+// Errors: InvalidArgument, Unimplemented or Unavailable, naming train.device and its value.
+Result<Device> TrainDevice(const TrainConfig& config);
 
 }  // namespace rt

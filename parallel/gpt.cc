@@ -128,22 +128,24 @@ Status BlockBackward(const BlockTensors& p, const BlockTensors& g, const BlockAc
 }
 
 Result<std::unique_ptr<Gpt>> Gpt::Create(const ModelConfig& config, Precision precision,
-                                         int max_batch, bool recompute) {
+                                         int max_batch, bool recompute, Device device) {
   if (config.n_layer < 1 || config.n_embd < 1 || config.n_head < 1 || config.seq_len < 1 ||
       config.vocab_size < 1 || config.n_embd % config.n_head != 0 || max_batch < 1)
     return InvalidArgument(
         "GPT config: n_layer, n_embd, n_head, seq_len, vocab_size and the batch "
         "must be positive and n_embd divisible by n_head");
+  RETURN_IF_ERROR(CheckDeviceAvailable(device).WithContext("GPT model"));
   std::unique_ptr<Gpt> m(new Gpt());
   m->config_ = config;
   m->precision_ = precision;
   m->recompute_ = recompute;
+  m->device_ = device;
   m->max_batch_ = max_batch;
   const DType dt = ComputeDType(precision);
   AddGptTensors(config, dt, &m->params_);
   AddGptTensors(config, dt, &m->grads_);
-  RETURN_IF_ERROR(m->params_.Allocate(Device::kCpu).WithContext("GPT parameters"));
-  RETURN_IF_ERROR(m->grads_.Allocate(Device::kCpu).WithContext("GPT gradients"));
+  RETURN_IF_ERROR(m->params_.Allocate(device).WithContext("GPT parameters"));
+  RETURN_IF_ERROR(m->grads_.Allocate(device).WithContext("GPT gradients"));
   m->p_ = ViewGptTensors(config, m->params_);
   m->g_ = ViewGptTensors(config, m->grads_);
   RETURN_IF_ERROR(m->BuildActivations());
@@ -155,8 +157,7 @@ Status Gpt::BuildActivations() {
                 V = config_.vocab_size, L = config_.n_layer;
   const DType dt = ComputeDType(precision_), f32 = DType::kF32;
   Arena& a = acts_;
-  tokens_id_ = a.Add("tokens", DType::kI32, {B, T});
-  targets_id_ = a.Add("targets", DType::kI32, {B, T});
+  io_id_ = a.Add("tokens_targets", DType::kI32, {2 * B * T});
   for (int64_t l = 0; l <= L; ++l) residual_ids_.push_back(a.Add("residual", dt, {B, T, C}));
   const int64_t sets = recompute_ ? 1 : L;
   for (int64_t l = 0; l < sets; ++l) {
@@ -187,7 +188,7 @@ Status Gpt::BuildActivations() {
   dfch_id_ = a.Add("dfch", dt, {B, T, 4 * C});
   dfch_gelu_id_ = a.Add("dfch_gelu", dt, {B, T, 4 * C});
   branch_id_ = a.Add("branch", dt, {B, T, C});
-  return a.Allocate(Device::kCpu).WithContext("GPT activations");
+  return a.Allocate(device_).WithContext("GPT activations");
 }
 
 BlockActivations Gpt::Acts(int layer, int B, int T) const {
@@ -230,8 +231,7 @@ int64_t Gpt::num_params() const {
 }
 
 Status Gpt::ZeroGrads() {
-  for (int i = 0; i < grads_.size(); ++i) RETURN_IF_ERROR(Zero(grads_.Get(i)));
-  return Status();
+  return Zero(grads_.All());  // one pass over the arena (its padding is zero already)
 }
 
 Result<double> Gpt::Forward(std::span<const int32_t> tokens, std::span<const int32_t> targets,
@@ -257,8 +257,13 @@ Result<double> Gpt::Forward(std::span<const int32_t> tokens, std::span<const int
   B_ = B;
   T_ = T;
   const int64_t C = config_.n_embd;
-  const Tensor tok = Sub(acts_, tokens_id_, {B, T});
-  RETURN_IF_ERROR(Copy(tok, HostTensor(tokens.data(), DType::kI32, {B, T})));
+  // Tokens and targets go to the device side by side, in one copy.
+  io_host_.assign(tokens.begin(), tokens.end());
+  io_host_.insert(io_host_.end(), targets.begin(), targets.end());
+  const auto io_len = static_cast<int64_t>(io_host_.size());
+  RETURN_IF_ERROR(
+      Copy(Sub(acts_, io_id_, {io_len}), HostTensor(io_host_.data(), DType::kI32, {io_len})));
+  const Tensor tok = Sub(acts_, io_id_, {B, T});
   const Tensor x0 = Sub(acts_, residual_ids_[0], {B, T, C});
   RETURN_IF_ERROR(EmbeddingForward(x0, tok, p_.wte, 0));
   RETURN_IF_ERROR(PositionEmbeddingAdd(x0, p_.wpe, 0));
@@ -276,8 +281,8 @@ Result<double> Gpt::Forward(std::span<const int32_t> tokens, std::span<const int
   RETURN_IF_ERROR(MatmulForward(logits_, lnf, p_.wte, Tensor()));
   has_dlogits_ = false;
   if (targets.empty()) return 0.0;
-  const Tensor tgt = Sub(acts_, targets_id_, {B, T});
-  RETURN_IF_ERROR(Copy(tgt, HostTensor(targets.data(), DType::kI32, {B, T})));
+  ASSIGN_OR_RETURN(Tensor tgt, acts_.Get(io_id_).Flat(static_cast<int64_t>(n), n));
+  ASSIGN_OR_RETURN(tgt, tgt.Reshape({B, T}));
   const Tensor losses = Sub(acts_, losses_id_, {B, T});
   RETURN_IF_ERROR(
       SoftmaxCrossEntropy(losses, dloss != 0 ? logits_ : Tensor(), logits_, tgt, dloss));
@@ -317,7 +322,7 @@ Status Gpt::Backward() {
     }
     RETURN_IF_ERROR(BlockBackward(p_.h[l], g_.h[l], a, s, dresidual, residual(l), config_.n_head));
   }
-  const Tensor tok = Sub(acts_, tokens_id_, {B, T});
+  const Tensor tok = Sub(acts_, io_id_, {B, T});
   RETURN_IF_ERROR(EmbeddingBackward(g_.wte, dresidual, tok, 0));
   return PositionEmbeddingBackward(g_.wpe, dresidual, 0);
 }

@@ -81,15 +81,18 @@ Status BlockForward(const BlockTensors& p, const BlockActivations& a, Tensor bra
 Status BlockBackward(const BlockTensors& p, const BlockTensors& g, const BlockActivations& a,
                      const BlockGradScratch& s, Tensor dresidual, Tensor inp, int n_head);
 
-// The model: parameters, gradients and activations for up to (max_batch, seq_len). Not
-// thread-safe. Owns its arenas; views handed out live as long as the Gpt.
+// The model: parameters, gradients and activations for up to (max_batch, seq_len), all on one
+// device; tokens, targets and losses cross to and from the host in Forward. Not thread-safe (on
+// CUDA its ops go to the calling thread's current stream). Owns its arenas; views handed out live
+// as long as the Gpt.
 class Gpt {
  public:
-  // Allocates parameters, gradients and activations (zero-filled; see Initialize).
+  // Allocates parameters, gradients and activations (zero-filled; see Initialize) on `device`.
   // `recompute` keeps only each block's input and recomputes the rest in Backward.
-  // Errors: InvalidArgument for a bad config, ResourceExhausted if memory runs out.
+  // Errors: InvalidArgument for a bad config, ResourceExhausted if memory runs out, Unimplemented
+  // or Unavailable when `device` cannot be used here (CheckDeviceAvailable).
   static Result<std::unique_ptr<Gpt>> Create(const ModelConfig& config, Precision precision,
-                                             int max_batch, bool recompute);
+                                             int max_batch, bool recompute, Device device);
 
   // Fills `master` (an f32 arena of the same layout, e.g. the optimizer's master weights) with
   // DESIGN.md's initialisation from `seed`; each tensor draws from its own stream seeded by
@@ -105,13 +108,16 @@ class Gpt {
   Result<double> Forward(std::span<const int32_t> tokens, std::span<const int32_t> targets, int B,
                          int T, float dloss);
   // Accumulates the gradients of the last Forward (which must have had targets and dloss != 0)
-  // into grads().
+  // into grads(). On a device the work is only enqueued (no synchronisation).
   Status Backward();
   // Zeroes every gradient.
   Status ZeroGrads();
 
-  // Logits [B,T,V] of the last Forward (compute dtype; overwritten by dlogits when dloss != 0).
+  // Logits [B,T,V] of the last Forward (compute dtype, on device(); overwritten by dlogits when
+  // dloss != 0).
   Tensor logits() const { return logits_; }
+  // Where every tensor of the model lives.
+  Device device() const { return device_; }
 
   const ModelConfig& config() const { return config_; }
   Precision precision() const { return precision_; }
@@ -132,6 +138,7 @@ class Gpt {
   ModelConfig config_;
   Precision precision_ = Precision::kFp32;
   bool recompute_ = false;
+  Device device_ = Device::kCpu;
   int max_batch_ = 0;
   Arena params_, grads_, acts_;
   GptTensors p_, g_;
@@ -142,12 +149,13 @@ class Gpt {
   };
   std::vector<ActIds> act_ids_;
   std::vector<int> residual_ids_;  // L+1 residual streams: [0] embeddings, [l+1] block l output
-  int tokens_id_, targets_id_, ln_f_id_, ln_f_mean_id_, ln_f_rstd_id_, logits_id_, losses_id_;
+  int io_id_, ln_f_id_, ln_f_mean_id_, ln_f_rstd_id_, logits_id_, losses_id_;
   int dresidual_id_, dln_id_, datty_id_, dqkv_id_, dfch_id_, dfch_gelu_id_, branch_id_;
   // Shape of the last Forward.
   int B_ = 0, T_ = 0;
   bool has_dlogits_ = false;
   Tensor logits_;
+  std::vector<int32_t> io_host_;  // host staging of the last Forward's tokens, then targets
 };
 
 }  // namespace rt

@@ -21,14 +21,15 @@ Result<std::unique_ptr<AdamWOptimizer>> AdamWOptimizer::Create(const Gpt& model,
   opt->params_ = &model.params();
   opt->grads_ = &model.grads();
   opt->has_master_ = model.precision() != Precision::kFp32;
+  const Device device = model.device();
   if (opt->has_master_) {
     AddGptTensors(model.config(), DType::kF32, &opt->master_);
-    RETURN_IF_ERROR(opt->master_.Allocate(Device::kCpu).WithContext("AdamW master weights"));
+    RETURN_IF_ERROR(opt->master_.Allocate(device).WithContext("AdamW master weights"));
   }
   AddGptTensors(model.config(), DType::kF32, &opt->m_);
   AddGptTensors(model.config(), DType::kF32, &opt->v_);
-  RETURN_IF_ERROR(opt->m_.Allocate(Device::kCpu).WithContext("AdamW m"));
-  RETURN_IF_ERROR(opt->v_.Allocate(Device::kCpu).WithContext("AdamW v"));
+  RETURN_IF_ERROR(opt->m_.Allocate(device).WithContext("AdamW m"));
+  RETURN_IF_ERROR(opt->v_.Allocate(device).WithContext("AdamW v"));
   return opt;
 }
 
@@ -40,6 +41,14 @@ Status AdamWOptimizer::SyncParams() {
 }
 
 Result<double> AdamWOptimizer::GradSumOfSquares() const {
+  const Tensor all = grads_->All();
+  if (all.device() != Device::kCpu) {
+    // One reduction over the whole arena, so one synchronisation per step instead of one per
+    // tensor; the alignment padding between the tensors is zero and adds nothing.
+    const DType dt = grads_->Get(0).dtype();
+    const auto count = static_cast<int64_t>(grads_->bytes() / DTypeSize(dt));
+    return SumOfSquares(Tensor(all.data(), dt, Shape{count}, all.device()));
+  }
   double sum = 0;
   for (int i = 0; i < grads_->size(); ++i) {
     ASSIGN_OR_RETURN(double s, SumOfSquares(grads_->Get(i)));

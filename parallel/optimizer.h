@@ -18,8 +18,8 @@ namespace rt {
 double LearningRate(const OptimConfig& config, int64_t step, int64_t total_steps);
 
 // AdamW with decoupled weight decay on the 2-D weights only. Owns the master (only when the
-// parameters are not fp32; otherwise the parameters are their own master), m and v arenas.
-// Not thread-safe.
+// parameters are not fp32; otherwise the parameters are their own master), m and v arenas, on
+// the model's device. Not thread-safe.
 class AdamWOptimizer {
  public:
   // Allocates state for `model`'s parameter layout. Errors: ResourceExhausted.
@@ -35,11 +35,12 @@ class AdamWOptimizer {
   Status SyncParams();
 
   // Sum of squares of all gradients (as stored, i.e. still multiplied by any loss scale); +inf
-  // or NaN when a gradient is not finite.
+  // or NaN when a gradient is not finite. Waits for the device (the host needs the value).
   Result<double> GradSumOfSquares() const;
 
   // Applies one update to every parameter: gradients are multiplied by `grad_scale` (clipping
-  // and 1/loss scale) first; `step` is the 1-based update count for the bias corrections.
+  // and 1/loss scale) first; `step` is the 1-based update count for the bias corrections. On a
+  // device the update is only enqueued.
   Status Update(double lr, float grad_scale, int64_t step);
 
  private:

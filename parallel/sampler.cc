@@ -16,6 +16,9 @@ Result<std::vector<int32_t>> SampleTokens(Gpt& model, std::span<const int32_t> p
   std::vector<int32_t> context(prompt.begin(), prompt.end());
   std::vector<int32_t> generated;
   std::vector<float> logits(static_cast<size_t>(V));
+  // The last row's logits come to the host in the model's dtype, then convert to f32 there.
+  const DType dt = ComputeDType(model.precision());
+  std::vector<std::byte> row(static_cast<size_t>(V) * DTypeSize(dt));
   std::vector<int32_t> order(static_cast<size_t>(V));
   Rng rng(options.seed);
   for (int i = 0; i < options.tokens; ++i) {
@@ -23,7 +26,9 @@ Result<std::vector<int32_t>> SampleTokens(Gpt& model, std::span<const int32_t> p
     std::span<const int32_t> window(context.data() + context.size() - T, T);
     RETURN_IF_ERROR(model.Forward(window, {}, 1, T, 0.0f).status());
     ASSIGN_OR_RETURN(Tensor last, model.logits().Rows(T - 1, 1));
-    RETURN_IF_ERROR(Convert(Tensor(logits.data(), DType::kF32, {1, V}, Device::kCpu), last));
+    const Tensor host_row(row.data(), dt, {1, V}, Device::kCpu);
+    RETURN_IF_ERROR(Copy(host_row, last));
+    RETURN_IF_ERROR(Convert(Tensor(logits.data(), DType::kF32, {1, V}, Device::kCpu), host_row));
     int32_t next;
     if (options.temperature <= 0) {
       next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());

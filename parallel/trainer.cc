@@ -43,7 +43,9 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(
   t->config_ = config;
   ASSIGN_OR_RETURN(Precision precision, ParsePrecision(config.train.precision));
   const int rows = config.train.batch_size / config.train.micro_batches;
-  ASSIGN_OR_RETURN(t->model_, Gpt::Create(config.model, precision, rows, config.train.recompute));
+  ASSIGN_OR_RETURN(Device device, TrainDevice(config.train));
+  ASSIGN_OR_RETURN(t->model_,
+                   Gpt::Create(config.model, precision, rows, config.train.recompute, device));
   ASSIGN_OR_RETURN(t->optimizer_, AdamWOptimizer::Create(*t->model_, config.optim));
   if (init_from.empty()) {
     RETURN_IF_ERROR(Gpt::InitializeWeights(config.model, static_cast<uint64_t>(config.train.seed),

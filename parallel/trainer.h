@@ -42,12 +42,14 @@ struct StepStats {
   int64_t tokens = 0;     // tokens processed (B·T)
 };
 
-// Owns the model, optimizer and loader. Not thread-safe.
+// Owns the model, optimizer and loader. Not thread-safe. On a device, a step waits for the device
+// only at the host's copies: each micro-batch's tokens in and loss out, and the gradient norm.
 class Trainer {
  public:
-  // Builds the model for `config` and initialises its weights from train.seed, or, when
-  // `init_from` is non-empty, from that safetensors file. `train_tokens` is the training stream.
-  // Errors: those of config validation, allocation, the loader and ImportWeights.
+  // Builds the model for `config` on train.device and initialises its weights from train.seed,
+  // or, when `init_from` is non-empty, from that safetensors file. `train_tokens` is the training
+  // stream. Errors: those of config validation, allocation, the loader and ImportWeights;
+  // Unimplemented or Unavailable naming train.device when that device cannot be used here.
   static Result<std::unique_ptr<Trainer>> Create(
       const RunConfig& config, std::shared_ptr<const std::vector<uint16_t>> train_tokens,
       const std::string& init_from);

@@ -4,8 +4,9 @@
 Pre-LN blocks with a fused qkv Linear, causal attention scaled by 1/sqrt(C/H), GELU (tanh), MLP
 C->4C->C, final LayerNorm, logits through the tied wte; LayerNorm eps 1e-5; init normal(0, 0.02),
 output projections normal(0, 0.02/sqrt(2L)); AdamW (betas 0.9/0.95, eps 1e-8, weight decay 0.1
-on 2-D weights only), global-norm clipping at 1.0, fp32, random tokens. Prints one JSON line.
-Run with Debian's python3-torch: /usr/bin/python3 train_step_torch.py --config s --threads 1
+on 2-D weights only), global-norm clipping at 1.0, fp32 (no TF32 on CUDA), random tokens.
+Prints one JSON line. Run with Debian's python3-torch: /usr/bin/python3 train_step_torch.py
+--config s --threads 1; on a GPU (a CUDA build of torch) add --device cuda.
 """
 import argparse
 import json
@@ -63,7 +64,7 @@ class Gpt(nn.Module):
 
     def forward(self, idx, targets):
         B, T = idx.shape
-        x = self.wte(idx) + self.wpe(torch.arange(T))
+        x = self.wte(idx) + self.wpe(torch.arange(T, device=idx.device))
         for block in self.h:
             x = block(x)
         logits = self.ln_f(x) @ self.wte.weight.t()
@@ -76,6 +77,7 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     args = ap.parse_args()
     path = Path(args.config)
     if not path.exists():
@@ -87,14 +89,22 @@ def main():
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(1337)
-    model = Gpt(L, C, H, T, V)
+    # fp32 means fp32 on the GPU too, as in ringtrain's cuBLASLt calls (CUBLAS_COMPUTE_32F).
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    device = torch.device(args.device)
+    model = Gpt(L, C, H, T, V).to(device)
     decay = [p for p in model.parameters() if p.dim() == 2]
     no_decay = [p for p in model.parameters() if p.dim() != 2]
     optimizer = torch.optim.AdamW(
         [{"params": decay, "weight_decay": opt.get("weight_decay", 0.1)},
          {"params": no_decay, "weight_decay": 0.0}],
         lr=opt.get("lr", 1e-3), betas=(0.9, 0.95), eps=1e-8)
-    data = torch.randint(0, V, (args.warmup + args.steps, B, T + 1))
+    data = torch.randint(0, V, (args.warmup + args.steps, B, T + 1)).to(device)
+
+    def wait():  # the step's optimizer kernels are only enqueued on a GPU
+        if device.type == "cuda":
+            torch.cuda.synchronize()
 
     def step(i):
         x, y = data[i, :, :-1], data[i, :, 1:]
@@ -107,10 +117,12 @@ def main():
 
     for i in range(args.warmup):
         step(i)
+    wait()
     times = []
     for i in range(args.warmup, args.warmup + args.steps):
         start = time.perf_counter()
         loss = step(i)
+        wait()
         times.append(time.perf_counter() - start)
     seconds = statistics.median(times)  # as ringtrain: a busy machine's spikes stay out
     n_params = sum(p.numel() for p in model.parameters()) - T * C
@@ -118,6 +130,7 @@ def main():
     tokens_per_s = B * T / seconds
     print(json.dumps({
         "impl": "pytorch", "torch": torch.__version__, "config": args.config,
+        "device": args.device,
         "threads": args.threads, "tokens_per_s": tokens_per_s,
         "gflops": tokens_per_s * flops_per_token / 1e9, "last_loss": loss,
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0}))

@@ -12,6 +12,9 @@
 
 namespace rt::cpu {
 
+// The machine (memory.cc): always available; ops finish on return, nothing to wait for.
+Status Available();
+Status Synchronize();
 // Storage (memory.cc): 64-byte aligned zero-filled allocation, free, and memcpy.
 Result<void*> Allocate(size_t bytes);
 void Free(void* p);

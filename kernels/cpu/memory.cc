@@ -9,6 +9,10 @@
 
 namespace rt::cpu {
 
+Status Available() { return Status::Ok(); }
+
+Status Synchronize() { return Status::Ok(); }
+
 Result<void*> Allocate(size_t bytes) {
   const size_t rounded = (bytes + 63) / 64 * 64;
   void* p = std::aligned_alloc(64, rounded);

@@ -20,7 +20,8 @@ Status BlasStatus(cublasStatus_t s, const char* what,
                       where);
 }
 
-// The calling thread's cuBLAS handle, created on first use.
+// The calling thread's cuBLAS handle, created on first use. Its default math mode
+// (CUBLAS_DEFAULT_MATH) keeps SGEMM in full fp32: TF32 only with CUBLAS_TF32_TENSOR_OP_MATH.
 struct BlasContext {
   cublasHandle_t handle = nullptr;
   ~BlasContext() {

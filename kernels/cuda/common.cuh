@@ -42,6 +42,11 @@ inline unsigned Blocks(int64_t n, int threads) {
   return static_cast<unsigned>(b);
 }
 
+// Column reductions over the rows of a matrix (bias and LayerNorm parameter gradients) run in
+// blocks of kColumnTile columns × kRowLanes row lanes.
+constexpr int kColumnTile = 32;
+constexpr int kRowLanes = 32;
+
 __device__ __forceinline__ float WarpSum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;

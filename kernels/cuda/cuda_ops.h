@@ -12,6 +12,9 @@
 
 namespace rt::cuda {
 
+// stream.cu: a usable device (Unavailable naming why not); waiting for the current stream.
+Status Available();
+Status Synchronize();
 // memory.cu: cudaMalloc'ed zero-filled memory, cudaFree, and copies in any direction.
 Result<void*> Allocate(size_t bytes);
 void Free(void* p);

@@ -1,5 +1,5 @@
 // LayerNorm on CUDA (after llm.c's layernorm.cuh): one warp per row, fp32 statistics; the
-// parameter gradients by one thread per channel over the rows (deterministic, no atomics).
+// parameter gradients by a column reduction over the rows (deterministic, no atomics).
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_ops.h"
 
@@ -62,21 +62,39 @@ __global__ void LayerNormBackwardInputKernel(T* dinp, const T* dout, const T* in
   }
 }
 
-// dweight[i] += Σ_rows norm·dout; dbias[i] += Σ_rows dout; one thread per channel.
+// dweight[i] += Σ_rows norm·dout; dbias[i] += Σ_rows dout. Blocks of kColumnTile channels ×
+// kRowLanes row lanes: thread (x, y) sums rows y, y+kRowLanes, ... of its channel; the partial
+// sums are added in a fixed order (deterministic, no atomics).
 template <typename T>
 __global__ void LayerNormBackwardParamsKernel(T* dweight, T* dbias, const T* dout, const T* inp,
                                               const float* mean, const float* rstd, int64_t n,
                                               int64_t c) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < c;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  __shared__ float part_w[kRowLanes][kColumnTile + 1];
+  __shared__ float part_b[kRowLanes][kColumnTile + 1];
+  for (int64_t base = blockIdx.x * static_cast<int64_t>(kColumnTile); base < c;
+       base += static_cast<int64_t>(gridDim.x) * kColumnTile) {
+    const int64_t i = base + threadIdx.x;
     float dw = 0.0f, db = 0.0f;
-    for (int64_t r = 0; r < n; ++r) {
-      const float g = Load(dout[r * c + i]);
-      db += g;
-      dw += (Load(inp[r * c + i]) - mean[r]) * rstd[r] * g;
+    if (i < c) {
+      for (int64_t r = threadIdx.y; r < n; r += kRowLanes) {
+        const float g = Load(dout[r * c + i]);
+        db += g;
+        dw += (Load(inp[r * c + i]) - mean[r]) * rstd[r] * g;
+      }
     }
-    dweight[i] = Store<T>(Load(dweight[i]) + dw);
-    dbias[i] = Store<T>(Load(dbias[i]) + db);
+    part_w[threadIdx.y][threadIdx.x] = dw;
+    part_b[threadIdx.y][threadIdx.x] = db;
+    __syncthreads();
+    if (threadIdx.y == 0 && i < c) {
+      float sw = 0.0f, sb = 0.0f;
+      for (int y = 0; y < kRowLanes; ++y) {
+        sw += part_w[y][threadIdx.x];
+        sb += part_b[y][threadIdx.x];
+      }
+      dweight[i] = Store<T>(Load(dweight[i]) + sw);
+      dbias[i] = Store<T>(Load(dbias[i]) + sb);
+    }
+    __syncthreads();
   }
 }
 
@@ -112,9 +130,10 @@ Status LayerNormBackward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout,
           mean.data_as<float>(), rstd.data_as<float>(), n, c);
       RT_CUDA_RETURN_IF_LAUNCH_ERROR("LayerNormBackwardInputKernel");
     }
-    LayerNormBackwardParamsKernel<T><<<Blocks(c, kThreads), kThreads, 0, Stream()>>>(
-        dweight.data_as<T>(), dbias.data_as<T>(), dout.data_as<T>(), inp.data_as<T>(),
-        mean.data_as<float>(), rstd.data_as<float>(), n, c);
+    LayerNormBackwardParamsKernel<T>
+        <<<Blocks(c, kColumnTile), dim3(kColumnTile, kRowLanes), 0, Stream()>>>(
+            dweight.data_as<T>(), dbias.data_as<T>(), dout.data_as<T>(), inp.data_as<T>(),
+            mean.data_as<float>(), rstd.data_as<float>(), n, c);
     return CudaStatus(cudaGetLastError(), "LayerNormBackwardParamsKernel");
   });
 }

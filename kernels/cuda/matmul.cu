@@ -2,8 +2,10 @@
 // the bias added by the matmul epilogue; the bias gradient by a column-sum kernel.
 #include <cublasLt.h>
 
+#include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_ops.h"
@@ -22,10 +24,26 @@ Status LtStatus(cublasStatus_t s, const char* what,
 
 constexpr size_t kWorkspaceBytes = 32u << 20;
 
-// The calling thread's cuBLASLt handle and workspace, created on first use.
+// What decides cuBLASLt's choice of algorithm for one GEMM: dtype, transposes, sizes, leading
+// dimensions, bias epilogue and the operands' alignments.
+struct AlgoKey {
+  DType dtype;
+  bool ta, tb, bias;
+  int64_t m, n, k, lda, ldb, ldc;
+  uint32_t align_a, align_b, align_c, align_bias;
+  bool operator<(const AlgoKey& o) const {
+    return std::tie(dtype, ta, tb, bias, m, n, k, lda, ldb, ldc, align_a, align_b, align_c,
+                    align_bias) < std::tie(o.dtype, o.ta, o.tb, o.bias, o.m, o.n, o.k, o.lda, o.ldb,
+                                           o.ldc, o.align_a, o.align_b, o.align_c, o.align_bias);
+  }
+};
+
+// The calling thread's cuBLASLt handle and workspace, created on first use, and the algorithm
+// the heuristic chose for each GEMM seen (asking it again costs more than a small GEMM).
 struct LtContext {
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;
+  std::map<AlgoKey, cublasLtMatmulAlgo_t> algos;
   ~LtContext() {
     if (workspace) cudaFree(workspace);
     if (handle) cublasLtDestroy(handle);
@@ -79,6 +97,40 @@ uint32_t Alignment(const void* p) {
   return align;
 }
 
+// Sets *algo to cuBLASLt's first choice for the GEMM `desc` over layouts la, lb, lc with the
+// alignments of `key` and at most kWorkspaceBytes of workspace. (An out-parameter: a Result of
+// the unnamed struct cublasLtMatmulAlgo_t trips an internal error of nvcc 13.0's front end.)
+Status ChooseAlgo(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t la,
+                  cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t lc, const AlgoKey& key,
+                  cublasLtMatmulAlgo_t* algo) {
+  cublasLtMatmulPreference_t pref_raw = nullptr;
+  RT_LT_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&pref_raw));
+  std::unique_ptr<cublasLtMatmulPreferenceOpaque_t, DescDeleter> pref(pref_raw);
+  const size_t ws = kWorkspaceBytes;
+  RT_LT_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
+      pref.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  RT_LT_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
+      pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &key.align_a, sizeof(key.align_a)));
+  RT_LT_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
+      pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &key.align_b, sizeof(key.align_b)));
+  RT_LT_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
+      pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &key.align_c, sizeof(key.align_c)));
+  RT_LT_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
+      pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &key.align_c, sizeof(key.align_c)));
+  cublasLtMatmulHeuristicResult_t heuristic{};
+  int found = 0;
+  RT_LT_RETURN_IF_ERROR(cublasLtMatmulAlgoGetHeuristic(handle, desc, la, lb, lc, lc, pref.get(), 1,
+                                                       &heuristic, &found));
+  if (found == 0) {
+    return ForeignError(
+        StatusCode::kCublasError,
+        "cublasLtMatmulAlgoGetHeuristic: no algorithm for m=" + std::to_string(key.m) +
+            " n=" + std::to_string(key.n) + " k=" + std::to_string(key.k));
+  }
+  *algo = heuristic.algo;
+  return Status::Ok();
+}
+
 // Row-major C[m,n] = alpha·op(A)·op(B) + beta·C (+ bias[n] per row when bias is set), as the
 // column-major product Cᵀ = op(B)ᵀ·op(A)ᵀ.
 Status LtGemm(DType dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
@@ -95,6 +147,8 @@ Status LtGemm(DType dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float
   }
   ASSIGN_OR_RETURN(LtContext * ctx, Context());
   const cudaDataType_t type = CudaType(dt);
+  // CUBLAS_COMPUTE_32F is full fp32 arithmetic: f32 GEMMs never run in TF32 (that would take
+  // CUBLAS_COMPUTE_32F_FAST_TF32), so they match the CPU's sgemm to fp32 rounding.
   cublasLtMatmulDesc_t desc_raw = nullptr;
   RT_LT_RETURN_IF_ERROR(cublasLtMatmulDescCreate(&desc_raw, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   std::unique_ptr<cublasLtMatmulDescOpaque_t, DescDeleter> desc(desc_raw);
@@ -121,45 +175,45 @@ Status LtGemm(DType dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float
   std::unique_ptr<cublasLtMatrixLayoutOpaque_t, DescDeleter> lb_owner(lb);
   RT_LT_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&lc, type, n, m, ldc));
   std::unique_ptr<cublasLtMatrixLayoutOpaque_t, DescDeleter> lc_owner(lc);
-  cublasLtMatmulPreference_t pref_raw = nullptr;
-  RT_LT_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&pref_raw));
-  std::unique_ptr<cublasLtMatmulPreferenceOpaque_t, DescDeleter> pref(pref_raw);
-  const size_t ws = kWorkspaceBytes;
-  RT_LT_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
-      pref.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
   // cuBLASLt assumes 256-byte aligned operands unless told otherwise; views into an arena (or
   // Rows()/Flat() views) are less aligned, so state the real alignment of each pointer.
   const uint32_t align_a = Alignment(b), align_b = Alignment(a), align_c = Alignment(c);
-  RT_LT_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
-      pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof(align_a)));
-  RT_LT_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
-      pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof(align_b)));
-  RT_LT_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
-      pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c, sizeof(align_c)));
-  RT_LT_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
-      pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c, sizeof(align_c)));
-  cublasLtMatmulHeuristicResult_t heuristic{};
-  int found = 0;
-  RT_LT_RETURN_IF_ERROR(cublasLtMatmulAlgoGetHeuristic(ctx->handle, desc.get(), la, lb, lc, lc,
-                                                       pref.get(), 1, &heuristic, &found));
-  if (found == 0) {
-    return ForeignError(StatusCode::kCublasError,
-                        "cublasLtMatmulAlgoGetHeuristic: no algorithm for m=" + std::to_string(m) +
-                            " n=" + std::to_string(n) + " k=" + std::to_string(k));
+  const AlgoKey key{
+      dt,  ta,  tb,  bias != nullptr, m,       n,       k,
+      lda, ldb, ldc, align_a,         align_b, align_c, bias != nullptr ? Alignment(bias) : 0u};
+  const size_t ws = kWorkspaceBytes;
+  auto cached = ctx->algos.find(key);
+  if (cached == ctx->algos.end()) {
+    cublasLtMatmulAlgo_t algo;
+    RETURN_IF_ERROR(ChooseAlgo(ctx->handle, desc.get(), la, lb, lc, key, &algo));
+    cached = ctx->algos.emplace(key, algo).first;
   }
   RT_LT_RETURN_IF_ERROR(cublasLtMatmul(ctx->handle, desc.get(), &alpha, b, la, a, lb, &beta, c, lc,
-                                       c, lc, &heuristic.algo, ctx->workspace, ws, Stream()));
+                                       c, lc, &cached->second, ctx->workspace, ws, Stream()));
   return Status::Ok();
 }
 
-// dbias[oc] += Σ_rows dout[n, oc]: one thread per column, rows in order (deterministic).
+// dbias[oc] += Σ_rows dout[n, oc]. Blocks of kColumnTile × kRowLanes threads: each block takes
+// kColumnTile columns (coalesced reads along a row), thread (x, y) sums rows y, y+kRowLanes, ...
+// of its column, and the kRowLanes partial sums are added in a fixed order (deterministic).
 template <typename T>
 __global__ void BiasGradKernel(T* dbias, const T* dout, int64_t n, int64_t oc) {
-  for (int64_t o = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; o < oc;
-       o += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  __shared__ float part[kRowLanes][kColumnTile + 1];
+  for (int64_t base = blockIdx.x * static_cast<int64_t>(kColumnTile); base < oc;
+       base += static_cast<int64_t>(gridDim.x) * kColumnTile) {
+    const int64_t o = base + threadIdx.x;
     float s = 0.0f;
-    for (int64_t r = 0; r < n; ++r) s += Load(dout[r * oc + o]);
-    dbias[o] = Store<T>(Load(dbias[o]) + s);
+    if (o < oc) {
+      for (int64_t r = threadIdx.y; r < n; r += kRowLanes) s += Load(dout[r * oc + o]);
+    }
+    part[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y == 0 && o < oc) {
+      float total = 0.0f;
+      for (int y = 0; y < kRowLanes; ++y) total += part[y][threadIdx.x];
+      dbias[o] = Store<T>(Load(dbias[o]) + total);
+    }
+    __syncthreads();
   }
 }
 
@@ -211,8 +265,8 @@ Status MatmulBackward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Te
   if (dbias.defined()) {
     Status s = Dispatch(dt, [&](auto tag) {
       using T = decltype(tag);
-      BiasGradKernel<T>
-          <<<Blocks(oc, 256), 256, 0, Stream()>>>(dbias.data_as<T>(), dout.data_as<T>(), n, oc);
+      BiasGradKernel<T><<<Blocks(oc, kColumnTile), dim3(kColumnTile, kRowLanes), 0, Stream()>>>(
+          dbias.data_as<T>(), dout.data_as<T>(), n, oc);
       return CudaStatus(cudaGetLastError(), "BiasGradKernel");
     });
     RETURN_IF_ERROR(s);

@@ -1,5 +1,8 @@
-// The per-thread current stream (kernels/cuda/stream.h).
+// The per-thread current stream (kernels/cuda/stream.h) and the backend's availability.
+#include <string>
+
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/stream.h"
 
 namespace rt {
@@ -16,13 +19,24 @@ Status SynchronizeCurrentStream() {
   return cuda::CudaStatus(cudaStreamSynchronize(current_stream), "cudaStreamSynchronize");
 }
 
-bool CudaDeviceAvailable() {
+bool CudaDeviceAvailable() { return cuda::Available().ok(); }
+
+namespace cuda {
+
+Status Available() {
   int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+  const cudaError_t err = cudaGetDeviceCount(&n);
+  if (err != cudaSuccess) {
     (void)cudaGetLastError();  // clear the sticky "no device" error
-    return false;
+    return Unavailable(std::string("no usable CUDA device: cudaGetDeviceCount: ") +
+                       cudaGetErrorString(err));
   }
-  return n > 0;
+  if (n == 0) return Unavailable("no usable CUDA device: the CUDA runtime reports 0 devices");
+  return Status::Ok();
 }
+
+Status Synchronize() { return SynchronizeCurrentStream(); }
+
+}  // namespace cuda
 
 }  // namespace rt

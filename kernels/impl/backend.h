@@ -18,6 +18,11 @@ namespace rt::internal {
 struct KernelBackend {
   const char* name;  // "cpu", "cuda"
 
+  // OK when this backend can run on this machine; otherwise Unavailable naming why.
+  Status (*available)();
+  // Waits until the ops this thread enqueued have finished (the CPU's ops finish on return).
+  Status (*synchronize)();
+
   // Zero-filled memory of `bytes` bytes (64-byte aligned on the CPU); freed with `free`.
   Result<void*> (*allocate)(size_t bytes);
   void (*free)(void* p);

@@ -12,7 +12,8 @@ namespace {
 
 #define RT_BACKEND_TABLE(ns, label)                                                                \
   KernelBackend {                                                                                  \
-    .name = label, .allocate = ns::Allocate, .free = ns::Free, .copy = ns::Copy, .gemm = ns::Gemm, \
+    .name = label, .available = ns::Available, .synchronize = ns::Synchronize,                     \
+    .allocate = ns::Allocate, .free = ns::Free, .copy = ns::Copy, .gemm = ns::Gemm,                \
     .matmul_forward = ns::MatmulForward, .matmul_backward = ns::MatmulBackward,                    \
     .layernorm_forward = ns::LayerNormForward, .layernorm_backward = ns::LayerNormBackward,        \
     .gelu_forward = ns::GeluForward, .gelu_backward = ns::GeluBackward,                            \

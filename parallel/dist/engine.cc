@@ -62,6 +62,9 @@ Result<std::unique_ptr<DistTrainer>> DistTrainer::Create(
                            std::to_string(config.train.micro_batches) +
                            ") must be a multiple of pp (" + std::to_string(layout.pp) + ")");
   ASSIGN_OR_RETURN(const Precision precision, ParsePrecision(config.train.precision));
+  if (config.train.device != "cpu")
+    return Unimplemented("train.device = \"" + config.train.device +
+                         "\": the parallel engine (--layout) runs on the CPU only");
   const int dp = layout.dp(), micro = config.train.micro_batches;
   if (config.train.batch_size % (dp * micro) != 0)
     return InvalidArgument("train.batch_size (" + std::to_string(config.train.batch_size) +

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <vector>
 
+#include "kernels/tensor.h"
 #include "parallel/data_prepare.h"
 #include "parallel/safetensors.h"
 #include "parallel/token_shard.h"
@@ -103,6 +104,13 @@ TEST_F(CliTest, BadConfigKeys) {
               "train.bach_size");
   ExpectError(Ringtrain("train --config " + config_ + " --set train.steps=\\\"ten\\\""),
               "train.steps");
+  ExpectError(Ringtrain("train --config " + config_ + " --set train.device=\\\"tpu\\\""),
+              "train.device");
+  if (!CheckDeviceAvailable(Device::kCuda).ok()) {  // no CUDA build or no GPU: named, no fallback
+    ExpectError(Ringtrain("train --config " + config_ + " --set train.device=\\\"cuda\\\""),
+                "train.device");
+    ExpectError(Ringtrain("sample --weights x.safetensors --prompt hi --device cuda"), "--device");
+  }
   std::ofstream(d + "/missing.toml") << "[model]\nn_layer = 2\nn_embd = 32\nn_head = 2\n";
   ExpectError(Ringtrain("train --config " + d + "/missing.toml"), "model.seq_len");
   ExpectError(Ringtrain("train --config " + d + "/nope.toml"), "nope.toml");

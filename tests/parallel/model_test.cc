@@ -17,7 +17,7 @@ using testing::TinyConfig;
 
 // A tiny fp32 model with initialised weights (its parameter arena is the master).
 std::unique_ptr<Gpt> TinyModel(int max_batch, bool recompute, uint64_t seed = 1) {
-  auto m = Gpt::Create(TinyConfig().model, Precision::kFp32, max_batch, recompute);
+  auto m = Gpt::Create(TinyConfig().model, Precision::kFp32, max_batch, recompute, Device::kCpu);
   RT_CHECK(m.ok());
   RT_CHECK(Gpt::InitializeWeights((*m)->config(), seed, (*m)->params()).ok());
   return std::move(*m);

@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "bench/comm/comm_bench.h"
 #include "bench/kernels/kernels_bench.h"
@@ -39,38 +40,44 @@ std::string ResolveConfig(const std::string& name) {
   return std::string(RINGTRAIN_SOURCE_DIR) + "/configs/" + name + ".toml";
 }
 
-// Square f32 GEMMs (OpenBLAS sgemm on the CPU) timed one at a time, so the measurements can be
-// interleaved with the training steps and see the same machine load.
+// Square f32 GEMMs on the training device (OpenBLAS sgemm on the CPU, cuBLASLt on CUDA) timed
+// one at a time, so the measurements can be interleaved with the training steps and see the same
+// machine load.
 class SgemmProbe {
  public:
-  static Result<SgemmProbe> Create(int n) {
+  static Result<SgemmProbe> Create(int n, Device device) {
     SgemmProbe p;
     p.n_ = n;
+    p.device_ = device;
     const size_t bytes = static_cast<size_t>(n) * n * sizeof(float);
-    ASSIGN_OR_RETURN(p.a_, Buffer::Allocate(Device::kCpu, bytes));
-    ASSIGN_OR_RETURN(p.b_, Buffer::Allocate(Device::kCpu, bytes));
-    ASSIGN_OR_RETURN(p.c_, Buffer::Allocate(Device::kCpu, bytes));
+    ASSIGN_OR_RETURN(p.a_, Buffer::Allocate(device, bytes));
+    ASSIGN_OR_RETURN(p.b_, Buffer::Allocate(device, bytes));
+    ASSIGN_OR_RETURN(p.c_, Buffer::Allocate(device, bytes));
     Rng rng(1);
-    float* pa = static_cast<float*>(p.a_.data());
-    float* pb = static_cast<float*>(p.b_.data());
-    for (int64_t i = 0; i < static_cast<int64_t>(n) * n; ++i) {
-      pa[i] = static_cast<float>(rng.Uniform() - 0.5);
-      pb[i] = static_cast<float>(rng.Uniform() - 0.5);
+    std::vector<float> a(static_cast<size_t>(n) * n), b(a.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      a[i] = static_cast<float>(rng.Uniform() - 0.5);
+      b[i] = static_cast<float>(rng.Uniform() - 0.5);
     }
+    const Shape s{n, n};
+    RETURN_IF_ERROR(Copy(p.a_.View(DType::kF32, s), Tensor(a.data(), DType::kF32, s)));
+    RETURN_IF_ERROR(Copy(p.b_.View(DType::kF32, s), Tensor(b.data(), DType::kF32, s)));
     return p;
   }
-  // GFLOP/s of one n×n×n GEMM.
+  // GFLOP/s of one n×n×n GEMM (waiting for the device to finish it).
   Result<double> Measure() {
     const Shape s{n_, n_};
     const auto start = Clock::now();
     RETURN_IF_ERROR(Gemm(c_.View(DType::kF32, s), a_.View(DType::kF32, s), b_.View(DType::kF32, s),
                          false, true, 1.0f, 0.0f));
+    RETURN_IF_ERROR(Synchronize(device_));
     const double sec = std::chrono::duration<double>(Clock::now() - start).count();
     return 2.0 * n_ * n_ * static_cast<double>(n_) / sec / 1e9;
   }
 
  private:
   int n_ = 0;
+  Device device_ = Device::kCpu;
   Buffer a_, b_, c_;
 };
 
@@ -90,8 +97,10 @@ Status RunBenchStep(const BenchStepOptions& opt) {
   Rng rng(7);
   for (auto& t : *tokens) t = static_cast<uint16_t>(rng.Below(config.model.vocab_size));
   ASSIGN_OR_RETURN(auto trainer, Trainer::Create(config, tokens, ""));
-  ASSIGN_OR_RETURN(SgemmProbe probe, SgemmProbe::Create(opt.gemm_size));
+  const Device device = trainer->model().device();
+  ASSIGN_OR_RETURN(SgemmProbe probe, SgemmProbe::Create(opt.gemm_size, device));
   for (int i = 0; i < opt.warmup; ++i) RETURN_IF_ERROR(trainer->Step().status());
+  RETURN_IF_ERROR(Synchronize(device));
   RETURN_IF_ERROR(probe.Measure().status());
   // Steps and sgemm probes alternate; medians keep a busy machine's spikes out of both figures.
   std::vector<double> step_seconds, sgemm_gflops;
@@ -99,6 +108,7 @@ Status RunBenchStep(const BenchStepOptions& opt) {
   for (int i = 0; i < opt.steps; ++i) {
     const auto start = Clock::now();
     ASSIGN_OR_RETURN(StepStats s, trainer->Step());
+    RETURN_IF_ERROR(Synchronize(device));  // the step's last updates are only enqueued
     step_seconds.push_back(std::chrono::duration<double>(Clock::now() - start).count());
     last_loss = s.loss;
     ASSIGN_OR_RETURN(double g, probe.Measure());
@@ -118,18 +128,21 @@ Status RunBenchStep(const BenchStepOptions& opt) {
   getrusage(RUSAGE_SELF, &usage);
   const double rss_mib = static_cast<double>(usage.ru_maxrss) / 1024.0;
   const char* threads = std::getenv("OPENBLAS_NUM_THREADS");
-  std::printf("config %s: L=%d C=%d H=%d T=%d B=%d micro=%d %s, %lld params, OpenBLAS threads %s\n",
-              opt.config.c_str(), m.n_layer, m.n_embd, m.n_head, m.seq_len, config.train.batch_size,
-              config.train.micro_batches, config.train.precision.c_str(),
-              static_cast<long long>(trainer->model().num_params()), threads ? threads : "default");
+  std::printf(
+      "config %s: L=%d C=%d H=%d T=%d B=%d micro=%d %s on %s, %lld params, OpenBLAS threads %s\n",
+      opt.config.c_str(), m.n_layer, m.n_embd, m.n_head, m.seq_len, config.train.batch_size,
+      config.train.micro_batches, config.train.precision.c_str(), DeviceName(device),
+      static_cast<long long>(trainer->model().num_params()), threads ? threads : "default");
   std::printf("tokens/s        %.0f  (median step %.4f s of %d, last loss %.4f)\n", tokens_per_s,
               seconds, opt.steps, last_loss);
   std::printf("achieved        %.2f GFLOP/s  (%.3g FLOP/token = 6N + 12LCT)\n", gflops,
               flops_per_token);
-  std::printf("sgemm peak      %.2f GFLOP/s  (%d^3, median, between the steps) -> %.0f%% of peak\n",
-              sgemm, opt.gemm_size, 100.0 * gflops / sgemm);
+  std::printf("%s %.2f GFLOP/s  (f32 %d^3, median, between the steps) -> %.0f%% of peak\n",
+              device == Device::kCpu ? "sgemm peak     " : "cuBLASLt peak  ", sgemm, opt.gemm_size,
+              100.0 * gflops / sgemm);
   std::printf("peak RSS        %.1f MiB\n", rss_mib);
   const nlohmann::json line = {{"config", opt.config},
+                               {"device", DeviceName(device)},
                                {"tokens_per_s", tokens_per_s},
                                {"gflops", gflops},
                                {"sgemm_gflops", sgemm},
@@ -177,7 +190,7 @@ void AddBenchCommand(CLI::App& app, Action* action) {
   step->add_option("--warmup", opt->warmup, "untimed steps first")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  step->add_option("--gemm-size", opt->gemm_size, "n of the n^3 sgemm peak measurement")
+  step->add_option("--gemm-size", opt->gemm_size, "n of the n^3 f32 GEMM peak measurement")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   step->callback([=] { *action = [=] { return RunBenchStep(*opt); }; });

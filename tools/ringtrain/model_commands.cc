@@ -22,7 +22,7 @@ struct ExportOptions {
 // Writes the initial weights of the model a config defines (seeded by train.seed).
 Status RunExport(const ExportOptions& opt) {
   ASSIGN_OR_RETURN(RunConfig config, LoadRunConfig(opt.config, opt.sets));
-  ASSIGN_OR_RETURN(auto model, Gpt::Create(config.model, Precision::kFp32, 1, false));
+  ASSIGN_OR_RETURN(auto model, Gpt::Create(config.model, Precision::kFp32, 1, false, Device::kCpu));
   RETURN_IF_ERROR(Gpt::InitializeWeights(config.model, static_cast<uint64_t>(config.train.seed),
                                          model->params()));
   RETURN_IF_ERROR(ExportWeights(opt.out, config.model, opt.tokenizer, model->params()));
@@ -31,12 +31,15 @@ Status RunExport(const ExportOptions& opt) {
   return Status();
 }
 
-// An fp32 model for `max_batch` rows holding the weights of a safetensors file.
-Result<std::unique_ptr<Gpt>> LoadModel(const std::string& path, int max_batch,
-                                       std::string* tokenizer) {
+// An fp32 model on `device` ("cpu" or "cuda") for `max_batch` rows holding the weights of a
+// safetensors file.
+Result<std::unique_ptr<Gpt>> LoadModel(const std::string& path, const std::string& device_name,
+                                       int max_batch, std::string* tokenizer) {
+  ASSIGN_OR_RETURN(Device device, ParseDevice(device_name));
+  RETURN_IF_ERROR(CheckDeviceAvailable(device).WithContext("--device " + device_name));
   ASSIGN_OR_RETURN(SafetensorsFile file, ReadSafetensors(path));
   ASSIGN_OR_RETURN(ModelConfig config, WeightsConfig(file, tokenizer));
-  ASSIGN_OR_RETURN(auto model, Gpt::Create(config, Precision::kFp32, max_batch, false));
+  ASSIGN_OR_RETURN(auto model, Gpt::Create(config, Precision::kFp32, max_batch, false, device));
   RETURN_IF_ERROR(ImportWeights(file, model->params()));
   return model;
 }
@@ -46,11 +49,12 @@ struct EvalOptions {
   std::string data;
   int batches = 20;
   int batch_size = 8;
+  std::string device = "cpu";
 };
 
 Status RunEval(const EvalOptions& opt) {
   std::string tokenizer;
-  ASSIGN_OR_RETURN(auto model, LoadModel(opt.weights, opt.batch_size, &tokenizer));
+  ASSIGN_OR_RETURN(auto model, LoadModel(opt.weights, opt.device, opt.batch_size, &tokenizer));
   ASSIGN_OR_RETURN(auto tokens,
                    LoadShardTokens(opt.data, static_cast<uint32_t>(model->config().vocab_size)));
   ASSIGN_OR_RETURN(double loss,
@@ -64,12 +68,13 @@ struct SampleCliOptions {
   std::string weights;
   std::string prompt;
   std::string vocab;
+  std::string device = "cpu";
   SampleOptions sample;
 };
 
 Status RunSample(const SampleCliOptions& opt) {
   std::string tokenizer_name;
-  ASSIGN_OR_RETURN(auto model, LoadModel(opt.weights, 1, &tokenizer_name));
+  ASSIGN_OR_RETURN(auto model, LoadModel(opt.weights, opt.device, 1, &tokenizer_name));
   ASSIGN_OR_RETURN(auto tokenizer, MakeTokenizer(tokenizer_name, opt.vocab));
   const std::vector<int32_t> prompt = tokenizer->Encode(opt.prompt);
   if (prompt.empty()) return InvalidArgument("the prompt is empty");
@@ -117,6 +122,9 @@ void AddModelCommands(CLI::App& app, Action* action) {
   eval->add_option("--batch-size", v->batch_size, "rows per batch")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  eval->add_option("--device", v->device, "where the model runs")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
   eval->callback([=] { *action = [=] { return RunEval(*v); }; });
 
   CLI::App* sample = app.add_subcommand("sample", "Generate text from weights");
@@ -134,6 +142,9 @@ void AddModelCommands(CLI::App& app, Action* action) {
       ->capture_default_str();
   sample->add_option("--seed", s->sample.seed, "sampling seed")->capture_default_str();
   sample->add_option("--vocab", s->vocab, "GPT-2 vocabulary folder (gpt2 models)");
+  sample->add_option("--device", s->device, "where the model runs")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
   sample->callback([=] { *action = [=] { return RunSample(*s); }; });
 }
 

@@ -67,6 +67,7 @@ Status RunTrain(const TrainOptions& opt) {
   if (opt.steps >= 0) sets.push_back("train.steps=" + std::to_string(opt.steps));
   ASSIGN_OR_RETURN(RunConfig config, LoadRunConfig(opt.config, sets));
   LOG_INFO("effective config:\n{}", DescribeRunConfig(config));
+  RETURN_IF_ERROR(TrainDevice(config.train).status());  // before any data is read
   const uint32_t vocab = static_cast<uint32_t>(config.model.vocab_size);
   ASSIGN_OR_RETURN(auto train_tokens, LoadTrainTokens(config.data.dir, vocab));
   const std::string val_path = config.data.dir + "/val.bin";
