@@ -66,6 +66,18 @@ ncclRedOp_t NcclOp(ReduceOp op) {
   return ncclSum;
 }
 
+// The average over a one-rank communicator is a copy. NCCL 2.28.3's one-rank path leaves the
+// last element of a float ncclAvg of 4097 elements unwritten (seen on an H100; sum, max and min
+// are right), so ops with kAvg on one rank copy on the communicator's stream instead.
+bool OneRankAverage(ReduceOp op, int size) { return op == ReduceOp::kAvg && size == 1; }
+
+ncclResult_t CopyOnStream(void* dst, const void* src, size_t bytes, cudaStream_t stream) {
+  if (dst == src || bytes == 0) return ncclSuccess;
+  return cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream) == cudaSuccess
+             ? ncclSuccess
+             : ncclUnhandledCudaError;
+}
+
 // Waits until a non-blocking NCCL call on `comm` leaves ncclInProgress.
 Status WaitNccl(ncclComm_t comm, Deadline deadline, std::string_view what) {
   while (true) {
@@ -77,6 +89,15 @@ Status WaitNccl(ncclComm_t comm, Deadline deadline, std::string_view what) {
     if (deadline.Expired()) return DeadlineExceeded(std::string(what) + ": not finished before the deadline");
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
+}
+
+// The communicator's CUDA stream. Created blocking (not cudaStreamNonBlocking) on purpose: it
+// then synchronises implicitly with the legacy default stream, on which kernels/ enqueues its ops
+// unless a caller set another stream, so a collective reads what the kernels before it wrote and
+// the kernels after it see its result — without the caller recording events.
+Status CreateCommStream(cudaStream_t* stream) {
+  const cudaError_t e = cudaStreamCreateWithFlags(stream, cudaStreamDefault);
+  return e == cudaSuccess ? Status() : CudaStatus(e, "cudaStreamCreate");
 }
 
 // State shared by the communicator and its work handles.
@@ -193,8 +214,7 @@ class NcclCommunicator final : public Communicator {
     thread_ = std::thread([st = st_] {
       Status s = cudaSetDevice(st->device) == cudaSuccess ? Status() : Internal("cudaSetDevice");
       if (s.ok()) s = WaitNccl(st->comm, Deadline::After(st->opts.bootstrap_timeout), "ncclCommSplit");
-      if (s.ok() && cudaStreamCreateWithFlags(&st->stream, cudaStreamNonBlocking) != cudaSuccess)
-        s = Internal("cudaStreamCreate");
+      if (s.ok()) s = CreateCommStream(&st->stream);
       if (s.ok() && cudaMalloc(&st->scratch, 4) != cudaSuccess) s = Internal("cudaMalloc");
       std::lock_guard lock(st->mu);
       if (!s.ok() && st->failed.ok()) st->failed = s;
@@ -249,8 +269,7 @@ class NcclCommunicator final : public Communicator {
       st.Fail(s);
       return s;
     }
-    if (cudaStreamCreateWithFlags(&st.stream, cudaStreamNonBlocking) != cudaSuccess)
-      return Internal("cudaStreamCreate failed");
+    RETURN_IF_ERROR(CreateCommStream(&st.stream));
     if (cudaMalloc(&st.scratch, 4) != cudaSuccess) return Internal("cudaMalloc failed");
     return Status();
   }
@@ -283,12 +302,14 @@ class NcclCommunicator final : public Communicator {
     const int n = size();
     uint64_t b = 2ull * (n - 1) * count * DTypeSize(dt) / n;
     return Issue(OpKind::kAllReduce, b, b, [&](ncclComm_t c, cudaStream_t st) {
+      if (OneRankAverage(op, n)) return CopyOnStream(r, s, count * DTypeSize(dt), st);
       return ncclAllReduce(s, r, count, NcclType(dt), NcclOp(op), c, st);
     });
   }
   WorkHandle ReduceScatter(const void* s, void* r, size_t rc, DType dt, ReduceOp op) override {
     uint64_t b = uint64_t(size() - 1) * rc * DTypeSize(dt);
     return Issue(OpKind::kReduceScatter, b, b, [&](ncclComm_t c, cudaStream_t st) {
+      if (OneRankAverage(op, size())) return CopyOnStream(r, s, rc * DTypeSize(dt), st);
       return ncclReduceScatter(s, r, rc, NcclType(dt), NcclOp(op), c, st);
     });
   }
@@ -324,6 +345,7 @@ class NcclCommunicator final : public Communicator {
   WorkHandle Reduce(const void* s, void* r, size_t count, DType dt, ReduceOp op, int root) override {
     uint64_t b = count * DTypeSize(dt);
     return Issue(OpKind::kReduce, b, b, [&](ncclComm_t c, cudaStream_t st) {
+      if (OneRankAverage(op, size())) return CopyOnStream(r, s, count * DTypeSize(dt), st);
       return ncclReduce(s, r, count, NcclType(dt), NcclOp(op), root, c, st);
     });
   }
@@ -436,6 +458,15 @@ class NcclCommunicator final : public Communicator {
       Status s = NcclStatus(r, st_->comm, what);
       st_->Fail(s);
       return Done(s);
+    }
+    // A non-blocking communicator may still be enqueueing the op (ncclInProgress): the event
+    // below must follow its kernels, and NCCL accepts no other call on the communicator before.
+    if (r == ncclInProgress) {
+      Status s = WaitNccl(st_->comm, Deadline::After(st_->opts.op_timeout), what);
+      if (!s.ok()) {
+        st_->Fail(s);
+        return Done(s);
+      }
     }
     cudaEvent_t ev = nullptr;
     cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
