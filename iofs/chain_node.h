@@ -3,13 +3,16 @@
 // under the key with kPendingBit set, committed versions under the key itself, moved (not
 // copied) from pending to committed when the versions match — and only then carries out the
 // machine's outputs: messages to peers through a ChainTransport, replies to waiting writers, and
-// sync reports to the chain manager. The network is someone else's (ringfsd): this class is
-// also driven in-process by tests.
+// sync reports to the chain manager. Steps run one at a time per chain, but their stores do not
+// hold the chain's lock: stores of different keys overlap, a key's states are stored in step
+// order, and an output waits only for the stores of its own key (sync reports: for every earlier
+// store). The network is someone else's (ringfsd): this class is also driven in-process by tests.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <vector>
@@ -76,8 +79,18 @@ class ChainNode {
  private:
   struct Slot;
   ChainNode(chain::NodeId self, size_t chain_count, ChunkEngine* engine, ChainTransport* transport);
-  Status Persist(Slot& slot);     // REQUIRES slot.mu
-  void Process(Slot& slot);       // REQUIRES slot.mu
+  // Stores chunk states in the engine (no lock held); `stored_committed` receives the (key,
+  // version) of every committed value written.
+  Status Store(const std::vector<std::pair<chain::ChunkKey, chain::ChunkState>>& states,
+               std::vector<std::pair<chain::ChunkKey, uint64_t>>* stored_committed);
+  // Finishes a step of the machine: stores the chunk states it changed with `lock` released,
+  // then carries out its outputs, each once what it announces is durable.
+  void Process(Slot& slot, std::unique_lock<std::mutex>& lock);  // REQUIRES lock on slot.mu
+  void Emit(Slot& slot, chain::Output& out);                     // REQUIRES slot.mu
+  // After a failed store: fails the waiting writers and reloads the machine from the disk.
+  void Recover(Slot& slot);                                      // REQUIRES slot.mu
+  // Waits until the slot is not being recovered.
+  void AwaitUsable(Slot& slot, std::unique_lock<std::mutex>& lock);
   Status Reload(Slot& slot);      // REQUIRES slot.mu
   Slot* Find(chain::ChainId chain);
   // OK if this node serves a committed, not deleted version of `key` (NotServing, NotFound).

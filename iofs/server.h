@@ -37,7 +37,7 @@ struct ServerOptions {
   int64_t heartbeat_ms = 200;         // manager → node ping period
   int down_after = 10;                // missed pings before a node leaves its chains (2 s)
   int client_threads = 16;            // threads for client requests (may wait on the network)
-  int peer_threads = 4;               // threads for replica messages (never wait on the network)
+  int peer_threads = 16;              // threads for replica messages (wait on the disk, never on the network)
   bool shared_memory = true;          // accept shared regions of clients on this host (shm.h)
 };
 

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -137,9 +138,23 @@ class UringExecutorImpl final : public UringExecutor {
     Wake();
     std::unique_lock lock(batch->mu);
     if (!batch->cv.wait_until(lock, deadline.when(), [&] { return batch->remaining == 0; })) {
-      batch->abandoned = true;
-      return DeadlineExceeded(std::to_string(batch->remaining) + " of " +
-                              std::to_string(ops.size()) + " io_uring operations still in flight");
+      const std::string late = std::to_string(batch->remaining) + " of " + std::to_string(ops.size()) +
+                               " io_uring operations still in flight";
+      const bool caller_memory = std::any_of(ops.begin(), ops.end(), [](const IoOp& op) {
+        return op.kind == IoOp::Kind::kRead && op.buffer < 0;
+      });
+      if (!caller_memory) {
+        batch->abandoned = true;
+        return DeadlineExceeded(late);
+      }
+      // The kernel writes the caller's memory until the read completes: wait for it.
+      const Deadline grace = Deadline::AfterMs(kCallerMemoryGraceMs);
+      if (!batch->cv.wait_until(lock, grace.when(), [&] { return batch->remaining == 0; })) {
+        std::fprintf(stderr, "io_uring: %s, a read into caller memory among them, %lld ms past the deadline\n",
+                     late.c_str(), static_cast<long long>(kCallerMemoryGraceMs));
+        std::abort();
+      }
+      return DeadlineExceeded(late + " at the deadline (completed since)");
     }
     for (size_t i = 0; i < ops.size(); ++i) ops[i].result = batch->ops[i].result;
     return Status();
@@ -172,7 +187,11 @@ class UringExecutorImpl final : public UringExecutor {
       IoOp& op = p.batch->ops[p.index];
       switch (op.kind) {
         case IoOp::Kind::kRead:
-          io_uring_prep_read_fixed(sqe, op.file, op.data, op.length, op.offset, op.buffer);
+          if (op.buffer < 0) {
+            io_uring_prep_read(sqe, op.file, op.data, op.length, op.offset);
+          } else {
+            io_uring_prep_read_fixed(sqe, op.file, op.data, op.length, op.offset, op.buffer);
+          }
           break;
         case IoOp::Kind::kWrite:
           io_uring_prep_write_fixed(sqe, op.file, op.data, op.length, op.offset, op.buffer);

@@ -16,8 +16,10 @@
 namespace rt::iofs {
 
 // One I/O operation on a registered file. `buffer` is the index of a registered buffer for
-// kRead/kWrite; `data` points into that buffer. `offset` and `length` must be multiples of 4096
-// (O_DIRECT). The result is filled in by the executor.
+// kRead/kWrite; `data` points into that buffer. A kRead may instead have `buffer` -1 and `data`
+// in the caller's own memory (4096-byte aligned): a read straight into its destination.
+// `offset` and `length` must be multiples of 4096 (O_DIRECT). The result is filled in by the
+// executor.
 struct IoOp {
   enum class Kind : uint8_t { kRead, kWrite, kDataSync };
   Kind kind = Kind::kRead;
@@ -44,6 +46,9 @@ struct IoBuffer {
   size_t size = 0;
 };
 
+// How long past its deadline a read into caller memory is waited for (see UringExecutor::Run).
+inline constexpr int64_t kCallerMemoryGraceMs = 60'000;
+
 // Thread-safe. Destroying it waits for operations in flight, then closes the ring.
 class UringExecutor {
  public:
@@ -67,7 +72,10 @@ class UringExecutor {
   // op's `result`. Returns OK when every op completed (check each result for -errno or a short
   // transfer). DeadlineExceeded if they had not by `deadline`: the executor then takes over the
   // ops' registered buffers and releases them when the ops complete, so the caller must not
-  // release them (or touch their memory) itself.
+  // release them (or touch their memory) itself. A batch with a read into the caller's memory
+  // (buffer -1) is waited for past `deadline` until it completes, since the kernel writes that
+  // memory until then; a device that does not complete it within kCallerMemoryGraceMs more aborts
+  // the process (returning would let the kernel write memory the caller has moved on from).
   virtual Status Run(std::span<IoOp> ops, Deadline deadline) = 0;
 
   // Operations completed and batches submitted so far (for tests and stats).

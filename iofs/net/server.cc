@@ -143,19 +143,22 @@ class ServerImpl final : public Server, public ChainTransport, public ChainRoute
     co_return std::move(*result);
   }
 
-  // Connections to a peer: bulk traffic (replica messages, chunk operations) and control traffic
-  // (heartbeats, chain versions, sync reports) use separate connections, so a short-deadline
-  // ping never queues behind megabytes of chunk data (a frame that misses its deadline closes
+  // Connections to a peer: bulk traffic (replica messages and chunk operations carrying more than
+  // kSmallValue bytes) and control traffic (heartbeats, chain versions, sync reports, small
+  // values such as the namespace) use separate connections, so a short-deadline ping or a small
+  // commit never queues behind megabytes of chunk data (a frame that misses its deadline closes
   // its connection, failing every call on it).
   enum class Lane { kData = 0, kControl = 1 };
+  static constexpr size_t kSmallValue = 64 << 10;
+  static Lane LaneFor(size_t value_bytes) { return value_bytes > kSmallValue ? Lane::kData : Lane::kControl; }
   // A connected client to a peer (I/O thread only).
   awaitable<Result<std::shared_ptr<net::RpcClient>>> Peer(uint32_t id, Deadline deadline,
                                                           Lane lane = Lane::kData);
-  // Calls `type` at node `id` from a worker thread (blocks it, never the I/O thread).
+  // Calls `type` at node `id` from a worker thread (blocks it, never the I/O thread), on `lane`.
   // `bulk`, if not empty, follows `payload` in a frame without a payload CRC (the protocol
   // carries its own); it must stay valid until the call returns (it blocks until then).
   Result<Frame> CallBlocking(uint32_t id, uint16_t type, std::vector<std::byte> payload, Deadline deadline,
-                             std::span<const std::byte> bulk = {});
+                             std::span<const std::byte> bulk = {}, Lane lane = Lane::kData);
 
   void RegisterHandlers();
   // Shared-memory clients (iofs/net/shm.h): accepts registrations on the Unix socket.
@@ -381,18 +384,18 @@ awaitable<Result<std::shared_ptr<net::RpcClient>>> ServerImpl::Peer(uint32_t id,
 }
 
 Result<Frame> ServerImpl::CallBlocking(uint32_t id, uint16_t type, std::vector<std::byte> payload,
-                                       Deadline deadline, std::span<const std::byte> bulk) {
+                                       Deadline deadline, std::span<const std::byte> bulk, Lane lane) {
   return net::BlockOn<Result<Frame>>(
       io_.get_executor(),
       [](ServerImpl* self, uint32_t id, uint16_t type, std::vector<std::byte> payload, Deadline deadline,
-         std::span<const std::byte> bulk) -> awaitable<Result<Frame>> {
+         std::span<const std::byte> bulk, Lane lane) -> awaitable<Result<Frame>> {
         // A dead node refuses connections: give up on it quickly, the caller retries elsewhere.
-        auto client = co_await self->Peer(id, deadline.Min(Deadline::AfterMs(1000)));
+        auto client = co_await self->Peer(id, deadline.Min(Deadline::AfterMs(1000)), lane);
         if (!client.ok()) co_return client.status();
         const std::span<const std::byte> pieces[] = {payload, bulk};
         co_return co_await (*client)->Call(type, net::Pieces(pieces), bulk.empty() ? 0 : net::kFrameUncheckedPayload,
                                            deadline);
-      }(this, id, type, std::move(payload), deadline, bulk));
+      }(this, id, type, std::move(payload), deadline, bulk, lane));
 }
 
 void ServerImpl::Send(const chain::Message& message) {
@@ -402,9 +405,9 @@ void ServerImpl::Send(const chain::Message& message) {
   auto head = std::make_shared<std::vector<std::byte>>(chain::EncodeMessageHead(message));
   std::shared_ptr<const std::string> value = message.value.data;
   const uint32_t to = message.to;
-  // Small messages (acknowledgements, sync ends) go on the control connection so they never wait
-  // behind chunk data.
-  const Lane lane = value ? Lane::kData : Lane::kControl;
+  // Small messages (acknowledgements, sync ends, small values) go on the control connection so
+  // they never wait behind chunk data.
+  const Lane lane = LaneFor(value ? value->size() : 0);
   asio::co_spawn(
       io_,
       [this, to, head, value, lane]() -> awaitable<void> {
@@ -574,8 +577,8 @@ Result<uint64_t> ServerImpl::WriteAt(chain::NodeId node, chain::ChunkKey key,
   w.Put<uint64_t>(key);
   w.Put<uint8_t>(data ? 0 : 1);
   w.Put<uint32_t>(data ? FastCrc32c(data->data(), data->size()) : 0);
-  ASSIGN_OR_RETURN(Frame reply, CallBlocking(node, wire::kChunkWrite, w.Take(), deadline,
-                                             data.value_or(std::span<const std::byte>())));
+  const std::span<const std::byte> bulk = data.value_or(std::span<const std::byte>());
+  ASSIGN_OR_RETURN(Frame reply, CallBlocking(node, wire::kChunkWrite, w.Take(), deadline, bulk, LaneFor(bulk.size())));
   ByteReader r(reply.payload, "chunk write reply");
   return r.Get<uint64_t>();
 }
@@ -645,9 +648,10 @@ void ServerImpl::RegisterHandlers() {
     co_return wire::EncodeInfo(info);
   });
   rpc_->Handle(wire::kChainMessage, [this](RpcRequest req) -> awaitable<Payload> {
-    auto message = chain::DecodeMessage(req.payload);
-    if (!message.ok()) co_return message.status();
+    // Decoded on the pool: checking and copying a value of megabytes would hold up the I/O thread.
     co_return co_await OnPool(peer_pool_, [&]() -> Payload {
+      auto message = chain::DecodeMessage(req.payload);
+      if (!message.ok()) return message.status();
       chain_->OnMessage(*message);
       return Empty();
     });

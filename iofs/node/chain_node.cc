@@ -1,8 +1,10 @@
 #include "iofs/chain_node.h"
 
 #include <atomic>
+#include <condition_variable>
 #include <future>
 #include <mutex>
+#include <set>
 
 #include "base/fault.h"
 #include "base/log.h"
@@ -34,12 +36,38 @@ constexpr uint64_t kResyncTicks = 100;
 
 }  // namespace
 
+// A waiting writer: its outcome and the key it wrote (its reply goes out once that key's state
+// is durable).
+struct Waiter {
+  std::shared_ptr<std::promise<WriteOutcome>> promise;
+  ChunkKey key = 0;
+};
+
+// One home chain. A step (a call into the machine) runs under `mu`; storing its changed chunk
+// states does not: steps of one chain store different keys in parallel, a key's states are
+// stored in step order, and every output waits until what it announces is durable.
 struct ChainNode::Slot {
   explicit Slot(chain::ReplicaMachine m) : machine(std::move(m)) {}
   std::mutex mu;
+  std::condition_variable changed;  // a step stored its states, or the slot was reloaded
   chain::ReplicaMachine machine;                                          // GUARDED_BY(mu)
-  std::map<uint64_t, std::shared_ptr<std::promise<WriteOutcome>>> waiters;  // GUARDED_BY(mu)
+  std::map<uint64_t, Waiter> waiters;                                     // GUARDED_BY(mu)
   uint64_t next_request = 1;                                              // GUARDED_BY(mu)
+  uint64_t next_step = 1;                                                 // GUARDED_BY(mu)
+  std::set<uint64_t> storing;                         // steps storing states now; GUARDED_BY(mu)
+  std::map<ChunkKey, std::set<uint64_t>> claims;      // key → steps storing it; GUARDED_BY(mu)
+  // A store failed: the machine is ahead of the disk until every running store has finished and
+  // the machine is reloaded from the disk. No step enters meanwhile.
+  bool broken = false;     // GUARDED_BY(mu)
+  Status broken_status;    // GUARDED_BY(mu)
+
+  // True if a step before `step` is still storing `key`.
+  bool EarlierStoring(ChunkKey key, uint64_t step) const {
+    auto it = claims.find(key);
+    return it != claims.end() && *it->second.begin() < step;
+  }
+  // True if a step before `step` is still storing anything.
+  bool AnyEarlierStoring(uint64_t step) const { return !storing.empty() && *storing.begin() < step; }
 };
 
 ChainNode::ChainNode(chain::NodeId self, size_t chain_count, ChunkEngine* engine,
@@ -101,12 +129,11 @@ ChainNode::Slot* ChainNode::Find(ChainId chain) {
   return it == slots_.end() ? nullptr : it->second.get();
 }
 
-Status ChainNode::Persist(Slot& slot) {
+Status ChainNode::Store(const std::vector<std::pair<ChunkKey, ChunkState>>& states,
+                        std::vector<std::pair<ChunkKey, uint64_t>>* stored_committed) {
   std::vector<ChunkWrite> writes;
   std::vector<ChunkId> removes;
-  static const std::string kEmpty;
-  for (ChunkKey key : slot.machine.TakeDirty()) {
-    const ChunkState& st = slot.machine.chunks().at(key);
+  for (const auto& [key, st] : states) {
     const ChunkId pending_id = key | kPendingBit;
     Result<ChunkInfo> on_disk = engine_->Stat(key);
     const uint64_t disk_version = on_disk.ok() ? (on_disk->version & kVersionMask) : 0;
@@ -146,7 +173,7 @@ Status ChainNode::Persist(Slot& slot) {
   if (!writes.empty()) RETURN_IF_ERROR(engine_->Write(writes));
   if (!removes.empty()) RETURN_IF_ERROR(engine_->Remove(removes));
   for (const ChunkWrite& w : writes)
-    if (!(w.id & kPendingBit)) slot.machine.ReleaseCommittedData(w.id);
+    if (!(w.id & kPendingBit)) stored_committed->emplace_back(w.id, w.version & kVersionMask);
   return Status();
 }
 
@@ -160,81 +187,157 @@ Status ChainNode::Reload(Slot& slot) {
   return Status();
 }
 
-void ChainNode::Process(Slot& slot) {
-  Status persisted = Persist(slot);
-  if (!persisted.ok()) {
-    // The machine is ahead of the disk: restart it from the disk, as after a crash, and fail the
-    // writers waiting here (they retry).
+void ChainNode::Process(Slot& slot, std::unique_lock<std::mutex>& lock) {
+  std::vector<ChunkKey> dirty = slot.machine.TakeDirty();
+  std::vector<Output> outputs = slot.machine.TakeOutputs();
+  if (dirty.empty() && outputs.empty()) return;
+  const uint64_t step = slot.next_step++;
+  // The states this step stores, as they are now (later steps may change the machine while
+  // they are being written).
+  std::vector<std::pair<ChunkKey, ChunkState>> states;
+  states.reserve(dirty.size());
+  for (ChunkKey key : dirty) {
+    states.emplace_back(key, slot.machine.chunks().at(key));
+    slot.claims[key].insert(step);
+  }
+  slot.storing.insert(step);
+  // A key's states reach the disk in step order.
+  slot.changed.wait(lock, [&] {
+    for (ChunkKey key : dirty)
+      if (slot.EarlierStoring(key, step)) return false;
+    return true;
+  });
+  std::vector<std::pair<ChunkKey, uint64_t>> stored_committed;
+  Status stored;
+  if (!states.empty()) {
+    lock.unlock();
+    stored = Store(states, &stored_committed);
+    lock.lock();
+  }
+  slot.storing.erase(step);
+  for (ChunkKey key : dirty) {
+    auto it = slot.claims.find(key);
+    it->second.erase(step);
+    if (it->second.empty()) slot.claims.erase(it);
+  }
+  slot.changed.notify_all();
+  if (!stored.ok() && !slot.broken) {
+    // The machine is ahead of the disk: it restarts from the disk, as after a crash, once every
+    // running store has finished; the writers waiting here fail (they retry).
     LOG_ERROR("chain {} on node {}: storing chunk state failed: {}; reloading from disk",
-              slot.machine.config().chain, self_, persisted.ToString());
-    (void)slot.machine.TakeOutputs();
-    for (auto& [request, promise] : slot.waiters) promise->set_value(WriteOutcome{persisted.code(), 0});
-    slot.waiters.clear();
-    if (Status s = Reload(slot); !s.ok())
-      LOG_ERROR("chain {} on node {}: reload failed: {}", slot.machine.config().chain, self_, s.ToString());
-    return;
+              slot.machine.config().chain, self_, stored.ToString());
+    slot.broken = true;
+    slot.broken_status = stored;
   }
-  for (Output& out : slot.machine.TakeOutputs()) {
-    switch (out.kind) {
-      case Output::Kind::kSend: {
-        Message& m = out.message;
-        if ((m.kind == Message::Kind::kSync || m.kind == Message::Kind::kForward) &&
-            !m.value.tombstone && !m.value.data) {
-          // A committed value kept on disk: load it for the message.
-          std::vector<std::byte> data;
-          ChunkInfo info;
-          Status s = engine_->ReadAll(m.key, &data, &info);
-          if (!s.ok() || (info.version & kVersionMask) != m.version) {
-            LOG_WARN("chain {}: cannot load key {} v{} for a peer: {}", m.chain, m.key, m.version,
-                     s.ok() ? "version changed" : s.ToString());
-            continue;
-          }
-          m.value.data = std::make_shared<const std::string>(reinterpret_cast<const char*>(data.data()), data.size());
+  // A committed value on disk needs no copy in memory (unless a later step replaced it).
+  for (const auto& [key, version] : stored_committed) {
+    auto it = slot.machine.chunks().find(key);
+    if (it != slot.machine.chunks().end() && it->second.committed_version == version)
+      slot.machine.ReleaseCommittedData(key);
+  }
+  for (Output& out : outputs) {
+    // Each output waits until what it announces is durable: the state of its key, or (for sync
+    // reports) every state stored before it.
+    slot.changed.wait(lock, [&] {
+      if (slot.broken) return true;
+      switch (out.kind) {
+        case Output::Kind::kSend:
+          if (out.message.kind == Message::Kind::kSyncDone) return !slot.AnyEarlierStoring(step);
+          return !slot.EarlierStoring(out.message.key, step);
+        case Output::Kind::kReply: {
+          auto w = slot.waiters.find(out.request_id);
+          return w == slot.waiters.end() || !slot.EarlierStoring(w->second.key, step);
         }
-        if (m.kind == Message::Kind::kForward) {
-          if (Status s = RT_FAULT_POINT("iofs.chain.before_forward"); !s.ok()) continue;
+        case Output::Kind::kSyncComplete:
+          return !slot.AnyEarlierStoring(step);
+      }
+      return true;
+    });
+    if (slot.broken) break;  // dropped, as in a crash
+    Emit(slot, out);
+  }
+  if (slot.broken && slot.storing.empty()) Recover(slot);
+}
+
+void ChainNode::Emit(Slot& slot, Output& out) {
+  switch (out.kind) {
+    case Output::Kind::kSend: {
+      Message& m = out.message;
+      if ((m.kind == Message::Kind::kSync || m.kind == Message::Kind::kForward) &&
+          !m.value.tombstone && !m.value.data) {
+        // A committed value kept on disk: load it for the message.
+        std::vector<std::byte> data;
+        ChunkInfo info;
+        Status s = engine_->ReadAll(m.key, &data, &info);
+        if (!s.ok() || (info.version & kVersionMask) != m.version) {
+          LOG_WARN("chain {}: cannot load key {} v{} for a peer: {}", m.chain, m.key, m.version,
+                   s.ok() ? "version changed" : s.ToString());
+          return;
         }
-        transport_->Send(m);
-        break;
+        m.value.data = std::make_shared<const std::string>(reinterpret_cast<const char*>(data.data()), data.size());
       }
-      case Output::Kind::kReply: {
-        auto it = slot.waiters.find(out.request_id);
-        if (it == slot.waiters.end()) break;
-        it->second->set_value(WriteOutcome{out.code, out.version});
-        slot.waiters.erase(it);
-        break;
+      if (m.kind == Message::Kind::kForward) {
+        if (Status s = RT_FAULT_POINT("iofs.chain.before_forward"); !s.ok()) return;
       }
-      case Output::Kind::kSyncComplete:
-        transport_->ReportSyncComplete(out.node, out.chain, out.chain_version);
-        break;
+      transport_->Send(m);
+      return;
     }
+    case Output::Kind::kReply: {
+      auto it = slot.waiters.find(out.request_id);
+      if (it == slot.waiters.end()) return;
+      it->second.promise->set_value(WriteOutcome{out.code, out.version});
+      slot.waiters.erase(it);
+      return;
+    }
+    case Output::Kind::kSyncComplete:
+      transport_->ReportSyncComplete(out.node, out.chain, out.chain_version);
+      return;
   }
+}
+
+void ChainNode::Recover(Slot& slot) {
+  for (auto& [request, waiter] : slot.waiters) waiter.promise->set_value(WriteOutcome{slot.broken_status.code(), 0});
+  slot.waiters.clear();
+  if (Status s = Reload(slot); !s.ok())
+    LOG_ERROR("chain {} on node {}: reload failed: {}", slot.machine.config().chain, self_, s.ToString());
+  slot.broken = false;
+  slot.broken_status = Status();
+  slot.changed.notify_all();
+}
+
+void ChainNode::AwaitUsable(Slot& slot, std::unique_lock<std::mutex>& lock) {
+  // Bounded: the stores still running end within the engine's I/O deadline, and the last one
+  // reloads the slot.
+  slot.changed.wait(lock, [&] { return !slot.broken; });
 }
 
 void ChainNode::OnConfig(const ChainConfig& config) {
   Slot* slot = Find(config.chain);
   if (!slot) return;
-  std::lock_guard lock(slot->mu);
+  std::unique_lock lock(slot->mu);
+  AwaitUsable(*slot, lock);
   if (config.version > slot->machine.config().version)
     LOG_INFO("node {}: chain {} version {} ({} members)", self_, config.chain, config.version,
              config.members.size());
   slot->machine.OnConfig(config);
-  Process(*slot);
+  Process(*slot, lock);
 }
 
 void ChainNode::OnMessage(const Message& message) {
   Slot* slot = Find(message.chain);
   if (!slot || message.to != self_) return;
-  std::lock_guard lock(slot->mu);
+  std::unique_lock lock(slot->mu);
+  AwaitUsable(*slot, lock);
   slot->machine.OnMessage(message);
-  Process(*slot);
+  Process(*slot, lock);
 }
 
 void ChainNode::Tick() {
   for (auto& [chain, slot] : slots_) {
-    std::lock_guard lock(slot->mu);
+    std::unique_lock lock(slot->mu);
+    AwaitUsable(*slot, lock);
     slot->machine.OnTick();
-    Process(*slot);
+    Process(*slot, lock);
   }
 }
 
@@ -249,11 +352,12 @@ Result<uint64_t> ChainNode::Write(ChunkKey key, std::optional<std::span<const st
   std::future<WriteOutcome> future;
   uint64_t request = 0;
   {
-    std::lock_guard lock(slot->mu);
+    std::unique_lock lock(slot->mu);
+    AwaitUsable(*slot, lock);
     request = slot->next_request++;
     auto promise = std::make_shared<std::promise<WriteOutcome>>();
     future = promise->get_future();
-    slot->waiters[request] = promise;
+    slot->waiters[request] = Waiter{promise, key};
     Value value;
     if (data) {
       value.data = std::make_shared<const std::string>(reinterpret_cast<const char*>(data->data()), data->size());
@@ -261,7 +365,7 @@ Result<uint64_t> ChainNode::Write(ChunkKey key, std::optional<std::span<const st
       value.tombstone = true;
     }
     slot->machine.OnClientWrite(request, key, std::move(value));
-    Process(*slot);
+    Process(*slot, lock);
   }
   if (future.wait_until(deadline.when()) != std::future_status::ready) {
     std::lock_guard lock(slot->mu);
