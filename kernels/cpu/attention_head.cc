@@ -150,10 +150,11 @@ inline void RowTile(const float* const p[kTileRows], const float* y, int64_t ld_
   }
 }
 
-// o[c][i] += Σ_{t0≤t<t1} p[t·ld_p + col[c]]·x[t·ld_x + i] for c < kTileRows, i < 16·NV.
+// o[c][i] (+)= Σ_{t0≤t<t1} p[t·ld_p + col[c]]·x[t·ld_x + i] for c < kTileRows, i < 16·NV.
 template <int NV>
 inline void ColumnTile(const float* p, int64_t ld_p, const int64_t col[kTileRows], const float* x,
-                       int64_t ld_x, int64_t t0, int64_t t1, float* const o[kTileRows]) {
+                       int64_t ld_x, int64_t t0, int64_t t1, float* const o[kTileRows],
+                       bool accumulate) {
   V16 acc[kTileRows][NV] = {};
   for (int64_t t = t0; t < t1; ++t) {
     V16 xv[NV];
@@ -167,7 +168,7 @@ inline void ColumnTile(const float* p, int64_t ld_p, const int64_t col[kTileRows
   for (int c = 0; c < kTileRows; ++c) {
     for (int n = 0; n < NV; ++n) {
       float* dst = o[c] + 16 * n;
-      Store16(dst, Load16(dst) + acc[c][n]);
+      Store16(dst, accumulate ? Load16(dst) + acc[c][n] : acc[c][n]);
     }
   }
 }
@@ -197,14 +198,14 @@ inline void RowTiles(const float* const p[kTileRows], const float* y, int64_t ld
 // ColumnTile over the head size in chunks of 32 (then 16) floats.
 inline void ColumnTiles(const float* p, int64_t ld_p, const int64_t col[kTileRows], const float* x,
                         int64_t ld_x, int64_t t0, int64_t t1, float* const o[kTileRows], int64_t hs,
-                        float* junk) {
+                        bool accumulate, float* junk) {
   for (int64_t i0 = 0; i0 < hs; i0 += 32) {
     float* oi[kTileRows];
     for (int c = 0; c < kTileRows; ++c) oi[c] = o[c] == junk ? junk : o[c] + i0;
     if (i0 + 32 <= hs) {
-      ColumnTile<2>(p, ld_p, col, x + i0, ld_x, t0, t1, oi);
+      ColumnTile<2>(p, ld_p, col, x + i0, ld_x, t0, t1, oi, accumulate);
     } else {
-      ColumnTile<1>(p, ld_p, col, x + i0, ld_x, t0, t1, oi);
+      ColumnTile<1>(p, ld_p, col, x + i0, ld_x, t0, t1, oi, accumulate);
     }
   }
 }
@@ -258,7 +259,8 @@ RT_CPU_CLONES void AttentionHeadForward(const HeadView& h, float* att, float* ou
 }
 
 RT_CPU_CLONES void AttentionHeadBackward(const HeadView& h, const float* att, const float* dout,
-                                         int64_t ld_out, float* dq, float* dk, float* dv) {
+                                         int64_t ld_out, float* dq, float* dk, float* dv,
+                                         bool accumulate) {
   const int64_t t_len = h.t_len, hs = h.hs, tp = RoundUp16(t_len);
   float* vt = Scratch(4, static_cast<size_t>(hs * tp));
   float* s = Scratch(5, static_cast<size_t>(kTileRows * tp));
@@ -287,11 +289,11 @@ RT_CPU_CLONES void AttentionHeadBackward(const HeadView& h, const float* att, co
       SoftmaxBackwardRow(ds + t * t_len, att + t * t_len, s + r * tp, nw,
                          std::min(t_len, t + kTileRows), h.scale);
     }
-    // dq += dscores·k.
-    RowTiles(p, h.k, h.ld_qkv, r1, o, hs, true, junk);
+    // dq (+)= dscores·k.
+    RowTiles(p, h.k, h.ld_qkv, r1, o, hs, accumulate, junk);
   }
-  // dv += attᵀ·dout and dk += dscoresᵀ·q, kTileRows keys at a time from their first query
-  // on.
+  // dv (+)= attᵀ·dout and dk (+)= dscoresᵀ·q, kTileRows keys at a time from their first
+  // query on (each key's rows are written by one tile).
   for (int64_t j0 = 0; j0 < t_len; j0 += kTileRows) {
     int64_t col[kTileRows];
     float* ov[kTileRows];
@@ -302,8 +304,8 @@ RT_CPU_CLONES void AttentionHeadBackward(const HeadView& h, const float* att, co
       ov[c] = j < t_len ? dv + j * h.ld_qkv : junk;
       ok[c] = j < t_len ? dk + j * h.ld_qkv : junk;
     }
-    ColumnTiles(att, t_len, col, dout, ld_out, j0, t_len, ov, hs, junk);
-    ColumnTiles(ds, t_len, col, h.q, h.ld_qkv, j0, t_len, ok, hs, junk);
+    ColumnTiles(att, t_len, col, dout, ld_out, j0, t_len, ov, hs, accumulate, junk);
+    ColumnTiles(ds, t_len, col, h.q, h.ld_qkv, j0, t_len, ok, hs, accumulate, junk);
   }
 }
 
