@@ -9,7 +9,12 @@
 // 16-lane vector code too (tree reductions, a vector exp).
 #include "kernels/cpu/attention_head.h"
 
+#if defined(__x86_64__)
+#include <xmmintrin.h>
+#endif
+
 #include <algorithm>
+#include <cstdint>
 
 #include "kernels/cpu/common.h"
 
@@ -71,6 +76,24 @@ inline V16 Exp16(V16 x) {
   return x != x ? x : y;
 }
 
+// dst[0, n) = src[0, n) and zeros in [n, len). The probabilities are read again only by the
+// backward pass, long after: on x86-64 they go out with non-temporal stores (where dst is 16-byte
+// aligned), so their lines are neither read from memory first nor kept in the cache in place of
+// the lines the next tiles use. AttentionHeadForward fences them before it returns.
+inline void StreamRow(float* dst, const float* src, int64_t n, int64_t len) {
+  int64_t j = 0;
+#if defined(__x86_64__)
+  if (reinterpret_cast<uintptr_t>(dst) % 16 == 0) {
+    for (; j + 4 <= n; j += 4) _mm_stream_ps(dst + j, _mm_loadu_ps(src + j));
+    if (j == n) {
+      for (; j + 4 <= len; j += 4) _mm_stream_ps(dst + j, _mm_setzero_ps());
+    }
+  }
+#endif
+  for (; j < n; ++j) dst[j] = src[j];
+  for (; j < len; ++j) dst[j] = 0.0f;
+}
+
 // Row t of the causal softmax: sr holds the scaled scores of keys [0, ncol) (ncol a multiple of
 // 16; keys after t are masked out), ar[0, t_len) receives the probabilities, zeros after t.
 inline void SoftmaxRow(float* sr, int64_t t, int64_t ncol, float* ar, int64_t t_len) {
@@ -90,11 +113,8 @@ inline void SoftmaxRow(float* sr, int64_t t, int64_t ncol, float* ar, int64_t t_
     sum += e;
   }
   const float inv = 1.0f / HSum16(sum);
-  const int64_t nw = std::min(ncol, t_len);
-  int64_t j = 0;
-  for (; j + 16 <= nw; j += 16) Store16(ar + j, Load16(sr + j) * inv);
-  for (; j < nw; ++j) ar[j] = sr[j] * inv;
-  for (; j < t_len; ++j) ar[j] = 0.0f;
+  for (int64_t j0 = 0; j0 < ncol; j0 += 16) Store16(sr + j0, Load16(sr + j0) * inv);
+  StreamRow(ar, sr, std::min(ncol, t_len), t_len);
 }
 
 // Row t of the softmax backward: dr[j] = scale·ar[j]·(sr[j] − Σ_i ar[i]·sr[i]) for j < nw (ar is
@@ -245,7 +265,8 @@ RT_CPU_CLONES void AttentionHeadForward(const HeadView& h, float* att, float* ou
     for (int r = 0; r < kTileRows; ++r) {
       const int64_t t = std::min(r0 + r, t_len - 1);
       x[r] = h.q + t * h.ld_qkv;
-      p[r] = att + t * t_len;
+      // The value tiles read the probabilities from the score rows (in L1), not from att.
+      p[r] = s + std::min<int64_t>(r, nr - 1) * tp;
       o[r] = r < nr ? out + t * ld_out : junk;
     }
     // Softmax over whole 16-column steps: the future keys' scores become −inf, so their
@@ -256,6 +277,9 @@ RT_CPU_CLONES void AttentionHeadForward(const HeadView& h, float* att, float* ou
       SoftmaxRow(s + r * tp, r0 + r, ncol, att + (r0 + r) * t_len, t_len);
     RowTiles(p, h.v, h.ld_qkv, r1, o, hs, false, junk);
   }
+#if defined(__x86_64__)
+  _mm_sfence();  // the non-temporal stores of StreamRow
+#endif
 }
 
 RT_CPU_CLONES void AttentionHeadBackward(const HeadView& h, const float* att, const float* dout,
