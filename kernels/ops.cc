@@ -340,7 +340,8 @@ Status AttentionForward(Tensor out, Tensor att, Tensor qkv, int n_head) {
   return be->attention_forward(out, att, qkv, n_head);
 }
 
-Status AttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor att, int n_head) {
+Status AttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor att, int n_head,
+                         bool accumulate) {
   constexpr const char* op = "AttentionBackward";
   const std::initializer_list<Arg> all = {
       {"dqkv", dqkv}, {"dout", dout}, {"qkv", qkv}, {"att", att}};
@@ -357,7 +358,7 @@ Status AttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor att, int n
   RETURN_IF_ERROR(CheckShape(op, {"att", att}, Shape{b, n_head, t, t}, [&] {
     return std::string("[B,n_head,T,T] of qkv " + S(qkv) + " and n_head " + I(n_head));
   }));
-  return be->attention_backward(dqkv, dout, qkv, att, n_head);
+  return be->attention_backward(dqkv, dout, qkv, att, n_head, accumulate);
 }
 
 Status EmbeddingForward(Tensor out, Tensor tokens, Tensor wte, int64_t vocab_start) {

@@ -50,8 +50,10 @@ Status GeluBackward(Tensor dinp, Tensor inp, Tensor dout, bool accumulate = true
 // probabilities (saved for backward; entries above the diagonal are 0). Scores are scaled by
 // 1/√(C/n_head); the softmax subtracts the row max (numerically stable).
 Status AttentionForward(Tensor out, Tensor att, Tensor qkv, int n_head);
-// dqkv[B,T,3C] += gradient of out w.r.t. qkv, given dout[B,T,C] and the saved att.
-Status AttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor att, int n_head);
+// dqkv[B,T,3C] += gradient of out w.r.t. qkv, given dout[B,T,C] and the saved att; with
+// accumulate = false, dqkv = the gradient instead (no zeroing pass needed).
+Status AttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor att, int n_head,
+                         bool accumulate = true);
 
 // out[B,T,C] = wte[tokens[b,t] − vocab_start] when that row is inside wte[V_local,C], else 0
 // (vocab-parallel embedding: each rank holds rows [vocab_start, vocab_start+V_local)). tokens i32.

@@ -119,8 +119,7 @@ Status BlockBackward(const BlockTensors& p, const BlockTensors& g, const BlockAc
   RETURN_IF_ERROR(Zero(s.datty));
   RETURN_IF_ERROR(
       MatmulBackward(s.datty, g.attn_proj_w, g.attn_proj_b, dresidual, a.atty, p.attn_proj_w));
-  RETURN_IF_ERROR(Zero(s.dqkv));
-  RETURN_IF_ERROR(AttentionBackward(s.dqkv, s.datty, a.qkv, a.att, n_head));
+  RETURN_IF_ERROR(AttentionBackward(s.dqkv, s.datty, a.qkv, a.att, n_head, /*accumulate=*/false));
   RETURN_IF_ERROR(Zero(s.dln));
   RETURN_IF_ERROR(MatmulBackward(s.dln, g.attn_w, g.attn_b, s.dqkv, a.ln_1, p.attn_w));
   return LayerNormBackward(dresidual, g.ln_1_w, g.ln_1_b, s.dln, inp, p.ln_1_w, a.ln_1_mean,

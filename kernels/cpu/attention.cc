@@ -87,19 +87,22 @@ void AttentionForwardT(const Tensor& out, const Tensor& att_t, const Tensor& qkv
   if constexpr (sizeof(T) != 4) StoreRow(out.data_as<T>(), y, out.numel());
 }
 
+// The tiled heads write each gradient element once, so they can assign it; the sgemm path adds
+// over row blocks, into a zeroed output where the result is to be assigned. Low-precision
+// gradients are formed in fp32 scratch that way and then added to (or stored in) dqkv.
 template <typename T>
 void AttentionBackwardT(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
-                        const Tensor& att_t, int n_head) {
+                        const Tensor& att_t, int n_head, bool accumulate) {
   const int64_t b_len = qkv.dim(0), t_len = qkv.dim(1), c3 = qkv.dim(2), c = c3 / 3;
   const int64_t hs = c / n_head;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const float* x = AsF32(qkv.data_as<T>(), qkv.numel(), 0);
   const float* dy = AsF32(dout.data_as<T>(), dout.numel(), 1);
+  const bool tiled = AttentionHeadTiled(hs);
   float* dx = dqkv.data_as<float>();
-  if constexpr (sizeof(T) != 4) {
-    dx = Scratch(2, static_cast<size_t>(dqkv.numel()));
-    std::memset(dx, 0, static_cast<size_t>(dqkv.numel()) * sizeof(float));
-  }
+  if constexpr (sizeof(T) != 4) dx = Scratch(2, static_cast<size_t>(dqkv.numel()));
+  const bool assign = sizeof(T) != 4 || !accumulate;
+  if (assign && !tiled) std::memset(dx, 0, static_cast<size_t>(dqkv.numel()) * sizeof(float));
   float* datt = Scratch(3, static_cast<size_t>(t_len * t_len));
   const float* att = att_t.data_as<float>();
   for (int64_t b = 0; b < b_len; ++b) {
@@ -113,8 +116,8 @@ void AttentionBackwardT(const Tensor& dqkv, const Tensor& dout, const Tensor& qk
       float* dv = dq + 2 * c;
       const float* a = att + (b * n_head + h) * t_len * t_len;
       const float* g = dy + b * t_len * c + h * hs;
-      if (AttentionHeadTiled(hs)) {
-        AttentionHeadBackward({q, k, v, c3, t_len, hs, scale}, a, g, c, dq, dk, dv);
+      if (tiled) {
+        AttentionHeadBackward({q, k, v, c3, t_len, hs, scale}, a, g, c, dq, dk, dv, !assign);
         continue;
       }
       for (int64_t r0 = 0; r0 < t_len; r0 += kRowBlock) {
@@ -130,7 +133,13 @@ void AttentionBackwardT(const Tensor& dqkv, const Tensor& dout, const Tensor& qk
       }
     }
   }
-  if constexpr (sizeof(T) != 4) AccumulateRow(dqkv.data_as<T>(), dx, dqkv.numel());
+  if constexpr (sizeof(T) != 4) {
+    if (accumulate) {
+      AccumulateRow(dqkv.data_as<T>(), dx, dqkv.numel());
+    } else {
+      StoreRow(dqkv.data_as<T>(), dx, dqkv.numel());
+    }
+  }
 }
 
 }  // namespace
@@ -142,10 +151,11 @@ Status AttentionForward(Tensor out, Tensor att, Tensor qkv, int n_head) {
   return Status::Ok();
 }
 
-Status AttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor att, int n_head) {
+Status AttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor att, int n_head,
+                         bool accumulate) {
   if (qkv.numel() == 0) return Status::Ok();
   internal::DispatchFloating(qkv.dtype(), [&](auto tag) {
-    AttentionBackwardT<decltype(tag)>(dqkv, dout, qkv, att, n_head);
+    AttentionBackwardT<decltype(tag)>(dqkv, dout, qkv, att, n_head, accumulate);
   });
   return Status::Ok();
 }

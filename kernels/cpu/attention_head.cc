@@ -9,7 +9,12 @@
 // 16-lane vector code too (tree reductions, a vector exp).
 #include "kernels/cpu/attention_head.h"
 
+#if defined(__x86_64__)
+#include <xmmintrin.h>
+#endif
+
 #include <algorithm>
+#include <cstdint>
 
 #include "kernels/cpu/common.h"
 
@@ -71,6 +76,24 @@ inline V16 Exp16(V16 x) {
   return x != x ? x : y;
 }
 
+// dst[0, n) = src[0, n) and zeros in [n, len). The probabilities are read again only by the
+// backward pass, long after: on x86-64 they go out with non-temporal stores (where dst is 16-byte
+// aligned), so their lines are neither read from memory first nor kept in the cache in place of
+// the lines the next tiles use. AttentionHeadForward fences them before it returns.
+inline void StreamRow(float* dst, const float* src, int64_t n, int64_t len) {
+  int64_t j = 0;
+#if defined(__x86_64__)
+  if (reinterpret_cast<uintptr_t>(dst) % 16 == 0) {
+    for (; j + 4 <= n; j += 4) _mm_stream_ps(dst + j, _mm_loadu_ps(src + j));
+    if (j == n) {
+      for (; j + 4 <= len; j += 4) _mm_stream_ps(dst + j, _mm_setzero_ps());
+    }
+  }
+#endif
+  for (; j < n; ++j) dst[j] = src[j];
+  for (; j < len; ++j) dst[j] = 0.0f;
+}
+
 // Row t of the causal softmax: sr holds the scaled scores of keys [0, ncol) (ncol a multiple of
 // 16; keys after t are masked out), ar[0, t_len) receives the probabilities, zeros after t.
 inline void SoftmaxRow(float* sr, int64_t t, int64_t ncol, float* ar, int64_t t_len) {
@@ -90,11 +113,8 @@ inline void SoftmaxRow(float* sr, int64_t t, int64_t ncol, float* ar, int64_t t_
     sum += e;
   }
   const float inv = 1.0f / HSum16(sum);
-  const int64_t nw = std::min(ncol, t_len);
-  int64_t j = 0;
-  for (; j + 16 <= nw; j += 16) Store16(ar + j, Load16(sr + j) * inv);
-  for (; j < nw; ++j) ar[j] = sr[j] * inv;
-  for (; j < t_len; ++j) ar[j] = 0.0f;
+  for (int64_t j0 = 0; j0 < ncol; j0 += 16) Store16(sr + j0, Load16(sr + j0) * inv);
+  StreamRow(ar, sr, std::min(ncol, t_len), t_len);
 }
 
 // Row t of the softmax backward: dr[j] = scale·ar[j]·(sr[j] − Σ_i ar[i]·sr[i]) for j < nw (ar is
@@ -150,10 +170,11 @@ inline void RowTile(const float* const p[kTileRows], const float* y, int64_t ld_
   }
 }
 
-// o[c][i] += Σ_{t0≤t<t1} p[t·ld_p + col[c]]·x[t·ld_x + i] for c < kTileRows, i < 16·NV.
+// o[c][i] (+)= Σ_{t0≤t<t1} p[t·ld_p + col[c]]·x[t·ld_x + i] for c < kTileRows, i < 16·NV.
 template <int NV>
 inline void ColumnTile(const float* p, int64_t ld_p, const int64_t col[kTileRows], const float* x,
-                       int64_t ld_x, int64_t t0, int64_t t1, float* const o[kTileRows]) {
+                       int64_t ld_x, int64_t t0, int64_t t1, float* const o[kTileRows],
+                       bool accumulate) {
   V16 acc[kTileRows][NV] = {};
   for (int64_t t = t0; t < t1; ++t) {
     V16 xv[NV];
@@ -167,7 +188,7 @@ inline void ColumnTile(const float* p, int64_t ld_p, const int64_t col[kTileRows
   for (int c = 0; c < kTileRows; ++c) {
     for (int n = 0; n < NV; ++n) {
       float* dst = o[c] + 16 * n;
-      Store16(dst, Load16(dst) + acc[c][n]);
+      Store16(dst, accumulate ? Load16(dst) + acc[c][n] : acc[c][n]);
     }
   }
 }
@@ -197,14 +218,14 @@ inline void RowTiles(const float* const p[kTileRows], const float* y, int64_t ld
 // ColumnTile over the head size in chunks of 32 (then 16) floats.
 inline void ColumnTiles(const float* p, int64_t ld_p, const int64_t col[kTileRows], const float* x,
                         int64_t ld_x, int64_t t0, int64_t t1, float* const o[kTileRows], int64_t hs,
-                        float* junk) {
+                        bool accumulate, float* junk) {
   for (int64_t i0 = 0; i0 < hs; i0 += 32) {
     float* oi[kTileRows];
     for (int c = 0; c < kTileRows; ++c) oi[c] = o[c] == junk ? junk : o[c] + i0;
     if (i0 + 32 <= hs) {
-      ColumnTile<2>(p, ld_p, col, x + i0, ld_x, t0, t1, oi);
+      ColumnTile<2>(p, ld_p, col, x + i0, ld_x, t0, t1, oi, accumulate);
     } else {
-      ColumnTile<1>(p, ld_p, col, x + i0, ld_x, t0, t1, oi);
+      ColumnTile<1>(p, ld_p, col, x + i0, ld_x, t0, t1, oi, accumulate);
     }
   }
 }
@@ -244,7 +265,8 @@ RT_CPU_CLONES void AttentionHeadForward(const HeadView& h, float* att, float* ou
     for (int r = 0; r < kTileRows; ++r) {
       const int64_t t = std::min(r0 + r, t_len - 1);
       x[r] = h.q + t * h.ld_qkv;
-      p[r] = att + t * t_len;
+      // The value tiles read the probabilities from the score rows (in L1), not from att.
+      p[r] = s + std::min<int64_t>(r, nr - 1) * tp;
       o[r] = r < nr ? out + t * ld_out : junk;
     }
     // Softmax over whole 16-column steps: the future keys' scores become −inf, so their
@@ -255,10 +277,14 @@ RT_CPU_CLONES void AttentionHeadForward(const HeadView& h, float* att, float* ou
       SoftmaxRow(s + r * tp, r0 + r, ncol, att + (r0 + r) * t_len, t_len);
     RowTiles(p, h.v, h.ld_qkv, r1, o, hs, false, junk);
   }
+#if defined(__x86_64__)
+  _mm_sfence();  // the non-temporal stores of StreamRow
+#endif
 }
 
 RT_CPU_CLONES void AttentionHeadBackward(const HeadView& h, const float* att, const float* dout,
-                                         int64_t ld_out, float* dq, float* dk, float* dv) {
+                                         int64_t ld_out, float* dq, float* dk, float* dv,
+                                         bool accumulate) {
   const int64_t t_len = h.t_len, hs = h.hs, tp = RoundUp16(t_len);
   float* vt = Scratch(4, static_cast<size_t>(hs * tp));
   float* s = Scratch(5, static_cast<size_t>(kTileRows * tp));
@@ -287,11 +313,11 @@ RT_CPU_CLONES void AttentionHeadBackward(const HeadView& h, const float* att, co
       SoftmaxBackwardRow(ds + t * t_len, att + t * t_len, s + r * tp, nw,
                          std::min(t_len, t + kTileRows), h.scale);
     }
-    // dq += dscores·k.
-    RowTiles(p, h.k, h.ld_qkv, r1, o, hs, true, junk);
+    // dq (+)= dscores·k.
+    RowTiles(p, h.k, h.ld_qkv, r1, o, hs, accumulate, junk);
   }
-  // dv += attᵀ·dout and dk += dscoresᵀ·q, kTileRows keys at a time from their first query
-  // on.
+  // dv (+)= attᵀ·dout and dk (+)= dscoresᵀ·q, kTileRows keys at a time from their first
+  // query on (each key's rows are written by one tile).
   for (int64_t j0 = 0; j0 < t_len; j0 += kTileRows) {
     int64_t col[kTileRows];
     float* ov[kTileRows];
@@ -302,8 +328,8 @@ RT_CPU_CLONES void AttentionHeadBackward(const HeadView& h, const float* att, co
       ov[c] = j < t_len ? dv + j * h.ld_qkv : junk;
       ok[c] = j < t_len ? dk + j * h.ld_qkv : junk;
     }
-    ColumnTiles(att, t_len, col, dout, ld_out, j0, t_len, ov, hs, junk);
-    ColumnTiles(ds, t_len, col, h.q, h.ld_qkv, j0, t_len, ok, hs, junk);
+    ColumnTiles(att, t_len, col, dout, ld_out, j0, t_len, ov, hs, accumulate, junk);
+    ColumnTiles(ds, t_len, col, h.q, h.ld_qkv, j0, t_len, ok, hs, accumulate, junk);
   }
 }
 

@@ -27,8 +27,8 @@ struct HeadView {
 void AttentionHeadForward(const HeadView& h, float* att, float* out, int64_t ld_out);
 
 // Given att from the forward and dout (row t at dout + t·ld_out): dq, dk, dv (rows at
-// stride ld_qkv) += the gradients of out w.r.t. q, k and v.
+// stride ld_qkv) += the gradients of out w.r.t. q, k and v, or = them when !accumulate.
 void AttentionHeadBackward(const HeadView& h, const float* att, const float* dout, int64_t ld_out,
-                           float* dq, float* dk, float* dv);
+                           float* dq, float* dk, float* dv, bool accumulate);
 
 }  // namespace rt::cpu

@@ -169,7 +169,8 @@ Status AttentionForward(Tensor out, Tensor att, Tensor qkv, int n_head) {
   });
 }
 
-Status AttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor att, int n_head) {
+Status AttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor att, int n_head,
+                         bool accumulate) {
   const int64_t b_len = qkv.dim(0), t_len = qkv.dim(1), c = qkv.dim(2) / 3, hs = c / n_head;
   const int64_t bt = b_len * t_len * c, tt = b_len * n_head * t_len * t_len;
   if (bt == 0) return Status::Ok();
@@ -211,7 +212,7 @@ Status AttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor att, int n
     RETURN_IF_ERROR(BatchedGemm(h, true, false, ti, hi, ti, 1.0f, datt, ti, sa, q, hi, sq, 0.0f, dk,
                                 hi, sq, batch));
     UnpermuteKernel<T><<<Blocks(3 * bt, kThreads), kThreads, 0, Stream()>>>(
-        dqkv.data_as<T>(), dq, b_len, t_len, n_head, hs, 3, true);
+        dqkv.data_as<T>(), dq, b_len, t_len, n_head, hs, 3, accumulate);
     return CudaStatus(cudaGetLastError(), "UnpermuteKernel");
   });
 }

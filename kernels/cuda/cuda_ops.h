@@ -35,7 +35,8 @@ Status GeluForward(Tensor out, Tensor inp);
 Status GeluBackward(Tensor dinp, Tensor inp, Tensor dout, bool accumulate);
 // attention.cu
 Status AttentionForward(Tensor out, Tensor att, Tensor qkv, int n_head);
-Status AttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor att, int n_head);
+Status AttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor att, int n_head,
+                         bool accumulate);
 // embedding.cu
 Status EmbeddingForward(Tensor out, Tensor tokens, Tensor wte, int64_t vocab_start);
 Status EmbeddingBackward(Tensor dwte, Tensor dout, Tensor tokens, int64_t vocab_start);

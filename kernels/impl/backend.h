@@ -40,7 +40,8 @@ struct KernelBackend {
   Status (*gelu_forward)(Tensor out, Tensor inp);
   Status (*gelu_backward)(Tensor dinp, Tensor inp, Tensor dout, bool accumulate);
   Status (*attention_forward)(Tensor out, Tensor att, Tensor qkv, int n_head);
-  Status (*attention_backward)(Tensor dqkv, Tensor dout, Tensor qkv, Tensor att, int n_head);
+  Status (*attention_backward)(Tensor dqkv, Tensor dout, Tensor qkv, Tensor att, int n_head,
+                               bool accumulate);
   Status (*embedding_forward)(Tensor out, Tensor tokens, Tensor wte, int64_t vocab_start);
   Status (*embedding_backward)(Tensor dwte, Tensor dout, Tensor tokens, int64_t vocab_start);
   Status (*position_embedding_add)(Tensor out, Tensor wpe, int64_t pos_start);

@@ -130,6 +130,20 @@ void CheckAttentionGrad(int64_t b, int64_t t, int64_t c, int64_t nh, uint32_t se
   Vec got = ToVec(dq.t);
   for (size_t i = 0; i < got.size(); ++i) got[i] -= g0[i];
   EXPECT_LT(RelErr(got, fd), kFdTol) << "B=" << b << " T=" << t << " C=" << c << " H=" << nh;
+  // Assignment instead of accumulation (f32, bf16, f16), over a dqkv full of other values: the
+  // gradient accumulated from zero, exactly.
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+    HostTensor x = FromVec(dt, Shape{b, t, 3 * c}, qkv), y = Make(dt, Shape{b, t, c});
+    HostTensor a = Make(DType::kF32, Shape{b, nh, t, t}), dy = FromVec(dt, Shape{b, t, c}, r);
+    ASSERT_OK(AttentionForward(y.t, a.t, x.t, static_cast<int>(nh)));
+    HostTensor acc = Make(dt, Shape{b, t, 3 * c}), set = FromVec(dt, Shape{b, t, 3 * c}, g0);
+    ASSERT_OK(AttentionBackward(acc.t, dy.t, x.t, a.t, static_cast<int>(nh)));
+    ASSERT_OK(AttentionBackward(set.t, dy.t, x.t, a.t, static_cast<int>(nh), /*accumulate=*/false));
+    EXPECT_EQ(ToVec(set.t), ToVec(acc.t)) << DTypeName(dt) << " B=" << b << " T=" << t;
+    if (dt == DType::kF32) {
+      EXPECT_LT(RelErr(ToVec(set.t), fd), kFdTol);
+    }
+  }
 }
 
 TEST(GradTest, AttentionBackward) { CheckAttentionGrad(2, 6, 8, 2, 30); }
