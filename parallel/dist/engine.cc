@@ -206,7 +206,19 @@ Status DistTrainer::Initialize() {
 }
 
 Result<Buffer> DistTrainer::Transient(size_t count, DType dtype) {
-  ASSIGN_OR_RETURN(Buffer b, Buffer::Allocate(device_, count * DTypeSize(dtype)));
+  const size_t bytes = count * DTypeSize(dtype);
+  Buffer b;
+  for (Buffer& spare : spare_transients_) {
+    if (spare.size() != bytes) continue;
+    b = std::move(spare);
+    spare = std::move(spare_transients_.back());
+    spare_transients_.pop_back();
+    RETURN_IF_ERROR(Zero(b.View(dtype, Shape{static_cast<int64_t>(count)})));
+    break;
+  }
+  if (b.data() == nullptr) {
+    ASSIGN_OR_RETURN(b, Buffer::Allocate(device_, bytes));
+  }
   transient_bytes_ += b.size();
   peak_transient_bytes_ = std::max(peak_transient_bytes_, transient_bytes_);
   return b;
@@ -214,6 +226,7 @@ Result<Buffer> DistTrainer::Transient(size_t count, DType dtype) {
 
 void DistTrainer::FreeTransient(Buffer* b) {
   transient_bytes_ -= b->size();
+  if (device_ != Device::kCpu && b->data() != nullptr) spare_transients_.push_back(std::move(*b));
   *b = Buffer();
 }
 

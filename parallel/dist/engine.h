@@ -191,7 +191,9 @@ class DistTrainer {
   // (Σ loss_sum_ over the ranks that count it, Σ `sumsq` over all ranks), equal on every rank.
   Result<std::pair<double, double>> SumOverWorld(double sumsq);
 
-  // Transient buffer bookkeeping.
+  // Transient buffer bookkeeping: zero-filled on return. On a device, freed buffers are kept in
+  // spare_transients_ and handed out again (zeroed) for the same byte size: cudaFree would block
+  // the host until the whole device is idle, in-flight NCCL ops included.
   Result<Buffer> Transient(size_t count, DType dtype = DType::kF32);
   void FreeTransient(Buffer* b);
 
@@ -226,6 +228,7 @@ class DistTrainer {
   std::vector<Buffer> unit_grads_;         // ZeRO-2/3: full unit gradients during backward
   std::vector<Pending> pending_;           // gradient reductions in flight, in issue order
   size_t transient_bytes_ = 0, peak_transient_bytes_ = 0;
+  std::vector<Buffer> spare_transients_;   // device only: freed transients for reuse
 
   std::vector<int32_t> inputs_, targets_;  // the global batch
   // Per chunk, per activation slot.
