@@ -3,6 +3,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/device.h"
 #include "kernels/cuda/stream.h"
 
 namespace rt {
@@ -20,6 +21,24 @@ Status SynchronizeCurrentStream() {
 }
 
 bool CudaDeviceAvailable() { return cuda::Available().ok(); }
+
+Result<int> CudaDeviceCount() {
+  int n = 0;
+  const cudaError_t err = cudaGetDeviceCount(&n);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();  // clear the sticky "no device" error
+    return Unavailable(std::string("cudaGetDeviceCount: ") + cudaGetErrorString(err));
+  }
+  return n;
+}
+
+Status SetCudaDevice(int index) {
+  ASSIGN_OR_RETURN(const int n, CudaDeviceCount());
+  if (index < 0 || index >= n)
+    return InvalidArgument("CUDA device " + std::to_string(index) + " does not exist (" +
+                           std::to_string(n) + " devices)");
+  return cuda::CudaStatus(cudaSetDevice(index), "cudaSetDevice");
+}
 
 namespace cuda {
 

@@ -32,8 +32,6 @@ Status WaitFor(const comm::WorkHandle& work, Deadline deadline, const std::strin
   return work->Wait(deadline).WithContext(what);
 }
 
-Tensor F32(float* data, int64_t count) { return Tensor(data, DType::kF32, Shape{count}); }
-
 }  // namespace
 
 DistTrainer::~DistTrainer() = default;
@@ -62,9 +60,12 @@ Result<std::unique_ptr<DistTrainer>> DistTrainer::Create(
                            std::to_string(config.train.micro_batches) +
                            ") must be a multiple of pp (" + std::to_string(layout.pp) + ")");
   ASSIGN_OR_RETURN(const Precision precision, ParsePrecision(config.train.precision));
-  if (config.train.device != "cpu")
-    return Unimplemented("train.device = \"" + config.train.device +
-                         "\": the parallel engine (--layout) runs on the CPU only");
+  ASSIGN_OR_RETURN(const Device device, TrainDevice(config.train));
+  const std::string_view backend = device == Device::kCpu ? "cpu" : "nccl";
+  if (world.backend() != backend)
+    return InvalidArgument("train.device = \"" + config.train.device + "\" needs a " +
+                           std::string(backend) + " world communicator, got " +
+                           std::string(world.backend()));
   const int dp = layout.dp(), micro = config.train.micro_batches;
   if (config.train.batch_size % (dp * micro) != 0)
     return InvalidArgument("train.batch_size (" + std::to_string(config.train.batch_size) +
@@ -76,6 +77,7 @@ Result<std::unique_ptr<DistTrainer>> DistTrainer::Create(
                            std::to_string(config.model.n_layer + 2) + ")");
   std::unique_ptr<DistTrainer> t(new DistTrainer());
   t->config_ = config;
+  t->device_ = device;
   t->layout_ = layout;
   t->wait_timeout_ = wait_timeout;
   ASSIGN_OR_RETURN(t->groups_, BuildProcessGroups(world, layout, Deadline::After(wait_timeout)));
@@ -97,7 +99,8 @@ Result<std::unique_ptr<DistTrainer>> DistTrainer::Create(
                      StageRunner::Create(config.model, t->stage_, c, t->micro_rows_,
                                          slots[static_cast<size_t>(c)],
                                          TpGroup{t->groups_.tp.get(), wait_timeout},
-                                         layout.sequence_parallel, config.train.recompute, t->dt_));
+                                         layout.sequence_parallel, config.train.recompute, t->dt_,
+                                         device));
     t->runners_.push_back(std::move(runner));
   }
   ASSIGN_OR_RETURN(DataOrder order, ParseDataOrder(config.data.order));
@@ -147,10 +150,10 @@ Status DistTrainer::Initialize() {
   norm_pieces_ = pieces(false);
 
   const size_t f = sizeof(float);
-  ASSIGN_OR_RETURN(params_, Buffer::Allocate(Device::kCpu, (zero < 3 ? stage_.total : own_total_) * f));
-  ASSIGN_OR_RETURN(grads_, Buffer::Allocate(Device::kCpu, (zero < 2 ? stage_.total : own_total_) * f));
-  ASSIGN_OR_RETURN(m_, Buffer::Allocate(Device::kCpu, own_total_ * f));
-  ASSIGN_OR_RETURN(v_, Buffer::Allocate(Device::kCpu, own_total_ * f));
+  ASSIGN_OR_RETURN(params_, Buffer::Allocate(device_, (zero < 3 ? stage_.total : own_total_) * f));
+  ASSIGN_OR_RETURN(grads_, Buffer::Allocate(device_, (zero < 2 ? stage_.total : own_total_) * f));
+  ASSIGN_OR_RETURN(m_, Buffer::Allocate(device_, own_total_ * f));
+  ASSIGN_OR_RETURN(v_, Buffer::Allocate(device_, own_total_ * f));
   gathered_.resize(units);
   gather_work_.resize(units);
   unit_grads_.resize(units);
@@ -189,11 +192,12 @@ Status DistTrainer::Initialize() {
     }
   }
   float* p = params_.View(DType::kF32, Shape{1}).data_as<float>();
+  auto host = [](float* data, int64_t count) { return Tensor(data, DType::kF32, Shape{count}); };
   if (zero < 3) {
-    std::memcpy(p, local.data(), local.size() * f);
+    RETURN_IF_ERROR(Copy(F32(p, stage_.total), host(local.data(), stage_.total)));
   } else {
     for (const Piece& pc : update_pieces_)
-      std::memcpy(p + pc.own, local.data() + pc.flat, static_cast<size_t>(pc.count) * f);
+      RETURN_IF_ERROR(Copy(F32(p + pc.own, pc.count), host(local.data() + pc.flat, pc.count)));
   }
   RETURN_IF_ERROR(InitializeLowPrecision());
   inputs_.resize(static_cast<size_t>(config_.train.batch_size) * config_.model.seq_len);
@@ -202,7 +206,19 @@ Status DistTrainer::Initialize() {
 }
 
 Result<Buffer> DistTrainer::Transient(size_t count, DType dtype) {
-  ASSIGN_OR_RETURN(Buffer b, Buffer::Allocate(Device::kCpu, count * DTypeSize(dtype)));
+  const size_t bytes = count * DTypeSize(dtype);
+  Buffer b;
+  for (Buffer& spare : spare_transients_) {
+    if (spare.size() != bytes) continue;
+    b = std::move(spare);
+    spare = std::move(spare_transients_.back());
+    spare_transients_.pop_back();
+    RETURN_IF_ERROR(Zero(b.View(dtype, Shape{static_cast<int64_t>(count)})));
+    break;
+  }
+  if (b.data() == nullptr) {
+    ASSIGN_OR_RETURN(b, Buffer::Allocate(device_, bytes));
+  }
   transient_bytes_ += b.size();
   peak_transient_bytes_ = std::max(peak_transient_bytes_, transient_bytes_);
   return b;
@@ -210,6 +226,7 @@ Result<Buffer> DistTrainer::Transient(size_t count, DType dtype) {
 
 void DistTrainer::FreeTransient(Buffer* b) {
   transient_bytes_ -= b->size();
+  if (device_ != Device::kCpu && b->data() != nullptr) spare_transients_.push_back(std::move(*b));
   *b = Buffer();
 }
 
@@ -229,7 +246,7 @@ MemoryStats DistTrainer::memory() const {
 Tensor DistTrainer::View(std::byte* unit_base, int tensor) const {
   const StageTensor& t = stage_.tensors[static_cast<size_t>(tensor)];
   const int64_t at = t.offset - stage_.units[static_cast<size_t>(t.unit)].begin;
-  return Tensor(unit_base + at * static_cast<int64_t>(DTypeSize(dt_)), dt_, t.shape);
+  return Tensor(unit_base + at * static_cast<int64_t>(DTypeSize(dt_)), dt_, t.shape, device_);
 }
 
 BlockTensors DistTrainer::BlockView(std::byte* base, int unit) const {
@@ -441,7 +458,7 @@ Status DistTrainer::StartReduce(int unit) {
       const StageTensor& t = stage_.tensors[static_cast<size_t>(ti)];
       if (t.name != "wpe" && t.name.find("ln_") == std::string::npos) continue;
       RETURN_IF_ERROR(TpAllReduce(TpGroup{groups_.tp.get(), wait_timeout_},
-                                  Tensor(g32 + (t.offset - su.begin), DType::kF32, t.shape),
+                                  Tensor(g32 + (t.offset - su.begin), DType::kF32, t.shape, device_),
                                   "sequence-parallel LayerNorm/wpe gradients"));
     }
   }
@@ -493,7 +510,7 @@ Status DistTrainer::AdvanceReductions(size_t max_pending) {
       const int64_t k = su.shard_size(shards_);
       float* shard = layout_.zero == 1 ? grads + su.begin + shard_ * k : grads + own_offset_[u];
       if (layout_.zero == 1) {
-        std::memcpy(shard, p.scratch.data(), static_cast<size_t>(k) * sizeof(float));
+        RETURN_IF_ERROR(Copy(F32(shard, k), p.scratch.View(DType::kF32, Shape{k})));
         FreeTransient(&p.scratch);
       } else {
         FreeTransient(&unit_grads_[u]);
@@ -616,11 +633,23 @@ Result<std::pair<double, double>> DistTrainer::SumOverWorld(double sumsq) {
   // tensor-parallel rank: counted on rank 0). Gathered and added in rank order, so every rank
   // gets bitwise the same totals.
   const double loss_part = coords_.tp == 0 ? loss_sum_ : 0.0;
-  const int64_t mine[2] = {std::bit_cast<int64_t>(loss_part), std::bit_cast<int64_t>(sumsq)};
+  int64_t mine[2] = {std::bit_cast<int64_t>(loss_part), std::bit_cast<int64_t>(sumsq)};
   comm::Communicator& world = *groups_.world;
-  std::vector<int64_t> all(static_cast<size_t>(world.size()) * 2);
-  RETURN_IF_ERROR(WaitFor(world.AllGather(mine, all.data(), 2, DType::kI64), WaitDeadline(),
-                          "loss and gradient-norm all-gather"));
+  const int64_t n = static_cast<int64_t>(world.size()) * 2;
+  std::vector<int64_t> all(static_cast<size_t>(n));
+  const std::string what = "loss and gradient-norm all-gather";
+  if (device_ == Device::kCpu) {
+    RETURN_IF_ERROR(WaitFor(world.AllGather(mine, all.data(), 2, DType::kI64), WaitDeadline(), what));
+  } else {
+    // NCCL takes device buffers: stage the 16 bytes per rank through one.
+    ASSIGN_OR_RETURN(Buffer staging, Buffer::Allocate(device_, static_cast<size_t>(n + 2) * 8));
+    const Tensor send = staging.View(DType::kI64, Shape{2});
+    const Tensor recv = staging.View(DType::kI64, Shape{n}, 16);
+    RETURN_IF_ERROR(Copy(send, Tensor(mine, DType::kI64, Shape{2})));
+    RETURN_IF_ERROR(WaitFor(world.AllGather(send.data(), recv.data(), 2, DType::kI64),
+                            WaitDeadline(), what));
+    RETURN_IF_ERROR(Copy(Tensor(all.data(), DType::kI64, Shape{n}), recv));
+  }
   double loss_total = 0, sumsq_total = 0;
   for (int r = 0; r < world.size(); ++r) {
     loss_total += std::bit_cast<double>(all[static_cast<size_t>(r) * 2]);
@@ -708,7 +737,7 @@ Status DistTrainer::OptimizerStep(double sumsq, StepStats* stats) {
                               F32((zero < 2 ? g + pc.flat : g + pc.own), pc.count),
                               F32(m + pc.own, pc.count), F32(v + pc.own, pc.count),
                               lp() ? Tensor(work + (zero < 3 ? pc.flat : pc.own) * DTypeSize(dt_),
-                                            dt_, Shape{pc.count})
+                                            dt_, Shape{pc.count}, device_)
                                    : Tensor(),
                               hp)
                         .WithContext("AdamW on '" + t.name + "'"));
@@ -728,7 +757,8 @@ Status DistTrainer::OptimizerStep(double sumsq, StepStats* stats) {
     // The other shards' low-precision copies from their fp32 masters (the same rounding AdamW
     // applies to this rank's shard).
     if (lp())
-      RETURN_IF_ERROR(Convert(Tensor(work, dt_, Shape{stage_.total}), F32(p, stage_.total)));
+      RETURN_IF_ERROR(
+          Convert(Tensor(work, dt_, Shape{stage_.total}, device_), F32(p, stage_.total)));
   }
   if (fp16 && ++state_.clean_steps >= config_.train.loss_scale_window) {
     state_.loss_scale *= 2;

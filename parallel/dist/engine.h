@@ -27,10 +27,13 @@
 // weights (the engine's fp32 parameters, sharded as ZeRO shards them), AdamW state and gradient
 // reductions (each unit's low-precision gradients are converted to fp32 once its backward is
 // done, then reduced); fp16 scales the loss dynamically and skips a step whose gradients hold
-// inf/NaN on any rank (the norm summed over the world is then not finite everywhere). State
-// lives in host memory (Device::kCpu) and the vocabulary-parallel
-// cross-entropy and sequence-parallel permutations are host loops, so the engine runs on the CPU
-// communicator only, not yet on NCCL/CUDA.
+// inf/NaN on any rank (the norm summed over the world is then not finite everywhere).
+// Device: train.device = "cpu" keeps every buffer in host memory and needs a CPU world
+// communicator; "cuda" keeps every buffer (parameters, gradients, master, AdamW m/v, ZeRO
+// shards, activations, pipeline buffers) on the calling thread's current CUDA device and needs
+// an NCCL world communicator on that device (its Split sub-groups are NCCL too). Kernels run on
+// the legacy default stream, which NCCL's blocking streams order with; host code reads device
+// data only through ops that synchronise (Copy to the host, SumOfSquares).
 //
 // The world communicator should be built with EngineCommOptions (ring algorithms for every
 // message size), for the byte formulas of the tensor-parallel collectives.
@@ -87,7 +90,9 @@ class DistTrainer {
   // initialises the weights from train.seed exactly as the single-process Trainer does.
   // Errors: InvalidArgument for a config that does not fit the layout (batch_size not divisible
   // by dp · micro_batches, more (virtual) stages than blocks + 2, interleaved with micro_batches
-  // not a multiple of pp, an unknown precision); those of comm, allocation and the loader.
+  // not a multiple of pp, an unknown precision) or a world whose backend does not serve
+  // train.device (cpu: "cpu", cuda: "nccl"); TrainDevice's for an unusable device; those of
+  // comm, allocation and the loader.
   static Result<std::unique_ptr<DistTrainer>> Create(
       const RunConfig& config, const ParallelLayout& layout, comm::Communicator& world,
       std::shared_ptr<const std::vector<uint16_t>> train_tokens,
@@ -126,6 +131,8 @@ class DistTrainer {
   const ProcessGroups& groups() const { return groups_; }
   MemoryStats memory() const;
   const StepTimings& timings() const { return timings_; }
+  // Where the engine's buffers live (train.device).
+  Device device() const { return device_; }
 
  private:
   // A run of elements of one tensor that this rank updates (or counts in the gradient norm).
@@ -147,6 +154,10 @@ class DistTrainer {
   void ReleaseParams(int unit);
   Result<std::byte*> UnitGrads(int unit);
   Tensor View(std::byte* unit_base, int tensor) const;
+  // `count` fp32 elements at `data` on the engine's device.
+  Tensor F32(float* data, int64_t count) const {
+    return Tensor(data, DType::kF32, Shape{count}, device_);
+  }
   BlockTensors BlockView(std::byte* unit_base, int unit) const;
 
   // Low precision (engine_precision.cc). True for bf16/fp16.
@@ -180,11 +191,14 @@ class DistTrainer {
   // (Σ loss_sum_ over the ranks that count it, Σ `sumsq` over all ranks), equal on every rank.
   Result<std::pair<double, double>> SumOverWorld(double sumsq);
 
-  // Transient buffer bookkeeping.
+  // Transient buffer bookkeeping: zero-filled on return. On a device, freed buffers are kept in
+  // spare_transients_ and handed out again (zeroed) for the same byte size: cudaFree would block
+  // the host until the whole device is idle, in-flight NCCL ops included.
   Result<Buffer> Transient(size_t count, DType dtype = DType::kF32);
   void FreeTransient(Buffer* b);
 
   RunConfig config_;
+  Device device_ = Device::kCpu;
   ParallelLayout layout_;
   RankCoords coords_;
   ProcessGroups groups_;
@@ -214,6 +228,7 @@ class DistTrainer {
   std::vector<Buffer> unit_grads_;         // ZeRO-2/3: full unit gradients during backward
   std::vector<Pending> pending_;           // gradient reductions in flight, in issue order
   size_t transient_bytes_ = 0, peak_transient_bytes_ = 0;
+  std::vector<Buffer> spare_transients_;   // device only: freed transients for reuse
 
   std::vector<int32_t> inputs_, targets_;  // the global batch
   // Per chunk, per activation slot.

@@ -13,12 +13,12 @@ namespace rt::dist {
 Status DistTrainer::InitializeLowPrecision() {
   if (!lp()) return Status();
   const size_t n = params_.size() / sizeof(float);
-  ASSIGN_OR_RETURN(work_, Buffer::Allocate(Device::kCpu, n * DTypeSize(dt_)));
+  ASSIGN_OR_RETURN(work_, Buffer::Allocate(device_, n * DTypeSize(dt_)));
   RETURN_IF_ERROR(Convert(work_.View(dt_, Shape{static_cast<int64_t>(n)}),
                           params_.View(DType::kF32, Shape{static_cast<int64_t>(n)})));
   if (layout_.zero < 2) {
-    ASSIGN_OR_RETURN(lp_grads_, Buffer::Allocate(Device::kCpu, static_cast<size_t>(stage_.total) *
-                                                                   DTypeSize(dt_)));
+    ASSIGN_OR_RETURN(lp_grads_,
+                     Buffer::Allocate(device_, static_cast<size_t>(stage_.total) * DTypeSize(dt_)));
   }
   return Status();
 }
@@ -35,7 +35,7 @@ Result<float*> DistTrainer::ReduceGrads(int unit) {
   if (layout_.zero < 2) {
     if (!promoted_[u]) {
       ASSIGN_OR_RETURN(std::byte * g, UnitGrads(unit));
-      RETURN_IF_ERROR(Convert(Tensor(full, DType::kF32, Shape{size}), Tensor(g, dt_, Shape{size})));
+      RETURN_IF_ERROR(Convert(F32(full, size), Tensor(g, dt_, Shape{size}, device_)));
       promoted_[u] = true;
     }
     return full;
@@ -43,7 +43,7 @@ Result<float*> DistTrainer::ReduceGrads(int unit) {
   if (!promoted_[u]) {
     ASSIGN_OR_RETURN(std::byte * g, UnitGrads(unit));
     ASSIGN_OR_RETURN(Buffer wide, Transient(static_cast<size_t>(size)));
-    RETURN_IF_ERROR(Convert(wide.View(DType::kF32, Shape{size}), Tensor(g, dt_, Shape{size})));
+    RETURN_IF_ERROR(Convert(wide.View(DType::kF32, Shape{size}), Tensor(g, dt_, Shape{size}, device_)));
     FreeTransient(&unit_grads_[u]);
     unit_grads_[u] = std::move(wide);
     promoted_[u] = true;
@@ -55,8 +55,8 @@ Status DistTrainer::InjectOverflow() {
   if (RT_FAULT_POINT("parallel.dist.grad_overflow").ok() || norm_pieces_.empty()) return Status();
   const Piece& pc = norm_pieces_.front();
   float* g = grads_.View(DType::kF32, Shape{1}).data_as<float>();
-  g[layout_.zero < 2 ? pc.flat : pc.own] = INFINITY;
-  return Status();
+  float inf = INFINITY;
+  return Copy(F32(g + (layout_.zero < 2 ? pc.flat : pc.own), 1), Tensor(&inf, DType::kF32, Shape{1}));
 }
 
 }  // namespace rt::dist

@@ -39,7 +39,7 @@ StateShards DistTrainer::Shards() {
       s.replica = replica(t, zero_sharded);
       s.dtype = dtype;
       s.view = Tensor(data + (lo - begin) * static_cast<int64_t>(DTypeSize(dtype)), dtype,
-                      Shape{hi - lo});
+                      Shape{hi - lo}, device_);
       out.shards.push_back(std::move(s));
     }
   };

@@ -19,6 +19,9 @@
 #include "parallel/data_loader.h"
 #include "parallel/dist/engine.h"
 #include "parallel/dist/layout.h"
+#if defined(RINGTRAIN_WITH_CUDA)
+#include "kernels/cuda/device.h"
+#endif
 
 extern char** environ;
 
@@ -33,6 +36,25 @@ Result<std::pair<std::string, uint16_t>> ParseHostPort(const std::string& s) {
   const int port = std::atoi(s.c_str() + colon + 1);
   if (port <= 0 || port > 65535) return InvalidArgument("--store has a bad port: '" + s + "'");
   return std::make_pair(s.substr(0, colon), static_cast<uint16_t>(port));
+}
+
+// train.device = "cuda": one GPU per rank (every rank is local: device = rank). Checks that this
+// machine has `ranks` devices and, for a worker (rank ≥ 0), makes device `rank` its current one.
+Status SelectRankGpu(int rank, int ranks) {
+#if defined(RINGTRAIN_WITH_CUDA)
+  ASSIGN_OR_RETURN(const int devices, CudaDeviceCount());
+  if (devices < ranks)
+    return InvalidArgument("train.device = \"cuda\" with --ranks " + std::to_string(ranks) +
+                           " needs one GPU per rank, but this machine has " +
+                           std::to_string(devices) + " (NCCL refuses two ranks on one GPU)");
+  if (rank >= 0) RETURN_IF_ERROR(SetCudaDevice(rank).WithContext("select the rank's GPU"));
+  return Status();
+#else
+  (void)rank;
+  (void)ranks;
+  return Unimplemented("train.device = \"cuda\": no CUDA backend in this build (configure with "
+                       "-DRINGTRAIN_CUDA=ON)");
+#endif
 }
 
 Result<RunConfig> LoadConfig(const DistTrainOptions& o) {
@@ -53,8 +75,15 @@ Status RunWorker(const DistTrainOptions& o) {
   co.job = o.job;
   co.rank = o.rank;
   co.size = o.ranks;
-  ASSIGN_OR_RETURN(std::unique_ptr<comm::Communicator> world,
-                   comm::NewCpuCommunicator(EngineCommOptions(co)));
+  // The engine's buffers live on train.device: the world is NCCL on this rank's GPU for cuda.
+  ASSIGN_OR_RETURN(const Device device, TrainDevice(config.train));
+  std::unique_ptr<comm::Communicator> world;
+  if (device == Device::kCuda) {
+    RETURN_IF_ERROR(SelectRankGpu(o.rank, o.ranks));
+    ASSIGN_OR_RETURN(world, comm::NewNcclCommunicator(EngineCommOptions(co), o.rank));
+  } else {
+    ASSIGN_OR_RETURN(world, comm::NewCpuCommunicator(EngineCommOptions(co)));
+  }
   RETURN_IF_ERROR(world->WaitReady(boot).WithContext("world communicator"));
   ASSIGN_OR_RETURN(auto tokens, LoadTrainTokens(config.data.dir,
                                                 static_cast<uint32_t>(config.model.vocab_size)));
@@ -169,8 +198,11 @@ Status RunDistributedTrain(const DistTrainOptions& o, const std::string& executa
     if (o.rank >= o.ranks) return InvalidArgument("--rank " + std::to_string(o.rank) + " ≥ --ranks");
     return RunWorker(o).WithContext("rank " + std::to_string(o.rank));
   }
+  // The config is validated here so that a bad one (or too few GPUs) fails once, before any
+  // worker starts.
   ASSIGN_OR_RETURN(RunConfig config, LoadConfig(o));
-  (void)config;  // validated here so a bad config fails once, before any worker starts
+  ASSIGN_OR_RETURN(const Device device, TrainDevice(config.train));
+  if (device == Device::kCuda) RETURN_IF_ERROR(SelectRankGpu(-1, o.ranks));
   ASSIGN_OR_RETURN(std::unique_ptr<comm::TcpStoreServer> server, comm::TcpStoreServer::Start({}));
   const std::string store = "127.0.0.1:" + std::to_string(server->port());
   std::vector<pid_t> pids;

@@ -1,6 +1,8 @@
 // `ringtrain_dist`: distributed training on one machine. The launcher starts a TCP rendezvous
 // store on loopback and one worker process per rank (the same executable in worker mode); each
-// worker builds the CPU communicator over that store, runs the DistTrainer for its rank, and
+// worker builds its world communicator over that store — CPU for train.device = "cpu", NCCL on
+// GPU `rank` for "cuda" (one GPU per rank; the launcher refuses more ranks than GPUs) — runs
+// the DistTrainer for its rank, and
 // rank 0 prints progress and writes the metrics file with the fields of a single-process run
 // (per step: step, loss, lr, tokens_per_s, grad_norm, skipped; per evaluation: step, val_loss).
 #pragma once

@@ -51,7 +51,8 @@ struct TensorShard {
   int64_t flat_begin = 0;       // first element of the box held (row-major in the box)
   int64_t flat_end = 0;         // one past the last element held
   int replica = 0;        // 0 for the primary copy, 1, 2, ... for further copies
-  Tensor view;            // this rank's memory: a 1-D view of the held elements, in order
+  Tensor view;            // this rank's memory: a 1-D view of the held elements, in order, on
+                          // the engine's device (the step: host memory)
 
   // Elements held.
   int64_t numel() const { return view.numel(); }

@@ -10,7 +10,7 @@ Result<std::unique_ptr<StageRunner>> StageRunner::Create(const ModelConfig& mode
                                                          const StageLayout& layout, int chunk,
                                                          int rows, int slots, TpGroup tp,
                                                          bool sequence_parallel, bool recompute,
-                                                         DType dtype) {
+                                                         DType dtype, Device device) {
   std::unique_ptr<StageRunner> r(new StageRunner());
   r->model_ = model;
   r->tp_ = tp;
@@ -76,7 +76,7 @@ Result<std::unique_ptr<StageRunner>> StageRunner::Create(const ModelConfig& mode
     r->sp_ids_[2] = a.Add("sp_local", dt, {B, Tr, C});
     r->sp_ids_[3] = a.Add("sp_staging", dt, {B, T, C});
   }
-  RETURN_IF_ERROR(a.Allocate(Device::kCpu).WithContext("pipeline stage activations"));
+  RETURN_IF_ERROR(a.Allocate(device).WithContext("pipeline stage activations"));
   return r;
 }
 
@@ -148,7 +148,7 @@ Result<double> StageRunner::HeadForward(int slot, Tensor ln_f_w, Tensor ln_f_b, 
   RETURN_IF_ERROR(MatmulForward(logits, Get(ids.lnf), wte, Tensor()));
   const Tensor losses = Get(ids.losses);
   if (tp_.size() > 1 && logits32_ >= 0) {
-    // The cross-entropy's reductions are f32 host loops: through an f32 copy of the logits, then
+    // The cross-entropy's reductions are in f32: through an f32 copy of the logits, then
     // dL/dlogits rounded back (as the single-process loss writes them in the compute dtype).
     const Tensor l32 = Get(logits32_);
     RETURN_IF_ERROR(Convert(l32, logits));

@@ -28,13 +28,14 @@ class StageRunner {
   // head when it has it) for the local widths of layout.tp ranks (whose collectives go over
   // `tp`); with `sequence_parallel` (and tp > 1) the residual stream holds seq_len / tp
   // positions per rank. With `recompute` only the blocks' inputs are kept per slot and
-  // BlockBackward runs the block's forward again first. Activations are `dtype`.
-  // Errors: ResourceExhausted.
+  // BlockBackward runs the block's forward again first. Activations are `dtype`, on `device`.
+  // Errors: ResourceExhausted; those of allocation on `device`.
   static Result<std::unique_ptr<StageRunner>> Create(const ModelConfig& model,
                                                      const StageLayout& layout, int chunk,
                                                      int rows, int slots,
                                                      TpGroup tp, bool sequence_parallel,
-                                                     bool recompute, DType dtype);
+                                                     bool recompute, DType dtype,
+                                                     Device device);
 
   // (With sequence parallelism every [rows,T,C] of the residual stream below is this rank's
   // [rows,T/tp,C].) The stage input [rows,T,C] of `slot` (the embedding output on the first stage; what the

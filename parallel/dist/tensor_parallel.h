@@ -5,8 +5,9 @@
 // vocabulary-parallel cross-entropy, which reduces only per-row statistics (max, sum of
 // exponentials, target logit) and never gathers the logits. Replicated tensors (LayerNorms, wpe,
 // the c_proj biases) see bitwise identical inputs and gradients on every rank, so they stay equal.
-// Block tensors are the rank's local parts (parallel/dist/stage_layout.h). CPU tensors, fp32, or
-// bf16/fp16 (collectives in that dtype, comm reducing in fp32), except the cross-entropy: fp32.
+// Block tensors are the rank's local parts (parallel/dist/stage_layout.h). Tensors on the CPU (a
+// CPU communicator) or a CUDA device (an NCCL one), fp32, or bf16/fp16 (collectives in that
+// dtype, comm reducing in fp32), except the cross-entropy: fp32.
 #pragma once
 
 #include <chrono>
@@ -73,7 +74,9 @@ Status SpBlockBackward(const TpGroup& g, const BlockTensors& p, const BlockTenso
 // Vocabulary-parallel cross-entropy over logits[N, V/tp] holding vocabulary rows
 // [vocab_start, vocab_start + V/tp): losses[N] = −log softmax(all logits)[target] (equal on every
 // rank), and, when dloss != 0, logits is overwritten with (softmax − onehot)·dloss for the
-// local vocabulary. targets[N] i32 in [0, V). Errors: InvalidArgument for a bad target.
+// local vocabulary. targets[N] i32 in [0, V). On a device the per-row statistics are computed on
+// a host copy of the logits (copied back with the gradient): correct, not fast. Errors:
+// InvalidArgument for a bad target; DTypeMismatch for non-f32 logits.
 Status VocabParallelCrossEntropy(const TpGroup& g, Tensor losses, Tensor logits, Tensor targets,
                                  int64_t vocab_start, int64_t vocab_size, float dloss);
 

@@ -1,5 +1,6 @@
 // ringtrain_dist and `ringtrain train --layout` end to end: ranks as local processes over the TCP
-// store and the CPU backend, rank 0's metrics against the single-process Trainer, and bad input.
+// store and the CPU backend, rank 0's metrics against the single-process Trainer, and bad input
+// (including more CUDA ranks than GPUs).
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -147,6 +148,13 @@ TEST_F(CliTest, BadInputGivesAClearErrorAndNonZeroExit) {
   e = Execute(Sets() + " --set train.batch_size=6 --layout dp=4 --ranks 4 --steps 1");
   EXPECT_NE(e.code, 0);
   EXPECT_NE(e.output.find("batch_size"), std::string::npos) << e.output;
+  // One GPU per rank: 16 CUDA ranks need 16 GPUs, more than a test machine has (refused by the
+  // launcher before any worker starts, naming train.device, whether the build has no CUDA
+  // backend, the machine no GPU or too few).
+  e = Execute(Sets() + " --set 'train.device=\"cuda\"' --set train.batch_size=16 --layout dp=16 " +
+              "--ranks 16 --steps 1");
+  EXPECT_NE(e.code, 0);
+  EXPECT_NE(e.output.find("train.device = \"cuda\""), std::string::npos) << e.output;
 }
 
 }  // namespace

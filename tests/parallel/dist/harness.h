@@ -81,9 +81,13 @@ inline std::map<std::string, Assembled> Assemble(DistRun& run, StateKind kind, s
   // Visits (global element index, value) of every element a shard holds.
   auto place = [&](const TensorShard& s, auto&& visit) {
     const int64_t begin = s.has_flat_range ? s.flat_begin : 0;
-    // bf16/fp16 parameters are compared as their (exact) fp32 values.
+    // bf16/fp16 parameters are compared as their (exact) fp32 values, read from the host (the
+    // views of a CUDA engine are device memory).
+    std::vector<std::byte> raw(s.view.nbytes());
+    const Tensor host(raw.data(), s.dtype, Shape{s.numel()});
+    RT_CHECK(Copy(host, s.view).ok());
     std::vector<float> wide(static_cast<size_t>(s.numel()));
-    RT_CHECK(Convert(Tensor(wide.data(), DType::kF32, Shape{s.numel()}), s.view).ok());
+    RT_CHECK(Convert(Tensor(wide.data(), DType::kF32, Shape{s.numel()}), host).ok());
     const float* src = wide.data();
     for (int64_t e = 0; e < s.numel(); ++e) {
       int64_t rest = begin + e, global = 0;
