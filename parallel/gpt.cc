@@ -184,7 +184,6 @@ Status Gpt::BuildActivations() {
   dln_id_ = a.Add("dln", dt, {B, T, C});
   datty_id_ = a.Add("datty", dt, {B, T, C});
   dqkv_id_ = a.Add("dqkv", dt, {B, T, 3 * C});
-  dfch_id_ = a.Add("dfch", dt, {B, T, 4 * C});
   dfch_gelu_id_ = a.Add("dfch_gelu", dt, {B, T, 4 * C});
   branch_id_ = a.Add("branch", dt, {B, T, C});
   return a.Allocate(device_).WithContext("GPT activations");
@@ -302,7 +301,7 @@ Status Gpt::Backward() {
   const auto residual = [&](int l) { return Sub(acts_, residual_ids_[l], {B, T, C}); };
   const BlockGradScratch s{
       Sub(acts_, dln_id_, {B, T, C}),           Sub(acts_, datty_id_, {B, T, C}),
-      Sub(acts_, dqkv_id_, {B, T, 3 * C}),      Sub(acts_, dfch_id_, {B, T, 4 * C}),
+      Sub(acts_, dqkv_id_, {B, T, 3 * C}),
       Sub(acts_, dfch_gelu_id_, {B, T, 4 * C}), Sub(acts_, branch_id_, {B, T, C})};
   // Loss path: logits = ln_f(x_L)·wteᵀ.
   const Tensor lnf = Sub(acts_, ln_f_id_, {B, T, C});

@@ -68,7 +68,7 @@ struct BlockActivations {
 struct BlockGradScratch {
   Tensor dln, datty;       // [B,T,C]
   Tensor dqkv;             // [B,T,3C]
-  Tensor dfch, dfch_gelu;  // [B,T,4C]
+  Tensor dfch_gelu;        // [B,T,4C] dL/d gelu(fch), then dL/d fch in place
   Tensor branch;           // [B,T,C] forward scratch for a branch's projection
 };
 
@@ -150,7 +150,7 @@ class Gpt {
   std::vector<ActIds> act_ids_;
   std::vector<int> residual_ids_;  // L+1 residual streams: [0] embeddings, [l+1] block l output
   int io_id_, ln_f_id_, ln_f_mean_id_, ln_f_rstd_id_, logits_id_, losses_id_;
-  int dresidual_id_, dln_id_, datty_id_, dqkv_id_, dfch_id_, dfch_gelu_id_, branch_id_;
+  int dresidual_id_, dln_id_, datty_id_, dqkv_id_, dfch_gelu_id_, branch_id_;
   // Shape of the last Forward.
   int B_ = 0, T_ = 0;
   bool has_dlogits_ = false;

@@ -66,7 +66,6 @@ Result<std::unique_ptr<StageRunner>> StageRunner::Create(const ModelConfig& mode
   r->dln_ = a.Add("dln", dt, {B, T, C});
   r->datty_ = a.Add("datty", dt, {B, T, Cl});
   r->dqkv_ = a.Add("dqkv", dt, {B, T, 3 * Cl});
-  r->dfch_ = a.Add("dfch", dt, {B, T, 4 * Cl});
   r->dfch_gelu_ = a.Add("dfch_gelu", dt, {B, T, 4 * Cl});
   r->branch_ = a.Add("branch", dt, {B, T, C});
   if (t > 1 && dt != f32) r->logits32_ = a.Add("logits_f32", f32, {B, T, V});
@@ -99,7 +98,7 @@ BlockActivations StageRunner::Acts(int slot, int j) const {
 }
 
 BlockGradScratch StageRunner::Scratch() const {
-  return {Get(dln_), Get(datty_), Get(dqkv_), Get(dfch_), Get(dfch_gelu_), Get(branch_)};
+  return {Get(dln_), Get(datty_), Get(dqkv_), Get(dfch_gelu_), Get(branch_)};
 }
 
 SpScratch StageRunner::Sp() const {

@@ -96,7 +96,7 @@ class StageRunner {
   std::vector<SlotIds> slot_ids_;
   std::vector<std::vector<int>> block_ids_;  // per slot, per block: 12 activation ids
   int logits32_ = -1;  // f32 logits for the vocabulary-parallel cross-entropy (tp > 1, not f32)
-  int dln_ = 0, datty_ = 0, dqkv_ = 0, dfch_ = 0, dfch_gelu_ = 0, branch_ = 0;
+  int dln_ = 0, datty_ = 0, dqkv_ = 0, dfch_gelu_ = 0, branch_ = 0;
 };
 
 }  // namespace rt::dist

@@ -45,18 +45,17 @@ Status TpBlockBackward(const TpGroup& g, const BlockTensors& p, const BlockTenso
   RETURN_IF_ERROR(Zero(s.dfch_gelu));
   RETURN_IF_ERROR(MatmulBackward(s.dfch_gelu, grads.fc_proj_w, grads.fc_proj_b, dresidual,
                                  a.fch_gelu, p.fc_proj_w));
-  RETURN_IF_ERROR(Zero(s.dfch));
-  RETURN_IF_ERROR(GeluBackward(s.dfch, a.fch, s.dfch_gelu));
+  RETURN_IF_ERROR(GeluBackward(s.dfch_gelu, a.fch, s.dfch_gelu, /*accumulate=*/false));
   RETURN_IF_ERROR(Zero(s.dln));
-  RETURN_IF_ERROR(MatmulBackward(s.dln, grads.fc_w, grads.fc_b, s.dfch, a.ln_2, p.fc_w));
+  RETURN_IF_ERROR(MatmulBackward(s.dln, grads.fc_w, grads.fc_b, s.dfch_gelu, a.ln_2, p.fc_w));
   RETURN_IF_ERROR(TpAllReduce(g, s.dln, "the gradient of ln_2's output"));
   RETURN_IF_ERROR(LayerNormBackward(dresidual, grads.ln_2_w, grads.ln_2_b, s.dln, a.residual2,
                                     p.ln_2_w, a.ln_2_mean, a.ln_2_rstd));
   RETURN_IF_ERROR(Zero(s.datty));
   RETURN_IF_ERROR(MatmulBackward(s.datty, grads.attn_proj_w, grads.attn_proj_b, dresidual,
                                  a.atty, p.attn_proj_w));
-  RETURN_IF_ERROR(Zero(s.dqkv));
-  RETURN_IF_ERROR(AttentionBackward(s.dqkv, s.datty, a.qkv, a.att, n_head_local));
+  RETURN_IF_ERROR(
+      AttentionBackward(s.dqkv, s.datty, a.qkv, a.att, n_head_local, /*accumulate=*/false));
   RETURN_IF_ERROR(Zero(s.dln));
   RETURN_IF_ERROR(MatmulBackward(s.dln, grads.attn_w, grads.attn_b, s.dqkv, a.ln_1, p.attn_w));
   RETURN_IF_ERROR(TpAllReduce(g, s.dln, "the gradient of ln_1's output"));
@@ -157,10 +156,9 @@ Status SpBlockBackward(const TpGroup& g, const BlockTensors& p, const BlockTenso
   RETURN_IF_ERROR(Zero(s.dfch_gelu));
   RETURN_IF_ERROR(MatmulBackward(s.dfch_gelu, grads.fc_proj_w, grads.fc_proj_b, sp.full_a,
                                  a.fch_gelu, p.fc_proj_w));
-  RETURN_IF_ERROR(Zero(s.dfch));
-  RETURN_IF_ERROR(GeluBackward(s.dfch, a.fch, s.dfch_gelu));
+  RETURN_IF_ERROR(GeluBackward(s.dfch_gelu, a.fch, s.dfch_gelu, /*accumulate=*/false));
   RETURN_IF_ERROR(Zero(sp.full_b));
-  RETURN_IF_ERROR(MatmulBackward(sp.full_b, grads.fc_w, grads.fc_b, s.dfch, a.ln_2, p.fc_w));
+  RETURN_IF_ERROR(MatmulBackward(sp.full_b, grads.fc_w, grads.fc_b, s.dfch_gelu, a.ln_2, p.fc_w));
   RETURN_IF_ERROR(SeqReduceScatter(g, sp.full_b, sp.local, sp.staging));
   RETURN_IF_ERROR(LayerNormBackward(dresidual, grads.ln_2_w, grads.ln_2_b, sp.local, a.residual2,
                                     p.ln_2_w, a.ln_2_mean, a.ln_2_rstd));
@@ -169,8 +167,8 @@ Status SpBlockBackward(const TpGroup& g, const BlockTensors& p, const BlockTenso
   RETURN_IF_ERROR(Zero(s.datty));
   RETURN_IF_ERROR(MatmulBackward(s.datty, grads.attn_proj_w, grads.attn_proj_b, sp.full_a,
                                  a.atty, p.attn_proj_w));
-  RETURN_IF_ERROR(Zero(s.dqkv));
-  RETURN_IF_ERROR(AttentionBackward(s.dqkv, s.datty, a.qkv, a.att, n_head_local));
+  RETURN_IF_ERROR(
+      AttentionBackward(s.dqkv, s.datty, a.qkv, a.att, n_head_local, /*accumulate=*/false));
   RETURN_IF_ERROR(Zero(sp.full_b));
   RETURN_IF_ERROR(MatmulBackward(sp.full_b, grads.attn_w, grads.attn_b, s.dqkv, a.ln_1, p.attn_w));
   RETURN_IF_ERROR(SeqReduceScatter(g, sp.full_b, sp.local, sp.staging));

@@ -66,7 +66,7 @@ Status SpBlockForward(const TpGroup& g, const BlockTensors& p, const BlockActiva
                       const SpScratch& sp, Tensor out, Tensor inp, int n_head_local);
 // Its backward: `dresidual` (local) holds dL/d out on entry and dL/d inp on return; the
 // LayerNorm gradients accumulated into `grads` are this rank's partial sums. Uses s.datty,
-// s.dqkv, s.dfch, s.dfch_gelu.
+// s.dqkv, s.dfch_gelu.
 Status SpBlockBackward(const TpGroup& g, const BlockTensors& p, const BlockTensors& grads,
                        const BlockActivations& a, const BlockGradScratch& s, const SpScratch& sp,
                        Tensor dresidual, Tensor inp, int n_head_local);
