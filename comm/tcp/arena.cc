@@ -18,23 +18,28 @@ size_t BlockBegin(size_t count, int n, int b) {
   return count / n * b + std::min<size_t>(b, count % n);
 }
 
-// Waits until every peer's counter (of its arena's slot of `step`, or its `reduced`) reaches
-// `step`.
-Status WaitAll(Mesh& mesh, OpCtx& ctx, bool reduced, uint64_t step, const char* what) {
-  const int n = mesh.size();
-  std::atomic<uint64_t>* counters[64];
-  for (int q = 0; q < n; ++q) {
+// Points counters[q] at rank q's counter of `step`: its arena's slot of the step, or its
+// `reduced`. counters has room for 64 ranks (NewCpuCommunicator's limit).
+void StepCounters(Mesh& mesh, bool reduced, uint64_t step, std::atomic<uint64_t>** counters) {
+  for (int q = 0; q < mesh.size(); ++q) {
     const ArenaView& v = mesh.Arena(q);
     counters[q] = reduced ? v.reduced : &v.slot[step % 2]->step;
   }
+}
+
+// Waits until every peer's counter (of its arena's slot of `step`, or its `reduced`) reaches
+// `step`.
+Status WaitAll(Mesh& mesh, OpCtx& ctx, bool reduced, uint64_t step, const char* what) {
+  std::atomic<uint64_t>* counters[64];
+  StepCounters(mesh, reduced, step, counters);
   return mesh.WaitUntil(ctx, counters, step, what);
 }
 
-// Checks that the header `q` posted in `slot` equals ours (`enc`, of `h`): ProtocolError
-// naming both ranks otherwise.
-Status CheckHeader(const OpCtx& ctx, const DataHeader& h, const std::array<std::byte, kDataHeaderSize>& enc,
-                   const ArenaSlot& slot, int q, int me) {
-  if (std::memcmp(slot.header, enc.data(), kDataHeaderSize) == 0) return Status();
+// Checks that the header `q` posted in `slot` equals ours (`ours`, the encoding of `h` we
+// posted): ProtocolError naming both ranks otherwise.
+Status CheckHeader(const OpCtx& ctx, const DataHeader& h, const std::byte* ours, const ArenaSlot& slot,
+                   int q, int me) {
+  if (std::memcmp(slot.header, ours, kDataHeaderSize) == 0) return Status();
   std::span<const std::byte> hb(slot.header, kDataHeaderSize);
   Result<DataHeader> got = DecodeDataHeader(hb, UINT64_MAX);
   if (!got.ok())
@@ -71,13 +76,13 @@ void Publish(Mesh& mesh, const DataHeader& h, uint64_t step, const void* src, si
 }
 
 // The second half of Stage: waits for every rank's input of `step` and checks that every rank
-// runs the same op (header h).
+// runs the same op (header h, which Publish encoded into our slot of the step).
 Status Gather(Mesh& mesh, OpCtx& ctx, const DataHeader& h, uint64_t step) {
   const int me = mesh.rank(), half = static_cast<int>(step % 2);
-  const auto enc = EncodeDataHeader(h);
   RETURN_IF_ERROR(WaitAll(mesh, ctx, false, step, "has not joined"));
+  const std::byte* ours = mesh.Arena(me).slot[half]->header;
   for (int q = 0; q < mesh.size(); ++q)
-    if (q != me) RETURN_IF_ERROR(CheckHeader(ctx, h, enc, *mesh.Arena(q).slot[half], q, me));
+    if (q != me) RETURN_IF_ERROR(CheckHeader(ctx, h, ours, *mesh.Arena(q).slot[half], q, me));
   return Status();
 }
 
@@ -107,6 +112,12 @@ uint64_t ArenaPostSmall(Mesh& mesh, const DataHeader& op_header, const void* sen
   const DataHeader h = SmallHeader(op_header);
   Publish(mesh, h, step, send, h.bytes, /*inline_ok=*/true);
   return step;
+}
+
+bool ArenaSmallPosted(Mesh& mesh, uint64_t step) {
+  std::atomic<uint64_t>* counters[64];
+  StepCounters(mesh, false, step, counters);
+  return mesh.PollUntil(counters, step);
 }
 
 Status ArenaFinishSmall(Mesh& mesh, OpCtx& ctx, const DataHeader& op_header, uint64_t step, void* recv) {

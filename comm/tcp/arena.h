@@ -34,5 +34,8 @@ Status ArenaAllReduce(Mesh& mesh, OpCtx& ctx, const DataHeader& h, const void* s
 bool ArenaSmallPath(Mesh& mesh, const DataHeader& h, size_t small_bytes);
 uint64_t ArenaPostSmall(Mesh& mesh, const DataHeader& h, const void* send);
 Status ArenaFinishSmall(Mesh& mesh, OpCtx& ctx, const DataHeader& h, uint64_t step, void* recv);
+// Whether every peer has posted its input of arena step `step`, polled briefly
+// (Mesh::PollUntil: never blocks); ArenaFinishSmall then finds every input without waiting.
+bool ArenaSmallPosted(Mesh& mesh, uint64_t step);
 
 }  // namespace rt::comm::tcp

@@ -165,6 +165,11 @@ class Mesh {
   // the pending ranks and `what` they have not done), ProtocolError.
   Status WaitUntil(OpCtx& ctx, std::atomic<uint64_t>* const* counters, uint64_t target,
                    const char* what);
+  // The first phase of WaitUntil alone: polls until counters[q] >= target for every peer q,
+  // at most kSpinIterations turns with a CPU pause between them (one look when the group has
+  // more ranks than CPUs). True when every peer got there; never blocks, sleeps or fails (an
+  // aborted communicator stops the polling and returns false).
+  bool PollUntil(std::atomic<uint64_t>* const* counters, uint64_t target);
   // Turns of the first, clock-free spin of WaitUntil.
   static constexpr int kSpinIterations = 64;
 
