@@ -72,23 +72,29 @@ void Publish(Mesh& mesh, const DataHeader& h, uint64_t step, const void* src, si
   auto enc = EncodeDataHeader(h);
   std::memcpy(slot->header, enc.data(), enc.size());
   slot->step.store(step, std::memory_order_release);
-  mesh.RingPeers();
 }
 
-// The second half of Stage: waits for every rank's input of `step` and checks that every rank
-// runs the same op (header h, which Publish encoded into our slot of the step).
-Status Gather(Mesh& mesh, OpCtx& ctx, const DataHeader& h, uint64_t step) {
+// Checks that every rank, all of which have posted `step`, runs the same op (header h, which
+// Publish encoded into our slot of the step).
+Status CheckHeaders(Mesh& mesh, const OpCtx& ctx, const DataHeader& h, uint64_t step) {
   const int me = mesh.rank(), half = static_cast<int>(step % 2);
-  RETURN_IF_ERROR(WaitAll(mesh, ctx, false, step, "has not joined"));
   const std::byte* ours = mesh.Arena(me).slot[half]->header;
   for (int q = 0; q < mesh.size(); ++q)
     if (q != me) RETURN_IF_ERROR(CheckHeader(ctx, h, ours, *mesh.Arena(q).slot[half], q, me));
   return Status();
 }
 
+// The second half of Stage: waits for every rank's input of `step` and checks that every rank
+// runs the same op.
+Status Gather(Mesh& mesh, OpCtx& ctx, const DataHeader& h, uint64_t step) {
+  RETURN_IF_ERROR(WaitAll(mesh, ctx, false, step, "has not joined"));
+  return CheckHeaders(mesh, ctx, h, step);
+}
+
 Status Stage(Mesh& mesh, OpCtx& ctx, const DataHeader& h, uint64_t step, const void* src,
              size_t bytes, bool inline_ok, size_t skip_from = 0, size_t skip_to = 0) {
   Publish(mesh, h, step, src, bytes, inline_ok, skip_from, skip_to);
+  mesh.RingPeers();
   return Gather(mesh, ctx, h, step);
 }
 
@@ -103,8 +109,8 @@ DataHeader SmallHeader(const DataHeader& op_header) {
 }  // namespace
 
 bool ArenaSmallPath(Mesh& mesh, const DataHeader& op_header, size_t small_bytes) {
-  const size_t es = DTypeSize(op_header.dtype);
-  return op_header.count * es <= small_bytes && op_header.count <= mesh.arena_half_bytes() / es;
+  const size_t bytes = op_header.count * DTypeSize(op_header.dtype);
+  return bytes <= small_bytes && bytes <= mesh.arena_half_bytes();
 }
 
 uint64_t ArenaPostSmall(Mesh& mesh, const DataHeader& op_header, const void* send) {
@@ -121,9 +127,14 @@ bool ArenaSmallPosted(Mesh& mesh, uint64_t step) {
 }
 
 Status ArenaFinishSmall(Mesh& mesh, OpCtx& ctx, const DataHeader& op_header, uint64_t step, void* recv) {
+  RETURN_IF_ERROR(WaitAll(mesh, ctx, false, step, "has not joined"));
+  return ArenaReduceSmall(mesh, ctx, op_header, step, recv);
+}
+
+Status ArenaReduceSmall(Mesh& mesh, OpCtx& ctx, const DataHeader& op_header, uint64_t step, void* recv) {
   const int n = mesh.size();
   const DataHeader h = SmallHeader(op_header);
-  RETURN_IF_ERROR(Gather(mesh, ctx, h, step));
+  RETURN_IF_ERROR(CheckHeaders(mesh, ctx, h, step));
   const DType dt = h.dtype;
   const ReduceOp op = static_cast<ReduceOp>(h.reduce_op);
   const size_t count = h.count, total = h.bytes;
@@ -162,8 +173,11 @@ Status ArenaAllReduce(Mesh& mesh, OpCtx& ctx, const DataHeader& op_header, const
   size_t nsrc = 0;
   auto srcs = [&] { return std::span<const void* const>(src_buf, nsrc); };
 
-  if (ArenaSmallPath(mesh, op_header, small_bytes))
-    return ArenaFinishSmall(mesh, ctx, op_header, ArenaPostSmall(mesh, op_header, send), recv);
+  if (ArenaSmallPath(mesh, op_header, small_bytes)) {
+    const uint64_t step = ArenaPostSmall(mesh, op_header, send);
+    mesh.RingPeers();
+    return ArenaFinishSmall(mesh, ctx, op_header, step, recv);
+  }
 
   if (half_elems == 0) return Internal(ctx.What() + ": the shared arena is smaller than one element");
   for (size_t at = 0; at < count || (count == 0 && at == 0); at += half_elems) {

@@ -193,7 +193,9 @@ class CpuComm : public std::enable_shared_from_this<CpuComm> {
       return Issued::kNo;
     *seq = h.seq = NextSeq();
     *step = ArenaPostSmall(mesh_, h, send);
-    if (count * DTypeSize(dt) > kArenaInlineBytes || !ArenaSmallPosted(mesh_, *step)) {
+    const bool all_posted = count * DTypeSize(dt) <= kArenaInlineBytes && ArenaSmallPosted(mesh_, *step);
+    mesh_.RingPeers();  // after the poll: our slot's line travels while we read the peers'
+    if (!all_posted) {
       running_ = true;  // no other op may run before this one is queued
       return Issued::kPosted;
     }
@@ -202,7 +204,7 @@ class CpuComm : public std::enable_shared_from_this<CpuComm> {
     ctx.collective = true;
     ctx.header = h;
     ctx.rank = opts_.rank;
-    Status s = ArenaFinishSmall(mesh_, ctx, h, *step, recv);  // every input is there: no wait
+    Status s = ArenaReduceSmall(mesh_, ctx, h, *step, recv);
     CountOp(OpKind::kAllReduce, ctx.bytes_sent, ctx.bytes_received);
     if (!s.ok()) {
       if (s.code() != StatusCode::kCommAborted)
