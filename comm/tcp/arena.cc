@@ -78,9 +78,9 @@ void Publish(Mesh& mesh, const DataHeader& h, uint64_t step, const void* src, si
 // Publish encoded into our slot of the step).
 Status CheckHeaders(Mesh& mesh, const OpCtx& ctx, const DataHeader& h, uint64_t step) {
   const int me = mesh.rank(), half = static_cast<int>(step % 2);
-  const std::byte* ours = mesh.Arena(me).slot[half]->header;
+  const auto ours = EncodeDataHeader(h);  // not read back from our slot (see ArenaReduceSmall)
   for (int q = 0; q < mesh.size(); ++q)
-    if (q != me) RETURN_IF_ERROR(CheckHeader(ctx, h, ours, *mesh.Arena(q).slot[half], q, me));
+    if (q != me) RETURN_IF_ERROR(CheckHeader(ctx, h, ours.data(), *mesh.Arena(q).slot[half], q, me));
   return Status();
 }
 
@@ -126,12 +126,14 @@ bool ArenaSmallPosted(Mesh& mesh, uint64_t step) {
   return mesh.PollUntil(counters, step);
 }
 
-Status ArenaFinishSmall(Mesh& mesh, OpCtx& ctx, const DataHeader& op_header, uint64_t step, void* recv) {
+Status ArenaFinishSmall(Mesh& mesh, OpCtx& ctx, const DataHeader& op_header, uint64_t step,
+                        const void* send, void* recv) {
   RETURN_IF_ERROR(WaitAll(mesh, ctx, false, step, "has not joined"));
-  return ArenaReduceSmall(mesh, ctx, op_header, step, recv);
+  return ArenaReduceSmall(mesh, ctx, op_header, step, send, recv);
 }
 
-Status ArenaReduceSmall(Mesh& mesh, OpCtx& ctx, const DataHeader& op_header, uint64_t step, void* recv) {
+Status ArenaReduceSmall(Mesh& mesh, OpCtx& ctx, const DataHeader& op_header, uint64_t step,
+                        const void* send, void* recv) {
   const int n = mesh.size();
   const DataHeader h = SmallHeader(op_header);
   RETURN_IF_ERROR(CheckHeaders(mesh, ctx, h, step));
@@ -146,7 +148,9 @@ Status ArenaReduceSmall(Mesh& mesh, OpCtx& ctx, const DataHeader& op_header, uin
       return total <= kArenaInlineBytes ? v.slot[half]->data : v.half[half];
     };
     if (n == 2 && dt != DType::kBF16 && dt != DType::kF16) {  // what ReduceMany does, in one call
-      ReduceTo(out, data(0), data(1), count, dt, op);
+      // Our input from `send`, not from our slot: the peer's read may have taken its lines.
+      const bool first = mesh.rank() == 0;
+      ReduceTo(out, first ? send : data(0), first ? data(1) : send, count, dt, op);
     } else {
       const void* src_buf[64];  // n ≤ 64 (NewCpuCommunicator); no allocation per op
       std::memcpy(out, data(0), total);
@@ -176,7 +180,7 @@ Status ArenaAllReduce(Mesh& mesh, OpCtx& ctx, const DataHeader& op_header, const
   if (ArenaSmallPath(mesh, op_header, small_bytes)) {
     const uint64_t step = ArenaPostSmall(mesh, op_header, send);
     mesh.RingPeers();
-    return ArenaFinishSmall(mesh, ctx, op_header, step, recv);
+    return ArenaFinishSmall(mesh, ctx, op_header, step, send, recv);
   }
 
   if (half_elems == 0) return Internal(ctx.What() + ": the shared arena is smaller than one element");

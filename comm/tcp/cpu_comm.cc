@@ -204,7 +204,7 @@ class CpuComm : public std::enable_shared_from_this<CpuComm> {
     ctx.collective = true;
     ctx.header = h;
     ctx.rank = opts_.rank;
-    Status s = ArenaReduceSmall(mesh_, ctx, h, *step, recv);
+    Status s = ArenaReduceSmall(mesh_, ctx, h, *step, send, recv);
     CountOp(OpKind::kAllReduce, ctx.bytes_sent, ctx.bytes_received);
     if (!s.ok()) {
       if (s.code() != StatusCode::kCommAborted)
@@ -800,7 +800,7 @@ Status RunFastAllReduce(CpuComm& c, Op& op, OpCtx& octx) {
   octx.collective = true;
   octx.header = cx.h;
   octx.rank = c.rank();
-  if (op.posted_step) return ArenaFinishSmall(c.mesh(), octx, cx.h, op.posted_step, op.recv);
+  if (op.posted_step) return ArenaFinishSmall(c.mesh(), octx, cx.h, op.posted_step, op.send, op.recv);
   if (op.kind == OpKind::kBarrier) {
     uint8_t token = 1;
     if (cx.size() == 1) return Status();
