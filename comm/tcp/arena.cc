@@ -35,8 +35,8 @@ Status WaitAll(Mesh& mesh, OpCtx& ctx, bool reduced, uint64_t step, const char* 
   return mesh.WaitUntil(ctx, counters, step, what);
 }
 
-// Checks that the header `q` posted in `slot` equals ours (`ours`, the encoding of `h` we
-// posted): ProtocolError naming both ranks otherwise.
+// Checks that the header `q` posted in `slot` equals ours (`ours`, the encoding of `h`):
+// ProtocolError naming both ranks otherwise.
 Status CheckHeader(const OpCtx& ctx, const DataHeader& h, const std::byte* ours, const ArenaSlot& slot,
                    int q, int me) {
   if (std::memcmp(slot.header, ours, kDataHeaderSize) == 0) return Status();
@@ -74,11 +74,12 @@ void Publish(Mesh& mesh, const DataHeader& h, uint64_t step, const void* src, si
   slot->step.store(step, std::memory_order_release);
 }
 
-// Checks that every rank, all of which have posted `step`, runs the same op (header h, which
-// Publish encoded into our slot of the step).
+// Checks that every rank, all of which have posted `step`, runs the same op (header h). Our
+// header is encoded again rather than read back from our slot, whose line a peer's read may
+// have taken (one cross-core transfer per op).
 Status CheckHeaders(Mesh& mesh, const OpCtx& ctx, const DataHeader& h, uint64_t step) {
   const int me = mesh.rank(), half = static_cast<int>(step % 2);
-  const auto ours = EncodeDataHeader(h);  // not read back from our slot (see ArenaReduceSmall)
+  const auto ours = EncodeDataHeader(h);
   for (int q = 0; q < mesh.size(); ++q)
     if (q != me) RETURN_IF_ERROR(CheckHeader(ctx, h, ours.data(), *mesh.Arena(q).slot[half], q, me));
   return Status();
