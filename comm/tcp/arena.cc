@@ -18,23 +18,28 @@ size_t BlockBegin(size_t count, int n, int b) {
   return count / n * b + std::min<size_t>(b, count % n);
 }
 
-// Waits until every peer's counter (of its arena's slot of `step`, or its `reduced`) reaches
-// `step`.
-Status WaitAll(Mesh& mesh, OpCtx& ctx, bool reduced, uint64_t step, const char* what) {
-  const int n = mesh.size();
-  std::atomic<uint64_t>* counters[64];
-  for (int q = 0; q < n; ++q) {
+// Points counters[q] at rank q's counter of `step`: its arena's slot of the step, or its
+// `reduced`. counters has room for 64 ranks (NewCpuCommunicator's limit).
+void StepCounters(Mesh& mesh, bool reduced, uint64_t step, std::atomic<uint64_t>** counters) {
+  for (int q = 0; q < mesh.size(); ++q) {
     const ArenaView& v = mesh.Arena(q);
     counters[q] = reduced ? v.reduced : &v.slot[step % 2]->step;
   }
+}
+
+// Waits until every peer's counter (of its arena's slot of `step`, or its `reduced`) reaches
+// `step`.
+Status WaitAll(Mesh& mesh, OpCtx& ctx, bool reduced, uint64_t step, const char* what) {
+  std::atomic<uint64_t>* counters[64];
+  StepCounters(mesh, reduced, step, counters);
   return mesh.WaitUntil(ctx, counters, step, what);
 }
 
-// Checks that the header `q` posted in `slot` equals ours (`enc`, of `h`): ProtocolError
-// naming both ranks otherwise.
-Status CheckHeader(const OpCtx& ctx, const DataHeader& h, const std::array<std::byte, kDataHeaderSize>& enc,
-                   const ArenaSlot& slot, int q, int me) {
-  if (std::memcmp(slot.header, enc.data(), kDataHeaderSize) == 0) return Status();
+// Checks that the header `q` posted in `slot` equals ours (`ours`, the encoding of `h`):
+// ProtocolError naming both ranks otherwise.
+Status CheckHeader(const OpCtx& ctx, const DataHeader& h, const std::byte* ours, const ArenaSlot& slot,
+                   int q, int me) {
+  if (std::memcmp(slot.header, ours, kDataHeaderSize) == 0) return Status();
   std::span<const std::byte> hb(slot.header, kDataHeaderSize);
   Result<DataHeader> got = DecodeDataHeader(hb, UINT64_MAX);
   if (!got.ok())
@@ -67,23 +72,30 @@ void Publish(Mesh& mesh, const DataHeader& h, uint64_t step, const void* src, si
   auto enc = EncodeDataHeader(h);
   std::memcpy(slot->header, enc.data(), enc.size());
   slot->step.store(step, std::memory_order_release);
-  mesh.RingPeers();
+}
+
+// Checks that every rank, all of which have posted `step`, runs the same op (header h). Our
+// header is encoded again rather than read back from our slot, whose line a peer's read may
+// have taken (one cross-core transfer per op).
+Status CheckHeaders(Mesh& mesh, const OpCtx& ctx, const DataHeader& h, uint64_t step) {
+  const int me = mesh.rank(), half = static_cast<int>(step % 2);
+  const auto ours = EncodeDataHeader(h);
+  for (int q = 0; q < mesh.size(); ++q)
+    if (q != me) RETURN_IF_ERROR(CheckHeader(ctx, h, ours.data(), *mesh.Arena(q).slot[half], q, me));
+  return Status();
 }
 
 // The second half of Stage: waits for every rank's input of `step` and checks that every rank
-// runs the same op (header h).
+// runs the same op.
 Status Gather(Mesh& mesh, OpCtx& ctx, const DataHeader& h, uint64_t step) {
-  const int me = mesh.rank(), half = static_cast<int>(step % 2);
-  const auto enc = EncodeDataHeader(h);
   RETURN_IF_ERROR(WaitAll(mesh, ctx, false, step, "has not joined"));
-  for (int q = 0; q < mesh.size(); ++q)
-    if (q != me) RETURN_IF_ERROR(CheckHeader(ctx, h, enc, *mesh.Arena(q).slot[half], q, me));
-  return Status();
+  return CheckHeaders(mesh, ctx, h, step);
 }
 
 Status Stage(Mesh& mesh, OpCtx& ctx, const DataHeader& h, uint64_t step, const void* src,
              size_t bytes, bool inline_ok, size_t skip_from = 0, size_t skip_to = 0) {
   Publish(mesh, h, step, src, bytes, inline_ok, skip_from, skip_to);
+  mesh.RingPeers();
   return Gather(mesh, ctx, h, step);
 }
 
@@ -98,8 +110,8 @@ DataHeader SmallHeader(const DataHeader& op_header) {
 }  // namespace
 
 bool ArenaSmallPath(Mesh& mesh, const DataHeader& op_header, size_t small_bytes) {
-  const size_t es = DTypeSize(op_header.dtype);
-  return op_header.count * es <= small_bytes && op_header.count <= mesh.arena_half_bytes() / es;
+  const size_t bytes = op_header.count * DTypeSize(op_header.dtype);
+  return bytes <= small_bytes && bytes <= mesh.arena_half_bytes();
 }
 
 uint64_t ArenaPostSmall(Mesh& mesh, const DataHeader& op_header, const void* send) {
@@ -109,10 +121,23 @@ uint64_t ArenaPostSmall(Mesh& mesh, const DataHeader& op_header, const void* sen
   return step;
 }
 
-Status ArenaFinishSmall(Mesh& mesh, OpCtx& ctx, const DataHeader& op_header, uint64_t step, void* recv) {
+bool ArenaSmallPosted(Mesh& mesh, uint64_t step) {
+  std::atomic<uint64_t>* counters[64];
+  StepCounters(mesh, false, step, counters);
+  return mesh.PollUntil(counters, step);
+}
+
+Status ArenaFinishSmall(Mesh& mesh, OpCtx& ctx, const DataHeader& op_header, uint64_t step,
+                        const void* send, void* recv) {
+  RETURN_IF_ERROR(WaitAll(mesh, ctx, false, step, "has not joined"));
+  return ArenaReduceSmall(mesh, ctx, op_header, step, send, recv);
+}
+
+Status ArenaReduceSmall(Mesh& mesh, OpCtx& ctx, const DataHeader& op_header, uint64_t step,
+                        const void* send, void* recv) {
   const int n = mesh.size();
   const DataHeader h = SmallHeader(op_header);
-  RETURN_IF_ERROR(Gather(mesh, ctx, h, step));
+  RETURN_IF_ERROR(CheckHeaders(mesh, ctx, h, step));
   const DType dt = h.dtype;
   const ReduceOp op = static_cast<ReduceOp>(h.reduce_op);
   const size_t count = h.count, total = h.bytes;
@@ -124,7 +149,9 @@ Status ArenaFinishSmall(Mesh& mesh, OpCtx& ctx, const DataHeader& op_header, uin
       return total <= kArenaInlineBytes ? v.slot[half]->data : v.half[half];
     };
     if (n == 2 && dt != DType::kBF16 && dt != DType::kF16) {  // what ReduceMany does, in one call
-      ReduceTo(out, data(0), data(1), count, dt, op);
+      // Our input from `send`, not from our slot: the peer's read may have taken its lines.
+      const bool first = mesh.rank() == 0;
+      ReduceTo(out, first ? send : data(0), first ? data(1) : send, count, dt, op);
     } else {
       const void* src_buf[64];  // n ≤ 64 (NewCpuCommunicator); no allocation per op
       std::memcpy(out, data(0), total);
@@ -151,8 +178,11 @@ Status ArenaAllReduce(Mesh& mesh, OpCtx& ctx, const DataHeader& op_header, const
   size_t nsrc = 0;
   auto srcs = [&] { return std::span<const void* const>(src_buf, nsrc); };
 
-  if (ArenaSmallPath(mesh, op_header, small_bytes))
-    return ArenaFinishSmall(mesh, ctx, op_header, ArenaPostSmall(mesh, op_header, send), recv);
+  if (ArenaSmallPath(mesh, op_header, small_bytes)) {
+    const uint64_t step = ArenaPostSmall(mesh, op_header, send);
+    mesh.RingPeers();
+    return ArenaFinishSmall(mesh, ctx, op_header, step, send, recv);
+  }
 
   if (half_elems == 0) return Internal(ctx.What() + ": the shared arena is smaller than one element");
   for (size_t at = 0; at < count || (count == 0 && at == 0); at += half_elems) {

@@ -28,11 +28,22 @@ Status ArenaAllReduce(Mesh& mesh, OpCtx& ctx, const DataHeader& h, const void* s
 // The small path in two halves, for a caller that posts its input before it waits (the
 // latency path of CpuComm): ArenaSmallPath tells whether ArenaAllReduce takes the small path
 // for an op (h as above); ArenaPostSmall stages `send` for the next arena step and publishes it
-// without waiting (returns the step); ArenaFinishSmall waits for every rank's input of that
-// step, checks the headers and reduces into `recv`. ArenaAllReduce's small path is exactly
-// Post then Finish. Between the two, the caller must run no other arena step.
+// without waiting or ringing (returns the step; the caller calls Mesh::RingPeers next);
+// ArenaFinishSmall waits for every rank's input of that step, checks the headers and reduces
+// into `recv` (reading our own input from `send`, which the caller keeps untouched until the op
+// completes, as for every op). ArenaAllReduce's small path is Post, RingPeers, Finish. Between
+// Post and Finish, the caller must run no other arena step.
 bool ArenaSmallPath(Mesh& mesh, const DataHeader& h, size_t small_bytes);
 uint64_t ArenaPostSmall(Mesh& mesh, const DataHeader& h, const void* send);
-Status ArenaFinishSmall(Mesh& mesh, OpCtx& ctx, const DataHeader& h, uint64_t step, void* recv);
+Status ArenaFinishSmall(Mesh& mesh, OpCtx& ctx, const DataHeader& h, uint64_t step, const void* send,
+                        void* recv);
+// Whether every peer has posted its input of arena step `step`, polled briefly
+// (Mesh::PollUntil: never blocks).
+bool ArenaSmallPosted(Mesh& mesh, uint64_t step);
+// ArenaFinishSmall after its wait, once every peer's input of `step` is known to be there
+// (ArenaSmallPosted returned true): checks the headers and reduces into `recv`, never waits.
+// Errors: ProtocolError naming both ranks when headers disagree.
+Status ArenaReduceSmall(Mesh& mesh, OpCtx& ctx, const DataHeader& h, uint64_t step, const void* send,
+                        void* recv);
 
 }  // namespace rt::comm::tcp

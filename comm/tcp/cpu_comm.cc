@@ -163,28 +163,66 @@ class CpuComm : public std::enable_shared_from_this<CpuComm> {
     return op->result;
   }
 
+  // What TryPost did with an all-reduce.
+  enum class Issued {
+    kNo,        // nothing: the op takes the ordinary queue
+    kPosted,    // input posted, queue held: QueuePosted must follow
+    kFinished,  // the whole op ran on the calling thread; its status is in *result
+  };
+
   // The latency path of AllReduce (the peers usually post within a microsecond): when the
   // communicator is ready, healthy and idle (nothing queued or running), every rank is on this
   // host and the op takes the arena's small path, posts its input now on the calling thread
-  // (ArenaPostSmall: writes our slot, never waits), so that allocating and queueing the op
-  // overlap the peers' posting. Holds the queue (running_) until QueuePosted; returns false,
-  // having done nothing, when the op must take the ordinary queue.
-  bool TryPost(const void* send, size_t count, DType dt, ReduceOp rop, size_t small_bytes,
-               uint64_t* step, uint32_t* seq) {
-    std::lock_guard lock(mu_);
-    if (!ready_ || !failed_.ok() || running_ || !queue_.empty() || stopping_ || opts_.size == 1 ||
-        !mesh_.all_shm())
-      return false;
+  // (ArenaPostSmall: writes our slot, never waits). A payload that fits the slot's line
+  // (kArenaInlineBytes) then polls briefly for every peer's input (ArenaSmallPosted: a bounded
+  // spin, no sleep; Abort() and other callers wait for the lock that long at most) and, when
+  // all are there, reduces into `recv` at once: kFinished, with no op allocated or queued (a
+  // failure fails the communicator as a queued op's does). Otherwise kPosted: the queue stays
+  // held (running_) until QueuePosted queues the op, so that allocating and queueing it overlap
+  // the peers' posting. kNo, having done nothing, when the op must take the ordinary queue.
+  Issued TryPost(const void* send, void* recv, size_t count, DType dt, ReduceOp rop,
+                 size_t small_bytes, uint64_t* step, uint32_t* seq, Status* result) {
     DataHeader h;
     h.kind = OpKind::kAllReduce;
     h.dtype = dt;
     h.reduce_op = static_cast<uint8_t>(rop);
     h.count = count;
-    if (!ArenaSmallPath(mesh_, h, small_bytes)) return false;
+    std::unique_lock lock(mu_);
+    if (!ready_ || !failed_.ok() || running_ || !queue_.empty() || stopping_ || opts_.size == 1 ||
+        !mesh_.all_shm() || !ArenaSmallPath(mesh_, h, small_bytes))
+      return Issued::kNo;
     *seq = h.seq = NextSeq();
     *step = ArenaPostSmall(mesh_, h, send);
-    running_ = true;  // no other op may run before this one is queued
-    return true;
+    const bool all_posted = count * DTypeSize(dt) <= kArenaInlineBytes && ArenaSmallPosted(mesh_, *step);
+    mesh_.RingPeers();  // after the poll: our slot's line travels while we read the peers'
+    if (!all_posted) {
+      running_ = true;  // no other op may run before this one is queued
+      return Issued::kPosted;
+    }
+    OpCtx ctx;
+    ctx.kind = OpKind::kAllReduce;
+    ctx.collective = true;
+    ctx.header = h;
+    ctx.rank = opts_.rank;
+    Status s = ArenaReduceSmall(mesh_, ctx, h, *step, send, recv);
+    CountOp(OpKind::kAllReduce, ctx.bytes_sent, ctx.bytes_received);
+    if (!s.ok()) {
+      if (s.code() != StatusCode::kCommAborted)
+        mesh_.SendAbortNotice(RankName(opts_.rank) + ": " + s.ToString());
+      FailLocked(s);
+      lock.unlock();
+      cv_.notify_all();
+    }
+    *result = std::move(s);
+    return Issued::kFinished;
+  }
+
+  // A completed, successful work handle for the ops TryPost finished: it owns nothing (a
+  // process-wide object that is never destroyed), so handing it out and dropping it costs no
+  // allocation and no reference count.
+  static WorkHandle DoneOk() {
+    static DoneWork* const done = new DoneWork(Status());
+    return WorkHandle(WorkHandle(), done);
   }
 
   // Queues the op TryPost posted (posted_step and seq set) at the front and releases the queue.
@@ -762,7 +800,7 @@ Status RunFastAllReduce(CpuComm& c, Op& op, OpCtx& octx) {
   octx.collective = true;
   octx.header = cx.h;
   octx.rank = c.rank();
-  if (op.posted_step) return ArenaFinishSmall(c.mesh(), octx, cx.h, op.posted_step, op.recv);
+  if (op.posted_step) return ArenaFinishSmall(c.mesh(), octx, cx.h, op.posted_step, op.send, op.recv);
   if (op.kind == OpKind::kBarrier) {
     uint8_t token = 1;
     if (cx.size() == 1) return Status();
@@ -865,7 +903,9 @@ class CpuCommunicator final : public Communicator {
     const size_t small = c_->options().small_message_bytes;
     uint64_t step = 0;
     uint32_t seq = 0;
-    const bool posted = c_->TryPost(send, count, dt, op, small, &step, &seq);
+    Status result;
+    const CpuComm::Issued issued = c_->TryPost(send, recv, count, dt, op, small, &step, &seq, &result);
+    if (issued == CpuComm::Issued::kFinished) return result.ok() ? CpuComm::DoneOk() : Done(std::move(result));
     auto o = std::make_shared<Op>();
     o->posted_step = step;
     o->seq = seq;
@@ -878,7 +918,7 @@ class CpuCommunicator final : public Communicator {
     o->rop = op;
     o->small_bytes = small;
     o->comm = c_;
-    return posted ? c_->QueuePosted(std::move(o)) : c_->EnqueueOp(std::move(o));
+    return issued == CpuComm::Issued::kPosted ? c_->QueuePosted(std::move(o)) : c_->EnqueueOp(std::move(o));
   }
 
   WorkHandle ReduceScatter(const void* send, void* recv, size_t rc, DType dt, ReduceOp op) override {

@@ -658,6 +658,19 @@ void Mesh::RingPeers() {
   }
 }
 
+bool Mesh::PollUntil(std::atomic<uint64_t>* const* counters, uint64_t target) {
+  const int turns = oversubscribed_ ? 1 : kSpinIterations;
+  for (int i = 0; i < turns; ++i) {
+    if (i) CpuRelax();
+    bool ready = true;
+    for (int q = 0; q < size_ && ready; ++q)
+      ready = q == rank_ || counters[q]->load(std::memory_order_acquire) >= target;
+    if (ready) return true;
+    if (aborted()) return false;
+  }
+  return false;
+}
+
 Status Mesh::WaitUntil(OpCtx& ctx, std::atomic<uint64_t>* const* counters, uint64_t target,
                        const char* what) {
   auto pending = [&](int q) {
@@ -677,11 +690,7 @@ Status Mesh::WaitUntil(OpCtx& ctx, std::atomic<uint64_t>* const* counters, uint6
   // 1. The peers are usually a few hundred nanoseconds behind: poll their counters with a CPU
   // pause between turns, checking Abort() on every turn; no clock, no system call. Skipped
   // when the group has more ranks than CPUs: a peer we wait for may need our CPU to post.
-  for (int i = 0; i < (oversubscribed_ ? 0 : kSpinIterations); ++i) {
-    if (ready()) return Status();
-    if (aborted()) return Status(StatusCode::kCommAborted, ctx.What() + ": communicator aborted");
-    CpuRelax();
-  }
+  if (PollUntil(counters, target)) return Status();
   // 2. Pause (or yield the CPU when the group has more ranks than CPUs) until the yield window
   // ends, then 3. sleep on our doorbell in slices. Both watch Abort() on every turn, and dead
   // peers (control sockets: EOF, abort notices) and op_timeout at least every millisecond.

@@ -155,16 +155,20 @@ class Mesh {
 #endif
   }
   // Waits until counters[q] >= target for every peer q (counters[rank()] is not read): a
-  // bounded spin with CPU pauses (no clock read, no system call for the first kSpinIterations
-  // turns; none when oversubscribed), then pauses (or yields, see Pause) until the yield window
-  // ends, then sleeps on our
-  // doorbell in slices of at most 20 ms. Abort() is checked on every turn; after the first
-  // phase the control sockets (dead peers, abort notices, a pending peer that left) and
-  // op_timeout at least every millisecond, and ring traffic that shows a mismatched op after
-  // every sleep. Errors: CommAborted, PeerFailed naming the rank (death, notice, or op_timeout:
+  // bounded spin with CPU pauses (PollUntil: no clock read, no system call for the first
+  // kSpinIterations turns; one look when oversubscribed), then pauses (or yields, see Pause)
+  // until the yield window ends, then sleeps on our doorbell in slices of at most 20 ms.
+  // Abort() is checked on every turn; after the first phase the control sockets (dead peers,
+  // abort notices, a pending peer that left) and op_timeout at least every millisecond, and
+  // ring traffic that shows a mismatched op after every sleep. Errors: CommAborted, PeerFailed naming the rank (death, notice, or op_timeout:
   // the pending ranks and `what` they have not done), ProtocolError.
   Status WaitUntil(OpCtx& ctx, std::atomic<uint64_t>* const* counters, uint64_t target,
                    const char* what);
+  // The first phase of WaitUntil alone: polls until counters[q] >= target for every peer q,
+  // at most kSpinIterations turns with a CPU pause between them (one look when the group has
+  // more ranks than CPUs). True when every peer got there; never blocks, sleeps or fails (an
+  // aborted communicator stops the polling and returns false).
+  bool PollUntil(std::atomic<uint64_t>* const* counters, uint64_t target);
   // Turns of the first, clock-free spin of WaitUntil.
   static constexpr int kSpinIterations = 64;
 

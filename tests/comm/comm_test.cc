@@ -275,6 +275,55 @@ TEST(SharedArenaWait, PostedOpsNobodyWaitsForCompleteInIssueOrder) {
   for (int r = 0; r < n; ++r) EXPECT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r].ToString();
 }
 
+TEST(SharedArenaWait, ATinyAllReduceWhosePeersPostedIsDoneWhenIssued) {
+  // Rank 1 issues first (its input is posted at issue; nobody waits on it yet). Rank 0's
+  // all-reduce (24 bytes, within the slot's line) then finds every input in the arena and
+  // finishes on the issuing thread: done when AllReduce returns, with the reference sums and
+  // counted in the stats like any op; rank 1's op completes when waited on.
+  const int n = 2;
+  Group g = MakeGroup(n, Transport::kShm);
+  for (auto& c : g.comms) ASSERT_TRUE(c->WaitReady(Deadline::AfterMs(10'000)).ok());
+  int64_t in1[3] = {1, 2, 3}, out1[3] = {}, in0[3] = {10, 20, 30}, out0[3] = {};
+  WorkHandle w1 = g.comms[1]->AllReduce(in1, out1, 3, DType::kI64, ReduceOp::kSum);
+  WorkHandle w0 = g.comms[0]->AllReduce(in0, out0, 3, DType::kI64, ReduceOp::kSum);
+  EXPECT_TRUE(w0->Done());
+  EXPECT_EQ(out0[0], 11);
+  EXPECT_EQ(out0[1], 22);
+  EXPECT_EQ(out0[2], 33);
+  const CommStats s = g.comms[0]->stats();
+  EXPECT_EQ(s[OpKind::kAllReduce].ops, 1u);
+  EXPECT_EQ(s[OpKind::kAllReduce].bytes_sent, 24u);
+  EXPECT_EQ(s[OpKind::kAllReduce].bytes_received, 24u);
+  ASSERT_TRUE(w0->Wait(Deadline::AfterMs(5000)).ok());
+  ASSERT_TRUE(w1->Wait(Deadline::AfterMs(5000)).ok());
+  EXPECT_EQ(out1[0], 11);
+  EXPECT_EQ(out1[1], 22);
+  EXPECT_EQ(out1[2], 33);
+}
+
+TEST(SharedArenaWait, RanksDisagreeingOnATinyAllReduceFailTheCommunicator) {
+  // Rank 1 posts a 2-element all-reduce, rank 0 then issues a 3-element one: rank 0 finds the
+  // mismatch at issue, rank 1 when it waits; both get ProtocolError naming the disagreement,
+  // and both communicators are failed (the next op fails at once).
+  const int n = 2;
+  Group g = MakeGroup(n, Transport::kShm);
+  for (auto& c : g.comms) ASSERT_TRUE(c->WaitReady(Deadline::AfterMs(10'000)).ok());
+  int32_t in[3] = {1, 2, 3}, out[3] = {};
+  WorkHandle w1 = g.comms[1]->AllReduce(in, out, 2, DType::kI32, ReduceOp::kSum);
+  WorkHandle w0 = g.comms[0]->AllReduce(in, out, 3, DType::kI32, ReduceOp::kSum);
+  const Status s0 = w0->Wait(Deadline::AfterMs(5000)), s1 = w1->Wait(Deadline::AfterMs(5000));
+  for (const Status& s : {s0, s1}) {
+    EXPECT_EQ(s.code(), StatusCode::kProtocolError) << s.ToString();
+    EXPECT_NE(s.ToString().find("disagree"), std::string::npos) << s.ToString();
+  }
+  for (int r = 0; r < n; ++r) {
+    EXPECT_FALSE(g.comms[r]->status().ok()) << "rank " << r;
+    const Status next = g.comms[r]->AllReduce(in, out, 1, DType::kI32, ReduceOp::kSum)->Wait(Deadline::AfterMs(1000));
+    EXPECT_FALSE(next.ok()) << "rank " << r;
+    EXPECT_NE(next.code(), StatusCode::kDeadlineExceeded) << "rank " << r << ": " << next.ToString();
+  }
+}
+
 TEST(SharedArenaWait, SmallAllReducesAgreeWithTheReferenceOverManySteps) {
   // Many back-to-back 1..6-element all-reduces through the slots (both halves, every reduce op)
   // give exactly the reference on both ranks.
