@@ -9,6 +9,7 @@
 #include "base/fault.h"
 #include "base/log.h"
 #include "iofs/chain/replica.h"
+#include "iofs/engine/block_crc.h"
 
 namespace rt::iofs {
 
@@ -145,6 +146,8 @@ Status ChainNode::Store(const std::vector<std::pair<ChunkKey, ChunkState>>& stat
         // The pending copy is exactly this version: commit it by moving metadata, no data copy.
         RETURN_IF_ERROR(engine_->Move(pending_id, key, stored));
         pending_version = 0;
+        // On disk now: the machine's copy can go (a commit of a forwarded value lands here).
+        stored_committed->emplace_back(key, st.committed_version);
       } else if (st.committed.tombstone) {
         writes.push_back(ChunkWrite{key, stored, {}});
       } else if (st.committed.data) {
@@ -275,6 +278,7 @@ void ChainNode::Emit(Slot& slot, Output& out) {
           return;
         }
         m.value.data = std::make_shared<const std::string>(reinterpret_cast<const char*>(data.data()), data.size());
+        m.value.crc.reset();  // taken afresh from the bytes read
       }
       if (m.kind == Message::Kind::kForward) {
         if (Status s = RT_FAULT_POINT("iofs.chain.before_forward"); !s.ok()) return;
@@ -342,8 +346,23 @@ void ChainNode::Tick() {
 }
 
 Result<uint64_t> ChainNode::Write(ChunkKey key, std::optional<std::span<const std::byte>> data,
-                                  Deadline deadline) {
+                                  Deadline deadline, ChainWriteOrigin origin) {
   if (key & kPendingBit) return InvalidArgument("chunk key " + std::to_string(key) + " uses the pending bit");
+  Value value;
+  if (data) {
+    // The copy the machine keeps, checksummed as it is copied: a forward carries this CRC32C, and
+    // a caller that changes its buffer meanwhile gets one of its versions, never a bad checksum.
+    auto bytes = std::make_shared<std::string>(data->size(), '\0');
+    value.crc = CopyFastCrc32c(reinterpret_cast<std::byte*>(bytes->data()), data->data(), data->size());
+    if (origin.crc && *value.crc != *origin.crc)
+      return Status(StatusCode::kChecksumMismatch,
+                    "chunk write of key " + std::to_string(key) + ": data CRC32C " + std::to_string(*value.crc) +
+                        " != " + std::to_string(*origin.crc) + " sent with it (corrupted in transit)");
+    value.data = std::move(bytes);
+    value.staged_at = origin.staged_at;
+  } else {
+    value.tombstone = true;
+  }
   const ChainId chain = chain::ChainOf(key, chain_count_);
   Slot* slot = Find(chain);
   if (!slot)
@@ -358,12 +377,6 @@ Result<uint64_t> ChainNode::Write(ChunkKey key, std::optional<std::span<const st
     auto promise = std::make_shared<std::promise<WriteOutcome>>();
     future = promise->get_future();
     slot->waiters[request] = Waiter{promise, key};
-    Value value;
-    if (data) {
-      value.data = std::make_shared<const std::string>(reinterpret_cast<const char*>(data->data()), data->size());
-    } else {
-      value.tombstone = true;
-    }
     slot->machine.OnClientWrite(request, key, std::move(value));
     Process(*slot, lock);
   }
