@@ -79,6 +79,9 @@ class ChainNode {
   Result<size_t> ReadInto(chain::ChunkKey key, uint64_t offset, std::span<std::byte> out, uint64_t* version);
   // Committed, not deleted keys of every home chain this node serves.
   std::vector<chain::ChunkKey> Keys();
+  // Bytes of chunk values held in memory (pending versions, and committed ones not yet on disk);
+  // committed values on disk are not kept. For tests and stats.
+  uint64_t ValueBytesInMemory();
   // The config this node holds for a chain (nullopt if not home to it).
   std::optional<chain::ChainConfig> Config(chain::ChainId chain);
   chain::NodeId self() const { return self_; }

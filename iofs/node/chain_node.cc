@@ -447,6 +447,19 @@ std::vector<ChunkKey> ChainNode::Keys() {
   return keys;
 }
 
+uint64_t ChainNode::ValueBytesInMemory() {
+  uint64_t bytes = 0;
+  for (auto& [chain, slot] : slots_) {
+    std::lock_guard lock(slot->mu);
+    for (const auto& [key, st] : slot->machine.chunks()) {
+      if (st.committed.data) bytes += st.committed.data->size();
+      for (const auto& [version, value] : st.pending)
+        if (value.data) bytes += value.data->size();
+    }
+  }
+  return bytes;
+}
+
 std::optional<ChainConfig> ChainNode::Config(ChainId chain) {
   Slot* slot = Find(chain);
   if (!slot) return std::nullopt;
