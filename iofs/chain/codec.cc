@@ -1,4 +1,5 @@
 #include "iofs/chain/codec.h"
+#include "iofs/chain/value_buffer.h"
 
 #include "base/bytes.h"
 #include "iofs/engine/block_crc.h"
@@ -115,7 +116,7 @@ Result<Message> DecodeMessage(std::span<const std::byte> bytes, std::optional<St
     ASSIGN_OR_RETURN(auto data, rd.GetBytes(n));
     // The frame does not checksum a value (it travels as a bulk frame): this is its check, taken
     // on the bytes as they are copied out of the frame (one pass), so the copy is what was sent.
-    auto value = std::make_shared<std::string>(n, '\0');
+    auto value = NewValueBuffer(n);
     const uint32_t got = CopyFastCrc32c(reinterpret_cast<std::byte*>(value->data()), data.data(), n);
     if (got != crc)
       return Status(StatusCode::kChecksumMismatch, "chain message: value of key " + std::to_string(m.key) + " v" +

@@ -25,6 +25,7 @@
 #include "base/net/rpc.h"
 #include "iofs/chain/chain_manager.h"
 #include "iofs/chain/codec.h"
+#include "iofs/chain/value_buffer.h"
 #include "iofs/chain_node.h"
 #include "iofs/chain_store.h"
 #include "iofs/engine/block_crc.h"
@@ -617,7 +618,7 @@ Result<uint64_t> ServerImpl::WriteAt(chain::NodeId node, chain::ChunkKey key,
   std::optional<std::multimap<chain::ChunkKey, StagedValue>::iterator> staged;
   std::shared_ptr<std::string> value;
   if (data) {
-    value = std::make_shared<std::string>(data->size(), '\0');
+    value = chain::NewValueBuffer(data->size());
     const uint32_t crc = CopyFastCrc32c(reinterpret_cast<std::byte*>(value->data()), data->data(), data->size());
     w.Put<uint8_t>(2);
     w.Put<uint32_t>(crc);

@@ -9,6 +9,7 @@
 #include "base/fault.h"
 #include "base/log.h"
 #include "iofs/chain/replica.h"
+#include "iofs/chain/value_buffer.h"
 #include "iofs/engine/block_crc.h"
 
 namespace rt::iofs {
@@ -352,7 +353,7 @@ Result<uint64_t> ChainNode::Write(ChunkKey key, std::optional<std::span<const st
   if (data) {
     // The copy the machine keeps, checksummed as it is copied: a forward carries this CRC32C, and
     // a caller that changes its buffer meanwhile gets one of its versions, never a bad checksum.
-    auto bytes = std::make_shared<std::string>(data->size(), '\0');
+    auto bytes = chain::NewValueBuffer(data->size());
     value.crc = CopyFastCrc32c(reinterpret_cast<std::byte*>(bytes->data()), data->data(), data->size());
     if (origin.crc && *value.crc != *origin.crc)
       return Status(StatusCode::kChecksumMismatch,

@@ -23,6 +23,7 @@
 #include "iofs/chain/chain_manager.h"
 #include "iofs/chain/codec.h"
 #include "iofs/chain/replica.h"
+#include "iofs/chain/value_buffer.h"
 
 namespace rt::iofs::chain {
 namespace {
@@ -452,6 +453,23 @@ TEST(ChainCodecTest, ValueCorruptedInTransitIsDetected) {
   carried.value.crc = *ok->value.crc ^ 1;
   auto refused = DecodeMessage(EncodeMessage(carried));
   EXPECT_EQ(refused.status().code(), StatusCode::kChecksumMismatch) << refused.status().ToString();
+}
+
+// Value buffers have the size asked for; a freed large one is handed out again (no new
+// allocation, no zero fill), and buffers in use are never shared.
+TEST(ValueBufferTest, BuffersHaveTheirSizeAndLargeOnesAreReused) {
+  auto a = NewValueBuffer(3 << 20);
+  ASSERT_EQ(a->size(), size_t{3} << 20);
+  a->assign(3 << 20, 'a');
+  const char* a_bytes = a->data();
+  a.reset();
+  auto b = NewValueBuffer(2 << 20);
+  EXPECT_EQ(b->size(), size_t{2} << 20);
+  EXPECT_EQ(b->data(), a_bytes);
+  auto c = NewValueBuffer(2 << 20);
+  EXPECT_NE(c->data(), b->data());
+  auto small = NewValueBuffer(100);
+  EXPECT_EQ(*small, std::string(100, '\0'));
 }
 
 // A forward to a node that staged the value carries only its length and CRC32C; only a receiver
