@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstring>
 #include <future>
 #include <mutex>
 #include <set>
@@ -349,12 +350,29 @@ void ChainNode::Tick() {
 Result<uint64_t> ChainNode::Write(ChunkKey key, std::optional<std::span<const std::byte>> data,
                                   Deadline deadline, ChainWriteOrigin origin) {
   if (key & kPendingBit) return InvalidArgument("chunk key " + std::to_string(key) + " uses the pending bit");
+  const ChainId chain = chain::ChainOf(key, chain_count_);
+  Slot* slot = Find(chain);
+  if (!slot)
+    return Status(StatusCode::kNotServing,
+                  "node " + std::to_string(self_) + " holds no replica of chain " + std::to_string(chain), true);
   Value value;
   if (data) {
-    // The copy the machine keeps, checksummed as it is copied: a forward carries this CRC32C, and
-    // a caller that changes its buffer meanwhile gets one of its versions, never a bad checksum.
+    // The copy the machine keeps, so a caller that changes its buffer meanwhile gets one of its
+    // versions, never a bad checksum. It is checksummed as it is copied when the CRC32C is to be
+    // checked or will be forwarded (the chain has a successor; should it gain one later, the
+    // forward computes the CRC32C itself).
+    bool forwarded = false;
+    {
+      std::lock_guard lock(slot->mu);
+      forwarded = slot->machine.config().members.size() > 1;
+    }
     auto bytes = chain::NewValueBuffer(data->size());
-    value.crc = CopyFastCrc32c(reinterpret_cast<std::byte*>(bytes->data()), data->data(), data->size());
+    auto* to = reinterpret_cast<std::byte*>(bytes->data());
+    if (origin.crc || forwarded) {
+      value.crc = CopyFastCrc32c(to, data->data(), data->size());
+    } else if (!data->empty()) {
+      std::memcpy(to, data->data(), data->size());
+    }
     if (origin.crc && *value.crc != *origin.crc)
       return Status(StatusCode::kChecksumMismatch,
                     "chunk write of key " + std::to_string(key) + ": data CRC32C " + std::to_string(*value.crc) +
@@ -364,11 +382,6 @@ Result<uint64_t> ChainNode::Write(ChunkKey key, std::optional<std::span<const st
   } else {
     value.tombstone = true;
   }
-  const ChainId chain = chain::ChainOf(key, chain_count_);
-  Slot* slot = Find(chain);
-  if (!slot)
-    return Status(StatusCode::kNotServing,
-                  "node " + std::to_string(self_) + " holds no replica of chain " + std::to_string(chain), true);
   std::future<WriteOutcome> future;
   uint64_t request = 0;
   {
