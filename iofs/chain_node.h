@@ -45,6 +45,7 @@ class ChainTransport {
 struct ChainWriteOrigin {
   std::optional<uint32_t> crc;  // the CRC32C its sender took of the data: the copy must match it
   chain::NodeId staged_at = 0;  // a node keeping the bytes staged: a forward to it leaves them out
+  uint64_t staged_id = 0;       // which of that node's staged copies holds them
 };
 
 // Thread-safe: each chain has its own lock, so chains proceed in parallel.

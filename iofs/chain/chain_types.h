@@ -48,8 +48,10 @@ struct Value {
   // checksum the value again. Carried along with the value; the state machine never reads it.
   std::optional<uint32_t> crc = std::nullopt;
   // A node that holds this value's bytes already (it sent the write to this chain head), so a
-  // forward to it may leave them out (0: none). Driver only, like `crc`.
+  // forward to it may leave them out (0: none), and which of its staged copies they are. Driver
+  // only, like `crc`.
   NodeId staged_at = 0;
+  uint64_t staged_id = 0;
   bool deleted() const { return tombstone; }
 };
 

@@ -70,6 +70,7 @@ std::vector<std::byte> EncodeStagedMessage(const Message& m) {
   w.Put<uint8_t>(kStaged);
   w.Put<uint32_t>(static_cast<uint32_t>(m.value.data->size()));
   w.Put<uint32_t>(ValueCrc(m.value));
+  w.Put<uint64_t>(m.value.staged_id);
   return w.Take();
 }
 
@@ -100,6 +101,7 @@ Result<Message> DecodeMessage(std::span<const std::byte> bytes, std::optional<St
       return Corruption("chain message: staged value of " + std::to_string(ref.size) + " bytes exceeds " +
                         std::to_string(kMaxWireValue));
     ASSIGN_OR_RETURN(ref.crc, rd.Get<uint32_t>());
+    ASSIGN_OR_RETURN(ref.id, rd.Get<uint64_t>());
     if (rd.remaining() != 0) return Corruption("chain message: trailing bytes");
     *staged = ref;
     return m;

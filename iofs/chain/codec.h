@@ -30,6 +30,7 @@ std::vector<std::byte> EncodeMessageHead(const Message& message);
 struct StagedValueRef {
   uint32_t size = 0;
   uint32_t crc = 0;
+  uint64_t id = 0;  // the receiver's staged copy (Value::staged_id)
 };
 // The staged form of a message whose value has data: EncodeMessageHead with the value flagged as
 // staged at the receiver, no bytes follow.

@@ -212,13 +212,15 @@ class ServerImpl final : public Server, public ChainTransport, public ChainRoute
   std::map<uint32_t, bool> ping_in_flight_;       // I/O thread only
 
   // Values this node sent to a remote chain head (WriteAt), kept while the write runs: the head's
-  // forward back to this node names them (length and CRC32C) instead of carrying the bytes.
+  // forward back to this node names them (id, length and CRC32C) instead of carrying the bytes.
   struct StagedValue {
+    chain::ChunkKey key = 0;
     std::shared_ptr<const std::string> data;
     uint32_t crc = 0;
   };
   std::mutex staged_mu_;
-  std::multimap<chain::ChunkKey, StagedValue> staged_;  // GUARDED_BY(staged_mu_)
+  std::map<uint64_t, StagedValue> staged_;  // by id; GUARDED_BY(staged_mu_)
+  uint64_t next_staged_ = 1;                // GUARDED_BY(staged_mu_)
   // Fills in the bytes of a staged forward from staged_ (NotFound if they are not held here).
   Status ResolveStaged(chain::Message& message, const chain::StagedValueRef& ref);
 
@@ -451,9 +453,9 @@ void ServerImpl::Send(const chain::Message& message) {
 
 Status ServerImpl::ResolveStaged(chain::Message& message, const chain::StagedValueRef& ref) {
   std::lock_guard lock(staged_mu_);
-  auto [first, last] = staged_.equal_range(message.key);
-  for (auto it = first; it != last; ++it) {
-    if (it->second.crc != ref.crc || it->second.data->size() != ref.size) continue;
+  auto it = staged_.find(ref.id);
+  if (it != staged_.end() && it->second.key == message.key && it->second.crc == ref.crc &&
+      it->second.data->size() == ref.size) {
     message.value.data = it->second.data;  // the very bytes this node sent: no copy, no transit
     message.value.crc = ref.crc;
     return Status();
@@ -615,16 +617,20 @@ Result<uint64_t> ServerImpl::WriteAt(chain::NodeId node, chain::ChunkKey key,
   // the head's successor, the head's forward names the staged bytes instead of sending them back.
   ByteWriter w;
   w.Put<uint64_t>(key);
-  std::optional<std::multimap<chain::ChunkKey, StagedValue>::iterator> staged;
+  uint64_t staged = 0;
   std::shared_ptr<std::string> value;
   if (data) {
     value = chain::NewValueBuffer(data->size());
     const uint32_t crc = CopyFastCrc32c(reinterpret_cast<std::byte*>(value->data()), data->data(), data->size());
+    {
+      std::lock_guard lock(staged_mu_);
+      staged = next_staged_++;
+      staged_.emplace(staged, StagedValue{key, value, crc});
+    }
     w.Put<uint8_t>(2);
     w.Put<uint32_t>(crc);
     w.Put<uint32_t>(options_.self);
-    std::lock_guard lock(staged_mu_);
-    staged = staged_.emplace(key, StagedValue{value, crc});
+    w.Put<uint64_t>(staged);
   } else {
     w.Put<uint8_t>(1);
     w.Put<uint32_t>(0);
@@ -634,7 +640,7 @@ Result<uint64_t> ServerImpl::WriteAt(chain::NodeId node, chain::ChunkKey key,
   Result<Frame> reply = CallBlocking(node, wire::kChunkWrite, w.Take(), deadline, bulk, LaneFor(bulk.size()));
   if (staged) {
     std::lock_guard lock(staged_mu_);
-    staged_.erase(*staged);
+    staged_.erase(staged);
   }
   if (!reply.ok()) return reply.status();
   ByteReader r(reply->payload, "chunk write reply");
@@ -744,6 +750,7 @@ void ServerImpl::RegisterHandlers() {
       ChainWriteOrigin origin;
       if (flags & 2) {
         ASSIGN_OR_RETURN(origin.staged_at, r.Get<uint32_t>());
+        ASSIGN_OR_RETURN(origin.staged_id, r.Get<uint64_t>());
       }
       ASSIGN_OR_RETURN(auto data, r.GetBytes(r.remaining()));
       // The frame carries no payload CRC: the chain node checks the data against `crc` as it

@@ -379,6 +379,7 @@ Result<uint64_t> ChainNode::Write(ChunkKey key, std::optional<std::span<const st
                         " != " + std::to_string(*origin.crc) + " sent with it (corrupted in transit)");
     value.data = std::move(bytes);
     value.staged_at = origin.staged_at;
+    value.staged_id = origin.staged_id;
   } else {
     value.tombstone = true;
   }

@@ -151,7 +151,10 @@ TEST(WireIntegrity, ChunkWriteCorruptedOnTheWayIsRefusedAndAStagedForwardNeedsIt
     w.Put<uint64_t>(42);
     w.Put<uint8_t>(staged_at_sender ? 2 : 0);
     w.Put<uint32_t>(Crc32c(data.data(), data.size()));
-    if (staged_at_sender) w.Put<uint32_t>(7);
+    if (staged_at_sender) {
+      w.Put<uint32_t>(7);  // the sender's node id and staged copy
+      w.Put<uint64_t>(1);
+    }
     std::vector<std::byte> bad = data;
     bad[654321] ^= std::byte{0x02};
     w.PutBytes(bad.data(), bad.size());

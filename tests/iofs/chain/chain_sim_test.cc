@@ -485,6 +485,7 @@ TEST(ChainCodecTest, StagedForwardNamesTheValueWithoutItsBytes) {
   m.version = 9;
   const std::string value(200000, 'q');
   m.value.data = std::make_shared<const std::string>(value);
+  m.value.staged_id = 31;
   const std::vector<std::byte> bytes = EncodeStagedMessage(m);
   EXPECT_LT(bytes.size(), 100u);
   EXPECT_EQ(DecodeMessage(bytes).status().code(), StatusCode::kCorruption);
@@ -494,6 +495,7 @@ TEST(ChainCodecTest, StagedForwardNamesTheValueWithoutItsBytes) {
   ASSERT_TRUE(staged.has_value());
   EXPECT_EQ(staged->size, value.size());
   EXPECT_EQ(staged->crc, Crc32c(value.data(), value.size()));
+  EXPECT_EQ(staged->id, 31u);
   EXPECT_EQ(decoded->key, 77u);
   EXPECT_EQ(decoded->version, 9u);
   EXPECT_EQ(decoded->value.data, nullptr);
