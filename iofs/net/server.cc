@@ -612,9 +612,10 @@ awaitable<void> ServerImpl::TickLoop() {
 Result<uint64_t> ServerImpl::WriteAt(chain::NodeId node, chain::ChunkKey key,
                                      std::optional<std::span<const std::byte>> data, Deadline deadline) {
   if (node == options_.self) return chain_->Write(key, data, deadline);
-  // [key, flags, CRC32C of the data, this node] then the data, gathered in a bulk frame. The data
-  // is copied and checksummed in one pass and staged here while the write runs: if this node is
-  // the head's successor, the head's forward names the staged bytes instead of sending them back.
+  // [key, flags, CRC32C of the data, this node, staged copy id] then the data, in a bulk frame.
+  // The data is copied and checksummed in one pass and staged here while the write runs: if this
+  // node is the head's successor, the head's forward names the staged copy instead of sending
+  // the bytes back.
   ByteWriter w;
   w.Put<uint64_t>(key);
   uint64_t staged = 0;
