@@ -41,6 +41,13 @@ class ChainTransport {
   virtual void ReportSyncComplete(chain::NodeId node, chain::ChainId chain, uint64_t chain_version) = 0;
 };
 
+// Where a value written at a chain head (ChainNode::Write) comes from.
+struct ChainWriteOrigin {
+  std::optional<uint32_t> crc;  // the CRC32C its sender took of the data: the copy must match it
+  chain::NodeId staged_at = 0;  // a node keeping the bytes staged: a forward to it leaves them out
+  uint64_t staged_id = 0;       // which of that node's staged copies holds them
+};
+
 // Thread-safe: each chain has its own lock, so chains proceed in parallel.
 class ChainNode {
  public:
@@ -59,10 +66,12 @@ class ChainNode {
   void Tick();
 
   // Writes the whole value of `key` (nullopt deletes it) at this node, which must be the head of
-  // the key's chain, and waits until it is committed. Returns the version. Errors: NotServing
-  // (retryable: not the head, or the chain changed), DeadlineExceeded, the engine's errors.
+  // the key's chain, and waits until it is committed. Returns the version. The value is copied
+  // and checksummed in one pass (the checksum travels with it). Errors: NotServing (retryable:
+  // not the head, or the chain changed), ChecksumMismatch (the data does not match origin.crc:
+  // corrupted in transit; nothing is written), DeadlineExceeded, the engine's errors.
   Result<uint64_t> Write(chain::ChunkKey key, std::optional<std::span<const std::byte>> data,
-                         Deadline deadline);
+                         Deadline deadline, ChainWriteOrigin origin = {});
   // Reads a committed chunk at this replica, checksums verified. `version` receives its version.
   // Errors: NotServing (not a serving member), NotFound, ChecksumMismatch.
   Status Read(chain::ChunkKey key, uint64_t offset, uint64_t length, std::vector<std::byte>* out,
@@ -71,6 +80,9 @@ class ChainNode {
   Result<size_t> ReadInto(chain::ChunkKey key, uint64_t offset, std::span<std::byte> out, uint64_t* version);
   // Committed, not deleted keys of every home chain this node serves.
   std::vector<chain::ChunkKey> Keys();
+  // Bytes of chunk values held in memory (pending versions, and committed ones not yet on disk);
+  // committed values on disk are not kept. For tests and stats.
+  uint64_t ValueBytesInMemory();
   // The config this node holds for a chain (nullopt if not home to it).
   std::optional<chain::ChainConfig> Config(chain::ChainId chain);
   chain::NodeId self() const { return self_; }

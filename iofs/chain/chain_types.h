@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,14 @@ struct ChainConfig {
 struct Value {
   std::shared_ptr<const std::string> data;  // null for a tombstone or a value kept on disk
   bool tombstone = false;
+  // CRC32C of *data when the driver knows it (verified on arrival), so a forward need not
+  // checksum the value again. Carried along with the value; the state machine never reads it.
+  std::optional<uint32_t> crc = std::nullopt;
+  // A node that holds this value's bytes already (it sent the write to this chain head), so a
+  // forward to it may leave them out (0: none), and which of its staged copies they are. Driver
+  // only, like `crc`.
+  NodeId staged_at = 0;
+  uint64_t staged_id = 0;
   bool deleted() const { return tombstone; }
 };
 

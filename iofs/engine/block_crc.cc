@@ -78,4 +78,14 @@ uint32_t FastCrc32c(const std::byte* data, size_t length) {
   return CombineBlockCrcs(crcs, length);
 }
 
+uint32_t CopyFastCrc32c(std::byte* dst, const std::byte* src, size_t length) {
+  if (length < 4 * static_cast<size_t>(kBlockSize)) {
+    if (length > 0) std::memcpy(dst, src, length);
+    return Crc32c(dst, length);
+  }
+  std::vector<uint32_t> crcs((length + kBlockSize - 1) / kBlockSize);
+  CopyBlockCrcs(dst, src, length, kBlockSize, crcs);
+  return CombineBlockCrcs(crcs, length);
+}
+
 }  // namespace rt::iofs

@@ -24,4 +24,8 @@ void CopyBlockCrcs(std::byte* dst, const std::byte* src, size_t length, size_t b
 // same value as base/crc32c.h's Crc32c, about three times faster on large buffers).
 uint32_t FastCrc32c(const std::byte* data, size_t length);
 
+// Copies src[0, length) to dst and returns the CRC32C of the bytes as copied (FastCrc32c's value
+// of dst afterwards), in one pass over the data.
+uint32_t CopyFastCrc32c(std::byte* dst, const std::byte* src, size_t length);
+
 }  // namespace rt::iofs

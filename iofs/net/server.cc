@@ -25,6 +25,7 @@
 #include "base/net/rpc.h"
 #include "iofs/chain/chain_manager.h"
 #include "iofs/chain/codec.h"
+#include "iofs/chain/value_buffer.h"
 #include "iofs/chain_node.h"
 #include "iofs/chain_store.h"
 #include "iofs/engine/block_crc.h"
@@ -209,6 +210,19 @@ class ServerImpl final : public Server, public ChainTransport, public ChainRoute
   std::map<uint32_t, int> missed_;                // GUARDED_BY(manager_mu_)
   std::map<uint32_t, bool> up_;                   // GUARDED_BY(manager_mu_)
   std::map<uint32_t, bool> ping_in_flight_;       // I/O thread only
+
+  // Values this node sent to a remote chain head (WriteAt), kept while the write runs: the head's
+  // forward back to this node names them (id, length and CRC32C) instead of carrying the bytes.
+  struct StagedValue {
+    chain::ChunkKey key = 0;
+    std::shared_ptr<const std::string> data;
+    uint32_t crc = 0;
+  };
+  std::mutex staged_mu_;
+  std::map<uint64_t, StagedValue> staged_;  // by id; GUARDED_BY(staged_mu_)
+  uint64_t next_staged_ = 1;                // GUARDED_BY(staged_mu_)
+  // Fills in the bytes of a staged forward from staged_ (NotFound if they are not held here).
+  Status ResolveStaged(chain::Message& message, const chain::StagedValueRef& ref);
 
   std::mutex fs_mu_;
   std::unique_ptr<ObjectStore> store_;  // GUARDED_BY(fs_mu_) for creation
@@ -400,28 +414,54 @@ Result<Frame> ServerImpl::CallBlocking(uint32_t id, uint16_t type, std::vector<s
 
 void ServerImpl::Send(const chain::Message& message) {
   if (stopping_) return;
-  // The value is not copied into the payload: it is gathered from the message's own buffer (kept
-  // alive by `value`) in a bulk frame, covered by the CRC32C in the message head.
-  auto head = std::make_shared<std::vector<std::byte>>(chain::EncodeMessageHead(message));
-  std::shared_ptr<const std::string> value = message.value.data;
-  const uint32_t to = message.to;
-  // Small messages (acknowledgements, sync ends, small values) go on the control connection so
-  // they never wait behind chunk data.
-  const Lane lane = LaneFor(value ? value->size() : 0);
+  // A forward to the node that sent this head the write names the bytes that node staged
+  // instead of carrying them; should it no longer hold them, the full message follows.
+  const bool staged = message.kind == chain::Message::Kind::kForward && message.value.data &&
+                      message.value.staged_at == message.to;
+  auto msg = std::make_shared<const chain::Message>(message);
   asio::co_spawn(
       io_,
-      [this, to, head, value, lane]() -> awaitable<void> {
+      [this, msg, staged]() -> awaitable<void> {
         const Deadline deadline = Deadline::AfterMs(10000);
-        auto client = co_await Peer(to, Deadline::AfterMs(500), lane);
-        if (!client.ok()) co_return;  // lost; the protocol retransmits
+        const uint32_t to = msg->to;
+        if (staged) {
+          auto client = co_await Peer(to, Deadline::AfterMs(500), Lane::kControl);
+          if (!client.ok()) co_return;  // lost; the protocol retransmits
+          auto reply = co_await (*client)->Call(wire::kChainMessage, chain::EncodeStagedMessage(*msg), deadline);
+          if (reply.ok() || reply.status().code() != StatusCode::kNotFound) {
+            if (!reply.ok()) LOG_DEBUG("replica message to node {}: {}", to, reply.status().ToString());
+            co_return;
+          }
+        }
+        // The value is not copied into the payload: it is gathered from the message's own buffer
+        // (kept alive by `msg`) in a bulk frame, covered by the CRC32C in the message head. Small
+        // messages (acknowledgements, sync ends, small values) go on the control connection so
+        // they never wait behind chunk data.
+        const std::vector<std::byte> head = chain::EncodeMessageHead(*msg);
+        const std::shared_ptr<const std::string>& value = msg->value.data;
+        auto client = co_await Peer(to, Deadline::AfterMs(500), LaneFor(value ? value->size() : 0));
+        if (!client.ok()) co_return;
         std::span<const std::byte> data;
         if (value) data = std::as_bytes(std::span(value->data(), value->size()));
-        const std::span<const std::byte> pieces[] = {*head, data};
+        const std::span<const std::byte> pieces[] = {head, data};
         auto reply = co_await (*client)->Call(wire::kChainMessage, net::Pieces(pieces),
                                               value ? net::kFrameUncheckedPayload : 0, deadline);
         if (!reply.ok()) LOG_DEBUG("replica message to node {}: {}", to, reply.status().ToString());
       },
       asio::detached);
+}
+
+Status ServerImpl::ResolveStaged(chain::Message& message, const chain::StagedValueRef& ref) {
+  std::lock_guard lock(staged_mu_);
+  auto it = staged_.find(ref.id);
+  if (it != staged_.end() && it->second.key == message.key && it->second.crc == ref.crc &&
+      it->second.data->size() == ref.size) {
+    message.value.data = it->second.data;  // the very bytes this node sent: no copy, no transit
+    message.value.crc = ref.crc;
+    return Status();
+  }
+  return NotFound("value of chunk " + std::to_string(message.key) + " v" + std::to_string(message.version) +
+                  " is not staged at node " + std::to_string(options_.self));
 }
 
 void ServerImpl::ReportSyncComplete(chain::NodeId node, chain::ChainId chain, uint64_t version) {
@@ -572,14 +612,39 @@ awaitable<void> ServerImpl::TickLoop() {
 Result<uint64_t> ServerImpl::WriteAt(chain::NodeId node, chain::ChunkKey key,
                                      std::optional<std::span<const std::byte>> data, Deadline deadline) {
   if (node == options_.self) return chain_->Write(key, data, deadline);
-  // [key, flags, CRC32C of the data] then the data, gathered in a bulk frame.
+  // [key, flags, CRC32C of the data, this node, staged copy id] then the data, in a bulk frame.
+  // The data is copied and checksummed in one pass and staged here while the write runs: if this
+  // node is the head's successor, the head's forward names the staged copy instead of sending
+  // the bytes back.
   ByteWriter w;
   w.Put<uint64_t>(key);
-  w.Put<uint8_t>(data ? 0 : 1);
-  w.Put<uint32_t>(data ? FastCrc32c(data->data(), data->size()) : 0);
-  const std::span<const std::byte> bulk = data.value_or(std::span<const std::byte>());
-  ASSIGN_OR_RETURN(Frame reply, CallBlocking(node, wire::kChunkWrite, w.Take(), deadline, bulk, LaneFor(bulk.size())));
-  ByteReader r(reply.payload, "chunk write reply");
+  uint64_t staged = 0;
+  std::shared_ptr<std::string> value;
+  if (data) {
+    value = chain::NewValueBuffer(data->size());
+    const uint32_t crc = CopyFastCrc32c(reinterpret_cast<std::byte*>(value->data()), data->data(), data->size());
+    {
+      std::lock_guard lock(staged_mu_);
+      staged = next_staged_++;
+      staged_.emplace(staged, StagedValue{key, value, crc});
+    }
+    w.Put<uint8_t>(2);
+    w.Put<uint32_t>(crc);
+    w.Put<uint32_t>(options_.self);
+    w.Put<uint64_t>(staged);
+  } else {
+    w.Put<uint8_t>(1);
+    w.Put<uint32_t>(0);
+  }
+  std::span<const std::byte> bulk;
+  if (value) bulk = std::as_bytes(std::span(value->data(), value->size()));
+  Result<Frame> reply = CallBlocking(node, wire::kChunkWrite, w.Take(), deadline, bulk, LaneFor(bulk.size()));
+  if (staged) {
+    std::lock_guard lock(staged_mu_);
+    staged_.erase(staged);
+  }
+  if (!reply.ok()) return reply.status();
+  ByteReader r(reply->payload, "chunk write reply");
   return r.Get<uint64_t>();
 }
 
@@ -650,8 +715,10 @@ void ServerImpl::RegisterHandlers() {
   rpc_->Handle(wire::kChainMessage, [this](RpcRequest req) -> awaitable<Payload> {
     // Decoded on the pool: checking and copying a value of megabytes would hold up the I/O thread.
     co_return co_await OnPool(peer_pool_, [&]() -> Payload {
-      auto message = chain::DecodeMessage(req.payload);
+      std::optional<chain::StagedValueRef> staged;
+      auto message = chain::DecodeMessage(req.payload, &staged);
       if (!message.ok()) return message.status();
+      if (staged) RETURN_IF_ERROR(ResolveStaged(*message, *staged));
       chain_->OnMessage(*message);
       return Empty();
     });
@@ -680,14 +747,21 @@ void ServerImpl::RegisterHandlers() {
       ASSIGN_OR_RETURN(uint64_t key, r.Get<uint64_t>());
       ASSIGN_OR_RETURN(uint8_t flags, r.Get<uint8_t>());
       ASSIGN_OR_RETURN(uint32_t crc, r.Get<uint32_t>());
+      if (flags & ~3) return Corruption("chunk write of key " + std::to_string(key) + ": unknown flags");
+      ChainWriteOrigin origin;
+      if (flags & 2) {
+        ASSIGN_OR_RETURN(origin.staged_at, r.Get<uint32_t>());
+        ASSIGN_OR_RETURN(origin.staged_id, r.Get<uint64_t>());
+      }
       ASSIGN_OR_RETURN(auto data, r.GetBytes(r.remaining()));
-      // The frame carries no payload CRC: this is the end-to-end check.
-      if (!(flags & 1) && FastCrc32c(data.data(), data.size()) != crc)
-        return Status(StatusCode::kChecksumMismatch,
-                      "chunk write of key " + std::to_string(key) + ": data corrupted in transit");
+      // The frame carries no payload CRC: the chain node checks the data against `crc` as it
+      // copies it (the end-to-end check, in the same pass as the copy).
       std::optional<std::span<const std::byte>> value;
-      if (!(flags & 1)) value = data;
-      ASSIGN_OR_RETURN(uint64_t version, chain_->Write(key, value, Deadline::AfterMs(30000)));
+      if (!(flags & 1)) {
+        value = data;
+        origin.crc = crc;
+      }
+      ASSIGN_OR_RETURN(uint64_t version, chain_->Write(key, value, Deadline::AfterMs(30000), origin));
       ByteWriter w;
       w.Put<uint64_t>(version);
       return w.Take();

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstring>
 #include <future>
 #include <mutex>
 #include <set>
@@ -9,6 +10,8 @@
 #include "base/fault.h"
 #include "base/log.h"
 #include "iofs/chain/replica.h"
+#include "iofs/chain/value_buffer.h"
+#include "iofs/engine/block_crc.h"
 
 namespace rt::iofs {
 
@@ -145,6 +148,8 @@ Status ChainNode::Store(const std::vector<std::pair<ChunkKey, ChunkState>>& stat
         // The pending copy is exactly this version: commit it by moving metadata, no data copy.
         RETURN_IF_ERROR(engine_->Move(pending_id, key, stored));
         pending_version = 0;
+        // On disk now: the machine's copy can go (a commit of a forwarded value lands here).
+        stored_committed->emplace_back(key, st.committed_version);
       } else if (st.committed.tombstone) {
         writes.push_back(ChunkWrite{key, stored, {}});
       } else if (st.committed.data) {
@@ -275,6 +280,7 @@ void ChainNode::Emit(Slot& slot, Output& out) {
           return;
         }
         m.value.data = std::make_shared<const std::string>(reinterpret_cast<const char*>(data.data()), data.size());
+        m.value.crc.reset();  // taken afresh from the bytes read
       }
       if (m.kind == Message::Kind::kForward) {
         if (Status s = RT_FAULT_POINT("iofs.chain.before_forward"); !s.ok()) return;
@@ -342,13 +348,41 @@ void ChainNode::Tick() {
 }
 
 Result<uint64_t> ChainNode::Write(ChunkKey key, std::optional<std::span<const std::byte>> data,
-                                  Deadline deadline) {
+                                  Deadline deadline, ChainWriteOrigin origin) {
   if (key & kPendingBit) return InvalidArgument("chunk key " + std::to_string(key) + " uses the pending bit");
   const ChainId chain = chain::ChainOf(key, chain_count_);
   Slot* slot = Find(chain);
   if (!slot)
     return Status(StatusCode::kNotServing,
                   "node " + std::to_string(self_) + " holds no replica of chain " + std::to_string(chain), true);
+  Value value;
+  if (data) {
+    // The copy the machine keeps, so a caller that changes its buffer meanwhile gets one of its
+    // versions, never a bad checksum. It is checksummed as it is copied when the CRC32C is to be
+    // checked or will be forwarded (the chain has a successor; should it gain one later, the
+    // forward computes the CRC32C itself).
+    bool forwarded = false;
+    {
+      std::lock_guard lock(slot->mu);
+      forwarded = slot->machine.config().members.size() > 1;
+    }
+    auto bytes = chain::NewValueBuffer(data->size());
+    auto* to = reinterpret_cast<std::byte*>(bytes->data());
+    if (origin.crc || forwarded) {
+      value.crc = CopyFastCrc32c(to, data->data(), data->size());
+    } else if (!data->empty()) {
+      std::memcpy(to, data->data(), data->size());
+    }
+    if (origin.crc && *value.crc != *origin.crc)
+      return Status(StatusCode::kChecksumMismatch,
+                    "chunk write of key " + std::to_string(key) + ": data CRC32C " + std::to_string(*value.crc) +
+                        " != " + std::to_string(*origin.crc) + " sent with it (corrupted in transit)");
+    value.data = std::move(bytes);
+    value.staged_at = origin.staged_at;
+    value.staged_id = origin.staged_id;
+  } else {
+    value.tombstone = true;
+  }
   std::future<WriteOutcome> future;
   uint64_t request = 0;
   {
@@ -358,12 +392,6 @@ Result<uint64_t> ChainNode::Write(ChunkKey key, std::optional<std::span<const st
     auto promise = std::make_shared<std::promise<WriteOutcome>>();
     future = promise->get_future();
     slot->waiters[request] = Waiter{promise, key};
-    Value value;
-    if (data) {
-      value.data = std::make_shared<const std::string>(reinterpret_cast<const char*>(data->data()), data->size());
-    } else {
-      value.tombstone = true;
-    }
     slot->machine.OnClientWrite(request, key, std::move(value));
     Process(*slot, lock);
   }
@@ -432,6 +460,19 @@ std::vector<ChunkKey> ChainNode::Keys() {
   }
   std::sort(keys.begin(), keys.end());
   return keys;
+}
+
+uint64_t ChainNode::ValueBytesInMemory() {
+  uint64_t bytes = 0;
+  for (auto& [chain, slot] : slots_) {
+    std::lock_guard lock(slot->mu);
+    for (const auto& [key, st] : slot->machine.chunks()) {
+      if (st.committed.data) bytes += st.committed.data->size();
+      for (const auto& [version, value] : st.pending)
+        if (value.data) bytes += value.data->size();
+    }
+  }
+  return bytes;
 }
 
 std::optional<ChainConfig> ChainNode::Config(ChainId chain) {

@@ -43,6 +43,9 @@ TEST(ChainNodeTest, ThreeReplicasHoldTheSameCommittedData) {
       ASSERT_TRUE(cluster.ReadAt(n, key, 0, UINT64_MAX, &got, Deadline::AfterMs(1000)).ok()) << n;
       EXPECT_EQ(got, Content(key, 1, 1000 * key));
     }
+  // Every write is committed on every replica (its data on disk): no replica keeps a copy in
+  // memory, whether it committed by writing the value (the tail) or by moving its pending copy.
+  for (chain::NodeId n = 1; n <= 3; ++n) EXPECT_EQ(cluster.node(n)->ValueBytesInMemory(), 0u) << n;
   std::vector<ObjectKey> gone = {3};
   ASSERT_TRUE(store->Delete(gone).ok());
   std::vector<std::byte> got;

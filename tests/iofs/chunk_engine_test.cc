@@ -80,6 +80,11 @@ TEST(ChunkEngineTest, InterleavedBlockCrcsEqualDirectCrcs) {
     EXPECT_EQ(copy[n], std::byte{0x77});
     for (size_t i = 0; i < crcs.size(); ++i)
       ASSERT_EQ(crcs[i], Crc32c(data.data() + i * 65536, std::min<size_t>(65536, n - i * 65536))) << n;
+    // The one-pass copy and whole-buffer CRC32C.
+    std::vector<std::byte> copy2(n + 1, std::byte{0x55});
+    EXPECT_EQ(CopyFastCrc32c(copy2.data(), data.data(), n), Crc32c(data.data(), n)) << n;
+    EXPECT_TRUE(std::equal(data.begin(), data.end(), copy2.begin())) << n;
+    EXPECT_EQ(copy2[n], std::byte{0x55});
   }
 }
 

@@ -9,6 +9,7 @@
 #include "base/bytes.h"
 #include "base/crc32c.h"
 #include "base/net/rpc.h"
+#include "iofs/chain/codec.h"
 #include "iofs/client.h"
 #include "iofs/net/wire.h"
 #include "iofs/server.h"
@@ -120,6 +121,66 @@ TEST(WireIntegrity, ReadCorruptedOnTheWayIsDetectedByTheClient) {
   auto small = io.Run(client->Read("/f", 10, 100, Secs(10)));
   EXPECT_EQ(small.status().code(), StatusCode::kChecksumMismatch) << small.status().ToString();
   server->Abort();
+}
+
+// One request on a fresh connection; the reply's payload or its error.
+Result<std::vector<std::byte>> RawCall(Io& io, uint16_t port, uint16_t type, std::vector<std::byte> payload) {
+  return io.Run([](uint16_t port, uint16_t type,
+                   std::vector<std::byte> payload) -> asio::awaitable<Result<std::vector<std::byte>>> {
+    auto rpc = co_await net::RpcClient::Connect("127.0.0.1", port, Secs(5));
+    if (!rpc.ok()) co_return rpc.status();
+    auto reply = co_await (*rpc)->Call(type, payload, Secs(10));
+    (*rpc)->Close();
+    if (!reply.ok()) co_return reply.status();
+    co_return std::move(reply->payload);
+  }(port, type, std::move(payload)));
+}
+
+// A chunk write between nodes is checked against its CRC32C as the head copies it: a payload
+// changed after its CRC was taken is refused and nothing is stored, and a staged forward (one
+// that names bytes the receiver should hold) is refused where they are not held.
+TEST(WireIntegrity, ChunkWriteCorruptedOnTheWayIsRefusedAndAStagedForwardNeedsItsBytes) {
+  TempDir dir("wire-chunk");
+  auto server = Server::Start(EmbeddedServerOptions(dir.path() + "/state", 0));
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  const uint16_t port = (*server)->port();
+  Io io;
+  std::vector<std::byte> data = Content(4, 1, 1 << 20);
+  for (const bool staged_at_sender : {false, true}) {
+    ByteWriter w;
+    w.Put<uint64_t>(42);
+    w.Put<uint8_t>(staged_at_sender ? 2 : 0);
+    w.Put<uint32_t>(Crc32c(data.data(), data.size()));
+    if (staged_at_sender) {
+      w.Put<uint32_t>(7);  // the sender's node id and staged copy
+      w.Put<uint64_t>(1);
+    }
+    std::vector<std::byte> bad = data;
+    bad[654321] ^= std::byte{0x02};
+    w.PutBytes(bad.data(), bad.size());
+    auto refused = RawCall(io, port, wire::kChunkWrite, w.Take());
+    EXPECT_EQ(refused.status().code(), StatusCode::kChecksumMismatch) << refused.status().ToString();
+    EXPECT_NE(refused.status().message().find("corrupted in transit"), std::string_view::npos)
+        << refused.status().ToString();
+  }
+  ByteWriter read;
+  read.Put<uint64_t>(42);
+  read.Put<uint64_t>(0);
+  read.Put<uint64_t>(data.size());
+  EXPECT_EQ(RawCall(io, port, wire::kChunkRead, read.Take()).status().code(), StatusCode::kNotFound);
+
+  chain::Message forward;
+  forward.kind = chain::Message::Kind::kForward;
+  forward.chain = chain::ChainOf(42, 8);
+  forward.chain_version = 1;
+  forward.from = 2;
+  forward.to = 1;
+  forward.key = 42;
+  forward.version = 1;
+  forward.value.data = std::make_shared<const std::string>(reinterpret_cast<const char*>(data.data()), data.size());
+  auto missing = RawCall(io, port, wire::kChainMessage, chain::EncodeStagedMessage(forward));
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound) << missing.status().ToString();
+  EXPECT_TRUE((*server)->Shutdown(Secs(10)).ok());
 }
 
 }  // namespace
