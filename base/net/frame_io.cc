@@ -238,8 +238,11 @@ asio::awaitable<Status> FrameWriter::Send(uint16_t type, uint32_t flags, uint32_
     asio::co_spawn(ex, [self = shared_from_this()]() { return self->Drain(); }, asio::detached);
   }
   // Wakes only when `done` is set (by Drain after the write ended, or by Fail while still
-  // queued), so the caller's pieces are never used after this returns.
-  co_await item->wake->async_wait(as_tuple(use_awaitable));
+  // queued), so the caller's pieces are never used after this returns. co_spawn may run Drain
+  // inline up to its first suspension: a frame refused at once (its deadline already passed)
+  // is done before we get here, and its cancel() found no wait to wake — waiting then would
+  // never end.
+  if (!item->done) co_await item->wake->async_wait(as_tuple(use_awaitable));
   if (!item->done) co_return Aborted("frame writer to " + peer_ + " stopped");
   co_return *item->done;
 }

@@ -1,6 +1,7 @@
 // base/net/: frame I/O and the RPC skeleton on loopback.
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <thread>
 
 #include "base/net/rpc.h"
@@ -57,6 +58,34 @@ TEST(FrameIo, ReadWriteRoundTripAndOversizeRejected) {
     co_return Status();
   });
   EXPECT_TRUE(result.ok()) << result.ToString();
+}
+
+// co_spawn may run the writer's drain inline: a frame it refuses at once (deadline already
+// passed) must still complete its Send, not leave it waiting for a wake-up that came first.
+TEST(FrameIo, FrameRefusedAtOnceCompletesItsSend) {
+  asio::io_context io;
+  tcp::acceptor acceptor(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+  const uint16_t port = acceptor.local_endpoint().port();
+  std::optional<Status> sent;
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        auto accepted = acceptor.async_accept(asio::use_awaitable);
+        Result<tcp::socket> client = co_await Connect("127.0.0.1", port, Deadline::AfterMs(2000));
+        if (!client.ok()) {
+          sent = client.status();
+          co_return;
+        }
+        tcp::socket server = co_await std::move(accepted);
+        auto writer = std::make_shared<FrameWriter>(*client, "server");
+        const Bytes payload = B("late");
+        sent = co_await writer->Send(1, 0, 1, payload,
+                                     Deadline::At(MonoClock::now() - std::chrono::milliseconds(1)));
+      },
+      asio::detached);
+  io.run_for(std::chrono::seconds(5));
+  ASSERT_TRUE(sent.has_value()) << "Send of a frame whose deadline had passed never returned";
+  EXPECT_EQ(sent->code(), StatusCode::kDeadlineExceeded) << sent->ToString();
 }
 
 TEST(FrameIo, ConnectRefusedHonoursDeadline) {
