@@ -19,7 +19,7 @@ size_t BlockBegin(size_t count, int n, int b) {
 }
 
 // Points counters[q] at rank q's counter of `step`: its arena's slot of the step, or its
-// `reduced`. counters has room for 64 ranks (NewCpuCommunicator's limit).
+// `reduced`. counters has room for kMaxCpuRanks.
 void StepCounters(Mesh& mesh, bool reduced, uint64_t step, std::atomic<uint64_t>** counters) {
   for (int q = 0; q < mesh.size(); ++q) {
     const ArenaView& v = mesh.Arena(q);
@@ -30,7 +30,7 @@ void StepCounters(Mesh& mesh, bool reduced, uint64_t step, std::atomic<uint64_t>
 // Waits until every peer's counter (of its arena's slot of `step`, or its `reduced`) reaches
 // `step`.
 Status WaitAll(Mesh& mesh, OpCtx& ctx, bool reduced, uint64_t step, const char* what) {
-  std::atomic<uint64_t>* counters[64];
+  std::atomic<uint64_t>* counters[kMaxCpuRanks];
   StepCounters(mesh, reduced, step, counters);
   return mesh.WaitUntil(ctx, counters, step, what);
 }
@@ -122,7 +122,7 @@ uint64_t ArenaPostSmall(Mesh& mesh, const DataHeader& op_header, const void* sen
 }
 
 bool ArenaSmallPosted(Mesh& mesh, uint64_t step) {
-  std::atomic<uint64_t>* counters[64];
+  std::atomic<uint64_t>* counters[kMaxCpuRanks];
   StepCounters(mesh, false, step, counters);
   return mesh.PollUntil(counters, step);
 }
@@ -153,7 +153,7 @@ Status ArenaReduceSmall(Mesh& mesh, OpCtx& ctx, const DataHeader& op_header, uin
       const bool first = mesh.rank() == 0;
       ReduceTo(out, first ? send : data(0), first ? data(1) : send, count, dt, op);
     } else {
-      const void* src_buf[64];  // n ≤ 64 (NewCpuCommunicator); no allocation per op
+      const void* src_buf[kMaxCpuRanks];  // no allocation per op
       std::memcpy(out, data(0), total);
       for (int q = 1; q < n; ++q) src_buf[q - 1] = data(q);
       ReduceMany(out, std::span<const void* const>(src_buf, n - 1), count, dt, op);
@@ -174,7 +174,7 @@ Status ArenaAllReduce(Mesh& mesh, OpCtx& ctx, const DataHeader& op_header, const
   const size_t half_elems = mesh.arena_half_bytes() / es;
   const auto* in = static_cast<const std::byte*>(send);
   auto* out = static_cast<std::byte*>(recv);
-  const void* src_buf[64];  // n ≤ 64 (NewCpuCommunicator); no allocation per op
+  const void* src_buf[kMaxCpuRanks];  // no allocation per op
   size_t nsrc = 0;
   auto srcs = [&] { return std::span<const void* const>(src_buf, nsrc); };
 

@@ -1181,7 +1181,9 @@ Result<std::unique_ptr<Communicator>> NewCpuCommunicator(CommOptions options) {
   if (options.size < 1 || options.rank < 0 || options.rank >= options.size)
     return InvalidArgument("bad rank " + std::to_string(options.rank) + " of size " +
                            std::to_string(options.size));
-  if (options.size > 64) return InvalidArgument("the CPU backend supports at most 64 ranks");
+  if (options.size > tcp::kMaxCpuRanks)
+    return InvalidArgument("the CPU backend supports at most " + std::to_string(tcp::kMaxCpuRanks) +
+                           " ranks");
   if (options.shm_ring_bytes < 4096) return InvalidArgument("shm_ring_bytes must be at least 4096");
   if (options.tcp_connections_per_peer < 1 || options.tcp_connections_per_peer > tcp::kMaxDataConnections)
     return InvalidArgument("tcp_connections_per_peer must be 1.." + std::to_string(tcp::kMaxDataConnections));

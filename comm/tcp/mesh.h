@@ -40,6 +40,10 @@ Result<std::unique_ptr<ShmSegment>> CreateShmSegment(const std::string& name, in
 Result<std::unique_ptr<ShmSegment>> OpenShmSegment(const std::string& name, int nranks,
                                                    size_t ring_bytes, size_t arena_bytes);
 
+// Most ranks a CPU communicator may have (NewCpuCommunicator refuses more): fixed-size
+// per-op arrays of the arena paths hold one entry per rank.
+inline constexpr int kMaxCpuRanks = 64;
+
 // Payloads of at most this many bytes travel inside the arena slot's cache line.
 inline constexpr size_t kArenaInlineBytes = 24;
 
