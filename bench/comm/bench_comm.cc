@@ -2,6 +2,7 @@
 //   ringtrain_bench_comm --op all_reduce --ranks 4 --sizes 8,1M,16M [--json]
 //                        [--transport auto|tcp|shm] [--iters N]
 //                        [--arena-bytes B] [--yield-us U] [--small-bytes B]   (CommOptions knobs)
+//                        [--single-copy-bytes B]
 //                        [--bind core|none] [--tcp-conns K]
 // Like mpirun, rank r is bound to CPU r when the ranks fit the CPUs (--bind core, the default)
 // and left unbound otherwise.
@@ -56,6 +57,7 @@ struct Args {
   long arena_bytes = -1;
   long yield_us = -1;
   long small_bytes = -1;
+  long single_copy_bytes = -1;
   int tcp_conns = 0;
   // "core": bind rank r to CPU r when the ranks fit the CPUs (mpirun's default binding),
   // otherwise leave every rank unbound; "none": never bind.
@@ -95,6 +97,7 @@ bool Parse(int argc, char** argv, Args* a) {
     else if (k == "--arena-bytes") a->arena_bytes = static_cast<long>(ParseSize(next()));
     else if (k == "--yield-us") a->yield_us = std::stol(next());
     else if (k == "--small-bytes") a->small_bytes = static_cast<long>(ParseSize(next()));
+    else if (k == "--single-copy-bytes") a->single_copy_bytes = static_cast<long>(ParseSize(next()));
     else if (k == "--bind") a->bind = next();
     else if (k == "--tcp-conns") a->tcp_conns = std::stoi(next());
     else if (k == "--worker-rank") a->worker_rank = std::stoi(next());
@@ -130,6 +133,7 @@ int Worker(const Args& a) {
   if (a.arena_bytes >= 0) o.shm_arena_bytes = static_cast<size_t>(a.arena_bytes);
   if (a.yield_us >= 0) o.shm_yield_window = std::chrono::microseconds(a.yield_us);
   if (a.small_bytes >= 0) o.small_message_bytes = static_cast<size_t>(a.small_bytes);
+  if (a.single_copy_bytes >= 0) o.shm_single_copy_bytes = static_cast<size_t>(a.single_copy_bytes);
   if (a.tcp_conns > 0) o.tcp_connections_per_peer = a.tcp_conns;
   o.transport = a.transport == "tcp" ? Transport::kTcp : a.transport == "shm" ? Transport::kShm : Transport::kAuto;
   auto comm = NewCpuCommunicator(o);
@@ -218,7 +222,7 @@ int RunCommBench(int argc, char** argv, const std::vector<std::string>& relaunch
                  "usage: %s --op all_reduce|all_gather|reduce_scatter|broadcast|reduce|all_to_all "
                  "--ranks N --sizes LIST [--json] [--transport auto|tcp|shm] [--iters N]\n"
                  "       [--arena-bytes B] [--yield-us U] [--small-bytes B] [--bind core|none]\n"
-                 "       [--tcp-conns K]\n",
+                 "       [--single-copy-bytes B] [--tcp-conns K]\n",
                  argv[0]);
     return 2;
   }

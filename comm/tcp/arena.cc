@@ -18,20 +18,30 @@ size_t BlockBegin(size_t count, int n, int b) {
   return count / n * b + std::min<size_t>(b, count % n);
 }
 
-// Points counters[q] at rank q's counter of `step`: its arena's slot of the step, or its
-// `reduced`. counters has room for kMaxCpuRanks.
-void StepCounters(Mesh& mesh, bool reduced, uint64_t step, std::atomic<uint64_t>** counters) {
+// The root field of a single-copy step's header.
+constexpr uint32_t kSingleCopyPath = 2;
+
+// Which counter of every rank's arena a wait watches.
+enum class Counter {
+  kPosted,    // the slot of the step: the rank has posted it
+  kReduced,   // the rank's own slice of the step is reduced
+  kReleased,  // single copy: the rank reads no peer's buffer of the step any more
+};
+
+// Points counters[q] at rank q's `which` counter of `step`. counters has room for kMaxCpuRanks.
+void StepCounters(Mesh& mesh, Counter which, uint64_t step, std::atomic<uint64_t>** counters) {
   for (int q = 0; q < mesh.size(); ++q) {
     const ArenaView& v = mesh.Arena(q);
-    counters[q] = reduced ? v.reduced : &v.slot[step % 2]->step;
+    counters[q] = which == Counter::kReduced    ? v.reduced
+                  : which == Counter::kReleased ? v.released
+                                                : &v.slot[step % 2]->step;
   }
 }
 
-// Waits until every peer's counter (of its arena's slot of `step`, or its `reduced`) reaches
-// `step`.
-Status WaitAll(Mesh& mesh, OpCtx& ctx, bool reduced, uint64_t step, const char* what) {
+// Waits until every peer's `which` counter reaches `step`.
+Status WaitAll(Mesh& mesh, OpCtx& ctx, Counter which, uint64_t step, const char* what) {
   std::atomic<uint64_t>* counters[kMaxCpuRanks];
-  StepCounters(mesh, reduced, step, counters);
+  StepCounters(mesh, which, step, counters);
   return mesh.WaitUntil(ctx, counters, step, what);
 }
 
@@ -88,7 +98,7 @@ Status CheckHeaders(Mesh& mesh, const OpCtx& ctx, const DataHeader& h, uint64_t 
 // The second half of Stage: waits for every rank's input of `step` and checks that every rank
 // runs the same op.
 Status Gather(Mesh& mesh, OpCtx& ctx, const DataHeader& h, uint64_t step) {
-  RETURN_IF_ERROR(WaitAll(mesh, ctx, false, step, "has not joined"));
+  RETURN_IF_ERROR(WaitAll(mesh, ctx, Counter::kPosted, step, "has not joined"));
   return CheckHeaders(mesh, ctx, h, step);
 }
 
@@ -107,6 +117,144 @@ DataHeader SmallHeader(const DataHeader& op_header) {
   return h;
 }
 
+// A rank's single-copy progress word: the step above kProgressBits, blocks reduced below.
+constexpr int kProgressBits = 24;
+constexpr uint64_t kProgressMask = (uint64_t{1} << kProgressBits) - 1;
+
+// What a rank posts in its slot's inline bytes for a single-copy step: where its buffers are,
+// and whether it can read every peer's memory.
+struct SingleCopyPost {
+  uint64_t send = 0, recv = 0, can_read = 0;
+};
+static_assert(sizeof(SingleCopyPost) <= kArenaInlineBytes);
+
+// The single-copy all-reduce of a whole op in step `step`, after every rank posted it
+// (posts[q]): reduce our slice reading every peer's input straight from its send buffer (in
+// blocks, through the scratch), publish `reduced`, read every peer's reduced slice straight from
+// its recv buffer, publish `released`, and wait for every rank's `released` — no rank returns
+// while a peer may still read its buffers. A rank that fails after posting marks the step
+// `abandoned` first, so a peer whose reads overlapped its return fails too instead of trusting
+// what it read.
+Status SingleCopy(Mesh& mesh, OpCtx& ctx, const DataHeader& h, uint64_t step, const std::byte* in,
+                  std::byte* out, const SingleCopyPost* posts) {
+  const int n = mesh.size(), me = mesh.rank();
+  const DType dt = h.dtype;
+  const ReduceOp op = static_cast<ReduceOp>(h.reduce_op);
+  const size_t es = DTypeSize(dt), count = h.count;
+  const ArenaView& mine = mesh.Arena(me);
+  auto abandon = [&](Status s) {
+    mine.abandoned->store(step, std::memory_order_seq_cst);
+    return s;
+  };
+  // Reduce our slice, (n − 1) peer blocks at a time in the scratch (L2-sized together).
+  constexpr size_t kScratchBytes = 256u << 10;
+  const size_t block = std::max<size_t>(1, kScratchBytes / static_cast<size_t>(n - 1) / es);
+  std::byte* scratch = mesh.Scratch(block * es * static_cast<size_t>(n - 1));
+  const void* src_buf[kMaxCpuRanks];  // no allocation per op
+  const size_t b = BlockBegin(count, n, me), e = BlockBegin(count, n, me + 1);
+  // Peers' reduced blocks read so far (read while still hot in the peer's cache when its
+  // progress shows them, the rest after every rank has reduced).
+  size_t copied[kMaxCpuRanks] = {};
+  auto copy_reduced = [&](int q, size_t upto_blocks) -> Status {
+    const size_t qb = BlockBegin(count, n, q), qe = BlockBegin(count, n, q + 1);
+    const size_t blocks = (qe - qb + block - 1) / block;
+    upto_blocks = std::min(upto_blocks, blocks);
+    if (upto_blocks <= copied[q]) return Status();
+    const size_t from = qb + copied[q] * block, to = std::min(qe, qb + upto_blocks * block);
+    copied[q] = upto_blocks;
+    return mesh.ReadPeer(ctx, q, out + from * es, posts[q].recv + from * es, (to - from) * es);
+  };
+  // Progress is published only while the block count fits its bits.
+  const bool show_progress = (e - b + block - 1) / block <= kProgressMask;
+  for (size_t x = b, j = 0; x < e; x += block, ++j) {
+    const size_t k = std::min(block, e - x);
+    size_t nsrc = 0;
+    for (int q = 0; q < n; ++q) {
+      if (q == me) continue;
+      std::byte* dst = scratch + nsrc * block * es;
+      Status s = mesh.ReadPeer(ctx, q, dst, posts[q].send + x * es, k * es);
+      if (!s.ok()) return abandon(s);
+      src_buf[nsrc++] = dst;
+    }
+    if (dt == DType::kBF16 || dt == DType::kF16) {  // fp32 accumulation over every source
+      if (out != in) std::memcpy(out + x * es, in + x * es, k * es);
+      ReduceMany(out + x * es, std::span<const void* const>(src_buf, nsrc), k, dt, op);
+    } else {  // the same sums in the same order, with the first one fused into the copy
+      ReduceTo(out + x * es, in + x * es, src_buf[0], k, dt, op);
+      ReduceMany(out + x * es, std::span<const void* const>(src_buf + 1, nsrc - 1), k, dt, op);
+    }
+    FinishAverage(out + x * es, k, dt, op, n);
+    if (show_progress) mine.progress->store(step << kProgressBits | (j + 1), std::memory_order_release);
+    for (int q = 0; q < n; ++q) {
+      if (q == me) continue;
+      const uint64_t p = mesh.Arena(q).progress->load(std::memory_order_acquire);
+      if (p >> kProgressBits != step || (p & kProgressMask) <= copied[q]) continue;
+      Status s = copy_reduced(q, p & kProgressMask);
+      if (!s.ok()) return abandon(s);
+    }
+  }
+  mine.reduced->store(step, std::memory_order_release);
+  mesh.RingPeers();
+  Status s = WaitAll(mesh, ctx, Counter::kReduced, step, "has not reduced its slice");
+  if (!s.ok()) return abandon(s);
+  for (int k = 1; k < n; ++k) {
+    const int q = (me + k) % n;  // start after our own: spreads readers over the ranks
+    s = copy_reduced(q, SIZE_MAX);
+    if (!s.ok()) return abandon(s);
+  }
+  mine.released->store(step, std::memory_order_release);
+  mesh.RingPeers();
+  s = WaitAll(mesh, ctx, Counter::kReleased, step, "has not finished reading");
+  if (!s.ok()) return abandon(s);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  for (int q = 0; q < n; ++q)
+    if (q != me && mesh.Arena(q).abandoned->load(std::memory_order_seq_cst) != 0)
+      return abandon(Status(StatusCode::kPeerFailed,
+                            ctx.What() + ": " + RankName(q) + " left the op while its buffers were read"));
+  ctx.bytes_received += ((e - b) * (n - 1) + (count - (e - b))) * es;
+  ctx.bytes_sent += (count - (e - b)) * es + (e - b) * es * (n - 1);
+  return Status();
+}
+
+// Runs the op as one single-copy step when it is large enough and single copy has not been
+// turned off. Every rank posts where its buffers are and whether it can read every peer; when
+// all can, SingleCopy does the op (*done = true); otherwise every rank, having seen the same
+// posts, turns single copy off for good and the op goes on through the staging steps.
+Status TrySingleCopy(Mesh& mesh, OpCtx& ctx, const DataHeader& op_header, const void* send,
+                     void* recv, bool* done) {
+  *done = false;
+  const size_t bytes = op_header.count * DTypeSize(op_header.dtype);
+  if (mesh.single_copy_bytes() == 0 || bytes < mesh.single_copy_bytes()) return Status();
+  const uint64_t step = ++mesh.arena_step();
+  DataHeader h = op_header;
+  h.bytes = bytes;
+  h.root_or_tag = kSingleCopyPath;  // ranks configured with different thresholds must not mix paths
+  SingleCopyPost post;
+  post.send = reinterpret_cast<uint64_t>(send);
+  post.recv = reinterpret_cast<uint64_t>(recv);
+  post.can_read = mesh.single_copy_possible() ? 1 : 0;
+  Publish(mesh, h, step, &post, sizeof(post), /*inline_ok=*/true);
+  mesh.RingPeers();
+  Status s = Gather(mesh, ctx, h, step);
+  if (!s.ok()) {
+    mesh.Arena(mesh.rank()).abandoned->store(step, std::memory_order_seq_cst);
+    return s;
+  }
+  SingleCopyPost posts[kMaxCpuRanks];
+  bool all_can_read = true;
+  for (int q = 0; q < mesh.size(); ++q) {
+    std::memcpy(&posts[q], mesh.Arena(q).slot[step % 2]->data, sizeof(SingleCopyPost));
+    all_can_read = all_can_read && posts[q].can_read == 1;
+  }
+  if (!all_can_read) {
+    mesh.disable_single_copy();
+    return Status();
+  }
+  *done = true;
+  return SingleCopy(mesh, ctx, h, step, static_cast<const std::byte*>(send),
+                    static_cast<std::byte*>(recv), posts);
+}
+
 }  // namespace
 
 bool ArenaSmallPath(Mesh& mesh, const DataHeader& op_header, size_t small_bytes) {
@@ -123,13 +271,13 @@ uint64_t ArenaPostSmall(Mesh& mesh, const DataHeader& op_header, const void* sen
 
 bool ArenaSmallPosted(Mesh& mesh, uint64_t step) {
   std::atomic<uint64_t>* counters[kMaxCpuRanks];
-  StepCounters(mesh, false, step, counters);
+  StepCounters(mesh, Counter::kPosted, step, counters);
   return mesh.PollUntil(counters, step);
 }
 
 Status ArenaFinishSmall(Mesh& mesh, OpCtx& ctx, const DataHeader& op_header, uint64_t step,
                         const void* send, void* recv) {
-  RETURN_IF_ERROR(WaitAll(mesh, ctx, false, step, "has not joined"));
+  RETURN_IF_ERROR(WaitAll(mesh, ctx, Counter::kPosted, step, "has not joined"));
   return ArenaReduceSmall(mesh, ctx, op_header, step, send, recv);
 }
 
@@ -184,6 +332,9 @@ Status ArenaAllReduce(Mesh& mesh, OpCtx& ctx, const DataHeader& op_header, const
     return ArenaFinishSmall(mesh, ctx, op_header, step, send, recv);
   }
 
+  bool done = false;
+  RETURN_IF_ERROR(TrySingleCopy(mesh, ctx, op_header, send, recv, &done));
+  if (done) return Status();
   if (half_elems == 0) return Internal(ctx.What() + ": the shared arena is smaller than one element");
   for (size_t at = 0; at < count || (count == 0 && at == 0); at += half_elems) {
     const size_t m = std::min(half_elems, count - at);
@@ -212,7 +363,7 @@ Status ArenaAllReduce(Mesh& mesh, OpCtx& ctx, const DataHeader& op_header, const
     }
     mesh.Arena(me).reduced->store(step, std::memory_order_release);
     mesh.RingPeers();
-    RETURN_IF_ERROR(WaitAll(mesh, ctx, true, step, "has not reduced its slice"));
+    RETURN_IF_ERROR(WaitAll(mesh, ctx, Counter::kReduced, step, "has not reduced its slice"));
     // Copy every peer's reduced slice out.
     for (int k = 1; k < n; ++k) {
       const int q = (me + k) % n;  // start after our own: spreads readers over the segments

@@ -505,6 +505,7 @@ Status CpuComm::Bootstrap() {
     mesh_.set_own_segment(std::move(seg));
     mesh_.set_ring_bytes(opts_.shm_ring_bytes);
     mesh_.set_arena_bytes(opts_.shm_arena_bytes);
+    mesh_.set_single_copy_bytes(opts_.shm_single_copy_bytes);
     mesh_.set_yield_window(opts_.shm_yield_window);
   }
   {

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <random>
 #include <thread>
 
 #include "base/frame.h"
@@ -31,11 +32,20 @@ struct SegHeader {
   uint32_t nranks;
   uint64_t ring_bytes;
   uint64_t arena_bytes;
+  // The owner's process id, the address of this header in the owner's mapping, and a random
+  // nonce there: a peer that reads the nonce at that address in that process with
+  // process_vm_readv knows it can read the owner's memory (single-copy all-reduce).
+  int32_t pid;
+  uint64_t own_address;
+  uint64_t nonce;
   alignas(64) std::atomic<uint32_t> doorbell;
   std::atomic<uint32_t> sleeping;
   // Arena step counters, written only by the segment's owner (docs/formats/comm_wire.md).
   alignas(64) std::atomic<uint64_t> reduced;
   ArenaSlot slot[2];
+  alignas(64) std::atomic<uint64_t> released;
+  std::atomic<uint64_t> abandoned;
+  alignas(64) std::atomic<uint64_t> progress;
 };
 static_assert(sizeof(SegHeader) <= kSegHeader);
 
@@ -112,6 +122,10 @@ Result<std::unique_ptr<ShmSegment>> CreateShmSegment(const std::string& name, in
   h->nranks = static_cast<uint32_t>(nranks);
   h->ring_bytes = ring_bytes;
   h->arena_bytes = arena_bytes;
+  h->pid = static_cast<int32_t>(getpid());
+  h->own_address = reinterpret_cast<uint64_t>(p);
+  std::random_device entropy;
+  h->nonce = (static_cast<uint64_t>(entropy()) << 32) ^ entropy();
   for (int s = 0; s < nranks; ++s) new (RingAt(p, s, ring_bytes)) RingHeader{};
   std::atomic_thread_fence(std::memory_order_release);
   h->magic = kShmMagic;
@@ -638,12 +652,48 @@ void Mesh::BuildArenaViews() {
     auto* h = Header(seg->base);
     ArenaView& v = views_[r];
     v.reduced = &h->reduced;
+    v.released = &h->released;
+    v.abandoned = &h->abandoned;
+    v.progress = &h->progress;
+    v.pid = h->pid;
     std::byte* data = static_cast<std::byte*>(seg->base) + ArenaOffset(size_, ring_bytes_);
     for (int k = 0; k < 2; ++k) {
       v.slot[k] = &h->slot[k];
       v.half[k] = data + k * arena_half_bytes();
     }
   }
+}
+
+bool Mesh::single_copy_possible() {
+  if (single_copy_ >= 0) return single_copy_ == 1;
+  bool ok = all_shm();
+  for (int q = 0; q < size_ && ok; ++q) {
+    if (q == rank_) continue;
+    const SegHeader* h = Header(peers_[q].segment->base);
+    uint64_t seen = 0;
+    iovec local{&seen, sizeof(seen)};
+    iovec remote{reinterpret_cast<void*>(h->own_address + offsetof(SegHeader, nonce)), sizeof(seen)};
+    ok = process_vm_readv(h->pid, &local, 1, &remote, 1, 0) == sizeof(seen) && seen == h->nonce;
+  }
+  single_copy_ = ok ? 1 : 0;
+  return ok;
+}
+
+Status Mesh::ReadPeer(const OpCtx& ctx, int q, void* dst, uint64_t src, size_t bytes) {
+  auto* out = static_cast<std::byte*>(dst);
+  while (bytes) {
+    iovec local{out, bytes};
+    iovec remote{reinterpret_cast<void*>(src), bytes};
+    const ssize_t got = process_vm_readv(Arena(q).pid, &local, 1, &remote, 1, 0);
+    if (got <= 0)
+      return Status(StatusCode::kPeerFailed,
+                    ctx.What() + ": reading " + RankName(q) + "'s buffer failed: " +
+                        (got < 0 ? std::strerror(errno) : "nothing read"));
+    out += got;
+    src += static_cast<uint64_t>(got);
+    bytes -= static_cast<size_t>(got);
+  }
+  return Status();
 }
 
 void Mesh::RingPeers() {

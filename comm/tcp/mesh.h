@@ -62,6 +62,13 @@ struct ArenaView {
   ArenaSlot* slot[2] = {};
   std::atomic<uint64_t>* reduced = nullptr;  // last step whose own slice is reduced
   std::byte* half[2] = {};                   // staging halves
+  // Single-copy steps: the last step after which the owner reads no peer's buffer, and the step
+  // the owner left with an error (0: none) while peers might still read its buffers.
+  std::atomic<uint64_t>* released = nullptr;
+  std::atomic<uint64_t>* abandoned = nullptr;
+  // Single-copy steps: (step << 24) | blocks of the owner's slice reduced so far.
+  std::atomic<uint64_t>* progress = nullptr;
+  int pid = 0;  // the owner's process
 };
 
 // One send or receive of a header + payload with one peer.
@@ -145,6 +152,23 @@ class Mesh {
     if (views_.empty()) BuildArenaViews();
     return views_[rank];
   }
+  // Whether this rank can read every peer's memory with process_vm_readv (same user, no ptrace
+  // restriction, one PID namespace): probed once, by reading each peer's segment nonce through
+  // the peer's process. False without arenas.
+  bool single_copy_possible();
+  // Turns single-copy steps off for good (a rank could not read its peers).
+  void disable_single_copy() { single_copy_bytes_ = 0; }
+  // All-reduces of at least this many bytes may run as single-copy steps (0: never).
+  size_t single_copy_bytes() const { return single_copy_bytes_; }
+  void set_single_copy_bytes(size_t b) { single_copy_bytes_ = b; }
+  // Copies `bytes` at address `src` of rank q's process into dst. Errors: PeerFailed naming q
+  // (the process is gone, or the range is no longer mapped).
+  Status ReadPeer(const OpCtx& ctx, int q, void* dst, uint64_t src, size_t bytes);
+  // Scratch memory of the single-copy steps (grown on demand, kept).
+  std::byte* Scratch(size_t bytes) {
+    if (scratch_.size() < bytes) scratch_.resize(bytes);
+    return scratch_.data();
+  }
   // The arena step counter (steps completed by this rank); the next step is ++arena_step().
   uint64_t& arena_step() { return arena_step_; }
   // Wakes every same-host peer that sleeps on its doorbell (after updating our counters).
@@ -224,6 +248,9 @@ class Mesh {
   size_t arena_bytes_ = 0;
   uint64_t arena_step_ = 0;
   std::vector<ArenaView> views_;  // Arena(r), built on first use
+  int single_copy_ = -1;          // single_copy_possible() once probed
+  size_t single_copy_bytes_ = 0;
+  std::vector<std::byte> scratch_;
   size_t stripe_bytes_ = 1u << 20;
   mutable int all_shm_ = -1;  // all_shm() once computed
   bool oversubscribed_ = false;

@@ -57,8 +57,10 @@ std::vector<Status> OnEveryRank(int n, const std::function<Status(int)>& fn) {
 
 // How all-reduce runs over shared memory (every rank on this host).
 enum class ShmPath {
-  kArena,         // defaults: one-step all-read up to 64 KiB, direct reduce-scatter/all-gather above
-  kArenaChunked,  // direct reduce-scatter/all-gather for every count, 32 KiB halves (many steps)
+  kArena,         // defaults: one-step all-read up to 64 KiB, direct reduce-scatter/all-gather
+                  // above, single copy from 1 MiB
+  kArenaChunked,  // staged reduce-scatter/all-gather for every count, 32 KiB halves (many steps)
+  kSingleCopy,    // single copy (peers' buffers read directly) for every count above 0 bytes
   kRings,         // arenas off: recursive doubling and the ring over the per-pair rings
   kStriped,       // TCP: three data connections per pair, transfers from 4 KiB striped
 };
@@ -77,6 +79,11 @@ TEST_P(CollectiveTable, EveryOpEveryDTypeAgainstReference) {
     if (path == ShmPath::kArenaChunked) {
       o.shm_arena_bytes = 64 << 10;
       o.small_message_bytes = 0;
+      o.shm_single_copy_bytes = 0;
+    }
+    if (path == ShmPath::kSingleCopy) {
+      o.small_message_bytes = 0;
+      o.shm_single_copy_bytes = 1;
     }
     if (path == ShmPath::kRings) o.shm_arena_bytes = 0;
     if (path == ShmPath::kStriped) {
@@ -103,6 +110,7 @@ std::vector<TableCase> AllCases() {
   for (Transport t : {Transport::kTcp, Transport::kShm})
     for (int n = 1; n <= 8; ++n) cases.push_back({n, t});
   for (int n : {2, 3, 4, 5, 8}) cases.push_back({n, Transport::kShm, ShmPath::kArenaChunked});
+  for (int n : {2, 3, 4, 5, 8}) cases.push_back({n, Transport::kShm, ShmPath::kSingleCopy});
   for (int n : {2, 3, 4, 5}) cases.push_back({n, Transport::kShm, ShmPath::kRings});
   for (int n : {2, 3, 4}) cases.push_back({n, Transport::kTcp, ShmPath::kStriped});
   return cases;
@@ -111,6 +119,7 @@ std::vector<TableCase> AllCases() {
 INSTANTIATE_TEST_SUITE_P(Threads, CollectiveTable, ::testing::ValuesIn(AllCases()),
                          [](const auto& info) {
                            const char* path = info.param.path == ShmPath::kArenaChunked ? "ArenaChunked"
+                                               : info.param.path == ShmPath::kSingleCopy ? "SingleCopy"
                                                : info.param.path == ShmPath::kRings      ? "Rings"
                                                : info.param.path == ShmPath::kStriped    ? "Striped"
                                                                                          : "";
@@ -375,10 +384,11 @@ TEST_P(TransportTest, SplitFormsSubGroups) {
   for (int r = 0; r < n; ++r) EXPECT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r].ToString();
 }
 
-TEST_P(TransportTest, ByteAccountingFollowsTheRingFormula) {
+// Large all-reduces, staged or single-copy, count bytes as the ring does.
+void CheckByteAccounting(Transport transport, const std::function<void(CommOptions&)>& tweak) {
   const int n = 4;
   const size_t count = 1 << 16;  // above the small-message threshold: the ring
-  Group g = MakeGroup(n, GetParam());
+  Group g = MakeGroup(n, transport, 0, nullptr, std::chrono::milliseconds(10'000), tweak);
   auto results = OnEveryRank(n, [&](int r) -> Status {
     std::vector<float> buf(count, 1.0f);
     RETURN_IF_ERROR(g.comms[r]->AllReduce(buf.data(), buf.data(), count, DType::kF32, ReduceOp::kSum)
@@ -398,12 +408,18 @@ TEST_P(TransportTest, ByteAccountingFollowsTheRingFormula) {
   for (int r = 0; r < n; ++r) EXPECT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r].ToString();
 }
 
-TEST_P(TransportTest, AbortWakesWaitersQuickly) {
+TEST_P(TransportTest, ByteAccountingFollowsTheRingFormula) {
+  CheckByteAccounting(GetParam(), [](CommOptions& o) { o.shm_single_copy_bytes = 0; });
+  CheckByteAccounting(GetParam(), [](CommOptions& o) { o.shm_single_copy_bytes = 1; });
+}
+
+// Ranks 0 and 1 of 3 enter an all-reduce of `count` floats that rank 2 never joins; rank 0 waits
+// from two threads and aborts: both waits end within 100 ms, and rank 1 fails naming rank 0.
+void CheckAbortWakesWaiters(Transport transport, size_t count, const std::function<void(CommOptions&)>& tweak) {
   const int n = 3;
-  Group g = MakeGroup(n, GetParam());
+  Group g = MakeGroup(n, transport, 0, nullptr, std::chrono::milliseconds(10'000), tweak);
   for (auto& c : g.comms) ASSERT_TRUE(c->WaitReady(Deadline::AfterMs(10'000)).ok());
-  // Ranks 0 and 1 enter an all-reduce that rank 2 never joins; rank 0 waits from two threads.
-  std::vector<float> a(1000), b(1000);
+  std::vector<float> a(count), b(count);
   auto w0 = g.comms[0]->AllReduce(a.data(), a.data(), a.size(), DType::kF32, ReduceOp::kSum);
   auto w1 = g.comms[1]->AllReduce(b.data(), b.data(), b.size(), DType::kF32, ReduceOp::kSum);
   auto later = g.comms[0]->Barrier();
@@ -426,6 +442,12 @@ TEST_P(TransportTest, AbortWakesWaitersQuickly) {
   Status s1 = w1->Wait(Deadline::AfterMs(5000));
   EXPECT_EQ(s1.code(), StatusCode::kPeerFailed) << s1.ToString();
   EXPECT_NE(s1.ToString().find("rank 0"), std::string::npos) << s1.ToString();
+}
+
+TEST_P(TransportTest, AbortWakesWaitersQuickly) { CheckAbortWakesWaiters(GetParam(), 1000, nullptr); }
+
+TEST_P(TransportTest, AbortWakesWaitersOfASingleCopyAllReduce) {
+  CheckAbortWakesWaiters(GetParam(), 1 << 18, [](CommOptions& o) { o.shm_single_copy_bytes = 1; });
 }
 
 TEST_P(TransportTest, NewGenerationAfterFailureInSameProcess) {

@@ -1,6 +1,8 @@
 // One rank as a separate process, started by process_test.cc.
 //   comm_test_worker table <store_port> <rank> <size> <tcp|shm>
 //     runs the collective table; exit 0 when every check passes.
+//   comm_test_worker table-nobody <store_port> <rank> <size> <tcp|shm>
+//     as table, but rank 1 drops root for user nobody after bootstrap (run as root).
 //   comm_test_worker kill <store_port> <rank> <size> <tcp|shm>
 //     all-reduces 16 MiB in a loop on generation 1 (reporting progress in the store) until the
 //     communicator fails (the test kill -9's one rank), records the error and the time it was
@@ -22,7 +24,7 @@ using namespace rt::comm;
 
 int main(int argc, char** argv) {
   if (argc != 6) {
-    std::fprintf(stderr, "usage: %s table|kill|spin port rank size tcp|shm\n", argv[0]);
+    std::fprintf(stderr, "usage: %s table|table-nobody|kill|spin port rank size tcp|shm\n", argv[0]);
     return 2;
   }
   std::string mode = argv[1];
@@ -48,7 +50,16 @@ int main(int argc, char** argv) {
   if (mode == "spin") o.shm_yield_window = std::chrono::seconds(30);
   auto comm = NewCpuCommunicator(o);
   if (!comm.ok()) return 4;
-  if (mode == "table") {
+  if (mode == "table" || mode == "table-nobody") {
+    if (mode == "table-nobody" && rank == 1) {
+      // Bootstrap done (segments mapped, sockets open), this rank becomes nobody: it can no
+      // longer read its root peers' memory, so no rank may use single-copy all-reduces.
+      Status ready = (*comm)->WaitReady(Deadline::AfterMs(20'000));
+      if (!ready.ok() || setresgid(65534, 65534, 65534) != 0 || setresuid(65534, 65534, 65534) != 0) {
+        std::fprintf(stderr, "rank %d: could not become nobody: %s\n", rank, ready.ToString().c_str());
+        return 8;
+      }
+    }
     testing::TableOptions t;
     t.dtypes = testing::AllDTypes();
     t.counts = {0, 1, 7, 4097};

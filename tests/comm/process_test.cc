@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <thread>
 
@@ -49,6 +50,19 @@ std::vector<pid_t> StartRanks(const std::string& mode, uint16_t port, int n, con
 }
 
 class ProcessTest : public ::testing::TestWithParam<std::string> {};
+
+// Single copy needs every rank to read every peer's memory; a rank that cannot (here: it runs
+// as another user) turns it off on every rank, and the large all-reduces still agree.
+TEST(ProcessSingleCopyTest, RankThatCannotReadPeersTurnsSingleCopyOff) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to drop one rank to user nobody";
+  auto server = TcpStoreServer::Start({}).value();
+  const int n = 3;
+  auto pids = StartRanks("table-nobody", server->port(), n, "shm");
+  for (int r = 0; r < n; ++r) {
+    ASSERT_GT(pids[r], 0);
+    EXPECT_EQ(WaitExit(pids[r], Deadline::AfterMs(60'000)), 0) << "rank " << r;
+  }
+}
 
 TEST_P(ProcessTest, CollectiveTableAcrossProcesses) {
   auto server = TcpStoreServer::Start({}).value();
