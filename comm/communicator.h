@@ -146,11 +146,13 @@ struct CommOptions {
   // all-reduce when every rank is on this host; pages are touched only when used. 0 turns the
   // arenas off (all-reduce then runs over the per-pair rings). Default 32 MiB.
   size_t shm_arena_bytes = 32u << 20;
-  // CPU backend: all-reduces of at least this many bytes, when every rank is on this host and
-  // each may read the others' memory (process_vm_readv: same user, no ptrace restriction),
-  // read the peers' buffers directly instead of staging them in the arenas: each byte crosses
-  // between processes once. 0 turns it off. Default 1 MiB.
-  size_t shm_single_copy_bytes = 1u << 20;
+  // CPU backend: all-reduces of at least this many bytes, when every rank is on this host,
+  // each may read the others' memory (process_vm_readv: same user, no ptrace restriction) and
+  // the ranks do not outnumber the CPUs, read the peers' buffers directly instead of staging
+  // them in the arenas: each byte crosses between processes once. 0 turns it off. Default 2 MiB.
+  size_t shm_single_copy_bytes = 2u << 20;
+  // CPU backend: use single copy even when the ranks outnumber the CPUs (tests). Default off.
+  bool shm_single_copy_oversubscribed = false;
   // CPU backend: how long a rank waiting on shared memory keeps polling (CPU pauses, or
   // sched_yield when the group has more ranks than this host has CPUs) before sleeping on a
   // futex; Abort() is seen on every poll, a dead peer within a millisecond. Default 200 µs.

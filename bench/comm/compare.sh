@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Side-by-side all-reduce: ringtrain's CPU backend vs OpenMPI (shared-memory BTL), same sizes,
 # same machine, one invocation. Usage: [REPEAT=k] [SIZES=list] bench/comm/compare.sh [build-dir] [ranks...]
-# Each side runs REPEAT times (default 5), alternating ringtrain and OpenMPI so both see the same
-# load; every figure is the median of its runs. Within a run both programs use the same method
+# Each side runs REPEAT times (default 5), alternating ringtrain and OpenMPI size by size so both
+# see the same load and vCPU placement; every figure is the median of its runs. Within a run both programs use the same method
 # (bench_comm.cc, mpi_bench_comm.c): 3 warm-up ops, the count for ~0.3 s (at most 200000), and
 # the median over up to 1000 timed batches of a batch's time per op. Ranks are bound to CPUs the same way on both
 # sides: rank r on CPU r when the ranks fit the CPUs (mpirun's default), unbound otherwise.
@@ -27,10 +27,12 @@ printf '%5s %10s | %12s %12s | %12s %12s | %7s\n' ranks bytes rt_time_us rt_busb
 for n in "${RANKS[@]}"; do
   : > "$tmp/rt"; : > "$tmp/mpi"
   for ((i = 0; i < REPEAT; ++i)); do
-    "$RT" --op all_reduce --ranks "$n" --sizes "$SIZES" --json | fields >> "$tmp/rt"
-    # OpenBLAS tuning variables of the environment do not apply to this benchmark.
-    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE mpirun --allow-run-as-root --oversubscribe \
-        -np "$n" --mca btl self,vader "$MPI" --op all_reduce --sizes "$SIZES" --json 2>/dev/null | fields >> "$tmp/mpi"
+    for size in ${SIZES//,/ }; do  # per size, so both sides meet the same vCPU placement
+      "$RT" --op all_reduce --ranks "$n" --sizes "$size" --json | fields >> "$tmp/rt"
+      # OpenBLAS tuning variables of the environment do not apply to this benchmark.
+      env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE mpirun --allow-run-as-root --oversubscribe \
+          -np "$n" --mca btl self,vader "$MPI" --op all_reduce --sizes "$size" --json 2>/dev/null | fields >> "$tmp/mpi"
+    done
   done
   for bytes in $(awk '{print $1}' "$tmp/rt" | sort -un); do
     rt_t=$(median "$bytes" 2 "$tmp/rt"); rt_b=$(median "$bytes" 3 "$tmp/rt")

@@ -217,7 +217,8 @@ Status SingleCopy(Mesh& mesh, OpCtx& ctx, const DataHeader& h, uint64_t step, co
 }
 
 // Runs the op as one single-copy step when it is large enough and single copy has not been
-// turned off. Every rank posts where its buffers are and whether it can read every peer; when
+// turned off. Every rank posts where its buffers are and whether it can read every peer (and
+// the group fits the CPUs); when
 // all can, SingleCopy does the op (*done = true); otherwise every rank, having seen the same
 // posts, turns single copy off for good and the op goes on through the staging steps.
 Status TrySingleCopy(Mesh& mesh, OpCtx& ctx, const DataHeader& op_header, const void* send,
@@ -232,7 +233,10 @@ Status TrySingleCopy(Mesh& mesh, OpCtx& ctx, const DataHeader& op_header, const 
   SingleCopyPost post;
   post.send = reinterpret_cast<uint64_t>(send);
   post.recv = reinterpret_cast<uint64_t>(recv);
-  post.can_read = mesh.single_copy_possible() ? 1 : 0;
+  // With more ranks than CPUs the extra synchronisation costs a round of the scheduler, more
+  // than the copies saved: such a group stays on the staging steps.
+  const bool fits = !mesh.oversubscribed() || mesh.single_copy_oversubscribed();
+  post.can_read = fits && mesh.single_copy_possible() ? 1 : 0;
   Publish(mesh, h, step, &post, sizeof(post), /*inline_ok=*/true);
   mesh.RingPeers();
   Status s = Gather(mesh, ctx, h, step);

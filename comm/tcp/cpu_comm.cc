@@ -506,6 +506,7 @@ Status CpuComm::Bootstrap() {
     mesh_.set_ring_bytes(opts_.shm_ring_bytes);
     mesh_.set_arena_bytes(opts_.shm_arena_bytes);
     mesh_.set_single_copy_bytes(opts_.shm_single_copy_bytes);
+    mesh_.set_single_copy_oversubscribed(opts_.shm_single_copy_oversubscribed);
     mesh_.set_yield_window(opts_.shm_yield_window);
   }
   {

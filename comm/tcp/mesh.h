@@ -152,12 +152,17 @@ class Mesh {
     if (views_.empty()) BuildArenaViews();
     return views_[rank];
   }
+  // True when the group has more ranks than this host has CPUs.
+  bool oversubscribed() const { return oversubscribed_; }
   // Whether this rank can read every peer's memory with process_vm_readv (same user, no ptrace
   // restriction, one PID namespace): probed once, by reading each peer's segment nonce through
   // the peer's process. False without arenas.
   bool single_copy_possible();
   // Turns single-copy steps off for good (a rank could not read its peers).
   void disable_single_copy() { single_copy_bytes_ = 0; }
+  // Whether single-copy steps may run when the group is oversubscribed().
+  bool single_copy_oversubscribed() const { return single_copy_oversubscribed_; }
+  void set_single_copy_oversubscribed(bool on) { single_copy_oversubscribed_ = on; }
   // All-reduces of at least this many bytes may run as single-copy steps (0: never).
   size_t single_copy_bytes() const { return single_copy_bytes_; }
   void set_single_copy_bytes(size_t b) { single_copy_bytes_ = b; }
@@ -250,6 +255,7 @@ class Mesh {
   std::vector<ArenaView> views_;  // Arena(r), built on first use
   int single_copy_ = -1;          // single_copy_possible() once probed
   size_t single_copy_bytes_ = 0;
+  bool single_copy_oversubscribed_ = false;
   std::vector<std::byte> scratch_;
   size_t stripe_bytes_ = 1u << 20;
   mutable int all_shm_ = -1;  // all_shm() once computed

@@ -58,7 +58,7 @@ std::vector<Status> OnEveryRank(int n, const std::function<Status(int)>& fn) {
 // How all-reduce runs over shared memory (every rank on this host).
 enum class ShmPath {
   kArena,         // defaults: one-step all-read up to 64 KiB, direct reduce-scatter/all-gather
-                  // above, single copy from 1 MiB
+                  // above, single copy from 2 MiB when the ranks fit the CPUs
   kArenaChunked,  // staged reduce-scatter/all-gather for every count, 32 KiB halves (many steps)
   kSingleCopy,    // single copy (peers' buffers read directly) for every count above 0 bytes
   kRings,         // arenas off: recursive doubling and the ring over the per-pair rings
@@ -84,6 +84,7 @@ TEST_P(CollectiveTable, EveryOpEveryDTypeAgainstReference) {
     if (path == ShmPath::kSingleCopy) {
       o.small_message_bytes = 0;
       o.shm_single_copy_bytes = 1;
+      o.shm_single_copy_oversubscribed = true;
     }
     if (path == ShmPath::kRings) o.shm_arena_bytes = 0;
     if (path == ShmPath::kStriped) {
@@ -410,7 +411,10 @@ void CheckByteAccounting(Transport transport, const std::function<void(CommOptio
 
 TEST_P(TransportTest, ByteAccountingFollowsTheRingFormula) {
   CheckByteAccounting(GetParam(), [](CommOptions& o) { o.shm_single_copy_bytes = 0; });
-  CheckByteAccounting(GetParam(), [](CommOptions& o) { o.shm_single_copy_bytes = 1; });
+  CheckByteAccounting(GetParam(), [](CommOptions& o) {
+    o.shm_single_copy_bytes = 1;
+    o.shm_single_copy_oversubscribed = true;
+  });
 }
 
 // Ranks 0 and 1 of 3 enter an all-reduce of `count` floats that rank 2 never joins; rank 0 waits
@@ -447,7 +451,10 @@ void CheckAbortWakesWaiters(Transport transport, size_t count, const std::functi
 TEST_P(TransportTest, AbortWakesWaitersQuickly) { CheckAbortWakesWaiters(GetParam(), 1000, nullptr); }
 
 TEST_P(TransportTest, AbortWakesWaitersOfASingleCopyAllReduce) {
-  CheckAbortWakesWaiters(GetParam(), 1 << 18, [](CommOptions& o) { o.shm_single_copy_bytes = 1; });
+  CheckAbortWakesWaiters(GetParam(), 1 << 18, [](CommOptions& o) {
+    o.shm_single_copy_bytes = 1;
+    o.shm_single_copy_oversubscribed = true;
+  });
 }
 
 TEST_P(TransportTest, NewGenerationAfterFailureInSameProcess) {

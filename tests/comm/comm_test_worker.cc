@@ -44,6 +44,7 @@ int main(int argc, char** argv) {
   o.generation = 1;
   o.shm_ring_bytes = 1 << 20;
   o.shm_arena_bytes = 1 << 20;  // 512 KiB halves: large all-reduces take several arena steps
+  o.shm_single_copy_oversubscribed = true;  // 4 MiB and larger all-reduces: single copy
   o.tcp_connections_per_peer = 2;  // TCP: large transfers striped over two connections
   o.tcp_stripe_bytes = 64 << 10;
   o.op_timeout = std::chrono::milliseconds(20'000);  // death must be seen by EOF, not timeout
