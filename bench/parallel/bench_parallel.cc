@@ -8,17 +8,25 @@
 // schedule's (p−1)/(v·m+p−1) (Megatron's bubble is (1/v)·(p−1)/m of the ideal time t_ideal; as a
 // fraction of the whole, t_bubble / (t_ideal + t_bubble), that is (p−1)/(v·m+p−1)). For DDP the
 // share of the gradient all-reduce time hidden behind the backward: 1 − (wait after the
-// backward) / (the same all-reduces run alone). Run with OPENBLAS_NUM_THREADS=1 when the ranks
-// outnumber the cores' spare capacity: a rank's multi-threaded GEMMs otherwise speed up while
-// its neighbour idles, which hides the bubble.
+// backward) / (the same all-reduces run alone). Each layout runs with max(1, cores / ranks)
+// OpenBLAS threads (printed per row), whatever OPENBLAS_NUM_THREADS says: with more BLAS threads
+// than that, a rank's GEMMs speed up while its neighbour idles, which hides the bubble. After
+// the table, one row per rank of every pipeline or data-parallel layout says where its span
+// went: busy (math), waiting for receives, waiting for its own sends, and the rest (the step's
+// preamble, issuing and collecting reductions) until its last pass, and how long it then idles
+// until the slowest rank's last pass.
 //   ringtrain_bench_parallel [--config FILE] [--steps N] [--layouts "dp=2;pp=2,schedule=gpipe"]
 //                            [--set key=value ...]
+#include <cblas.h>
+#include <sched.h>
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench/parallel/parallel_bench.h"
@@ -32,13 +40,28 @@
 namespace rt::dist {
 namespace {
 
+// Where one rank's pipeline span went, averaged over the measured steps (StepTimings).
+struct RankTimes {
+  double busy_s = 0, recv_s = 0, send_s = 0, pipeline_s = 0;
+  double reduce_wait_s = 0;  // waiting for gradient reductions after the backward
+  double alone_s = -1;       // DDP: the same reductions run alone (TimeGradientSync)
+};
+
 // Per-layout results, averaged over the measured steps.
 struct Result_ {
   double step_s = 0;   // slowest rank's step
   double bubble = -1;       // pipeline: the busiest stage's idle fraction of the span
   double mean_bubble = -1;  // pipeline: the stages' mean idle fraction (imbalance included)
   double hidden = -1;  // DDP: hidden share of the all-reduce time
+  std::vector<RankTimes> ranks;
 };
+
+// CPUs this process may run on.
+int UsableCores() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
+  return std::max(1, CPU_COUNT(&set));
+}
 
 Status RunLayout(const RunConfig& config, const ParallelLayout& layout,
                  std::shared_ptr<const std::vector<uint16_t>> tokens, int warmup, int steps,
@@ -48,6 +71,7 @@ Status RunLayout(const RunConfig& config, const ParallelLayout& layout,
   std::vector<double> step_s(static_cast<size_t>(n)), busy(static_cast<size_t>(n)),
       pipeline(static_cast<size_t>(n)), exposed(static_cast<size_t>(n)),
       alone(static_cast<size_t>(n));
+  out->ranks.assign(static_cast<size_t>(n), RankTimes());
   std::vector<std::unique_ptr<comm::Communicator>> worlds;
   RETURN_IF_ERROR(RunRanksAsThreads(
       n, "bench-" + std::to_string(job++), &worlds,
@@ -63,6 +87,8 @@ Status RunLayout(const RunConfig& config, const ParallelLayout& layout,
           busy[i] += t.compute_s / steps;
           pipeline[i] += t.pipeline_s / steps;
           exposed[i] += t.reduce_wait_s / steps;
+          out->ranks[i].recv_s += t.recv_wait_s / steps;
+          out->ranks[i].send_s += t.send_wait_s / steps;
           if (layout.zero == 0 && layout.dp() > 1) {
             ASSIGN_OR_RETURN(double a, engine->TimeGradientSync());
             alone[i] += a / steps;
@@ -78,6 +104,12 @@ Status RunLayout(const RunConfig& config, const ParallelLayout& layout,
     bubble += (1.0 - busy[i] / span) / n;
     busiest = std::max(busiest, busy[i]);
     if (alone[i] > 0) hidden += std::max(0.0, 1.0 - exposed[i] / alone[i]) / n;
+  }
+  for (size_t i = 0; i < static_cast<size_t>(n); ++i) {
+    out->ranks[i].busy_s = busy[i];
+    out->ranks[i].pipeline_s = pipeline[i];
+    out->ranks[i].reduce_wait_s = exposed[i];
+    if (alone[i] > 0) out->ranks[i].alone_s = alone[i];
   }
   out->step_s = slowest;
   if (layout.pp > 1) {
@@ -118,12 +150,14 @@ int Main(int argc, char** argv) {
               config->model.n_layer, config->model.n_embd, config->model.n_head,
               config->model.seq_len, config->model.vocab_size, config->train.batch_size,
               config->train.micro_batches, steps, warmup);
+  const int cores = UsableCores();
   std::printf(
-      "| layout | ranks | step ms | tokens/s | bubble measured | bubble formula: (p−1)/(v·m+p−1) | "
-      "DDP comm hidden |\n");
-  std::printf("|---|---|---|---|---|---|---|\n");
+      "| layout | ranks | BLAS threads per rank | step ms | tokens/s | bubble measured | "
+      "bubble formula: (p−1)/(v·m+p−1) | DDP comm hidden |\n");
+  std::printf("|---|---|---|---|---|---|---|---|\n");
   size_t at = 0;
   int failures = 0;
+  std::vector<std::pair<std::string, Result_>> breakdowns;
   while (at <= layouts.size()) {
     const size_t end = std::min(layouts.find(';', at), layouts.size());
     const std::string spec = layouts.substr(at, end - at);
@@ -131,10 +165,13 @@ int Main(int argc, char** argv) {
     if (spec.empty()) continue;
     Result<ParallelLayout> layout = ParseLayout(spec);
     Result_ r;
+    // Ranks run as threads of this process: each gets an equal share of the cores for its GEMMs.
+    const int blas_threads = layout.ok() ? std::max(1, cores / layout->world()) : 1;
+    openblas_set_num_threads(blas_threads);
     Status s =
         layout.ok() ? RunLayout(*config, *layout, tokens, warmup, steps, &r) : layout.status();
     if (!s.ok()) {
-      std::printf("| %s | | failed: %s | | | | |\n", spec.c_str(), s.ToString().c_str());
+      std::printf("| %s | | | failed: %s | | | | |\n", spec.c_str(), s.ToString().c_str());
       ++failures;
       continue;
     }
@@ -146,9 +183,34 @@ int Main(int argc, char** argv) {
       std::snprintf(formula, sizeof(formula), "%.1f%%", 100.0 * (p - 1) / (v * m + p - 1));
     }
     if (r.hidden >= 0) std::snprintf(hidden, sizeof(hidden), "%.0f%%", 100 * r.hidden);
-    std::printf("| %s | %d | %.1f | %.0f | %s | %s | %s |\n", spec.c_str(), layout->world(),
-                1e3 * r.step_s, tokens_per_step / r.step_s, bubble, formula, hidden);
+    std::printf("| %s | %d | %d | %.1f | %.0f | %s | %s | %s |\n", spec.c_str(), layout->world(),
+                openblas_get_num_threads(), 1e3 * r.step_s, tokens_per_step / r.step_s, bubble,
+                formula, hidden);
     std::fflush(stdout);
+    if (layout->world() > 1) breakdowns.emplace_back(spec, std::move(r));
+  }
+  if (!breakdowns.empty()) {
+    std::printf(
+        "\nPer rank, ms per step: busy + recv wait + send wait + other = its pipeline span; "
+        "then idle until the slowest rank's last pass; then the wait for gradient reductions "
+        "(DDP: next to the same reductions run alone)\n\n");
+    std::printf(
+        "| layout | rank | busy | recv wait | send wait | other | span | idle after | "
+        "reduce wait | reductions alone |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
+  }
+  for (const auto& [spec, r] : breakdowns) {
+    double span = 0;
+    for (const RankTimes& t : r.ranks) span = std::max(span, t.pipeline_s);
+    for (size_t i = 0; i < r.ranks.size(); ++i) {
+      const RankTimes& t = r.ranks[i];
+      char alone[32] = "";
+      if (t.alone_s >= 0) std::snprintf(alone, sizeof(alone), "%.2f", 1e3 * t.alone_s);
+      std::printf("| %s | %zu | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %s |\n",
+                  spec.c_str(), i, 1e3 * t.busy_s, 1e3 * t.recv_s, 1e3 * t.send_s,
+                  1e3 * (t.pipeline_s - t.busy_s - t.recv_s - t.send_s), 1e3 * t.pipeline_s,
+                  1e3 * (span - t.pipeline_s), 1e3 * t.reduce_wait_s, alone);
+    }
   }
   return failures == 0 ? 0 : 1;
 }

@@ -75,6 +75,8 @@ struct StepTimings {
   double step_s = 0;          // wall time of the step
   double compute_s = 0;       // forward and backward math (the stage's busy time)
   double pipeline_s = 0;      // from the step's start to this stage's last pass (the schedule)
+  double recv_wait_s = 0;     // waiting for the neighbours' activations and gradients
+  double send_wait_s = 0;     // waiting for this stage's own sends to finish (buffer reuse)
   double reduce_wait_s = 0;   // waiting for gradient reductions after the backward (exposed)
   double optimizer_s = 0;     // clipping, AdamW and the ZeRO-1/2 parameter all-gather
 };
