@@ -470,6 +470,10 @@ Status DistTrainer::StartReduce(int unit) {
                                   "sequence-parallel LayerNorm/wpe gradients"));
     }
   }
+  // One data-parallel rank (pipeline or tensor parallelism alone): ZeRO-0/1 gradients are
+  // complete already, and a reduce-scatter and all-gather over a group of one would only copy
+  // them through transient buffers (on the pipeline's drain, which nothing overlaps).
+  if (layout_.zero < 2 && shards_ == 1 && layout_.dp_replicate == 1) return Status();
   Pending p;
   p.unit = unit;
   const size_t k = static_cast<size_t>(su.shard_size(shards_));
