@@ -6,7 +6,9 @@
 // mean over the stages (which adds the lighter stages' idling from imbalance) in brackets — next
 // to its formula as a fraction of the span: GPipe/1F1B's (p−1)/(m+p−1), and the interleaved
 // schedule's (p−1)/(v·m+p−1) (Megatron's bubble is (1/v)·(p−1)/m of the ideal time t_ideal; as a
-// fraction of the whole, t_bubble / (t_ideal + t_bubble), that is (p−1)/(v·m+p−1)). For DDP the
+// fraction of the whole, t_bubble / (t_ideal + t_bubble), that is (p−1)/(v·m+p−1)), and between
+// them the bubble the same schedule would have with no overhead given the stages' measured pass
+// times (IdealBubbles): the formula assumes equal stages. For DDP the
 // share of the gradient all-reduce time hidden behind the backward: 1 − (wait after the
 // backward) / (the same all-reduces run alone). Each layout runs with max(1, cores / ranks)
 // OpenBLAS threads (printed per row), whatever OPENBLAS_NUM_THREADS says: with more BLAS threads
@@ -26,6 +28,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -35,6 +38,7 @@
 #include "parallel/dist/engine.h"
 #include "parallel/dist/layout.h"
 #include "parallel/dist/local_ranks.h"
+#include "parallel/dist/schedule.h"
 #include "parallel/rng.h"
 
 namespace rt::dist {
@@ -45,6 +49,7 @@ struct RankTimes {
   double busy_s = 0, recv_s = 0, send_s = 0, pipeline_s = 0;
   double reduce_wait_s = 0;  // waiting for gradient reductions after the backward
   double alone_s = -1;       // DDP: the same reductions run alone (TimeGradientSync)
+  std::vector<double> chunk_forward_s, chunk_backward_s;  // per model chunk of the rank
 };
 
 // Per-layout results, averaged over the measured steps.
@@ -53,8 +58,63 @@ struct Result_ {
   double bubble = -1;       // pipeline: the busiest stage's idle fraction of the span
   double mean_bubble = -1;  // pipeline: the stages' mean idle fraction (imbalance included)
   double hidden = -1;  // DDP: hidden share of the all-reduce time
+  // Pipeline: the same two bubbles of the schedule run with no overhead at all (IdealBubbles).
+  double ideal_bubble = -1, ideal_mean_bubble = -1;
   std::vector<RankTimes> ranks;
 };
+
+// The busiest stage's and the stages' mean bubble that `layout`'s schedule over `micro`
+// micro-batches would have with no overhead: every pass of a chunk takes its measured mean
+// (ranks[r].chunk_*_s / micro, from the rank with tp = dp = 0 of each stage), every message
+// arrives the moment its pass ends, and a stage runs its passes back to back in schedule order
+// as soon as their inputs are there. Compared with the measured bubble, it separates what the
+// stages' unequal work costs (this minus the formula) from our overhead (measured minus this).
+std::pair<double, double> IdealBubbles(const ParallelLayout& layout, int micro,
+                                       const std::vector<RankTimes>& ranks) {
+  const int p = layout.pp, v = layout.virtual_stages;
+  std::vector<std::vector<PipelineOp>> ops(static_cast<size_t>(p));
+  std::vector<const RankTimes*> stage(static_cast<size_t>(p));
+  for (int s = 0; s < p; ++s) {
+    ops[static_cast<size_t>(s)] = BuildPipelineSchedule(layout.schedule, p, s, micro, v);
+    RankCoords c;
+    c.pp = s;
+    stage[static_cast<size_t>(s)] = &ranks[static_cast<size_t>(RankOf(layout, c))];
+  }
+  // Finish times per virtual stage and micro-batch (-1: not run yet).
+  const size_t cells = static_cast<size_t>(p * v * micro);
+  std::vector<double> forward_done(cells, -1), backward_done(cells, -1);
+  auto cell = [&](int vs, int i) { return static_cast<size_t>(vs * micro + i); };
+  std::vector<size_t> next(static_cast<size_t>(p), 0);
+  std::vector<double> free_at(static_cast<size_t>(p), 0), busy(static_cast<size_t>(p), 0);
+  for (bool progressed = true; progressed;) {
+    progressed = false;
+    for (int s = 0; s < p; ++s) {
+      const size_t si = static_cast<size_t>(s);
+      for (; next[si] < ops[si].size(); ++next[si]) {
+        const PipelineOp& op = ops[si][next[si]];
+        const int vs = op.chunk * p + s;
+        double ready = 0;
+        if (op.forward && vs > 0) ready = forward_done[cell(vs - 1, op.micro)];
+        if (!op.forward && vs + 1 < p * v) ready = backward_done[cell(vs + 1, op.micro)];
+        if (ready < 0) break;
+        const size_t c = static_cast<size_t>(op.chunk);
+        const double pass = (op.forward ? stage[si]->chunk_forward_s[c]
+                                        : stage[si]->chunk_backward_s[c]) / micro;
+        free_at[si] = std::max(free_at[si], ready) + pass;
+        busy[si] += pass;
+        (op.forward ? forward_done : backward_done)[cell(vs, op.micro)] = free_at[si];
+        progressed = true;
+      }
+    }
+  }
+  const double span = *std::max_element(free_at.begin(), free_at.end());
+  double busiest = 0, mean = 0;
+  for (double b : busy) {
+    busiest = std::max(busiest, b);
+    mean += (1.0 - b / span) / p;
+  }
+  return {1.0 - busiest / span, mean};
+}
 
 // CPUs this process may run on.
 int UsableCores() {
@@ -89,6 +149,14 @@ Status RunLayout(const RunConfig& config, const ParallelLayout& layout,
           exposed[i] += t.reduce_wait_s / steps;
           out->ranks[i].recv_s += t.recv_wait_s / steps;
           out->ranks[i].send_s += t.send_wait_s / steps;
+          std::vector<double>& fwd = out->ranks[i].chunk_forward_s;
+          std::vector<double>& bwd = out->ranks[i].chunk_backward_s;
+          fwd.resize(t.chunk_forward_s.size(), 0.0);
+          bwd.resize(t.chunk_backward_s.size(), 0.0);
+          for (size_t c = 0; c < fwd.size(); ++c) {
+            fwd[c] += t.chunk_forward_s[c] / steps;
+            bwd[c] += t.chunk_backward_s[c] / steps;
+          }
           if (layout.zero == 0 && layout.dp() > 1) {
             ASSIGN_OR_RETURN(double a, engine->TimeGradientSync());
             alone[i] += a / steps;
@@ -115,6 +183,8 @@ Status RunLayout(const RunConfig& config, const ParallelLayout& layout,
   if (layout.pp > 1) {
     out->bubble = 1.0 - busiest / span;
     out->mean_bubble = bubble;
+    std::tie(out->ideal_bubble, out->ideal_mean_bubble) =
+        IdealBubbles(layout, config.train.micro_batches, out->ranks);
   }
   if (layout.zero == 0 && layout.dp() > 1) out->hidden = hidden;
   return Status();
@@ -153,8 +223,9 @@ int Main(int argc, char** argv) {
   const int cores = UsableCores();
   std::printf(
       "| layout | ranks | BLAS threads per rank | step ms | tokens/s | bubble measured | "
-      "bubble formula: (p−1)/(v·m+p−1) | DDP comm hidden |\n");
-  std::printf("|---|---|---|---|---|---|---|---|\n");
+      "bubble with no overhead, these stage times | bubble formula: (p−1)/(v·m+p−1) | "
+      "DDP comm hidden |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|\n");
   size_t at = 0;
   int failures = 0;
   std::vector<std::pair<std::string, Result_>> breakdowns;
@@ -171,21 +242,23 @@ int Main(int argc, char** argv) {
     Status s =
         layout.ok() ? RunLayout(*config, *layout, tokens, warmup, steps, &r) : layout.status();
     if (!s.ok()) {
-      std::printf("| %s | | | failed: %s | | | | |\n", spec.c_str(), s.ToString().c_str());
+      std::printf("| %s | | | failed: %s | | | | | |\n", spec.c_str(), s.ToString().c_str());
       ++failures;
       continue;
     }
     const int p = layout->pp, m = config->train.micro_batches, v = layout->virtual_stages;
-    char bubble[48] = "", formula[32] = "", hidden[32] = "";
+    char bubble[48] = "", ideal[48] = "", formula[32] = "", hidden[32] = "";
     if (r.bubble >= 0) {
       std::snprintf(bubble, sizeof(bubble), "%.1f%% (mean %.1f%%)", 100 * r.bubble,
                     100 * r.mean_bubble);
+      std::snprintf(ideal, sizeof(ideal), "%.1f%% (mean %.1f%%)", 100 * r.ideal_bubble,
+                    100 * r.ideal_mean_bubble);
       std::snprintf(formula, sizeof(formula), "%.1f%%", 100.0 * (p - 1) / (v * m + p - 1));
     }
     if (r.hidden >= 0) std::snprintf(hidden, sizeof(hidden), "%.0f%%", 100 * r.hidden);
-    std::printf("| %s | %d | %d | %.1f | %.0f | %s | %s | %s |\n", spec.c_str(), layout->world(),
-                openblas_get_num_threads(), 1e3 * r.step_s, tokens_per_step / r.step_s, bubble,
-                formula, hidden);
+    std::printf("| %s | %d | %d | %.1f | %.0f | %s | %s | %s | %s |\n", spec.c_str(),
+                layout->world(), openblas_get_num_threads(), 1e3 * r.step_s,
+                tokens_per_step / r.step_s, bubble, ideal, formula, hidden);
     std::fflush(stdout);
     if (layout->world() > 1) breakdowns.emplace_back(spec, std::move(r));
   }

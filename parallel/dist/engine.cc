@@ -158,6 +158,8 @@ Status DistTrainer::Initialize() {
   gather_work_.resize(units);
   unit_grads_.resize(units);
   promoted_.assign(units, false);
+  timings_.chunk_forward_s.assign(runners_.size(), 0.0);
+  timings_.chunk_backward_s.assign(runners_.size(), 0.0);
   for (const auto& runner : runners_) {
     send_forward_.emplace_back(static_cast<size_t>(runner->slots()));
     send_backward_.emplace_back(static_cast<size_t>(runner->slots()));
@@ -373,7 +375,9 @@ Status DistTrainer::Forward(int chunk, int micro) {
     loss_sum_ += loss;
   }
   for (int u = 0; u < aux; ++u) ReleaseParams(u);
-  timings_.compute_s += Now() - t0;
+  const double forward_s = Now() - t0;
+  timings_.compute_s += forward_s;
+  timings_.chunk_forward_s[static_cast<size_t>(chunk)] += forward_s;
   if (next >= 0) {
     const Tensor out = runner->output(slot);
     sent = groups_.pp_forward->Send(out.data(), static_cast<size_t>(out.numel()), out.dtype(),
@@ -430,7 +434,7 @@ Status DistTrainer::Backward(int chunk, int micro, bool last) {
     RETURN_IF_ERROR(runner->BlockBackward(slot, j, BlockView(p, unit), BlockView(g, unit)));
     ReleaseParams(unit);
     if (last) {
-      timings_.compute_s += Now() - busy;
+      AddBackwardTime(chunk, Now() - busy);
       RETURN_IF_ERROR(StartReduce(unit));
       // ZeRO-2/3 bound the full unit gradients alive at once; ZeRO-0/1 only collect finished ones.
       RETURN_IF_ERROR(AdvanceReductions(layout_.zero >= 2 ? kMaxReductionsInFlight : SIZE_MAX));
@@ -440,7 +444,7 @@ Status DistTrainer::Backward(int chunk, int micro, bool last) {
   if (ck.has_embedding)
     RETURN_IF_ERROR(runner->EmbeddingBackward(slot, View(g_wte, wte_t), View(g_rest, rest_t[0])));
   for (int u = 0; u < aux; ++u) ReleaseParams(u);
-  timings_.compute_s += Now() - busy;
+  AddBackwardTime(chunk, Now() - busy);
   // The auxiliary units' gradients are final now, except the tied wte between two stages,
   // which SyncTiedEmbedding sums first.
   if (last && layout_.pp == 1)
@@ -451,6 +455,11 @@ Status DistTrainer::Backward(int chunk, int micro, bool last) {
                                      Tag(chunk, micro));
   }
   return Status();
+}
+
+void DistTrainer::AddBackwardTime(int chunk, double seconds) {
+  timings_.compute_s += seconds;
+  timings_.chunk_backward_s[static_cast<size_t>(chunk)] += seconds;
 }
 
 Status DistTrainer::StartReduce(int unit) {
@@ -553,6 +562,8 @@ Status DistTrainer::SyncTiedEmbedding() {
 Result<StepStats> DistTrainer::Step() {
   const double step_start = Now();
   timings_ = StepTimings();
+  timings_.chunk_forward_s.assign(runners_.size(), 0.0);
+  timings_.chunk_backward_s.assign(runners_.size(), 0.0);
   const int B = config_.train.batch_size, T = config_.model.seq_len;
   StepStats stats;
   stats.step = state_.step + 1;
