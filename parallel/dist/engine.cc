@@ -576,17 +576,20 @@ Result<StepStats> DistTrainer::Step() {
       return InvalidArgument("token at position " + std::to_string(i) +
                              " of the batch is outside the vocabulary of " + std::to_string(V));
   stats.loss_scale = state_.loss_scale;
-  if (layout_.zero < 2) RETURN_IF_ERROR(Zero(grads_.View(DType::kF32, Shape{static_cast<int64_t>(grads_.size() / 4)})));
-  if (lp() && layout_.zero < 2)
-    RETURN_IF_ERROR(Zero(lp_grads_.View(dt_, Shape{static_cast<int64_t>(lp_grads_.size() / DTypeSize(dt_))})));
   promoted_.assign(promoted_.size(), false);
   loss_sum_ = 0;
 
   std::vector<int> backwards(runners_.size(), 0);
+  bool zeroed = false;
   for (const PipelineOp& op : ops_) {
     if (op.forward) {
       RETURN_IF_ERROR(Forward(op.chunk, op.micro));
     } else {
+      // The gradients are zeroed before the first backward, not at the step's start: the first
+      // stage's forwards then start the pipeline sooner, and every stage but the last zeroes
+      // while its first gradient is still on the way.
+      if (!zeroed) RETURN_IF_ERROR(ZeroGradients());
+      zeroed = true;
       RETURN_IF_ERROR(Backward(op.chunk, op.micro, ++backwards[static_cast<size_t>(op.chunk)] == micro_));
     }
   }
@@ -641,6 +644,13 @@ Result<StepStats> DistTrainer::Step() {
   timings_.optimizer_s = Now() - opt_start;
   timings_.step_s = Now() - step_start;
   return stats;
+}
+
+Status DistTrainer::ZeroGradients() {
+  if (layout_.zero >= 2) return Status();
+  RETURN_IF_ERROR(Zero(grads_.View(DType::kF32, Shape{static_cast<int64_t>(grads_.size() / 4)})));
+  if (!lp()) return Status();
+  return Zero(lp_grads_.View(dt_, Shape{static_cast<int64_t>(lp_grads_.size() / DTypeSize(dt_))}));
 }
 
 Result<double> DistTrainer::TimeGradientSync() {

@@ -189,6 +189,8 @@ class DistTrainer {
   int PrevStage(int chunk) const;
   int NextStage(int chunk) const;
   uint32_t Tag(int chunk, int micro) const;
+  // ZeRO-0/1: zeroes the gradients (fp32 and any low-precision ones) for a new step.
+  Status ZeroGradients();
   Status StartReduce(int unit);
   // Completes finished reductions in issue order, waiting for the oldest while more than
   // `max_pending` are in flight (0: all).
