@@ -252,6 +252,7 @@ class CpuComm : public std::enable_shared_from_this<CpuComm> {
     op->peer = peer;
     op->tag = tag;
     op->comm = shared_from_this();
+    bool wake = false;
     {
       std::lock_guard lock(mu_);
       if (!failed_.ok()) {
@@ -260,10 +261,17 @@ class CpuComm : public std::enable_shared_from_this<CpuComm> {
         CountOp(kind, 0, 0);
       } else {
         queue_.push_back(op);
+        wake = kind == OpKind::kSend && EagerSendLocked(peer, count * DTypeSize(dt));
       }
     }
-    // The worker is not woken here: a caller that waits right away runs the op itself (no thread
-    // handoff); the worker polls every kWorkerPollMs and runs ops nobody waits for.
+    // A caller that waits right away runs the op itself (no thread handoff), and the worker
+    // polls every kWorkerPollMs for ops nobody waits for. A send that fits the peer's
+    // shared-memory ring wakes the worker at once: senders often do not wait (a pipeline stage
+    // sends its activations and computes on), and the receiver would otherwise wait up to a
+    // poll period for the bytes. The ring has room for it unless the receiver left several
+    // messages unread, so the worker claiming it ahead of a receive queued behind it does not
+    // hold that receive up (the poll already let the worker claim unwaited sends, only later).
+    if (wake) worker_cv_.notify_one();
     return op;
   }
 
@@ -308,6 +316,15 @@ class CpuComm : public std::enable_shared_from_this<CpuComm> {
 
  private:
   bool CanClaimLocked() const { return ready_ && !running_ && !queue_.empty(); }
+
+  // True when a send of `bytes` to `peer` goes through a shared-memory ring with room for four
+  // such messages (their headers included), so it completes without waiting for the receiver
+  // unless the receiver leaves that many unread.
+  bool EagerSendLocked(int peer, size_t bytes) {
+    if (!ready_) return false;
+    const Peer& p = mesh_.peers()[static_cast<size_t>(peer)];
+    return p.shm && 4 * (bytes + kDataHeaderSize) <= mesh_.ring_bytes();
+  }
 
   // Claims the front op (plus following p2p ops, as one group), runs it unlocked, completes it.
   void RunClaimedLocked(std::unique_lock<std::mutex>& lock) {

@@ -158,6 +158,8 @@ Status DistTrainer::Initialize() {
   gather_work_.resize(units);
   unit_grads_.resize(units);
   promoted_.assign(units, false);
+  timings_.chunk_forward_s.assign(runners_.size(), 0.0);
+  timings_.chunk_backward_s.assign(runners_.size(), 0.0);
   for (const auto& runner : runners_) {
     send_forward_.emplace_back(static_cast<size_t>(runner->slots()));
     send_backward_.emplace_back(static_cast<size_t>(runner->slots()));
@@ -318,7 +320,9 @@ Status DistTrainer::Forward(int chunk, int micro) {
   const int slot = micro % runner->slots();
   comm::WorkHandle& sent = send_forward_[static_cast<size_t>(chunk)][static_cast<size_t>(slot)];
   if (sent) {
+    const double w0 = Now();
     RETURN_IF_ERROR(WaitFor(sent, WaitDeadline(), "pipeline activation send"));
+    timings_.send_wait_s += Now() - w0;
     sent.reset();
   }
   const int T = config_.model.seq_len;
@@ -333,9 +337,11 @@ Status DistTrainer::Forward(int chunk, int micro) {
   const int prev = PrevStage(chunk), next = NextStage(chunk);
   if (prev >= 0) {
     const Tensor in = runner->input(slot);
+    const double w0 = Now();
     RETURN_IF_ERROR(WaitFor(groups_.pp_forward->Recv(in.data(), static_cast<size_t>(in.numel()),
                                                      in.dtype(), prev, Tag(chunk, micro) - static_cast<uint32_t>(micro_)),
                             WaitDeadline(), "pipeline activation receive from stage " + std::to_string(prev)));
+    timings_.recv_wait_s += Now() - w0;
   }
   const double t0 = Now();
   // The auxiliary units (wte, wpe, ln_f) serve the chunk with the embedding or the head.
@@ -369,7 +375,9 @@ Status DistTrainer::Forward(int chunk, int micro) {
     loss_sum_ += loss;
   }
   for (int u = 0; u < aux; ++u) ReleaseParams(u);
-  timings_.compute_s += Now() - t0;
+  const double forward_s = Now() - t0;
+  timings_.compute_s += forward_s;
+  timings_.chunk_forward_s[static_cast<size_t>(chunk)] += forward_s;
   if (next >= 0) {
     const Tensor out = runner->output(slot);
     sent = groups_.pp_forward->Send(out.data(), static_cast<size_t>(out.numel()), out.dtype(),
@@ -384,15 +392,19 @@ Status DistTrainer::Backward(int chunk, int micro, bool last) {
   const int slot = micro % runner->slots();
   comm::WorkHandle& sent = send_backward_[static_cast<size_t>(chunk)][static_cast<size_t>(slot)];
   if (sent) {
+    const double w0 = Now();
     RETURN_IF_ERROR(WaitFor(sent, WaitDeadline(), "pipeline gradient send"));
+    timings_.send_wait_s += Now() - w0;
     sent.reset();
   }
   const int prev = PrevStage(chunk), next = NextStage(chunk);
   if (next >= 0) {
     const Tensor d = runner->dout(slot);
+    const double w0 = Now();
     RETURN_IF_ERROR(WaitFor(groups_.pp_backward->Recv(d.data(), static_cast<size_t>(d.numel()),
                                                       d.dtype(), next, Tag(chunk, micro) + static_cast<uint32_t>(micro_)),
                             WaitDeadline(), "pipeline gradient receive from stage " + std::to_string(next)));
+    timings_.recv_wait_s += Now() - w0;
   }
   double busy = Now();
   const int aux = ck.has_embedding || ck.has_head ? stage_.aux_units : 0;
@@ -422,7 +434,7 @@ Status DistTrainer::Backward(int chunk, int micro, bool last) {
     RETURN_IF_ERROR(runner->BlockBackward(slot, j, BlockView(p, unit), BlockView(g, unit)));
     ReleaseParams(unit);
     if (last) {
-      timings_.compute_s += Now() - busy;
+      AddBackwardTime(chunk, Now() - busy);
       RETURN_IF_ERROR(StartReduce(unit));
       // ZeRO-2/3 bound the full unit gradients alive at once; ZeRO-0/1 only collect finished ones.
       RETURN_IF_ERROR(AdvanceReductions(layout_.zero >= 2 ? kMaxReductionsInFlight : SIZE_MAX));
@@ -432,7 +444,7 @@ Status DistTrainer::Backward(int chunk, int micro, bool last) {
   if (ck.has_embedding)
     RETURN_IF_ERROR(runner->EmbeddingBackward(slot, View(g_wte, wte_t), View(g_rest, rest_t[0])));
   for (int u = 0; u < aux; ++u) ReleaseParams(u);
-  timings_.compute_s += Now() - busy;
+  AddBackwardTime(chunk, Now() - busy);
   // The auxiliary units' gradients are final now, except the tied wte between two stages,
   // which SyncTiedEmbedding sums first.
   if (last && layout_.pp == 1)
@@ -443,6 +455,11 @@ Status DistTrainer::Backward(int chunk, int micro, bool last) {
                                      Tag(chunk, micro));
   }
   return Status();
+}
+
+void DistTrainer::AddBackwardTime(int chunk, double seconds) {
+  timings_.compute_s += seconds;
+  timings_.chunk_backward_s[static_cast<size_t>(chunk)] += seconds;
 }
 
 Status DistTrainer::StartReduce(int unit) {
@@ -462,6 +479,10 @@ Status DistTrainer::StartReduce(int unit) {
                                   "sequence-parallel LayerNorm/wpe gradients"));
     }
   }
+  // One data-parallel rank (pipeline or tensor parallelism alone): ZeRO-0/1 gradients are
+  // complete already, and a reduce-scatter and all-gather over a group of one would only copy
+  // them through transient buffers (on the pipeline's drain, which nothing overlaps).
+  if (layout_.zero < 2 && shards_ == 1 && layout_.dp_replicate == 1) return Status();
   Pending p;
   p.unit = unit;
   const size_t k = static_cast<size_t>(su.shard_size(shards_));
@@ -541,6 +562,8 @@ Status DistTrainer::SyncTiedEmbedding() {
 Result<StepStats> DistTrainer::Step() {
   const double step_start = Now();
   timings_ = StepTimings();
+  timings_.chunk_forward_s.assign(runners_.size(), 0.0);
+  timings_.chunk_backward_s.assign(runners_.size(), 0.0);
   const int B = config_.train.batch_size, T = config_.model.seq_len;
   StepStats stats;
   stats.step = state_.step + 1;
@@ -553,17 +576,20 @@ Result<StepStats> DistTrainer::Step() {
       return InvalidArgument("token at position " + std::to_string(i) +
                              " of the batch is outside the vocabulary of " + std::to_string(V));
   stats.loss_scale = state_.loss_scale;
-  if (layout_.zero < 2) RETURN_IF_ERROR(Zero(grads_.View(DType::kF32, Shape{static_cast<int64_t>(grads_.size() / 4)})));
-  if (lp() && layout_.zero < 2)
-    RETURN_IF_ERROR(Zero(lp_grads_.View(dt_, Shape{static_cast<int64_t>(lp_grads_.size() / DTypeSize(dt_))})));
   promoted_.assign(promoted_.size(), false);
   loss_sum_ = 0;
 
   std::vector<int> backwards(runners_.size(), 0);
+  bool zeroed = false;
   for (const PipelineOp& op : ops_) {
     if (op.forward) {
       RETURN_IF_ERROR(Forward(op.chunk, op.micro));
     } else {
+      // The gradients are zeroed before the first backward, not at the step's start: the first
+      // stage's forwards then start the pipeline sooner, and every stage but the last zeroes
+      // while its first gradient is still on the way.
+      if (!zeroed) RETURN_IF_ERROR(ZeroGradients());
+      zeroed = true;
       RETURN_IF_ERROR(Backward(op.chunk, op.micro, ++backwards[static_cast<size_t>(op.chunk)] == micro_));
     }
   }
@@ -618,6 +644,13 @@ Result<StepStats> DistTrainer::Step() {
   timings_.optimizer_s = Now() - opt_start;
   timings_.step_s = Now() - step_start;
   return stats;
+}
+
+Status DistTrainer::ZeroGradients() {
+  if (layout_.zero >= 2) return Status();
+  RETURN_IF_ERROR(Zero(grads_.View(DType::kF32, Shape{static_cast<int64_t>(grads_.size() / 4)})));
+  if (!lp()) return Status();
+  return Zero(lp_grads_.View(dt_, Shape{static_cast<int64_t>(lp_grads_.size() / DTypeSize(dt_))}));
 }
 
 Result<double> DistTrainer::TimeGradientSync() {

@@ -74,7 +74,12 @@ struct MemoryStats {
 struct StepTimings {
   double step_s = 0;          // wall time of the step
   double compute_s = 0;       // forward and backward math (the stage's busy time)
+  // Per model chunk of this rank (one unless interleaved): its forward and its backward math,
+  // each summed over the step's micro-batches (together compute_s).
+  std::vector<double> chunk_forward_s, chunk_backward_s;
   double pipeline_s = 0;      // from the step's start to this stage's last pass (the schedule)
+  double recv_wait_s = 0;     // waiting for the neighbours' activations and gradients
+  double send_wait_s = 0;     // waiting for this stage's own sends to finish (buffer reuse)
   double reduce_wait_s = 0;   // waiting for gradient reductions after the backward (exposed)
   double optimizer_s = 0;     // clipping, AdamW and the ZeRO-1/2 parameter all-gather
 };
@@ -177,11 +182,15 @@ class DistTrainer {
   // Passes of `micro` through chunk `chunk`; `last`: the chunk's last backward of the step.
   Status Forward(int chunk, int micro);
   Status Backward(int chunk, int micro, bool last);
+  // Counts `seconds` of chunk `chunk`'s backward math in timings_.
+  void AddBackwardTime(int chunk, double seconds);
   // The pipeline rank of the previous and next virtual stage of `chunk` (-1 if none) and the
   // tag of what chunk `chunk` sends (activations or gradients) for `micro`.
   int PrevStage(int chunk) const;
   int NextStage(int chunk) const;
   uint32_t Tag(int chunk, int micro) const;
+  // ZeRO-0/1: zeroes the gradients (fp32 and any low-precision ones) for a new step.
+  Status ZeroGradients();
   Status StartReduce(int unit);
   // Completes finished reductions in issue order, waiting for the oldest while more than
   // `max_pending` are in flight (0: all).
