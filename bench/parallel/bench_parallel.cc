@@ -9,8 +9,12 @@
 // fraction of the whole, t_bubble / (t_ideal + t_bubble), that is (p−1)/(v·m+p−1)), and between
 // them the bubble the same schedule would have with no overhead given the stages' measured pass
 // times (IdealBubbles): the formula assumes equal stages. For DDP the
-// share of the gradient all-reduce time hidden behind the backward: 1 − (wait after the
-// backward) / (the same all-reduces run alone). Each layout runs with max(1, cores / ranks)
+// share of the gradient all-reduce time hidden behind the backward: (baseline step − step) /
+// (the same all-reduces run alone), where baseline steps — every other measured step, same
+// engine, same ranks — start the reductions only after the whole backward, and the step time
+// and the per-rank figures are those of the overlapped steps. (The wait after the backward
+// alone is no measure of it: ranks that drift apart wait for each other there, and the
+// reductions slow the backward they overlap.) Each layout runs with max(1, cores / ranks)
 // OpenBLAS threads (printed per row), whatever OPENBLAS_NUM_THREADS says: with more BLAS threads
 // than that, a rank's GEMMs speed up while its neighbour idles, which hides the bubble. After
 // the table, one row per rank of every pipeline or data-parallel layout says where its span
@@ -27,6 +31,7 @@
 #include <atomic>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -57,7 +62,7 @@ struct Result_ {
   double step_s = 0;   // slowest rank's step
   double bubble = -1;       // pipeline: the busiest stage's idle fraction of the span
   double mean_bubble = -1;  // pipeline: the stages' mean idle fraction (imbalance included)
-  double hidden = -1;  // DDP: hidden share of the all-reduce time
+  std::optional<double> hidden;  // DDP: hidden share of the all-reduce time (may be < 0: noise)
   // Pipeline: the same two bubbles of the schedule run with no overhead at all (IdealBubbles).
   double ideal_bubble = -1, ideal_mean_bubble = -1;
   std::vector<RankTimes> ranks;
@@ -132,6 +137,11 @@ Status RunLayout(const RunConfig& config, const ParallelLayout& layout,
       pipeline(static_cast<size_t>(n)), exposed(static_cast<size_t>(n)),
       alone(static_cast<size_t>(n));
   out->ranks.assign(static_cast<size_t>(n), RankTimes());
+  const bool ddp = layout.zero == 0 && layout.dp() > 1;
+  if (ddp && steps < 2) return InvalidArgument("DDP layouts need --steps of at least 2");
+  // DDP alternates overlapped steps (the per-step figures below) with baseline steps.
+  const int overlapped_steps = ddp ? steps - steps / 2 : steps;
+  std::vector<double> baseline_step(static_cast<size_t>(n));
   std::vector<std::unique_ptr<comm::Communicator>> worlds;
   RETURN_IF_ERROR(RunRanksAsThreads(
       n, "bench-" + std::to_string(job++), &worlds,
@@ -139,27 +149,34 @@ Status RunLayout(const RunConfig& config, const ParallelLayout& layout,
         const size_t i = static_cast<size_t>(r);
         ASSIGN_OR_RETURN(auto engine, DistTrainer::Create(config, layout, world, tokens));
         for (int s = 0; s < warmup + steps; ++s) {
+          // DDP: every other measured step runs its reductions only after the backward.
+          const bool baseline = ddp && s >= warmup && (s - warmup) % 2 == 1;
+          if (ddp) RETURN_IF_ERROR(engine->SetReductionOverlap(!baseline));
           ASSIGN_OR_RETURN(StepStats st, engine->Step());
           (void)st;
           if (s < warmup) continue;
           const StepTimings& t = engine->timings();
-          step_s[i] += t.step_s / steps;
-          busy[i] += t.compute_s / steps;
-          pipeline[i] += t.pipeline_s / steps;
-          exposed[i] += t.reduce_wait_s / steps;
-          out->ranks[i].recv_s += t.recv_wait_s / steps;
-          out->ranks[i].send_s += t.send_wait_s / steps;
+          if (baseline) {
+            baseline_step[i] += t.step_s / (steps / 2);
+            continue;
+          }
+          step_s[i] += t.step_s / overlapped_steps;
+          busy[i] += t.compute_s / overlapped_steps;
+          pipeline[i] += t.pipeline_s / overlapped_steps;
+          exposed[i] += t.reduce_wait_s / overlapped_steps;
+          out->ranks[i].recv_s += t.recv_wait_s / overlapped_steps;
+          out->ranks[i].send_s += t.send_wait_s / overlapped_steps;
           std::vector<double>& fwd = out->ranks[i].chunk_forward_s;
           std::vector<double>& bwd = out->ranks[i].chunk_backward_s;
           fwd.resize(t.chunk_forward_s.size(), 0.0);
           bwd.resize(t.chunk_backward_s.size(), 0.0);
           for (size_t c = 0; c < fwd.size(); ++c) {
-            fwd[c] += t.chunk_forward_s[c] / steps;
-            bwd[c] += t.chunk_backward_s[c] / steps;
+            fwd[c] += t.chunk_forward_s[c] / overlapped_steps;
+            bwd[c] += t.chunk_backward_s[c] / overlapped_steps;
           }
-          if (layout.zero == 0 && layout.dp() > 1) {
+          if (ddp) {
             ASSIGN_OR_RETURN(double a, engine->TimeGradientSync());
-            alone[i] += a / steps;
+            alone[i] += a / overlapped_steps;
           }
         }
         return world.Barrier()->Wait(Deadline::AfterMs(60'000));
@@ -171,7 +188,8 @@ Status RunLayout(const RunConfig& config, const ParallelLayout& layout,
     slowest = std::max(slowest, step_s[i]);
     bubble += (1.0 - busy[i] / span) / n;
     busiest = std::max(busiest, busy[i]);
-    if (alone[i] > 0) hidden += std::max(0.0, 1.0 - exposed[i] / alone[i]) / n;
+    // What the overlap saved against the baseline step, as a share of the reductions alone.
+    if (alone[i] > 0) hidden += (baseline_step[i] - step_s[i]) / alone[i] / n;
   }
   for (size_t i = 0; i < static_cast<size_t>(n); ++i) {
     out->ranks[i].busy_s = busy[i];
@@ -186,7 +204,7 @@ Status RunLayout(const RunConfig& config, const ParallelLayout& layout,
     std::tie(out->ideal_bubble, out->ideal_mean_bubble) =
         IdealBubbles(layout, config.train.micro_batches, out->ranks);
   }
-  if (layout.zero == 0 && layout.dp() > 1) out->hidden = hidden;
+  if (ddp) out->hidden = hidden;
   return Status();
 }
 
@@ -255,7 +273,7 @@ int Main(int argc, char** argv) {
                     100 * r.ideal_mean_bubble);
       std::snprintf(formula, sizeof(formula), "%.1f%%", 100.0 * (p - 1) / (v * m + p - 1));
     }
-    if (r.hidden >= 0) std::snprintf(hidden, sizeof(hidden), "%.0f%%", 100 * r.hidden);
+    if (r.hidden) std::snprintf(hidden, sizeof(hidden), "%.0f%%", 100 * *r.hidden);
     std::printf("| %s | %d | %d | %.1f | %.0f | %s | %s | %s | %s |\n", spec.c_str(),
                 layout->world(), openblas_get_num_threads(), 1e3 * r.step_s,
                 tokens_per_step / r.step_s, bubble, ideal, formula, hidden);

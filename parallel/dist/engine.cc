@@ -433,7 +433,7 @@ Status DistTrainer::Backward(int chunk, int micro, bool last) {
     ASSIGN_OR_RETURN(std::byte* g, UnitGrads(unit));
     RETURN_IF_ERROR(runner->BlockBackward(slot, j, BlockView(p, unit), BlockView(g, unit)));
     ReleaseParams(unit);
-    if (last) {
+    if (last && overlap_reductions_) {
       AddBackwardTime(chunk, Now() - busy);
       RETURN_IF_ERROR(StartReduce(unit));
       // ZeRO-2/3 bound the full unit gradients alive at once; ZeRO-0/1 only collect finished ones.
@@ -447,7 +447,7 @@ Status DistTrainer::Backward(int chunk, int micro, bool last) {
   AddBackwardTime(chunk, Now() - busy);
   // The auxiliary units' gradients are final now, except the tied wte between two stages,
   // which SyncTiedEmbedding sums first.
-  if (last && layout_.pp == 1)
+  if (last && layout_.pp == 1 && overlap_reductions_)
     for (int u = 0; u < aux; ++u) RETURN_IF_ERROR(StartReduce(u));
   if (prev >= 0) {
     const Tensor d = runner->dinput(slot);
@@ -604,6 +604,11 @@ Result<StepStats> DistTrainer::Step() {
     }
   }
   const double wait_start = Now();
+  if (!overlap_reductions_) {  // the backward's reductions, in its order, only now
+    const int until = layout_.pp > 1 ? stage_.aux_units : 0;  // tied units: below
+    for (int u = static_cast<int>(stage_.units.size()) - 1; u >= until; --u)
+      RETURN_IF_ERROR(StartReduce(u));
+  }
   if (layout_.pp > 1 && stage_.aux_units > 0) {
     RETURN_IF_ERROR(SyncTiedEmbedding());
     for (int u = 0; u < stage_.aux_units; ++u) RETURN_IF_ERROR(StartReduce(u));
@@ -659,6 +664,12 @@ Result<double> DistTrainer::TimeGradientSync() {
   for (int u = static_cast<int>(stage_.units.size()) - 1; u >= 0; --u) RETURN_IF_ERROR(StartReduce(u));
   RETURN_IF_ERROR(AdvanceReductions(0));
   return Now() - start;
+}
+
+Status DistTrainer::SetReductionOverlap(bool on) {
+  if (layout_.zero > 1) return FailedPrecondition("SetReductionOverlap: only for ZeRO-0/1");
+  overlap_reductions_ = on;
+  return Status();
 }
 
 Result<std::pair<double, double>> DistTrainer::SumOverWorld(double sumsq) {

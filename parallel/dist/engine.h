@@ -124,6 +124,13 @@ class DistTrainer {
   // parallel group. Errors: FailedPrecondition for zero > 0; those of comm.
   Result<double> TimeGradientSync();
 
+  // Benchmarks (ZeRO-0/1 only): whether the gradient reductions start as soon as a unit's last
+  // backward is done (on, the default) or only after the whole backward (off, the baseline that
+  // shows how much of their time the overlap hides). Every rank of the data-parallel group must
+  // use the same setting for a step; the results are the same either way. Errors:
+  // FailedPrecondition for zero > 1.
+  Status SetReductionOverlap(bool on);
+
   // This rank's training state as shards of the named global tensors (shard.h): parameters (the
   // compute dtype: the fp32 master itself, or its bf16/fp16 copy), fp32 master weights, AdamW m
   // and v, and the step.
@@ -244,6 +251,7 @@ class DistTrainer {
   std::vector<std::vector<comm::WorkHandle>> send_forward_, send_backward_;
   double loss_sum_ = 0;
   bool evaluating_ = false;  // forward only: no loss gradient
+  bool overlap_reductions_ = true;  // SetReductionOverlap
   StepTimings timings_;
 };
 

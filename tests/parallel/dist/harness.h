@@ -36,11 +36,12 @@ struct DistRun {
   }
 };
 
-// Runs `steps` steps of `config` under `layout` with one thread per rank. Every rank's first
-// error ends up in DistRun::status (naming the rank).
+// Runs `steps` steps of `config` under `layout` with one thread per rank (with the gradient
+// reductions started only after the backward when `overlap_reductions` is false). Every rank's
+// first error ends up in DistRun::status (naming the rank).
 inline std::unique_ptr<DistRun> RunLayout(const RunConfig& config, const ParallelLayout& layout,
                                           std::shared_ptr<const std::vector<uint16_t>> tokens,
-                                          int steps) {
+                                          int steps, bool overlap_reductions = true) {
   static std::atomic<int> job{0};
   const size_t n = static_cast<size_t>(layout.world());
   auto run = std::make_unique<DistRun>();
@@ -54,6 +55,7 @@ inline std::unique_ptr<DistRun> RunLayout(const RunConfig& config, const Paralle
       [&](int r, comm::Communicator& world) -> Status {
         const size_t i = static_cast<size_t>(r);
         ASSIGN_OR_RETURN(run->engines[i], DistTrainer::Create(config, layout, world, tokens));
+        if (!overlap_reductions) RETURN_IF_ERROR(run->engines[i]->SetReductionOverlap(false));
         for (int s = 0; s < steps; ++s) {
           ASSIGN_OR_RETURN(StepStats st, run->engines[i]->Step());
           run->losses[i].push_back(st.loss);

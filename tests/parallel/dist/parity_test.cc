@@ -57,6 +57,23 @@ TEST(ParityTest, DataParallelZeroStagesAreBitwiseEqualAndMatchOneProcess) {
   }
 }
 
+// The benchmark's baseline (reductions only after the backward) trains the same numbers as the
+// overlapped engine, with and without a pipeline (whose tied units reduce after their sync).
+TEST(ParityTest, ReductionsAfterTheBackwardAreBitwiseTheOverlappedOnes) {
+  for (const char* spec : {"dp=2", "pp=2,dp=2,schedule=1f1b"}) {
+    const ParallelLayout layout = Layout(spec);
+    const RunConfig config = Config(2);
+    std::unique_ptr<DistRun> overlapped = RunLayout(config, layout, Tokens(), 3);
+    std::unique_ptr<DistRun> after = RunLayout(config, layout, Tokens(), 3, /*overlap_reductions=*/false);
+    ASSERT_TRUE(overlapped->status.ok()) << overlapped->status.ToString();
+    ASSERT_TRUE(after->status.ok()) << after->status.ToString();
+    EXPECT_TRUE(Snapshot(*overlapped) == Snapshot(*after)) << spec;
+    EXPECT_TRUE(overlapped->losses == after->losses) << spec;
+  }
+  EXPECT_EQ(RunLayout(Config(2), Layout("dp=2,zero=2"), Tokens(), 1, false)->status.code(),
+            StatusCode::kFailedPrecondition);
+}
+
 TEST(ParityTest, HsdpMatchesOneProcess) {
   CheckParity("dp=4,zero=3,hsdp_shard=2", 1);
   CheckParity("dp=4,zero=2,hsdp_shard=2", 1);
