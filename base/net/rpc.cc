@@ -132,9 +132,8 @@ asio::awaitable<void> RpcServer::ServeConnection(std::shared_ptr<Connection> con
     if (header.ok()) {
       request->header = *header;
       request->payload.reset(new std::byte[header->length]);
-      status = co_await ReadExactly(connection->socket,
-                                    {request->payload.get(), header->length}, Forever(),
-                                    connection->peer);
+      status = co_await ReadExactlyBatched(connection->socket, {request->payload.get(), header->length},
+                                           options_.payload_read_batch, Forever(), connection->peer);
       if (status.ok() && !(header->flags & kFrameUncheckedPayload))
         status = VerifyFramePayload(*header, request->bytes())
                      .WithContext("frame from " + connection->peer);

@@ -78,6 +78,9 @@ struct RpcServerOptions {
   std::chrono::milliseconds write_timeout{10'000};
   // A name for log lines and errors ("store", "chunk server").
   std::string name = "rpc server";
+  // Request payloads larger than this are read in batches of this many bytes (ReadExactlyBatched:
+  // one wake-up per batch instead of one per arriving segment). 0 (default): read as data arrives.
+  uint32_t payload_read_batch = 0;
 };
 
 // Accepts connections and runs a coroutine per connection that reads requests and spawns a

@@ -154,6 +154,9 @@ class ServerImpl final : public Server, public ChainTransport, public ChainRoute
   enum class Lane { kData = 0, kControl = 1 };
   static constexpr size_t kSmallValue = 64 << 10;
   static Lane LaneFor(size_t value_bytes) { return value_bytes > kSmallValue ? Lane::kData : Lane::kControl; }
+  // Chunk data arriving from peers and TCP clients is read in batches of this many bytes (one
+  // wake-up of the I/O thread per batch; RpcServerOptions::payload_read_batch).
+  static constexpr uint32_t kPayloadReadBatch = 512 << 10;
   // A connected client to a peer (I/O thread only).
   awaitable<Result<std::shared_ptr<net::RpcClient>>> Peer(uint32_t id, Deadline deadline,
                                                           Lane lane = Lane::kData);
@@ -269,6 +272,7 @@ Status ServerImpl::Init() {
   ro.port = Endpoint(o.self)->port;
   ro.max_payload = wire::kMaxPayload;
   ro.name = "ringfsd node " + std::to_string(o.self);
+  ro.payload_read_batch = kPayloadReadBatch;
   rpc_ = net::RpcServer::Create(io_.get_executor(), ro);
   RegisterHandlers();
   ASSIGN_OR_RETURN(uint16_t port, rpc_->Start());
