@@ -157,6 +157,9 @@ class ServerImpl final : public Server, public ChainTransport, public ChainRoute
   // Chunk data arriving from peers and TCP clients is read in batches of this many bytes (one
   // wake-up of the I/O thread per batch; RpcServerOptions::payload_read_batch).
   static constexpr uint32_t kPayloadReadBatch = 512 << 10;
+  // Bytes of received chunk-data buffers kept for the next requests (RpcServerOptions::
+  // spare_payload_bytes): the requests of 16 chunks of 4 MiB, what a client keeps in flight by default.
+  static constexpr size_t kSparePayloadBytes = size_t{16} * ((4 << 20) + (64 << 10));
   // A connected client to a peer (I/O thread only).
   awaitable<Result<std::shared_ptr<net::RpcClient>>> Peer(uint32_t id, Deadline deadline,
                                                           Lane lane = Lane::kData);
@@ -273,6 +276,7 @@ Status ServerImpl::Init() {
   ro.max_payload = wire::kMaxPayload;
   ro.name = "ringfsd node " + std::to_string(o.self);
   ro.payload_read_batch = kPayloadReadBatch;
+  ro.spare_payload_bytes = kSparePayloadBytes;
   rpc_ = net::RpcServer::Create(io_.get_executor(), ro);
   RegisterHandlers();
   ASSIGN_OR_RETURN(uint16_t port, rpc_->Start());

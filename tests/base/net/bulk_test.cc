@@ -185,6 +185,47 @@ TEST_P(BulkRpcReads, ZeroCopyReceiveIntoCallerBuffers) {
   EXPECT_TRUE(s.ok()) << s.ToString();
 }
 
+// Waits until `server` keeps `bytes` of spare payload buffers (it recycles a request's buffer
+// after its response is sent, which may be after the client has the response).
+bool SpareBytesBecome(RpcServer& server, size_t bytes) {
+  const Deadline deadline = Deadline::AfterMs(2000);
+  while (server.spare_payload_bytes() != bytes && !deadline.Expired())
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  return server.spare_payload_bytes() == bytes;
+}
+
+TEST(BulkRpc, LargePayloadBuffersAreReusedWithinTheirBound) {
+  Loop loop;
+  auto server = RpcServer::Create(loop.io().get_executor(), {.name = "spare", .spare_payload_bytes = 8 << 20});
+  server->Handle(kEcho, [](RpcRequest req) -> asio::awaitable<Result<Bytes>> {
+    co_return Bytes(req.payload.begin(), req.payload.end());
+  });
+  ASSERT_TRUE(server->Start().ok());
+  auto client = loop.Run<Result<std::shared_ptr<RpcClient>>>([&] {
+    return RpcClient::Connect("127.0.0.1", server->port(), Deadline::AfterMs(2000));
+  });
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  // Each payload differs from the one before, so a reused buffer must be filled anew.
+  auto echo = [&](size_t size, int seed) {
+    Bytes sent(size);
+    for (size_t i = 0; i < size; ++i) sent[i] = static_cast<std::byte>(i * 13 + seed);
+    auto got = loop.Run<Result<Frame>>([&] { return (*client)->Call(kEcho, sent, Deadline::AfterMs(5000)); });
+    EXPECT_TRUE(got.ok()) << got.status().ToString();
+    EXPECT_TRUE(got.ok() && got->payload == sent) << size;
+  };
+  echo(1000, 1);  // small payloads are not kept
+  EXPECT_TRUE(SpareBytesBecome(*server, 0));
+  echo(3 << 20, 2);
+  EXPECT_TRUE(SpareBytesBecome(*server, 3 << 20));
+  echo(2 << 20, 3);  // reuses the 3 MiB buffer
+  EXPECT_TRUE(SpareBytesBecome(*server, 3 << 20));
+  echo((3 << 20) + 1, 4);  // does not fit it: a new one of 3 MiB + 64 KiB, both kept
+  EXPECT_TRUE(SpareBytesBecome(*server, (6 << 20) + (64 << 10)));
+  echo(4 << 20, 5);  // a new one that would pass the 8 MiB bound: not kept
+  EXPECT_TRUE(SpareBytesBecome(*server, (6 << 20) + (64 << 10)));
+  (*client)->Close();
+}
+
 TEST(BulkRpc, DeadlineDuringZeroCopyReceiveClosesTheConnectionAndReleasesTheBuffer) {
   Loop loop;
   tcp::acceptor acceptor(loop.io(), tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
