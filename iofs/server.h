@@ -47,6 +47,14 @@ Result<ServerOptions> LoadServerOptions(const std::string& path);
 // under `state_dir`.
 ServerOptions EmbeddedServerOptions(const std::string& state_dir, uint16_t port);
 
+// What a node holds in memory and how its staged values fared (Server::Stats).
+struct ServerStats {
+  uint64_t value_bytes_in_memory = 0;  // chunk values the chain node holds (ChainNode::ValueBytesInMemory)
+  uint64_t staged_values = 0;          // copies staged for writes sent to remote chain heads, running now
+  uint64_t staged_forwards_resent = 0;  // forwards this node sent again in full: the receiver no longer
+                                        // held the staged copy they named (NotFound)
+};
+
 // A running node. Thread-safe.
 class Server {
  public:
@@ -57,6 +65,8 @@ class Server {
   virtual uint16_t port() const = 0;
   // Stops accepting requests, waits for running ones until `deadline`, then closes everything.
   virtual Status Shutdown(Deadline deadline) = 0;
+  // A snapshot of the counters above (for tests and stats).
+  virtual ServerStats Stats() = 0;
 };
 
 // The default port of the embedded server.

@@ -1,5 +1,7 @@
 #include "base/net/frame_io.h"
 
+#include <sys/socket.h>
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/read.hpp>
@@ -95,6 +97,56 @@ asio::awaitable<Status> ReadExactly(tcp::socket& socket, std::span<std::byte> bu
   auto r = co_await Race(
       asio::async_read(socket, asio::buffer(buffer.data(), buffer.size()), as_tuple(use_awaitable)),
       deadline);
+  if (!r) co_return DeadlineStatus("reading from", peer);
+  auto [ec, n] = *r;
+  if (ec) co_return IoStatus(ec, "reading from", peer);
+  co_return Status();
+}
+
+namespace {
+
+// Sets the socket's receive low-water mark: the kernel reports it readable, and wakes its reader,
+// only once `bytes` are queued (or the peer closed). False if the kernel refused.
+bool SetLowWater(tcp::socket& socket, int bytes) {
+  return setsockopt(socket.native_handle(), SOL_SOCKET, SO_RCVLOWAT, &bytes, sizeof bytes) == 0;
+}
+
+// ReadExactlyBatched's reads, without the deadline.
+asio::awaitable<std::tuple<ErrorCode, size_t>> ReadInBatches(tcp::socket& socket, std::span<std::byte> buffer,
+                                                             size_t batch) {
+  size_t done = 0;
+  int mark = 1;
+  ErrorCode ec;
+  while (done < buffer.size()) {
+    const size_t left = buffer.size() - done;
+    // Never above what is still to come: the last batch lowers the mark to the bytes left.
+    const int want = static_cast<int>(std::min(left, batch));
+    if (want != mark) {
+      if (SetLowWater(socket, want)) {
+        mark = want;
+      } else if (want < mark) {
+        ec = ErrorCode(errno, boost::system::system_category());
+        break;
+      }
+    }
+    auto [read_ec, n] = co_await socket.async_read_some(asio::buffer(buffer.data() + done, left),
+                                                        as_tuple(use_awaitable));
+    done += n;
+    if (read_ec) {
+      ec = read_ec;
+      break;
+    }
+  }
+  if (mark != 1) SetLowWater(socket, 1);
+  co_return std::tuple{ec, done};
+}
+
+}  // namespace
+
+asio::awaitable<Status> ReadExactlyBatched(tcp::socket& socket, std::span<std::byte> buffer, size_t batch,
+                                           Deadline deadline, std::string_view peer) {
+  if (batch == 0 || buffer.size() <= batch) co_return co_await ReadExactly(socket, buffer, deadline, peer);
+  auto r = co_await Race(ReadInBatches(socket, buffer, batch), deadline);
   if (!r) co_return DeadlineStatus("reading from", peer);
   auto [ec, n] = *r;
   if (ec) co_return IoStatus(ec, "reading from", peer);

@@ -87,6 +87,12 @@ asio::awaitable<Status> WriteFrame(tcp::socket& socket, uint16_t type, uint32_t 
 // Reads exactly `buffer.size()` raw bytes (for protocols that stream bulk data after a frame).
 asio::awaitable<Status> ReadExactly(tcp::socket& socket, std::span<std::byte> buffer,
                                     Deadline deadline, std::string_view peer);
+// ReadExactly for large buffers: the kernel wakes this reader only once `batch` bytes (or what is
+// left of the buffer, if less) are queued (SO_RCVLOWAT), so megabytes arrive in a few large reads
+// instead of one per segment, with fewer wake-ups on both ends. The socket's low-water mark is 1
+// byte again when this returns. batch 0, or a buffer of at most `batch` bytes: ReadExactly.
+asio::awaitable<Status> ReadExactlyBatched(tcp::socket& socket, std::span<std::byte> buffer, size_t batch,
+                                           Deadline deadline, std::string_view peer);
 // Writes all of `buffer`.
 asio::awaitable<Status> WriteAll(tcp::socket& socket, std::span<const std::byte> buffer,
                                  Deadline deadline, std::string_view peer);

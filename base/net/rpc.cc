@@ -81,8 +81,42 @@ void RpcServer::HandleBulk(uint16_t type, RpcBulkHandler handler) {
 struct RpcServer::Request {
   FrameHeader header;
   std::unique_ptr<std::byte[]> payload;
+  size_t capacity = 0;  // of `payload`, at least header.length
   std::span<const std::byte> bytes() const { return {payload.get(), header.length}; }
 };
+
+namespace {
+// Payloads from this size on are read into buffers kept for reuse (when the server keeps any).
+constexpr size_t kMinSparePayload = 1 << 20;
+// Their buffers are sized in these steps, so payloads of slightly different sizes share them.
+constexpr size_t kSparePayloadStep = 64 << 10;
+}  // namespace
+
+std::unique_ptr<std::byte[]> RpcServer::TakePayload(uint32_t length, size_t* capacity) {
+  if (options_.spare_payload_bytes == 0 || length < kMinSparePayload) {
+    *capacity = length;
+    return std::unique_ptr<std::byte[]>(new std::byte[length]);
+  }
+  // The smallest spare buffer that fits.
+  auto best = spare_payloads_.end();
+  for (auto it = spare_payloads_.begin(); it != spare_payloads_.end(); ++it)
+    if (it->first >= length && (best == spare_payloads_.end() || it->first < best->first)) best = it;
+  if (best != spare_payloads_.end()) {
+    *capacity = best->first;
+    std::unique_ptr<std::byte[]> buffer = std::move(best->second);
+    spare_bytes_ -= best->first;
+    spare_payloads_.erase(best);
+    return buffer;
+  }
+  *capacity = (length + kSparePayloadStep - 1) / kSparePayloadStep * kSparePayloadStep;
+  return std::unique_ptr<std::byte[]>(new std::byte[*capacity]);
+}
+
+void RpcServer::RecyclePayload(std::unique_ptr<std::byte[]> buffer, size_t capacity) {
+  if (!buffer || capacity < kMinSparePayload || spare_bytes_ + capacity > options_.spare_payload_bytes) return;
+  spare_bytes_ += capacity;
+  spare_payloads_.emplace_back(capacity, std::move(buffer));
+}
 
 Result<uint16_t> RpcServer::Start() {
   ErrorCode ec;
@@ -131,10 +165,9 @@ asio::awaitable<void> RpcServer::ServeConnection(std::shared_ptr<Connection> con
                                                           Forever(), connection->peer);
     if (header.ok()) {
       request->header = *header;
-      request->payload.reset(new std::byte[header->length]);
-      status = co_await ReadExactly(connection->socket,
-                                    {request->payload.get(), header->length}, Forever(),
-                                    connection->peer);
+      request->payload = TakePayload(header->length, &request->capacity);
+      status = co_await ReadExactlyBatched(connection->socket, {request->payload.get(), header->length},
+                                           options_.payload_read_batch, Forever(), connection->peer);
       if (status.ok() && !(header->flags & kFrameUncheckedPayload))
         status = VerifyFramePayload(*header, request->bytes())
                      .WithContext("frame from " + connection->peer);
@@ -199,6 +232,7 @@ asio::awaitable<void> RpcServer::ServeRequest(std::shared_ptr<Connection> connec
                                              header.request_id, payload, deadline);
   }
   if (!sent.ok()) LOG_DEBUG("{}: response not sent: {}", options_.name, sent.ToString());
+  RecyclePayload(std::move(request->payload), request->capacity);
   --connection->active;
   --active_;
   connection->CloseIfIdle();

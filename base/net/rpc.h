@@ -78,6 +78,13 @@ struct RpcServerOptions {
   std::chrono::milliseconds write_timeout{10'000};
   // A name for log lines and errors ("store", "chunk server").
   std::string name = "rpc server";
+  // Request payloads larger than this are read in batches of this many bytes (ReadExactlyBatched:
+  // one wake-up per batch instead of one per arriving segment). 0 (default): read as data arrives.
+  uint32_t payload_read_batch = 0;
+  // Buffers of finished requests with payloads of 1 MiB or more are kept for the next such request,
+  // up to this many bytes in all, so megabyte payloads are not read into freshly faulted-in memory
+  // every time. 0 (default): every payload gets a fresh buffer.
+  size_t spare_payload_bytes = 0;
 };
 
 // Accepts connections and runs a coroutine per connection that reads requests and spawns a
@@ -113,6 +120,8 @@ class RpcServer : public std::enable_shared_from_this<RpcServer> {
   uint16_t port() const { return port_; }
   // Requests being handled now (for tests and metrics).
   int64_t active_requests() const { return active_.load(); }
+  // Bytes of payload buffers kept for reuse now (RpcServerOptions::spare_payload_bytes).
+  size_t spare_payload_bytes() const { return spare_bytes_.load(); }
 
  private:
   struct Connection;
@@ -123,6 +132,11 @@ class RpcServer : public std::enable_shared_from_this<RpcServer> {
   asio::awaitable<void> ServeRequest(std::shared_ptr<Connection> connection,
                                      std::shared_ptr<Request> request);
   void CloseAll();
+  // A buffer for a request payload of `length` bytes (a spare one if it fits); `capacity`
+  // receives its size. On the executor only.
+  std::unique_ptr<std::byte[]> TakePayload(uint32_t length, size_t* capacity);
+  // Keeps a finished request's buffer for reuse if there is room. On the executor only.
+  void RecyclePayload(std::unique_ptr<std::byte[]> buffer, size_t capacity);
 
   asio::any_io_executor executor_;
   RpcServerOptions options_;
@@ -133,6 +147,9 @@ class RpcServer : public std::enable_shared_from_this<RpcServer> {
   std::atomic<uint16_t> port_{0};
   std::atomic<int64_t> active_{0};
   std::atomic<bool> stopping_{false};
+  // Payload buffers kept for reuse, with their sizes (on the executor only), and their bytes.
+  std::vector<std::pair<size_t, std::unique_ptr<std::byte[]>>> spare_payloads_;
+  std::atomic<size_t> spare_bytes_{0};
 };
 
 // Client settings.

@@ -1,5 +1,6 @@
 #include "iofs/chain/value_buffer.h"
 
+#include <atomic>
 #include <mutex>
 #include <vector>
 
@@ -20,7 +21,10 @@ Pool& ThePool() {
   return *pool;
 }
 
+std::atomic<size_t> in_use{0};
+
 void Recycle(std::string* s) {
+  in_use.fetch_sub(1, std::memory_order_relaxed);
   if (s->size() >= kMinPooled) {
     Pool& pool = ThePool();
     std::lock_guard lock(pool.mu);
@@ -52,7 +56,10 @@ std::shared_ptr<std::string> NewValueBuffer(size_t n) {
   } else {
     s = new std::string(n, '\0');
   }
+  in_use.fetch_add(1, std::memory_order_relaxed);
   return std::shared_ptr<std::string>(s, Recycle);
 }
+
+size_t ValueBuffersInUse() { return in_use.load(std::memory_order_relaxed); }
 
 }  // namespace rt::iofs::chain

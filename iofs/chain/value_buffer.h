@@ -18,4 +18,8 @@ std::shared_ptr<std::string> NewValueBuffer(size_t n);
 // Buffers the pool keeps at most.
 inline constexpr size_t kPooledValueBuffers = 16;
 
+// Buffers handed out by NewValueBuffer whose last reference has not gone yet (pooled ones not
+// counted): what a leak of values shows in. Thread-safe.
+size_t ValueBuffersInUse();
+
 }  // namespace rt::iofs::chain

@@ -72,14 +72,17 @@ TEST(ChunkEngineTest, InterleavedBlockCrcsEqualDirectCrcs) {
         ASSERT_EQ(crcs[i], Crc32c(data.data() + i * block, std::min(block, n - i * block))) << n << " " << i;
     }
     EXPECT_EQ(FastCrc32c(data.data(), n), Crc32c(data.data(), n)) << n;
-    // The copying form copies every byte and checksums the copy.
-    std::vector<std::byte> copy(n + 1, std::byte{0x77});
-    std::vector<uint32_t> crcs((n + 65535) / 65536, 0);
-    CopyBlockCrcs(copy.data(), data.data(), n, 65536, crcs);
-    EXPECT_TRUE(std::equal(data.begin(), data.end(), copy.begin())) << n;
-    EXPECT_EQ(copy[n], std::byte{0x77});
-    for (size_t i = 0; i < crcs.size(); ++i)
-      ASSERT_EQ(crcs[i], Crc32c(data.data() + i * 65536, std::min<size_t>(65536, n - i * 65536))) << n;
+    // The copying form copies every byte and checksums the copy (4104: blocks that are a multiple
+    // of 8 bytes but not of the 32 that the vector copy moves at a time).
+    for (size_t block : {size_t{4104}, size_t{65536}}) {
+      std::vector<std::byte> copy(n + 1, std::byte{0x77});
+      std::vector<uint32_t> crcs((n + block - 1) / block, 0);
+      CopyBlockCrcs(copy.data(), data.data(), n, block, crcs);
+      EXPECT_TRUE(std::equal(data.begin(), data.end(), copy.begin())) << n << " " << block;
+      EXPECT_EQ(copy[n], std::byte{0x77});
+      for (size_t i = 0; i < crcs.size(); ++i)
+        ASSERT_EQ(crcs[i], Crc32c(data.data() + i * block, std::min(block, n - i * block))) << n << " " << block;
+    }
     // The one-pass copy and whole-buffer CRC32C.
     std::vector<std::byte> copy2(n + 1, std::byte{0x55});
     EXPECT_EQ(CopyFastCrc32c(copy2.data(), data.data(), n), Crc32c(data.data(), n)) << n;

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "base/net/frame_io.h"
+#include "base/net/rpc.h"
 #include "iofs/client.h"
 
 namespace rt::iofs::testing {
@@ -40,6 +41,19 @@ inline std::shared_ptr<Client> ConnectOrDie(Io& io, uint16_t port) {
   EXPECT_TRUE(c.ok()) << c.status().ToString();
   if (!c.ok()) std::abort();
   return *c;
+}
+
+// One raw RPC of `type` to the server on 127.0.0.1:`port` (a fresh connection); its reply payload.
+inline Result<std::vector<std::byte>> RawCall(Io& io, uint16_t port, uint16_t type, std::vector<std::byte> payload) {
+  return io.Run([](uint16_t port, uint16_t type, std::vector<std::byte> payload)
+                    -> boost::asio::awaitable<Result<std::vector<std::byte>>> {
+    auto client = co_await net::RpcClient::Connect("127.0.0.1", port, Deadline::After(std::chrono::seconds(5)));
+    if (!client.ok()) co_return client.status();
+    auto reply = co_await (*client)->Call(type, payload, Deadline::After(std::chrono::seconds(10)));
+    (*client)->Close();
+    if (!reply.ok()) co_return reply.status();
+    co_return std::move(reply->payload);
+  }(port, type, std::move(payload)));
 }
 
 }  // namespace rt::iofs::testing

@@ -20,11 +20,11 @@
 namespace rt::iofs {
 namespace {
 
-namespace asio = boost::asio;
 using testing::Content;
 using testing::Io;
 using testing::FreePort;
 using testing::Process;
+using testing::RawCall;
 using testing::TempDir;
 
 Deadline Secs(int s) { return Deadline::After(std::chrono::seconds(s)); }
@@ -41,19 +41,6 @@ Result<std::vector<std::byte>> GetFile(Io& io, Client& c, const std::string& pat
   std::vector<std::byte> out;
   RETURN_IF_ERROR(io.Run(c.ReadParallel(path, 0, UINT64_MAX, 4, &out, Secs(60))));
   return out;
-}
-
-// A raw RPC to one node.
-Result<std::vector<std::byte>> RawCall(Io& io, uint16_t port, uint16_t type, std::vector<std::byte> payload) {
-  return io.Run([](uint16_t port, uint16_t type, std::vector<std::byte> payload)
-                    -> asio::awaitable<Result<std::vector<std::byte>>> {
-    auto client = co_await net::RpcClient::Connect("127.0.0.1", port, Secs(5));
-    if (!client.ok()) co_return client.status();
-    auto reply = co_await (*client)->Call(type, payload, Secs(10));
-    (*client)->Close();
-    if (!reply.ok()) co_return reply.status();
-    co_return std::move(reply->payload);
-  }(port, type, std::move(payload)));
 }
 
 // The keys a node serves, with their data, or an error while it is not serving them all.

@@ -27,6 +27,7 @@ namespace asio = boost::asio;
 using testing::Content;
 using testing::ConnectOrDie;
 using testing::Io;
+using testing::RawCall;
 using testing::TempDir;
 
 Deadline Secs(int s) { return Deadline::After(std::chrono::seconds(s)); }
@@ -121,19 +122,6 @@ TEST(WireIntegrity, ReadCorruptedOnTheWayIsDetectedByTheClient) {
   auto small = io.Run(client->Read("/f", 10, 100, Secs(10)));
   EXPECT_EQ(small.status().code(), StatusCode::kChecksumMismatch) << small.status().ToString();
   server->Abort();
-}
-
-// One request on a fresh connection; the reply's payload or its error.
-Result<std::vector<std::byte>> RawCall(Io& io, uint16_t port, uint16_t type, std::vector<std::byte> payload) {
-  return io.Run([](uint16_t port, uint16_t type,
-                   std::vector<std::byte> payload) -> asio::awaitable<Result<std::vector<std::byte>>> {
-    auto rpc = co_await net::RpcClient::Connect("127.0.0.1", port, Secs(5));
-    if (!rpc.ok()) co_return rpc.status();
-    auto reply = co_await (*rpc)->Call(type, payload, Secs(10));
-    (*rpc)->Close();
-    if (!reply.ok()) co_return reply.status();
-    co_return std::move(reply->payload);
-  }(port, type, std::move(payload)));
 }
 
 // A chunk write between nodes is checked against its CRC32C as the head copies it: a payload

@@ -1,6 +1,7 @@
 // base/net bulk path: frames without a payload CRC (header still checked), gathered writes,
 // bulk replies and zero-copy receive into the caller's buffers.
 #include <gtest/gtest.h>
+#include <sys/socket.h>
 
 #include <array>
 #include <cstring>
@@ -72,8 +73,56 @@ TEST(BulkFrame, CheckedFrameWithCorruptedPayloadIsRejected) {
   EXPECT_TRUE(result.ok()) << result.ToString();
 }
 
-std::shared_ptr<RpcServer> BulkServer(Loop& loop) {
-  auto server = RpcServer::Create(loop.io().get_executor(), {.name = "bulk"});
+// The socket's receive low-water mark (SO_RCVLOWAT).
+int LowWater(tcp::socket& socket) {
+  int mark = -1;
+  socklen_t len = sizeof mark;
+  getsockopt(socket.native_handle(), SOL_SOCKET, SO_RCVLOWAT, &mark, &len);
+  return mark;
+}
+
+TEST(BulkFrame, BatchedReadReceivesEveryByteAndLeavesTheLowMarkAtOneByte) {
+  Loop loop;
+  tcp::acceptor acceptor(loop.io(), tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+  auto result = loop.Run<Status>([&]() -> asio::awaitable<Status> {
+    CO_ASSIGN_OR_RETURN(auto sockets, co_await Pair(acceptor));
+    auto& [client, server] = sockets;
+    auto ex = co_await asio::this_coro::executor;
+    // Sizes that end in a partial batch, and one below the batch (a plain read).
+    for (size_t size : {size_t{(5 << 20) + 123}, size_t{3 << 20}, size_t{1000}}) {
+      Bytes sent(size);
+      for (size_t i = 0; i < size; ++i) sent[i] = static_cast<std::byte>(i * 7 + (i >> 16));
+      asio::co_spawn(ex, [&]() -> asio::awaitable<void> {
+        (void)co_await WriteAll(client, sent, Deadline::AfterMs(5000), "server");
+      }, asio::detached);
+      Bytes got(size, std::byte{0});
+      CO_RETURN_IF_ERROR(co_await ReadExactlyBatched(server, got, 1 << 20, Deadline::AfterMs(5000), "client"));
+      EXPECT_TRUE(got == sent) << size;
+      EXPECT_EQ(LowWater(server), 1) << size;
+    }
+    // A few bytes right after: a mark left high would keep them waiting until the deadline.
+    const Bytes small = B("after");
+    CO_RETURN_IF_ERROR(co_await WriteAll(client, small, Deadline::AfterMs(1000), "server"));
+    Bytes got(small.size());
+    CO_RETURN_IF_ERROR(co_await ReadExactly(server, got, Deadline::AfterMs(1000), "client"));
+    EXPECT_EQ(S(got), "after");
+    // A peer that closes in the middle of a batch: an error at once, not a wait for the deadline.
+    const Bytes part(300 << 10, std::byte{3});
+    CO_RETURN_IF_ERROR(co_await WriteAll(client, part, Deadline::AfterMs(1000), "server"));
+    client.close();
+    Bytes whole(4 << 20);
+    const auto t0 = MonoClock::now();
+    Status cut = co_await ReadExactlyBatched(server, whole, 1 << 20, Deadline::AfterMs(5000), "client");
+    EXPECT_EQ(cut.code(), StatusCode::kUnavailable) << cut.ToString();
+    EXPECT_LT(MonoClock::now() - t0, std::chrono::milliseconds(2000));
+    co_return Status();
+  });
+  EXPECT_TRUE(result.ok()) << result.ToString();
+}
+
+std::shared_ptr<RpcServer> BulkServer(Loop& loop, uint32_t payload_read_batch = 0) {
+  auto server = RpcServer::Create(loop.io().get_executor(),
+                                  {.name = "bulk", .payload_read_batch = payload_read_batch});
   server->Handle(kEcho, [](RpcRequest req) -> asio::awaitable<Result<Bytes>> {
     co_return Bytes(req.payload.begin(), req.payload.end());
   });
@@ -88,9 +137,14 @@ std::shared_ptr<RpcServer> BulkServer(Loop& loop) {
   return server;
 }
 
-TEST(BulkRpc, ZeroCopyReceiveIntoCallerBuffers) {
+class BulkRpcReads : public ::testing::TestWithParam<uint32_t> {};
+
+// Every case with request payloads read as they arrive and in batches of 1 MiB.
+INSTANTIATE_TEST_SUITE_P(PayloadReadBatch, BulkRpcReads, ::testing::Values(0u, 1u << 20));
+
+TEST_P(BulkRpcReads, ZeroCopyReceiveIntoCallerBuffers) {
   Loop loop;
-  auto server = BulkServer(loop);
+  auto server = BulkServer(loop, GetParam());
   ASSERT_TRUE(server->Start().ok());
   auto s = loop.Run<Status>([&]() -> asio::awaitable<Status> {
     CO_ASSIGN_OR_RETURN(auto client, co_await RpcClient::Connect("127.0.0.1", server->port(), Deadline::AfterMs(2000)));
@@ -129,6 +183,47 @@ TEST(BulkRpc, ZeroCopyReceiveIntoCallerBuffers) {
     co_return Status();
   });
   EXPECT_TRUE(s.ok()) << s.ToString();
+}
+
+// Waits until `server` keeps `bytes` of spare payload buffers (it recycles a request's buffer
+// after its response is sent, which may be after the client has the response).
+bool SpareBytesBecome(RpcServer& server, size_t bytes) {
+  const Deadline deadline = Deadline::AfterMs(2000);
+  while (server.spare_payload_bytes() != bytes && !deadline.Expired())
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  return server.spare_payload_bytes() == bytes;
+}
+
+TEST(BulkRpc, LargePayloadBuffersAreReusedWithinTheirBound) {
+  Loop loop;
+  auto server = RpcServer::Create(loop.io().get_executor(), {.name = "spare", .spare_payload_bytes = 8 << 20});
+  server->Handle(kEcho, [](RpcRequest req) -> asio::awaitable<Result<Bytes>> {
+    co_return Bytes(req.payload.begin(), req.payload.end());
+  });
+  ASSERT_TRUE(server->Start().ok());
+  auto client = loop.Run<Result<std::shared_ptr<RpcClient>>>([&] {
+    return RpcClient::Connect("127.0.0.1", server->port(), Deadline::AfterMs(2000));
+  });
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  // Each payload differs from the one before, so a reused buffer must be filled anew.
+  auto echo = [&](size_t size, int seed) {
+    Bytes sent(size);
+    for (size_t i = 0; i < size; ++i) sent[i] = static_cast<std::byte>(i * 13 + seed);
+    auto got = loop.Run<Result<Frame>>([&] { return (*client)->Call(kEcho, sent, Deadline::AfterMs(5000)); });
+    EXPECT_TRUE(got.ok()) << got.status().ToString();
+    EXPECT_TRUE(got.ok() && got->payload == sent) << size;
+  };
+  echo(1000, 1);  // small payloads are not kept
+  EXPECT_TRUE(SpareBytesBecome(*server, 0));
+  echo(3 << 20, 2);
+  EXPECT_TRUE(SpareBytesBecome(*server, 3 << 20));
+  echo(2 << 20, 3);  // reuses the 3 MiB buffer
+  EXPECT_TRUE(SpareBytesBecome(*server, 3 << 20));
+  echo((3 << 20) + 1, 4);  // does not fit it: a new one of 3 MiB + 64 KiB, both kept
+  EXPECT_TRUE(SpareBytesBecome(*server, (6 << 20) + (64 << 10)));
+  echo(4 << 20, 5);  // a new one that would pass the 8 MiB bound: not kept
+  EXPECT_TRUE(SpareBytesBecome(*server, (6 << 20) + (64 << 10)));
+  (*client)->Close();
 }
 
 TEST(BulkRpc, DeadlineDuringZeroCopyReceiveClosesTheConnectionAndReleasesTheBuffer) {
