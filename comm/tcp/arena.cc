@@ -109,6 +109,20 @@ Status Stage(Mesh& mesh, OpCtx& ctx, const DataHeader& h, uint64_t step, const v
   return Gather(mesh, ctx, h, step);
 }
 
+// Counts the bytes of a large all-reduce step as the ring does (2(n−1)/n of the buffer each way):
+// `slice` elements reduced here out of `total`, of `es` bytes each.
+void CountRingBytes(OpCtx& ctx, size_t slice, size_t total, int n, size_t es) {
+  ctx.bytes_received += (slice * (n - 1) + (total - slice)) * es;
+  ctx.bytes_sent += (total - slice) * es + slice * es * (n - 1);
+}
+
+// Marks `step` abandoned by this rank (a peer that read our buffers in it then fails too) and
+// returns `s`.
+Status Abandon(Mesh& mesh, uint64_t step, Status s) {
+  mesh.Arena(mesh.rank()).abandoned->store(step, std::memory_order_seq_cst);
+  return s;
+}
+
 // The header of a small-path step of the op `op_header`.
 DataHeader SmallHeader(const DataHeader& op_header) {
   DataHeader h = op_header;
@@ -142,10 +156,7 @@ Status SingleCopy(Mesh& mesh, OpCtx& ctx, const DataHeader& h, uint64_t step, co
   const ReduceOp op = static_cast<ReduceOp>(h.reduce_op);
   const size_t es = DTypeSize(dt), count = h.count;
   const ArenaView& mine = mesh.Arena(me);
-  auto abandon = [&](Status s) {
-    mine.abandoned->store(step, std::memory_order_seq_cst);
-    return s;
-  };
+  auto abandon = [&](Status s) { return Abandon(mesh, step, std::move(s)); };
   // Reduce our slice, (n − 1) peer blocks at a time in the scratch (L2-sized together).
   constexpr size_t kScratchBytes = 256u << 10;
   const size_t block = std::max<size_t>(1, kScratchBytes / static_cast<size_t>(n - 1) / es);
@@ -211,16 +222,15 @@ Status SingleCopy(Mesh& mesh, OpCtx& ctx, const DataHeader& h, uint64_t step, co
     if (q != me && mesh.Arena(q).abandoned->load(std::memory_order_seq_cst) != 0)
       return abandon(Status(StatusCode::kPeerFailed,
                             ctx.What() + ": " + RankName(q) + " left the op while its buffers were read"));
-  ctx.bytes_received += ((e - b) * (n - 1) + (count - (e - b))) * es;
-  ctx.bytes_sent += (count - (e - b)) * es + (e - b) * es * (n - 1);
+  CountRingBytes(ctx, e - b, count, n, es);
   return Status();
 }
 
 // Runs the op as one single-copy step when it is large enough and single copy has not been
 // turned off. Every rank posts where its buffers are and whether it can read every peer (and
-// the group fits the CPUs); when
-// all can, SingleCopy does the op (*done = true); otherwise every rank, having seen the same
-// posts, turns single copy off for good and the op goes on through the staging steps.
+// the group fits the CPUs); when all can, SingleCopy does the op (*done = true); otherwise every
+// rank, having seen the same posts, turns single copy off for good and the op goes on through
+// the staging steps.
 Status TrySingleCopy(Mesh& mesh, OpCtx& ctx, const DataHeader& op_header, const void* send,
                      void* recv, bool* done) {
   *done = false;
@@ -240,10 +250,7 @@ Status TrySingleCopy(Mesh& mesh, OpCtx& ctx, const DataHeader& op_header, const 
   Publish(mesh, h, step, &post, sizeof(post), /*inline_ok=*/true);
   mesh.RingPeers();
   Status s = Gather(mesh, ctx, h, step);
-  if (!s.ok()) {
-    mesh.Arena(mesh.rank()).abandoned->store(step, std::memory_order_seq_cst);
-    return s;
-  }
+  if (!s.ok()) return Abandon(mesh, step, std::move(s));
   SingleCopyPost posts[kMaxCpuRanks];
   bool all_can_read = true;
   for (int q = 0; q < mesh.size(); ++q) {
@@ -374,8 +381,7 @@ Status ArenaAllReduce(Mesh& mesh, OpCtx& ctx, const DataHeader& op_header, const
       const size_t qb = BlockBegin(m, n, q), qe = BlockBegin(m, n, q + 1);
       if (qe > qb) std::memcpy(out + (at + qb) * es, mesh.Arena(q).half[half] + qb * es, (qe - qb) * es);
     }
-    ctx.bytes_received += ((e - b) * (n - 1) + (m - (e - b))) * es;
-    ctx.bytes_sent += (m - (e - b)) * es + (e - b) * es * (n - 1);
+    CountRingBytes(ctx, e - b, m, n, es);
     if (count == 0) break;
   }
   return Status();

@@ -200,10 +200,7 @@ class CpuComm : public std::enable_shared_from_this<CpuComm> {
       return Issued::kPosted;
     }
     OpCtx ctx;
-    ctx.kind = OpKind::kAllReduce;
-    ctx.collective = true;
-    ctx.header = h;
-    ctx.rank = opts_.rank;
+    ctx.SetCollective(h, opts_.rank);
     Status s = ArenaReduceSmall(mesh_, ctx, h, *step, send, recv);
     CountOp(OpKind::kAllReduce, ctx.bytes_sent, ctx.bytes_received);
     if (!s.ok()) {
@@ -815,10 +812,7 @@ Status RunFastAllReduce(CpuComm& c, Op& op, OpCtx& octx) {
   cx.h.seq = op.posted_step ? op.seq : c.NextSeq();
   cx.h.root_or_tag = 0;
   cx.h.count = op.count;
-  octx.kind = op.kind;
-  octx.collective = true;
-  octx.header = cx.h;
-  octx.rank = c.rank();
+  octx.SetCollective(cx.h, c.rank());
   if (op.posted_step) return ArenaFinishSmall(c.mesh(), octx, cx.h, op.posted_step, op.send, op.recv);
   if (op.kind == OpKind::kBarrier) {
     uint8_t token = 1;
@@ -1171,10 +1165,7 @@ class CpuCommunicator final : public Communicator {
       cx.h.seq = c->NextSeq();
       cx.h.root_or_tag = static_cast<uint32_t>(root);
       cx.h.count = count;
-      octx.kind = kind;
-      octx.collective = true;
-      octx.header = cx.h;
-      octx.rank = c->rank();
+      octx.SetCollective(cx.h, c->rank());
       return algo(cx);
     });
   }

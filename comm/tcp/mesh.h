@@ -121,6 +121,13 @@ struct OpCtx {
   }
   uint64_t bytes_sent = 0;
   uint64_t bytes_received = 0;
+  // Describes a collective of rank `me` by its header.
+  void SetCollective(const DataHeader& h, int me) {
+    kind = h.kind;
+    collective = true;
+    header = h;
+    rank = me;
+  }
 };
 
 class Mesh {
@@ -193,8 +200,9 @@ class Mesh {
   // until the yield window ends, then sleeps on our doorbell in slices of at most 20 ms.
   // Abort() is checked on every turn; after the first phase the control sockets (dead peers,
   // abort notices, a pending peer that left) and op_timeout at least every millisecond, and
-  // ring traffic that shows a mismatched op after every sleep. Errors: CommAborted, PeerFailed naming the rank (death, notice, or op_timeout:
-  // the pending ranks and `what` they have not done), ProtocolError.
+  // ring traffic that shows a mismatched op after every sleep. Errors: CommAborted, PeerFailed
+  // naming the rank (death, notice, or op_timeout: the pending ranks and `what` they have not
+  // done), ProtocolError.
   Status WaitUntil(OpCtx& ctx, std::atomic<uint64_t>* const* counters, uint64_t target,
                    const char* what);
   // The first phase of WaitUntil alone: polls until counters[q] >= target for every peer q,

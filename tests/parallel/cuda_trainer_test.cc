@@ -31,17 +31,12 @@ std::shared_ptr<const std::vector<uint16_t>> Tokens() {
   return tokens;
 }
 
-// The tiny config on `device` in `precision`, clipping on, Adam ε = 1e-6 (as the parallel
-// engine's parity tests: with 1e-8, elements whose exact gradient is 0 — the attention key bias —
-// take whole Adam steps in the direction of their rounding noise, which any change of summation
-// order flips; the comparison would measure that noise instead of the kernels).
+// The tiny parity config (testing::TinyParityConfig: clipping on, Adam ε = 1e-6, so the
+// comparison measures the kernels, not rounding noise) on `device` in `precision`.
 RunConfig Config(const std::string& device, const std::string& precision) {
-  RunConfig c = testing::TinyConfig();
+  RunConfig c = testing::TinyParityConfig(kSteps);
   c.train.device = device;
   c.train.precision = precision;
-  c.train.steps = kSteps;
-  c.optim.grad_clip = 1.0;
-  c.optim.eps = 1e-6;
   return c;
 }
 

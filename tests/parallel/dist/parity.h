@@ -27,21 +27,13 @@ inline std::shared_ptr<const std::vector<uint16_t>> Tokens() {
   return tokens;
 }
 
-// The tiny config with Adam's ε = 1e-6 instead of 1e-8. With 1e-8, elements whose gradient is
-// rounding noise (the key bias: softmax is invariant to it, so its exact gradient is 0) take
-// whole-size Adam steps in the direction of the noise, so any change in summation order moves
-// them by a fraction of lr per step: the single process with 2 micro-batches instead of 1
-// already differs by 2.4e-6 (max-abs relative), tp=2 by 1.15e-5. At ε = 1e-6 those
-// elements stay put and the comparison measures the engine (tp=2: 5.9e-7).
-// `n_layer` blocks (more for pipelines with many virtual stages) in `precision`.
+// The tiny parity config (rt::testing::TinyParityConfig, kSteps steps) with `n_layer` blocks
+// (more for pipelines with many virtual stages) in `precision`.
 inline RunConfig Config(int micro_batches, int n_layer = 2, const std::string& precision = "fp32") {
-  RunConfig c = rt::testing::TinyConfig();
+  RunConfig c = rt::testing::TinyParityConfig(kSteps);
   c.model.n_layer = n_layer;
   c.train.precision = precision;
   c.train.micro_batches = micro_batches;
-  c.train.steps = kSteps;
-  c.optim.grad_clip = 1.0;
-  c.optim.eps = 1e-6;
   return c;
 }
 
