@@ -47,20 +47,20 @@ parse() {  # pass: write|read|rand64k
 }
 
 # --- ringfs RF=1: the embedded server ---
-P=$(port)
-"$RINGFSD" --state "$WORK/rf1" --port "$P" --log-level warn > "$WORK/rf1.log" 2>&1 &
-PIDS+=($!)
-log "ringfs RF=1 on port $P"
-"$RINGFS" --server 127.0.0.1:$P --parallel "$PARALLEL" bench --size-mib "$SIZE_MIB" --random-reads "$RANDOM_READS" | tee "$WORK/rf1.txt" >&2
-kill "${PIDS[-1]}"; wait "${PIDS[-1]}" 2>/dev/null || true; rm -rf "$WORK/rf1"
-# A fresh server again: a second bench on the same one would write into the space the first freed
-# (already written blocks: no unwritten extents to convert), which fio's fresh file does not get.
-P=$(port)
-"$RINGFSD" --state "$WORK/rf1tcp" --port "$P" --log-level warn > "$WORK/rf1tcp.log" 2>&1 &
-PIDS+=($!)
-log "ringfs RF=1 over TCP only (--tcp) on port $P"
-"$RINGFS" --server 127.0.0.1:$P --parallel "$PARALLEL" bench --tcp --size-mib "$SIZE_MIB" --random-reads "$RANDOM_READS" | tee "$WORK/rf1tcp.txt" >&2
-kill "${PIDS[-1]}"; wait "${PIDS[-1]}" 2>/dev/null || true; rm -rf "$WORK/rf1tcp"
+# One pass on a fresh server (NAME, then bench flags): a second bench on the same server would
+# write into the space the first freed (already written blocks: no unwritten extents to convert),
+# which fio's fresh file does not get.
+rf1_pass() {
+  local name=$1; shift
+  local p; p=$(port)
+  "$RINGFSD" --state "$WORK/$name" --port "$p" --log-level warn > "$WORK/$name.log" 2>&1 &
+  PIDS+=($!)
+  log "ringfs RF=1 $* on port $p"
+  "$RINGFS" --server 127.0.0.1:$p --parallel "$PARALLEL" bench "$@" --size-mib "$SIZE_MIB" --random-reads "$RANDOM_READS" | tee "$WORK/$name.txt" >&2
+  kill "${PIDS[-1]}"; wait "${PIDS[-1]}" 2>/dev/null || true; rm -rf "${WORK:?}/$name"
+}
+rf1_pass rf1
+rf1_pass rf1tcp --tcp
 
 # --- ringfs RF=2: two nodes on loopback ---
 P1=$(port); P2=$(port)

@@ -21,10 +21,7 @@ class RocksLogger : public rocksdb::Logger {
   void Logv(const rocksdb::InfoLogLevel level, const char* format, va_list ap) override {
     if (level < GetInfoLogLevel()) return;
     char line[1024];
-    va_list copy;
-    va_copy(copy, ap);
-    const int n = std::vsnprintf(line, sizeof(line), format, copy);
-    va_end(copy);
+    const int n = std::vsnprintf(line, sizeof(line), format, ap);
     if (n < 0) return;
     switch (level) {
       case rocksdb::InfoLogLevel::WARN_LEVEL:

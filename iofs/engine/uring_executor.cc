@@ -150,9 +150,8 @@ class UringExecutorImpl final : public UringExecutor {
       // The kernel writes the caller's memory until the read completes: wait for it.
       const Deadline grace = Deadline::AfterMs(kCallerMemoryGraceMs);
       if (!batch->cv.wait_until(lock, grace.when(), [&] { return batch->remaining == 0; })) {
-        std::fprintf(stderr, "io_uring: %s, a read into caller memory among them, %lld ms past the deadline\n",
-                     late.c_str(), static_cast<long long>(kCallerMemoryGraceMs));
-        std::abort();
+        internal::AbortWithMessage("io_uring: " + late + ", a read into caller memory among them, " +
+                                   std::to_string(kCallerMemoryGraceMs) + " ms past the deadline");
       }
       return DeadlineExceeded(late + " at the deadline (completed since)");
     }

@@ -656,12 +656,12 @@ Result<uint64_t> ServerImpl::WriteAt(chain::NodeId node, chain::ChunkKey key,
       staged = next_staged_++;
       staged_.emplace(staged, StagedValue{key, value, crc});
     }
-    w.Put<uint8_t>(2);
+    w.Put<uint8_t>(wire::kChunkWriteStaged);
     w.Put<uint32_t>(crc);
     w.Put<uint32_t>(options_.self);
     w.Put<uint64_t>(staged);
   } else {
-    w.Put<uint8_t>(1);
+    w.Put<uint8_t>(wire::kChunkWriteDelete);
     w.Put<uint32_t>(0);
   }
   std::span<const std::byte> bulk;
@@ -775,9 +775,10 @@ void ServerImpl::RegisterHandlers() {
       ASSIGN_OR_RETURN(uint64_t key, r.Get<uint64_t>());
       ASSIGN_OR_RETURN(uint8_t flags, r.Get<uint8_t>());
       ASSIGN_OR_RETURN(uint32_t crc, r.Get<uint32_t>());
-      if (flags & ~3) return Corruption("chunk write of key " + std::to_string(key) + ": unknown flags");
+      if (flags & ~(wire::kChunkWriteDelete | wire::kChunkWriteStaged))
+        return Corruption("chunk write of key " + std::to_string(key) + ": unknown flags");
       ChainWriteOrigin origin;
-      if (flags & 2) {
+      if (flags & wire::kChunkWriteStaged) {
         ASSIGN_OR_RETURN(origin.staged_at, r.Get<uint32_t>());
         ASSIGN_OR_RETURN(origin.staged_id, r.Get<uint64_t>());
       }
@@ -785,7 +786,7 @@ void ServerImpl::RegisterHandlers() {
       // The frame carries no payload CRC: the chain node checks the data against `crc` as it
       // copies it (the end-to-end check, in the same pass as the copy).
       std::optional<std::span<const std::byte>> value;
-      if (!(flags & 1)) {
+      if (!(flags & wire::kChunkWriteDelete)) {
         value = data;
         origin.crc = crc;
       }

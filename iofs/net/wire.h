@@ -38,6 +38,11 @@ enum Type : uint16_t {
   kFsReadShm = 0x693b,      // FsRead into a shared region
 };
 
+// Flags of a kChunkWrite request: the key is deleted (no data follows), or the value is staged
+// at the sender (its node id and staged id follow the CRC32C).
+inline constexpr uint8_t kChunkWriteDelete = 1;
+inline constexpr uint8_t kChunkWriteStaged = 2;
+
 // Largest payload of any ringfsd frame, and largest read answered by one request.
 inline constexpr uint32_t kMaxPayload = 72u << 20;
 inline constexpr uint64_t kMaxReadPerRequest = 64u << 20;

@@ -280,7 +280,7 @@ void ChainNode::Emit(Slot& slot, Output& out) {
           return;
         }
         m.value.data = std::make_shared<const std::string>(reinterpret_cast<const char*>(data.data()), data.size());
-        m.value.crc.reset();  // taken afresh from the bytes read
+        m.value.crc = info.crc;  // the whole-chunk read checked the bytes against it
       }
       if (m.kind == Message::Kind::kForward) {
         if (Status s = RT_FAULT_POINT("iofs.chain.before_forward"); !s.ok()) return;

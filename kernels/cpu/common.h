@@ -106,20 +106,6 @@ inline float SumF32(const float* x, int64_t n) {
   return s;
 }
 
-// Σ (x[i] − m)².
-inline float SumSqDevF32(const float* x, float m, int64_t n) {
-  F8 a = {}, b = {};
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const F8 d0 = LoadF8(x + i) - m, d1 = LoadF8(x + i + 8) - m;
-    a += d0 * d0;
-    b += d1 * d1;
-  }
-  float s = HSum(a + b);
-  for (; i < n; ++i) s += (x[i] - m) * (x[i] - m);
-  return s;
-}
-
 // Σ x[i]·y[i].
 inline float DotF32(const float* x, const float* y, int64_t n) {
   F8 a = {}, b = {};
