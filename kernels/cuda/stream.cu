@@ -43,14 +43,9 @@ Status SetCudaDevice(int index) {
 namespace cuda {
 
 Status Available() {
-  int n = 0;
-  const cudaError_t err = cudaGetDeviceCount(&n);
-  if (err != cudaSuccess) {
-    (void)cudaGetLastError();  // clear the sticky "no device" error
-    return Unavailable(std::string("no usable CUDA device: cudaGetDeviceCount: ") +
-                       cudaGetErrorString(err));
-  }
-  if (n == 0) return Unavailable("no usable CUDA device: the CUDA runtime reports 0 devices");
+  Result<int> n = CudaDeviceCount();
+  if (!n.ok()) return n.status().WithContext("no usable CUDA device");
+  if (*n == 0) return Unavailable("no usable CUDA device: the CUDA runtime reports 0 devices");
   return Status::Ok();
 }
 
