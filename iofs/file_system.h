@@ -11,6 +11,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -109,6 +110,9 @@ class FileSystem {
   Status PutNamespace(std::span<const std::byte> bytes);
   Status Persist();                                      // REQUIRES mu_
   Status CommitSizeChange(std::unique_lock<std::mutex>& lock);  // REQUIRES lock on mu_
+  // Runs `change` on the in-memory namespace and persists the result; on an error from either
+  // the namespace is restored to what it was. REQUIRES mu_.
+  Status ChangeNamespace(const std::function<Status()>& change);
   // The inode, size and chunk size of a file (FailedPrecondition for a folder). Takes mu_.
   Status FileOf(std::string_view path, uint64_t* ino, uint64_t* size, uint32_t* chunk_size);
   Result<uint64_t> Lookup(std::string_view path) const;  // REQUIRES mu_

@@ -238,27 +238,34 @@ FileStat FileSystem::ToStat(const Inode& n) const {
   return FileStat{PathOf(n.ino), n.ino, n.is_dir, n.size, n.sealed, n.chunk_size, n.mtime_ns};
 }
 
-Result<FileStat> FileSystem::Create(std::string_view path) {
-  RETURN_IF_ERROR(ValidatePath(path));
-  std::lock_guard lock(mu_);
+Status FileSystem::ChangeNamespace(const std::function<Status()>& change) {
   auto saved_inodes = inodes_;
   auto saved_children = children_;
   const uint64_t saved_next = next_ino_;
-  auto fail = [&](Status s) {
+  Status s = change();
+  if (s.ok()) s = Persist();
+  if (!s.ok()) {
     inodes_ = std::move(saved_inodes);
     children_ = std::move(saved_children);
     next_ino_ = saved_next;
-    return s;
-  };
+  }
+  return s;
+}
+
+Result<FileStat> FileSystem::Create(std::string_view path) {
+  RETURN_IF_ERROR(ValidatePath(path));
+  std::lock_guard lock(mu_);
   if (Lookup(path).ok()) return Status(StatusCode::kAlreadyExists, std::string(path) + " exists");
-  Result<uint64_t> parent = MakeParents(path);
-  if (!parent.ok()) return fail(parent.status());
-  if (next_ino_ > kMaxIno) return fail(Status(StatusCode::kResourceExhausted, "inode numbers exhausted"));
-  const uint64_t ino = next_ino_++;
-  const std::string name(Split(path).back());
-  inodes_[ino] = Inode{ino, *parent, name, false, false, chunk_size_, 0, NowNs()};
-  children_[*parent][name] = ino;
-  if (Status s = Persist(); !s.ok()) return fail(s);
+  uint64_t ino = 0;
+  RETURN_IF_ERROR(ChangeNamespace([&]() -> Status {
+    ASSIGN_OR_RETURN(const uint64_t parent, MakeParents(path));
+    if (next_ino_ > kMaxIno) return Status(StatusCode::kResourceExhausted, "inode numbers exhausted");
+    ino = next_ino_++;
+    const std::string name(Split(path).back());
+    inodes_[ino] = Inode{ino, parent, name, false, false, chunk_size_, 0, NowNs()};
+    children_[parent][name] = ino;
+    return Status();
+  }));
   return ToStat(inodes_.at(ino));
 }
 
@@ -267,19 +274,9 @@ Status FileSystem::Mkdir(std::string_view path) {
   std::lock_guard lock(mu_);
   if (Result<uint64_t> existing = Lookup(path); existing.ok())
     return inodes_.at(*existing).is_dir ? Status() : FailedPrecondition(std::string(path) + " is a file");
-  auto saved_inodes = inodes_;
-  auto saved_children = children_;
-  const uint64_t saved_next = next_ino_;
   std::string with_leaf = std::string(path);
   if (with_leaf.back() != '/') with_leaf += "/";
-  Status s = MakeParents(with_leaf + "x").status();
-  if (s.ok()) s = Persist();
-  if (!s.ok()) {
-    inodes_ = std::move(saved_inodes);
-    children_ = std::move(saved_children);
-    next_ino_ = saved_next;
-  }
-  return s;
+  return ChangeNamespace([&] { return MakeParents(with_leaf + "x").status(); });
 }
 
 Status FileSystem::Write(std::string_view path, uint64_t offset, std::span<const std::byte> data) {
@@ -450,32 +447,24 @@ Status FileSystem::Rename(std::string_view from, std::string_view to) {
     if (dst == src) return Status();
     if (inodes_.at(ino).is_dir && dst.starts_with(src + "/"))
       return InvalidArgument("cannot move folder " + src + " into itself (" + dst + ")");
-    auto saved_inodes = inodes_;
-    auto saved_children = children_;
-    const uint64_t saved_next = next_ino_;
-    auto fail = [&](Status s) {
-      inodes_ = std::move(saved_inodes);
-      children_ = std::move(saved_children);
-      next_ino_ = saved_next;
-      return s;
-    };
-    if (Result<uint64_t> existing = Lookup(dst); existing.ok()) {
-      const Inode& e = inodes_.at(*existing);
-      if (e.is_dir) return fail(FailedPrecondition("destination " + dst + " is a folder"));
-      if (inodes_.at(ino).is_dir) return fail(FailedPrecondition("cannot replace file " + dst + " with a folder"));
-      replaced = e;
-      children_[e.parent].erase(e.name);
-      inodes_.erase(*existing);
-    }
-    Result<uint64_t> parent = MakeParents(dst);
-    if (!parent.ok()) return fail(parent.status());
-    Inode& n = inodes_.at(ino);
-    children_[n.parent].erase(n.name);
-    n.parent = *parent;
-    n.name = std::string(Split(dst).back());
-    n.mtime_ns = NowNs();
-    children_[*parent][n.name] = ino;
-    if (Status s = Persist(); !s.ok()) return fail(s);
+    RETURN_IF_ERROR(ChangeNamespace([&]() -> Status {
+      if (Result<uint64_t> existing = Lookup(dst); existing.ok()) {
+        const Inode& e = inodes_.at(*existing);
+        if (e.is_dir) return FailedPrecondition("destination " + dst + " is a folder");
+        if (inodes_.at(ino).is_dir) return FailedPrecondition("cannot replace file " + dst + " with a folder");
+        replaced = e;
+        children_[e.parent].erase(e.name);
+        inodes_.erase(*existing);
+      }
+      ASSIGN_OR_RETURN(const uint64_t parent, MakeParents(dst));
+      Inode& n = inodes_.at(ino);
+      children_[n.parent].erase(n.name);
+      n.parent = parent;
+      n.name = std::string(Split(dst).back());
+      n.mtime_ns = NowNs();
+      children_[parent][n.name] = ino;
+      return Status();
+    }));
   }
   // Committed: the replaced file's chunks are garbage now (fsck reclaims them after a crash).
   if (replaced) return DeleteChunks(replaced->ino, replaced->size, replaced->chunk_size);

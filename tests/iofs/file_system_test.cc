@@ -180,6 +180,76 @@ TEST(FileSystemTest, ListStatSealRenameAndSpaceReclaim) {
   EXPECT_TRUE(st.fs->List("/")->empty());
 }
 
+// Forwards to a real store; while `fail_puts` is set every Put fails as a full disk would.
+class FailablePutStore : public ObjectStore {
+ public:
+  explicit FailablePutStore(ObjectStore* inner) : inner_(inner) {}
+  Status Put(std::span<const ObjectPut> puts) override {
+    if (fail_puts) return Status(StatusCode::kNoSpace, "injected: no space for the put");
+    return inner_->Put(puts);
+  }
+  Status Get(ObjectKey key, uint64_t offset, uint64_t length, std::vector<std::byte>* out) override {
+    return inner_->Get(key, offset, length, out);
+  }
+  Status Delete(std::span<const ObjectKey> keys) override { return inner_->Delete(keys); }
+  Result<std::vector<ObjectKey>> Keys() override { return inner_->Keys(); }
+  uint32_t max_object_size() const override { return inner_->max_object_size(); }
+  std::vector<std::string> CheckStorage() override { return inner_->CheckStorage(); }
+  bool fail_puts = false;
+
+ private:
+  ObjectStore* const inner_;
+};
+
+TEST(FileSystemTest, NamespaceChangeThatCannotBePersistedLeavesNothingBehind) {
+  TempDir dir("fs-rollback");
+  Stack st(dir.path());
+  FailablePutStore store(st.store.get());
+  auto opened = FileSystem::Open(&store, 64 << 10);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  FileSystem& fs = **opened;
+  std::mt19937_64 rng(3);
+  const auto data = Bytes(rng, 100000);
+  ASSERT_TRUE(fs.Create("/a/kept").ok());
+  ASSERT_TRUE(fs.Write("/a/kept", 0, data).ok());
+  ASSERT_TRUE(fs.Create("/a/target").ok());
+  const std::vector<std::string> before = {"/a/kept", "/a/target"};
+  auto paths = [&](std::string_view folder) {
+    std::vector<std::string> out;
+    Result<std::vector<FileStat>> listed = fs.List(folder);
+    if (listed.ok())
+      for (const FileStat& f : *listed) out.push_back(f.path);
+    return out;
+  };
+
+  store.fail_puts = true;
+  EXPECT_EQ(fs.Create("/b/new").status().code(), StatusCode::kNoSpace);
+  EXPECT_EQ(fs.Mkdir("/c/d").code(), StatusCode::kNoSpace);
+  EXPECT_EQ(fs.Rename("/a/kept", "/e/moved").code(), StatusCode::kNoSpace);
+  EXPECT_EQ(fs.Rename("/a/kept", "/a/target").code(), StatusCode::kNoSpace);  // would replace
+  // Nothing of the four changes is visible: no parents made, nothing moved or replaced.
+  EXPECT_EQ(paths("/"), std::vector<std::string>{"/a"});
+  EXPECT_EQ(paths("/a"), before);
+  for (const char* gone : {"/b", "/c", "/e"}) EXPECT_EQ(fs.Stat(gone).status().code(), StatusCode::kNotFound) << gone;
+  std::vector<std::byte> got;
+  ASSERT_TRUE(fs.Read("/a/kept", 0, UINT64_MAX, &got).ok());
+  EXPECT_EQ(got, data);
+
+  store.fail_puts = false;
+  ASSERT_TRUE(fs.Create("/b/new").ok());
+  ASSERT_TRUE(fs.Rename("/a/kept", "/a/target").ok());
+  // A reopen reads what was persisted: the same namespace.
+  auto reopened = FileSystem::Open(st.store.get(), 64 << 10);
+  ASSERT_TRUE(reopened.ok());
+  Result<std::vector<FileStat>> listed = (*reopened)->List("/a");
+  ASSERT_TRUE(listed.ok());
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_EQ((*listed)[0].path, "/a/target");
+  EXPECT_TRUE((*reopened)->Stat("/b/new").ok());
+  ASSERT_TRUE((*reopened)->Read("/a/target", 0, UINT64_MAX, &got).ok());
+  EXPECT_EQ(got, data);
+}
+
 TEST(FileSystemTest, FsckFindsAndRepairsOrphansAndCorruption) {
   TempDir dir("fs-fsck");
   Stack st(dir.path());
