@@ -132,13 +132,10 @@ class CpuComm : public std::enable_shared_from_this<CpuComm> {
   // Queues a prepared collective op (op->comm already set: the facade's reference is copied,
   // cheaper than shared_from_this()).
   WorkHandle EnqueueOp(std::shared_ptr<Op> op) {
-    const OpKind kind = op->kind;
     {
       std::lock_guard lock(mu_);
       if (!failed_.ok()) {
-        op->done = true;
-        op->result = failed_;
-        CountOp(kind, 0, 0);
+        FailOpLocked(*op);
       } else {
         queue_.push_back(op);
       }
@@ -228,9 +225,7 @@ class CpuComm : public std::enable_shared_from_this<CpuComm> {
       std::lock_guard lock(mu_);
       running_ = false;
       if (!failed_.ok()) {  // Abort() or a failure came in between: the op fails with it
-        op->done = true;
-        op->result = failed_;
-        CountOp(op->kind, 0, 0);
+        FailOpLocked(*op);
       } else {
         queue_.push_front(op);
       }
@@ -253,9 +248,7 @@ class CpuComm : public std::enable_shared_from_this<CpuComm> {
     {
       std::lock_guard lock(mu_);
       if (!failed_.ok()) {
-        op->done = true;
-        op->result = failed_;
-        CountOp(kind, 0, 0);
+        FailOpLocked(*op);
       } else {
         queue_.push_back(op);
         wake = kind == OpKind::kSend && EagerSendLocked(peer, count * DTypeSize(dt));
@@ -382,13 +375,17 @@ class CpuComm : public std::enable_shared_from_this<CpuComm> {
 
   Status RunP2pGroup(std::vector<std::shared_ptr<Op>>& group, std::vector<OpCtx>& ctx);
 
+  // Completes `op` with the communicator's failure (counted as an op that moved no bytes).
+  // REQUIRES mu_.
+  void FailOpLocked(Op& op) {
+    op.done = true;
+    op.result = failed_;
+    CountOp(op.kind, 0, 0);
+  }
+
   void FailLocked(Status s) {
     if (failed_.ok()) failed_ = std::move(s);
-    for (auto& op : queue_) {
-      op->done = true;
-      op->result = failed_;
-      CountOp(op->kind, 0, 0);
-    }
+    for (auto& op : queue_) FailOpLocked(*op);
     queue_.clear();
     if (!bootstrap_done_) {
       bootstrap_done_ = true;
