@@ -1,6 +1,7 @@
 #include "iofs/client.h"
 
 #include <array>
+#include <functional>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -47,6 +48,35 @@ class WaitGroup {
   asio::steady_timer timer_;
   int running_ = 0;
 };
+
+// Calls `fn(at, n)` for every piece of the file range [begin, end) cut at multiples of
+// `piece_size` (so concurrent requests never share a chunk), `parallel` pieces in flight, and
+// returns the first error (no piece starts after one). Single executor: the workers share state.
+awaitable<Status> ForEachPiece(uint64_t begin, uint64_t end, uint64_t piece_size, int parallel,
+                               std::function<awaitable<Status>(uint64_t at, uint64_t n)> fn) {
+  auto ex = co_await asio::this_coro::executor;
+  WaitGroup group(ex);
+  uint64_t next = begin;
+  Status first_error;
+  for (int w = 0; w < std::max(1, parallel); ++w) {
+    group.Add();
+    asio::co_spawn(
+        ex,
+        [&]() -> awaitable<void> {
+          while (next < end && first_error.ok()) {
+            const uint64_t at = next;
+            const uint64_t n = std::min(end - at, piece_size - at % piece_size);
+            next += n;
+            Status s = co_await fn(at, n);
+            if (!s.ok() && first_error.ok()) first_error = s;
+          }
+          group.Done();
+        },
+        asio::detached);
+  }
+  co_await group.Wait();
+  co_return first_error;
+}
 
 }  // namespace
 
@@ -250,35 +280,11 @@ awaitable<Result<FsckReport>> Client::Fsck(bool repair, Deadline deadline) {
 awaitable<Status> Client::WriteParallel(std::string path, uint64_t offset, std::span<const std::byte> data,
                                         int parallel, Deadline deadline) {
   const uint64_t piece = chunk_size_ ? chunk_size_ : (4u << 20);
-  // Pieces aligned to file chunks, so concurrent requests never share a chunk.
-  std::vector<std::pair<uint64_t, uint64_t>> pieces;  // (offset in data, length)
-  for (uint64_t at = 0; at < data.size();) {
-    const uint64_t file_at = offset + at;
-    const uint64_t n = std::min<uint64_t>(data.size() - at, piece - file_at % piece);
-    pieces.emplace_back(at, n);
-    at += n;
-  }
-  auto ex = co_await asio::this_coro::executor;
-  WaitGroup group(ex);
-  size_t next = 0;
-  Status first_error;
   auto self = shared_from_this();
-  for (int w = 0; w < std::max(1, parallel); ++w) {
-    group.Add();
-    asio::co_spawn(
-        ex,
-        [&, self]() -> awaitable<void> {
-          while (next < pieces.size() && first_error.ok()) {
-            const auto [at, n] = pieces[next++];
-            Status s = co_await Write(path, offset + at, data.subspan(at, n), deadline);
-            if (!s.ok() && first_error.ok()) first_error = s;
-          }
-          group.Done();
-        },
-        asio::detached);
-  }
-  co_await group.Wait();
-  co_return first_error;
+  co_return co_await ForEachPiece(offset, offset + data.size(), piece, parallel,
+                                  [&](uint64_t at, uint64_t n) -> awaitable<Status> {
+                                    co_return co_await Write(path, at, data.subspan(at - offset, n), deadline);
+                                  });
 }
 
 awaitable<Status> Client::ReadParallel(std::string path, uint64_t offset, uint64_t length, int parallel,
@@ -302,37 +308,16 @@ awaitable<Result<uint64_t>> Client::ReadParallelInto(std::string path, uint64_t 
 
 awaitable<Status> Client::ReadRange(std::string path, uint64_t offset, std::span<std::byte> out, int parallel,
                                     Deadline deadline) {
-  const uint64_t end = offset + out.size();
   const uint64_t piece = chunk_size_ ? chunk_size_ : (4u << 20);
-  auto ex = co_await asio::this_coro::executor;
-  WaitGroup group(ex);
-  uint64_t next = offset;
-  Status first_error;
   auto self = shared_from_this();
-  for (int w = 0; w < std::max(1, parallel); ++w) {
-    group.Add();
-    asio::co_spawn(
-        ex,
-        [&, self]() -> awaitable<void> {
-          while (next < end && first_error.ok()) {
-            const uint64_t at = next;
-            const uint64_t n = std::min(end - at, piece - at % piece);
-            next += n;
-            // Straight into `out`: no intermediate buffer.
-            auto got = co_await ReadInto(path, at, out.subspan(at - offset, n), deadline);
-            if (!got.ok()) {
-              if (first_error.ok()) first_error = got.status();
-            } else if (*got != n) {
-              if (first_error.ok())
-                first_error = Corruption(path + ": short read at " + std::to_string(at));
-            }
-          }
-          group.Done();
-        },
-        asio::detached);
-  }
-  co_await group.Wait();
-  co_return first_error;
+  co_return co_await ForEachPiece(
+      offset, offset + out.size(), piece, parallel, [&](uint64_t at, uint64_t n) -> awaitable<Status> {
+        // Straight into `out`: no intermediate buffer.
+        auto got = co_await ReadInto(path, at, out.subspan(at - offset, n), deadline);
+        if (!got.ok()) co_return got.status();
+        if (*got != n) co_return Corruption(path + ": short read at " + std::to_string(at));
+        co_return Status();
+      });
 }
 
 }  // namespace rt::iofs
