@@ -85,6 +85,9 @@ struct OpBytes {
 // Per-op-kind byte counts of one communicator since it was created.
 struct CommStats {
   std::array<OpBytes, kOpKindCount> per_op{};
+  // CPU backend: output bytes of single-copy all-reduces that this rank reduced itself (it
+  // copied the rest from peers' outputs); shows how two ranks split the work.
+  uint64_t single_copy_reduced_bytes = 0;
   const OpBytes& operator[](OpKind k) const { return per_op[static_cast<size_t>(k)]; }
   OpBytes Total() const;
 };

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <vector>
 
+#include "base/fault.h"
 #include "comm/tcp/reduce.h"
 
 namespace rt::comm::tcp {
@@ -135,6 +136,104 @@ DataHeader SmallHeader(const DataHeader& op_header) {
 constexpr int kProgressBits = 24;
 constexpr uint64_t kProgressMask = (uint64_t{1} << kProgressBits) - 1;
 
+// Bytes of peer data a single-copy block reads into the scratch: (n − 1) peer blocks fit L2.
+constexpr size_t kScratchBytes = 256u << 10;
+
+// Elements per single-copy block for a group of n ranks.
+size_t SingleCopyBlock(int n, size_t es) {
+  return std::max<size_t>(1, kScratchBytes / static_cast<size_t>(n - 1) / es);
+}
+
+// The claim word of a two-rank single-copy step (ArenaView::claim): the step's low 24 bits,
+// then the first and one past the last block not yet claimed, 20 bits each.
+constexpr int kClaimBits = 20;
+constexpr uint64_t kClaimMask = (uint64_t{1} << kClaimBits) - 1;
+uint64_t ClaimWord(uint64_t step, uint64_t front, uint64_t back) {
+  return (step & kProgressMask) << (2 * kClaimBits) | front << kClaimBits | back;
+}
+
+// Whether a single-copy step of `count` elements splits its blocks dynamically (two ranks and
+// a block count that fits the claim word).
+bool SplitsDynamically(int n, size_t count, size_t block) {
+  return n == 2 && (count + block - 1) / block <= kClaimMask;
+}
+
+// Which blocks of a single-copy step each rank reduces, in order. With more than two ranks,
+// rank r reduces the blocks of its slice (block r of n nearly equal slices). With two, the
+// blocks of the whole buffer are claimed from both ends of rank 0's claim word — rank 0 from
+// the front, rank 1 from the back — so the rank the host slows down (its CPU taken, its memory
+// busier) reduces fewer and neither waits long for the other. Either way a rank's k-th claimed
+// block depends on k alone: that is what its `progress` counts and what peers copy by.
+class BlockPlan {
+ public:
+  BlockPlan(Mesh& mesh, uint64_t step, size_t count, size_t block)
+      : mesh_(mesh), step_(step), count_(count), block_(block), n_(mesh.size()),
+        dynamic_(SplitsDynamically(n_, count, block)), blocks_((count + block - 1) / block) {}
+
+  // Claims our next block; false when none is left. Error: a claim word of another step.
+  Result<bool> Claim(size_t* lo, size_t* hi) {
+    const int me = mesh_.rank();
+    const size_t k = claimed_;
+    if (!dynamic_) {
+      const size_t b = BlockBegin(count_, n_, me), e = BlockBegin(count_, n_, me + 1);
+      if (b + k * block_ >= e) return false;
+      *lo = b + k * block_;
+      *hi = std::min(e, *lo + block_);
+      ++claimed_;
+      return true;
+    }
+    std::atomic<uint64_t>& word = *mesh_.Arena(0).claim;
+    uint64_t w = word.load(std::memory_order_relaxed);
+    for (;;) {
+      if (w >> (2 * kClaimBits) != (step_ & kProgressMask))
+        return Status(StatusCode::kInternal, "single-copy claim word of another step");
+      const uint64_t front = (w >> kClaimBits) & kClaimMask, back = w & kClaimMask;
+      if (front >= back) return false;
+      const uint64_t next = me == 0 ? ClaimWord(step_, front + 1, back) : ClaimWord(step_, front, back - 1);
+      if (word.compare_exchange_weak(w, next, std::memory_order_relaxed)) {
+        const size_t j = me == 0 ? front : back - 1;
+        *lo = j * block_;
+        *hi = std::min(count_, *lo + block_);
+        ++claimed_;
+        return true;
+      }
+    }
+  }
+
+  // The element range of rank q's claimed blocks [from, to) (to at most what q claimed: its
+  // progress, or Reduced(q) once every rank has reduced).
+  std::pair<size_t, size_t> Range(int q, size_t from, size_t to) const {
+    if (!dynamic_) {
+      const size_t b = BlockBegin(count_, n_, q), e = BlockBegin(count_, n_, q + 1);
+      return {std::min(e, b + from * block_), std::min(e, b + to * block_)};
+    }
+    if (q == 0) return {std::min(count_, from * block_), std::min(count_, to * block_)};
+    return {(blocks_ - to) * block_, std::min(count_, (blocks_ - from) * block_)};
+  }
+
+  // How many blocks rank q reduced; valid once every rank has set `reduced`.
+  size_t Reduced(int q) const {
+    if (!dynamic_) {
+      const size_t len = BlockBegin(count_, n_, q + 1) - BlockBegin(count_, n_, q);
+      return (len + block_ - 1) / block_;
+    }
+    const uint64_t front = (mesh_.Arena(0).claim->load(std::memory_order_relaxed) >> kClaimBits) & kClaimMask;
+    return q == 0 ? front : blocks_ - front;
+  }
+
+  // Whether the blocks are claimed from both ends (two ranks).
+  bool dynamic() const { return dynamic_; }
+
+ private:
+  Mesh& mesh_;
+  const uint64_t step_;
+  const size_t count_, block_;
+  const int n_;
+  const bool dynamic_;
+  const size_t blocks_;  // of the whole buffer
+  size_t claimed_ = 0;   // blocks we claimed so far
+};
+
 // What a rank posts in its slot's inline bytes for a single-copy step: where its buffers are,
 // and whether it can read every peer's memory.
 struct SingleCopyPost {
@@ -143,12 +242,12 @@ struct SingleCopyPost {
 static_assert(sizeof(SingleCopyPost) <= kArenaInlineBytes);
 
 // The single-copy all-reduce of a whole op in step `step`, after every rank posted it
-// (posts[q]): reduce our slice reading every peer's input straight from its send buffer (in
-// blocks, through the scratch), publish `reduced`, read every peer's reduced slice straight from
-// its recv buffer, publish `released`, and wait for every rank's `released` — no rank returns
-// while a peer may still read its buffers. A rank that fails after posting marks the step
-// `abandoned` first, so a peer whose reads overlapped its return fails too instead of trusting
-// what it read.
+// (posts[q]): reduce the blocks BlockPlan gives us, reading every peer's input straight from
+// its send buffer (through the scratch), publish `reduced`, read every block a peer reduced
+// straight from its recv buffer, publish `released`, and wait for every rank's `released` — no
+// rank returns while a peer may still read its buffers. A rank that fails after posting marks
+// the step `abandoned` first, so a peer whose reads overlapped its return fails too instead of
+// trusting what it read.
 Status SingleCopy(Mesh& mesh, OpCtx& ctx, const DataHeader& h, uint64_t step, const std::byte* in,
                   std::byte* out, const SingleCopyPost* posts) {
   const int n = mesh.size(), me = mesh.rank();
@@ -157,45 +256,63 @@ Status SingleCopy(Mesh& mesh, OpCtx& ctx, const DataHeader& h, uint64_t step, co
   const size_t es = DTypeSize(dt), count = h.count;
   const ArenaView& mine = mesh.Arena(me);
   auto abandon = [&](Status s) { return Abandon(mesh, step, std::move(s)); };
-  // Reduce our slice, (n − 1) peer blocks at a time in the scratch (L2-sized together).
-  constexpr size_t kScratchBytes = 256u << 10;
-  const size_t block = std::max<size_t>(1, kScratchBytes / static_cast<size_t>(n - 1) / es);
-  std::byte* scratch = mesh.Scratch(block * es * static_cast<size_t>(n - 1));
-  const void* src_buf[kMaxCpuRanks];  // no allocation per op
-  const size_t b = BlockBegin(count, n, me), e = BlockBegin(count, n, me + 1);
+  const size_t block = SingleCopyBlock(n, es);
+  BlockPlan plan(mesh, step, count, block);
+  // Room for the n − 1 peer blocks, and for our own input block when it must not be
+  // overwritten before it is read (in place, and not the first operand).
+  std::byte* scratch = mesh.Scratch(block * es * static_cast<size_t>(n));
+  const bool copy_own = plan.dynamic() && me != 0 && in == out;
+  // The operands of a block: with two ranks in rank order (either rank may reduce any block,
+  // and both must get the same bits), otherwise ours first, then the peers in rank order.
+  const void* operands[kMaxCpuRanks];  // no allocation per op
   // Peers' reduced blocks read so far (read while still hot in the peer's cache when its
   // progress shows them, the rest after every rank has reduced).
   size_t copied[kMaxCpuRanks] = {};
   auto copy_reduced = [&](int q, size_t upto_blocks) -> Status {
-    const size_t qb = BlockBegin(count, n, q), qe = BlockBegin(count, n, q + 1);
-    const size_t blocks = (qe - qb + block - 1) / block;
-    upto_blocks = std::min(upto_blocks, blocks);
     if (upto_blocks <= copied[q]) return Status();
-    const size_t from = qb + copied[q] * block, to = std::min(qe, qb + upto_blocks * block);
+    const auto [from, to] = plan.Range(q, copied[q], upto_blocks);
     copied[q] = upto_blocks;
+    if (to <= from) return Status();
     return mesh.ReadPeer(ctx, q, out + from * es, posts[q].recv + from * es, (to - from) * es);
   };
-  // Progress is published only while the block count fits its bits.
-  const bool show_progress = (e - b + block - 1) / block <= kProgressMask;
-  for (size_t x = b, j = 0; x < e; x += block, ++j) {
-    const size_t k = std::min(block, e - x);
-    size_t nsrc = 0;
+  size_t lo = 0, hi = 0;
+  for (size_t j = 0;; ++j) {
+    Result<bool> claimed = plan.Claim(&lo, &hi);
+    if (!claimed.ok()) return abandon(claimed.status().WithContext(ctx.What()));
+    if (!*claimed) break;
+    // Tests slow one rank here to see the other take over its blocks.
+    if (Status f = RT_FAULT_POINT("comm.single_copy.block"); !f.ok()) return abandon(f);
+    const size_t k = hi - lo;
+    ctx.single_copy_reduced_bytes += k * es;
+    size_t nops = 0, nscratch = 0;
+    if (!plan.dynamic()) operands[nops++] = in + lo * es;
     for (int q = 0; q < n; ++q) {
-      if (q == me) continue;
-      std::byte* dst = scratch + nsrc * block * es;
-      Status s = mesh.ReadPeer(ctx, q, dst, posts[q].send + x * es, k * es);
+      if (q == me) {
+        if (!plan.dynamic()) continue;
+        const std::byte* own = in + lo * es;
+        if (copy_own) {
+          std::byte* dst = scratch + static_cast<size_t>(n - 1) * block * es;
+          std::memcpy(dst, own, k * es);
+          own = dst;
+        }
+        operands[nops++] = own;
+        continue;
+      }
+      std::byte* dst = scratch + nscratch++ * block * es;
+      Status s = mesh.ReadPeer(ctx, q, dst, posts[q].send + lo * es, k * es);
       if (!s.ok()) return abandon(s);
-      src_buf[nsrc++] = dst;
+      operands[nops++] = dst;
     }
-    if (dt == DType::kBF16 || dt == DType::kF16) {  // fp32 accumulation over every source
-      if (out != in) std::memcpy(out + x * es, in + x * es, k * es);
-      ReduceMany(out + x * es, std::span<const void* const>(src_buf, nsrc), k, dt, op);
+    std::byte* o = out + lo * es;
+    if (dt == DType::kBF16 || dt == DType::kF16) {  // fp32 accumulation over every operand
+      if (o != operands[0]) std::memcpy(o, operands[0], k * es);
+      ReduceMany(o, std::span<const void* const>(operands + 1, nops - 1), k, dt, op);
     } else {  // the same sums in the same order, with the first one fused into the copy
-      ReduceTo(out + x * es, in + x * es, src_buf[0], k, dt, op);
-      ReduceMany(out + x * es, std::span<const void* const>(src_buf + 1, nsrc - 1), k, dt, op);
+      ReduceTo(o, operands[0], operands[1], k, dt, op);
+      ReduceMany(o, std::span<const void* const>(operands + 2, nops - 2), k, dt, op);
     }
-    FinishAverage(out + x * es, k, dt, op, n);
-    if (show_progress) mine.progress->store(step << kProgressBits | (j + 1), std::memory_order_release);
+    FinishAverage(o, k, dt, op, n);
+    if (j + 1 <= kProgressMask) mine.progress->store(step << kProgressBits | (j + 1), std::memory_order_release);
     for (int q = 0; q < n; ++q) {
       if (q == me) continue;
       const uint64_t p = mesh.Arena(q).progress->load(std::memory_order_acquire);
@@ -210,7 +327,7 @@ Status SingleCopy(Mesh& mesh, OpCtx& ctx, const DataHeader& h, uint64_t step, co
   if (!s.ok()) return abandon(s);
   for (int k = 1; k < n; ++k) {
     const int q = (me + k) % n;  // start after our own: spreads readers over the ranks
-    s = copy_reduced(q, SIZE_MAX);
+    s = copy_reduced(q, plan.Reduced(q));
     if (!s.ok()) return abandon(s);
   }
   mine.released->store(step, std::memory_order_release);
@@ -222,7 +339,7 @@ Status SingleCopy(Mesh& mesh, OpCtx& ctx, const DataHeader& h, uint64_t step, co
     if (q != me && mesh.Arena(q).abandoned->load(std::memory_order_seq_cst) != 0)
       return abandon(Status(StatusCode::kPeerFailed,
                             ctx.What() + ": " + RankName(q) + " left the op while its buffers were read"));
-  CountRingBytes(ctx, e - b, count, n, es);
+  CountRingBytes(ctx, BlockBegin(count, n, me + 1) - BlockBegin(count, n, me), count, n, es);
   return Status();
 }
 
@@ -247,6 +364,10 @@ Status TrySingleCopy(Mesh& mesh, OpCtx& ctx, const DataHeader& op_header, const 
   // than the copies saved: such a group stays on the staging steps.
   const bool fits = !mesh.oversubscribed() || mesh.single_copy_oversubscribed();
   post.can_read = fits && mesh.single_copy_possible() ? 1 : 0;
+  // Rank 0 opens the claim word before it posts; rank 1 claims only after it saw the post.
+  const size_t block = SingleCopyBlock(mesh.size(), DTypeSize(h.dtype));
+  if (mesh.rank() == 0 && SplitsDynamically(mesh.size(), h.count, block))
+    mesh.Arena(0).claim->store(ClaimWord(step, 0, (h.count + block - 1) / block), std::memory_order_relaxed);
   Publish(mesh, h, step, &post, sizeof(post), /*inline_ok=*/true);
   mesh.RingPeers();
   Status s = Gather(mesh, ctx, h, step);

@@ -337,6 +337,7 @@ class CpuComm : public std::enable_shared_from_this<CpuComm> {
       op->done = true;
       op->result = std::move(s);
       CountOp(op->kind, ctx.bytes_sent, ctx.bytes_received);
+      stats_.single_copy_reduced_bytes += ctx.single_copy_reduced_bytes;
       cv_.notify_all();
       return;
     }

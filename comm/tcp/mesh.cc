@@ -46,6 +46,8 @@ struct SegHeader {
   alignas(64) std::atomic<uint64_t> released;
   std::atomic<uint64_t> abandoned;
   alignas(64) std::atomic<uint64_t> progress;
+  // Two-rank single-copy steps: where the ranks' blocks meet; written by both ranks (CAS).
+  alignas(64) std::atomic<uint64_t> claim;
 };
 static_assert(sizeof(SegHeader) <= kSegHeader);
 
@@ -655,6 +657,7 @@ void Mesh::BuildArenaViews() {
     v.released = &h->released;
     v.abandoned = &h->abandoned;
     v.progress = &h->progress;
+    v.claim = &h->claim;
     v.pid = h->pid;
     std::byte* data = static_cast<std::byte*>(seg->base) + ArenaOffset(size_, ring_bytes_);
     for (int k = 0; k < 2; ++k) {

@@ -56,8 +56,8 @@ struct alignas(64) ArenaSlot {
 };
 static_assert(sizeof(ArenaSlot) == 64);
 
-// One rank's arena in its segment (written by its owner only; docs/formats/comm_wire.md,
-// "Arena"): step s uses slot and staging half s % 2.
+// One rank's arena in its segment (written by its owner only, but for `claim`;
+// docs/formats/comm_wire.md, "Arena"): step s uses slot and staging half s % 2.
 struct ArenaView {
   ArenaSlot* slot[2] = {};
   std::atomic<uint64_t>* reduced = nullptr;  // last step whose own slice is reduced
@@ -68,6 +68,10 @@ struct ArenaView {
   std::atomic<uint64_t>* abandoned = nullptr;
   // Single-copy steps: (step << 24) | blocks of the owner's slice reduced so far.
   std::atomic<uint64_t>* progress = nullptr;
+  // Two-rank single-copy steps, rank 0's arena only: (step mod 2^24) << 40 | front << 20 |
+  // back, the blocks not yet claimed being [front, back); rank 0 claims from the front and
+  // rank 1 from the back (compare-and-swap).
+  std::atomic<uint64_t>* claim = nullptr;
   int pid = 0;  // the owner's process
 };
 
@@ -121,6 +125,7 @@ struct OpCtx {
   }
   uint64_t bytes_sent = 0;
   uint64_t bytes_received = 0;
+  uint64_t single_copy_reduced_bytes = 0;  // CommStats::single_copy_reduced_bytes of the op
   // Describes a collective of rank `me` by its header.
   void SetCollective(const DataHeader& h, int me) {
     kind = h.kind;

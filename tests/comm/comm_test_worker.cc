@@ -7,6 +7,9 @@
 //     all-reduces 16 MiB in a loop on generation 1 (reporting progress in the store) until the
 //     communicator fails (the test kill -9's one rank), records the error and the time it was
 //     seen, then joins generation 2 with the survivors and checks one all-reduce.
+//   comm_test_worker skew <store_port> <rank> 2 shm
+//     single-copy all-reduces between two ranks, rank 1 slowed by a delay at every block it
+//     claims; checks every result and stores the bytes this rank reduced ("reduced/<rank>").
 //   comm_test_worker spin <store_port> <rank> <size> <tcp|shm>
 //     as kill, with 8-byte all-reduces and a 30 s shared-memory yield window: a survivor is
 //     polling (not sleeping on its futex) when its peer dies.
@@ -16,15 +19,45 @@
 #include <cstring>
 #include <string>
 
+#include "base/fault.h"
 #include "comm/communicator.h"
 #include "tests/comm/table.h"
 
 using namespace rt;
 using namespace rt::comm;
 
+// The skew mode (see the top of the file). Values are small integers: every sum is exact.
+int Skew(Communicator& comm, Store& store, int rank) {
+  if (rank == 1) fault::Arm("comm.single_copy.block", {fault::Action::kDelay, 2, 0});
+  const size_t count = (1u << 20) + 3;  // 4 MiB and a tail: 17 blocks of 256 KiB
+  std::vector<float> send(count), recv(count);
+  for (int iter = 0; iter < 4; ++iter) {
+    for (size_t i = 0; i < count; ++i) send[i] = static_cast<float>((i * 7 + rank * 3 + iter) % 1000);
+    const bool in_place = iter % 2 == 1;
+    if (in_place) recv = send;
+    Status s = comm.AllReduce(in_place ? recv.data() : send.data(), recv.data(), count, DType::kF32,
+                              ReduceOp::kSum)->Wait(Deadline::AfterMs(60'000));
+    if (!s.ok()) {
+      std::fprintf(stderr, "rank %d: %s\n", rank, s.ToString().c_str());
+      return 1;
+    }
+    for (size_t i = 0; i < count; ++i) {
+      const float want = static_cast<float>((i * 7 + iter) % 1000 + (i * 7 + 3 + iter) % 1000);
+      if (recv[i] != want) {
+        std::fprintf(stderr, "rank %d iter %d: element %zu is %g, want %g\n", rank, iter, i, recv[i], want);
+        return 1;
+      }
+    }
+  }
+  const uint64_t reduced = comm.stats().single_copy_reduced_bytes;
+  return store.Set("reduced/" + std::to_string(rank), ToBytes(std::to_string(reduced)), Deadline::AfterMs(5000)).ok()
+             ? 0
+             : 9;
+}
+
 int main(int argc, char** argv) {
   if (argc != 6) {
-    std::fprintf(stderr, "usage: %s table|table-nobody|kill|spin port rank size tcp|shm\n", argv[0]);
+    std::fprintf(stderr, "usage: %s table|table-nobody|kill|spin|skew port rank size tcp|shm\n", argv[0]);
     return 2;
   }
   std::string mode = argv[1];
@@ -51,6 +84,7 @@ int main(int argc, char** argv) {
   if (mode == "spin") o.shm_yield_window = std::chrono::seconds(30);
   auto comm = NewCpuCommunicator(o);
   if (!comm.ok()) return 4;
+  if (mode == "skew") return Skew(**comm, **store, rank);
   if (mode == "table" || mode == "table-nobody") {
     if (mode == "table-nobody" && rank == 1) {
       // Bootstrap done (segments mapped, sockets open), this rank becomes nobody: it can no

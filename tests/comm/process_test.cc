@@ -9,6 +9,7 @@
 
 #include <thread>
 
+#include "base/fault.h"
 #include "comm/communicator.h"
 
 extern char** environ;
@@ -64,6 +65,27 @@ TEST(ProcessSingleCopyTest, RankThatCannotReadPeersTurnsSingleCopyOff) {
   }
 }
 
+// Two ranks split a single-copy all-reduce's blocks where they meet: when the host slows one
+// (here a 2 ms delay at every block rank 1 claims), the other reduces most of the buffer, and
+// every result is still exact.
+TEST(ProcessSingleCopyTest, SlowRankLeavesItsBlocksToTheOther) {
+  if (!fault::Enabled()) GTEST_SKIP() << "needs fault points";
+  auto server = TcpStoreServer::Start({}).value();
+  auto store = ConnectTcpStore("127.0.0.1", server->port(), Deadline::AfterMs(2000)).value();
+  auto pids = StartRanks("skew", server->port(), 2, "shm");
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_GT(pids[r], 0);
+    ASSERT_EQ(WaitExit(pids[r], Deadline::AfterMs(60'000)), 0) << "rank " << r;
+  }
+  uint64_t reduced[2];
+  for (int r = 0; r < 2; ++r)
+    reduced[r] = std::stoull(ToString(store->Get("reduced/" + std::to_string(r), Deadline::AfterMs(2000)).value()));
+  const uint64_t total = 4 * (uint64_t{(1u << 20) + 3} * sizeof(float));  // four all-reduces
+  EXPECT_EQ(reduced[0] + reduced[1], total);  // every block reduced once
+  EXPECT_GT(reduced[0], total * 3 / 4) << "rank 0 reduced " << reduced[0] << ", rank 1 " << reduced[1];
+  EXPECT_GT(reduced[1], 0u);  // the slow rank still takes blocks
+}
+
 TEST_P(ProcessTest, CollectiveTableAcrossProcesses) {
   auto server = TcpStoreServer::Start({}).value();
   const int n = 3;
@@ -115,6 +137,12 @@ void KillOneRankAndCheckSurvivors(const std::string& mode, const std::string& tr
 TEST_P(ProcessTest, KillOneRankMidAllReduce) {
   // Every rank finishes a couple of 16 MiB all-reduces, then rank 2 of 4 is killed mid-loop.
   KillOneRankAndCheckSurvivors("kill", GetParam(), 4, 2);
+}
+
+TEST(ProcessSingleCopyTest, KillRankZeroMidTwoRankSingleCopy) {
+  // Two ranks split 16 MiB all-reduces through rank 0's claim word; rank 0 is killed mid-loop:
+  // rank 1 (which may be claiming in the dead rank's arena) must fail naming it within 2 s.
+  KillOneRankAndCheckSurvivors("kill", "shm", 2, 0);
 }
 
 TEST(ProcessSpinTest, KillPeerWhileTheSurvivorPollsSharedMemory) {
