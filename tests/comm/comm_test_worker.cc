@@ -28,7 +28,7 @@ using namespace rt::comm;
 
 // The skew mode (see the top of the file). Values are small integers: every sum is exact.
 int Skew(Communicator& comm, Store& store, int rank) {
-  if (rank == 1) fault::Arm("comm.single_copy.block", {fault::Action::kDelay, 2, 0});
+  if (rank == 1) fault::Arm("comm.single_copy.block", {fault::Action::kDelay, 20, 0});
   const size_t count = (1u << 20) + 3;  // 4 MiB and a tail: 17 blocks of 256 KiB
   std::vector<float> send(count), recv(count);
   for (int iter = 0; iter < 4; ++iter) {
