@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <charconv>
 #include <chrono>
 #include <cstdlib>
@@ -22,7 +23,15 @@ struct Registry {
   std::mutex mu;
   std::map<std::string, Point, std::less<>> points;  // GUARDED_BY(mu)
   bool env_loaded = false;                          // GUARDED_BY(mu)
+  // True once the environment was read and while no point is armed: Hit returns at once,
+  // without the lock (points sit on hot paths such as every block of a collective).
+  std::atomic<bool> idle{false};
 };
+
+// Updates Registry::idle after a change of the points. REQUIRES r.mu.
+void UpdateIdleLocked(Registry& r) {
+  r.idle.store(r.env_loaded && r.points.empty(), std::memory_order_release);
+}
 
 Registry& GetRegistry() {
   static Registry* registry = new Registry();  // never destroyed: hit from any thread at exit
@@ -77,10 +86,11 @@ Status ArmLocked(Registry& r, std::string_view list) {
 void LoadEnvLocked(Registry& r) {
   if (r.env_loaded) return;
   r.env_loaded = true;
-  const char* env = std::getenv("RINGTRAIN_FAULTS");
-  if (env == nullptr) return;
-  Status s = ArmLocked(r, env);
-  if (!s.ok()) internal::AbortWithMessage("RINGTRAIN_FAULTS: " + s.ToString());
+  if (const char* env = std::getenv("RINGTRAIN_FAULTS"); env != nullptr) {
+    Status s = ArmLocked(r, env);
+    if (!s.ok()) internal::AbortWithMessage("RINGTRAIN_FAULTS: " + s.ToString());
+  }
+  UpdateIdleLocked(r);
 }
 
 }  // namespace
@@ -90,6 +100,7 @@ void Arm(std::string_view name, Spec spec) {
   std::lock_guard lock(r.mu);
   LoadEnvLocked(r);
   r.points[std::string(name)] = Point{spec, 0};
+  UpdateIdleLocked(r);
 }
 
 void Disarm(std::string_view name) {
@@ -98,6 +109,7 @@ void Disarm(std::string_view name) {
   LoadEnvLocked(r);
   auto it = r.points.find(name);
   if (it != r.points.end()) r.points.erase(it);
+  UpdateIdleLocked(r);
 }
 
 void DisarmAll() {
@@ -105,6 +117,7 @@ void DisarmAll() {
   std::lock_guard lock(r.mu);
   r.env_loaded = true;
   r.points.clear();
+  UpdateIdleLocked(r);
 }
 
 int64_t HitCount(std::string_view name) {
@@ -118,11 +131,14 @@ Status ArmFromString(std::string_view list) {
   Registry& r = GetRegistry();
   std::lock_guard lock(r.mu);
   LoadEnvLocked(r);
-  return ArmLocked(r, list);
+  Status s = ArmLocked(r, list);
+  UpdateIdleLocked(r);
+  return s;
 }
 
 Status Hit(std::string_view name) {
   Registry& r = GetRegistry();
+  if (r.idle.load(std::memory_order_acquire)) return Status();
   Spec spec;
   {
     std::lock_guard lock(r.mu);

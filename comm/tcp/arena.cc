@@ -152,12 +152,6 @@ uint64_t ClaimWord(uint64_t step, uint64_t front, uint64_t back) {
   return (step & kProgressMask) << (2 * kClaimBits) | front << kClaimBits | back;
 }
 
-// Whether a single-copy step of `count` elements splits its blocks dynamically (two ranks and
-// a block count that fits the claim word).
-bool SplitsDynamically(int n, size_t count, size_t block) {
-  return n == 2 && (count + block - 1) / block <= kClaimMask;
-}
-
 // Which blocks of a single-copy step each rank reduces, in order. With more than two ranks,
 // rank r reduces the blocks of its slice (block r of n nearly equal slices). With two, the
 // blocks of the whole buffer are claimed from both ends of rank 0's claim word — rank 0 from
@@ -166,9 +160,17 @@ bool SplitsDynamically(int n, size_t count, size_t block) {
 // block depends on k alone: that is what its `progress` counts and what peers copy by.
 class BlockPlan {
  public:
-  BlockPlan(Mesh& mesh, uint64_t step, size_t count, size_t block)
-      : mesh_(mesh), step_(step), count_(count), block_(block), n_(mesh.size()),
-        dynamic_(SplitsDynamically(n_, count, block)), blocks_((count + block - 1) / block) {}
+  // The plan of single-copy step `step`: an all-reduce of `count` elements of `es` bytes.
+  BlockPlan(Mesh& mesh, uint64_t step, size_t count, size_t es)
+      : mesh_(mesh), step_(step), count_(count), block_(SingleCopyBlock(mesh.size(), es)), n_(mesh.size()),
+        blocks_((count + block_ - 1) / block_), dynamic_(n_ == 2 && blocks_ <= kClaimMask) {}
+
+  // Rank 0 opens the claim word of a two-rank plan before it posts the step (rank 1 claims only
+  // after it saw the post). No-op otherwise.
+  void Open() {
+    if (dynamic_ && mesh_.rank() == 0)
+      mesh_.Arena(0).claim->store(ClaimWord(step_, 0, blocks_), std::memory_order_relaxed);
+  }
 
   // Claims our next block; false when none is left. Error: a claim word of another step.
   Result<bool> Claim(size_t* lo, size_t* hi) {
@@ -223,14 +225,16 @@ class BlockPlan {
 
   // Whether the blocks are claimed from both ends (two ranks).
   bool dynamic() const { return dynamic_; }
+  // Elements per block.
+  size_t block() const { return block_; }
 
  private:
   Mesh& mesh_;
   const uint64_t step_;
   const size_t count_, block_;
   const int n_;
-  const bool dynamic_;
   const size_t blocks_;  // of the whole buffer
+  const bool dynamic_;
   size_t claimed_ = 0;   // blocks we claimed so far
 };
 
@@ -248,16 +252,15 @@ static_assert(sizeof(SingleCopyPost) <= kArenaInlineBytes);
 // rank returns while a peer may still read its buffers. A rank that fails after posting marks
 // the step `abandoned` first, so a peer whose reads overlapped its return fails too instead of
 // trusting what it read.
-Status SingleCopy(Mesh& mesh, OpCtx& ctx, const DataHeader& h, uint64_t step, const std::byte* in,
-                  std::byte* out, const SingleCopyPost* posts) {
+Status SingleCopy(Mesh& mesh, OpCtx& ctx, const DataHeader& h, uint64_t step, BlockPlan& plan,
+                  const std::byte* in, std::byte* out, const SingleCopyPost* posts) {
   const int n = mesh.size(), me = mesh.rank();
   const DType dt = h.dtype;
   const ReduceOp op = static_cast<ReduceOp>(h.reduce_op);
   const size_t es = DTypeSize(dt), count = h.count;
   const ArenaView& mine = mesh.Arena(me);
   auto abandon = [&](Status s) { return Abandon(mesh, step, std::move(s)); };
-  const size_t block = SingleCopyBlock(n, es);
-  BlockPlan plan(mesh, step, count, block);
+  const size_t block = plan.block();
   // Room for the n − 1 peer blocks, and for our own input block when it must not be
   // overwritten before it is read (in place, and not the first operand).
   std::byte* scratch = mesh.Scratch(block * es * static_cast<size_t>(n));
@@ -364,10 +367,8 @@ Status TrySingleCopy(Mesh& mesh, OpCtx& ctx, const DataHeader& op_header, const 
   // than the copies saved: such a group stays on the staging steps.
   const bool fits = !mesh.oversubscribed() || mesh.single_copy_oversubscribed();
   post.can_read = fits && mesh.single_copy_possible() ? 1 : 0;
-  // Rank 0 opens the claim word before it posts; rank 1 claims only after it saw the post.
-  const size_t block = SingleCopyBlock(mesh.size(), DTypeSize(h.dtype));
-  if (mesh.rank() == 0 && SplitsDynamically(mesh.size(), h.count, block))
-    mesh.Arena(0).claim->store(ClaimWord(step, 0, (h.count + block - 1) / block), std::memory_order_relaxed);
+  BlockPlan plan(mesh, step, h.count, DTypeSize(h.dtype));
+  plan.Open();
   Publish(mesh, h, step, &post, sizeof(post), /*inline_ok=*/true);
   mesh.RingPeers();
   Status s = Gather(mesh, ctx, h, step);
@@ -383,7 +384,7 @@ Status TrySingleCopy(Mesh& mesh, OpCtx& ctx, const DataHeader& op_header, const 
     return Status();
   }
   *done = true;
-  return SingleCopy(mesh, ctx, h, step, static_cast<const std::byte*>(send),
+  return SingleCopy(mesh, ctx, h, step, plan, static_cast<const std::byte*>(send),
                     static_cast<std::byte*>(recv), posts);
 }
 

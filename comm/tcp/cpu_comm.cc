@@ -199,7 +199,7 @@ class CpuComm : public std::enable_shared_from_this<CpuComm> {
     OpCtx ctx;
     ctx.SetCollective(h, opts_.rank);
     Status s = ArenaReduceSmall(mesh_, ctx, h, *step, send, recv);
-    CountOp(OpKind::kAllReduce, ctx.bytes_sent, ctx.bytes_received);
+    CountOp(OpKind::kAllReduce, ctx);
     if (!s.ok()) {
       if (s.code() != StatusCode::kCommAborted)
         mesh_.SendAbortNotice(RankName(opts_.rank) + ": " + s.ToString());
@@ -336,8 +336,7 @@ class CpuComm : public std::enable_shared_from_this<CpuComm> {
       if (!s.ok()) FailLocked(s);
       op->done = true;
       op->result = std::move(s);
-      CountOp(op->kind, ctx.bytes_sent, ctx.bytes_received);
-      stats_.single_copy_reduced_bytes += ctx.single_copy_reduced_bytes;
+      CountOp(op->kind, ctx);
       cv_.notify_all();
       return;
     }
@@ -369,7 +368,7 @@ class CpuComm : public std::enable_shared_from_this<CpuComm> {
     for (size_t i = 0; i < group.size(); ++i) {
       group[i]->done = true;
       group[i]->result = s;
-      CountOp(group[i]->kind, ctx[i].bytes_sent, ctx[i].bytes_received);
+      CountOp(group[i]->kind, ctx[i]);
     }
     cv_.notify_all();
   }
@@ -381,7 +380,7 @@ class CpuComm : public std::enable_shared_from_this<CpuComm> {
   void FailOpLocked(Op& op) {
     op.done = true;
     op.result = failed_;
-    CountOp(op.kind, 0, 0);
+    CountOp(op.kind, OpCtx{});
   }
 
   void FailLocked(Status s) {
@@ -394,11 +393,13 @@ class CpuComm : public std::enable_shared_from_this<CpuComm> {
     }
   }
 
-  void CountOp(OpKind kind, uint64_t sent, uint64_t received) {
+  // Adds one op of `kind` and what its context counted to the stats. REQUIRES mu_.
+  void CountOp(OpKind kind, const OpCtx& ctx) {
     auto& b = stats_.per_op[static_cast<size_t>(kind)];
     ++b.ops;
-    b.bytes_sent += sent;
-    b.bytes_received += received;
+    b.bytes_sent += ctx.bytes_sent;
+    b.bytes_received += ctx.bytes_received;
+    stats_.single_copy_reduced_bytes += ctx.single_copy_reduced_bytes;
   }
 
   Status Bootstrap();

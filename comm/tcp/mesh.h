@@ -66,7 +66,8 @@ struct ArenaView {
   // the owner left with an error (0: none) while peers might still read its buffers.
   std::atomic<uint64_t>* released = nullptr;
   std::atomic<uint64_t>* abandoned = nullptr;
-  // Single-copy steps: (step << 24) | blocks of the owner's slice reduced so far.
+  // Single-copy steps: (step << 24) | blocks the owner reduced so far (in the order it claimed
+  // them).
   std::atomic<uint64_t>* progress = nullptr;
   // Two-rank single-copy steps, rank 0's arena only: (step mod 2^24) << 40 | front << 20 |
   // back, the blocks not yet claimed being [front, back); rank 0 claims from the front and

@@ -32,6 +32,14 @@ Status WaitFor(const comm::WorkHandle& work, Deadline deadline, const std::strin
   return work->Wait(deadline).WithContext(what);
 }
 
+// WaitFor that adds the seconds it waited to `*waited`.
+Status WaitTimed(const comm::WorkHandle& work, Deadline deadline, const std::string& what, double* waited) {
+  const double t0 = Now();
+  Status s = WaitFor(work, deadline, what);
+  *waited += Now() - t0;
+  return s;
+}
+
 }  // namespace
 
 DistTrainer::~DistTrainer() = default;
@@ -320,9 +328,7 @@ Status DistTrainer::Forward(int chunk, int micro) {
   const int slot = micro % runner->slots();
   comm::WorkHandle& sent = send_forward_[static_cast<size_t>(chunk)][static_cast<size_t>(slot)];
   if (sent) {
-    const double w0 = Now();
-    RETURN_IF_ERROR(WaitFor(sent, WaitDeadline(), "pipeline activation send"));
-    timings_.send_wait_s += Now() - w0;
+    RETURN_IF_ERROR(WaitTimed(sent, WaitDeadline(), "pipeline activation send", &timings_.send_wait_s));
     sent.reset();
   }
   const int T = config_.model.seq_len;
@@ -337,11 +343,10 @@ Status DistTrainer::Forward(int chunk, int micro) {
   const int prev = PrevStage(chunk), next = NextStage(chunk);
   if (prev >= 0) {
     const Tensor in = runner->input(slot);
-    const double w0 = Now();
-    RETURN_IF_ERROR(WaitFor(groups_.pp_forward->Recv(in.data(), static_cast<size_t>(in.numel()),
-                                                     in.dtype(), prev, Tag(chunk, micro) - static_cast<uint32_t>(micro_)),
-                            WaitDeadline(), "pipeline activation receive from stage " + std::to_string(prev)));
-    timings_.recv_wait_s += Now() - w0;
+    RETURN_IF_ERROR(WaitTimed(groups_.pp_forward->Recv(in.data(), static_cast<size_t>(in.numel()), in.dtype(),
+                                                       prev, Tag(chunk, micro) - static_cast<uint32_t>(micro_)),
+                              WaitDeadline(), "pipeline activation receive from stage " + std::to_string(prev),
+                              &timings_.recv_wait_s));
   }
   const double t0 = Now();
   // The auxiliary units (wte, wpe, ln_f) serve the chunk with the embedding or the head.
@@ -392,19 +397,16 @@ Status DistTrainer::Backward(int chunk, int micro, bool last) {
   const int slot = micro % runner->slots();
   comm::WorkHandle& sent = send_backward_[static_cast<size_t>(chunk)][static_cast<size_t>(slot)];
   if (sent) {
-    const double w0 = Now();
-    RETURN_IF_ERROR(WaitFor(sent, WaitDeadline(), "pipeline gradient send"));
-    timings_.send_wait_s += Now() - w0;
+    RETURN_IF_ERROR(WaitTimed(sent, WaitDeadline(), "pipeline gradient send", &timings_.send_wait_s));
     sent.reset();
   }
   const int prev = PrevStage(chunk), next = NextStage(chunk);
   if (next >= 0) {
     const Tensor d = runner->dout(slot);
-    const double w0 = Now();
-    RETURN_IF_ERROR(WaitFor(groups_.pp_backward->Recv(d.data(), static_cast<size_t>(d.numel()),
-                                                      d.dtype(), next, Tag(chunk, micro) + static_cast<uint32_t>(micro_)),
-                            WaitDeadline(), "pipeline gradient receive from stage " + std::to_string(next)));
-    timings_.recv_wait_s += Now() - w0;
+    RETURN_IF_ERROR(WaitTimed(groups_.pp_backward->Recv(d.data(), static_cast<size_t>(d.numel()), d.dtype(),
+                                                        next, Tag(chunk, micro) + static_cast<uint32_t>(micro_)),
+                              WaitDeadline(), "pipeline gradient receive from stage " + std::to_string(next),
+                              &timings_.recv_wait_s));
   }
   double busy = Now();
   const int aux = ck.has_embedding || ck.has_head ? stage_.aux_units : 0;

@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstring>
+#include <functional>
 
 #include "base/crc32c.h"
 #include "base/net/rpc.h"
@@ -24,12 +25,20 @@ asio::awaitable<Result<std::pair<tcp::socket, tcp::socket>>> Pair(tcp::acceptor&
   co_return std::make_pair(std::move(client), std::move(server));
 }
 
-TEST(BulkFrame, GatheredUncheckedFrameRoundTripsAndItsHeaderIsChecked) {
+// Runs `body` on a loop with a connected pair of sockets and expects it to return OK.
+void WithSocketPair(
+    const std::function<asio::awaitable<Status>(tcp::socket& client, tcp::socket& server)>& body) {
   Loop loop;
   tcp::acceptor acceptor(loop.io(), tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
   auto result = loop.Run<Status>([&]() -> asio::awaitable<Status> {
     CO_ASSIGN_OR_RETURN(auto sockets, co_await Pair(acceptor));
-    auto& [client, server] = sockets;
+    co_return co_await body(sockets.first, sockets.second);
+  });
+  EXPECT_TRUE(result.ok()) << result.ToString();
+}
+
+TEST(BulkFrame, GatheredUncheckedFrameRoundTripsAndItsHeaderIsChecked) {
+  WithSocketPair([&](tcp::socket& client, tcp::socket& server) -> asio::awaitable<Status> {
     const Bytes a = B("head|"), b = B("body bytes"), c = B("|tail");
     const std::span<const std::byte> pieces[] = {a, b, c};
     for (uint32_t flags : {0u, kFrameUncheckedPayload}) {
@@ -51,15 +60,10 @@ TEST(BulkFrame, GatheredUncheckedFrameRoundTripsAndItsHeaderIsChecked) {
     EXPECT_EQ(bad.status().code(), StatusCode::kCorruption) << bad.status().ToString();
     co_return Status();
   });
-  EXPECT_TRUE(result.ok()) << result.ToString();
 }
 
 TEST(BulkFrame, CheckedFrameWithCorruptedPayloadIsRejected) {
-  Loop loop;
-  tcp::acceptor acceptor(loop.io(), tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
-  auto result = loop.Run<Status>([&]() -> asio::awaitable<Status> {
-    CO_ASSIGN_OR_RETURN(auto sockets, co_await Pair(acceptor));
-    auto& [client, server] = sockets;
+  WithSocketPair([&](tcp::socket& client, tcp::socket& server) -> asio::awaitable<Status> {
     Bytes payload = B("payload");
     const std::span<const std::byte> one[] = {payload};
     auto header = EncodeGatherHeader(7, 0, 1, Pieces(one));
@@ -70,7 +74,6 @@ TEST(BulkFrame, CheckedFrameWithCorruptedPayloadIsRejected) {
     EXPECT_EQ(bad.status().code(), StatusCode::kCorruption) << bad.status().ToString();
     co_return Status();
   });
-  EXPECT_TRUE(result.ok()) << result.ToString();
 }
 
 // The socket's receive low-water mark (SO_RCVLOWAT).
@@ -82,11 +85,7 @@ int LowWater(tcp::socket& socket) {
 }
 
 TEST(BulkFrame, BatchedReadReceivesEveryByteAndLeavesTheLowMarkAtOneByte) {
-  Loop loop;
-  tcp::acceptor acceptor(loop.io(), tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
-  auto result = loop.Run<Status>([&]() -> asio::awaitable<Status> {
-    CO_ASSIGN_OR_RETURN(auto sockets, co_await Pair(acceptor));
-    auto& [client, server] = sockets;
+  WithSocketPair([&](tcp::socket& client, tcp::socket& server) -> asio::awaitable<Status> {
     auto ex = co_await asio::this_coro::executor;
     // Sizes that end in a partial batch, and one below the batch (a plain read).
     for (size_t size : {size_t{(5 << 20) + 123}, size_t{3 << 20}, size_t{1000}}) {
@@ -117,7 +116,6 @@ TEST(BulkFrame, BatchedReadReceivesEveryByteAndLeavesTheLowMarkAtOneByte) {
     EXPECT_LT(MonoClock::now() - t0, std::chrono::milliseconds(2000));
     co_return Status();
   });
-  EXPECT_TRUE(result.ok()) << result.ToString();
 }
 
 std::shared_ptr<RpcServer> BulkServer(Loop& loop, uint32_t payload_read_batch = 0) {
