@@ -5,7 +5,7 @@
 #include "base/bytes.h"
 #include "base/fault.h"
 #include "kernels/ops.h"
-#include "parallel/weights.h"
+#include "model/weights.h"
 
 namespace rt {
 

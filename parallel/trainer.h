@@ -11,9 +11,9 @@
 
 #include "base/status.h"
 #include "parallel/config.h"
-#include "parallel/data_loader.h"
-#include "parallel/gpt.h"
-#include "parallel/optimizer.h"
+#include "data/data_loader.h"
+#include "model/gpt.h"
+#include "model/optimizer.h"
 
 namespace rt {
 

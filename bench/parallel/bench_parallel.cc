@@ -40,13 +40,13 @@
 #include "bench/parallel/parallel_bench.h"
 #include "comm/communicator.h"
 #include "parallel/config.h"
-#include "parallel/dist/engine.h"
-#include "parallel/dist/layout.h"
-#include "parallel/dist/local_ranks.h"
-#include "parallel/dist/schedule.h"
-#include "parallel/rng.h"
+#include "parallel/engine.h"
+#include "parallel/layout.h"
+#include "parallel/local_ranks.h"
+#include "parallel/schedule.h"
+#include "model/rng.h"
 
-namespace rt::dist {
+namespace rt::parallel {
 namespace {
 
 // Where one rank's pipeline span went, averaged over the measured steps (StepTimings).
@@ -307,6 +307,6 @@ int Main(int argc, char** argv) {
 }
 
 }  // namespace
-}  // namespace rt::dist
+}  // namespace rt::parallel
 
-int RunParallelBench(int argc, char** argv) { return rt::dist::Main(argc, argv); }
+int RunParallelBench(int argc, char** argv) { return rt::parallel::Main(argc, argv); }

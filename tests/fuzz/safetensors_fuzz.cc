@@ -2,7 +2,7 @@
 // every tensor it accepts lies inside the input.
 #include <vector>
 
-#include "parallel/safetensors.h"
+#include "model/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<std::byte> bytes(reinterpret_cast<const std::byte*>(data),

@@ -3,7 +3,7 @@
 #include <cstring>
 #include <vector>
 
-#include "parallel/token_shard.h"
+#include "data/token_shard.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::span<const std::byte> bytes(reinterpret_cast<const std::byte*>(data), size);

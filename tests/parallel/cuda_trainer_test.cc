@@ -15,7 +15,7 @@
 
 #include "base/fault.h"
 #include "kernels/ops.h"
-#include "parallel/sampler.h"
+#include "model/sampler.h"
 #include "parallel/trainer.h"
 #include "tests/parallel/test_util.h"
 

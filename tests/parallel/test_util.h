@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "parallel/config.h"
-#include "parallel/rng.h"
+#include "model/rng.h"
 
 namespace rt::testing {
 

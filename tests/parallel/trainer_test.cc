@@ -9,9 +9,9 @@
 #include <filesystem>
 
 #include "base/fault.h"
-#include "parallel/data_loader.h"
-#include "parallel/data_prepare.h"
-#include "parallel/weights.h"
+#include "data/data_loader.h"
+#include "data/data_prepare.h"
+#include "model/weights.h"
 #include "tests/parallel/test_util.h"
 
 namespace rt {

@@ -16,7 +16,7 @@
 #include "bench/kernels/kernels_bench.h"
 #include "bench/parallel/parallel_bench.h"
 #include "kernels/ops.h"
-#include "parallel/rng.h"
+#include "model/rng.h"
 #include "parallel/trainer.h"
 #include "tools/ringtrain/commands.h"
 

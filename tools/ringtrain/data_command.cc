@@ -2,7 +2,7 @@
 #include <cstdio>
 #include <memory>
 
-#include "parallel/data_prepare.h"
+#include "data/data_prepare.h"
 #include "tools/ringtrain/commands.h"
 
 namespace rt::cli {

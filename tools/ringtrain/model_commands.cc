@@ -2,11 +2,11 @@
 #include <cstdio>
 #include <memory>
 
-#include "parallel/data_loader.h"
-#include "parallel/sampler.h"
-#include "parallel/tokenizer.h"
+#include "data/data_loader.h"
+#include "model/sampler.h"
+#include "data/tokenizer.h"
 #include "parallel/trainer.h"
-#include "parallel/weights.h"
+#include "model/weights.h"
 #include "tools/ringtrain/commands.h"
 
 namespace rt::cli {

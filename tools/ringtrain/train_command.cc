@@ -1,5 +1,5 @@
 // `ringtrain train --config FILE [--set key=value ...] [--steps N] [--init-from W] [--out W]`,
-// or with `--layout L --ranks N` on N local worker processes (parallel/dist/launch.h).
+// or with `--layout L --ranks N` on N local worker processes (parallel/launch.h).
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -8,10 +8,10 @@
 #include <nlohmann/json.hpp>
 
 #include "base/log.h"
-#include "parallel/data_loader.h"
-#include "parallel/data_prepare.h"
-#include "parallel/dist/launch.h"
-#include "parallel/token_shard.h"
+#include "data/data_loader.h"
+#include "data/data_prepare.h"
+#include "parallel/launch.h"
+#include "data/token_shard.h"
 #include "parallel/trainer.h"
 #include "tools/ringtrain/commands.h"
 #include "tools/ringtrain/progress.h"
@@ -25,19 +25,19 @@ struct TrainOptions {
   int64_t steps = -1;
   std::string init_from;
   std::string out;
-  rt::dist::DistTrainOptions dist;  // used when --layout is given
+  rt::parallel::DistTrainOptions dist;  // used when --layout is given
 };
 
 // `train --layout ... --ranks N`: the launcher (or, with the hidden --rank, one worker).
 Status RunDistributedTrain(const TrainOptions& opt) {
   if (!opt.init_from.empty() || !opt.out.empty())
     return InvalidArgument("--init-from and --out are not supported with --layout yet");
-  rt::dist::DistTrainOptions o = opt.dist;
+  rt::parallel::DistTrainOptions o = opt.dist;
   o.config = opt.config;
   o.sets = opt.sets;
   o.steps = opt.steps;
   o.command = {"train"};
-  return rt::dist::RunDistributedTrain(o, "/proc/self/exe");
+  return rt::parallel::RunDistributedTrain(o, "/proc/self/exe");
 }
 
 // The tokenizer a data folder was prepared with, from its vocabulary size.

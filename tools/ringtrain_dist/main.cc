@@ -10,11 +10,11 @@
 
 #include <CLI/CLI.hpp>
 
-#include "parallel/dist/launch.h"
+#include "parallel/launch.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"ringtrain_dist: distributed training on local worker processes"};
-  rt::dist::DistTrainOptions o;
+  rt::parallel::DistTrainOptions o;
   app.add_option("--config", o.config, "TOML config file");
   app.add_option("--set", o.sets, "override a config key: key=value (repeatable)");
   app.add_option("--steps", o.steps, "optimizer steps (overrides train.steps)");
@@ -30,7 +30,7 @@ int main(int argc, char** argv) {
   char self[PATH_MAX];
   const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
   const std::string exe = n > 0 ? std::string(self, static_cast<size_t>(n)) : std::string(argv[0]);
-  const rt::Status s = rt::dist::RunDistributedTrain(o, exe);
+  const rt::Status s = rt::parallel::RunDistributedTrain(o, exe);
   if (!s.ok()) {
     std::fprintf(stderr, "ringtrain_dist: %s\n", s.ToString().c_str());
     return 1;

@@ -1,0 +1,19 @@
+// Whole-file reads and atomic whole-file writes.
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+
+namespace rt {
+
+// Reads a whole file into memory. Errors: NotFound if it does not exist, IoError naming the path.
+Result<std::vector<std::byte>> ReadFileBytes(const std::string& path);
+
+// Writes `bytes` to `path` through a temporary file and a rename. Errors: IoError naming the path.
+Status WriteFileBytes(const std::string& path, std::span<const std::byte> bytes);
+
+}  // namespace rt

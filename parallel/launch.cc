@@ -1,0 +1,229 @@
+#include "parallel/launch.h"
+
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "comm/communicator.h"
+#include "comm/store.h"
+#include "parallel/config.h"
+#include "data/data_loader.h"
+#include "parallel/engine.h"
+#include "parallel/layout.h"
+#if defined(RINGTRAIN_WITH_CUDA)
+#include "kernels/cuda/device.h"
+#endif
+
+extern char** environ;
+
+namespace rt::parallel {
+namespace {
+
+constexpr auto kBootstrapTimeout = std::chrono::seconds(60);
+
+Result<std::pair<std::string, uint16_t>> ParseHostPort(const std::string& s) {
+  const size_t colon = s.rfind(':');
+  if (colon == std::string::npos) return InvalidArgument("--store must be host:port, got '" + s + "'");
+  const int port = std::atoi(s.c_str() + colon + 1);
+  if (port <= 0 || port > 65535) return InvalidArgument("--store has a bad port: '" + s + "'");
+  return std::make_pair(s.substr(0, colon), static_cast<uint16_t>(port));
+}
+
+// train.device = "cuda": one GPU per rank (every rank is local: device = rank). Checks that this
+// machine has `ranks` devices and, for a worker (rank ≥ 0), makes device `rank` its current one.
+Status SelectRankGpu(int rank, int ranks) {
+#if defined(RINGTRAIN_WITH_CUDA)
+  ASSIGN_OR_RETURN(const int devices, CudaDeviceCount());
+  if (devices < ranks)
+    return InvalidArgument("train.device = \"cuda\" with --ranks " + std::to_string(ranks) +
+                           " needs one GPU per rank, but this machine has " +
+                           std::to_string(devices) + " (NCCL refuses two ranks on one GPU)");
+  if (rank >= 0) RETURN_IF_ERROR(SetCudaDevice(rank).WithContext("select the rank's GPU"));
+  return Status();
+#else
+  (void)rank;
+  (void)ranks;
+  return Unimplemented("train.device = \"cuda\": no CUDA backend in this build (configure with "
+                       "-DRINGTRAIN_CUDA=ON)");
+#endif
+}
+
+Result<RunConfig> LoadConfig(const DistTrainOptions& o) {
+  std::vector<std::string> sets = o.sets;
+  if (o.steps >= 0) sets.push_back("train.steps=" + std::to_string(o.steps));
+  return LoadRunConfig(o.config, sets);
+}
+
+Status RunWorker(const DistTrainOptions& o) {
+  ASSIGN_OR_RETURN(RunConfig config, LoadConfig(o));
+  ASSIGN_OR_RETURN(ParallelLayout layout, ParseLayout(o.layout));
+  ASSIGN_OR_RETURN(auto host_port, ParseHostPort(o.store));
+  const Deadline boot = Deadline::After(kBootstrapTimeout);
+  ASSIGN_OR_RETURN(std::shared_ptr<comm::Store> store,
+                   comm::ConnectTcpStore(host_port.first, host_port.second, boot));
+  comm::CommOptions co;
+  co.store = store;
+  co.job = o.job;
+  co.rank = o.rank;
+  co.size = o.ranks;
+  // The engine's buffers live on train.device: the world is NCCL on this rank's GPU for cuda.
+  ASSIGN_OR_RETURN(const Device device, TrainDevice(config.train));
+  std::unique_ptr<comm::Communicator> world;
+  if (device == Device::kCuda) {
+    RETURN_IF_ERROR(SelectRankGpu(o.rank, o.ranks));
+    ASSIGN_OR_RETURN(world, comm::NewNcclCommunicator(EngineCommOptions(co), o.rank));
+  } else {
+    ASSIGN_OR_RETURN(world, comm::NewCpuCommunicator(EngineCommOptions(co)));
+  }
+  RETURN_IF_ERROR(world->WaitReady(boot).WithContext("world communicator"));
+  ASSIGN_OR_RETURN(auto tokens, LoadTrainTokens(config.data.dir,
+                                                static_cast<uint32_t>(config.model.vocab_size)));
+  std::shared_ptr<const std::vector<uint16_t>> val_tokens;
+  if (config.eval.every > 0) {
+    ASSIGN_OR_RETURN(val_tokens, LoadShardTokens(config.data.dir + "/val.bin",
+                                                 static_cast<uint32_t>(config.model.vocab_size)));
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<DistTrainer> engine,
+                   DistTrainer::Create(config, layout, *world, tokens));
+  const bool lead = o.rank == 0;
+  std::ofstream metrics;
+  if (lead) {
+    std::printf("ringtrain_dist: %s on %d ranks, %lld steps\n", DescribeLayout(layout).c_str(),
+                o.ranks, static_cast<long long>(config.train.steps));
+    if (!config.metrics.path.empty()) {
+      metrics.open(config.metrics.path, std::ios::trunc);
+      if (!metrics) return ErrnoStatus(errno, "open metrics file '" + config.metrics.path + "'");
+    }
+  }
+  for (int64_t i = 0; i < config.train.steps; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    ASSIGN_OR_RETURN(StepStats s, engine->Step());
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const bool last = s.step == config.train.steps;
+    const bool evaluate =
+        config.eval.every > 0 && (s.step % config.eval.every == 0 || last);
+    double val = 0;
+    if (evaluate) {
+      ASSIGN_OR_RETURN(val, engine->Evaluate(val_tokens, config.eval.batches));
+    }
+    if (!lead) continue;
+    const double tokens_per_s = static_cast<double>(s.tokens) / seconds;
+    nlohmann::ordered_json line = {{"step", s.step},           {"loss", s.loss},
+                                   {"lr", s.lr},               {"tokens_per_s", tokens_per_s},
+                                   {"grad_norm", s.grad_norm}, {"skipped", s.skipped}};
+    if (config.train.precision == "fp16") line["loss_scale"] = s.loss_scale;
+    if (!std::isfinite(s.grad_norm)) line["grad_norm"] = nullptr;
+    if (metrics.is_open()) metrics << line.dump() << "\n" << std::flush;
+    if (last || config.train.log_every <= 0 || s.step % config.train.log_every == 0)
+      std::printf("step %lld/%lld  loss %.4f  lr %.2e  %.0f tok/s\n", static_cast<long long>(s.step),
+                  static_cast<long long>(config.train.steps), s.loss, s.lr, tokens_per_s);
+    if (evaluate) {
+      std::printf("step %lld: val_loss %.4f\n", static_cast<long long>(s.step), val);
+      if (metrics.is_open())
+        metrics << nlohmann::ordered_json({{"step", s.step}, {"val_loss", val}}).dump() << "\n"
+                << std::flush;
+    }
+  }
+  return Status();
+}
+
+// Waits for every child; on the first failure stops the others (SIGTERM, then SIGKILL after 5 s).
+Status WaitWorkers(std::vector<pid_t> pids) {
+  Status first;
+  std::vector<bool> live(pids.size(), true);
+  size_t left = pids.size();
+  bool killing = false;
+  std::chrono::steady_clock::time_point kill_at{};
+  while (left > 0) {
+    int status = 0;
+    const pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid < 0 && errno != EINTR) return ErrnoStatus(errno, "waitpid for the workers");
+    if (pid <= 0) {
+      if (killing && std::chrono::steady_clock::now() > kill_at) {
+        for (size_t i = 0; i < pids.size(); ++i)
+          if (live[i]) kill(pids[i], SIGKILL);
+        killing = false;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      continue;
+    }
+    for (size_t i = 0; i < pids.size(); ++i) {
+      if (pids[i] != pid || !live[i]) continue;
+      live[i] = false;
+      --left;
+      const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+      if (!ok && first.ok()) {
+        first = Internal("worker rank " + std::to_string(i) + " failed (" +
+                         (WIFEXITED(status) ? "exit status " + std::to_string(WEXITSTATUS(status))
+                                            : "signal " + std::to_string(WTERMSIG(status))) + ")");
+        for (size_t j = 0; j < pids.size(); ++j)
+          if (live[j]) kill(pids[j], SIGTERM);
+        killing = true;
+        kill_at = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      }
+    }
+  }
+  return first;
+}
+
+}  // namespace
+
+std::vector<std::string> WorkerArguments(const DistTrainOptions& o, int rank,
+                                         const std::string& store) {
+  std::vector<std::string> a = o.command;
+  if (!o.config.empty()) a.insert(a.end(), {"--config", o.config});
+  for (const std::string& s : o.sets) a.insert(a.end(), {"--set", s});
+  if (o.steps >= 0) a.insert(a.end(), {"--steps", std::to_string(o.steps)});
+  a.insert(a.end(), {"--layout", o.layout, "--ranks", std::to_string(o.ranks), "--rank",
+                     std::to_string(rank), "--store", store, "--job", o.job});
+  return a;
+}
+
+Status RunDistributedTrain(const DistTrainOptions& o, const std::string& executable) {
+  ASSIGN_OR_RETURN(ParallelLayout layout, ParseLayout(o.layout));
+  if (o.ranks != layout.world())
+    return InvalidArgument("--ranks " + std::to_string(o.ranks) + " does not match the layout " +
+                           DescribeLayout(layout) + " (" + std::to_string(layout.world()) + " ranks)");
+  if (o.rank >= 0) {
+    if (o.rank >= o.ranks) return InvalidArgument("--rank " + std::to_string(o.rank) + " ≥ --ranks");
+    return RunWorker(o).WithContext("rank " + std::to_string(o.rank));
+  }
+  // The config is validated here so that a bad one (or too few GPUs) fails once, before any
+  // worker starts.
+  ASSIGN_OR_RETURN(RunConfig config, LoadConfig(o));
+  ASSIGN_OR_RETURN(const Device device, TrainDevice(config.train));
+  if (device == Device::kCuda) RETURN_IF_ERROR(SelectRankGpu(-1, o.ranks));
+  ASSIGN_OR_RETURN(std::unique_ptr<comm::TcpStoreServer> server, comm::TcpStoreServer::Start({}));
+  const std::string store = "127.0.0.1:" + std::to_string(server->port());
+  std::vector<pid_t> pids;
+  for (int r = 0; r < o.ranks; ++r) {
+    std::vector<std::string> args = WorkerArguments(o, r, store);
+    args.insert(args.begin(), executable);
+    std::vector<char*> argv;
+    for (std::string& s : args) argv.push_back(s.data());
+    argv.push_back(nullptr);
+    pid_t pid = 0;
+    const int err = posix_spawn(&pid, executable.c_str(), nullptr, nullptr, argv.data(), environ);
+    if (err != 0) {
+      for (pid_t p : pids) kill(p, SIGTERM);
+      (void)WaitWorkers(pids);
+      return ErrnoStatus(err, "start worker rank " + std::to_string(r) + " (" + executable + ")");
+    }
+    pids.push_back(pid);
+  }
+  Status s = WaitWorkers(pids);
+  server->Stop();
+  return s;
+}
+
+}  // namespace rt::parallel

@@ -1,0 +1,46 @@
+// `ringtrain_dist`: distributed training on one machine. The launcher starts a TCP rendezvous
+// store on loopback and one worker process per rank (the same executable in worker mode); each
+// worker builds its world communicator over that store — CPU for train.device = "cpu", NCCL on
+// GPU `rank` for "cuda" (one GPU per rank; the launcher refuses more ranks than GPUs) — runs
+// the DistTrainer for its rank, and
+// rank 0 prints progress and writes the metrics file with the fields of a single-process run
+// (per step: step, loss, lr, tokens_per_s, grad_norm, skipped; per evaluation: step, val_loss).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+
+namespace rt::parallel {
+
+// Command-line options of a distributed run.
+struct DistTrainOptions {
+  std::string config;             // TOML config file ("" = defaults only)
+  std::vector<std::string> sets;  // "key=value" overrides, applied in order
+  int64_t steps = -1;             // overrides train.steps when ≥ 0
+  std::string layout;             // e.g. "tp=1,pp=2,dp=2,zero=1,schedule=1f1b"
+  int ranks = 1;                  // local worker processes; must equal the layout's world size
+  // Worker mode (the launcher passes these to its children).
+  int rank = -1;                  // this worker's rank; -1 = launcher
+  std::string store;              // rendezvous store "host:port"
+  std::string job = "train";      // job name scoping the store keys
+  // Arguments the workers get before their options: the subcommand words of the executable
+  // (e.g. {"train"} for `ringtrain train`); empty for ringtrain_dist.
+  std::vector<std::string> command;
+};
+
+// The launcher (options.rank < 0): validates the config and layout, starts the store, runs
+// `options.ranks` workers as `executable` with WorkerArguments, waits for them and stops the
+// others as soon as one fails. Worker mode (options.rank ≥ 0): runs one rank until the last step.
+// Errors: InvalidArgument for bad options (naming them), those of the config, data, comm and
+// engine, and Internal naming the rank and exit status of a failed worker.
+Status RunDistributedTrain(const DistTrainOptions& options, const std::string& executable);
+
+// The arguments (argv[1..]) that start rank `rank` of the run described by `options` against the
+// store at `store` ("host:port").
+std::vector<std::string> WorkerArguments(const DistTrainOptions& options, int rank,
+                                         const std::string& store);
+
+}  // namespace rt::parallel

@@ -1,0 +1,161 @@
+// ringtrain_dist and `ringtrain train --layout` end to end: ranks as local processes over the TCP
+// store and the CPU backend, rank 0's metrics against the single-process Trainer, and bad input
+// (including more CUDA ranks than GPUs).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "parallel/config.h"
+#include "data/data_loader.h"
+#include "data/token_shard.h"
+#include "parallel/trainer.h"
+#include "tests/parallel/test_util.h"
+
+namespace rt::parallel {
+namespace {
+
+struct Exec {
+  int code = -1;
+  std::string output;
+};
+
+// Runs `binary args` and collects its exit code and output.
+Exec ExecuteBinary(const std::string& binary, const std::string& args) {
+  Exec e;
+  const std::string cmd = binary + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return e;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof(buf), p)) e.output.append(buf, n);
+  const int status = pclose(p);
+  e.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return e;
+}
+
+Exec Execute(const std::string& args) { return ExecuteBinary(RINGTRAIN_DIST_BIN, args); }
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ =
+        std::filesystem::temp_directory_path() / ("ringtrain_dist_cli_" + std::to_string(getpid()));
+    std::filesystem::create_directories(dir_);
+    auto tokens = rt::testing::PatternTokens(20000, 97, 3);
+    ASSERT_TRUE(WriteTokenShard((dir_ / "train_000.bin").string(), *tokens, 256).ok());
+    auto val = rt::testing::PatternTokens(4000, 97, 3);
+    ASSERT_TRUE(WriteTokenShard((dir_ / "val.bin").string(), *val, 256).ok());
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::string Sets() const {
+    return "--config " + std::string(RINGTRAIN_SOURCE_DIR) +
+           "/configs/tiny.toml --set data.dir=" + dir_.string() +
+           " --set eval.every=5 --set eval.batches=2 --set metrics.path=" +
+           (dir_ / "m.jsonl").string();
+  }
+
+  // Checks rank 0's metrics file of a finished 5-step run (micro_batches=2, and the config keys
+  // `sets`) against one process, losses within `tolerance` relative.
+  void ExpectMetricsMatchOneProcess(const std::vector<std::string>& sets = {},
+                                    double tolerance = 1e-5);
+
+  std::filesystem::path dir_;
+};
+
+TEST_F(CliTest, MixedLayoutProcessesMatchOneProcess) {
+  const Exec e = Execute(
+      Sets() + " --set train.micro_batches=2 --layout tp=2,pp=2,dp=2,zero=1 --ranks 8 --steps 5");
+  ASSERT_EQ(e.code, 0) << e.output;
+  ExpectMetricsMatchOneProcess();
+}
+
+TEST_F(CliTest, RingtrainTrainWithLayoutMatchesOneProcess) {
+  const Exec e = ExecuteBinary(RINGTRAIN_BIN, "--log-level warn train " + Sets() +
+                                                  " --set train.micro_batches=2 --layout "
+                                                  "dp=2,zero=3 --ranks 2 --steps 5");
+  ASSERT_EQ(e.code, 0) << e.output;
+  ExpectMetricsMatchOneProcess();
+}
+
+TEST_F(CliTest, InterleavedFp16ProcessesMatchOneProcess) {
+  const Exec e = Execute(Sets() +
+                         " --set train.micro_batches=2 --set train.precision=fp16 "
+                         "--layout pp=2,vpp=2,schedule=interleaved --ranks 2 --steps 5");
+  ASSERT_EQ(e.code, 0) << e.output;
+  // fp16 differs from one process by its rounding of differently-ordered sums
+  // (precision_test.cc).
+  ExpectMetricsMatchOneProcess({"train.precision=fp16"}, 2e-3);
+}
+
+void CliTest::ExpectMetricsMatchOneProcess(const std::vector<std::string>& sets, double tolerance) {
+  // The single-process run of the same config.
+  std::vector<std::string> all = {"data.dir=" + dir_.string(), "train.micro_batches=2",
+                                  "train.steps=5"};
+  all.insert(all.end(), sets.begin(), sets.end());
+  Result<RunConfig> config =
+      LoadRunConfig(std::string(RINGTRAIN_SOURCE_DIR) + "/configs/tiny.toml", all);
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  auto tokens = LoadTrainTokens(dir_.string(), 256);
+  ASSERT_TRUE(tokens.ok());
+  auto trainer = Trainer::Create(*config, *tokens, "");
+  ASSERT_TRUE(trainer.ok());
+  std::ifstream metrics(dir_ / "m.jsonl");
+  std::string line;
+  int steps = 0;
+  bool evaluated = false;
+  while (std::getline(metrics, line)) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains("val_loss")) {
+      // After the last step: the same validation loss as one process.
+      auto val = LoadShardTokens((dir_ / "val.bin").string(), 256);
+      ASSERT_TRUE(val.ok());
+      Result<double> expected = (*trainer)->Evaluate(*val, 2);
+      ASSERT_TRUE(expected.ok());
+      EXPECT_EQ(j["step"].get<int64_t>(), 5);
+      EXPECT_NEAR(j["val_loss"].get<double>(), *expected, tolerance * *expected);
+      evaluated = true;
+      continue;
+    }
+    Result<StepStats> s = (*trainer)->Step();
+    ASSERT_TRUE(s.ok());
+    EXPECT_EQ(j["step"].get<int64_t>(), s->step);
+    EXPECT_NEAR(j["loss"].get<double>(), s->loss, tolerance * s->loss);
+    EXPECT_EQ(j.contains("loss_scale"), config->train.precision == "fp16");
+    if (j.contains("loss_scale")) {
+      EXPECT_EQ(j["loss_scale"].get<double>(), s->loss_scale);
+    }
+    EXPECT_DOUBLE_EQ(j["lr"].get<double>(), s->lr);
+    EXPECT_GT(j["tokens_per_s"].get<double>(), 0);
+    ++steps;
+  }
+  EXPECT_EQ(steps, 5);
+  EXPECT_TRUE(evaluated);
+}
+
+TEST_F(CliTest, BadInputGivesAClearErrorAndNonZeroExit) {
+  Exec e = Execute(Sets() + " --layout dp=2 --ranks 3 --steps 1");
+  EXPECT_NE(e.code, 0);
+  EXPECT_NE(e.output.find("--ranks 3"), std::string::npos) << e.output;
+  e = Execute(Sets() + " --layout dp=2,tpp=2 --ranks 2 --steps 1");
+  EXPECT_NE(e.code, 0);
+  EXPECT_NE(e.output.find("tpp"), std::string::npos) << e.output;
+  e = Execute(Sets() + " --set train.batch_size=6 --layout dp=4 --ranks 4 --steps 1");
+  EXPECT_NE(e.code, 0);
+  EXPECT_NE(e.output.find("batch_size"), std::string::npos) << e.output;
+  // One GPU per rank: 16 CUDA ranks need 16 GPUs, more than a test machine has (refused by the
+  // launcher before any worker starts, naming train.device, whether the build has no CUDA
+  // backend, the machine no GPU or too few).
+  e = Execute(Sets() + " --set 'train.device=\"cuda\"' --set train.batch_size=16 --layout dp=16 " +
+              "--ranks 16 --steps 1");
+  EXPECT_NE(e.code, 0);
+  EXPECT_NE(e.output.find("train.device = \"cuda\""), std::string::npos) << e.output;
+}
+
+}  // namespace
+}  // namespace rt::parallel
