@@ -50,6 +50,11 @@ void BindRunConfig(RunConfig* c, ConfigSchema* s) {
   s->String("metrics.path", &c->metrics.path, "JSONL metrics file (empty = none)");
 }
 
+void RequireModelKeys(ConfigSchema* schema) {
+  for (const char* key : {"model.n_layer", "model.n_embd", "model.n_head", "model.seq_len"})
+    schema->Require(key);
+}
+
 Status ValidateRunConfig(const RunConfig& c) {
   if (c.model.n_embd % c.model.n_head != 0)
     return InvalidArgument("model.n_embd = " + std::to_string(c.model.n_embd) +
@@ -70,9 +75,7 @@ Result<RunConfig> LoadRunConfig(const std::string& path,
   ConfigFile file = ConfigFile::Empty("<defaults>");
   if (!path.empty()) {
     ASSIGN_OR_RETURN(file, ConfigFile::Load(path));
-    // A config file must state the architecture; everything else has a default.
-    for (const char* key : {"model.n_layer", "model.n_embd", "model.n_head", "model.seq_len"})
-      schema.Require(key);
+    RequireModelKeys(&schema);
   }
   for (const std::string& o : overrides) {
     RETURN_IF_ERROR(file.ApplyOverride(o).WithContext("--set"));

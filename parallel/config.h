@@ -61,6 +61,10 @@ struct RunConfig {
 // `config` must outlive `schema`.
 void BindRunConfig(RunConfig* config, ConfigSchema* schema);
 
+// Marks the architecture keys (model.n_layer, n_embd, n_head, seq_len) required: a config file
+// must state the model; everything else has a default.
+void RequireModelKeys(ConfigSchema* schema);
+
 // Checks relations between fields that one key's range cannot express (n_embd divisible by
 // n_head, batch_size divisible by micro_batches). Errors: InvalidArgument naming the keys.
 Status ValidateRunConfig(const RunConfig& config);

@@ -3,6 +3,8 @@
 #include <charconv>
 #include <vector>
 
+#include "model/gpt.h"
+
 namespace rt::parallel {
 namespace {
 
@@ -99,6 +101,32 @@ std::string DescribeLayout(const ParallelLayout& l) {
   s += ",schedule=" + std::string(PipelineScheduleName(l.schedule));
   if (l.schedule == PipelineSchedule::kInterleaved) s += ",vpp=" + std::to_string(l.virtual_stages);
   return s;
+}
+
+Status CheckLayoutFits(const RunConfig& config, const ParallelLayout& layout) {
+  const ModelConfig& m = config.model;
+  if (m.n_head % layout.tp != 0 || m.vocab_size % layout.tp != 0)
+    return InvalidArgument("layout tp=" + std::to_string(layout.tp) + " must divide model.n_head (" +
+                           std::to_string(m.n_head) + ") and model.vocab_size (" +
+                           std::to_string(m.vocab_size) + ")");
+  if (layout.sequence_parallel && m.seq_len % layout.tp != 0)
+    return InvalidArgument("layout sp=1: tp=" + std::to_string(layout.tp) +
+                           " must divide model.seq_len (" + std::to_string(m.seq_len) + ")");
+  const int micro = config.train.micro_batches;
+  if (layout.schedule == PipelineSchedule::kInterleaved && micro % layout.pp != 0)
+    return InvalidArgument("schedule=interleaved: train.micro_batches (" + std::to_string(micro) +
+                           ") must be a multiple of pp (" + std::to_string(layout.pp) + ")");
+  RETURN_IF_ERROR(ParsePrecision(config.train.precision).status());
+  const int dp = layout.dp();
+  if (config.train.batch_size % (dp * micro) != 0)
+    return InvalidArgument("train.batch_size (" + std::to_string(config.train.batch_size) +
+                           ") must be divisible by dp (" + std::to_string(dp) +
+                           ") × train.micro_batches (" + std::to_string(micro) + ")");
+  if (layout.pp * layout.virtual_stages > m.n_layer + 2)
+    return InvalidArgument("layout pp=" + std::to_string(layout.pp) + " × vpp=" +
+                           std::to_string(layout.virtual_stages) + " exceeds model.n_layer + 2 (" +
+                           std::to_string(m.n_layer + 2) + ")");
+  return Status();
 }
 
 RankCoords CoordsOf(const ParallelLayout& l, int rank) {

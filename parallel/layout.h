@@ -11,6 +11,7 @@
 #include "base/deadline.h"
 #include "base/status.h"
 #include "comm/communicator.h"
+#include "parallel/config.h"
 
 namespace rt::parallel {
 
@@ -54,6 +55,13 @@ Result<ParallelLayout> ParseLayout(std::string_view spec);
 // The canonical spec, e.g. "tp=2,pp=2,dp=2,zero=1,hsdp_shard=2,sp=0,schedule=1f1b" (",vpp=2"
 // follows schedule=interleaved).
 std::string DescribeLayout(const ParallelLayout& layout);
+
+// Whether `layout` can train `config`'s model and batch (the rules every engine and the elastic
+// planner share): tp divides model.n_head and model.vocab_size (and model.seq_len with sp=1);
+// pp · vpp ≤ model.n_layer + 2; train.batch_size divisible by dp × train.micro_batches;
+// schedule=interleaved needs train.micro_batches a multiple of pp; train.precision known.
+// Errors: InvalidArgument naming the keys and values that do not fit.
+Status CheckLayoutFits(const RunConfig& config, const ParallelLayout& layout);
 
 // A rank's coordinates in the layout.
 struct RankCoords {
