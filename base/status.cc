@@ -25,6 +25,7 @@ std::string_view StatusCodeName(StatusCode code) {
     case StatusCode::kInternal: return "Internal";
     case StatusCode::kCancelled: return "Cancelled";
     case StatusCode::kResourceExhausted: return "ResourceExhausted";
+    case StatusCode::kUnauthenticated: return "Unauthenticated";
     case StatusCode::kShapeMismatch: return "ShapeMismatch";
     case StatusCode::kDTypeMismatch: return "DTypeMismatch";
     case StatusCode::kDeviceMismatch: return "DeviceMismatch";
@@ -90,6 +91,9 @@ Status FailedPrecondition(std::string m) {
 }
 Status Internal(std::string m) { return Status(StatusCode::kInternal, std::move(m)); }
 Status Unimplemented(std::string m) { return Status(StatusCode::kUnimplemented, std::move(m)); }
+Status Unauthenticated(std::string m) {
+  return Status(StatusCode::kUnauthenticated, std::move(m));
+}
 
 namespace {
 std::string Location(const std::source_location& where) {

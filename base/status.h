@@ -34,6 +34,7 @@ enum class StatusCode : uint16_t {
   kInternal = 13,          // a bug or an unexpected state
   kCancelled = 14,         // the caller gave up on the operation
   kResourceExhausted = 15,  // memory or another resource ran out
+  kUnauthenticated = 16,   // the peer did not prove that it holds the cluster secret
   // kernels: 100-199
   kShapeMismatch = 100,    // tensor shapes do not fit the operation
   kDTypeMismatch = 101,    // tensor dtypes do not fit the operation
@@ -103,6 +104,7 @@ Status Corruption(std::string message);
 Status FailedPrecondition(std::string message);
 Status Internal(std::string message);
 Status Unimplemented(std::string message);
+Status Unauthenticated(std::string message);
 
 // A Status for a failed OS call: the code follows errno (ENOSPC → kNoSpace, ETIMEDOUT →
 // kDeadlineExceeded, ECONNRESET/EPIPE → kUnavailable, else kIoError), the message is

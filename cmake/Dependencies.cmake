@@ -10,6 +10,7 @@ find_package(CLI11 REQUIRED)
 find_package(RocksDB REQUIRED)
 find_package(zstd REQUIRED)
 find_package(Protobuf REQUIRED)
+find_package(OpenSSL REQUIRED)                     # libcrypto: HMAC-SHA256 for the cluster secret
 find_package(GTest REQUIRED)
 find_package(benchmark REQUIRED)
 pkg_check_modules(URING REQUIRED IMPORTED_TARGET liburing)

@@ -14,6 +14,7 @@
 #include "base/bytes.h"
 #include "base/crc32c.h"
 #include "base/log.h"
+#include "base/net/auth.h"
 
 namespace rt::net {
 namespace {
@@ -119,6 +120,10 @@ void RpcServer::RecyclePayload(std::unique_ptr<std::byte[]> buffer, size_t capac
 }
 
 Result<uint16_t> RpcServer::Start() {
+  if (options_.secret == nullptr && !IsLoopbackAddress(options_.bind_address))
+    return FailedPrecondition(options_.name + ": refusing to listen on " + options_.bind_address +
+                              " without a cluster secret: configure one ([auth] secret_file, "
+                              "`ringctl init-secret`) or bind to loopback");
   ErrorCode ec;
   auto address = asio::ip::make_address(options_.bind_address, ec);
   if (ec) return InvalidArgument(options_.name + ": bad bind address " + options_.bind_address);
@@ -158,6 +163,17 @@ asio::awaitable<void> RpcServer::AcceptLoop() {
 }
 
 asio::awaitable<void> RpcServer::ServeConnection(std::shared_ptr<Connection> connection) {
+  if (Status auth = co_await AuthenticateServer(connection->socket, options_.secret.get(),
+                                                Deadline::After(options_.auth_timeout),
+                                                connection->peer);
+      !auth.ok()) {
+    LOG_WARN("{}: authentication failed, closing the connection from {}: {}", options_.name,
+             connection->peer, auth.ToString());
+    connection->reading = false;
+    connection->CloseIfIdle();
+    connections_.erase(connection);
+    co_return;
+  }
   while (!stopping_) {
     auto request = std::make_shared<Request>();
     Status status;
@@ -306,6 +322,8 @@ asio::awaitable<Result<std::shared_ptr<RpcClient>>> RpcClient::Connect(std::stri
   if (options.peer_name.empty()) options.peer_name = host + ":" + std::to_string(port);
   CO_ASSIGN_OR_RETURN(tcp::socket socket,
                       co_await net::Connect(host, port, deadline, options.connect));
+  CO_RETURN_IF_ERROR(
+      co_await AuthenticateClient(socket, options.secret.get(), deadline, options.peer_name));
   auto client = std::shared_ptr<RpcClient>(new RpcClient(std::move(socket), std::move(options)));
   asio::co_spawn(client->socket_.get_executor(), [client] { return client->ReadLoop(); },
                  asio::detached);

@@ -35,6 +35,10 @@
 #include "base/net/frame_io.h"
 
 namespace rt::net {
+class ClusterSecret;
+}
+
+namespace rt::net {
 
 // Frame flags used by the RPC convention (the low 16 bits are left to the protocols).
 inline constexpr uint32_t kRpcResponse = 1u << 31;
@@ -85,6 +89,12 @@ struct RpcServerOptions {
   // up to this many bytes in all, so megabyte payloads are not read into freshly faulted-in memory
   // every time. 0 (default): every payload gets a fresh buffer.
   size_t spare_payload_bytes = 0;
+  // The cluster secret every client must prove it holds (base/net/auth.h) before its first
+  // request is read; a client that cannot is logged with its address and dropped. Null
+  // (default): no authentication, and Start() refuses a bind address that is not loopback.
+  std::shared_ptr<const ClusterSecret> secret = nullptr;
+  // How long a client may take to complete the handshake.
+  std::chrono::milliseconds auth_timeout{5'000};
 };
 
 // Accepts connections and runs a coroutine per connection that reads requests and spawns a
@@ -102,7 +112,8 @@ class RpcServer : public std::enable_shared_from_this<RpcServer> {
   void HandleBulk(uint16_t type, RpcBulkHandler handler);
 
   // Binds, listens and starts accepting. Returns the bound port. Errors: IoError or
-  // AlreadyExists naming the address when bind fails. Call once, from any thread before the
+  // AlreadyExists naming the address when bind fails; FailedPrecondition for an address that is
+  // not loopback without a cluster secret. Call once, from any thread before the
   // executor runs or from the executor.
   Result<uint16_t> Start();
 
@@ -159,12 +170,17 @@ struct RpcClientOptions {
   // Name of the server for errors ("store at 10.0.0.1:4000"); defaults to "host:port".
   std::string peer_name;
   ConnectOptions connect;
+  // The cluster secret to prove to the server right after connecting (base/net/auth.h); null
+  // (default) for a server that runs without one.
+  std::shared_ptr<const ClusterSecret> secret = nullptr;
 };
 
 // One connection to an RpcServer with pipelined calls. Create with Connect().
 class RpcClient : public std::enable_shared_from_this<RpcClient> {
  public:
-  // Connects (retrying until `deadline`, see net::Connect) and starts the response reader.
+  // Connects (retrying until `deadline`, see net::Connect), authenticates with
+  // options.secret when set (errors: Unauthenticated naming the server), and starts the
+  // response reader.
   static asio::awaitable<Result<std::shared_ptr<RpcClient>>> Connect(std::string host,
                                                                      uint16_t port,
                                                                      Deadline deadline,

@@ -1,0 +1,205 @@
+#include "base/net/auth.h"
+
+#include <fcntl.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "base/file.h"
+#include "base/net/frame_io.h"
+#include "base/net/rpc.h"
+
+namespace rt::net {
+namespace {
+
+constexpr uint8_t kAuthVersion = 1;
+constexpr size_t kNonceSize = 32;
+constexpr size_t kMacSize = 32;
+constexpr size_t kMinKeyBytes = 16;
+// Handshake frames are small; a larger one is a protocol error.
+constexpr uint32_t kMaxAuthPayload = 1024;
+constexpr std::string_view kServerLabel = "ringtrain-auth server";
+constexpr std::string_view kClientLabel = "ringtrain-auth client";
+
+using Nonce = std::array<std::byte, kNonceSize>;
+
+Nonce NewNonce() {
+  Nonce n;
+  RT_CHECK(RAND_bytes(reinterpret_cast<unsigned char*>(n.data()), kNonceSize) == 1);
+  return n;
+}
+
+bool SameMac(std::span<const std::byte> a, std::span<const std::byte> b) {
+  return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+}
+
+std::span<const std::byte> Bytes(std::string_view s) {
+  return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
+}
+
+// Sends an RPC error response for the frame `header` came with.
+asio::awaitable<Status> Refuse(tcp::socket& socket, const FrameHeader& header, const Status& why,
+                               Deadline deadline, std::string_view peer) {
+  co_return co_await WriteFrame(socket, header.type, kRpcResponse | kRpcError, header.request_id,
+                                EncodeRpcError(why), deadline, peer);
+}
+
+}  // namespace
+
+Result<std::shared_ptr<const ClusterSecret>> ClusterSecret::Load(const std::string& path) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return NotFound("cluster secret file '" + path + "' does not exist");
+    return ErrnoStatus(errno, "stat cluster secret file '" + path + "'");
+  }
+  if ((st.st_mode & 077) != 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    return FailedPrecondition("cluster secret file '" + path + "' has mode " + mode +
+                              ": group and others must have no access (chmod 600 " + path + ")");
+  }
+  ASSIGN_OR_RETURN(std::vector<std::byte> bytes, ReadFileBytes(path));
+  std::string key(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  const size_t first = key.find_first_not_of(" \t\r\n");
+  const size_t last = key.find_last_not_of(" \t\r\n");
+  key = first == std::string::npos ? std::string() : key.substr(first, last - first + 1);
+  if (key.size() < kMinKeyBytes)
+    return InvalidArgument("cluster secret file '" + path + "' holds " +
+                           std::to_string(key.size()) + " bytes; at least " +
+                           std::to_string(kMinKeyBytes) + " are needed (ringctl init-secret)");
+  return std::shared_ptr<const ClusterSecret>(new ClusterSecret(std::move(key)));
+}
+
+Status ClusterSecret::Create(const std::string& path) {
+  unsigned char random[32];
+  if (RAND_bytes(random, sizeof(random)) != 1)
+    return Internal("cluster secret: the OpenSSL random generator failed");
+  std::string hex;
+  for (unsigned char c : random) {
+    static const char kDigits[] = "0123456789abcdef";
+    hex += kDigits[c >> 4];
+    hex += kDigits[c & 15];
+  }
+  hex += '\n';
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    if (errno == EEXIST)
+      return Status(StatusCode::kAlreadyExists,
+                    "cluster secret file '" + path + "' exists already; not replacing it");
+    return ErrnoStatus(errno, "create cluster secret file '" + path + "'");
+  }
+  const bool wrote = write(fd, hex.data(), hex.size()) == static_cast<ssize_t>(hex.size());
+  const bool synced = fsync(fd) == 0;
+  close(fd);
+  if (!wrote || !synced) {
+    const int err = errno ? errno : EIO;
+    unlink(path.c_str());
+    return ErrnoStatus(err, "write cluster secret file '" + path + "'");
+  }
+  return Status();
+}
+
+std::shared_ptr<const ClusterSecret> ClusterSecret::FromKey(std::string key) {
+  return std::shared_ptr<const ClusterSecret>(new ClusterSecret(std::move(key)));
+}
+
+std::array<std::byte, 32> ClusterSecret::Mac(std::string_view label, std::span<const std::byte> a,
+                                             std::span<const std::byte> b) const {
+  std::vector<unsigned char> message;
+  for (auto part : {Bytes(label), a, b}) {
+    const auto* p = reinterpret_cast<const unsigned char*>(part.data());
+    message.insert(message.end(), p, p + part.size());
+  }
+  std::array<std::byte, 32> out{};
+  unsigned int length = 0;
+  RT_CHECK(HMAC(EVP_sha256(), key_.data(), static_cast<int>(key_.size()), message.data(),
+                message.size(), reinterpret_cast<unsigned char*>(out.data()), &length) != nullptr &&
+           length == out.size());
+  return out;
+}
+
+asio::awaitable<Status> AuthenticateClient(tcp::socket& socket, const ClusterSecret* secret,
+                                           Deadline deadline, std::string_view peer) {
+  if (secret == nullptr) co_return Status();
+  const std::string who(peer);
+  const Nonce mine = NewNonce();
+  std::vector<std::byte> hello{std::byte{kAuthVersion}};
+  hello.insert(hello.end(), mine.begin(), mine.end());
+  CO_RETURN_IF_ERROR(co_await WriteFrame(socket, kAuthHello, 0, 0, hello, deadline, peer));
+  CO_ASSIGN_OR_RETURN(Frame challenge, co_await ReadFrame(socket, kMaxAuthPayload, deadline, peer));
+  if (challenge.header.flags & kRpcError) {
+    const Status why = DecodeRpcError(challenge.payload, peer);
+    if (why.code() == StatusCode::kUnimplemented)
+      co_return Unauthenticated(who + " has no cluster secret configured (or is not a ringtrain "
+                                      "server): it does not take the handshake");
+    co_return Unauthenticated("the handshake with " + who + " failed: " + why.ToString());
+  }
+  if (challenge.header.type != kAuthChallenge || challenge.payload.size() != kNonceSize + kMacSize)
+    co_return Status(StatusCode::kProtocolError,
+                     who + " answered the authentication hello with an unexpected frame");
+  const std::span<const std::byte> theirs(challenge.payload.data(), kNonceSize);
+  const std::span<const std::byte> their_mac(challenge.payload.data() + kNonceSize, kMacSize);
+  if (!SameMac(their_mac, secret->Mac(kServerLabel, mine, theirs)))
+    co_return Unauthenticated(who + " does not hold this cluster's secret (its proof is wrong)");
+  const auto proof = secret->Mac(kClientLabel, theirs, mine);
+  CO_RETURN_IF_ERROR(co_await WriteFrame(socket, kAuthProof, 0, 0, proof, deadline, peer));
+  CO_ASSIGN_OR_RETURN(Frame accepted, co_await ReadFrame(socket, kMaxAuthPayload, deadline, peer));
+  if (accepted.header.flags & kRpcError)
+    co_return Unauthenticated(who + " refused our credentials: " +
+                              std::string(DecodeRpcError(accepted.payload, peer).message()));
+  if (accepted.header.type != kAuthAccepted)
+    co_return Status(StatusCode::kProtocolError,
+                     who + " answered the authentication proof with an unexpected frame");
+  co_return Status();
+}
+
+asio::awaitable<Status> AuthenticateServer(tcp::socket& socket, const ClusterSecret* secret,
+                                           Deadline deadline, std::string_view peer) {
+  if (secret == nullptr) co_return Status();
+  const std::string who(peer);
+  CO_ASSIGN_OR_RETURN(FrameHeader header,
+                      co_await ReadFrameHeader(socket, kDefaultMaxFramePayload, deadline, peer));
+  if (header.type != kAuthHello || header.length != 1 + kNonceSize) {
+    const Status why = Unauthenticated(
+        "this server requires the cluster secret ([auth] secret_file, --secret-file)");
+    (void)co_await Refuse(socket, header, why, deadline, peer);
+    co_return Unauthenticated(who + " sent no credentials");
+  }
+  std::vector<std::byte> hello(header.length);
+  CO_RETURN_IF_ERROR(co_await ReadExactly(socket, hello, deadline, peer));
+  CO_RETURN_IF_ERROR(VerifyFramePayload(header, hello).WithContext(who));
+  if (hello[0] != std::byte{kAuthVersion}) {
+    (void)co_await Refuse(socket, header, Unauthenticated("unknown authentication version"),
+                          deadline, peer);
+    co_return Unauthenticated(who + " speaks authentication version " +
+                              std::to_string(static_cast<int>(hello[0])));
+  }
+  const std::span<const std::byte> theirs(hello.data() + 1, kNonceSize);
+  const Nonce mine = NewNonce();
+  std::vector<std::byte> challenge(mine.begin(), mine.end());
+  const auto mac = secret->Mac(kServerLabel, theirs, mine);
+  challenge.insert(challenge.end(), mac.begin(), mac.end());
+  CO_RETURN_IF_ERROR(
+      co_await WriteFrame(socket, kAuthChallenge, kRpcResponse, 0, challenge, deadline, peer));
+  CO_ASSIGN_OR_RETURN(Frame proof, co_await ReadFrame(socket, kMaxAuthPayload, deadline, peer));
+  if (proof.header.type != kAuthProof ||
+      !SameMac(proof.payload, secret->Mac(kClientLabel, mine, theirs))) {
+    (void)co_await Refuse(socket, proof.header, Unauthenticated("wrong cluster secret"), deadline,
+                          peer);
+    co_return Unauthenticated(who + " does not hold this cluster's secret (its proof is wrong)");
+  }
+  co_return co_await WriteFrame(socket, kAuthAccepted, kRpcResponse, 0,
+                                std::span<const std::byte>(), deadline, peer);
+}
+
+bool IsLoopbackAddress(std::string_view address) {
+  return address == "localhost" || address == "::1" || address.starts_with("127.");
+}
+
+}  // namespace rt::net

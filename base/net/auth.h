@@ -1,0 +1,79 @@
+// Mutual authentication of a fresh connection with the cluster secret (docs/formats/auth.md).
+//
+// Every connection between ringtrain processes (daemons, workers, ringctl, ringfs clients, chunk
+// servers) may start with a challenge-response over frames: the client sends a nonce, the
+// server answers with its own nonce and an HMAC-SHA256 over both under the secret, the client
+// checks it and answers with its own HMAC, and the server checks that. Neither side sends the
+// secret; each MAC covers a nonce the other side just chose, so a recorded handshake replayed on
+// a new connection fails; the two MACs carry different labels, so one cannot be reflected as the
+// other. Only the two ends' knowledge of the secret is proven: the bytes that follow are not
+// protected (use TLS for links that leave a trusted network).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/ip/tcp.hpp>
+
+#include "base/deadline.h"
+#include "base/status.h"
+
+namespace rt::net {
+
+// Frame types of the handshake (reserved for it in every protocol built on frames).
+inline constexpr uint16_t kAuthHello = 0xFFF0;      // client → server: version, client nonce
+inline constexpr uint16_t kAuthChallenge = 0xFFF1;  // server → client: server nonce, server MAC
+inline constexpr uint16_t kAuthProof = 0xFFF2;      // client → server: client MAC
+inline constexpr uint16_t kAuthAccepted = 0xFFF3;   // server → client: empty; the connection is open
+
+// The cluster secret: at least 16 bytes read from a file only its owner may read or write.
+// Immutable and thread-safe once loaded.
+class ClusterSecret {
+ public:
+  // Reads the secret file (its bytes, surrounding whitespace trimmed, are the key). Errors:
+  // NotFound naming the path; FailedPrecondition when group or others have any access to it
+  // ("chmod 600 PATH"); InvalidArgument when it holds fewer than 16 bytes.
+  static Result<std::shared_ptr<const ClusterSecret>> Load(const std::string& path);
+  // Creates a new secret file with 32 random bytes (64 hex digits), mode 0600, failing with
+  // AlreadyExists rather than replacing one. Errors: IoError naming the path.
+  static Status Create(const std::string& path);
+  // A secret with the given key bytes (tests).
+  static std::shared_ptr<const ClusterSecret> FromKey(std::string key);
+
+  // HMAC-SHA256 of `label` || `a` || `b` under the key.
+  std::array<std::byte, 32> Mac(std::string_view label, std::span<const std::byte> a,
+                                std::span<const std::byte> b) const;
+
+ private:
+  explicit ClusterSecret(std::string key) : key_(std::move(key)) {}
+  std::string key_;
+};
+
+// Runs the client side of the handshake on a freshly connected `socket`. `secret` null: the
+// connection is used unauthenticated (nothing is sent). Errors: Unauthenticated when the server
+// proves no knowledge of the secret or rejects ours (its reason quoted), or has no secret
+// configured; DeadlineExceeded; Unavailable when the connection breaks. Every error names
+// `peer`. The caller must close the socket after an error.
+boost::asio::awaitable<Status> AuthenticateClient(boost::asio::ip::tcp::socket& socket,
+                                                  const ClusterSecret* secret, Deadline deadline,
+                                                  std::string_view peer);
+
+// Runs the server side on a freshly accepted `socket`. With a secret the client must complete
+// the handshake: a client that sends anything else gets an RPC error response
+// (Unauthenticated, "this server requires the cluster secret") for its first frame. Without a
+// secret, a client that starts a handshake is told that this server has none. Errors:
+// Unauthenticated (naming `peer` and why), DeadlineExceeded for a client that stays silent.
+// The caller logs the error, naming the address, and closes the socket.
+boost::asio::awaitable<Status> AuthenticateServer(boost::asio::ip::tcp::socket& socket,
+                                                  const ClusterSecret* secret, Deadline deadline,
+                                                  std::string_view peer);
+
+// True for a loopback address ("127.0.0.1", "::1", "localhost", 127.0.0.0/8).
+bool IsLoopbackAddress(std::string_view address);
+
+}  // namespace rt::net
