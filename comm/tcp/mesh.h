@@ -3,6 +3,10 @@
 // (goodbye / abort notices; EOF without goodbye = the peer died), and Exchange(), which drives a
 // set of concurrent sends and receives to completion with streamed reduction, a silence
 // deadline, and Abort(). Internal to comm/tcp.
+//
+// Mesh is defined in three files along those lines: comm/tcp/mesh.cc (links, Exchange, Abort),
+// comm/tcp/mesh_control.cc (control connections), comm/tcp/mesh_arena.cc (the arenas' views
+// and the waits of the arena collectives).
 #pragma once
 
 #include <sched.h>
@@ -19,42 +23,17 @@
 #include "base/deadline.h"
 #include "base/status.h"
 #include "comm/communicator.h"
+#include "comm/tcp/shm_segment.h"
 #include "comm/tcp/wire.h"
 
 namespace rt::comm::tcp {
 
-// A shared-memory segment of one rank: a header with a doorbell futex word, then one inbound
-// ring per peer (docs/formats/comm_wire.md, "Shared memory").
-struct ShmSegment {
-  std::string name;       // shm_open name
-  void* base = nullptr;   // mapping
-  size_t bytes = 0;
-  ~ShmSegment();
-};
-
-// Creates (and maps) this rank's segment for `nranks` rings of `ring_bytes` and an arena of
-// `arena_bytes` (0: none).
-Result<std::unique_ptr<ShmSegment>> CreateShmSegment(const std::string& name, int nranks,
-                                                     size_t ring_bytes, size_t arena_bytes);
-// Maps a peer's segment by name; checks its header against the three sizes.
-Result<std::unique_ptr<ShmSegment>> OpenShmSegment(const std::string& name, int nranks,
-                                                   size_t ring_bytes, size_t arena_bytes);
+// "rank 3": how errors name a rank.
+std::string RankName(int rank);
 
 // Most ranks a CPU communicator may have (NewCpuCommunicator refuses more): fixed-size
 // per-op arrays of the arena paths hold one entry per rank.
 inline constexpr int kMaxCpuRanks = 64;
-
-// Payloads of at most this many bytes travel inside the arena slot's cache line.
-inline constexpr size_t kArenaInlineBytes = 24;
-
-// The announcement of one staging half, one cache line: a reader that sees `step` finds the
-// op header, and a payload of at most kArenaInlineBytes, in the same line.
-struct alignas(64) ArenaSlot {
-  std::atomic<uint64_t> step;          // the last step staged in this half (written last)
-  std::byte header[kDataHeaderSize];   // encoded DataHeader of that step
-  std::byte data[kArenaInlineBytes];   // the payload when it fits
-};
-static_assert(sizeof(ArenaSlot) == 64);
 
 // One rank's arena in its segment (written by its owner only, but for `claim`;
 // docs/formats/comm_wire.md, "Arena"): step s uses slot and staging half s % 2.
@@ -80,10 +59,10 @@ struct ArenaView {
 struct Xfer {
   int peer = -1;
   bool send = false;
-  DataHeader header;              // sent, or expected from the peer
-  std::byte* data = nullptr;      // payload (const for sends)
+  DataHeader header;          // sent, or expected from the peer
+  std::byte* data = nullptr;  // payload (const for sends)
   size_t bytes = 0;
-  int conn = 0;                   // TCP: which of the peer's data connections carries it
+  int conn = 0;  // TCP: which of the peer's data connections carries it
   // Receives only: called with [from, to) payload byte ranges as they arrive, in order,
   // each a whole number of elements of `header.dtype` (the last piece may be the tail).
   std::function<void(size_t from, size_t to)> on_data;
@@ -98,15 +77,15 @@ struct Xfer {
 // Everything a rank knows about one peer.
 struct Peer {
   int ctrl_fd = -1;
-  int data_fd = -1;         // -1 when the link is shared memory (= data_fds[0] otherwise)
+  int data_fd = -1;           // -1 when the link is shared memory (= data_fds[0] otherwise)
   std::vector<int> data_fds;  // TCP: every data connection (large transfers are striped)
   bool shm = false;
   bool same_host = false;
   std::unique_ptr<ShmSegment> segment;  // the peer's segment (we write our ring in it)
   // Control state (touched only by the thread running ops).
   std::string ctrl_in;
-  bool goodbye = false;     // the peer left gracefully
-  bool ctrl_closed = false; // its control socket reached EOF
+  bool goodbye = false;      // the peer left gracefully
+  bool ctrl_closed = false;  // its control socket reached EOF
   uint32_t p2p_send_seq = 0;
   uint32_t p2p_recv_seq = 0;
 };
@@ -114,10 +93,10 @@ struct Peer {
 // Per-op context for Exchange.
 struct OpCtx {
   OpKind kind;
-  std::string what;          // set for p2p groups; collectives describe themselves (What())
-  bool collective = false;   // header below is the op's template (cross-path mismatch checks)
+  std::string what;         // set for p2p groups; collectives describe themselves (What())
+  bool collective = false;  // header below is the op's template (cross-path mismatch checks)
   DataHeader header;
-  int rank = -1;             // this rank (for What())
+  int rank = -1;  // this rank (for What())
   // "all_reduce #5 on rank 0", built only when an error needs it.
   std::string What() const {
     if (!collective) return what;
@@ -195,10 +174,10 @@ class Mesh {
   // (the rank we wait for may need ours), a CPU pause otherwise (keeping our time slice keeps
   // both ends of an exchange running).
   void Pause() {
-    if (oversubscribed_) sched_yield();
-#if defined(__x86_64__)
-    else __builtin_ia32_pause();
-#endif
+    if (oversubscribed_)
+      sched_yield();
+    else
+      CpuRelax();
   }
   // Waits until counters[q] >= target for every peer q (counters[rank()] is not read): a
   // bounded spin with CPU pauses (PollUntil: no clock read, no system call for the first
@@ -257,7 +236,6 @@ class Mesh {
   Status PeerGone(int peer, const std::string& how);
   void Ring(int to_rank);  // bump a rank's doorbell (wake it if sleeping)
   void BuildArenaViews();
-  std::atomic<uint32_t>* Doorbell(int rank_of_segment);
 
   int rank_, size_;
   std::chrono::milliseconds op_timeout_;
