@@ -36,10 +36,9 @@ void CpuComm::Shutdown() {
   mesh_.CloseAll();
 }
 
-WorkHandle CpuComm::Enqueue(OpKind kind, bool p2p, std::function<Status(OpCtx&)> run) {
+WorkHandle CpuComm::Enqueue(OpKind kind, std::function<Status(OpCtx&)> run) {
   auto op = std::make_shared<Op>();
   op->kind = kind;
-  op->p2p = p2p;
   op->run = std::move(run);
   op->comm = shared_from_this();
   return EnqueueOp(std::move(op));
@@ -222,25 +221,19 @@ void CpuComm::RunClaimedLocked(std::unique_lock<std::mutex>& lock) {
     cv_.notify_all();
     return;
   }
+  // A p2p op and the p2p ops queued right behind it: one group, one exchange.
   std::vector<std::shared_ptr<Op>> group{queue_.front()};
   queue_.pop_front();
-  if (group[0]->p2p)
-    while (!queue_.empty() && queue_.front()->p2p) {
-      group.push_back(queue_.front());
-      queue_.pop_front();
-    }
+  while (!queue_.empty() && queue_.front()->p2p) {
+    group.push_back(queue_.front());
+    queue_.pop_front();
+  }
   running_ = true;
-  Status failed = failed_;
+  Status s = failed_;
   lock.unlock();
   std::vector<OpCtx> ctx(group.size());
-  Status s = failed;
   if (s.ok()) {
-    if (group.size() == 1 && !group[0]->p2p) {
-      ctx[0].kind = group[0]->kind;
-      s = group[0]->run(ctx[0]);
-    } else {
-      s = RunP2pGroup(group, ctx);
-    }
+    s = RunP2pGroup(group, ctx);
     if (!s.ok() && s.code() != StatusCode::kCommAborted)
       mesh_.SendAbortNotice(RankName(opts_.rank) + ": " + s.ToString());
   }

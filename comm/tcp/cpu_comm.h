@@ -97,9 +97,9 @@ class CpuComm : public std::enable_shared_from_this<CpuComm> {
   // runs: TryPost).
   uint32_t NextSeq() { return seq_++; }
 
-  // Queues an op that runs `run` (p2p: grouped with the p2p ops next to it). Returns its handle;
-  // on a failed communicator the op is already complete with the failure.
-  WorkHandle Enqueue(OpKind kind, bool p2p, std::function<Status(OpCtx&)> run);
+  // Queues a collective op that runs `run`. Returns its handle; on a failed communicator the op
+  // is already complete with the failure.
+  WorkHandle Enqueue(OpKind kind, std::function<Status(OpCtx&)> run);
 
   // Queues a prepared collective op (op->comm already set: the facade's reference is copied,
   // cheaper than shared_from_this()). As Enqueue otherwise.

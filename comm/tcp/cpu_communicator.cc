@@ -183,18 +183,17 @@ class CpuCommunicator final : public Communicator {
   WorkHandle Collective(OpKind kind, DType dt, ReduceOp op, size_t count, int root,
                         std::function<Status(Ctx&)> algo) {
     auto c = c_;
-    return c_->Enqueue(kind, false,
-                       [c, kind, dt, op, count, root, algo = std::move(algo)](OpCtx& octx) {
-                         Ctx cx{c->mesh(), octx, {}};
-                         cx.h.kind = kind;
-                         cx.h.dtype = dt;
-                         cx.h.reduce_op = static_cast<uint8_t>(op);
-                         cx.h.seq = c->NextSeq();
-                         cx.h.root_or_tag = static_cast<uint32_t>(root);
-                         cx.h.count = count;
-                         octx.SetCollective(cx.h, c->rank());
-                         return algo(cx);
-                       });
+    return c_->Enqueue(kind, [c, kind, dt, op, count, root, algo = std::move(algo)](OpCtx& octx) {
+      Ctx cx{c->mesh(), octx, {}};
+      cx.h.kind = kind;
+      cx.h.dtype = dt;
+      cx.h.reduce_op = static_cast<uint8_t>(op);
+      cx.h.seq = c->NextSeq();
+      cx.h.root_or_tag = static_cast<uint32_t>(root);
+      cx.h.count = count;
+      octx.SetCollective(cx.h, c->rank());
+      return algo(cx);
+    });
   }
 
   // Queues a send or receive after checking the peer and the buffer.
