@@ -2,7 +2,6 @@
 // communicator's shared state (comm/tcp/cpu_comm.h) that run the algorithms of
 // comm/tcp/collectives.h.
 #include <algorithm>
-#include <cstring>
 #include <functional>
 #include <span>
 #include <utility>

@@ -115,6 +115,8 @@ struct OpCtx {
   }
 };
 
+// The links of one rank to every peer of its communicator. One thread runs ops on it at a time;
+// Abort() and aborted() may be called from any thread.
 class Mesh {
  public:
   Mesh(int rank, int size, std::chrono::milliseconds op_timeout);
@@ -132,6 +134,43 @@ class Mesh {
   void set_stripe_bytes(size_t b) { stripe_bytes_ = b; }
   // How long a waiter on shared memory yields the CPU before sleeping on its doorbell.
   void set_yield_window(std::chrono::microseconds w) { yield_window_ = w; }
+  // True when the group has more ranks than this host has CPUs.
+  bool oversubscribed() const { return oversubscribed_; }
+  // One wait-loop pause: sched_yield when the group has more ranks than this host has CPUs
+  // (the rank we wait for may need ours), a CPU pause otherwise (keeping our time slice keeps
+  // both ends of an exchange running).
+  void Pause() {
+    if (oversubscribed_)
+      sched_yield();
+    else
+      CpuRelax();
+  }
+
+  // Links and Exchange (comm/tcp/mesh.cc).
+
+  // Runs every transfer to completion. Errors: PeerFailed naming the peer (EOF, reset, goodbye
+  // while data was expected, death seen on its control socket, silence for op_timeout),
+  // ProtocolError naming both ranks (header mismatch), CommAborted after Abort().
+  Status Exchange(OpCtx& ctx, std::span<Xfer> xfers);
+
+  // Wakes a thread blocked in Exchange; Exchange then returns CommAborted. Thread-safe.
+  void Abort();
+  bool aborted() const { return aborted_.load(std::memory_order_relaxed); }
+
+  // Closes every socket.
+  void CloseAll();
+
+  // Control connections (comm/tcp/mesh_control.cc).
+
+  // Best-effort control messages (non-blocking; never wait on a broken peer).
+  void SendGoodbye();
+  void SendAbortNotice(const std::string& reason);
+
+  // Writes a control frame to `peer` and waits for a frame of type `want` from every peer,
+  // with a deadline (bootstrap's ready barrier).
+  Status ControlBarrier(uint16_t type, Deadline deadline);
+
+  // The arenas (comm/tcp/mesh_arena.cc).
 
   // True when every peer shares memory with us and the segments have arenas: collectives may
   // then run directly through the arenas (comm/tcp/arena.h).
@@ -144,8 +183,6 @@ class Mesh {
     if (views_.empty()) BuildArenaViews();
     return views_[rank];
   }
-  // True when the group has more ranks than this host has CPUs.
-  bool oversubscribed() const { return oversubscribed_; }
   // Whether this rank can read every peer's memory with process_vm_readv (same user, no ptrace
   // restriction, one PID namespace): probed once, by reading each peer's segment nonce through
   // the peer's process. False without arenas.
@@ -170,15 +207,6 @@ class Mesh {
   uint64_t& arena_step() { return arena_step_; }
   // Wakes every same-host peer that sleeps on its doorbell (after updating our counters).
   void RingPeers();
-  // One wait-loop pause: sched_yield when the group has more ranks than this host has CPUs
-  // (the rank we wait for may need ours), a CPU pause otherwise (keeping our time slice keeps
-  // both ends of an exchange running).
-  void Pause() {
-    if (oversubscribed_)
-      sched_yield();
-    else
-      CpuRelax();
-  }
   // Waits until counters[q] >= target for every peer q (counters[rank()] is not read): a
   // bounded spin with CPU pauses (PollUntil: no clock read, no system call for the first
   // kSpinIterations turns; one look when oversubscribed), then pauses (or yields, see Pause)
@@ -198,43 +226,36 @@ class Mesh {
   // Turns of the first, clock-free spin of WaitUntil.
   static constexpr int kSpinIterations = 64;
 
-  // Runs every transfer to completion. Errors: PeerFailed naming the peer (EOF, reset, goodbye
-  // while data was expected, death seen on its control socket, silence for op_timeout),
-  // ProtocolError naming both ranks (header mismatch), CommAborted after Abort().
-  Status Exchange(OpCtx& ctx, std::span<Xfer> xfers);
-
-  // Wakes a thread blocked in Exchange; Exchange then returns CommAborted. Thread-safe.
-  void Abort();
-  bool aborted() const { return aborted_.load(std::memory_order_relaxed); }
-
-  // Best-effort control messages (non-blocking; never wait on a broken peer).
-  void SendGoodbye();
-  void SendAbortNotice(const std::string& reason);
-
-  // Writes a control frame to `peer` and waits for a frame of type `want` from every peer,
-  // with a deadline (bootstrap's ready barrier).
-  Status ControlBarrier(uint16_t type, Deadline deadline);
-
-  // Closes every socket.
-  void CloseAll();
-
  private:
-  Status Step(Xfer& x, OpCtx& ctx, bool* progressed);
+  // Links and Exchange.
+  // Exchange after striping: each transfer on its own connection.
   Status ExchangeParts(OpCtx& ctx, std::span<Xfer> xfers);
+  // Moves what `x` can move now without blocking (TCP or ring); *progressed when bytes moved.
+  Status Step(Xfer& x, OpCtx& ctx, bool* progressed);
   Status StepTcp(Xfer& x, OpCtx& ctx, bool* progressed);
   Status StepShm(Xfer& x, OpCtx& ctx, bool* progressed);
+  // After bytes of `x` moved: checks a completed received header, passes whole elements to
+  // x.on_data.
   Status AfterBytes(Xfer& x, OpCtx& ctx);
   // Blocks until something may have changed; checks control sockets, abort and the deadline.
   Status Block(OpCtx& ctx, std::span<Xfer> xfers, MonoTime silent_since);
+  // PeerFailed: "rank <peer> <how>".
+  Status PeerGone(int peer, const std::string& how);
+  void Ring(int to_rank);  // bump a rank's doorbell (wake it if sleeping)
+
+  // Control connections.
   // Reads whatever is on control sockets; returns an error on a dead or aborting peer.
   Status PollControl(int timeout_ms, std::span<Xfer> xfers, bool include_data);
+  // Reads `peer`'s control socket dry and handles its frames. Errors: PeerFailed for an abort
+  // notice or a close without goodbye, ProtocolError for a bad frame.
   Status HandleControl(int peer);
+
+  // The arenas.
   // A collective of ours meets a peer that runs the same op number the other way (ring vs
   // arena): ProtocolError naming both. Checked before sleeping.
   Status CheckRingMismatch(const OpCtx& ctx);
   Status CheckArenaMismatch(const OpCtx& ctx);
-  Status PeerGone(int peer, const std::string& how);
-  void Ring(int to_rank);  // bump a rank's doorbell (wake it if sleeping)
+  // Builds views_ from the mapped segments (Arena()).
   void BuildArenaViews();
 
   int rank_, size_;
