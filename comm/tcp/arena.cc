@@ -10,8 +10,6 @@
 namespace rt::comm::tcp {
 namespace {
 
-std::string RankName(int r) { return "rank " + std::to_string(r); }
-
 // The root field of a small-path step's header (all-reduce has no root; large steps carry 0).
 constexpr uint32_t kSmallPath = 1;
 

@@ -3,6 +3,10 @@
 // (goodbye / abort notices; EOF without goodbye = the peer died), and Exchange(), which drives a
 // set of concurrent sends and receives to completion with streamed reduction, a silence
 // deadline, and Abort(). Internal to comm/tcp.
+//
+// Mesh is defined in three files along those lines: comm/tcp/mesh.cc (links, Exchange, Abort),
+// comm/tcp/mesh_control.cc (control connections), comm/tcp/mesh_arena.cc (the arenas' views
+// and the waits of the arena collectives).
 #pragma once
 
 #include <sched.h>
@@ -19,42 +23,17 @@
 #include "base/deadline.h"
 #include "base/status.h"
 #include "comm/communicator.h"
+#include "comm/tcp/shm_segment.h"
 #include "comm/tcp/wire.h"
 
 namespace rt::comm::tcp {
 
-// A shared-memory segment of one rank: a header with a doorbell futex word, then one inbound
-// ring per peer (docs/formats/comm_wire.md, "Shared memory").
-struct ShmSegment {
-  std::string name;       // shm_open name
-  void* base = nullptr;   // mapping
-  size_t bytes = 0;
-  ~ShmSegment();
-};
-
-// Creates (and maps) this rank's segment for `nranks` rings of `ring_bytes` and an arena of
-// `arena_bytes` (0: none).
-Result<std::unique_ptr<ShmSegment>> CreateShmSegment(const std::string& name, int nranks,
-                                                     size_t ring_bytes, size_t arena_bytes);
-// Maps a peer's segment by name; checks its header against the three sizes.
-Result<std::unique_ptr<ShmSegment>> OpenShmSegment(const std::string& name, int nranks,
-                                                   size_t ring_bytes, size_t arena_bytes);
+// "rank 3": how errors name a rank.
+std::string RankName(int rank);
 
 // Most ranks a CPU communicator may have (NewCpuCommunicator refuses more): fixed-size
 // per-op arrays of the arena paths hold one entry per rank.
 inline constexpr int kMaxCpuRanks = 64;
-
-// Payloads of at most this many bytes travel inside the arena slot's cache line.
-inline constexpr size_t kArenaInlineBytes = 24;
-
-// The announcement of one staging half, one cache line: a reader that sees `step` finds the
-// op header, and a payload of at most kArenaInlineBytes, in the same line.
-struct alignas(64) ArenaSlot {
-  std::atomic<uint64_t> step;          // the last step staged in this half (written last)
-  std::byte header[kDataHeaderSize];   // encoded DataHeader of that step
-  std::byte data[kArenaInlineBytes];   // the payload when it fits
-};
-static_assert(sizeof(ArenaSlot) == 64);
 
 // One rank's arena in its segment (written by its owner only, but for `claim`;
 // docs/formats/comm_wire.md, "Arena"): step s uses slot and staging half s % 2.
@@ -80,10 +59,10 @@ struct ArenaView {
 struct Xfer {
   int peer = -1;
   bool send = false;
-  DataHeader header;              // sent, or expected from the peer
-  std::byte* data = nullptr;      // payload (const for sends)
+  DataHeader header;          // sent, or expected from the peer
+  std::byte* data = nullptr;  // payload (const for sends)
   size_t bytes = 0;
-  int conn = 0;                   // TCP: which of the peer's data connections carries it
+  int conn = 0;  // TCP: which of the peer's data connections carries it
   // Receives only: called with [from, to) payload byte ranges as they arrive, in order,
   // each a whole number of elements of `header.dtype` (the last piece may be the tail).
   std::function<void(size_t from, size_t to)> on_data;
@@ -98,15 +77,15 @@ struct Xfer {
 // Everything a rank knows about one peer.
 struct Peer {
   int ctrl_fd = -1;
-  int data_fd = -1;         // -1 when the link is shared memory (= data_fds[0] otherwise)
+  int data_fd = -1;           // -1 when the link is shared memory (= data_fds[0] otherwise)
   std::vector<int> data_fds;  // TCP: every data connection (large transfers are striped)
   bool shm = false;
   bool same_host = false;
   std::unique_ptr<ShmSegment> segment;  // the peer's segment (we write our ring in it)
   // Control state (touched only by the thread running ops).
   std::string ctrl_in;
-  bool goodbye = false;     // the peer left gracefully
-  bool ctrl_closed = false; // its control socket reached EOF
+  bool goodbye = false;      // the peer left gracefully
+  bool ctrl_closed = false;  // its control socket reached EOF
   uint32_t p2p_send_seq = 0;
   uint32_t p2p_recv_seq = 0;
 };
@@ -114,10 +93,10 @@ struct Peer {
 // Per-op context for Exchange.
 struct OpCtx {
   OpKind kind;
-  std::string what;          // set for p2p groups; collectives describe themselves (What())
-  bool collective = false;   // header below is the op's template (cross-path mismatch checks)
+  std::string what;         // set for p2p groups; collectives describe themselves (What())
+  bool collective = false;  // header below is the op's template (cross-path mismatch checks)
   DataHeader header;
-  int rank = -1;             // this rank (for What())
+  int rank = -1;  // this rank (for What())
   // "all_reduce #5 on rank 0", built only when an error needs it.
   std::string What() const {
     if (!collective) return what;
@@ -136,6 +115,8 @@ struct OpCtx {
   }
 };
 
+// The links of one rank to every peer of its communicator. One thread runs ops on it at a time;
+// Abort() and aborted() may be called from any thread.
 class Mesh {
  public:
   Mesh(int rank, int size, std::chrono::milliseconds op_timeout);
@@ -153,6 +134,43 @@ class Mesh {
   void set_stripe_bytes(size_t b) { stripe_bytes_ = b; }
   // How long a waiter on shared memory yields the CPU before sleeping on its doorbell.
   void set_yield_window(std::chrono::microseconds w) { yield_window_ = w; }
+  // True when the group has more ranks than this host has CPUs.
+  bool oversubscribed() const { return oversubscribed_; }
+  // One wait-loop pause: sched_yield when the group has more ranks than this host has CPUs
+  // (the rank we wait for may need ours), a CPU pause otherwise (keeping our time slice keeps
+  // both ends of an exchange running).
+  void Pause() {
+    if (oversubscribed_)
+      sched_yield();
+    else
+      CpuRelax();
+  }
+
+  // Links and Exchange (comm/tcp/mesh.cc).
+
+  // Runs every transfer to completion. Errors: PeerFailed naming the peer (EOF, reset, goodbye
+  // while data was expected, death seen on its control socket, silence for op_timeout),
+  // ProtocolError naming both ranks (header mismatch), CommAborted after Abort().
+  Status Exchange(OpCtx& ctx, std::span<Xfer> xfers);
+
+  // Wakes a thread blocked in Exchange; Exchange then returns CommAborted. Thread-safe.
+  void Abort();
+  bool aborted() const { return aborted_.load(std::memory_order_relaxed); }
+
+  // Closes every socket.
+  void CloseAll();
+
+  // Control connections (comm/tcp/mesh_control.cc).
+
+  // Best-effort control messages (non-blocking; never wait on a broken peer).
+  void SendGoodbye();
+  void SendAbortNotice(const std::string& reason);
+
+  // Writes a control frame to `peer` and waits for a frame of type `want` from every peer,
+  // with a deadline (bootstrap's ready barrier).
+  Status ControlBarrier(uint16_t type, Deadline deadline);
+
+  // The arenas (comm/tcp/mesh_arena.cc).
 
   // True when every peer shares memory with us and the segments have arenas: collectives may
   // then run directly through the arenas (comm/tcp/arena.h).
@@ -165,8 +183,6 @@ class Mesh {
     if (views_.empty()) BuildArenaViews();
     return views_[rank];
   }
-  // True when the group has more ranks than this host has CPUs.
-  bool oversubscribed() const { return oversubscribed_; }
   // Whether this rank can read every peer's memory with process_vm_readv (same user, no ptrace
   // restriction, one PID namespace): probed once, by reading each peer's segment nonce through
   // the peer's process. False without arenas.
@@ -191,15 +207,6 @@ class Mesh {
   uint64_t& arena_step() { return arena_step_; }
   // Wakes every same-host peer that sleeps on its doorbell (after updating our counters).
   void RingPeers();
-  // One wait-loop pause: sched_yield when the group has more ranks than this host has CPUs
-  // (the rank we wait for may need ours), a CPU pause otherwise (keeping our time slice keeps
-  // both ends of an exchange running).
-  void Pause() {
-    if (oversubscribed_) sched_yield();
-#if defined(__x86_64__)
-    else __builtin_ia32_pause();
-#endif
-  }
   // Waits until counters[q] >= target for every peer q (counters[rank()] is not read): a
   // bounded spin with CPU pauses (PollUntil: no clock read, no system call for the first
   // kSpinIterations turns; one look when oversubscribed), then pauses (or yields, see Pause)
@@ -219,45 +226,37 @@ class Mesh {
   // Turns of the first, clock-free spin of WaitUntil.
   static constexpr int kSpinIterations = 64;
 
-  // Runs every transfer to completion. Errors: PeerFailed naming the peer (EOF, reset, goodbye
-  // while data was expected, death seen on its control socket, silence for op_timeout),
-  // ProtocolError naming both ranks (header mismatch), CommAborted after Abort().
-  Status Exchange(OpCtx& ctx, std::span<Xfer> xfers);
-
-  // Wakes a thread blocked in Exchange; Exchange then returns CommAborted. Thread-safe.
-  void Abort();
-  bool aborted() const { return aborted_.load(std::memory_order_relaxed); }
-
-  // Best-effort control messages (non-blocking; never wait on a broken peer).
-  void SendGoodbye();
-  void SendAbortNotice(const std::string& reason);
-
-  // Writes a control frame to `peer` and waits for a frame of type `want` from every peer,
-  // with a deadline (bootstrap's ready barrier).
-  Status ControlBarrier(uint16_t type, Deadline deadline);
-
-  // Closes every socket.
-  void CloseAll();
-
  private:
-  Status Step(Xfer& x, OpCtx& ctx, bool* progressed);
+  // Links and Exchange.
+  // Exchange after striping: each transfer on its own connection.
   Status ExchangeParts(OpCtx& ctx, std::span<Xfer> xfers);
+  // Moves what `x` can move now without blocking (TCP or ring); *progressed when bytes moved.
+  Status Step(Xfer& x, OpCtx& ctx, bool* progressed);
   Status StepTcp(Xfer& x, OpCtx& ctx, bool* progressed);
   Status StepShm(Xfer& x, OpCtx& ctx, bool* progressed);
+  // After bytes of `x` moved: checks a completed received header, passes whole elements to
+  // x.on_data.
   Status AfterBytes(Xfer& x, OpCtx& ctx);
   // Blocks until something may have changed; checks control sockets, abort and the deadline.
   Status Block(OpCtx& ctx, std::span<Xfer> xfers, MonoTime silent_since);
+  // PeerFailed: "rank <peer> <how>".
+  Status PeerGone(int peer, const std::string& how);
+  void Ring(int to_rank);  // bump a rank's doorbell (wake it if sleeping)
+
+  // Control connections.
   // Reads whatever is on control sockets; returns an error on a dead or aborting peer.
   Status PollControl(int timeout_ms, std::span<Xfer> xfers, bool include_data);
+  // Reads `peer`'s control socket dry and handles its frames. Errors: PeerFailed for an abort
+  // notice or a close without goodbye, ProtocolError for a bad frame.
   Status HandleControl(int peer);
+
+  // The arenas.
   // A collective of ours meets a peer that runs the same op number the other way (ring vs
   // arena): ProtocolError naming both. Checked before sleeping.
   Status CheckRingMismatch(const OpCtx& ctx);
   Status CheckArenaMismatch(const OpCtx& ctx);
-  Status PeerGone(int peer, const std::string& how);
-  void Ring(int to_rank);  // bump a rank's doorbell (wake it if sleeping)
+  // Builds views_ from the mapped segments (Arena()).
   void BuildArenaViews();
-  std::atomic<uint32_t>* Doorbell(int rank_of_segment);
 
   int rank_, size_;
   std::chrono::milliseconds op_timeout_;
