@@ -10,9 +10,16 @@
 
 #include <CLI/CLI.hpp>
 
+#include "base/log.h"
+#include "kernels/gemm_kernels.h"
 #include "parallel/launch.h"
 
 int main(int argc, char** argv) {
+  // First: may re-execute this binary with the chosen kernel set, which the workers inherit.
+  if (rt::Status s = rt::SelectGemmKernels(argv); !s.ok()) {
+    std::fprintf(stderr, "ringtrain_dist: %s\n", s.ToString().c_str());
+    return 1;
+  }
   CLI::App app{"ringtrain_dist: distributed training on local worker processes"};
   rt::parallel::DistTrainOptions o;
   app.add_option("--config", o.config, "TOML config file");
@@ -27,6 +34,11 @@ int main(int argc, char** argv) {
   app.add_option("--store", o.store, "worker mode: rendezvous store host:port")->group("");
   app.add_option("--job", o.job, "worker mode: job name")->group("");
   CLI11_PARSE(app, argc, argv);
+  if (rt::Status s = rt::InitLogging("info"); !s.ok()) {
+    std::fprintf(stderr, "ringtrain_dist: %s\n", s.ToString().c_str());
+    return 2;
+  }
+  rt::LogGemmKernels();
   char self[PATH_MAX];
   const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
   const std::string exe = n > 0 ? std::string(self, static_cast<size_t>(n)) : std::string(argv[0]);
