@@ -10,7 +10,7 @@
 namespace rt::cpu {
 namespace {
 
-using Outcome = GemmCandidateResult::Outcome;
+using Outcome = GemmProbeResult::Outcome;
 
 constexpr std::string_view kMagic = "ringtrain-gemm-kernels 1";
 
@@ -18,23 +18,11 @@ bool SameName(std::string_view a, std::string_view b) {
   return a.size() == b.size() && ::strncasecmp(a.data(), b.data(), a.size()) == 0;
 }
 
-const GemmCandidateResult* Find(const std::vector<GemmCandidateResult>& candidates,
-                                std::string_view kernels) {
-  for (const GemmCandidateResult& c : candidates)
+const GemmProbeResult* Find(const std::vector<GemmProbeResult>& candidates,
+                            std::string_view kernels) {
+  for (const GemmProbeResult& c : candidates)
     if (SameName(c.kernels, kernels)) return &c;
   return nullptr;
-}
-
-std::string_view OutcomeName(Outcome o) {
-  switch (o) {
-    case Outcome::kPassed:
-      return "passed";
-    case Outcome::kWrong:
-      return "wrong";
-    case Outcome::kFailed:
-      break;
-  }
-  return "failed";
 }
 
 std::string Ratio(double x) {
@@ -44,7 +32,7 @@ std::string Ratio(double x) {
 }
 
 // How `c` compares with the chosen set, e.g. "Prescott measured 4.70x slower".
-std::string Compare(const GemmCandidateResult& c, double chosen_gflops) {
+std::string Compare(const GemmProbeResult& c, double chosen_gflops) {
   switch (c.outcome) {
     case Outcome::kPassed:
       if (c.gflops <= 0 || chosen_gflops <= 0) return c.kernels + " not timed";
@@ -55,6 +43,8 @@ std::string Compare(const GemmCandidateResult& c, double chosen_gflops) {
       return c.kernels + " measured " + Ratio(chosen_gflops / c.gflops) + " slower";
     case Outcome::kWrong:
       return c.kernels + " rejected: wrong results";
+    case Outcome::kTimed:
+      return c.kernels + " not checked";
     case Outcome::kFailed:
       break;
   }
@@ -67,54 +57,23 @@ std::string OneLine(std::string s) {
   return s;
 }
 
-// Splits off the text up to the next space (or the end) of `rest`.
-std::string_view NextWord(std::string_view* rest) {
-  const size_t space = rest->find(' ');
-  const std::string_view word = rest->substr(0, space);
-  *rest = space == std::string_view::npos ? std::string_view() : rest->substr(space + 1);
-  return word;
-}
-
-Result<GemmCandidateResult> ParseCandidate(std::string_view rest, int line_no) {
-  GemmCandidateResult c;
-  c.kernels = std::string(NextWord(&rest));
-  const std::string_view outcome = NextWord(&rest);
-  const std::string_view gflops = NextWord(&rest);
-  c.detail = std::string(rest);
-  if (outcome == "passed") {
-    c.outcome = Outcome::kPassed;
-  } else if (outcome == "wrong") {
-    c.outcome = Outcome::kWrong;
-  } else if (outcome == "failed") {
-    c.outcome = Outcome::kFailed;
-  } else {
-    return Corruption("line " + std::to_string(line_no) + ": unknown outcome '" +
-                      std::string(outcome) + "'");
-  }
-  const auto [end, ec] = std::from_chars(gflops.data(), gflops.data() + gflops.size(), c.gflops);
-  if (c.kernels.empty() || ec != std::errc() || end != gflops.data() + gflops.size() ||
-      !(c.gflops >= 0))
-    return Corruption("line " + std::to_string(line_no) + ": malformed candidate");
-  return c;
-}
-
 }  // namespace
 
 Result<std::string> DecideGemmKernels(std::string_view library_choice,
-                                      const std::vector<GemmCandidateResult>& candidates) {
-  const GemmCandidateResult* best = nullptr;
-  for (const GemmCandidateResult& c : candidates)
+                                      const std::vector<GemmProbeResult>& candidates) {
+  const GemmProbeResult* best = nullptr;
+  for (const GemmProbeResult& c : candidates)
     if (c.outcome == Outcome::kPassed && (best == nullptr || c.gflops > best->gflops)) best = &c;
   if (best == nullptr) {
     std::string why;
-    for (const GemmCandidateResult& c : candidates)
-      why += (why.empty() ? "" : "; ") + c.kernels + " " + std::string(OutcomeName(c.outcome)) +
-             (c.detail.empty() ? "" : ": " + c.detail);
+    for (const GemmProbeResult& c : candidates)
+      why += (why.empty() ? "" : "; ") + c.kernels +
+             (c.outcome == Outcome::kWrong ? " wrong: " : " failed: ") + c.detail;
     return FailedPrecondition("no OpenBLAS kernel set computes correct sgemm results here (" +
                               (why.empty() ? std::string("no candidates") : why) +
                               "); set OPENBLAS_CORETYPE to choose one yourself");
   }
-  const GemmCandidateResult* own = Find(candidates, library_choice);
+  const GemmProbeResult* own = Find(candidates, library_choice);
   if (own != nullptr && own->outcome == Outcome::kPassed &&
       own->gflops >= best->gflops * (1.0 - kGemmSwitchMargin))
     return own->kernels;
@@ -123,14 +82,14 @@ Result<std::string> DecideGemmKernels(std::string_view library_choice,
 
 std::string DescribeGemmChoice(const GemmChoice& choice, bool cached) {
   std::string s = cached ? "auto, cached; " : "auto; ";
-  const GemmCandidateResult* chosen = Find(choice.candidates, choice.chosen);
+  const GemmProbeResult* chosen = Find(choice.candidates, choice.chosen);
   const double chosen_gflops = chosen ? chosen->gflops : 0;
-  const GemmCandidateResult* own = Find(choice.candidates, choice.library_choice);
+  const GemmProbeResult* own = Find(choice.candidates, choice.library_choice);
   if (SameName(choice.chosen, choice.library_choice)) {
     // The library's own choice stays: name the fastest of the others that passed.
     s += "OpenBLAS's own choice";
-    const GemmCandidateResult* runner_up = nullptr;
-    for (const GemmCandidateResult& c : choice.candidates)
+    const GemmProbeResult* runner_up = nullptr;
+    for (const GemmProbeResult& c : choice.candidates)
       if (c.outcome == Outcome::kPassed && &c != chosen &&
           (runner_up == nullptr || c.gflops > runner_up->gflops))
         runner_up = &c;
@@ -140,7 +99,7 @@ std::string DescribeGemmChoice(const GemmChoice& choice, bool cached) {
   } else {
     s += "OpenBLAS's own choice " + choice.library_choice + " not probed";
   }
-  for (const GemmCandidateResult& c : choice.candidates)
+  for (const GemmProbeResult& c : choice.candidates)
     if (c.outcome != Outcome::kPassed && &c != own) s += "; " + Compare(c, chosen_gflops);
   return s;
 }
@@ -158,12 +117,8 @@ std::string SerializeGemmChoice(const GemmChoice& choice) {
   text += "library " + OneLine(choice.library) + "\n";
   text += "library_choice " + OneLine(choice.library_choice) + "\n";
   text += "chosen " + OneLine(choice.chosen) + "\n";
-  for (const GemmCandidateResult& c : choice.candidates) {
-    char gflops[32];
-    std::snprintf(gflops, sizeof(gflops), "%.3f", c.gflops);
-    text += "candidate " + OneLine(c.kernels) + " " + std::string(OutcomeName(c.outcome)) + " " +
-            gflops + (c.detail.empty() ? "" : " " + OneLine(c.detail)) + "\n";
-  }
+  for (const GemmProbeResult& c : choice.candidates)
+    text += "candidate " + FormatGemmProbeResult(c) + "\n";
   char crc[32];
   std::snprintf(crc, sizeof(crc), "crc32c %08x\n", Crc32c(text.data(), text.size()));
   return text + crc;
@@ -200,8 +155,10 @@ Result<GemmChoice> ParseGemmChoice(std::string_view text) {
       magic = true;
       continue;
     }
-    std::string_view rest = line;
-    const std::string_view field = NextWord(&rest);
+    const size_t space = line.find(' ');
+    const std::string_view field = line.substr(0, space);
+    const std::string_view rest =
+        space == std::string_view::npos ? std::string_view() : line.substr(space + 1);
     if (field == "cpu") {
       choice.cpu = std::string(rest);
     } else if (field == "library") {
@@ -211,8 +168,9 @@ Result<GemmChoice> ParseGemmChoice(std::string_view text) {
     } else if (field == "chosen") {
       choice.chosen = std::string(rest);
     } else if (field == "candidate") {
-      ASSIGN_OR_RETURN(GemmCandidateResult c, ParseCandidate(rest, line_no));
-      choice.candidates.push_back(std::move(c));
+      Result<GemmProbeResult> c = ParseGemmProbeResult(rest);
+      if (!c.ok()) return c.status().WithContext("line " + std::to_string(line_no));
+      choice.candidates.push_back(std::move(*c));
     } else {
       return Corruption("line " + std::to_string(line_no) + ": unknown field '" +
                         std::string(field) + "'");

@@ -8,21 +8,9 @@
 #include <vector>
 
 #include "base/status.h"
+#include "kernels/cpu/gemm_probe.h"
 
 namespace rt::cpu {
-
-// What the probe of one candidate kernel set found.
-struct GemmCandidateResult {
-  enum class Outcome {
-    kPassed,  // computed correct results; `gflops` is its speed
-    kWrong,   // computed wrong results (`detail` says where): never chosen
-    kFailed,  // its probe did not report: crashed, timed out, or OpenBLAS ran another set
-  };
-  std::string kernels;  // the OPENBLAS_CORETYPE value
-  Outcome outcome = Outcome::kFailed;
-  double gflops = 0;   // sgemm GFLOP/s on config S's shapes, one thread (kPassed only)
-  std::string detail;  // kWrong / kFailed: what went wrong; one line
-};
 
 // A choice and what it was based on: the content of one cache file.
 struct GemmChoice {
@@ -30,7 +18,7 @@ struct GemmChoice {
   std::string library;         // key: openblas_get_config() without the kernel set's name
   std::string library_choice;  // the set OpenBLAS picks by itself on this CPU
   std::string chosen;          // the set ringtrain runs
-  std::vector<GemmCandidateResult> candidates;  // in the order they were probed
+  std::vector<GemmProbeResult> candidates;  // in the order they were probed; never kTimed
 };
 
 // A candidate that is not OpenBLAS's own choice must be faster than it by more than this share
@@ -41,7 +29,7 @@ inline constexpr double kGemmSwitchMargin = 0.03;
 // when it passed and is within kGemmSwitchMargin of the fastest. FailedPrecondition naming every
 // candidate's outcome when none passed.
 Result<std::string> DecideGemmKernels(std::string_view library_choice,
-                                      const std::vector<GemmCandidateResult>& candidates);
+                                      const std::vector<GemmProbeResult>& candidates);
 
 // The words in parentheses after the kernel set's name in the log line, e.g.
 // "auto; Prescott measured 4.70x slower" or "auto, cached; OpenBLAS's own choice, Haswell

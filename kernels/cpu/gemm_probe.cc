@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <limits>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "base/fault.h"
@@ -168,19 +169,12 @@ double TimeKernels(int64_t budget_ms) {
   return flops / best / 1e9;
 }
 
-const char* CheckName(GemmProbeReport::Check c) {
-  switch (c) {
-    case GemmProbeReport::Check::kPassed:
-      return "passed";
-    case GemmProbeReport::Check::kWrong:
-      return "wrong";
-    case GemmProbeReport::Check::kSkipped:
-      break;
-  }
-  return "skipped";
-}
-
-constexpr std::string_view kReportTag = "gemm-probe 1 ";
+constexpr std::pair<GemmProbeResult::Outcome, std::string_view> kOutcomeNames[] = {
+    {GemmProbeResult::Outcome::kPassed, "passed"},
+    {GemmProbeResult::Outcome::kWrong, "wrong"},
+    {GemmProbeResult::Outcome::kFailed, "failed"},
+    {GemmProbeResult::Outcome::kTimed, "timed"},
+};
 
 // Splits off the next space-separated word of `rest`.
 std::string_view NextWord(std::string_view* rest) {
@@ -192,64 +186,53 @@ std::string_view NextWord(std::string_view* rest) {
 
 }  // namespace
 
-GemmProbeReport RunGemmProbe(const GemmProbeWork& work) {
-  GemmProbeReport r;
+GemmProbeResult RunGemmProbe(const GemmProbeWork& work) {
+  GemmProbeResult r;
   r.kernels = openblas_get_corename();
+  r.outcome = work.check ? GemmProbeResult::Outcome::kPassed : GemmProbeResult::Outcome::kTimed;
   if (work.check) {
-    r.check = GemmProbeReport::Check::kPassed;
     uint64_t seed = 1;
     for (const GemmCase& g : CheckCases()) {
       std::optional<std::string> failure = CheckCase(g, r.kernels, seed++);
       if (!failure) continue;
-      r.check = GemmProbeReport::Check::kWrong;
-      r.failure = std::move(*failure);
-      break;
+      r.outcome = GemmProbeResult::Outcome::kWrong;
+      r.detail = std::move(*failure);
+      return r;
     }
   }
-  if (work.time && r.check != GemmProbeReport::Check::kWrong)
-    r.gflops = TimeKernels(work.time_budget_ms);
+  if (work.time) r.gflops = TimeKernels(work.time_budget_ms);
   return r;
 }
 
-std::string FormatGemmProbeReport(const GemmProbeReport& report) {
+std::string FormatGemmProbeResult(const GemmProbeResult& result) {
+  std::string_view outcome;
+  for (const auto& [o, name] : kOutcomeNames)
+    if (o == result.outcome) outcome = name;
   char gflops[32];
-  std::snprintf(gflops, sizeof(gflops), "%.3f", report.gflops);
-  std::string line =
-      std::string(kReportTag) + report.kernels + " " + CheckName(report.check) + " " + gflops;
-  if (!report.failure.empty()) line += " " + report.failure;
-  for (char& ch : line)
-    if (ch == '\n') ch = ' ';
-  return line;
+  std::snprintf(gflops, sizeof(gflops), "%.3f", result.gflops);
+  std::string text = result.kernels + " " + std::string(outcome) + " " + gflops;
+  if (!result.detail.empty()) text += " " + result.detail;
+  for (char& ch : text)
+    if (ch == '\n' || ch == '\r') ch = ' ';
+  return text;
 }
 
-Result<GemmProbeReport> ParseGemmProbeReport(std::string_view output) {
-  size_t at = 0;
-  while (at < output.size() && output.substr(at, kReportTag.size()) != kReportTag) {
-    const size_t nl = output.find('\n', at);
-    at = nl == std::string_view::npos ? output.size() : nl + 1;
-  }
-  if (at >= output.size()) return Corruption("no 'gemm-probe 1' report line in the probe's output");
-  std::string_view rest = output.substr(at + kReportTag.size());
-  rest = rest.substr(0, rest.find('\n'));
-  const std::string_view line = rest;
-  GemmProbeReport r;
+Result<GemmProbeResult> ParseGemmProbeResult(std::string_view text) {
+  std::string_view rest = text;
+  GemmProbeResult r;
   r.kernels = std::string(NextWord(&rest));
-  const std::string_view check = NextWord(&rest);
+  const std::string_view outcome = NextWord(&rest);
   const std::string_view gflops = NextWord(&rest);
-  r.failure = std::string(rest);
-  if (check == "passed") {
-    r.check = GemmProbeReport::Check::kPassed;
-  } else if (check == "wrong") {
-    r.check = GemmProbeReport::Check::kWrong;
-  } else if (check == "skipped") {
-    r.check = GemmProbeReport::Check::kSkipped;
-  } else {
-    return Corruption("probe report '" + std::string(line) + "': unknown check result");
-  }
+  r.detail = std::string(rest);
+  bool known = false;
+  for (const auto& [o, name] : kOutcomeNames)
+    if (name == outcome) r.outcome = o, known = true;
   const auto [end, ec] = std::from_chars(gflops.data(), gflops.data() + gflops.size(), r.gflops);
-  if (r.kernels.empty() || ec != std::errc() || end != gflops.data() + gflops.size() ||
-      !(r.gflops >= 0) || (r.check == GemmProbeReport::Check::kWrong) == r.failure.empty())
-    return Corruption("probe report '" + std::string(line) + "' does not parse");
+  const bool explained = r.outcome == GemmProbeResult::Outcome::kPassed ||
+                         r.outcome == GemmProbeResult::Outcome::kTimed || !r.detail.empty();
+  if (r.kernels.empty() || !known || ec != std::errc() || end != gflops.data() + gflops.size() ||
+      !(r.gflops >= 0) || !explained)
+    return Corruption("probe result '" + std::string(text.substr(0, 200)) + "' does not parse");
   return r;
 }
 

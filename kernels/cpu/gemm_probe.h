@@ -2,7 +2,7 @@
 // OpenBLAS was loaded with OPENBLAS_CORETYPE set to the candidate (the kernels cannot be switched
 // once the library has initialised): it checks sgemm against a double-precision reference on
 // the shapes and argument patterns ringtrain uses, times sgemm on the GEMM shapes of config S,
-// and writes one report line on stdout for the parent to parse (docs/blas.md).
+// and reports one line for the parent to parse (docs/blas.md).
 #pragma once
 
 #include <cstdint>
@@ -13,13 +13,18 @@
 
 namespace rt::cpu {
 
-// What a probe found about the kernel set its process runs.
-struct GemmProbeReport {
-  enum class Check { kPassed, kWrong, kSkipped };
-  std::string kernels;            // the set OpenBLAS runs in the child (openblas_get_corename())
-  Check check = Check::kSkipped;  // kWrong: some GEMM computed numbers outside the tolerance
-  std::string failure;            // for kWrong: which GEMM, which element, what and what expected
-  double gflops = 0;              // sgemm GFLOP/s on config S's shapes, one thread; 0: not timed
+// What the probe of one kernel set found: a probe child's report, and one line of the cache.
+struct GemmProbeResult {
+  enum class Outcome {
+    kPassed,  // computed correct results; `gflops` is its speed
+    kWrong,   // computed wrong results (`detail` names the GEMM and the element): never chosen
+    kFailed,  // its probe did not report: crashed, timed out, or OpenBLAS ran another set
+    kTimed,   // timed without the check (a second timing round)
+  };
+  std::string kernels;  // the set (OPENBLAS_CORETYPE value, or what OpenBLAS runs)
+  Outcome outcome = Outcome::kFailed;
+  double gflops = 0;   // sgemm GFLOP/s on config S's shapes, one thread; 0: none
+  std::string detail;  // kWrong / kFailed: what went wrong, one line
 };
 
 // The work of one probe.
@@ -33,13 +38,14 @@ struct GemmProbeWork {
 // builds: when the fault point "kernels.gemm_probe.wrong.<kernels>" is armed (e.g. through
 // RINGTRAIN_FAULTS="kernels.gemm_probe.wrong.Haswell=error"), one element of every checked
 // result is corrupted before it is compared. Not thread-safe (sets OpenBLAS's thread count).
-GemmProbeReport RunGemmProbe(const GemmProbeWork& work);
+// The result's `kernels` is what OpenBLAS runs in this process.
+GemmProbeResult RunGemmProbe(const GemmProbeWork& work);
 
-// The report as one line: "gemm-probe 1 <kernels> <passed|wrong|skipped> <gflops>[ <failure>]".
-std::string FormatGemmProbeReport(const GemmProbeReport& report);
+// The result as text: "<kernels> <passed|wrong|failed|timed> <gflops, 3 decimals>[ <detail>]",
+// line breaks in the detail turned into spaces.
+std::string FormatGemmProbeResult(const GemmProbeResult& result);
 
-// Finds and parses the report line in a probe child's output; other lines (OpenBLAS's own
-// messages) are ignored. Corruption naming the problem when there is none or it does not parse.
-Result<GemmProbeReport> ParseGemmProbeReport(std::string_view output);
+// Parses FormatGemmProbeResult's text. Corruption naming the problem.
+Result<GemmProbeResult> ParseGemmProbeResult(std::string_view text);
 
 }  // namespace rt::cpu

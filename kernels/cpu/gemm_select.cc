@@ -23,8 +23,8 @@
 namespace rt {
 namespace {
 
-using cpu::GemmCandidateResult;
-using Outcome = GemmCandidateResult::Outcome;
+using cpu::GemmProbeResult;
+using Outcome = GemmProbeResult::Outcome;
 
 constexpr char kCoreTypeEnv[] = "OPENBLAS_CORETYPE";
 // Set in a probe child: "check" (check and time) or "time" (time only).
@@ -32,6 +32,8 @@ constexpr char kProbeEnv[] = "RINGTRAIN_GEMM_PROBE";
 // Set by the process that chose, for itself after re-executing and for every process it starts:
 // "<pid>\t<kernels>\t<how>[\t<warning>]...", where pid is the chooser's.
 constexpr char kChoiceEnv[] = "RINGTRAIN_GEMM_KERNELS";
+// Marks the report line among a probe child's output (OpenBLAS may print messages of its own).
+constexpr std::string_view kReportTag = "gemm-probe 1 ";
 
 // What this process runs, set once by SelectGemmKernels.
 struct State {
@@ -129,13 +131,25 @@ void Adopt(const std::string& kernels, const std::string& how) {
     WriteAndExit("probe of " + running + " failed: " + f.ToString() + "\n", 4);
   cpu::GemmProbeWork work;
   work.check = mode == "check";
-  WriteAndExit(cpu::FormatGemmProbeReport(cpu::RunGemmProbe(work)) + "\n", 0);
+  WriteAndExit(std::string(kReportTag) + cpu::FormatGemmProbeResult(cpu::RunGemmProbe(work)) + "\n",
+               0);
+}
+
+// The text after kReportTag on the report line of a probe child's output.
+std::optional<std::string_view> ReportLine(std::string_view output) {
+  while (!output.empty()) {
+    const size_t nl = output.find('\n');
+    const std::string_view line = output.substr(0, nl);
+    if (line.starts_with(kReportTag)) return line.substr(kReportTag.size());
+    output = nl == std::string_view::npos ? std::string_view() : output.substr(nl + 1);
+  }
+  return std::nullopt;
 }
 
 // Starts one probe child for `kernels` and reads its report.
-GemmCandidateResult ProbeOnce(const std::string& kernels, std::string_view mode,
-                              const GemmKernelOptions& options) {
-  GemmCandidateResult r;
+GemmProbeResult ProbeOnce(const std::string& kernels, std::string_view mode,
+                          const GemmKernelOptions& options) {
+  GemmProbeResult r;
   r.kernels = kernels;
   std::vector<std::string> env = EnvironmentWithout({kCoreTypeEnv, kChoiceEnv, kProbeEnv});
   env.push_back(std::string(kCoreTypeEnv) + "=" + kernels);
@@ -146,7 +160,9 @@ GemmCandidateResult ProbeOnce(const std::string& kernels, std::string_view mode,
     r.detail = run.status().ToString();
     return r;
   }
-  Result<cpu::GemmProbeReport> report = cpu::ParseGemmProbeReport(run->output);
+  const std::optional<std::string_view> line = ReportLine(run->output);
+  Result<GemmProbeResult> report =
+      line ? cpu::ParseGemmProbeResult(*line) : Result<GemmProbeResult>(Corruption("no report"));
   if (!run->exited || run->exit_code != 0 || !report.ok()) {
     std::string output = run->output.substr(0, 200);
     for (char& ch : output)
@@ -158,27 +174,21 @@ GemmCandidateResult ProbeOnce(const std::string& kernels, std::string_view mode,
     r.detail = "OpenBLAS ran " + report->kernels + " instead";
     return r;
   }
-  r.gflops = report->gflops;
-  if (report->check == cpu::GemmProbeReport::Check::kWrong) {
-    r.outcome = Outcome::kWrong;
-    r.detail = report->failure;
-  } else {
-    r.outcome = Outcome::kPassed;
-  }
-  return r;
+  report->kernels = kernels;
+  return *report;
 }
 
 // Every candidate checked and timed, then timed once more in the reverse order (a busy moment of
 // the machine should not decide); each keeps its better figure.
-std::vector<GemmCandidateResult> ProbeCandidates(const std::vector<std::string>& candidates,
-                                                 const GemmKernelOptions& options) {
-  std::vector<GemmCandidateResult> results;
+std::vector<GemmProbeResult> ProbeCandidates(const std::vector<std::string>& candidates,
+                                             const GemmKernelOptions& options) {
+  std::vector<GemmProbeResult> results;
   for (const std::string& kernels : candidates)
     results.push_back(ProbeOnce(kernels, "check", options));
   for (auto it = results.rbegin(); it != results.rend(); ++it) {
     if (it->outcome != Outcome::kPassed) continue;
-    const GemmCandidateResult again = ProbeOnce(it->kernels, "time", options);
-    if (again.outcome == Outcome::kPassed) it->gflops = std::max(it->gflops, again.gflops);
+    const GemmProbeResult again = ProbeOnce(it->kernels, "time", options);
+    if (again.outcome == Outcome::kTimed) it->gflops = std::max(it->gflops, again.gflops);
   }
   return results;
 }
@@ -256,7 +266,7 @@ Status SelectAutomatically(char** argv, const GemmKernelOptions& options) {
     if (!chosen.ok()) {
       const bool any_wrong =
           std::any_of(choice.candidates.begin(), choice.candidates.end(),
-                      [](const GemmCandidateResult& c) { return c.outcome == Outcome::kWrong; });
+                      [](const GemmProbeResult& c) { return c.outcome == Outcome::kWrong; });
       if (any_wrong) return chosen.status();
       // Only the probes failed (could not start, crashed, timed out): nothing says the library's
       // own choice is wrong, so it stays, and nothing is cached.
@@ -268,7 +278,7 @@ Status SelectAutomatically(char** argv, const GemmKernelOptions& options) {
     choice.chosen = *chosen;
     // A probe that did not report may have met a busy moment: such a choice is not kept.
     std::string failed;
-    for (const GemmCandidateResult& c : choice.candidates)
+    for (const GemmProbeResult& c : choice.candidates)
       if (c.outcome == Outcome::kFailed)
         failed += (failed.empty() ? "" : "; ") + c.kernels + " failed: " + c.detail;
     if (!failed.empty()) {
@@ -286,7 +296,7 @@ Status SelectAutomatically(char** argv, const GemmKernelOptions& options) {
   const int err = errno;
   s.warnings.push_back("re-executing '" + options.executable + "' with " + kCoreTypeEnv + "=" +
                        choice.chosen + " failed: " + std::strerror(err));
-  for (const GemmCandidateResult& c : choice.candidates)
+  for (const GemmProbeResult& c : choice.candidates)
     if (SameName(c.kernels, running) && c.outcome == Outcome::kWrong)
       return FailedPrecondition("OpenBLAS's own choice " + running + " computes wrong results (" +
                                 c.detail + ") and " + choice.chosen +

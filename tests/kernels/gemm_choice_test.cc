@@ -17,7 +17,7 @@
 namespace rt::cpu {
 namespace {
 
-using Outcome = GemmCandidateResult::Outcome;
+using Outcome = GemmProbeResult::Outcome;
 using Names = std::vector<std::string>;
 
 CpuFeatures Features(bool avx2, bool avx512, bool bf16) {
@@ -85,46 +85,44 @@ TEST(GemmCandidatesTest, CpuidAgreesWithProcCpuinfo) {
   EXPECT_EQ(f.avx512_bf16, f.avx512 && has({"avx512_bf16"}));
 }
 
-GemmCandidateResult Passed(const std::string& name, double gflops) {
+GemmProbeResult Passed(const std::string& name, double gflops) {
   return {name, Outcome::kPassed, gflops, ""};
 }
-GemmCandidateResult Wrong(const std::string& name, double gflops) {
+GemmProbeResult Wrong(const std::string& name, double gflops) {
   return {name, Outcome::kWrong, gflops, "sgemm NT m=1 n=1 k=1: C[0,0] = 2, expected 1"};
 }
-GemmCandidateResult Failed(const std::string& name) {
+GemmProbeResult Failed(const std::string& name) {
   return {name, Outcome::kFailed, 0, "probe signal 4 (Illegal instruction)"};
 }
 
 TEST(GemmChoiceTest, TheFastestCorrectSetWins) {
-  const std::vector<GemmCandidateResult> issue = {
-      Passed("Prescott", 31.6), Passed("Cooperlake", 140.0), Passed("SkylakeX", 148.6),
-      Passed("Haswell", 90.0)};
+  const std::vector<GemmProbeResult> issue = {Passed("Prescott", 31.6), Passed("Cooperlake", 140.0),
+                                              Passed("SkylakeX", 148.6), Passed("Haswell", 90.0)};
   EXPECT_EQ(*DecideGemmKernels("Prescott", issue), "SkylakeX");
   // A wrong set is never chosen, however fast.
-  const std::vector<GemmCandidateResult> wrong = {Passed("Prescott", 31.6),
-                                                  Wrong("SkylakeX", 300.0), Passed("Haswell", 90)};
+  const std::vector<GemmProbeResult> wrong = {Passed("Prescott", 31.6), Wrong("SkylakeX", 300.0),
+                                              Passed("Haswell", 90)};
   EXPECT_EQ(*DecideGemmKernels("Prescott", wrong), "Haswell");
   // Nor one whose probe failed.
-  const std::vector<GemmCandidateResult> failed = {Passed("Prescott", 31.6), Failed("SkylakeX")};
+  const std::vector<GemmProbeResult> failed = {Passed("Prescott", 31.6), Failed("SkylakeX")};
   EXPECT_EQ(*DecideGemmKernels("Prescott", failed), "Prescott");
   // OpenBLAS's own choice wrong: another one replaces it even when slower.
-  const std::vector<GemmCandidateResult> own_wrong = {Wrong("Cooperlake", 230),
-                                                      Passed("Haswell", 120)};
+  const std::vector<GemmProbeResult> own_wrong = {Wrong("Cooperlake", 230), Passed("Haswell", 120)};
   EXPECT_EQ(*DecideGemmKernels("Cooperlake", own_wrong), "Haswell");
 }
 
 TEST(GemmChoiceTest, OwnChoiceStaysWithinTheMargin) {
   const double own = 230.0;
-  const std::vector<GemmCandidateResult> close = {
+  const std::vector<GemmProbeResult> close = {
       Passed("Cooperlake", own), Passed("SkylakeX", own / (1.0 - kGemmSwitchMargin) - 0.1)};
   EXPECT_EQ(*DecideGemmKernels("Cooperlake", close), "Cooperlake");
-  const std::vector<GemmCandidateResult> beyond = {
+  const std::vector<GemmProbeResult> beyond = {
       Passed("Cooperlake", own), Passed("SkylakeX", own / (1.0 - kGemmSwitchMargin) + 0.5)};
   EXPECT_EQ(*DecideGemmKernels("Cooperlake", beyond), "SkylakeX");
 }
 
 TEST(GemmChoiceTest, NoCorrectSetIsAnErrorNamingEach) {
-  const std::vector<GemmCandidateResult> none = {Wrong("Cooperlake", 230), Failed("Haswell")};
+  const std::vector<GemmProbeResult> none = {Wrong("Cooperlake", 230), Failed("Haswell")};
   Result<std::string> r = DecideGemmKernels("Cooperlake", none);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
@@ -136,7 +134,7 @@ TEST(GemmChoiceTest, NoCorrectSetIsAnErrorNamingEach) {
 }
 
 GemmChoice Choice(const std::string& own, const std::string& chosen,
-                  std::vector<GemmCandidateResult> candidates) {
+                  std::vector<GemmProbeResult> candidates) {
   return GemmChoice{"Test CPU | avx2 avx512", "OpenBLAS 0.3.21 DYNAMIC_ARCH", own, chosen,
                     std::move(candidates)};
 }
@@ -220,19 +218,26 @@ TEST(GemmChoiceTest, CacheNameFollowsTheKey) {
   EXPECT_TRUE(a.starts_with("gemm-kernels-") && a.ends_with(".txt")) << a;
 }
 
-TEST(GemmProbeReportTest, RoundTripsAndRejectsGarbage) {
-  GemmProbeReport r{"SkylakeX", GemmProbeReport::Check::kWrong, "sgemm NN m=7: C[0,0] = 1", 148.5};
-  Result<GemmProbeReport> back =
-      ParseGemmProbeReport("OpenBLAS : noise\n" + FormatGemmProbeReport(r) + "\n");
-  ASSERT_TRUE(back.ok()) << back.status().ToString();
-  EXPECT_EQ(back->kernels, "SkylakeX");
-  EXPECT_EQ(back->check, GemmProbeReport::Check::kWrong);
-  EXPECT_EQ(back->failure, r.failure);
-  EXPECT_NEAR(back->gflops, 148.5, 1e-3);
-  for (const char* bad : {"", "nothing here\n", "gemm-probe 1 SkylakeX passed\n",
-                          "gemm-probe 1 SkylakeX maybe 1.0\n", "gemm-probe 1 SkylakeX passed x\n",
-                          "gemm-probe 1 SkylakeX wrong 1.0\n", "gemm-probe 1 SkylakeX passed -1\n"})
-    EXPECT_EQ(ParseGemmProbeReport(bad).status().code(), StatusCode::kCorruption) << bad;
+TEST(GemmProbeResultTest, RoundTripsAndRejectsGarbage) {
+  const GemmProbeResult results[] = {
+      {"SkylakeX", Outcome::kWrong, 0, "sgemm NN m=7 n=5 k=3: C[0,0] = 1, expected 2"},
+      {"Haswell", Outcome::kPassed, 123.25, ""},
+      {"Zen", Outcome::kTimed, 80.5, ""},
+      {"Bulldozer", Outcome::kFailed, 0, "probe signal 4 (Illegal instruction)"}};
+  for (const GemmProbeResult& r : results) {
+    Result<GemmProbeResult> back = ParseGemmProbeResult(FormatGemmProbeResult(r));
+    ASSERT_TRUE(back.ok()) << back.status().ToString();
+    EXPECT_EQ(back->kernels, r.kernels);
+    EXPECT_EQ(back->outcome, r.outcome);
+    EXPECT_EQ(back->detail, r.detail);
+    EXPECT_NEAR(back->gflops, r.gflops, 1e-3);
+  }
+  EXPECT_EQ(FormatGemmProbeResult({"X", Outcome::kWrong, 0, "two\nlines"}),
+            "X wrong 0.000 two lines");
+  for (const char* bad :
+       {"", "SkylakeX passed", "SkylakeX maybe 1.0", "SkylakeX passed x", "SkylakeX wrong 1.0",
+        "SkylakeX failed 0", "SkylakeX passed -1", " passed 1.0"})
+    EXPECT_EQ(ParseGemmProbeResult(bad).status().code(), StatusCode::kCorruption) << bad;
 }
 
 }  // namespace

@@ -20,25 +20,28 @@
 namespace rt {
 namespace {
 
-using cpu::GemmCandidateResult;
-using Outcome = GemmCandidateResult::Outcome;
+using cpu::GemmProbeResult;
+using Outcome = GemmProbeResult::Outcome;
 
 TEST(GemmProbeTest, TheLoadedKernelsPassAndAreTimed) {
-  const cpu::GemmProbeReport r = cpu::RunGemmProbe({});
+  const GemmProbeResult r = cpu::RunGemmProbe({});
   EXPECT_EQ(r.kernels, openblas_get_corename());
-  EXPECT_EQ(r.check, cpu::GemmProbeReport::Check::kPassed) << r.failure;
+  EXPECT_EQ(r.outcome, Outcome::kPassed) << r.detail;
   EXPECT_GT(r.gflops, 0.5);
+  const GemmProbeResult timed = cpu::RunGemmProbe({.check = false, .time = true});
+  EXPECT_EQ(timed.outcome, Outcome::kTimed);
+  EXPECT_GT(timed.gflops, 0.5);
 }
 
 TEST(GemmProbeTest, AnArmedFaultPointMakesTheCheckFail) {
   if (!fault::Enabled()) GTEST_SKIP() << "fault points compiled out";
   const std::string point = std::string("kernels.gemm_probe.wrong.") + openblas_get_corename();
   fault::Arm(point, {fault::Action::kError, 0, 0});
-  const cpu::GemmProbeReport r = cpu::RunGemmProbe({.check = true, .time = false});
+  const GemmProbeResult r = cpu::RunGemmProbe({});
   fault::DisarmAll();
-  EXPECT_EQ(r.check, cpu::GemmProbeReport::Check::kWrong);
-  EXPECT_NE(r.failure.find("C[0,0]"), std::string::npos) << r.failure;
-  EXPECT_EQ(r.gflops, 0.0);
+  EXPECT_EQ(r.outcome, Outcome::kWrong);
+  EXPECT_NE(r.detail.find("C[0,0]"), std::string::npos) << r.detail;
+  EXPECT_EQ(r.gflops, 0.0) << "a wrong set is not timed";
 }
 
 // One run of the child: its output split into lines.
@@ -187,7 +190,7 @@ TEST_F(GemmSelectTest, ACachedChoiceIsUsedAsItIs) {
   // Rewrite the cache to choose the last candidate, as if it had been the fastest.
   cpu::GemmChoice edited = *cached;
   edited.chosen = candidates_.back();
-  for (GemmCandidateResult& c : edited.candidates)
+  for (GemmProbeResult& c : edited.candidates)
     if (c.kernels == edited.chosen) c.outcome = Outcome::kPassed, c.gflops = 1e6;
   const std::string text = cpu::SerializeGemmChoice(edited);
   ASSERT_TRUE(WriteFileBytes(files[0], std::as_bytes(std::span(text.data(), text.size()))).ok());
