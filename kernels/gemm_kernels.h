@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "base/status.h"
 
@@ -60,6 +61,11 @@ struct GemmKernelsInUse {
 // What this process runs; `how` is "not selected" before SelectGemmKernels(). Thread-safe after
 // SelectGemmKernels() returned.
 GemmKernelsInUse CurrentGemmKernels();
+
+// For a main() whose log level is fixed: SelectGemmKernels(argv, options), then
+// InitLogging(log_level, name), then LogGemmKernels(). Returns the first error.
+Status SelectGemmKernelsAndLog(char** argv, std::string_view log_level, std::string_view name,
+                               const GemmKernelOptions& options = {});
 
 // Logs CurrentGemmKernels().Line() — at info in the process that made the choice (or saw the
 // user's OPENBLAS_CORETYPE first), at debug in the processes that inherited it, so a run logs it

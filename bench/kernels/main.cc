@@ -1,18 +1,15 @@
 // ringtrain_bench_kernels: the kernel benchmarks as a standalone program.
 #include <cstdio>
 
-#include "base/log.h"
 #include "bench/kernels/kernels_bench.h"
 #include "kernels/gemm_kernels.h"
 
 int main(int argc, char** argv) {
   // First: may re-execute this binary with the chosen kernel set (kernels/gemm_kernels.h).
-  rt::Status s = rt::SelectGemmKernels(argv);
-  if (s.ok()) s = rt::InitLogging("info");
-  if (!s.ok()) {
+  if (rt::Status s = rt::SelectGemmKernelsAndLog(argv, "info", "ringtrain_bench_kernels");
+      !s.ok()) {
     std::fprintf(stderr, "ringtrain_bench_kernels: %s\n", s.ToString().c_str());
     return 1;
   }
-  rt::LogGemmKernels();
   return rt::RunKernelsBench(argc, argv);
 }

@@ -331,6 +331,14 @@ Status SelectGemmKernels(char** argv, const GemmKernelOptions& options) {
   return Status();
 }
 
+Status SelectGemmKernelsAndLog(char** argv, std::string_view log_level, std::string_view name,
+                               const GemmKernelOptions& options) {
+  RETURN_IF_ERROR(SelectGemmKernels(argv, options));
+  RETURN_IF_ERROR(InitLogging(log_level, name));
+  LogGemmKernels();
+  return Status();
+}
+
 GemmKernelsInUse CurrentGemmKernels() {
   GemmKernelsInUse in_use = TheState().in_use;
   if (in_use.library.empty()) {

@@ -12,7 +12,6 @@
 #include <string>
 #include <string_view>
 
-#include "base/log.h"
 #include "base/subprocess.h"
 #include "kernels/gemm_kernels.h"
 
@@ -24,13 +23,11 @@ int main(int argc, char** argv) {
   rt::GemmKernelOptions options;
   if (const char* ms = std::getenv("GEMM_KERNELS_CHILD_PROBE_TIMEOUT_MS"))
     options.probe_timeout_ms = std::atoll(ms);
-  rt::Status s = rt::SelectGemmKernels(argv, options);
-  if (s.ok()) s = rt::InitLogging("info", "gemm_kernels_child");
-  if (!s.ok()) {
+  if (rt::Status s = rt::SelectGemmKernelsAndLog(argv, "info", "gemm_kernels_child", options);
+      !s.ok()) {
     std::fprintf(stderr, "gemm_kernels_child: error: %s\n", s.ToString().c_str());
     return 1;
   }
-  rt::LogGemmKernels();
   const char* env = std::getenv("OPENBLAS_CORETYPE");
   std::printf("running %s env %s\n", openblas_get_corename(), env ? env : "(unset)");
   std::fflush(stdout);

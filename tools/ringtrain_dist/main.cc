@@ -4,19 +4,17 @@
 // (The lead folds this into `ringtrain train --layout ... --ranks N`.)
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <climits>
 #include <cstdio>
 #include <string>
 
-#include <CLI/CLI.hpp>
-
-#include "base/log.h"
 #include "kernels/gemm_kernels.h"
 #include "parallel/launch.h"
 
 int main(int argc, char** argv) {
   // First: may re-execute this binary with the chosen kernel set, which the workers inherit.
-  if (rt::Status s = rt::SelectGemmKernels(argv); !s.ok()) {
+  if (rt::Status s = rt::SelectGemmKernelsAndLog(argv, "info", "ringtrain_dist"); !s.ok()) {
     std::fprintf(stderr, "ringtrain_dist: %s\n", s.ToString().c_str());
     return 1;
   }
@@ -25,20 +23,16 @@ int main(int argc, char** argv) {
   app.add_option("--config", o.config, "TOML config file");
   app.add_option("--set", o.sets, "override a config key: key=value (repeatable)");
   app.add_option("--steps", o.steps, "optimizer steps (overrides train.steps)");
-  app.add_option("--layout", o.layout,
-                 "parallel layout: tp=,pp=,dp=,zero=,hsdp_shard=,sp=,schedule=gpipe|1f1b|interleaved,"
-                 "vpp= (model chunks per rank, interleaved)");
+  app.add_option(
+      "--layout", o.layout,
+      "parallel layout: tp=,pp=,dp=,zero=,hsdp_shard=,sp=,schedule=gpipe|1f1b|interleaved,"
+      "vpp= (model chunks per rank, interleaved)");
   app.add_option("--ranks", o.ranks, "local worker processes (the layout's world size)")
       ->check(CLI::PositiveNumber);
   app.add_option("--rank", o.rank, "worker mode: this worker's rank")->group("");
   app.add_option("--store", o.store, "worker mode: rendezvous store host:port")->group("");
   app.add_option("--job", o.job, "worker mode: job name")->group("");
   CLI11_PARSE(app, argc, argv);
-  if (rt::Status s = rt::InitLogging("info"); !s.ok()) {
-    std::fprintf(stderr, "ringtrain_dist: %s\n", s.ToString().c_str());
-    return 2;
-  }
-  rt::LogGemmKernels();
   char self[PATH_MAX];
   const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
   const std::string exe = n > 0 ? std::string(self, static_cast<size_t>(n)) : std::string(argv[0]);
