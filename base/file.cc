@@ -1,5 +1,7 @@
 #include "base/file.h"
 
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
 
@@ -23,7 +25,8 @@ Result<std::vector<std::byte>> ReadFileBytes(const std::string& path) {
 }
 
 Status WriteFileBytes(const std::string& path, std::span<const std::byte> bytes) {
-  const std::string tmp = path + ".tmp";
+  // A name of this process's own, so that concurrent writers of one path never share it.
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
   if (f == nullptr) return ErrnoStatus(errno, "create '" + tmp + "'");
   const bool wrote = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();

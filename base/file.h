@@ -13,7 +13,9 @@ namespace rt {
 // Reads a whole file into memory. Errors: NotFound if it does not exist, IoError naming the path.
 Result<std::vector<std::byte>> ReadFileBytes(const std::string& path);
 
-// Writes `bytes` to `path` through a temporary file and a rename. Errors: IoError naming the path.
+// Writes `bytes` to `path` through a temporary file and a rename, so a reader sees the old or the
+// new content, never a mix; concurrent writers from different processes each rename a file of
+// their own (the last one wins). Errors: IoError naming the path.
 Status WriteFileBytes(const std::string& path, std::span<const std::byte> bytes);
 
 }  // namespace rt

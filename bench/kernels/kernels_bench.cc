@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/gemm_kernels.h"
 #include "kernels/ops.h"
 #include "kernels/tensor.h"
 
@@ -336,11 +337,13 @@ int RunKernelsBench(int argc, char** argv) {
   if (!Parse(argc, argv, &opt)) return 2;
   g_failed = false;
   if (opt.threads > 0) openblas_set_num_threads(opt.threads);
-  // What OpenBLAS this run measures (the core type it picked and its thread count).
+  // What OpenBLAS this run measures (the kernel set, how it was chosen, its thread count).
   std::printf(
       "{\"bench\":\"kernels\",\"kind\":\"setup\",\"openblas_core\":\"%s\","
-      "\"openblas_threads\":%d,\"openblas_config\":\"%s\",\"reps\":%d}\n",
-      openblas_get_corename(), openblas_get_num_threads(), openblas_get_config(), opt.reps);
+      "\"openblas_core_chosen\":\"%s\",\"openblas_threads\":%d,\"openblas_config\":\"%s\","
+      "\"reps\":%d}\n",
+      openblas_get_corename(), CurrentGemmKernels().how.c_str(), openblas_get_num_threads(),
+      openblas_get_config(), opt.reps);
   for (const ModelConfig& cfg : opt.configs) {
     const int64_t c = cfg.channels;
     BenchLinear(cfg, "qkv", c, 3 * c, true, opt.reps);

@@ -157,5 +157,51 @@ TEST_F(CliTest, BadInputGivesAClearErrorAndNonZeroExit) {
   EXPECT_NE(e.output.find("train.device = \"cuda\""), std::string::npos) << e.output;
 }
 
+// With OPENBLAS_CORETYPE removed, `ringtrain train --layout` chooses the kernel set once (a probe,
+// then one log line), its workers inherit it (they would log a line of their own, from the cache,
+// had they chosen again), and the next run — `bench step`, which reports the set — takes it from
+// the cache.
+TEST_F(CliTest, TheGemmKernelChoiceIsMadeOnceLoggedOnceAndCached) {
+  const std::string cache = (dir_ / "cache").string();
+  const std::string ringtrain =
+      "env -u OPENBLAS_CORETYPE -u RINGTRAIN_GEMM_KERNELS "
+      "-u RINGTRAIN_FAULTS XDG_CACHE_HOME=" +
+      cache + " " + RINGTRAIN_BIN;
+  auto blas_lines = [](const std::string& output) {
+    std::vector<std::string> lines;
+    size_t at = 0;
+    while ((at = output.find("BLAS: OpenBLAS", at)) != std::string::npos) {
+      lines.push_back(output.substr(at, output.find('\n', at) - at));
+      at += 1;
+    }
+    return lines;
+  };
+  const Exec train =
+      ExecuteBinary(ringtrain, "train " + Sets() + " --layout dp=2 --ranks 2 --steps 2");
+  ASSERT_EQ(train.code, 0) << train.output;
+  const std::vector<std::string> first = blas_lines(train.output);
+  ASSERT_EQ(first.size(), 1u) << train.output;
+  EXPECT_NE(first[0].find(" (auto; "), std::string::npos) << first[0];
+  const size_t name_at = first[0].find("kernels ") + 8;
+  const std::string kernels = first[0].substr(name_at, first[0].find(' ', name_at) - name_at);
+  ASSERT_EQ(std::distance(std::filesystem::directory_iterator(cache + "/ringtrain"),
+                          std::filesystem::directory_iterator()),
+            1);
+
+  const Exec bench =
+      ExecuteBinary(ringtrain, "bench step --config tiny --steps 1 --warmup 0 --gemm-size 64");
+  ASSERT_EQ(bench.code, 0) << bench.output;
+  const std::vector<std::string> second = blas_lines(bench.output);
+  ASSERT_EQ(second.size(), 2u) << "the log line and the benchmark's own:\n" << bench.output;
+  EXPECT_NE(second[0].find("kernels " + kernels + " (auto, cached; "), std::string::npos)
+      << second[0];
+  const size_t json_at = bench.output.find("JSON ");
+  ASSERT_NE(json_at, std::string::npos) << bench.output;
+  const nlohmann::json j = nlohmann::json::parse(
+      bench.output.substr(json_at + 5, bench.output.find('\n', json_at) - json_at - 5));
+  EXPECT_EQ(j["blas_kernels"], kernels);
+  EXPECT_TRUE(j["blas_chosen"].get<std::string>().starts_with("auto, cached; ")) << j.dump();
+}
+
 }  // namespace
 }  // namespace rt::parallel

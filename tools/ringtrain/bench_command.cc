@@ -15,6 +15,7 @@
 #include "bench/comm/comm_bench.h"
 #include "bench/kernels/kernels_bench.h"
 #include "bench/parallel/parallel_bench.h"
+#include "kernels/gemm_kernels.h"
 #include "kernels/ops.h"
 #include "model/rng.h"
 #include "parallel/trainer.h"
@@ -141,6 +142,8 @@ Status RunBenchStep(const BenchStepOptions& opt) {
               device == Device::kCpu ? "sgemm peak     " : "cuBLASLt peak  ", sgemm, opt.gemm_size,
               100.0 * gflops / sgemm);
   std::printf("peak RSS        %.1f MiB\n", rss_mib);
+  const GemmKernelsInUse blas = CurrentGemmKernels();
+  if (device == Device::kCpu) std::printf("%s\n", blas.Line().c_str());
   const nlohmann::json line = {{"config", opt.config},
                                {"device", DeviceName(device)},
                                {"tokens_per_s", tokens_per_s},
@@ -148,7 +151,9 @@ Status RunBenchStep(const BenchStepOptions& opt) {
                                {"sgemm_gflops", sgemm},
                                {"peak_rss_mib", rss_mib},
                                {"steps", opt.steps},
-                               {"threads", threads ? threads : "default"}};
+                               {"threads", threads ? threads : "default"},
+                               {"blas_kernels", blas.kernels},
+                               {"blas_chosen", blas.how}};
   std::printf("JSON %s\n", line.dump().c_str());
   return Status();
 }

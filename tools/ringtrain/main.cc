@@ -2,9 +2,16 @@
 #include <cstdio>
 
 #include "base/log.h"
+#include "kernels/gemm_kernels.h"
 #include "tools/ringtrain/commands.h"
 
 int main(int argc, char** argv) {
+  // First, before OpenBLAS is used and any thread starts: may re-execute this binary with the
+  // chosen kernel set (kernels/gemm_kernels.h).
+  if (rt::Status s = rt::SelectGemmKernels(argv); !s.ok()) {
+    std::fprintf(stderr, "ringtrain: error: %s\n", s.ToString().c_str());
+    return 1;
+  }
   CLI::App app{"ringtrain: train GPT-2 models (data prepare, train, export, eval, sample, bench)"};
   app.require_subcommand(1);
   std::string log_level = "info";
@@ -24,6 +31,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ringtrain: %s\n", s.ToString().c_str());
     return 2;
   }
+  rt::LogGemmKernels();
   if (!action) return 0;  // `bench kernels` and similar run inside their callback
   const rt::Status status = action();
   if (!status.ok()) {

@@ -4,23 +4,29 @@
 // (The lead folds this into `ringtrain train --layout ... --ranks N`.)
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <climits>
 #include <cstdio>
 #include <string>
 
-#include <CLI/CLI.hpp>
-
+#include "kernels/gemm_kernels.h"
 #include "parallel/launch.h"
 
 int main(int argc, char** argv) {
+  // First: may re-execute this binary with the chosen kernel set, which the workers inherit.
+  if (rt::Status s = rt::SelectGemmKernelsAndLog(argv, "info", "ringtrain_dist"); !s.ok()) {
+    std::fprintf(stderr, "ringtrain_dist: %s\n", s.ToString().c_str());
+    return 1;
+  }
   CLI::App app{"ringtrain_dist: distributed training on local worker processes"};
   rt::parallel::DistTrainOptions o;
   app.add_option("--config", o.config, "TOML config file");
   app.add_option("--set", o.sets, "override a config key: key=value (repeatable)");
   app.add_option("--steps", o.steps, "optimizer steps (overrides train.steps)");
-  app.add_option("--layout", o.layout,
-                 "parallel layout: tp=,pp=,dp=,zero=,hsdp_shard=,sp=,schedule=gpipe|1f1b|interleaved,"
-                 "vpp= (model chunks per rank, interleaved)");
+  app.add_option(
+      "--layout", o.layout,
+      "parallel layout: tp=,pp=,dp=,zero=,hsdp_shard=,sp=,schedule=gpipe|1f1b|interleaved,"
+      "vpp= (model chunks per rank, interleaved)");
   app.add_option("--ranks", o.ranks, "local worker processes (the layout's world size)")
       ->check(CLI::PositiveNumber);
   app.add_option("--rank", o.rank, "worker mode: this worker's rank")->group("");

@@ -1,0 +1,51 @@
+// Internal to kernels/: the probe of one OpenBLAS kernel set. It runs in a child process whose
+// OpenBLAS was loaded with OPENBLAS_CORETYPE set to the candidate (the kernels cannot be switched
+// once the library has initialised): it checks sgemm against a double-precision reference on
+// the shapes and argument patterns ringtrain uses, times sgemm on the GEMM shapes of config S,
+// and reports one line for the parent to parse (docs/blas.md).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "base/status.h"
+
+namespace rt::cpu {
+
+// What the probe of one kernel set found: a probe child's report, and one line of the cache.
+struct GemmProbeResult {
+  enum class Outcome {
+    kPassed,  // computed correct results; `gflops` is its speed
+    kWrong,   // computed wrong results (`detail` names the GEMM and the element): never chosen
+    kFailed,  // its probe did not report: crashed, timed out, or OpenBLAS ran another set
+    kTimed,   // timed without the check (a second timing round)
+  };
+  std::string kernels;  // the set (OPENBLAS_CORETYPE value, or what OpenBLAS runs)
+  Outcome outcome = Outcome::kFailed;
+  double gflops = 0;   // sgemm GFLOP/s on config S's shapes, one thread; 0: none
+  std::string detail;  // kWrong / kFailed: what went wrong, one line
+};
+
+// The work of one probe.
+struct GemmProbeWork {
+  bool check = true;            // run the correctness check (with OpenBLAS's default threads)
+  bool time = true;             // time sgemm on config S's shapes (one thread)
+  int64_t time_budget_ms = 60;  // timing passes until this much time has gone (at least 3)
+};
+
+// Runs the probe in this process. A candidate's check can be made to fail on purpose in test
+// builds: when the fault point "kernels.gemm_probe.wrong.<kernels>" is armed (e.g. through
+// RINGTRAIN_FAULTS="kernels.gemm_probe.wrong.Haswell=error"), one element of every checked
+// result is corrupted before it is compared. Not thread-safe (sets OpenBLAS's thread count).
+// The result's `kernels` is what OpenBLAS runs in this process.
+GemmProbeResult RunGemmProbe(const GemmProbeWork& work);
+
+// The result as text: "<kernels> <passed|wrong|failed|timed> <gflops, 3 decimals>[ <detail>]",
+// line breaks in the detail turned into spaces.
+std::string FormatGemmProbeResult(const GemmProbeResult& result);
+
+// Parses FormatGemmProbeResult's text. Corruption naming the problem.
+Result<GemmProbeResult> ParseGemmProbeResult(std::string_view text);
+
+}  // namespace rt::cpu
