@@ -9,10 +9,10 @@
 #include <fstream>
 #include <vector>
 
-#include "kernels/tensor.h"
 #include "data/data_prepare.h"
-#include "model/safetensors.h"
 #include "data/token_shard.h"
+#include "kernels/tensor.h"
+#include "model/safetensors.h"
 
 namespace rt {
 namespace {
@@ -89,8 +89,8 @@ TEST_F(CliTest, PrepareTrainEvalSample) {
   Outcome eval = Ringtrain("eval --weights " + d + "/w.safetensors --data " + d + "/data/val.bin");
   ASSERT_EQ(eval.exit_code, 0) << eval.output;
   EXPECT_NE(eval.output.find("loss "), std::string::npos);
-  Outcome sample =
-      Ringtrain("sample --weights " + d + "/w.safetensors --prompt fortune --tokens 10");
+  Outcome sample = Ringtrain("--log-level warn sample --weights " + d +
+                             "/w.safetensors --prompt fortune --tokens 10");
   ASSERT_EQ(sample.exit_code, 0) << sample.output;
   EXPECT_EQ(sample.output.rfind("fortune", 0), 0u) << sample.output;
   Outcome init =
