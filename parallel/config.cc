@@ -48,6 +48,17 @@ void BindRunConfig(RunConfig* c, ConfigSchema* s) {
   s->Int("eval.batches", &c->eval.batches, 1, 1 << 20, "validation batches per evaluation");
 
   s->String("metrics.path", &c->metrics.path, "JSONL metrics file (empty = none)");
+
+  s->String("ckpt.dir", &c->ckpt.dir,
+            "checkpoint root: a folder, file://PATH or ringfs://HOST:PORT/PATH (empty = none)");
+  s->Int("ckpt.every", &c->ckpt.every, 0, int64_t{1} << 40,
+         "save a checkpoint every N steps and after the last (0 = never)");
+  s->Int("ckpt.keep", &c->ckpt.keep, 1, 1 << 20, "newest committed checkpoints kept");
+  s->Enum("ckpt.codec", &c->ckpt.codec, {"none", "zstd", "bgzstd"},
+          "codec of stored pieces (bgzstd: byte planes of each float, then zstd)");
+  s->Bool("ckpt.async", &c->ckpt.async, "write checkpoints in the background while training");
+  s->Int("ckpt.memory_every", &c->ckpt.memory_every, 0, int64_t{1} << 40,
+         "daemon: snapshot into a neighbour's memory every N steps (0 = with each checkpoint)");
 }
 
 void RequireModelKeys(ConfigSchema* schema) {
@@ -64,6 +75,9 @@ Status ValidateRunConfig(const RunConfig& c) {
         "train.batch_size = " + std::to_string(c.train.batch_size) +
         " is not divisible by train.micro_batches = " + std::to_string(c.train.micro_batches));
   if (c.optim.min_lr > c.optim.lr) return InvalidArgument("optim.min_lr exceeds optim.lr");
+  if (c.ckpt.every > 0 && c.ckpt.dir.empty())
+    return InvalidArgument("ckpt.every = " + std::to_string(c.ckpt.every) +
+                           " needs ckpt.dir (where to write the checkpoints)");
   return Status();
 }
 

@@ -28,7 +28,6 @@ struct TrainConfig {
   int loss_scale_window = 1000;    // fp16 only: clean steps before the scale doubles; default 1000
 };
 
-
 // [data]: token shards written by `ringtrain data prepare`.
 struct DataConfig {
   std::string dir =
@@ -47,6 +46,18 @@ struct MetricsConfig {
   std::string path;  // one JSON line per step and evaluation; default "" (no file)
 };
 
+// [ckpt]: checkpoints of the whole training state (README "Checkpoints", ckpt/writer.h).
+struct CkptConfig {
+  std::string dir;             // where checkpoints live: a folder, file://PATH or
+                               // ringfs://HOST:PORT/PATH; default "" (no checkpoints)
+  int64_t every = 0;           // save every N steps and after the last, 0 = never; default 0
+  int keep = 2;                // newest committed checkpoints kept; default 2
+  std::string codec = "none";  // "none", "zstd" or "bgzstd" (byte planes, then zstd)
+  bool async = true;           // write in the background while training goes on; default true
+  int64_t memory_every = 0;    // daemon: snapshot into a neighbour's memory every N steps,
+                               // 0 = only with each saved checkpoint; default 0
+};
+
 // Everything one run reads from its config file.
 struct RunConfig {
   ModelConfig model;
@@ -55,6 +66,7 @@ struct RunConfig {
   DataConfig data;
   EvalConfig eval;
   MetricsConfig metrics;
+  CkptConfig ckpt;
 };
 
 // Binds every field of `config` (its current values become the defaults) to `schema`.
