@@ -78,9 +78,10 @@ TEST_P(EngineRoundTripTest, SavedUnderOneLayoutLoadsBitwiseIntoAnother) {
       ASSERT_TRUE(b.contains(name)) << name;
       const auto& other = b.at(name).values;
       ASSERT_EQ(tensor.values.size(), other.size()) << name;
-      if (kind != StateKind::kAdamV)  // trained values: a load that did nothing would show
+      if (kind != StateKind::kAdamV) {  // trained values: a load that did nothing would show
         EXPECT_TRUE(std::any_of(other.begin(), other.end(), [](float v) { return v != 0; }))
             << name;
+      }
       EXPECT_EQ(std::memcmp(tensor.values.data(), other.data(), other.size() * sizeof(float)), 0)
           << StateKindName(kind) << " " << name << " differs after " << c.from << " -> " << c.to;
     }
