@@ -180,6 +180,7 @@ void MembershipMachine::HandlePaxos(const Message& m) {
           durable_.promised = m.ballot;
           dirty_ = true;
         }
+        promised_at_ = ticks_;
         reply.ballot = m.ballot;
         reply.accepted_ballot = durable_.accepted_ballot;
         reply.value = durable_.accepted;
@@ -196,6 +197,7 @@ void MembershipMachine::HandlePaxos(const Message& m) {
       Message reply;
       if (m.ballot >= durable_.promised) {
         durable_.promised = m.ballot;
+        promised_at_ = ticks_;
         durable_.accepted_ballot = m.ballot;
         durable_.accepted = m.value;
         dirty_ = true;
@@ -358,6 +360,10 @@ std::optional<Entry> MembershipMachine::Target() const {
 
 void MembershipMachine::MaybePropose() {
   if (!IsMember() || proposal_ || ticks_ < next_attempt_) return;
+  // Another member is driving a ballot for this slot: give it time to finish first.
+  if (durable_.promised.node != options_.self && durable_.promised.round > 0 &&
+      ticks_ - promised_at_ < Patience())
+    return;
   if (!Target()) return;
   StartPrepare();
 }
@@ -374,10 +380,16 @@ void MembershipMachine::StartPrepare() {
   }
 }
 
+uint64_t MembershipMachine::Patience() const {
+  return 6 * options_.timing.retry_ticks << std::min<uint32_t>(failed_proposals_, 2);
+}
+
 void MembershipMachine::Abandon() {
   proposal_.reset();
+  // Random exponential back-off, so that of two proposers one soon finds the other done.
   const uint64_t retry = options_.timing.retry_ticks;
-  next_attempt_ = ticks_ + retry + random_() % (retry + 1);
+  next_attempt_ = ticks_ + retry + random_() % ((retry << std::min<uint32_t>(failed_proposals_, 4)) + 1);
+  ++failed_proposals_;
 }
 
 void MembershipMachine::RaiseSuspicion(NodeId suspect) {
@@ -445,11 +457,7 @@ void MembershipMachine::OnTick() {
     std::erase_if(joiners_, [&](const auto& j) { return ticks_ - j.second.seen > 4 * t.join_ticks; });
     // A proposal without a majority in time is retried with a higher ballot; the wait doubles
     // with every failed try (up to 16x), so slow networks still finish a round.
-    const uint64_t patience = 3 * t.retry_ticks << std::min<uint32_t>(failed_proposals_, 4);
-    if (proposal_ && ticks_ - proposal_->started >= patience) {
-      ++failed_proposals_;
-      Abandon();
-    }
+    if (proposal_ && ticks_ - proposal_->started >= Patience()) Abandon();
     MaybePropose();
   } else if (!leaving_ && ticks_ % t.join_ticks == 1 % t.join_ticks) {
     for (const Member& m : view().members) Send(Kind::kJoin, m.id);

@@ -114,6 +114,8 @@ class MembershipMachine {
   void MaybePropose();
   void StartPrepare();
   void Abandon();
+  // Ticks a proposal may take before it is retried (grows with every failed try).
+  uint64_t Patience() const;
   void RaiseSuspicion(NodeId suspect);
   void Notify(MembershipNotification::Kind kind, NodeId node = 0, uint64_t silent_ticks = 0);
   bool Majority(size_t count) const { return count * 2 > view().members.size(); }
@@ -125,7 +127,8 @@ class MembershipMachine {
   uint64_t ticks_ = 0;
   uint64_t highest_round_ = 0;  // highest ballot round seen
   uint64_t next_attempt_ = 0;   // tick before which no new proposal starts
-  uint32_t failed_proposals_ = 0;  // proposals timed out since the last decided slot
+  uint32_t failed_proposals_ = 0;  // proposals abandoned since the last decided slot
+  uint64_t promised_at_ = 0;       // tick of the last Promise or Accepted sent
   std::optional<Proposal> proposal_;
   std::map<NodeId, uint64_t> heard_;  // tick of the last message from a peer
   std::map<NodeId, Suspicion> suspects_;

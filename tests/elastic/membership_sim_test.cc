@@ -3,7 +3,7 @@
 // partitions (2|2, 3|1, flapping). Every seed checks the safety invariants throughout, then heals
 // the network, restarts the crashed nodes (one may stay dead), and checks that the live nodes —
 // when they hold a majority of every view that may be decided — install a view of exactly
-// themselves within a bound, and that the compare-and-set history is linearizable.
+// themselves within a bound (250 ticks), and that the compare-and-set history is linearizable.
 // MEMBERSHIP_SIM_SEEDS scales the seed counts (default: 10,000 seeds in all).
 #include <gtest/gtest.h>
 
@@ -16,10 +16,11 @@ namespace {
 
 enum class Faults { kCrashes, kSplit22, kSplit31, kFlapping, kEverything };
 
-// Ticks a majority may take to converge after the faults end (50 ms ticks: 20 s). Converging
+// Ticks a majority may take to converge after the faults end (50 ms ticks: 12.5 s; the
+// slowest of the 10,000 seeds takes about half of it). Converging
 // needs at most: a suspicion (20 ticks) + confirmation (8) + a ballot or two per removed node,
 // and a join period (10) + a ballot per joiner.
-constexpr int kConvergeBound = 400;
+constexpr int kConvergeBound = 250;
 
 struct SeedOutcome {
   std::vector<std::string> errors;
@@ -188,10 +189,12 @@ void RunMany(Faults faults, uint64_t base, uint64_t first_seed) {
   int failures = 0;
   uint64_t checked = 0;
   int worst = 0;
+  uint64_t worst_seed = 0;
   for (uint64_t seed = first_seed; seed < first_seed + seeds && failures < 3; ++seed) {
     SeedOutcome out = RunSeed(seed, faults);
     if (out.liveness_checked) {
       ++checked;
+      if (out.converge_ticks >= worst) worst_seed = seed;
       worst = std::max(worst, out.converge_ticks);
     }
     if (!out.errors.empty()) {
@@ -201,9 +204,9 @@ void RunMany(Faults faults, uint64_t base, uint64_t first_seed) {
       ADD_FAILURE() << "seed " << seed << ":" << all;
     }
   }
-  std::printf("%llu seeds, liveness checked on %llu, slowest convergence %d ticks\n",
+  std::printf("%llu seeds, liveness checked on %llu, slowest convergence %d ticks (seed %llu)\n",
               static_cast<unsigned long long>(seeds), static_cast<unsigned long long>(checked),
-              worst);
+              worst, static_cast<unsigned long long>(worst_seed));
   // Most seeds must reach the liveness check, or the check proves little.
   EXPECT_GT(checked * 10, seeds * 6);
 }
