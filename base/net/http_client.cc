@@ -52,7 +52,8 @@ asio::awaitable<Result<HttpResponse>> HttpCall(HttpCallRequest request, Deadline
   beast::flat_buffer buffer;
   http::response_parser<http::string_body> parser;
   parser.body_limit(request.max_body_bytes);
-  auto [read_error, read] = co_await http::async_read(stream, buffer, parser, as_tuple(use_awaitable));
+  auto [read_error, read] =
+      co_await http::async_read(stream, buffer, parser, as_tuple(use_awaitable));
   if (read_error) co_return CallError(read_error, what);
   boost::system::error_code ignored;
   stream.socket().shutdown(tcp::socket::shutdown_both, ignored);

@@ -147,7 +147,8 @@ asio::awaitable<void> HttpServer::Refuse(std::shared_ptr<Connection> connection)
 
 asio::awaitable<HttpResponse> HttpServer::Dispatch(HttpRequest request) {
   auto path = routes_.find(request.path);
-  if (path == routes_.end()) co_return HttpResponse::Text(404, "no such page: " + request.path + "\n");
+  if (path == routes_.end())
+    co_return HttpResponse::Text(404, "no such page: " + request.path + "\n");
   auto handler = path->second.find(request.method);
   if (handler == path->second.end()) {
     std::string allowed;
