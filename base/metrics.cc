@@ -44,7 +44,8 @@ std::string LabelSet(const std::vector<std::string>& names, const std::vector<st
                      std::string_view extra = "") {
   std::string out;
   for (size_t i = 0; i < names.size(); ++i)
-    out += fmt::format("{}{}=\"{}\"", out.empty() ? "" : ",", names[i], EscapeLabelValue(values[i]));
+    out += fmt::format("{}{}=\"{}\"", out.empty() ? "" : ",", names[i],
+                       EscapeLabelValue(values[i]));
   if (!extra.empty()) out += fmt::format("{}{}", out.empty() ? "" : ",", extra);
   return out.empty() ? "" : "{" + out + "}";
 }

@@ -16,8 +16,9 @@ Result<NodeMetrics> RegisterNodeMetrics(MetricsRegistry& r) {
   m.build_info->With({kRingtrainVersion}).Set(1);
   ASSIGN_OR_RETURN(m.job_step, r.AddGauge("ringtrain_job_step",
                                           "Last training step the job completed."));
-  ASSIGN_OR_RETURN(m.job_loss, r.AddGauge("ringtrain_job_loss",
-                                          "Training loss (mean cross-entropy, nats) of that step."));
+  ASSIGN_OR_RETURN(m.job_loss,
+                   r.AddGauge("ringtrain_job_loss",
+                              "Training loss (mean cross-entropy, nats) of that step."));
   ASSIGN_OR_RETURN(m.job_tokens_per_second,
                    r.AddGauge("ringtrain_job_tokens_per_second",
                               "Tokens the whole job trains on per second."));

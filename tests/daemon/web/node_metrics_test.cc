@@ -11,7 +11,7 @@
 #include "base/subprocess.h"
 #include "base/version.h"
 #include "tests/base/net/loop.h"
-#include "tests/daemon/web/tool_path.h"
+#include "tests/base/tool_path.h"
 
 namespace rt::web {
 namespace {

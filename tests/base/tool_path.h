@@ -7,7 +7,7 @@
 #include <sstream>
 #include <string>
 
-namespace rt::web {
+namespace rt {
 
 // The full path of executable `name` on PATH (and /usr/bin, /usr/sbin), or "" when absent.
 inline std::string FindTool(const std::string& name) {
@@ -22,4 +22,4 @@ inline std::string FindTool(const std::string& name) {
   return "";
 }
 
-}  // namespace rt::web
+}  // namespace rt
