@@ -189,8 +189,9 @@ asio::awaitable<void> HttpServer::Serve(std::shared_ptr<Connection> connection) 
         LOG_DEBUG("{}: {} sent no whole request within {} ms, closing", options_.name,
                   connection->peer, options_.read_timeout.count());
       if (refusal != 0) {
-        LOG_WARN("{}: bad request from {}: {}", options_.name, connection->peer,
-                 read_error.message());
+        // Debug, not warning: any client can send garbage, and must not fill the log with it.
+        LOG_DEBUG("{}: bad request from {}: {}", options_.name, connection->peer,
+                  read_error.message());
         auto answer = ToBeast(HttpResponse::Text(refusal, read_error.message() + "\n"), 11, false);
         connection->stream.expires_after(options_.write_timeout);
         co_await http::async_write(connection->stream, answer, as_tuple(use_awaitable));
