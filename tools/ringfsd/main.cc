@@ -9,6 +9,7 @@
 #include <cstdio>
 
 #include "base/log.h"
+#include "base/version.h"
 #include "iofs/server.h"
 
 int main(int argc, char** argv) {
@@ -17,6 +18,7 @@ int main(int argc, char** argv) {
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 256 << 20);
   CLI::App app{"ringfsd: the ringtrain chunk-store node"};
+  app.set_version_flag("--version", std::string(rt::kRingtrainVersion));
   std::string config, state, level = "info", host = "127.0.0.1";
   int port = rt::iofs::kDefaultPort;
   app.add_option("--config", config, "node.toml of a static cluster");
