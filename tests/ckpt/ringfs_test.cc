@@ -76,7 +76,7 @@ TEST_F(RingfsTest, WriterKilledAfterManifestLeavesPreviousCommitted) {
     std::vector<std::string> env;
     if (!faults.empty()) env.push_back("RINGTRAIN_FAULTS=" + faults);
     EXPECT_TRUE(writer.Start({CKPT_WRITER_CHILD, uri_, "0", "1", "1", std::to_string(step),
-                              "run-" + std::to_string(step), "none", "5000"},
+                              "run-" + std::to_string(step), "none", "120000"},
                              env, log));
     return writer.WaitExit(std::chrono::seconds(60));
   };
