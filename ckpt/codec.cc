@@ -2,6 +2,7 @@
 
 #include <zstd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -34,23 +35,33 @@ Result<Codec> CodecFromByte(uint8_t value) {
 
 namespace {
 
+// Elements per block of the plane transposes: the block's input stays in cache while each of its
+// planes is gathered.
+constexpr size_t kPlaneBlock = 8192;
+
 // out[k * n + i] = in[i * size + k]: byte k of every element together.
 void SplitPlanes(std::span<const uint8_t> in, size_t size, uint8_t* out) {
   const size_t n = in.size() / size;
-  for (size_t k = 0; k < size; ++k) {
-    uint8_t* plane = out + k * n;
-    const uint8_t* src = in.data() + k;
-    for (size_t i = 0; i < n; ++i) plane[i] = src[i * size];
+  for (size_t first = 0; first < n; first += kPlaneBlock) {
+    const size_t last = std::min(n, first + kPlaneBlock);
+    for (size_t k = 0; k < size; ++k) {
+      uint8_t* plane = out + k * n;
+      const uint8_t* src = in.data() + k;
+      for (size_t i = first; i < last; ++i) plane[i] = src[i * size];
+    }
   }
 }
 
 // The inverse of SplitPlanes.
 void JoinPlanes(const uint8_t* in, size_t size, std::span<uint8_t> out) {
   const size_t n = out.size() / size;
-  for (size_t k = 0; k < size; ++k) {
-    const uint8_t* plane = in + k * n;
-    uint8_t* dst = out.data() + k;
-    for (size_t i = 0; i < n; ++i) dst[i * size] = plane[i];
+  for (size_t first = 0; first < n; first += kPlaneBlock) {
+    const size_t last = std::min(n, first + kPlaneBlock);
+    for (size_t k = 0; k < size; ++k) {
+      const uint8_t* plane = in + k * n;
+      uint8_t* dst = out.data() + k;
+      for (size_t i = first; i < last; ++i) dst[i * size] = plane[i];
+    }
   }
 }
 

@@ -85,14 +85,18 @@ Status CheckpointWriter::Save(int64_t step, const StateShards& shards, std::stri
     total += sp.bytes;
     job->pieces.push_back(std::move(sp));
   }
-  if (snapshot_.size() < total) snapshot_.resize(total);
+  if (snapshot_bytes_ < total) {
+    snapshot_.reset();
+    snapshot_.reset(new uint8_t[total]);
+    snapshot_bytes_ = total;
+  }
   for (size_t i = 0; i < plan.size(); ++i) {
     const PlannedPiece& p = plan[i];
     const TensorShard& s = shards.shards[p.shard];
     const size_t esize = DTypeSize(s.dtype);
     const Tensor src(static_cast<std::byte*>(s.view.data()) + p.begin * esize, s.dtype,
                      Shape{p.end - p.begin}, s.view.device());
-    const Tensor dst(snapshot_.data() + job->pieces[i].offset, s.dtype, Shape{p.end - p.begin});
+    const Tensor dst(snapshot_.get() + job->pieces[i].offset, s.dtype, Shape{p.end - p.begin});
     RETURN_IF_ERROR(Copy(dst, src).WithContext("snapshot of " + s.name));
   }
   Job* raw = job.get();
@@ -150,7 +154,7 @@ Status CheckpointWriter::WriteRankFiles(Job& job) {
     const size_t count = std::min(window, job.pieces.size() - first);
     auto encode = [&](size_t k) {
       const SnapshotPiece& p = job.pieces[first + k];
-      auto out = Encode(options_.codec, DTypeSize(p.dtype), {snapshot_.data() + p.offset, p.bytes},
+      auto out = Encode(options_.codec, DTypeSize(p.dtype), {snapshot_.get() + p.offset, p.bytes},
                         options_.zstd_level);
       if (out.ok()) encoded[k] = std::move(*out);
       errors[k] = out.status();
@@ -168,7 +172,7 @@ Status CheckpointWriter::WriteRankFiles(Job& job) {
     }
     for (size_t k = 0; k < count; ++k) {
       const SnapshotPiece& p = job.pieces[first + k];
-      std::span<const uint8_t> bytes(snapshot_.data() + p.offset, p.bytes);
+      std::span<const uint8_t> bytes(snapshot_.get() + p.offset, p.bytes);
       if (options_.codec != Codec::kNone) {
         RETURN_IF_ERROR(errors[k].WithContext("encode " + p.name));
         bytes = encoded[k];

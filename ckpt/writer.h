@@ -74,7 +74,10 @@ class CheckpointWriter {
 
   WriterOptions options_;
   std::unique_ptr<Job> job_;
-  std::vector<uint8_t> snapshot_;  // reused between saves (the previous save has finished)
+  // The host snapshot, reused between saves (the previous save has finished when the next one
+  // copies): not zero-filled, since every byte in use is copied in.
+  std::unique_ptr<uint8_t[]> snapshot_;
+  size_t snapshot_bytes_ = 0;
 };
 
 // A fresh random run id (32 hex digits).
