@@ -1,12 +1,16 @@
 // Checkpoints end to end with the real binaries, real files and a real SIGKILL: `ringtrain train`
-// saves every 5 steps, dies by SIGKILL after step 12 (the fault point
-// parallel.train.before_step armed with `crash` for its 13th hit, in every rank), and `--resume` continues from the newest committed
-// checkpoint. Same layout: the per-step losses and the final weights are bitwise those of the
+// saves every 5 steps, dies by SIGKILL after step 12 (the fault point parallel.train.before_step
+// armed with `crash` for its 13th hit, in every rank, or kill -9 from outside), and `--resume`
+// continues from the newest committed checkpoint. Same layout: the per-step losses and the final weights are bitwise those of the
 // uninterrupted run. Another layout: within 1e-5 relative of the uninterrupted single process.
 // A corrupted newest checkpoint: every rank falls back to the previous one and says so.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <chrono>
+#include <thread>
 
 #include <cmath>
 #include <cstdio>
@@ -78,6 +82,7 @@ class ResumeTest : public ::testing::Test {
     if (every > 0 || resume) a += " --set ckpt.dir=" + (dir_ / "ck").string();
     if (every > 0) a += " --set ckpt.every=" + std::to_string(every);
     if (!async) a += " --set ckpt.async=false";
+    a += extra_;
     if (resume) a += " --resume";
     if (layout.empty()) return a + " --out " + (dir_ / (name + ".safetensors")).string();
     return a + " --layout " + layout + " --ranks " + std::to_string(ranks);
@@ -113,20 +118,60 @@ class ResumeTest : public ::testing::Test {
   }
 
   std::filesystem::path dir_;
+  std::string extra_;  // more arguments for Train
 };
 
 TEST_F(ResumeTest, OneProcessKilledAndResumedIsBitwiseTheUninterruptedRun) {
-  const Exec full = RunRingtrain("", Train("full", "", 1, 0, false));
+  for (const char* order : {"shuffled", "sequential"}) {
+    extra_ = std::string(" --set data.order=") + order;
+    std::filesystem::remove_all(dir_ / "ck");
+    std::filesystem::remove(dir_ / "run.jsonl");
+    const Exec full = RunRingtrain("", Train("full", "", 1, 0, false));
+    ASSERT_EQ(full.code, 0) << full.output;
+    // Saved in the background: step 10's save may not have committed before the kill.
+    const int from = CrashAndResume("", 1, "", 1, true);
+    EXPECT_TRUE(from == 5 || from == 10) << order << " " << from;
+    EXPECT_EQ(Losses("run"), Losses("full")) << order;
+    EXPECT_EQ(Losses("run").size(), static_cast<size_t>(kSteps));
+    EXPECT_EQ(ReadAll(dir_ / "run.safetensors"), ReadAll(dir_ / "full.safetensors")) << order;
+    // keep = 2: the checkpoints of steps 15 and 20 remain.
+    EXPECT_TRUE(std::filesystem::exists(dir_ / "ck/step-000000000020/MANIFEST"));
+    EXPECT_FALSE(std::filesystem::exists(dir_ / "ck/step-000000000005"));
+  }
+}
+
+// kill -9 from outside, of the launcher and every worker at once (one process group), while
+// they stand before step 13 (parallel.train.before_step armed with a long delay) and the
+// background save of step 10 may still be running; the resumed run is bitwise the uninterrupted
+// one.
+TEST_F(ResumeTest, DistributedRunKilledFromOutsideResumesBitwise) {
+  const Exec full = RunRingtrain("", Train("full", "tp=2,dp=2,zero=3", 4, 0, false));
   ASSERT_EQ(full.code, 0) << full.output;
-  // Saved in the background: step 10's save may not have committed before the kill.
-  const int from = CrashAndResume("", 1, "", 1, true);
-  EXPECT_TRUE(from == 5 || from == 10) << from;
+  const std::string cmd = std::string("RINGTRAIN_FAULTS=") +
+                          "parallel.train.before_step=delay:600000@13 " + RINGTRAIN_BIN + " --log-level warn " +
+                          Train("run", "tp=2,dp=2,zero=3", 4, 5, false) + " >" +
+                          (dir_ / "killed.log").string() + " 2>&1";
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    setpgid(0, 0);
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  setpgid(pid, pid);
+  // Until rank 0 logged step 12 and some checkpoint is committed (at most 120 s).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (std::chrono::steady_clock::now() < deadline &&
+         !(Losses("run").count(12) && std::filesystem::exists(dir_ / "ck/latest")))
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_EQ(kill(-pid, SIGKILL), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFSIGNALED(status)) << ReadAll(dir_ / "killed.log");
+  ASSERT_EQ(Losses("run").rbegin()->first, 12) << ReadAll(dir_ / "killed.log");
+  const Exec resumed = RunRingtrain("", Train("run", "tp=2,dp=2,zero=3", 4, 5, true));
+  ASSERT_EQ(resumed.code, 0) << resumed.output;
   EXPECT_EQ(Losses("run"), Losses("full"));
-  EXPECT_EQ(Losses("run").size(), static_cast<size_t>(kSteps));
-  EXPECT_EQ(ReadAll(dir_ / "run.safetensors"), ReadAll(dir_ / "full.safetensors"));
-  // keep = 2: the checkpoints of steps 15 and 20 remain.
-  EXPECT_TRUE(std::filesystem::exists(dir_ / "ck/step-000000000020/MANIFEST"));
-  EXPECT_FALSE(std::filesystem::exists(dir_ / "ck/step-000000000005"));
 }
 
 TEST_F(ResumeTest, DistributedKilledAndResumedIsBitwiseTheUninterruptedRun) {
