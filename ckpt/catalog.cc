@@ -7,15 +7,16 @@
 
 namespace rt::ckpt {
 
-Result<std::optional<int64_t>> ReadLatest(Storage& storage) {
+Result<std::optional<std::vector<int64_t>>> ReadLatest(Storage& storage) {
   auto bytes = storage.ReadFile(kLatestFile);
   if (!bytes.ok()) {
-    if (bytes.status().code() == StatusCode::kNotFound) return std::optional<int64_t>();
+    if (bytes.status().code() == StatusCode::kNotFound)
+      return std::optional<std::vector<int64_t>>();
     return bytes.status();
   }
-  auto step = DecodeLatest(*bytes);
-  RETURN_IF_ERROR(step.status().WithContext(storage.uri() + "/" + kLatestFile));
-  return std::optional<int64_t>(*step);
+  auto steps = DecodeLatest(*bytes);
+  RETURN_IF_ERROR(steps.status().WithContext(storage.uri()));
+  return std::optional<std::vector<int64_t>>(std::move(*steps));
 }
 
 Result<std::vector<int64_t>> ListStepDirs(Storage& storage) {
@@ -28,17 +29,22 @@ Result<std::vector<int64_t>> ListStepDirs(Storage& storage) {
 }
 
 Result<std::vector<int64_t>> ListCommitted(Storage& storage) {
-  ASSIGN_OR_RETURN(std::vector<int64_t> steps, ListStepDirs(storage));
   auto latest = ReadLatest(storage);
-  if (!latest.ok())
+  std::vector<int64_t> candidates;
+  if (latest.ok()) {
+    if (!latest->has_value()) return candidates;
+    candidates = **latest;
+  } else {
     LOG_WARN("checkpoint storage {}: {}; taking every folder with a {}", storage.uri(),
              latest.status().ToString(), kManifestFile);
+    ASSIGN_OR_RETURN(candidates, ListStepDirs(storage));
+    std::reverse(candidates.begin(), candidates.end());
+  }
   std::vector<int64_t> committed;
-  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
-    if (latest.ok() && (!latest->has_value() || *it > **latest)) continue;
-    ASSIGN_OR_RETURN(std::vector<std::string> files, storage.List(StepDir(*it)));
+  for (int64_t step : candidates) {
+    ASSIGN_OR_RETURN(std::vector<std::string> files, storage.List(StepDir(step)));
     if (std::find(files.begin(), files.end(), kManifestFile) != files.end())
-      committed.push_back(*it);
+      committed.push_back(step);
   }
   return committed;
 }

@@ -1,5 +1,6 @@
-// The checkpoints in a storage: which are committed (docs/formats/checkpoint.md "Commit"), and
-// which folders and files are leftovers of aborted saves.
+// The checkpoints in a storage. The `latest` file lists the committed checkpoints, newest first
+// (docs/formats/checkpoint.md "Commit"); every other step folder is a leftover of an aborted
+// save (or one being written) and is removed by the next commit of a newer step.
 #pragma once
 
 #include <cstdint>
@@ -11,13 +12,14 @@
 
 namespace rt::ckpt {
 
-// The committed checkpoints' steps, newest first: folders holding a MANIFEST whose step is at
-// most the one `latest` names (when `latest` is missing or unreadable, every folder with a
-// MANIFEST, with a warning). Errors: those of the storage.
+// The committed checkpoints' steps, newest first: those `latest` lists whose folder holds a
+// MANIFEST. When `latest` is unreadable, every folder with a MANIFEST (with a warning); when
+// there is no `latest`, none. Errors: those of the storage.
 Result<std::vector<int64_t>> ListCommitted(Storage& storage);
 
-// The step `latest` names; nullopt when there is no `latest`. Errors: Corruption for a bad one.
-Result<std::optional<int64_t>> ReadLatest(Storage& storage);
+// The steps `latest` lists, newest first; nullopt when there is no `latest`. Errors: Corruption
+// for a damaged one, those of the storage.
+Result<std::optional<std::vector<int64_t>>> ReadLatest(Storage& storage);
 
 // Every step folder in the storage (committed or not), ascending.
 Result<std::vector<int64_t>> ListStepDirs(Storage& storage);

@@ -87,32 +87,30 @@ Status Merge(std::vector<Fragment> fragments, Manifest& m) {
   return Status();
 }
 
-// Removes a checkpoint folder, its MANIFEST first (so a crash midway leaves no folder that
-// looks committed but lacks data).
-Status RemoveCheckpoint(Storage& storage, int64_t step) {
-  RETURN_IF_ERROR(storage.Remove(JoinPath(StepDir(step), kManifestFile)));
-  return storage.Remove(StepDir(step));
-}
-
-// After the commit of `m`: files of its folder that it does not name, uncommitted folders of
-// older steps, committed ones beyond `keep`.
-Status Cleanup(Storage& storage, const Manifest& m, int keep) {
+// After the commit of `m` (whose `latest` lists `committed`): files of its folder that it does not
+// name, step folders older than it that `latest` does not list (aborted saves, retired
+// checkpoints), fragments and temporary files in the kept folders.
+Status Cleanup(Storage& storage, const Manifest& m, const std::vector<int64_t>& committed) {
   const std::string dir = StepDir(m.step);
   ASSIGN_OR_RETURN(std::vector<std::string> names, storage.List(dir));
   const std::set<std::string> wanted(m.files.begin(), m.files.end());
   for (const std::string& name : names)
     if (name != kManifestFile && !wanted.contains(name))
       RETURN_IF_ERROR(storage.Remove(JoinPath(dir, name)));
-  ASSIGN_OR_RETURN(std::vector<int64_t> committed, ListCommitted(storage));
-  const std::set<int64_t> committed_set(committed.begin(), committed.end());
+  const std::set<int64_t> kept(committed.begin(), committed.end());
   ASSIGN_OR_RETURN(std::vector<int64_t> steps, ListStepDirs(storage));
-  for (int64_t step : steps)
-    if (step < m.step && !committed_set.contains(step)) {
-      LOG_INFO("checkpoint: removing {} (left by an aborted save)", StepDir(step));
+  for (int64_t step : steps) {
+    if (step >= m.step) continue;  // newer folders may be in the making
+    if (!kept.contains(step)) {
+      LOG_INFO("checkpoint: removing {} (retired or left by an aborted save)", StepDir(step));
       RETURN_IF_ERROR(storage.Remove(StepDir(step)));
+      continue;
     }
-  for (size_t i = static_cast<size_t>(keep); i < committed.size(); ++i)
-    RETURN_IF_ERROR(RemoveCheckpoint(storage, committed[i]));
+    ASSIGN_OR_RETURN(std::vector<std::string> left, storage.List(StepDir(step)));
+    for (const std::string& name : left)
+      if (name.ends_with(".frag") || name.find(".tmp.") != std::string::npos)
+        RETURN_IF_ERROR(storage.Remove(JoinPath(StepDir(step), name)));
+  }
   return Status();
 }
 
@@ -136,11 +134,16 @@ Status CheckpointWriter::Commit(Job& job) {
                       .WithContext("checkpoint step " + std::to_string(job.step)));
   RETURN_IF_ERROR(storage.WriteFile(JoinPath(dir, kManifestFile), EncodeManifest(m)));
   RETURN_IF_ERROR(RT_FAULT_POINT("ckpt.commit.after_manifest"));
-  const std::string latest = EncodeLatest(job.step);
+  // The commit point: `latest` lists this step first, then the newest older committed ones.
+  ASSIGN_OR_RETURN(std::vector<int64_t> committed, ListCommitted(storage));
+  std::erase_if(committed, [&](int64_t step) { return step >= job.step; });
+  committed.insert(committed.begin(), job.step);
+  if (committed.size() > static_cast<size_t>(options_.keep)) committed.resize(options_.keep);
+  const std::string latest = EncodeLatest(committed);
   RETURN_IF_ERROR(storage.WriteFile(
       kLatestFile, {reinterpret_cast<const uint8_t*>(latest.data()), latest.size()}));
   RETURN_IF_ERROR(RT_FAULT_POINT("ckpt.commit.after_latest"));
-  Status cleaned = Cleanup(storage, m, options_.keep);
+  Status cleaned = Cleanup(storage, m, committed);
   if (!cleaned.ok())
     LOG_WARN("checkpoint step {} committed; cleanup incomplete (the next save retries): {}",
              job.step, cleaned.ToString());

@@ -289,14 +289,29 @@ Result<Fragment> DecodeFragment(std::span<const uint8_t> bytes, const std::strin
   return f;
 }
 
-std::string EncodeLatest(int64_t step) { return StepDir(step) + "\n"; }
+std::string EncodeLatest(const std::vector<int64_t>& steps) {
+  std::string text;
+  for (int64_t step : steps) text += StepDir(step) + "\n";
+  return text;
+}
 
-Result<int64_t> DecodeLatest(std::span<const uint8_t> bytes) {
-  std::string text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-  if (!text.empty() && text.back() == '\n') text.pop_back();
-  std::optional<int64_t> step = ParseStepDir(text);
-  if (!step) return Corruption("latest pointer '" + text.substr(0, 64) + "' names no step folder");
-  return *step;
+Result<std::vector<int64_t>> DecodeLatest(std::span<const uint8_t> bytes) {
+  const std::string text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  std::vector<int64_t> steps;
+  size_t start = 0;
+  while (start < text.size()) {
+    const size_t end = text.find('\n', start);
+    if (end == std::string::npos) return Corruption("latest: last line unterminated (truncated?)");
+    const std::string line = text.substr(start, end - start);
+    std::optional<int64_t> step = ParseStepDir(line);
+    if (!step) return Corruption("latest: line '" + line.substr(0, 64) + "' names no step folder");
+    if (!steps.empty() && *step >= steps.back())
+      return Corruption("latest: steps not in decreasing order at '" + line + "'");
+    steps.push_back(*step);
+    start = end + 1;
+  }
+  if (steps.empty()) return Corruption("latest: empty");
+  return steps;
 }
 
 std::string StepDir(int64_t step) {

@@ -83,10 +83,11 @@ Result<Manifest> DecodeManifest(std::span<const uint8_t> bytes, const std::strin
 std::vector<uint8_t> EncodeFragment(const Fragment& fragment);
 Result<Fragment> DecodeFragment(std::span<const uint8_t> bytes, const std::string& what);
 
-// The content of the `latest` pointer file naming `step`'s folder.
-std::string EncodeLatest(int64_t step);
-// The step named by a `latest` file. Errors: Corruption naming the content.
-Result<int64_t> DecodeLatest(std::span<const uint8_t> bytes);
+// The content of the `latest` file: the committed checkpoints' folders, one a line, newest first
+// (the first line names the latest checkpoint). `steps` must be non-empty and decreasing.
+std::string EncodeLatest(const std::vector<int64_t>& steps);
+// The steps listed by a `latest` file, newest first. Errors: Corruption naming the bad line.
+Result<std::vector<int64_t>> DecodeLatest(std::span<const uint8_t> bytes);
 
 // File and folder names in a checkpoint storage.
 inline constexpr const char* kLatestFile = "latest";

@@ -208,7 +208,7 @@ Result<std::vector<std::string>> CheckpointReader::Verify() {
   ASSIGN_OR_RETURN(std::vector<std::string> names, storage_->List(StepDir(manifest_.step)));
   const std::set<std::string> wanted(manifest_.files.begin(), manifest_.files.end());
   for (const std::string& name : names)
-    if (name != kManifestFile && !wanted.contains(name))
+    if (name != kManifestFile && !wanted.contains(name) && !name.ends_with(".frag"))
       problems.push_back(storage_->uri() + "/" + JoinPath(StepDir(manifest_.step), name) +
                          ": file not named by the manifest");
   for (const std::string& file : manifest_.files)

@@ -126,10 +126,10 @@ Status CheckpointWriter::WriteRankFiles(Job& job) {
   RETURN_IF_ERROR(RT_FAULT_POINT("ckpt.save.before_data"));
   Storage& storage = *options_.storage;
   // Rewriting a committed step in place could mix its files with new ones.
-  ASSIGN_OR_RETURN(std::optional<int64_t> latest, ReadLatest(storage));
-  if (latest && *latest >= job.step)
+  ASSIGN_OR_RETURN(std::vector<int64_t> committed, ListCommitted(storage));
+  if (!committed.empty() && committed.front() >= job.step)
     return FailedPrecondition("checkpoint step " + std::to_string(job.step) + " is not newer than " +
-                              "the committed step " + std::to_string(*latest) + " in " +
+                              "the committed step " + std::to_string(committed.front()) + " in " +
                               storage.uri());
   const std::string dir = StepDir(job.step);
   const std::string data_name = DataFile(options_.rank);
@@ -215,7 +215,7 @@ Status CheckpointWriter::WaitCommitted(int64_t step) {
   const Deadline deadline = Deadline::AfterMs(options_.commit_timeout_ms);
   for (;;) {
     auto latest = ReadLatest(*options_.storage);
-    if (latest.ok() && latest->has_value() && **latest >= step) return Status();
+    if (latest.ok() && latest->has_value() && (*latest)->front() >= step) return Status();
     if (deadline.Expired())
       return DeadlineExceeded("checkpoint step " + std::to_string(step) + " on " +
                               options_.storage->uri() + " not committed by rank 0 within " +
