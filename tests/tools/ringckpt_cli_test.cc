@@ -67,7 +67,6 @@ PlannedRank Plan(const std::string& spec, int rank, bool fill) {
   PlannedRank out;
   for (auto& p : planned) {
     TensorShard s = p.shard;
-    s.replica_count = p.replica_count;
     out.state.memory.push_back(
         std::make_unique<std::vector<uint8_t>>(p.count * DTypeSize(s.dtype), 0));
     s.view = Tensor(out.state.memory.back()->data(), s.dtype, Shape{p.count});
