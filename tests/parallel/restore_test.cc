@@ -74,7 +74,8 @@ Status Fill(const ckpt::StateShards& dest, const FullState& full) {
   for (const ckpt::TensorShard& s : dest.shards) {
     if (s.kind == ckpt::StateKind::kStep) continue;
     auto it = full.find({s.kind, s.name});
-    if (it == full.end()) return NotFound(std::string("no ") + StateKindName(s.kind) + " " + s.name);
+    if (it == full.end())
+      return NotFound(std::string("no ") + StateKindName(s.kind) + " " + s.name);
     std::vector<float> wide(static_cast<size_t>(s.numel()));
     for (int64_t e = 0; e < s.numel(); ++e)
       wide[static_cast<size_t>(e)] = it->second[static_cast<size_t>(GlobalIndex(s, e))];
