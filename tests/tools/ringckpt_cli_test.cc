@@ -9,7 +9,6 @@
 #include <array>
 #include <cstdio>
 #include <filesystem>
-
 #include <nlohmann/json.hpp>
 
 #include "ckpt/reader.h"
@@ -133,8 +132,8 @@ bool PiecesFollow(const std::string& uri, const std::string& spec) {
                                s.flat_begin, s.flat_end}});
   for (const TensorEntry& t : reader->manifest().tensors)
     for (const StoredPiece& p : t.pieces) {
-      const Region piece{t.global_shape, p.box_offset, p.box_size, p.has_flat_range,
-                         p.flat_begin, p.flat_end};
+      const Region piece{t.global_shape,   p.box_offset, p.box_size,
+                         p.has_flat_range, p.flat_begin, p.flat_end};
       bool inside = false;
       for (const auto& [key, region] : shards) {
         if (key != std::make_pair(t.kind, t.name)) continue;
@@ -205,9 +204,9 @@ TEST(RingckptCliTest, RingfsDestination) {
   testing::TempDir dir("ringckpt-ringfs");
   const uint16_t port = iofs::testing::FreePort();
   iofs::testing::Process server;
-  ASSERT_TRUE(server.Start({RINGFSD, "--state", dir.path() + "/state", "--port",
-                            std::to_string(port)},
-                           {}, dir.path() + "/server.log"));
+  ASSERT_TRUE(
+      server.Start({RINGFSD, "--state", dir.path() + "/state", "--port", std::to_string(port)}, {},
+                   dir.path() + "/server.log"));
   const std::string src = dir.path() + "/src";
   const std::string remote = "ringfs://127.0.0.1:" + std::to_string(port) + "/ck";
   ASSERT_TRUE(SavePlanned(src, "dp=2,zero=1", 9).ok());
