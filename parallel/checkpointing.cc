@@ -61,13 +61,12 @@ Result<std::unique_ptr<RunCheckpoints>> RunCheckpoints::Create(const RunConfig& 
           .WithContext("broadcast of the checkpoint run id");
     }));
   }
-  c->run_id_ = id;
   if (config.ckpt.every > 0) {
     ckpt::WriterOptions o;
     o.storage = c->storage_;
     o.rank = world != nullptr ? world->rank() : 0;
     o.world = world != nullptr ? world->size() : 1;
-    o.run_id = c->run_id_;
+    o.run_id = id;
     o.config_toml = DescribeRunConfig(config);
     o.layout = layout;
     o.keep = config.ckpt.keep;
