@@ -52,7 +52,7 @@ class RunCheckpoints {
   // the committed checkpoints newest first; with a world every rank tries the same one and they
   // agree (an all-reduce of an ok flag) before using it, falling back together and saying so
   // in the log. Collective with a world. Errors: NotFound when the storage holds no committed
-  // checkpoint; FailedPrecondition when the ranks see different checkpoints; the newest error
+  // checkpoint; those of listing it (Unavailable on the ranks that could list it); FailedPrecondition when the ranks see different checkpoints; the newest error
   // (with the step) when none loads; those of comm.
   Result<TrainerState> Resume(const ckpt::StateShards& dest);
 
