@@ -19,9 +19,16 @@ Result<std::vector<Fragment>> GatherFragments(Storage& storage, const std::strin
                                               Deadline deadline) {
   std::vector<std::optional<Fragment>> got(static_cast<size_t>(world));
   for (;;) {
+    // One listing per poll; only fragments that appeared are read.
+    ASSIGN_OR_RETURN(std::vector<std::string> names, storage.List(dir));
+    const std::set<std::string> present(names.begin(), names.end());
     std::vector<int> missing;
     for (int r = 0; r < world; ++r) {
       if (got[r]) continue;
+      if (!present.contains(FragmentFile(r))) {
+        missing.push_back(r);
+        continue;
+      }
       const std::string path = JoinPath(dir, FragmentFile(r));
       auto bytes = storage.ReadFile(path);
       if (!bytes.ok() && bytes.status().code() == StatusCode::kNotFound) {

@@ -59,7 +59,6 @@ ModelConfig Model() {
 // Every rank's planned shards of `spec` with memory; filled with the reference values if `fill`.
 struct PlannedRank {
   testing::SynthRank state;
-  std::vector<int> replica_counts;
 };
 PlannedRank Plan(const std::string& spec, int rank, bool fill) {
   const auto layout = parallel::ParseLayout(spec).value();
