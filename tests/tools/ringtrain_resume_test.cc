@@ -149,6 +149,7 @@ TEST_F(ResumeTest, OneProcessKilledAndResumedIsBitwiseTheUninterruptedRun) {
 TEST_F(ResumeTest, DistributedRunKilledFromOutsideResumesBitwise) {
   const Exec full = RunRingtrain("", Train("full", "tp=2,dp=2,zero=3", 4, 0, false));
   ASSERT_EQ(full.code, 0) << full.output;
+  extra_ = " --set ckpt.codec=zstd";
   const std::string cmd = std::string("RINGTRAIN_FAULTS=") +
                           "parallel.train.before_step=delay:600000@13 " + RINGTRAIN_BIN + " --log-level warn " +
                           Train("run", "tp=2,dp=2,zero=3", 4, 5, false) + " >" +
@@ -179,8 +180,16 @@ TEST_F(ResumeTest, DistributedRunKilledFromOutsideResumesBitwise) {
 TEST_F(ResumeTest, DistributedKilledAndResumedIsBitwiseTheUninterruptedRun) {
   const Exec full = RunRingtrain("", Train("full", "dp=2,zero=1", 2, 0, false));
   ASSERT_EQ(full.code, 0) << full.output;
+  extra_ = " --set ckpt.codec=bgzstd";  // byte planes, then zstd
   const int from = CrashAndResume("dp=2,zero=1", 2, "dp=2,zero=1", 2, true);
   EXPECT_TRUE(from == 5 || from == 10) << from;
+  auto storage = ckpt::OpenStorage((dir_ / "ck").string());
+  ASSERT_TRUE(storage.ok());
+  auto reader = ckpt::CheckpointReader::Open(*storage, kSteps);
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  for (const ckpt::TensorEntry& t : (*reader)->manifest().tensors)
+    for (const ckpt::StoredPiece& p : t.pieces)
+      EXPECT_EQ(p.codec, ckpt::Codec::kByteGroupedZstd) << t.name;
   EXPECT_EQ(Losses("run"), Losses("full"));
 }
 
