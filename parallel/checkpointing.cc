@@ -61,13 +61,12 @@ Result<std::unique_ptr<RunCheckpoints>> RunCheckpoints::Create(const RunConfig& 
           .WithContext("broadcast of the checkpoint run id");
     }));
   }
-  c->run_id_ = id;
   if (config.ckpt.every > 0) {
     ckpt::WriterOptions o;
     o.storage = c->storage_;
     o.rank = world != nullptr ? world->rank() : 0;
     o.world = world != nullptr ? world->size() : 1;
-    o.run_id = c->run_id_;
+    o.run_id = id;
     o.config_toml = DescribeRunConfig(config);
     o.layout = layout;
     o.keep = config.ckpt.keep;
@@ -114,8 +113,16 @@ Result<int64_t> RunCheckpoints::Reduce(int64_t value, comm::ReduceOp op) {
 }
 
 Result<TrainerState> RunCheckpoints::Resume(const ckpt::StateShards& dest) {
-  ASSIGN_OR_RETURN(std::vector<int64_t> steps, ckpt::ListCommitted(*storage_));
   const std::string where = storage_->uri();
+  // A rank that cannot list says so to the others, so that none waits for it in the agreement.
+  Result<std::vector<int64_t>> listed = ckpt::ListCommitted(*storage_);
+  ASSIGN_OR_RETURN(const int64_t listed_everywhere, Reduce(listed.ok() ? 1 : 0,
+                                                           comm::ReduceOp::kMin));
+  if (!listed.ok())
+    return listed.status().WithContext("resume: list the checkpoints in " + where);
+  if (listed_everywhere == 0)
+    return Unavailable("resume: another rank could not list the checkpoints in " + where);
+  const std::vector<int64_t>& steps = *listed;
   Status newest_error;
   for (size_t i = 0;; ++i) {
     // Every rank tries the same step: the i-th newest, the same on all of them.

@@ -33,16 +33,13 @@ class RunCheckpoints {
   // Waits for a save still running (its own deadlines bound the wait).
   ~RunCheckpoints();
 
-  // Whether the run saves (ckpt.every > 0).
-  bool saving() const { return writer_ != nullptr; }
-
-  // Whether the run saves after step `step` (1-based): saving() and `step` a multiple of
-  // ckpt.every, or `last` — but not at or below a newer checkpoint that Resume fell back from
+  // Whether the run saves after step `step` (1-based): ckpt.every > 0 and `step` a multiple of
+  // it, or `last` — but not at or below a newer checkpoint that Resume fell back from
   // (it stays committed; the writer only commits newer steps), which it logs.
   bool Due(int64_t step, bool last);
 
   // Starts a save of `shards` and `state` as the checkpoint of `step` (waiting first, with a log
-  // line, while the previous save still runs). Errors: FailedPrecondition when not saving();
+  // line, while the previous save still runs). Errors: FailedPrecondition when ckpt.every is 0;
   // those of the writer, including a previous background save's failure.
   Status Save(int64_t step, const ckpt::StateShards& shards, const TrainerState& state);
 
@@ -55,11 +52,9 @@ class RunCheckpoints {
   // the committed checkpoints newest first; with a world every rank tries the same one and they
   // agree (an all-reduce of an ok flag) before using it, falling back together and saying so
   // in the log. Collective with a world. Errors: NotFound when the storage holds no committed
-  // checkpoint; FailedPrecondition when the ranks see different checkpoints; the newest error
+  // checkpoint; those of listing it (Unavailable on the ranks that could list it); FailedPrecondition when the ranks see different checkpoints; the newest error
   // (with the step) when none loads; those of comm.
   Result<TrainerState> Resume(const ckpt::StateShards& dest);
-
-  const std::string& run_id() const { return run_id_; }
 
  private:
   RunCheckpoints() = default;
@@ -72,7 +67,6 @@ class RunCheckpoints {
   Device device_ = Device::kCpu;
   std::shared_ptr<ckpt::Storage> storage_;
   std::unique_ptr<ckpt::CheckpointWriter> writer_;
-  std::string run_id_;
   int64_t skipped_up_to_ = -1;  // Resume fell back from committed checkpoints up to this step
 };
 

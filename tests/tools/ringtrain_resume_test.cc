@@ -23,6 +23,8 @@
 #include <vector>
 
 #include "base/fault.h"
+#include "ckpt/reader.h"
+#include "ckpt/storage.h"
 #include "data/token_shard.h"
 #include "tests/parallel/test_util.h"
 
@@ -147,6 +149,7 @@ TEST_F(ResumeTest, OneProcessKilledAndResumedIsBitwiseTheUninterruptedRun) {
 TEST_F(ResumeTest, DistributedRunKilledFromOutsideResumesBitwise) {
   const Exec full = RunRingtrain("", Train("full", "tp=2,dp=2,zero=3", 4, 0, false));
   ASSERT_EQ(full.code, 0) << full.output;
+  extra_ = " --set ckpt.codec=zstd";
   const std::string cmd = std::string("RINGTRAIN_FAULTS=") +
                           "parallel.train.before_step=delay:600000@13 " + RINGTRAIN_BIN + " --log-level warn " +
                           Train("run", "tp=2,dp=2,zero=3", 4, 5, false) + " >" +
@@ -177,8 +180,16 @@ TEST_F(ResumeTest, DistributedRunKilledFromOutsideResumesBitwise) {
 TEST_F(ResumeTest, DistributedKilledAndResumedIsBitwiseTheUninterruptedRun) {
   const Exec full = RunRingtrain("", Train("full", "dp=2,zero=1", 2, 0, false));
   ASSERT_EQ(full.code, 0) << full.output;
+  extra_ = " --set ckpt.codec=bgzstd";  // byte planes, then zstd
   const int from = CrashAndResume("dp=2,zero=1", 2, "dp=2,zero=1", 2, true);
   EXPECT_TRUE(from == 5 || from == 10) << from;
+  auto storage = ckpt::OpenStorage((dir_ / "ck").string());
+  ASSERT_TRUE(storage.ok());
+  auto reader = ckpt::CheckpointReader::Open(*storage, kSteps);
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  for (const ckpt::TensorEntry& t : (*reader)->manifest().tensors)
+    for (const ckpt::StoredPiece& p : t.pieces)
+      EXPECT_EQ(p.codec, ckpt::Codec::kByteGroupedZstd) << t.name;
   EXPECT_EQ(Losses("run"), Losses("full"));
 }
 
@@ -247,6 +258,42 @@ TEST_F(ResumeTest, CorruptNewestCheckpointFallsBackTogether) {
   ASSERT_EQ(got.size(), static_cast<size_t>(kSteps));
   for (const auto& [step, loss] : got)
     EXPECT_NEAR(loss, reference.at(step), 1e-5 * reference.at(step)) << step;
+}
+
+// A flipped byte in one stored piece of AdamW v that only some ranks of the resuming layout
+// read: those ranks fail their load, the others load fine, and all of them fall back together
+// (the agreement, not each rank's own result, decides).
+TEST_F(ResumeTest, DamageOnlySomeRanksReadFallsBackOnEveryRank) {
+  const Exec crashed = RunRingtrain(kCrash, Train("run", "dp=2,zero=1", 2, 5, false, false));
+  ASSERT_NE(crashed.code, 0);
+  auto storage = ckpt::OpenStorage((dir_ / "ck").string());
+  ASSERT_TRUE(storage.ok());
+  auto reader = ckpt::CheckpointReader::Open(*storage, 10);
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  const ckpt::Manifest& manifest = (*reader)->manifest();
+  const ckpt::TensorEntry* v = manifest.Find(ckpt::StateKind::kAdamV, "h.1.mlp.c_fc.weight");
+  ASSERT_NE(v, nullptr);
+  const ckpt::StoredPiece& piece = v->pieces.front();
+  const std::filesystem::path file =
+      dir_ / "ck/step-000000000010" / manifest.files.at(piece.file);
+  {
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    const std::streamoff at = static_cast<std::streamoff>(piece.offset + piece.length / 2);
+    f.seekg(at);
+    char c = 0;
+    f.read(&c, 1);
+    c = static_cast<char>(c ^ 0x01);
+    f.seekp(at);
+    f.write(&c, 1);
+  }
+  const Exec resumed = RunRingtrain("", Train("run", "dp=4,zero=2", 4, 5, true));
+  ASSERT_EQ(resumed.code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("cannot be loaded here"), std::string::npos) << resumed.output;
+  EXPECT_NE(resumed.output.find("CRC32C mismatch"), std::string::npos) << resumed.output;
+  EXPECT_NE(resumed.output.find("failed to load on another rank"), std::string::npos)
+      << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed from the checkpoint of step 5"), std::string::npos)
+      << resumed.output;
 }
 
 TEST_F(ResumeTest, ResumeWithoutCheckpointsIsAClearError) {
