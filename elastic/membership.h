@@ -108,7 +108,7 @@ struct MembershipTiming {
   std::chrono::milliseconds send_timeout{1'000};
   // How long connecting to a peer is retried before it is reported unreachable (a killed
   // peer refuses at once; this bounds how soon that is noticed).
-  std::chrono::milliseconds connect_timeout{250};
+  std::chrono::milliseconds connect_timeout{100};
 };
 
 // Settings of StartMembershipService.

@@ -67,10 +67,24 @@ class Cluster {
     return n;
   }
 
+  // Waits until some node in `nodes` printed a line starting with `prefix`; returns the seconds
+  // since `start`, or -1 at `timeout_s`.
+  double WaitLine(std::vector<int> nodes, const std::string& prefix, Clock::time_point start,
+                  double timeout_s) {
+    while (true) {
+      for (int id : nodes) {
+        if (ReadText(Log(id)).find("\n" + prefix) != std::string::npos)
+          return std::chrono::duration<double>(Clock::now() - start).count();
+      }
+      if (Clock::now() - start > std::chrono::duration<double>(timeout_s)) return -1;
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  }
+
   // Waits until every node in `nodes` shows the view `ids`; returns the seconds it took, or
   // -1 at `timeout_s` (and prints the logs).
-  double WaitView(std::vector<int> nodes, const std::string& ids, double timeout_s) {
-    const auto start = Clock::now();
+  double WaitView(std::vector<int> nodes, const std::string& ids, double timeout_s,
+                  Clock::time_point start = Clock::now()) {
     while (true) {
       bool all = true;
       for (int id : nodes) all = all && LastView(id) == ids;
@@ -106,19 +120,23 @@ void StartAll(Cluster& cluster, int nodes) {
 TEST(MembershipProcessTest, Kill9IsDetectedAndTheOthersInstallAView) {
   Cluster cluster(4);
   ASSERT_NO_FATAL_FAILURE(StartAll(cluster, 4));
+  const auto killed = Clock::now();
   cluster.proc(3).Kill();
-  const double took = cluster.WaitView({1, 2, 4}, "1,2,4", 20);
+  const double suspected = cluster.WaitLine({2}, "suspect 3 ", killed, 20);
+  const double took = cluster.WaitView({1, 2, 4}, "1,2,4", 20, killed);
+  ASSERT_GE(suspected, 0);
   ASSERT_GE(took, 0);
-  std::printf("kill -9 of node 3: 3-node view installed on every survivor after %.0f ms\n",
-              took * 1000);
+  std::printf("kill -9 of node 3: suspected by its predecessor after %.0f ms, 3-node view "
+              "installed on every survivor after %.0f ms\n", suspected * 1000, took * 1000);
   EXPECT_LT(took, 5.0);
 }
 
 TEST(MembershipProcessTest, StoppedNodeIsRemovedAfterMissedHeartbeatsAndRejoins) {
   Cluster cluster(4);
   ASSERT_NO_FATAL_FAILURE(StartAll(cluster, 4));
+  const auto stopped = Clock::now();
   kill(cluster.proc(2).pid(), SIGSTOP);
-  const double took = cluster.WaitView({1, 3, 4}, "1,3,4", 20);
+  const double took = cluster.WaitView({1, 3, 4}, "1,3,4", 20, stopped);
   ASSERT_GE(took, 0);
   std::printf("SIGSTOP of node 2: removed on every other node after %.0f ms\n", took * 1000);
   EXPECT_GT(took, 0.5);  // a hang is noticed by missed heartbeats, not a broken connection
