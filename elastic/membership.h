@@ -48,6 +48,9 @@ struct Member {
   NodeId id = 0;
   // "host:port" where its membership RPC is served (MembershipServiceOptions::advertise).
   std::string address;
+  // Random, chosen when the node's state folder was created: a node that lost its state comes
+  // back with a new incarnation and is admitted anew (it never votes with a memory it lost).
+  uint64_t incarnation = 0;
   friend bool operator==(const Member&, const Member&) = default;
 };
 

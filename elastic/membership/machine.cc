@@ -38,11 +38,15 @@ MembershipMachine::MembershipMachine(MachineOptions options, std::optional<Durab
   if (durable) {
     durable_ = std::move(*durable);
     highest_round_ = durable_.promised.round;
-  } else if (options_.bootstrap) {
-    durable_.decided.slot = 1;
-    durable_.decided.view.generation = 1;
-    durable_.decided.view.members = {Member{options_.self, options_.address}};
+  } else {
+    durable_.incarnation = options_.incarnation;
     dirty_ = true;
+    if (options_.bootstrap) {
+      durable_.decided.slot = 1;
+      durable_.decided.view.generation = 1;
+      durable_.decided.view.members = {
+          Member{options_.self, options_.address, durable_.incarnation}};
+    }
   }
   for (const Member& m : view().members) heard_[m.id] = 0;
   if (durable_.decided.slot > 0) Notify(MembershipNotification::Kind::kViewInstalled);
@@ -54,6 +58,7 @@ void MembershipMachine::Send(Kind kind, NodeId to, Message message) {
   message.from = options_.self;
   message.to = to;
   message.from_address = options_.address;
+  message.from_incarnation = durable_.incarnation;
   message.slot = durable_.decided.slot;
   if (to == options_.self) {
     to_self_.push_back(std::move(message));
@@ -156,9 +161,11 @@ void MembershipMachine::Handle(const Message& m) {
     case Kind::kJoin:
       if (!IsMember() || m.slot > mine) return;
       for (const Member& member : view().members) {
-        if (member.id == from && member.address == m.from_address) return;  // it is behind
+        if (member.id == from && member.address == m.from_address &&
+            member.incarnation == m.from_incarnation)
+          return;  // a member that is behind (it gets our entry above)
       }
-      joiners_[from] = Joiner{m.from_address, ticks_};
+      joiners_[from] = Joiner{m.from_address, m.from_incarnation, ticks_};
       MaybePropose();
       return;
     default:
@@ -313,7 +320,14 @@ void MembershipMachine::ResolveStateRequests() {
   }
 }
 
+bool MembershipMachine::IsMember() const {
+  return std::any_of(view().members.begin(), view().members.end(), [&](const Member& m) {
+    return m.id == options_.self && m.incarnation == durable_.incarnation;
+  });
+}
+
 std::optional<NodeId> MembershipMachine::Successor() const {
+  if (!IsMember()) return std::nullopt;
   const auto& members = view().members;
   for (size_t i = 0; i < members.size(); ++i) {
     if (members[i].id != options_.self) continue;
@@ -337,9 +351,10 @@ std::optional<Entry> MembershipMachine::Target() const {
     auto it = std::find_if(members.begin(), members.end(),
                            [id = id](const Member& m) { return m.id == id; });
     if (it == members.end()) {
-      members.push_back(Member{id, joiner.address});
+      members.push_back(Member{id, joiner.address, joiner.incarnation});
     } else {
       it->address = joiner.address;
+      it->incarnation = joiner.incarnation;
     }
   }
   std::sort(members.begin(), members.end(),

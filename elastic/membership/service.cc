@@ -116,9 +116,11 @@ class Service final : public MembershipService {
     }
     const bool bootstrap =
         !durable && (options_.seeds.empty() || options_.seeds.front() == address_);
+    std::random_device random;
+    const uint64_t incarnation = (uint64_t{random()} << 32 | random()) | 1;
     machine_.emplace(membership::MachineOptions{options_.node_id, address_, bootstrap,
-                                                 options_.timing,
-                                                 std::random_device{}() ^ options_.node_id},
+                                                 options_.timing, random() ^ options_.node_id,
+                                                 incarnation},
                      std::move(durable));
     links_.emplace(io_.get_executor(), options_.secret, options_.timing, [this](NodeId node) {
       if (stopping_) return;
