@@ -308,7 +308,8 @@ void MembershipMachine::ResolveStateRequests() {
                                             std::to_string(p.expected_version))
                        : Unavailable("state request outcome unknown: version moved from " +
                                      std::to_string(p.expected_version) + " to " +
-                                     std::to_string(e.state.version) + " while this node was behind");
+                                     std::to_string(e.state.version) +
+                                     " while this node was behind");
     } else if (!IsMember()) {
       status = Unavailable("node " + std::to_string(options_.self) + " is not a member");
     } else {
@@ -365,7 +366,8 @@ std::optional<Entry> MembershipMachine::Target() const {
   if (!pending_states_.empty() && pending_states_.front().expected_version == cur.state.version) {
     const PendingState& p = pending_states_.front();
     next.state = ReplicatedState{cur.state.version + 1, p.blob};
-    next.recent.push_back(StateChange{next.state.version, StateRequestId{options_.self, p.request}});
+    next.recent.push_back(
+        StateChange{next.state.version, StateRequestId{options_.self, p.request}});
     if (next.recent.size() > kRecentStateChanges) next.recent.erase(next.recent.begin());
     state_changes = true;
   }
@@ -403,7 +405,8 @@ void MembershipMachine::Abandon() {
   proposal_.reset();
   // Random exponential back-off, so that of two proposers one soon finds the other done.
   const uint64_t retry = options_.timing.retry_ticks;
-  next_attempt_ = ticks_ + retry + random_() % ((retry << std::min<uint32_t>(failed_proposals_, 4)) + 1);
+  const uint64_t spread = retry << std::min<uint32_t>(failed_proposals_, 4);
+  next_attempt_ = ticks_ + retry + random_() % (spread + 1);
   ++failed_proposals_;
 }
 
@@ -469,7 +472,8 @@ void MembershipMachine::OnTick() {
         }
       }
     }
-    std::erase_if(joiners_, [&](const auto& j) { return ticks_ - j.second.seen > 4 * t.join_ticks; });
+    std::erase_if(joiners_,
+                  [&](const auto& j) { return ticks_ - j.second.seen > 4 * t.join_ticks; });
     // A proposal without a majority in time is retried with a higher ballot; the wait doubles
     // with every failed try (up to 16x), so slow networks still finish a round.
     if (proposal_ && ticks_ - proposal_->started >= Patience()) Abandon();
@@ -481,7 +485,8 @@ void MembershipMachine::OnTick() {
   DrainSelf();
 }
 
-void MembershipMachine::RequestState(uint64_t request, uint64_t expected_version, std::string blob) {
+void MembershipMachine::RequestState(uint64_t request, uint64_t expected_version,
+                                     std::string blob) {
   pending_states_.push_back(PendingState{request, expected_version, std::move(blob)});
   ResolveStateRequests();
   MaybePropose();

@@ -17,6 +17,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include "base/fault.h"
 #include "base/log.h"
 #include "base/net/rpc.h"
 #include "elastic/membership.h"
@@ -234,7 +235,10 @@ class Service final : public MembershipService {
   // Persists, then sends, then tells: the order the machine's contract asks for.
   void AfterMachine() {
     if (machine_->TakeDirty()) {
-      Status saved = membership::SaveDurableState(options_.state_dir, machine_->durable());
+      Status saved = RT_FAULT_POINT("membership.before_persist");
+      if (saved.ok())
+        saved = membership::SaveDurableState(options_.state_dir, machine_->durable());
+      if (saved.ok()) saved = RT_FAULT_POINT("membership.after_persist");
       if (!saved.ok()) {
         // Nothing that depends on the unsaved state may leave this node.
         LOG_ERROR("membership: node {} cannot persist its state, stays silent: {}",

@@ -37,13 +37,14 @@ class Cluster {
 
   // Starts node `id` (again, on the port it had): node 1 is the seed and bootstraps. A first
   // start binds port 0 and the node's log names the port it got (no race with other tests).
-  void Start(int id) {
+  // `env`: extra environment entries (RINGTRAIN_FAULTS).
+  void Start(int id, std::vector<std::string> env = {}) {
     const std::string seeds = id == 1 && ports_[0] == 0 ? "" : Address(1);
     const size_t log_size = ReadText(Log(id)).size();
     procs_[id - 1] = std::make_unique<Process>();
     ASSERT_TRUE(procs_[id - 1]->Start({MEMBERSHIP_NODE, std::to_string(id), Address(id),
                                        dir_.path() + "/state" + std::to_string(id), seeds},
-                                      {}, Log(id)));
+                                      env, Log(id)));
     const std::string marker = "node " + std::to_string(id) + " at 127.0.0.1:";
     const auto deadline = Clock::now() + std::chrono::seconds(20);
     while (true) {
@@ -182,6 +183,20 @@ TEST(MembershipProcessTest, MinorityInstallsNoView) {
   // With one of the two back, the majority removes the other.
   ASSERT_NO_FATAL_FAILURE(cluster.Start(2));
   ASSERT_GE(cluster.WaitView({1, 2}, "1,2", 20), 0);
+}
+
+TEST(MembershipProcessTest, CrashBetweenPersistAndSendLosesNothing) {
+  Cluster cluster(4);
+  for (int id = 1; id <= 3; ++id) ASSERT_NO_FATAL_FAILURE(cluster.Start(id));
+  ASSERT_GE(cluster.WaitView({1, 2, 3}, "1,2,3", 30), 0);
+  // Node 4 dies (SIGKILL) right after its third durable write, before sending what followed it.
+  ASSERT_NO_FATAL_FAILURE(
+      cluster.Start(4, {"RINGTRAIN_FAULTS=membership.after_persist=crash@3"}));
+  const int status = cluster.proc(4).WaitExit(std::chrono::seconds(20));
+  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << ReadText(cluster.Log(4));
+  ASSERT_GE(cluster.WaitView({1, 2, 3}, "1,2,3", 20), 0);
+  ASSERT_NO_FATAL_FAILURE(cluster.Start(4));
+  ASSERT_GE(cluster.WaitView({1, 2, 3, 4}, "1,2,3,4", 20), 0);
 }
 
 TEST(MembershipProcessTest, LeaveRemovesTheNodeAtOnce) {

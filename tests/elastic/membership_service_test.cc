@@ -99,7 +99,8 @@ TEST_F(MembershipServiceTest, CompareAndSetIsDecidedOnceAndSeenEverywhere) {
                                         Deadline::AfterMs(10'000)));
   ASSERT_TRUE(final_state.ok());
   EXPECT_EQ(final_state->blob, winner);
-  for (auto* n : {n1.get(), n2.get(), n3.get()}) EXPECT_TRUE(n->Shutdown(Deadline::AfterMs(5'000)).ok());
+  for (auto* n : {n1.get(), n2.get(), n3.get()})
+    EXPECT_TRUE(n->Shutdown(Deadline::AfterMs(5'000)).ok());
 }
 
 TEST_F(MembershipServiceTest, SharedServerSecretAndDeadlines) {

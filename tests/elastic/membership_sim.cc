@@ -273,7 +273,8 @@ void Simulator::CheckStateHistory() {
   for (const StateCall& call : calls_) {
     if (!call.result || !call.result->status.ok()) continue;
     auto it = versions.find(call.result->version);
-    if (it == versions.end() || it->second != call.blob || call.result->version != call.expected + 1)
+    if (it == versions.end() || it->second != call.blob ||
+        call.result->version != call.expected + 1)
       Violation("'" + call.blob + "' reported as version " + std::to_string(call.result->version) +
                 " which holds something else");
   }

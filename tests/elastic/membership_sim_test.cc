@@ -81,7 +81,8 @@ SeedOutcome RunSeed(uint64_t seed, Faults faults) {
       }
       // 2|2 of a four-member view: neither half is a majority, so once the messages in flight
       // have landed no slot may be decided until the partition heals.
-      if (faults == Faults::kSplit22 && all_members_at_split && t == 30) frozen_slot = sim.max_slot();
+      if (faults == Faults::kSplit22 && all_members_at_split && t == 30)
+        frozen_slot = sim.max_slot();
       if (faults == Faults::kSplit22 && all_members_at_split && t > 30 && t < 200 &&
           sim.max_slot() != frozen_slot) {
         out.errors.push_back("2|2 split decided slot " + std::to_string(sim.max_slot()));
