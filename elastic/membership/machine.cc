@@ -302,7 +302,10 @@ void MembershipMachine::ResolveStateRequests() {
     if (done != e.recent.end()) {
       version = done->version;
     } else if (e.state.version != p.expected_version) {
-      const bool covered = !e.recent.empty() && e.recent.front().version <= p.expected_version + 1;
+      // Whether the changes this entry remembers reach back to the request's version.
+      const bool covered =
+          p.expected_version > e.state.version ||
+          (!e.recent.empty() && e.recent.front().version <= p.expected_version + 1);
       status = covered ? FailedPrecondition("replicated state is at version " +
                                             std::to_string(e.state.version) + ", not " +
                                             std::to_string(p.expected_version))

@@ -53,7 +53,7 @@ class MembershipMachine {
   void OnUnreachable(NodeId peer);
 
   // Queues a compare-and-set of the replicated state (request numbers are the caller's, unique
-  // per machine). Its StateResult comes once it is decided or refused.
+  // per node across restarts: decided entries remember them). Its StateResult comes once it is decided or refused.
   void RequestState(uint64_t request, uint64_t expected_version, std::string blob);
   // Forgets a queued request (its caller gave up); if it was proposed it may still be decided.
   void CancelStateRequest(uint64_t request);

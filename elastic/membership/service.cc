@@ -119,6 +119,9 @@ class Service final : public MembershipService {
         !durable && (options_.seeds.empty() || options_.seeds.front() == address_);
     std::random_device random;
     const uint64_t incarnation = (uint64_t{random()} << 32 | random()) | 1;
+    // Request ids are remembered in the entries (Entry::recent): a restarted service must not
+    // reuse its predecessor's, so they start at a random point.
+    next_request_ = uint64_t{random()} << 32 | random();
     machine_.emplace(membership::MachineOptions{options_.node_id, address_, bootstrap,
                                                  options_.timing, random() ^ options_.node_id,
                                                  incarnation},
