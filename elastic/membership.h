@@ -182,9 +182,11 @@ class MembershipService {
   // asking to rejoin. Errors: DeadlineExceeded when no majority accepted in time.
   virtual boost::asio::awaitable<Status> Leave(Deadline deadline) = 0;
 
-  // Stops: refuses new calls, fails waiting ones with Aborted, stops its timers and its server
-  // (not a shared one) and joins its thread. Idempotent; must not be called from the service's
-  // thread (e.g. from on_notification). The persisted state stays; a restart rejoins.
+  // Stops without leaving (the others detect it): refuses new calls, fails waiting ones with
+  // Aborted, stops its timers, connections and its server (not a shared one). Its thread ends
+  // when the service is destroyed. Idempotent; must not be called from the service's thread
+  // (e.g. from on_notification). The persisted state stays; a restart rejoins. Errors:
+  // DeadlineExceeded when it did not stop in time.
   virtual Status Shutdown(Deadline deadline) = 0;
 };
 

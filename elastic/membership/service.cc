@@ -79,7 +79,14 @@ class Service final : public MembershipService {
   explicit Service(MembershipServiceOptions options)
       : options_(std::move(options)), tick_timer_(io_), inbox_(std::make_shared<Inbox>()) {}
 
-  ~Service() override { (void)Shutdown(Deadline::AfterMs(5'000)); }
+  ~Service() override {
+    (void)Shutdown(Deadline::AfterMs(5'000));
+    if (!thread_.joinable()) return;
+    // Calls in flight end within send_timeout; then the thread runs out of work.
+    work_.reset();
+    if (finished_.wait_for(std::chrono::seconds(5)) == std::future_status::timeout) io_.stop();
+    thread_.join();
+  }
 
   Status Start() {
     if (options_.node_id == 0) return InvalidArgument("membership: node_id must not be 0");
@@ -198,19 +205,21 @@ class Service final : public MembershipService {
     if (!thread_.joinable()) return Status();  // Start() failed
     Status result;
     if (own_server_) result = own_server_->Shutdown(deadline);
-    asio::post(io_, [this] {
+    // The thread keeps running (idle) until the service is destroyed, so a call that races
+    // with Shutdown still gets its Aborted instead of waiting on a stopped executor.
+    auto stopped = std::make_shared<std::promise<void>>();
+    std::future<void> done = stopped->get_future();
+    asio::post(io_, [this, stopped] {
       stopping_ = true;
       tick_timer_.cancel();
       links_->CloseAll();
       WakeWaiters();
+      stopped->set_value();
     });
-    work_.reset();
-    if (finished_.wait_until(deadline.when()) == std::future_status::timeout) {
-      io_.stop();
+    if (done.wait_until(deadline.when()) == std::future_status::timeout) {
       result = DeadlineExceeded("membership service of node " + std::to_string(options_.node_id) +
                                 " did not stop in time");
     }
-    thread_.join();
     LOG_INFO("membership: node {} stopped", options_.node_id);
     return result;
   }
