@@ -48,6 +48,9 @@ struct Member {
   NodeId id = 0;
   // "host:port" where its membership RPC is served (MembershipServiceOptions::advertise).
   std::string address;
+  // Random, chosen when the node's state folder was created: a node that lost its state comes
+  // back with a new incarnation and is admitted anew (it never votes with a memory it lost).
+  uint64_t incarnation = 0;
   friend bool operator==(const Member&, const Member&) = default;
 };
 
@@ -108,7 +111,7 @@ struct MembershipTiming {
   std::chrono::milliseconds send_timeout{1'000};
   // How long connecting to a peer is retried before it is reported unreachable (a killed
   // peer refuses at once; this bounds how soon that is noticed).
-  std::chrono::milliseconds connect_timeout{250};
+  std::chrono::milliseconds connect_timeout{100};
 };
 
 // Settings of StartMembershipService.
@@ -179,9 +182,11 @@ class MembershipService {
   // asking to rejoin. Errors: DeadlineExceeded when no majority accepted in time.
   virtual boost::asio::awaitable<Status> Leave(Deadline deadline) = 0;
 
-  // Stops: refuses new calls, fails waiting ones with Aborted, stops its timers and its server
-  // (not a shared one) and joins its thread. Idempotent; must not be called from the service's
-  // thread (e.g. from on_notification). The persisted state stays; a restart rejoins.
+  // Stops without leaving (the others detect it): refuses new calls, fails waiting ones with
+  // Aborted, stops its timers, connections and its server (not a shared one). Its thread ends
+  // when the service is destroyed. Idempotent; must not be called from the service's thread
+  // (e.g. from on_notification). The persisted state stays; a restart rejoins. Errors:
+  // DeadlineExceeded when it did not stop in time.
   virtual Status Shutdown(Deadline deadline) = 0;
 };
 

@@ -31,6 +31,7 @@ void PutEntry(ByteWriter& w, const Entry& e) {
   for (const Member& m : e.view.members) {
     w.Put<uint64_t>(m.id);
     w.PutString(m.address);
+    w.Put<uint64_t>(m.incarnation);
   }
   w.Put<uint64_t>(e.state.version);
   w.PutString(e.state.blob);
@@ -54,6 +55,7 @@ Result<Entry> GetEntry(ByteReader& r, const std::string& what) {
     Member m;
     ASSIGN_OR_RETURN(m.id, r.Get<uint64_t>());
     ASSIGN_OR_RETURN(m.address, r.GetString(kMaxAddress));
+    ASSIGN_OR_RETURN(m.incarnation, r.Get<uint64_t>());
     if (m.id == 0 || (!e.view.members.empty() && e.view.members.back().id >= m.id))
       return Corruption(what + ": member ids not increasing at member " + std::to_string(i));
     e.view.members.push_back(std::move(m));
@@ -94,6 +96,7 @@ std::vector<std::byte> EncodeMessage(const Message& m) {
   w.Put<uint64_t>(m.from);
   w.Put<uint64_t>(m.to);
   w.PutString(m.from_address);
+  w.Put<uint64_t>(m.from_incarnation);
   w.Put<uint64_t>(m.slot);
   PutBallot(w, m.ballot);
   PutBallot(w, m.accepted_ballot);
@@ -117,6 +120,7 @@ Result<Message> DecodeMessage(std::span<const std::byte> bytes) {
   if (m.from == 0) return Corruption(what + ": sender id 0");
   ASSIGN_OR_RETURN(m.to, r.Get<uint64_t>());
   ASSIGN_OR_RETURN(m.from_address, r.GetString(kMaxAddress));
+  ASSIGN_OR_RETURN(m.from_incarnation, r.Get<uint64_t>());
   ASSIGN_OR_RETURN(m.slot, r.Get<uint64_t>());
   ASSIGN_OR_RETURN(m.ballot, GetBallot(r));
   ASSIGN_OR_RETURN(m.accepted_ballot, GetBallot(r));
@@ -132,6 +136,7 @@ Result<Message> DecodeMessage(std::span<const std::byte> bytes) {
 
 std::vector<std::byte> EncodeDurableState(const DurableState& state) {
   ByteWriter body;
+  body.Put<uint64_t>(state.incarnation);
   PutEntry(body, state.decided);
   PutBallot(body, state.promised);
   PutBallot(body, state.accepted_ballot);
@@ -162,6 +167,7 @@ Result<DurableState> DecodeDurableState(std::span<const std::byte> bytes) {
   if (Crc32c(body_bytes) != crc) return Corruption(what + ": CRC32C mismatch");
   ByteReader body(body_bytes, what);
   DurableState state;
+  ASSIGN_OR_RETURN(state.incarnation, body.Get<uint64_t>());
   ASSIGN_OR_RETURN(state.decided, GetEntry(body, what));
   ASSIGN_OR_RETURN(state.promised, GetBallot(body));
   ASSIGN_OR_RETURN(state.accepted_ballot, GetBallot(body));

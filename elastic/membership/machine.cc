@@ -38,11 +38,15 @@ MembershipMachine::MembershipMachine(MachineOptions options, std::optional<Durab
   if (durable) {
     durable_ = std::move(*durable);
     highest_round_ = durable_.promised.round;
-  } else if (options_.bootstrap) {
-    durable_.decided.slot = 1;
-    durable_.decided.view.generation = 1;
-    durable_.decided.view.members = {Member{options_.self, options_.address}};
+  } else {
+    durable_.incarnation = options_.incarnation;
     dirty_ = true;
+    if (options_.bootstrap) {
+      durable_.decided.slot = 1;
+      durable_.decided.view.generation = 1;
+      durable_.decided.view.members = {
+          Member{options_.self, options_.address, durable_.incarnation}};
+    }
   }
   for (const Member& m : view().members) heard_[m.id] = 0;
   if (durable_.decided.slot > 0) Notify(MembershipNotification::Kind::kViewInstalled);
@@ -54,6 +58,7 @@ void MembershipMachine::Send(Kind kind, NodeId to, Message message) {
   message.from = options_.self;
   message.to = to;
   message.from_address = options_.address;
+  message.from_incarnation = durable_.incarnation;
   message.slot = durable_.decided.slot;
   if (to == options_.self) {
     to_self_.push_back(std::move(message));
@@ -156,9 +161,11 @@ void MembershipMachine::Handle(const Message& m) {
     case Kind::kJoin:
       if (!IsMember() || m.slot > mine) return;
       for (const Member& member : view().members) {
-        if (member.id == from && member.address == m.from_address) return;  // it is behind
+        if (member.id == from && member.address == m.from_address &&
+            member.incarnation == m.from_incarnation)
+          return;  // a member that is behind (it gets our entry above)
       }
-      joiners_[from] = Joiner{m.from_address, ticks_};
+      joiners_[from] = Joiner{m.from_address, m.from_incarnation, ticks_};
       MaybePropose();
       return;
     default:
@@ -295,13 +302,17 @@ void MembershipMachine::ResolveStateRequests() {
     if (done != e.recent.end()) {
       version = done->version;
     } else if (e.state.version != p.expected_version) {
-      const bool covered = !e.recent.empty() && e.recent.front().version <= p.expected_version + 1;
+      // Whether the changes this entry remembers reach back to the request's version.
+      const bool covered =
+          p.expected_version > e.state.version ||
+          (!e.recent.empty() && e.recent.front().version <= p.expected_version + 1);
       status = covered ? FailedPrecondition("replicated state is at version " +
                                             std::to_string(e.state.version) + ", not " +
                                             std::to_string(p.expected_version))
                        : Unavailable("state request outcome unknown: version moved from " +
                                      std::to_string(p.expected_version) + " to " +
-                                     std::to_string(e.state.version) + " while this node was behind");
+                                     std::to_string(e.state.version) +
+                                     " while this node was behind");
     } else if (!IsMember()) {
       status = Unavailable("node " + std::to_string(options_.self) + " is not a member");
     } else {
@@ -313,7 +324,14 @@ void MembershipMachine::ResolveStateRequests() {
   }
 }
 
+bool MembershipMachine::IsMember() const {
+  return std::any_of(view().members.begin(), view().members.end(), [&](const Member& m) {
+    return m.id == options_.self && m.incarnation == durable_.incarnation;
+  });
+}
+
 std::optional<NodeId> MembershipMachine::Successor() const {
+  if (!IsMember()) return std::nullopt;
   const auto& members = view().members;
   for (size_t i = 0; i < members.size(); ++i) {
     if (members[i].id != options_.self) continue;
@@ -337,9 +355,10 @@ std::optional<Entry> MembershipMachine::Target() const {
     auto it = std::find_if(members.begin(), members.end(),
                            [id = id](const Member& m) { return m.id == id; });
     if (it == members.end()) {
-      members.push_back(Member{id, joiner.address});
+      members.push_back(Member{id, joiner.address, joiner.incarnation});
     } else {
       it->address = joiner.address;
+      it->incarnation = joiner.incarnation;
     }
   }
   std::sort(members.begin(), members.end(),
@@ -350,7 +369,8 @@ std::optional<Entry> MembershipMachine::Target() const {
   if (!pending_states_.empty() && pending_states_.front().expected_version == cur.state.version) {
     const PendingState& p = pending_states_.front();
     next.state = ReplicatedState{cur.state.version + 1, p.blob};
-    next.recent.push_back(StateChange{next.state.version, StateRequestId{options_.self, p.request}});
+    next.recent.push_back(
+        StateChange{next.state.version, StateRequestId{options_.self, p.request}});
     if (next.recent.size() > kRecentStateChanges) next.recent.erase(next.recent.begin());
     state_changes = true;
   }
@@ -388,7 +408,8 @@ void MembershipMachine::Abandon() {
   proposal_.reset();
   // Random exponential back-off, so that of two proposers one soon finds the other done.
   const uint64_t retry = options_.timing.retry_ticks;
-  next_attempt_ = ticks_ + retry + random_() % ((retry << std::min<uint32_t>(failed_proposals_, 4)) + 1);
+  const uint64_t spread = retry << std::min<uint32_t>(failed_proposals_, 4);
+  next_attempt_ = ticks_ + retry + random_() % (spread + 1);
   ++failed_proposals_;
 }
 
@@ -454,7 +475,8 @@ void MembershipMachine::OnTick() {
         }
       }
     }
-    std::erase_if(joiners_, [&](const auto& j) { return ticks_ - j.second.seen > 4 * t.join_ticks; });
+    std::erase_if(joiners_,
+                  [&](const auto& j) { return ticks_ - j.second.seen > 4 * t.join_ticks; });
     // A proposal without a majority in time is retried with a higher ballot; the wait doubles
     // with every failed try (up to 16x), so slow networks still finish a round.
     if (proposal_ && ticks_ - proposal_->started >= Patience()) Abandon();
@@ -466,7 +488,8 @@ void MembershipMachine::OnTick() {
   DrainSelf();
 }
 
-void MembershipMachine::RequestState(uint64_t request, uint64_t expected_version, std::string blob) {
+void MembershipMachine::RequestState(uint64_t request, uint64_t expected_version,
+                                     std::string blob) {
   pending_states_.push_back(PendingState{request, expected_version, std::move(blob)});
   ResolveStateRequests();
   MaybePropose();

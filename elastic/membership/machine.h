@@ -35,6 +35,8 @@ struct MachineOptions {
   MembershipTiming timing;
   // Seed of the random back-off after a lost ballot (a different one per node and start).
   uint64_t random_seed = 0;
+  // This node's incarnation when there is no durable state (random; see Member::incarnation).
+  uint64_t incarnation = 0;
 };
 
 // Not thread-safe; the driver serialises every call.
@@ -51,7 +53,7 @@ class MembershipMachine {
   void OnUnreachable(NodeId peer);
 
   // Queues a compare-and-set of the replicated state (request numbers are the caller's, unique
-  // per machine). Its StateResult comes once it is decided or refused.
+  // per node across restarts: decided entries remember them). Its StateResult comes once it is decided or refused.
   void RequestState(uint64_t request, uint64_t expected_version, std::string blob);
   // Forgets a queued request (its caller gave up); if it was proposed it may still be decided.
   void CancelStateRequest(uint64_t request);
@@ -70,7 +72,7 @@ class MembershipMachine {
   const ReplicatedState& state() const { return durable_.decided.state; }
   NodeId self() const { return options_.self; }
   // True if this node is a member of its newest decided view.
-  bool IsMember() const { return view().Contains(options_.self); }
+  bool IsMember() const;
   bool leaving() const { return leaving_; }
 
  private:
@@ -92,6 +94,7 @@ class MembershipMachine {
   };
   struct Joiner {
     std::string address;
+    uint64_t incarnation = 0;
     uint64_t seen = 0;  // tick
   };
   struct PendingState {

@@ -17,6 +17,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include "base/fault.h"
 #include "base/log.h"
 #include "base/net/rpc.h"
 #include "elastic/membership.h"
@@ -78,7 +79,14 @@ class Service final : public MembershipService {
   explicit Service(MembershipServiceOptions options)
       : options_(std::move(options)), tick_timer_(io_), inbox_(std::make_shared<Inbox>()) {}
 
-  ~Service() override { (void)Shutdown(Deadline::AfterMs(5'000)); }
+  ~Service() override {
+    (void)Shutdown(Deadline::AfterMs(5'000));
+    if (!thread_.joinable()) return;
+    // Calls in flight end within send_timeout; then the thread runs out of work.
+    work_.reset();
+    if (finished_.wait_for(std::chrono::seconds(5)) == std::future_status::timeout) io_.stop();
+    thread_.join();
+  }
 
   Status Start() {
     if (options_.node_id == 0) return InvalidArgument("membership: node_id must not be 0");
@@ -116,9 +124,14 @@ class Service final : public MembershipService {
     }
     const bool bootstrap =
         !durable && (options_.seeds.empty() || options_.seeds.front() == address_);
+    std::random_device random;
+    const uint64_t incarnation = (uint64_t{random()} << 32 | random()) | 1;
+    // Request ids are remembered in the entries (Entry::recent): a restarted service must not
+    // reuse its predecessor's, so they start at a random point.
+    next_request_ = uint64_t{random()} << 32 | random();
     machine_.emplace(membership::MachineOptions{options_.node_id, address_, bootstrap,
-                                                 options_.timing,
-                                                 std::random_device{}() ^ options_.node_id},
+                                                 options_.timing, random() ^ options_.node_id,
+                                                 incarnation},
                      std::move(durable));
     links_.emplace(io_.get_executor(), options_.secret, options_.timing, [this](NodeId node) {
       if (stopping_) return;
@@ -192,19 +205,21 @@ class Service final : public MembershipService {
     if (!thread_.joinable()) return Status();  // Start() failed
     Status result;
     if (own_server_) result = own_server_->Shutdown(deadline);
-    asio::post(io_, [this] {
+    // The thread keeps running (idle) until the service is destroyed, so a call that races
+    // with Shutdown still gets its Aborted instead of waiting on a stopped executor.
+    auto stopped = std::make_shared<std::promise<void>>();
+    std::future<void> done = stopped->get_future();
+    asio::post(io_, [this, stopped] {
       stopping_ = true;
       tick_timer_.cancel();
       links_->CloseAll();
       WakeWaiters();
+      stopped->set_value();
     });
-    work_.reset();
-    if (finished_.wait_until(deadline.when()) == std::future_status::timeout) {
-      io_.stop();
+    if (done.wait_until(deadline.when()) == std::future_status::timeout) {
       result = DeadlineExceeded("membership service of node " + std::to_string(options_.node_id) +
                                 " did not stop in time");
     }
-    thread_.join();
     LOG_INFO("membership: node {} stopped", options_.node_id);
     return result;
   }
@@ -232,7 +247,10 @@ class Service final : public MembershipService {
   // Persists, then sends, then tells: the order the machine's contract asks for.
   void AfterMachine() {
     if (machine_->TakeDirty()) {
-      Status saved = membership::SaveDurableState(options_.state_dir, machine_->durable());
+      Status saved = RT_FAULT_POINT("membership.before_persist");
+      if (saved.ok())
+        saved = membership::SaveDurableState(options_.state_dir, machine_->durable());
+      if (saved.ok()) saved = RT_FAULT_POINT("membership.after_persist");
       if (!saved.ok()) {
         // Nothing that depends on the unsaved state may leave this node.
         LOG_ERROR("membership: node {} cannot persist its state, stays silent: {}",

@@ -74,7 +74,8 @@ struct Message {
   NodeId from = 0;
   NodeId to = 0;  // 0: every seed address (kJoin from a node that knows no member)
   std::string from_address;
-  uint64_t slot = 0;  // the sender's decided slot
+  uint64_t from_incarnation = 0;  // the sender's incarnation (Member::incarnation)
+  uint64_t slot = 0;              // the sender's decided slot
   Ballot ballot;
   Ballot accepted_ballot;
   std::optional<Entry> value;
@@ -85,6 +86,7 @@ struct Message {
 // What a node must keep across restarts (persisted before any message that depends on it is
 // sent): its newest decided entry, and its Paxos acceptor state for the next slot.
 struct DurableState {
+  uint64_t incarnation = 0;  // this node's Member::incarnation, chosen at its first start
   Entry decided;
   Ballot promised;                // highest ballot promised for slot decided.slot + 1
   Ballot accepted_ballot;         // ballot of `accepted` (round 0: none)

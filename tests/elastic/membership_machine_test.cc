@@ -114,7 +114,7 @@ Entry SampleEntry() {
   Entry e;
   e.slot = 9;
   e.view.generation = 4;
-  e.view.members = {Member{1, "10.0.0.1:7000"}, Member{5, "10.0.0.5:7000"}};
+  e.view.members = {Member{1, "10.0.0.1:7000", 11}, Member{5, "10.0.0.5:7000", 55}};
   e.state = ReplicatedState{3, std::string("job\0blob", 8)};
   e.recent = {StateChange{3, StateRequestId{5, 77}}};
   return e;
@@ -126,6 +126,7 @@ TEST(MembershipCodecTest, MessagesAndStateRoundTrip) {
   m.from = 5;
   m.to = 1;
   m.from_address = "10.0.0.5:7000";
+  m.from_incarnation = 55;
   m.slot = 8;
   m.ballot = Ballot{12, 5};
   m.accepted_ballot = Ballot{11, 1};
@@ -135,6 +136,7 @@ TEST(MembershipCodecTest, MessagesAndStateRoundTrip) {
   EXPECT_EQ(*decoded, m);
 
   DurableState state;
+  state.incarnation = 11;
   state.decided = SampleEntry();
   state.promised = Ballot{12, 5};
   state.accepted_ballot = Ballot{12, 5};

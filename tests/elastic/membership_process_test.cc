@@ -15,7 +15,6 @@
 namespace rt::elastic {
 namespace {
 
-using iofs::testing::FreePort;
 using iofs::testing::Process;
 using iofs::testing::ReadText;
 using iofs::testing::TempDir;
@@ -23,28 +22,42 @@ using Clock = std::chrono::steady_clock;
 
 class Cluster {
  public:
-  explicit Cluster(int nodes) : dir_("membership") {
-    for (int i = 1; i <= nodes; ++i) ports_.push_back(FreePort());
-    procs_.resize(nodes);
-  }
+  explicit Cluster(int nodes) : dir_("membership"), ports_(nodes, 0), procs_(nodes) {}
   ~Cluster() {
-    for (auto& p : procs_) {
-      if (p) kill(p->pid(), SIGCONT);
-    }
+    for (int id = 1; id <= static_cast<int>(procs_.size()); ++id) Signal(id, SIGCONT);
+  }
+
+  // Sends `signal` to node `id` (if it runs).
+  void Signal(int id, int signal) {
+    if (procs_[id - 1] && procs_[id - 1]->pid() > 0) kill(procs_[id - 1]->pid(), signal);
   }
 
   std::string Address(int id) const { return "127.0.0.1:" + std::to_string(ports_[id - 1]); }
   std::string Log(int id) const { return dir_.path() + "/node" + std::to_string(id) + ".log"; }
 
-  // Starts node `id` (again): node 1 is the first seed and bootstraps; seeds are nodes 1..3.
-  void Start(int id) {
-    std::string seeds;
-    for (int s = 1; s <= std::min<int>(3, ports_.size()); ++s)
-      seeds += (seeds.empty() ? "" : ",") + Address(s);
+  // Starts node `id` (again, on the port it had): node 1 is the seed and bootstraps. A first
+  // start binds port 0 and the node's log names the port it got (no race with other tests).
+  // `env`: extra environment entries (RINGTRAIN_FAULTS).
+  void Start(int id, std::vector<std::string> env = {}) {
+    const std::string seeds = id == 1 && ports_[0] == 0 ? "" : Address(1);
+    const size_t log_size = ReadText(Log(id)).size();
     procs_[id - 1] = std::make_unique<Process>();
     ASSERT_TRUE(procs_[id - 1]->Start({MEMBERSHIP_NODE, std::to_string(id), Address(id),
                                        dir_.path() + "/state" + std::to_string(id), seeds},
-                                      {}, Log(id)));
+                                      env, Log(id)));
+    const std::string marker = "node " + std::to_string(id) + " at 127.0.0.1:";
+    const auto deadline = Clock::now() + std::chrono::seconds(20);
+    while (true) {
+      const std::string log = ReadText(Log(id)).substr(log_size);
+      const size_t at = log.find(marker);
+      if (at != std::string::npos && log.find(" starting", at) != std::string::npos) {
+        ports_[id - 1] = static_cast<uint16_t>(std::stoi(log.substr(at + marker.size())));
+        break;
+      }
+      ASSERT_TRUE(procs_[id - 1]->Running()) << "node " << id << " exited:\n" << log;
+      ASSERT_LT(Clock::now(), deadline) << "node " << id << " did not start:\n" << log;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
   }
   Process& proc(int id) { return *procs_[id - 1]; }
 
@@ -67,10 +80,24 @@ class Cluster {
     return n;
   }
 
+  // Waits until some node in `nodes` printed a line starting with `prefix`; returns the seconds
+  // since `start`, or -1 at `timeout_s`.
+  double WaitLine(std::vector<int> nodes, const std::string& prefix, Clock::time_point start,
+                  double timeout_s) {
+    while (true) {
+      for (int id : nodes) {
+        if (ReadText(Log(id)).find("\n" + prefix) != std::string::npos)
+          return std::chrono::duration<double>(Clock::now() - start).count();
+      }
+      if (Clock::now() - start > std::chrono::duration<double>(timeout_s)) return -1;
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  }
+
   // Waits until every node in `nodes` shows the view `ids`; returns the seconds it took, or
   // -1 at `timeout_s` (and prints the logs).
-  double WaitView(std::vector<int> nodes, const std::string& ids, double timeout_s) {
-    const auto start = Clock::now();
+  double WaitView(std::vector<int> nodes, const std::string& ids, double timeout_s,
+                  Clock::time_point start = Clock::now()) {
     while (true) {
       bool all = true;
       for (int id : nodes) all = all && LastView(id) == ids;
@@ -93,7 +120,7 @@ class Cluster {
 };
 
 void StartAll(Cluster& cluster, int nodes) {
-  for (int id = 1; id <= nodes; ++id) cluster.Start(id);
+  for (int id = 1; id <= nodes; ++id) ASSERT_NO_FATAL_FAILURE(cluster.Start(id));
   std::vector<int> all;
   std::string ids;
   for (int id = 1; id <= nodes; ++id) {
@@ -106,24 +133,28 @@ void StartAll(Cluster& cluster, int nodes) {
 TEST(MembershipProcessTest, Kill9IsDetectedAndTheOthersInstallAView) {
   Cluster cluster(4);
   ASSERT_NO_FATAL_FAILURE(StartAll(cluster, 4));
+  const auto killed = Clock::now();
   cluster.proc(3).Kill();
-  const double took = cluster.WaitView({1, 2, 4}, "1,2,4", 20);
+  const double suspected = cluster.WaitLine({2}, "suspect 3 ", killed, 20);
+  const double took = cluster.WaitView({1, 2, 4}, "1,2,4", 20, killed);
+  ASSERT_GE(suspected, 0);
   ASSERT_GE(took, 0);
-  std::printf("kill -9 of node 3: 3-node view installed on every survivor after %.0f ms\n",
-              took * 1000);
+  std::printf("kill -9 of node 3: suspected by its predecessor after %.0f ms, 3-node view "
+              "installed on every survivor after %.0f ms\n", suspected * 1000, took * 1000);
   EXPECT_LT(took, 5.0);
 }
 
 TEST(MembershipProcessTest, StoppedNodeIsRemovedAfterMissedHeartbeatsAndRejoins) {
   Cluster cluster(4);
   ASSERT_NO_FATAL_FAILURE(StartAll(cluster, 4));
-  kill(cluster.proc(2).pid(), SIGSTOP);
-  const double took = cluster.WaitView({1, 3, 4}, "1,3,4", 20);
+  const auto stopped = Clock::now();
+  cluster.Signal(2, SIGSTOP);
+  const double took = cluster.WaitView({1, 3, 4}, "1,3,4", 20, stopped);
   ASSERT_GE(took, 0);
   std::printf("SIGSTOP of node 2: removed on every other node after %.0f ms\n", took * 1000);
   EXPECT_GT(took, 0.5);  // a hang is noticed by missed heartbeats, not a broken connection
   EXPECT_LT(took, 8.0);
-  kill(cluster.proc(2).pid(), SIGCONT);
+  cluster.Signal(2, SIGCONT);
   const double back = cluster.WaitView({1, 2, 3, 4}, "1,2,3,4", 20);
   ASSERT_GE(back, 0);
   std::printf("SIGCONT of node 2: rejoined after %.0f ms\n", back * 1000);
@@ -134,7 +165,7 @@ TEST(MembershipProcessTest, RestartedNodeRejoinsWithItsState) {
   ASSERT_NO_FATAL_FAILURE(StartAll(cluster, 4));
   cluster.proc(4).Kill();
   ASSERT_GE(cluster.WaitView({1, 2, 3}, "1,2,3", 20), 0);
-  cluster.Start(4);
+  ASSERT_NO_FATAL_FAILURE(cluster.Start(4));
   const double took = cluster.WaitView({1, 2, 3, 4}, "1,2,3,4", 20);
   ASSERT_GE(took, 0);
   std::printf("restarted node 4 rejoined after %.0f ms\n", took * 1000);
@@ -150,14 +181,28 @@ TEST(MembershipProcessTest, MinorityInstallsNoView) {
   EXPECT_EQ(cluster.ViewLines(1), lines) << ReadText(cluster.Log(1));
   EXPECT_EQ(cluster.LastView(1), "1,2,3");
   // With one of the two back, the majority removes the other.
-  cluster.Start(2);
+  ASSERT_NO_FATAL_FAILURE(cluster.Start(2));
   ASSERT_GE(cluster.WaitView({1, 2}, "1,2", 20), 0);
+}
+
+TEST(MembershipProcessTest, CrashBetweenPersistAndSendLosesNothing) {
+  Cluster cluster(4);
+  for (int id = 1; id <= 3; ++id) ASSERT_NO_FATAL_FAILURE(cluster.Start(id));
+  ASSERT_GE(cluster.WaitView({1, 2, 3}, "1,2,3", 30), 0);
+  // Node 4 dies (SIGKILL) right after its third durable write, before sending what followed it.
+  ASSERT_NO_FATAL_FAILURE(
+      cluster.Start(4, {"RINGTRAIN_FAULTS=membership.after_persist=crash@3"}));
+  const int status = cluster.proc(4).WaitExit(std::chrono::seconds(20));
+  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << ReadText(cluster.Log(4));
+  ASSERT_GE(cluster.WaitView({1, 2, 3}, "1,2,3", 20), 0);
+  ASSERT_NO_FATAL_FAILURE(cluster.Start(4));
+  ASSERT_GE(cluster.WaitView({1, 2, 3, 4}, "1,2,3,4", 20), 0);
 }
 
 TEST(MembershipProcessTest, LeaveRemovesTheNodeAtOnce) {
   Cluster cluster(4);
   ASSERT_NO_FATAL_FAILURE(StartAll(cluster, 4));
-  kill(cluster.proc(2).pid(), SIGTERM);
+  cluster.Signal(2, SIGTERM);
   const double took = cluster.WaitView({1, 3, 4}, "1,3,4", 20);
   ASSERT_GE(took, 0);
   std::printf("Leave of node 2: removed on every other node after %.0f ms\n", took * 1000);

@@ -9,7 +9,6 @@ namespace {
 
 constexpr size_t kWheel = 64;           // ticks of delay the wheel holds
 constexpr uint64_t kSendTimeoutTicks = 20;  // MembershipTiming::send_timeout / tick
-constexpr NodeId kSeeds = 3;            // nodes 1..3 are every node's seeds
 
 std::string Describe(const View& v) {
   std::string s = "g" + std::to_string(v.generation) + "{";
@@ -38,14 +37,28 @@ bool Simulator::Connected(NodeId a, NodeId b) const {
 
 void Simulator::Crash(NodeId node) { nodes_.at(node).machine.reset(); }
 
+void Simulator::Wipe(NodeId node) {
+  Crash(node);
+  nodes_.at(node).disk.reset();
+}
+
+bool Simulator::Votes(NodeId node, const View& view) const {
+  if (!running(node)) return false;
+  const uint64_t incarnation = machine(node).durable().incarnation;
+  return std::any_of(view.members.begin(), view.members.end(), [&](const Member& m) {
+    return m.id == node && m.incarnation == incarnation;
+  });
+}
+
 void Simulator::Restart(NodeId node) {
   Node& n = nodes_.at(node);
   if (n.machine) return;
   MachineOptions options;
   options.self = node;
   options.address = "n" + std::to_string(node);
-  options.bootstrap = node == 1;
+  options.bootstrap = node == 1 && n.starts == 0;  // the first start of the first seed only
   options.random_seed = random_() ^ (node << 20) ^ ++n.starts;
+  options.incarnation = random_() | 1;
   n.machine.emplace(options, n.disk);
   n.known_slot = 0;
   Flush(node);
@@ -71,7 +84,7 @@ void Simulator::Schedule(uint64_t delay, InFlight item) {
 
 void Simulator::Route(const Message& message) {
   if (message.to == 0) {
-    for (NodeId seed = 1; seed <= kSeeds && seed <= ids_.size(); ++seed) {
+    for (NodeId seed : ids_) {
       if (seed == message.from) continue;
       Message copy = message;
       copy.to = seed;
@@ -193,7 +206,7 @@ void Simulator::CheckEntry(NodeId node, const Entry& e) {
       if (votes * 2 <= voters.members.size())
         Violation(where + ": " + Describe(e.view) + " accepted by " + std::to_string(votes) +
                   " of " + Describe(voters));
-      const bool same = voters.Ids() == ids;
+      const bool same = voters.members == e.view.members;
       if (e.view.generation != prev->second.view.generation + (same ? 0 : 1))
         Violation(where + ": generation " + std::to_string(e.view.generation) + " after " +
                   Describe(voters));
@@ -203,12 +216,19 @@ void Simulator::CheckEntry(NodeId node, const Entry& e) {
 }
 
 std::vector<View> Simulator::CandidateViews() const {
+  // What the disks hold now (a decided entry whose every holder lost its disk is gone, and the
+  // remaining voters must not decide its slot again).
+  const Entry* newest = nullptr;
+  for (const auto& [id, node] : nodes_) {
+    if (node.disk && (!newest || node.disk->decided.slot > newest->slot))
+      newest = &node.disk->decided;
+  }
   std::vector<View> views;
-  if (chosen_.empty()) return views;
-  views.push_back(chosen_.rbegin()->second.view);
-  auto next = accepted_.find(chosen_.rbegin()->first + 1);
-  if (next != accepted_.end()) {
-    for (const auto& [value, nodes] : next->second) views.push_back(value.view);
+  if (newest == nullptr) return views;
+  views.push_back(newest->view);
+  for (const auto& [id, node] : nodes_) {
+    if (node.disk && node.disk->accepted && node.disk->accepted->slot == newest->slot + 1)
+      views.push_back(node.disk->accepted->view);
   }
   return views;
 }
@@ -253,7 +273,8 @@ void Simulator::CheckStateHistory() {
   for (const StateCall& call : calls_) {
     if (!call.result || !call.result->status.ok()) continue;
     auto it = versions.find(call.result->version);
-    if (it == versions.end() || it->second != call.blob || call.result->version != call.expected + 1)
+    if (it == versions.end() || it->second != call.blob ||
+        call.result->version != call.expected + 1)
       Violation("'" + call.blob + "' reported as version " + std::to_string(call.result->version) +
                 " which holds something else");
   }

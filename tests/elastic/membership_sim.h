@@ -34,7 +34,8 @@ struct StateCall {
 
 class Simulator {
  public:
-  // `nodes` nodes with ids 1..nodes, node 1 bootstraps, every node's seeds are nodes 1..3.
+  // `nodes` nodes with ids 1..nodes, node 1 bootstraps (on its first start), every node lists
+  // every node as a seed (a node whose disk was lost must find the members wherever they are).
   // Nodes start crashed except those in `start`.
   Simulator(uint64_t seed, int nodes, std::set<NodeId> start);
 
@@ -50,6 +51,10 @@ class Simulator {
   }
 
   void Crash(NodeId node);
+  // Crashes a node and loses its disk: it restarts as a new incarnation (Member::incarnation).
+  void Wipe(NodeId node);
+  // True if `node` runs as the incarnation `view` lists for it (so it may vote on the next slot).
+  bool Votes(NodeId node, const View& view) const;
   // Starts a crashed node again from its disk (or fresh when it never persisted).
   void Restart(NodeId node);
   bool running(NodeId node) const { return nodes_.at(node).machine.has_value(); }
@@ -69,8 +74,8 @@ class Simulator {
   std::mt19937_64& random() { return random_; }
   uint64_t now() const { return now_; }
 
-  // The newest decided slot and every value accepted for the slot after it (on any disk): the
-  // views a majority may have to act on.
+  // The view of the newest decided entry on any disk and of every value a disk holds accepted
+  // for the slot after it: the views whose majorities the live nodes may need.
   std::vector<View> CandidateViews() const;
   // True if every node in `live` runs, has installed the same view, and its members are `live`.
   bool Converged(const std::set<NodeId>& live) const;

@@ -81,7 +81,8 @@ SeedOutcome RunSeed(uint64_t seed, Faults faults) {
       }
       // 2|2 of a four-member view: neither half is a majority, so once the messages in flight
       // have landed no slot may be decided until the partition heals.
-      if (faults == Faults::kSplit22 && all_members_at_split && t == 30) frozen_slot = sim.max_slot();
+      if (faults == Faults::kSplit22 && all_members_at_split && t == 30)
+        frozen_slot = sim.max_slot();
       if (faults == Faults::kSplit22 && all_members_at_split && t > 30 && t < 200 &&
           sim.max_slot() != frozen_slot) {
         out.errors.push_back("2|2 split decided slot " + std::to_string(sim.max_slot()));
@@ -104,6 +105,7 @@ SeedOutcome RunSeed(uint64_t seed, Faults faults) {
       const NodeId victim = sim.ids()[sim.random()() % sim.ids().size()];
       const uint64_t roll = sim.random()() % 100;
       if (roll < 2 && sim.running(victim)) sim.Crash(victim);
+      if (roll == 99 && sim.random()() % 4 == 0) sim.Wipe(victim);  // its disk is lost too
       if (roll >= 2 && roll < 5 && !sim.running(victim)) sim.Restart(victim);
     }
     MaybeProposeState(sim, seed, t);
@@ -124,7 +126,7 @@ SeedOutcome RunSeed(uint64_t seed, Faults faults) {
   bool majority_everywhere = true;
   for (const View& view : sim.CandidateViews()) {
     size_t alive = 0;
-    for (const Member& m : view.members) alive += live.count(m.id);
+    for (const Member& m : view.members) alive += sim.Votes(m.id, view) ? 1 : 0;
     majority_everywhere = majority_everywhere && alive * 2 > view.members.size();
   }
   if (majority_everywhere) {
