@@ -43,6 +43,10 @@ struct ServerOptions {
   int client_threads = 16;            // threads for client requests (may wait on the network)
   int peer_threads = 16;              // threads for replica messages (wait on the disk, never on the network)
   bool shared_memory = true;          // accept shared regions of clients on this host (shm.h)
+  // Serve shared-memory reads of chunks this node holds on the I/O thread's own io_uring (no
+  // thread hand-offs); false sends them through the client pool and the engine's ring (the path
+  // before, kept for comparison: ringfsd --pool-reads).
+  bool io_thread_reads = true;
 };
 
 // Reads a node.toml. Errors name the file, line and key (base/config.h).
@@ -57,6 +61,7 @@ struct ServerStats {
   uint64_t staged_values = 0;          // copies staged for writes sent to remote chain heads, running now
   uint64_t staged_forwards_resent = 0;  // forwards this node sent again in full: the receiver no longer
                                         // held the staged copy they named (NotFound)
+  uint64_t reads_on_io_thread = 0;     // shared-memory reads served on the I/O thread's ring
 };
 
 // A running node. Thread-safe.

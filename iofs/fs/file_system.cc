@@ -429,6 +429,31 @@ Result<uint64_t> FileSystem::ReadInto(std::string_view path, uint64_t offset, st
   return end - offset;
 }
 
+Result<std::vector<ReadPiece>> FileSystem::TryPlanRead(std::string_view path, uint64_t offset,
+                                                       uint64_t length) {
+  uint64_t ino = 0, size = 0;
+  uint32_t cs = 0;
+  {
+    std::unique_lock lock(mu_, std::try_to_lock);
+    if (!lock.owns_lock()) return Status(StatusCode::kUnavailable, "the namespace is busy", true);
+    ASSIGN_OR_RETURN(ino, Lookup(path));
+    const Inode& n = inodes_.at(ino);
+    if (n.is_dir) return FailedPrecondition(std::string(path) + " is a folder");
+    size = n.size;
+    cs = n.chunk_size;
+  }
+  std::vector<ReadPiece> pieces;
+  if (offset >= size) return pieces;
+  const uint64_t end = offset + std::min(length, size - offset);
+  for (uint64_t index = offset / cs; index * cs < end; ++index) {
+    const uint64_t base = index * cs;
+    const uint64_t a = std::max(offset, base) - base;
+    const uint64_t b = std::min(end, base + cs) - base;
+    pieces.push_back(ReadPiece{DataKey(ino, index), a, b - a, base + a - offset});
+  }
+  return pieces;
+}
+
 Result<FileStat> FileSystem::Stat(std::string_view path) {
   std::lock_guard lock(mu_);
   ASSIGN_OR_RETURN(uint64_t ino, Lookup(path));

@@ -31,6 +31,7 @@
 #include "iofs/chain_store.h"
 #include "iofs/engine/block_crc.h"
 #include "iofs/file_system.h"
+#include "iofs/net/read_ring.h"
 #include "iofs/net/shm.h"
 #include "iofs/net/wire.h"
 
@@ -176,6 +177,11 @@ class ServerImpl final : public Server, public ChainTransport, public ChainRoute
   awaitable<void> ShmSession(asio::local::stream_protocol::socket socket);
   // kFsWriteShm (write = true) and kFsReadShm.
   Payload HandleShm(bool write, std::span<const std::byte> payload, const std::string& peer);
+  // kFsReadShm on the I/O thread itself: the chunks this node serves are read on read_ring_ into
+  // the client's region, no thread involved. nullopt when the read needs anything that could
+  // block (a busy lock, another replica, an unaligned range, an error to report): the caller
+  // runs HandleShm on the pool then.
+  awaitable<std::optional<Payload>> ReadShmOnIoThread(std::span<const std::byte> payload, const std::string& peer);
   Payload HandleFs(uint16_t type, std::span<const std::byte> payload);
   Result<net::RpcBulkReply> HandleFsRead(std::span<const std::byte> payload);
   // The answer of a node that is not the metadata node to a file operation.
@@ -197,6 +203,8 @@ class ServerImpl final : public Server, public ChainTransport, public ChainRoute
   uint32_t meta_node_ = 0;
   asio::io_context io_;
   std::thread io_thread_;
+  std::unique_ptr<ReadRing> read_ring_;  // I/O thread only (null: no fast shared-memory reads)
+  std::atomic<uint64_t> reads_on_io_thread_{0};
   asio::thread_pool client_pool_;
   asio::thread_pool peer_pool_;
   std::shared_ptr<net::RpcServer> rpc_;
@@ -287,6 +295,15 @@ Status ServerImpl::Init() {
   for (auto& n : o.nodes)
     if (n.id == o.self) n.port = port;
   if (o.shared_memory) StartSharedMemory(port);
+  if (o.shared_memory && o.io_thread_reads) {
+    auto ring = ReadRing::Create(io_, static_cast<unsigned>(std::max(64, 2 * o.client_threads)));
+    if (ring.ok()) {
+      read_ring_ = std::move(*ring);
+    } else {
+      LOG_WARN("ringfsd node {}: no read ring ({}); shared-memory reads run on the pool", o.self,
+               ring.status().ToString());
+    }
+  }
   io_thread_ = std::thread([this] {
     auto guard = asio::make_work_guard(io_);
     io_.run();
@@ -382,6 +399,7 @@ Status ServerImpl::Shutdown(Deadline deadline) {
   if (rpc_) s = rpc_->Shutdown(deadline);
   io_.stop();
   if (io_thread_.joinable()) io_thread_.join();
+  read_ring_.reset();  // waits for reads the kernel still writes into shared regions
   shm_acceptor_.reset();  // frees the socket name for a server started after this one
   client_pool_.join();
   peer_pool_.join();
@@ -400,6 +418,7 @@ ServerStats ServerImpl::Stats() {
     stats.staged_values = staged_.size();
   }
   stats.staged_forwards_resent = staged_forwards_resent_.load(std::memory_order_relaxed);
+  stats.reads_on_io_thread = reads_on_io_thread_.load(std::memory_order_relaxed);
   return stats;
 }
 
@@ -861,6 +880,8 @@ void ServerImpl::RegisterHandlers() {
   for (uint16_t type : {wire::kFsWriteShm, wire::kFsReadShm}) {
     rpc_->Handle(type, [this, type](RpcRequest req) -> awaitable<Payload> {
       if (!is_meta()) co_return NotServingFs();
+      if (type == wire::kFsReadShm)
+        if (std::optional<Payload> read = co_await ReadShmOnIoThread(req.payload, req.peer)) co_return std::move(*read);
       co_return co_await OnPool(client_pool_, [&]() -> Payload {
         return HandleShm(type == wire::kFsWriteShm, req.payload, req.peer);
       });
@@ -923,6 +944,58 @@ Payload ServerImpl::HandleShm(bool write, std::span<const std::byte> payload, co
   ByteWriter w;
   w.Put<uint64_t>(n);
   return w.Take();
+}
+
+awaitable<std::optional<Payload>> ServerImpl::ReadShmOnIoThread(std::span<const std::byte> payload,
+                                                                const std::string& peer) {
+  FileSystem* fs = nullptr;
+  {
+    std::unique_lock lock(fs_mu_, std::try_to_lock);
+    if (!read_ring_ || !lock.owns_lock() || !fs_) co_return std::nullopt;
+    fs = fs_.get();
+  }
+  ByteReader r(payload, "shared-memory file request");
+  auto path = wire::GetPath(r);
+  auto offset = r.Get<uint64_t>();
+  auto id = r.Get<uint32_t>();
+  auto at = r.Get<uint64_t>();
+  auto length = r.Get<uint64_t>();
+  if (!path.ok() || !offset.ok() || !id.ok() || !at.ok() || !length.ok() || *length > wire::kMaxReadPerRequest)
+    co_return std::nullopt;  // the pool path answers with the error
+  std::shared_ptr<SharedClient> client;  // keeps the region mapped while the kernel writes it
+  {
+    std::lock_guard lock(shm_mu_);
+    if (auto it = shm_.find(*id); it != shm_.end()) client = it->second;
+  }
+  if (!client || client->peer != peer) co_return std::nullopt;
+  Result<std::span<std::byte>> bytes = client->region->Slice(*at, *length);
+  if (!bytes.ok()) co_return std::nullopt;
+  Result<std::vector<ReadPiece>> pieces = fs->TryPlanRead(*path, *offset, *length);
+  if (!pieces.ok()) co_return std::nullopt;
+  uint64_t total = 0;
+  for (const ReadPiece& p : *pieces) {
+    const std::span<std::byte> dst = bytes->subspan(p.at, p.length);
+    size_t got = 0;
+    Result<PlannedRead> plan = chain_->PlanReadInto(p.key, p.offset, dst);
+    if (plan.ok()) {
+      int res = 0;
+      if (plan->io_length > 0) res = co_await read_ring_->Read(plan->fd, plan->dest, plan->io_length, plan->file_offset);
+      Result<size_t> n = chain_->FinishReadInto(*plan, res);  // always: it unpins the slot
+      if (n.ok()) {
+        got = *n;
+      } else if (n.status().code() != StatusCode::kNotFound) {
+        co_return std::nullopt;  // the pool path reads another replica or reports the error
+      }
+    } else if (plan.status().code() != StatusCode::kNotFound && plan.status().code() != StatusCode::kOutOfRange) {
+      co_return std::nullopt;
+    }
+    std::fill(dst.begin() + static_cast<ptrdiff_t>(got), dst.end(), std::byte{0});  // holes, short chunks
+    total = p.at + p.length;
+  }
+  reads_on_io_thread_.fetch_add(1, std::memory_order_relaxed);
+  ByteWriter w;
+  w.Put<uint64_t>(total);
+  co_return w.Take();
 }
 
 Result<net::RpcBulkReply> ServerImpl::HandleFsRead(std::span<const std::byte> payload) {

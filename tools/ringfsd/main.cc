@@ -28,6 +28,10 @@ int main(int argc, char** argv) {
   app.add_option("--collect-ms", collect_ms,
                  "period of the orphan collector (default 10000, or timing.collect_ms)")
       ->check(CLI::Range(int64_t{10}, int64_t{86400000}));
+  bool pool_reads = false;
+  app.add_flag("--pool-reads", pool_reads,
+               "serve shared-memory reads on the thread pool, not on the I/O thread's io_uring "
+               "(the slower path, for comparison)");
   CLI11_PARSE(app, argc, argv);
   if (rt::Status s = rt::InitLogging(level, "ringfsd"); !s.ok()) {
     std::fprintf(stderr, "ringfsd: %s\n", s.ToString().c_str());
@@ -48,6 +52,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (collect_ms > 0) options->collect_ms = collect_ms;
+  if (pool_reads) options->io_thread_reads = false;
   // Signals are taken synchronously by this thread; block them before any thread starts.
   sigset_t signals;
   sigemptyset(&signals);
