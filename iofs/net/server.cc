@@ -177,11 +177,25 @@ class ServerImpl final : public Server, public ChainTransport, public ChainRoute
   awaitable<void> ShmSession(asio::local::stream_protocol::socket socket);
   // kFsWriteShm (write = true) and kFsReadShm.
   Payload HandleShm(bool write, std::span<const std::byte> payload, const std::string& peer);
-  // kFsReadShm on the I/O thread itself: the chunks this node serves are read on read_ring_ into
-  // the client's region, no thread involved. nullopt when the read needs anything that could
-  // block (a busy lock, another replica, an unaligned range, an error to report): the caller
-  // runs HandleShm on the pool then.
+  struct SharedClient;
+  // A kFsReadShm request planned for reading straight into the client's region.
+  struct ShmRead {
+    std::shared_ptr<SharedClient> client;  // keeps the region mapped while the kernel writes it
+    std::span<std::byte> bytes;            // the request's slice of the region
+    std::vector<ReadPiece> pieces;
+  };
+  // Plans a kFsReadShm without waiting for any lock; nullopt when it cannot (the request goes to
+  // HandleShm, which also answers every error).
+  std::optional<ShmRead> PlanShmRead(std::span<const std::byte> payload, const std::string& peer);
+  // Ends one piece whose planned read transferred `io_result`: its bytes are verified and what the
+  // chunk does not hold is zeroed. False when the request must go to HandleShm instead.
+  bool FinishShmPiece(const ShmRead& read, const ReadPiece& piece, const PlannedRead& plan, int io_result);
+  // kFsReadShm on the I/O thread itself (ReadPath::kIoThread): the chunks this node serves are
+  // read on read_ring_ into the client's region, no thread involved; nullopt: use HandleShm.
   awaitable<std::optional<Payload>> ReadShmOnIoThread(std::span<const std::byte> payload, const std::string& peer);
+  // kFsReadShm on a pool thread with one pread per chunk (ReadPath::kPoolDirect); nullopt: use
+  // HandleShm.
+  std::optional<Payload> ReadShmDirect(std::span<const std::byte> payload, const std::string& peer);
   Payload HandleFs(uint16_t type, std::span<const std::byte> payload);
   Result<net::RpcBulkReply> HandleFsRead(std::span<const std::byte> payload);
   // The answer of a node that is not the metadata node to a file operation.
@@ -205,6 +219,7 @@ class ServerImpl final : public Server, public ChainTransport, public ChainRoute
   std::thread io_thread_;
   std::unique_ptr<ReadRing> read_ring_;  // I/O thread only (null: no fast shared-memory reads)
   std::atomic<uint64_t> reads_on_io_thread_{0};
+  std::atomic<uint64_t> reads_direct_{0};
   asio::thread_pool client_pool_;
   asio::thread_pool peer_pool_;
   std::shared_ptr<net::RpcServer> rpc_;
@@ -295,7 +310,7 @@ Status ServerImpl::Init() {
   for (auto& n : o.nodes)
     if (n.id == o.self) n.port = port;
   if (o.shared_memory) StartSharedMemory(port);
-  if (o.shared_memory && o.io_thread_reads) {
+  if (o.shared_memory && o.read_path == ServerOptions::ReadPath::kIoThread) {
     auto ring = ReadRing::Create(io_, static_cast<unsigned>(std::max(64, 2 * o.client_threads)));
     if (ring.ok()) {
       read_ring_ = std::move(*ring);
@@ -419,6 +434,7 @@ ServerStats ServerImpl::Stats() {
   }
   stats.staged_forwards_resent = staged_forwards_resent_.load(std::memory_order_relaxed);
   stats.reads_on_io_thread = reads_on_io_thread_.load(std::memory_order_relaxed);
+  stats.reads_direct = reads_direct_.load(std::memory_order_relaxed);
   return stats;
 }
 
@@ -880,9 +896,11 @@ void ServerImpl::RegisterHandlers() {
   for (uint16_t type : {wire::kFsWriteShm, wire::kFsReadShm}) {
     rpc_->Handle(type, [this, type](RpcRequest req) -> awaitable<Payload> {
       if (!is_meta()) co_return NotServingFs();
-      if (type == wire::kFsReadShm)
+      if (type == wire::kFsReadShm && read_ring_)
         if (std::optional<Payload> read = co_await ReadShmOnIoThread(req.payload, req.peer)) co_return std::move(*read);
       co_return co_await OnPool(client_pool_, [&]() -> Payload {
+        if (type == wire::kFsReadShm && options_.read_path == ServerOptions::ReadPath::kPoolDirect)
+          if (std::optional<Payload> read = ReadShmDirect(req.payload, req.peer)) return std::move(*read);
         return HandleShm(type == wire::kFsWriteShm, req.payload, req.peer);
       });
     });
@@ -946,12 +964,12 @@ Payload ServerImpl::HandleShm(bool write, std::span<const std::byte> payload, co
   return w.Take();
 }
 
-awaitable<std::optional<Payload>> ServerImpl::ReadShmOnIoThread(std::span<const std::byte> payload,
-                                                                const std::string& peer) {
+std::optional<ServerImpl::ShmRead> ServerImpl::PlanShmRead(std::span<const std::byte> payload,
+                                                          const std::string& peer) {
   FileSystem* fs = nullptr;
   {
     std::unique_lock lock(fs_mu_, std::try_to_lock);
-    if (!read_ring_ || !lock.owns_lock() || !fs_) co_return std::nullopt;
+    if (!lock.owns_lock() || !fs_) return std::nullopt;
     fs = fs_.get();
   }
   ByteReader r(payload, "shared-memory file request");
@@ -961,41 +979,81 @@ awaitable<std::optional<Payload>> ServerImpl::ReadShmOnIoThread(std::span<const 
   auto at = r.Get<uint64_t>();
   auto length = r.Get<uint64_t>();
   if (!path.ok() || !offset.ok() || !id.ok() || !at.ok() || !length.ok() || *length > wire::kMaxReadPerRequest)
-    co_return std::nullopt;  // the pool path answers with the error
-  std::shared_ptr<SharedClient> client;  // keeps the region mapped while the kernel writes it
+    return std::nullopt;
+  ShmRead read;
   {
     std::lock_guard lock(shm_mu_);
-    if (auto it = shm_.find(*id); it != shm_.end()) client = it->second;
+    if (auto it = shm_.find(*id); it != shm_.end()) read.client = it->second;
   }
-  if (!client || client->peer != peer) co_return std::nullopt;
-  Result<std::span<std::byte>> bytes = client->region->Slice(*at, *length);
-  if (!bytes.ok()) co_return std::nullopt;
+  if (!read.client || read.client->peer != peer) return std::nullopt;
+  Result<std::span<std::byte>> bytes = read.client->region->Slice(*at, *length);
+  if (!bytes.ok()) return std::nullopt;
+  read.bytes = *bytes;
   Result<std::vector<ReadPiece>> pieces = fs->TryPlanRead(*path, *offset, *length);
-  if (!pieces.ok()) co_return std::nullopt;
-  uint64_t total = 0;
-  for (const ReadPiece& p : *pieces) {
-    const std::span<std::byte> dst = bytes->subspan(p.at, p.length);
-    size_t got = 0;
+  if (!pieces.ok()) return std::nullopt;
+  read.pieces = std::move(*pieces);
+  return read;
+}
+
+bool ServerImpl::FinishShmPiece(const ShmRead& read, const ReadPiece& piece, const PlannedRead& plan,
+                                int io_result) {
+  Result<size_t> n = chain_->FinishReadInto(plan, io_result);  // always: it unpins the slot
+  if (!n.ok() && n.status().code() != StatusCode::kNotFound) return false;  // another replica, or the error
+  const std::span<std::byte> dst = read.bytes.subspan(piece.at, piece.length);
+  std::fill(dst.begin() + static_cast<ptrdiff_t>(n.ok() ? *n : 0), dst.end(), std::byte{0});
+  return true;
+}
+
+// What a planned request answers: the bytes read (the end of its last piece).
+Payload ShmReadReply(const std::vector<ReadPiece>& pieces) {
+  ByteWriter w;
+  w.Put<uint64_t>(pieces.empty() ? 0 : pieces.back().at + pieces.back().length);
+  return w.Take();
+}
+
+awaitable<std::optional<Payload>> ServerImpl::ReadShmOnIoThread(std::span<const std::byte> payload,
+                                                                const std::string& peer) {
+  std::optional<ShmRead> read = PlanShmRead(payload, peer);
+  if (!read) co_return std::nullopt;
+  for (const ReadPiece& p : read->pieces) {
+    const std::span<std::byte> dst = read->bytes.subspan(p.at, p.length);
     Result<PlannedRead> plan = chain_->PlanReadInto(p.key, p.offset, dst);
-    if (plan.ok()) {
-      int res = 0;
-      if (plan->io_length > 0) res = co_await read_ring_->Read(plan->fd, plan->dest, plan->io_length, plan->file_offset);
-      Result<size_t> n = chain_->FinishReadInto(*plan, res);  // always: it unpins the slot
-      if (n.ok()) {
-        got = *n;
-      } else if (n.status().code() != StatusCode::kNotFound) {
-        co_return std::nullopt;  // the pool path reads another replica or reports the error
-      }
-    } else if (plan.status().code() != StatusCode::kNotFound && plan.status().code() != StatusCode::kOutOfRange) {
-      co_return std::nullopt;
+    if (!plan.ok()) {
+      if (plan.status().code() != StatusCode::kNotFound && plan.status().code() != StatusCode::kOutOfRange)
+        co_return std::nullopt;
+      std::fill(dst.begin(), dst.end(), std::byte{0});  // a hole
+      continue;
     }
-    std::fill(dst.begin() + static_cast<ptrdiff_t>(got), dst.end(), std::byte{0});  // holes, short chunks
-    total = p.at + p.length;
+    int res = 0;
+    if (plan->io_length > 0) res = co_await read_ring_->Read(plan->fd, plan->dest, plan->io_length, plan->file_offset);
+    if (!FinishShmPiece(*read, p, *plan, res)) co_return std::nullopt;
   }
   reads_on_io_thread_.fetch_add(1, std::memory_order_relaxed);
-  ByteWriter w;
-  w.Put<uint64_t>(total);
-  co_return w.Take();
+  co_return ShmReadReply(read->pieces);
+}
+
+std::optional<Payload> ServerImpl::ReadShmDirect(std::span<const std::byte> payload, const std::string& peer) {
+  std::optional<ShmRead> read = PlanShmRead(payload, peer);
+  if (!read) return std::nullopt;
+  for (const ReadPiece& p : read->pieces) {
+    const std::span<std::byte> dst = read->bytes.subspan(p.at, p.length);
+    Result<PlannedRead> plan = chain_->PlanReadInto(p.key, p.offset, dst);
+    if (!plan.ok()) {
+      if (plan.status().code() != StatusCode::kNotFound && plan.status().code() != StatusCode::kOutOfRange)
+        return std::nullopt;
+      std::fill(dst.begin(), dst.end(), std::byte{0});  // a hole
+      continue;
+    }
+    int res = 0;
+    if (plan->io_length > 0) {
+      // O_DIRECT from the page-aligned region: the disk writes the client's memory directly.
+      const ssize_t n = pread(plan->fd, plan->dest, plan->io_length, static_cast<off_t>(plan->file_offset));
+      res = n < 0 ? -errno : static_cast<int>(n);
+    }
+    if (!FinishShmPiece(*read, p, *plan, res)) return std::nullopt;
+  }
+  reads_direct_.fetch_add(1, std::memory_order_relaxed);
+  return ShmReadReply(read->pieces);
 }
 
 Result<net::RpcBulkReply> ServerImpl::HandleFsRead(std::span<const std::byte> payload) {

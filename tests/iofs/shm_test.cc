@@ -33,9 +33,11 @@ using testing::TempDir;
 
 Deadline Secs(int s) { return Deadline::After(std::chrono::seconds(s)); }
 
-std::unique_ptr<Server> StartServer(const std::string& dir, bool shared_memory) {
+std::unique_ptr<Server> StartServer(const std::string& dir, bool shared_memory,
+                                    ServerOptions::ReadPath read_path = ServerOptions::ReadPath::kPoolDirect) {
   ServerOptions o = EmbeddedServerOptions(dir, 0);
   o.shared_memory = shared_memory;
+  o.read_path = read_path;
   auto s = Server::Start(o);
   EXPECT_TRUE(s.ok()) << s.status().ToString();
   if (!s.ok()) std::abort();
@@ -76,12 +78,17 @@ TEST(SharedMemory, LocalClientMovesDataThroughTheSharedRegion) {
   EXPECT_TRUE(server->Shutdown(Secs(10)).ok());
 }
 
-// Reads through the region into 4096-aligned memory at 64 KiB-aligned file offsets are served on
-// the server's I/O thread (its own io_uring); the rest on the pool. Both give the reference bytes:
-// whole chunks, 64 KiB pieces, reads across chunks, a hole, the short last chunk, past the end.
-TEST(SharedMemory, ReadsOnTheIoThreadGiveTheReferenceBytes) {
-  TempDir dir("shm-io-thread");
-  auto server = StartServer(dir.path() + "/state", true);
+// Reads through the region into 4096-aligned memory at 64 KiB-aligned file offsets go straight
+// from the disk into the region, on the server's I/O thread (its own io_uring) or on a pool thread
+// (one pread), by the read path; the rest through the engine's ring. Every path gives the
+// reference bytes: whole chunks, 64 KiB pieces, reads across chunks, a hole, the short last
+// chunk, past the end.
+class SharedMemoryReadPath : public ::testing::TestWithParam<ServerOptions::ReadPath> {};
+
+TEST_P(SharedMemoryReadPath, ReadsGiveTheReferenceBytes) {
+  TempDir dir("shm-read-path");
+  const ServerOptions::ReadPath path = GetParam();
+  auto server = StartServer(dir.path() + "/state", true, path);
   Io io;
   auto client = ConnectOrDie(io, server->port());
   constexpr size_t kChunk = 4 << 20;
@@ -102,7 +109,11 @@ TEST(SharedMemory, ReadsOnTheIoThreadGiveTheReferenceBytes) {
     ASSERT_EQ(*got, expect) << offset;
     EXPECT_EQ(std::memcmp(out.data(), want.data() + offset, expect), 0) << offset << " +" << length;
   };
-  const uint64_t before = server->Stats().reads_on_io_thread;
+  auto straight = [&] {
+    const ServerStats stats = server->Stats();
+    return stats.reads_on_io_thread + stats.reads_direct;
+  };
+  const uint64_t before = straight();
   check(0, kChunk, kChunk);                  // a whole chunk
   check(2 * kChunk, kChunk, kChunk);         // the chunk after the hole
   for (uint64_t off : {uint64_t{0}, uint64_t{65536}, uint64_t{kChunk - 65536}, uint64_t{2 * kChunk + 131072}})
@@ -110,14 +121,30 @@ TEST(SharedMemory, ReadsOnTheIoThreadGiveTheReferenceBytes) {
   check(kChunk - 65536, 131072, 131072);     // across a chunk boundary into the hole
   check(kChunk + 65536, 65536, 65536);       // inside the hole
   check(kChunk / 2, 2 * kChunk, 2 * kChunk);  // three chunks
-  const uint64_t served = server->Stats().reads_on_io_thread - before;
-  EXPECT_GE(served, 9u) << "the aligned reads were not served on the I/O thread";
+  const uint64_t served = straight() - before;
+  if (path == ServerOptions::ReadPath::kPoolEngine) {
+    EXPECT_EQ(served, 0u);
+  } else {
+    EXPECT_GE(served, 9u) << "the aligned reads did not go straight into the region";
+  }
+  EXPECT_EQ(server->Stats().reads_on_io_thread > 0, path == ServerOptions::ReadPath::kIoThread);
   check(3 * kChunk, 100000, 100000);         // the short last chunk (an unaligned length)
   check(3 * kChunk + 65536, 65536, 100000 - 65536);  // clamped at the end of the file
   check(n, 65536, 0);                        // past the end
   check(70001, 5000, 5000);                  // an unaligned offset (the pool)
   EXPECT_TRUE(server->Shutdown(Secs(10)).ok());
 }
+
+INSTANTIATE_TEST_SUITE_P(Paths, SharedMemoryReadPath,
+                         ::testing::Values(ServerOptions::ReadPath::kPoolDirect, ServerOptions::ReadPath::kIoThread,
+                                           ServerOptions::ReadPath::kPoolEngine),
+                         [](const auto& info) {
+                           switch (info.param) {
+                             case ServerOptions::ReadPath::kPoolDirect: return std::string("PoolDirect");
+                             case ServerOptions::ReadPath::kIoThread: return std::string("IoThread");
+                             default: return std::string("PoolEngine");
+                           }
+                         });
 
 TEST(SharedMemory, WithoutTheServersSocketEverythingGoesOverTcp) {
   TempDir dir("shm-off");
