@@ -92,7 +92,8 @@ class FileSystem {
   // The pieces of reading up to `length` bytes at `offset` of a file (clamped to its size), for
   // a caller that reads the objects itself (what an object does not hold reads as zeros). Never
   // waits for the namespace lock: Unavailable (retryable) while it is taken.
-  Result<std::vector<ReadPiece>> TryPlanRead(std::string_view path, uint64_t offset, uint64_t length);
+  Result<std::vector<ReadPiece>> TryPlanRead(std::string_view path, uint64_t offset,
+                                             uint64_t length);
   // The metadata of a file or folder (NotFound if absent).
   Result<FileStat> Stat(std::string_view path);
   // The entries of a folder, sorted by name.

@@ -64,8 +64,8 @@ struct ServerStats {
   uint64_t staged_values = 0;          // copies staged for writes sent to remote chain heads, running now
   uint64_t staged_forwards_resent = 0;  // forwards this node sent again in full: the receiver no longer
                                         // held the staged copy they named (NotFound)
-  uint64_t reads_on_io_thread = 0;     // shared-memory reads served on the I/O thread's ring
-  uint64_t reads_direct = 0;           // shared-memory reads served by one pread per chunk
+  uint64_t reads_on_io_thread = 0;      // shared-memory reads served on the I/O thread's ring
+  uint64_t reads_direct = 0;            // shared-memory reads served by one pread per chunk
 };
 
 // A running node. Thread-safe.

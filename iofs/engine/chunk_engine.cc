@@ -261,7 +261,8 @@ Result<ChunkLocation> ChunkEngineImpl::AllocateLocked(SizeClass c) {
       return DeadlineExceeded("waiting for readers to release freed chunk slots");
     // Planned reads end without the lock (FinishReadInto): wait for the ones in flight.
     while (planned_reads_.load() != 0) {
-      if (deadline.Expired()) return DeadlineExceeded("waiting for planned reads to release chunk slots");
+      if (deadline.Expired())
+        return DeadlineExceeded("waiting for planned reads to release chunk slots");
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     slots_->RecycleQuarantine();
@@ -537,7 +538,8 @@ Status ChunkEngineImpl::ReadVerified(ChunkId id, uint64_t offset, uint64_t lengt
   return Status();
 }
 
-Result<PlannedRead> ChunkEngineImpl::PlanReadInto(ChunkId id, uint64_t offset, std::span<std::byte> out) {
+Result<PlannedRead> ChunkEngineImpl::PlanReadInto(ChunkId id, uint64_t offset,
+                                                  std::span<std::byte> out) {
   if (offset % kBlockSize != 0 || reinterpret_cast<uintptr_t>(out.data()) % kIoAlign != 0)
     return FailedPrecondition("read of chunk " + Hex(id) + " at " + std::to_string(offset) +
                               " cannot land straight in the caller's memory (alignment)");
@@ -550,10 +552,11 @@ Result<PlannedRead> ChunkEngineImpl::PlanReadInto(ChunkId id, uint64_t offset, s
   if (!rs.ok()) return RocksError(rs, "read metadata of chunk " + Hex(id));
   ASSIGN_OR_RETURN(ChunkRecord r, DecodeChunkRecord(value, Hex(id)));
   if (offset > r.length)
-    return OutOfRange("read at offset " + std::to_string(offset) + " of chunk " + Hex(id) +
-                      " of " + std::to_string(r.length) + " bytes");
+    return OutOfRange("read at offset " + std::to_string(offset) + " of chunk " + Hex(id) + " of " +
+                      std::to_string(r.length) + " bytes");
   PlannedRead plan;
-  plan.info = ChunkInfo{id, r.version, r.length, r.chunk_crc, r.loc.size_class == SizeClass::kSmall};
+  plan.info =
+      ChunkInfo{id, r.version, r.length, r.chunk_crc, r.loc.size_class == SizeClass::kSmall};
   plan.offset = offset;
   plan.length = std::min<uint64_t>(out.size(), r.length - offset);
   plan.dest = out.data();
@@ -564,7 +567,8 @@ Result<PlannedRead> ChunkEngineImpl::PlanReadInto(ChunkId id, uint64_t offset, s
   const uint64_t io_len = RoundUp(end - offset, kIoAlign);
   if (io_len > out.size())
     return FailedPrecondition("read of chunk " + Hex(id) + " needs " + std::to_string(io_len) +
-                              " bytes of room in the caller's memory, has " + std::to_string(out.size()));
+                              " bytes of room in the caller's memory, has " +
+                              std::to_string(out.size()));
   plan.block_crcs.assign(r.block_crcs.begin() + static_cast<ptrdiff_t>(b0),
                          r.block_crcs.begin() + static_cast<ptrdiff_t>(b1 + 1));
   plan.io_length = static_cast<uint32_t>(io_len);
@@ -585,17 +589,20 @@ Result<size_t> ChunkEngineImpl::FinishReadInto(const PlannedRead& plan, int io_r
   planned_reads_.fetch_sub(1);  // the bytes are in the caller's memory now (or never will be)
   const ChunkId id = plan.info.id;
   if (io_result != static_cast<int>(plan.io_length))
-    return ErrnoStatus(io_result < 0 ? -io_result : EIO, "read chunk " + Hex(id) + " from " + plan.file);
-  const uint64_t end = std::min<uint64_t>(plan.offset + plan.block_crcs.size() * kBlockSize, plan.info.length);
+    return ErrnoStatus(io_result < 0 ? -io_result : EIO,
+                       "read chunk " + Hex(id) + " from " + plan.file);
+  const uint64_t end =
+      std::min<uint64_t>(plan.offset + plan.block_crcs.size() * kBlockSize, plan.info.length);
   std::vector<uint32_t> computed(plan.block_crcs.size());
   BlockCrcs(plan.dest, end - plan.offset, kBlockSize, computed);
   for (size_t i = 0; i < computed.size(); ++i) {
     if (computed[i] == plan.block_crcs[i]) continue;
     const uint64_t blk = plan.offset / kBlockSize + i;
     return Status(StatusCode::kChecksumMismatch,
-                  "chunk " + Hex(id) + " block " + std::to_string(blk) + " in " + plan.file + " at offset " +
-                      std::to_string(plan.file_offset + i * kBlockSize) + ": CRC32C " +
-                      std::to_string(computed[i]) + " != stored " + std::to_string(plan.block_crcs[i]));
+                  "chunk " + Hex(id) + " block " + std::to_string(blk) + " in " + plan.file +
+                      " at offset " + std::to_string(plan.file_offset + i * kBlockSize) +
+                      ": CRC32C " + std::to_string(computed[i]) + " != stored " +
+                      std::to_string(plan.block_crcs[i]));
   }
   if (plan.offset == 0 && plan.length == plan.info.length &&
       CombineBlockCrcs(computed, plan.info.length) != plan.info.crc)

@@ -537,8 +537,8 @@ Status FileSystem::Remove(std::string_view path) {
   return DeleteChunks(removed.ino, removed.size, removed.chunk_size);
 }
 
-uint64_t FileSystem::BeginWriteIntent(std::unique_lock<std::mutex>& lock, uint64_t ino, uint64_t first,
-                                      uint64_t end) {
+uint64_t FileSystem::BeginWriteIntent(std::unique_lock<std::mutex>& lock, uint64_t ino,
+                                      uint64_t first, uint64_t end) {
   collected_cv_.wait(lock, [&] { return !collecting_.contains(ino); });
   const uint64_t id = next_intent_++;
   intents_[id] = WriteIntent{ino, first, end};
@@ -556,7 +556,8 @@ bool FileSystem::IsOrphanLocked(ObjectKey key) const {
   for (const auto& [id, w] : intents_)
     if (w.ino == ino && index >= w.first && index < w.end) return false;
   auto it = inodes_.find(ino);
-  return it == inodes_.end() || it->second.is_dir || index * it->second.chunk_size >= it->second.size;
+  return it == inodes_.end() || it->second.is_dir ||
+         index * it->second.chunk_size >= it->second.size;
 }
 
 Status FileSystem::FindOrphans(std::vector<ObjectKey>* orphans, std::vector<ObjectKey>* owned) {
@@ -638,8 +639,9 @@ Result<FsckReport> FileSystem::Fsck(bool repair) {
     Status s = store_->Get(key, 0, UINT64_MAX, &data);
     if (s.ok() || s.code() == StatusCode::kNotFound) continue;
     std::lock_guard lock(mu_);
-    report.problems.push_back((inodes_.contains(ino) ? PathOf(ino) : "inode " + std::to_string(ino)) +
-                              " chunk " + std::to_string(index) + ": " + s.ToString());
+    report.problems.push_back(
+        (inodes_.contains(ino) ? PathOf(ino) : "inode " + std::to_string(ino)) + " chunk " +
+        std::to_string(index) + ": " + s.ToString());
   }
   for (std::string& p : store_->CheckStorage()) report.problems.push_back(std::move(p));
   if (repair && !orphans.empty()) RETURN_IF_ERROR(DeleteOrphans(orphans).status());

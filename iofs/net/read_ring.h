@@ -4,12 +4,11 @@
 // which is what a small random read costs most of when it is handed between threads.
 #pragma once
 
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/io_context.hpp>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-
-#include <boost/asio/awaitable.hpp>
-#include <boost/asio/io_context.hpp>
 
 #include "base/status.h"
 
@@ -29,7 +28,8 @@ class ReadRing {
   // reads another way). Waits until the kernel completed the read, however long: `dest` is
   // written until then. A read that has not completed kCallerMemoryGraceMs (uring_executor.h)
   // after its submission aborts the process, as the engine's own ring does.
-  virtual boost::asio::awaitable<int> Read(int fd, std::byte* dest, uint32_t length, uint64_t offset) = 0;
+  virtual boost::asio::awaitable<int> Read(int fd, std::byte* dest, uint32_t length,
+                                           uint64_t offset) = 0;
   // Reads completed so far (for tests and stats).
   virtual uint64_t reads_completed() const = 0;
 };

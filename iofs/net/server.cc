@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -15,7 +16,6 @@
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <atomic>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -189,10 +189,12 @@ class ServerImpl final : public Server, public ChainTransport, public ChainRoute
   std::optional<ShmRead> PlanShmRead(std::span<const std::byte> payload, const std::string& peer);
   // Ends one piece whose planned read transferred `io_result`: its bytes are verified and what the
   // chunk does not hold is zeroed. False when the request must go to HandleShm instead.
-  bool FinishShmPiece(const ShmRead& read, const ReadPiece& piece, const PlannedRead& plan, int io_result);
+  bool FinishShmPiece(const ShmRead& read, const ReadPiece& piece, const PlannedRead& plan,
+                      int io_result);
   // kFsReadShm on the I/O thread itself (ReadPath::kIoThread): the chunks this node serves are
   // read on read_ring_ into the client's region, no thread involved; nullopt: use HandleShm.
-  awaitable<std::optional<Payload>> ReadShmOnIoThread(std::span<const std::byte> payload, const std::string& peer);
+  awaitable<std::optional<Payload>> ReadShmOnIoThread(std::span<const std::byte> payload,
+                                                      const std::string& peer);
   // kFsReadShm on a pool thread with one pread per chunk (ReadPath::kPoolDirect); nullopt: use
   // HandleShm.
   std::optional<Payload> ReadShmDirect(std::span<const std::byte> payload, const std::string& peer);
@@ -336,13 +338,16 @@ Status ServerImpl::Init() {
   }
   asio::co_spawn(io_, TickLoop(), asio::detached);
   LOG_INFO(
-      "effective config: node.id={} node.state={} node.listen={} cluster.replication={} cluster.chains={} "
-      "cluster.file_chunk_size={} engine.chunk_size={} engine.small_chunk_size={} engine.slots_per_file={} "
+      "effective config: node.id={} node.state={} node.listen={} cluster.replication={} "
+      "cluster.chains={} "
+      "cluster.file_chunk_size={} engine.chunk_size={} engine.small_chunk_size={} "
+      "engine.slots_per_file={} "
       "engine.capacity_bytes={} engine.queue_depth={} engine.io_buffers={} timing.tick_ms={} "
       "timing.heartbeat_ms={} timing.down_after={} timing.collect_ms={}",
-      o.self, o.state_dir, o.listen_host, o.replication, o.chains, o.file_chunk_size, o.engine.chunk_size,
-      o.engine.small_chunk_size, o.engine.slots_per_file, o.engine.capacity_bytes, o.engine.queue_depth,
-      o.engine.io_buffers, o.tick_ms, o.heartbeat_ms, o.down_after, o.collect_ms);
+      o.self, o.state_dir, o.listen_host, o.replication, o.chains, o.file_chunk_size,
+      o.engine.chunk_size, o.engine.small_chunk_size, o.engine.slots_per_file,
+      o.engine.capacity_bytes, o.engine.queue_depth, o.engine.io_buffers, o.tick_ms, o.heartbeat_ms,
+      o.down_after, o.collect_ms);
   LOG_INFO("ringfsd node {} serving on {}:{} ({} nodes, replication {}, {} chains, state {}){}", o.self,
            o.listen_host, port, o.nodes.size(), o.replication, o.chains, o.state_dir,
            is_meta() ? ", metadata node" : "");
@@ -414,7 +419,7 @@ Status ServerImpl::Shutdown(Deadline deadline) {
   if (rpc_) s = rpc_->Shutdown(deadline);
   io_.stop();
   if (io_thread_.joinable()) io_thread_.join();
-  read_ring_.reset();  // waits for reads the kernel still writes into shared regions
+  read_ring_.reset();     // waits for reads the kernel still writes into shared regions
   shm_acceptor_.reset();  // frees the socket name for a server started after this one
   client_pool_.join();
   peer_pool_.join();
@@ -681,7 +686,8 @@ awaitable<void> ServerImpl::CollectLoop() {
   asio::steady_timer timer(io_);
   auto busy = std::make_shared<std::atomic<bool>>(false);
   // The first round once the other nodes had a heartbeat to learn the chains, then periodically.
-  timer.expires_after(std::chrono::milliseconds(std::min(options_.collect_ms, 2 * options_.heartbeat_ms)));
+  timer.expires_after(
+      std::chrono::milliseconds(std::min(options_.collect_ms, 2 * options_.heartbeat_ms)));
   while (!stopping_) {
     auto [ec] = co_await timer.async_wait(asio::as_tuple(use_awaitable));
     (void)ec;
@@ -699,9 +705,11 @@ void ServerImpl::CollectOnce() {
   Result<FileSystem*> fs = Fs();
   Result<uint64_t> reclaimed = fs.ok() ? (*fs)->CollectOrphans() : fs.status();
   if (!reclaimed.ok()) {
-    LOG_WARN("orphan collector: {} (next round in {} ms)", reclaimed.status().ToString(), options_.collect_ms);
+    LOG_WARN("orphan collector: {} (next round in {} ms)", reclaimed.status().ToString(),
+             options_.collect_ms);
   } else if (*reclaimed > 0) {
-    LOG_INFO("orphan collector: reclaimed {} chunks of writes that can no longer complete", *reclaimed);
+    LOG_INFO("orphan collector: reclaimed {} chunks of writes that can no longer complete",
+             *reclaimed);
   }
 }
 
@@ -897,10 +905,12 @@ void ServerImpl::RegisterHandlers() {
     rpc_->Handle(type, [this, type](RpcRequest req) -> awaitable<Payload> {
       if (!is_meta()) co_return NotServingFs();
       if (type == wire::kFsReadShm && read_ring_)
-        if (std::optional<Payload> read = co_await ReadShmOnIoThread(req.payload, req.peer)) co_return std::move(*read);
+        if (std::optional<Payload> read = co_await ReadShmOnIoThread(req.payload, req.peer))
+          co_return std::move(*read);
       co_return co_await OnPool(client_pool_, [&]() -> Payload {
         if (type == wire::kFsReadShm && options_.read_path == ServerOptions::ReadPath::kPoolDirect)
-          if (std::optional<Payload> read = ReadShmDirect(req.payload, req.peer)) return std::move(*read);
+          if (std::optional<Payload> read = ReadShmDirect(req.payload, req.peer))
+            return std::move(*read);
         return HandleShm(type == wire::kFsWriteShm, req.payload, req.peer);
       });
     });
@@ -965,7 +975,7 @@ Payload ServerImpl::HandleShm(bool write, std::span<const std::byte> payload, co
 }
 
 std::optional<ServerImpl::ShmRead> ServerImpl::PlanShmRead(std::span<const std::byte> payload,
-                                                          const std::string& peer) {
+                                                           const std::string& peer) {
   FileSystem* fs = nullptr;
   {
     std::unique_lock lock(fs_mu_, std::try_to_lock);
@@ -978,7 +988,8 @@ std::optional<ServerImpl::ShmRead> ServerImpl::PlanShmRead(std::span<const std::
   auto id = r.Get<uint32_t>();
   auto at = r.Get<uint64_t>();
   auto length = r.Get<uint64_t>();
-  if (!path.ok() || !offset.ok() || !id.ok() || !at.ok() || !length.ok() || *length > wire::kMaxReadPerRequest)
+  if (!path.ok() || !offset.ok() || !id.ok() || !at.ok() || !length.ok() ||
+      *length > wire::kMaxReadPerRequest)
     return std::nullopt;
   ShmRead read;
   {
@@ -995,10 +1006,11 @@ std::optional<ServerImpl::ShmRead> ServerImpl::PlanShmRead(std::span<const std::
   return read;
 }
 
-bool ServerImpl::FinishShmPiece(const ShmRead& read, const ReadPiece& piece, const PlannedRead& plan,
-                                int io_result) {
+bool ServerImpl::FinishShmPiece(const ShmRead& read, const ReadPiece& piece,
+                                const PlannedRead& plan, int io_result) {
   Result<size_t> n = chain_->FinishReadInto(plan, io_result);  // always: it unpins the slot
-  if (!n.ok() && n.status().code() != StatusCode::kNotFound) return false;  // another replica, or the error
+  if (!n.ok() && n.status().code() != StatusCode::kNotFound)
+    return false;  // another replica, or the error
   const std::span<std::byte> dst = read.bytes.subspan(piece.at, piece.length);
   std::fill(dst.begin() + static_cast<ptrdiff_t>(n.ok() ? *n : 0), dst.end(), std::byte{0});
   return true;
@@ -1019,27 +1031,31 @@ awaitable<std::optional<Payload>> ServerImpl::ReadShmOnIoThread(std::span<const 
     const std::span<std::byte> dst = read->bytes.subspan(p.at, p.length);
     Result<PlannedRead> plan = chain_->PlanReadInto(p.key, p.offset, dst);
     if (!plan.ok()) {
-      if (plan.status().code() != StatusCode::kNotFound && plan.status().code() != StatusCode::kOutOfRange)
+      if (plan.status().code() != StatusCode::kNotFound &&
+          plan.status().code() != StatusCode::kOutOfRange)
         co_return std::nullopt;
       std::fill(dst.begin(), dst.end(), std::byte{0});  // a hole
       continue;
     }
     int res = 0;
-    if (plan->io_length > 0) res = co_await read_ring_->Read(plan->fd, plan->dest, plan->io_length, plan->file_offset);
+    if (plan->io_length > 0)
+      res = co_await read_ring_->Read(plan->fd, plan->dest, plan->io_length, plan->file_offset);
     if (!FinishShmPiece(*read, p, *plan, res)) co_return std::nullopt;
   }
   reads_on_io_thread_.fetch_add(1, std::memory_order_relaxed);
   co_return ShmReadReply(read->pieces);
 }
 
-std::optional<Payload> ServerImpl::ReadShmDirect(std::span<const std::byte> payload, const std::string& peer) {
+std::optional<Payload> ServerImpl::ReadShmDirect(std::span<const std::byte> payload,
+                                                 const std::string& peer) {
   std::optional<ShmRead> read = PlanShmRead(payload, peer);
   if (!read) return std::nullopt;
   for (const ReadPiece& p : read->pieces) {
     const std::span<std::byte> dst = read->bytes.subspan(p.at, p.length);
     Result<PlannedRead> plan = chain_->PlanReadInto(p.key, p.offset, dst);
     if (!plan.ok()) {
-      if (plan.status().code() != StatusCode::kNotFound && plan.status().code() != StatusCode::kOutOfRange)
+      if (plan.status().code() != StatusCode::kNotFound &&
+          plan.status().code() != StatusCode::kOutOfRange)
         return std::nullopt;
       std::fill(dst.begin(), dst.end(), std::byte{0});  // a hole
       continue;
@@ -1047,7 +1063,8 @@ std::optional<Payload> ServerImpl::ReadShmDirect(std::span<const std::byte> payl
     int res = 0;
     if (plan->io_length > 0) {
       // O_DIRECT from the page-aligned region: the disk writes the client's memory directly.
-      const ssize_t n = pread(plan->fd, plan->dest, plan->io_length, static_cast<off_t>(plan->file_offset));
+      const ssize_t n =
+          pread(plan->fd, plan->dest, plan->io_length, static_cast<off_t>(plan->file_offset));
       res = n < 0 ? -errno : static_cast<int>(n);
     }
     if (!FinishShmPiece(*read, p, *plan, res)) return std::nullopt;

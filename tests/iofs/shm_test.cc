@@ -33,8 +33,9 @@ using testing::TempDir;
 
 Deadline Secs(int s) { return Deadline::After(std::chrono::seconds(s)); }
 
-std::unique_ptr<Server> StartServer(const std::string& dir, bool shared_memory,
-                                    ServerOptions::ReadPath read_path = ServerOptions::ReadPath::kPoolDirect) {
+std::unique_ptr<Server> StartServer(
+    const std::string& dir, bool shared_memory,
+    ServerOptions::ReadPath read_path = ServerOptions::ReadPath::kPoolDirect) {
   ServerOptions o = EmbeddedServerOptions(dir, 0);
   o.shared_memory = shared_memory;
   o.read_path = read_path;
@@ -101,7 +102,8 @@ TEST_P(SharedMemoryReadPath, ReadsGiveTheReferenceBytes) {
   ASSERT_TRUE(io.Run(client->Create("/io", Secs(10))).ok());
   ASSERT_TRUE(io.Run(client->Write("/io", 0, in.first(kChunk), Secs(30))).ok());
   ASSERT_TRUE(io.Run(client->Write("/io", 2 * kChunk, in.subspan(2 * kChunk), Secs(30))).ok());
-  const std::span<std::byte> out = client->shared().subspan(n + 4096 - n % 4096, n);  // 4096-aligned
+  const std::span<std::byte> out =
+      client->shared().subspan(n + 4096 - n % 4096, n);  // 4096-aligned
   auto check = [&](uint64_t offset, size_t length, size_t expect) {
     std::memset(out.data(), 0xEE, length);
     auto got = io.Run(client->ReadInto("/io", offset, out.first(length), Secs(30)));
@@ -114,12 +116,13 @@ TEST_P(SharedMemoryReadPath, ReadsGiveTheReferenceBytes) {
     return stats.reads_on_io_thread + stats.reads_direct;
   };
   const uint64_t before = straight();
-  check(0, kChunk, kChunk);                  // a whole chunk
-  check(2 * kChunk, kChunk, kChunk);         // the chunk after the hole
-  for (uint64_t off : {uint64_t{0}, uint64_t{65536}, uint64_t{kChunk - 65536}, uint64_t{2 * kChunk + 131072}})
-    check(off, 65536, 65536);                // 64 KiB pieces
-  check(kChunk - 65536, 131072, 131072);     // across a chunk boundary into the hole
-  check(kChunk + 65536, 65536, 65536);       // inside the hole
+  check(0, kChunk, kChunk);           // a whole chunk
+  check(2 * kChunk, kChunk, kChunk);  // the chunk after the hole
+  for (uint64_t off :
+       {uint64_t{0}, uint64_t{65536}, uint64_t{kChunk - 65536}, uint64_t{2 * kChunk + 131072}})
+    check(off, 65536, 65536);                 // 64 KiB pieces
+  check(kChunk - 65536, 131072, 131072);      // across a chunk boundary into the hole
+  check(kChunk + 65536, 65536, 65536);        // inside the hole
   check(kChunk / 2, 2 * kChunk, 2 * kChunk);  // three chunks
   const uint64_t served = straight() - before;
   if (path == ServerOptions::ReadPath::kPoolEngine) {
@@ -128,21 +131,25 @@ TEST_P(SharedMemoryReadPath, ReadsGiveTheReferenceBytes) {
     EXPECT_GE(served, 9u) << "the aligned reads did not go straight into the region";
   }
   EXPECT_EQ(server->Stats().reads_on_io_thread > 0, path == ServerOptions::ReadPath::kIoThread);
-  check(3 * kChunk, 100000, 100000);         // the short last chunk (an unaligned length)
+  check(3 * kChunk, 100000, 100000);                 // the short last chunk (an unaligned length)
   check(3 * kChunk + 65536, 65536, 100000 - 65536);  // clamped at the end of the file
-  check(n, 65536, 0);                        // past the end
-  check(70001, 5000, 5000);                  // an unaligned offset (the pool)
+  check(n, 65536, 0);                                // past the end
+  check(70001, 5000, 5000);                          // an unaligned offset (the pool)
   EXPECT_TRUE(server->Shutdown(Secs(10)).ok());
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, SharedMemoryReadPath,
-                         ::testing::Values(ServerOptions::ReadPath::kPoolDirect, ServerOptions::ReadPath::kIoThread,
+                         ::testing::Values(ServerOptions::ReadPath::kPoolDirect,
+                                           ServerOptions::ReadPath::kIoThread,
                                            ServerOptions::ReadPath::kPoolEngine),
                          [](const auto& info) {
                            switch (info.param) {
-                             case ServerOptions::ReadPath::kPoolDirect: return std::string("PoolDirect");
-                             case ServerOptions::ReadPath::kIoThread: return std::string("IoThread");
-                             default: return std::string("PoolEngine");
+                             case ServerOptions::ReadPath::kPoolDirect:
+                               return std::string("PoolDirect");
+                             case ServerOptions::ReadPath::kIoThread:
+                               return std::string("IoThread");
+                             default:
+                               return std::string("PoolEngine");
                            }
                          });
 
