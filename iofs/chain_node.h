@@ -78,6 +78,10 @@ class ChainNode {
               uint64_t* version);
   // Read straight into `out` (up to out.size() bytes at `offset`); returns the bytes read.
   Result<size_t> ReadInto(chain::ChunkKey key, uint64_t offset, std::span<std::byte> out, uint64_t* version);
+  // ReadInto as a read the caller submits itself (ChunkEngine::PlanReadInto, FinishReadInto):
+  // errors of the plan as ReadInto, plus FailedPrecondition when it cannot land straight in `out`.
+  Result<PlannedRead> PlanReadInto(chain::ChunkKey key, uint64_t offset, std::span<std::byte> out);
+  Result<size_t> FinishReadInto(const PlannedRead& plan, int io_result);
   // Committed, not deleted keys of every home chain this node serves.
   std::vector<chain::ChunkKey> Keys();
   // Bytes of chunk values held in memory (pending versions, and committed ones not yet on disk);

@@ -63,6 +63,21 @@ struct EngineUsage {
   uint64_t data_bytes = 0;      // bytes of committed chunk data
 };
 
+// A read straight into caller memory that the caller submits itself (for example on an io_uring
+// of its own thread, ChunkEngine::PlanReadInto). The first four fields say what to read; the
+// rest is the engine's, to verify what landed.
+struct PlannedRead {
+  int fd = -1;                       // the data file (opened with O_DIRECT)
+  uint64_t file_offset = 0;          // where to read in it (4096-aligned)
+  uint32_t io_length = 0;            // bytes to read (4096-aligned; 0 = nothing to read)
+  std::byte* dest = nullptr;         // where they land (the caller's memory)
+  ChunkInfo info;                    // the chunk read
+  uint64_t offset = 0;               // in the chunk (a multiple of 64 KiB)
+  uint64_t length = 0;               // bytes delivered, once verified
+  std::vector<uint32_t> block_crcs;  // stored CRC32C of each 64 KiB block read
+  std::string file;                  // the data file's path, for errors
+};
+
 // Thread-safe. Close by destroying it (waits for running calls of other threads to finish first
 // is the caller's job: do not destroy while calls are running).
 class ChunkEngine {
@@ -95,6 +110,17 @@ class ChunkEngine {
   // I/O buffer, no intermediate vector). Returns the bytes read (fewer at the end of the chunk).
   virtual Result<size_t> ReadInto(ChunkId id, uint64_t offset, std::span<std::byte> out,
                                   ChunkInfo* info = nullptr) = 0;
+  // Plans ReadInto as one read the caller submits itself: the chunk's slot stays pinned (never
+  // reused) until FinishReadInto, which every successful plan must reach whatever its I/O did.
+  // It never waits for a lock (callers on an event loop). FailedPrecondition when the read
+  // cannot land straight in `out` (offset not a multiple of 64 KiB, memory not 4096-aligned or
+  // without room for the read rounded up to 4096 bytes) or a lock it needs is taken: read with
+  // ReadInto instead. Other errors as ReadInto.
+  virtual Result<PlannedRead> PlanReadInto(ChunkId id, uint64_t offset,
+                                           std::span<std::byte> out) = 0;
+  // Verifies a planned read whose I/O transferred `io_result` bytes (or failed with -errno) and
+  // unpins its slot. Returns the bytes delivered; errors as ReadInto.
+  virtual Result<size_t> FinishReadInto(const PlannedRead& plan, int io_result) = 0;
   // Reads a whole chunk.
   Status ReadAll(ChunkId id, std::vector<std::byte>* out, ChunkInfo* info = nullptr) {
     return Read(id, 0, UINT64_MAX, out, info);

@@ -52,6 +52,15 @@ struct FsckReport {
   std::vector<std::string> problems;   // checksum errors, missing chunks... (empty = clean)
 };
 
+// One piece of a file read: `length` bytes at `offset` of data object `key`, for the bytes
+// [at, at + length) of the read.
+struct ReadPiece {
+  ObjectKey key = 0;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  uint64_t at = 0;
+};
+
 // Checks a path: absolute, components non-empty and not "." or "..", no NUL, at most 4096
 // bytes and 255 per component. InvalidArgument naming the problem.
 Status ValidatePath(std::string_view path);
@@ -80,6 +89,11 @@ class FileSystem {
   // Reads up to out.size() bytes at `offset` (clamped to the size) straight into `out`; returns
   // the bytes read. Holes read as zeros.
   Result<uint64_t> ReadInto(std::string_view path, uint64_t offset, std::span<std::byte> out);
+  // The pieces of reading up to `length` bytes at `offset` of a file (clamped to its size), for
+  // a caller that reads the objects itself (what an object does not hold reads as zeros). Never
+  // waits for the namespace lock: Unavailable (retryable) while it is taken.
+  Result<std::vector<ReadPiece>> TryPlanRead(std::string_view path, uint64_t offset,
+                                             uint64_t length);
   // The metadata of a file or folder (NotFound if absent).
   Result<FileStat> Stat(std::string_view path);
   // The entries of a folder, sorted by name.

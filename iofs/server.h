@@ -43,6 +43,13 @@ struct ServerOptions {
   int client_threads = 16;            // threads for client requests (may wait on the network)
   int peer_threads = 16;              // threads for replica messages (wait on the disk, never on the network)
   bool shared_memory = true;          // accept shared regions of clients on this host (shm.h)
+  // How shared-memory reads of chunks this node holds are served (ringfsd --read-path).
+  enum class ReadPath {
+    kPoolDirect,  // on a client-pool thread, one pread straight into the client's region
+    kIoThread,    // on the I/O thread's own io_uring (no thread hand-off at all)
+    kPoolEngine,  // on a client-pool thread through the engine's ring (the path before)
+  };
+  ReadPath read_path = ReadPath::kPoolDirect;
 };
 
 // Reads a node.toml. Errors name the file, line and key (base/config.h).
@@ -57,6 +64,8 @@ struct ServerStats {
   uint64_t staged_values = 0;          // copies staged for writes sent to remote chain heads, running now
   uint64_t staged_forwards_resent = 0;  // forwards this node sent again in full: the receiver no longer
                                         // held the staged copy they named (NotFound)
+  uint64_t reads_on_io_thread = 0;      // shared-memory reads served on the I/O thread's ring
+  uint64_t reads_direct = 0;            // shared-memory reads served by one pread per chunk
 };
 
 // A running node. Thread-safe.

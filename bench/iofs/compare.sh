@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Side-by-side: ringfs (RF=1 embedded server with the shared-memory data path and with data over
-# TCP, RF=2 over loopback) and the chunk engine alone against fio on the same filesystem, in one
+# Side-by-side: ringfs (RF=1 embedded server with the shared-memory data path — by each read path
+# of ringfsd --read-path — and with data over TCP, RF=2 over loopback) and the chunk engine alone against fio on the same filesystem, in one
 # invocation. The disk of a VM drifts by tens of percent within minutes, so the passes run in
 # ROUNDS rounds (the order reversed every other round) and the table shows per column the median
 # over rounds and, for the ratios, the median of the ratios taken within each round.
@@ -60,10 +60,11 @@ engine_pass() {  # OUT: the chunk engine alone (no network), 8 writer threads, o
   rm -rf "${WORK:?}/engine"
 }
 
-rf1_pass() {  # OUT NAME [bench flags]: one embedded ringfsd
-  local out=$1 name=$2 p; shift 2
+rf1_pass() {  # OUT NAME "SERVER FLAGS" [bench flags]: one embedded ringfsd
+  local out=$1 name=$2 server_flags=$3 p; shift 3
   p=$(port)
-  "$RINGFSD" --state "$WORK/$name" --port "$p" --log-level warn > "$out/$name.log" 2>&1 &
+  # shellcheck disable=SC2086
+  "$RINGFSD" --state "$WORK/$name" --port "$p" --log-level warn $server_flags > "$out/$name.log" 2>&1 &
   PIDS+=($!)
   log "ringfs RF=1 $* on port $p"
   "$RINGFS" --server 127.0.0.1:$p --parallel "$PARALLEL" bench "$@" --size-mib "$SIZE_MIB" --random-reads "$RANDOM_READS" | tee "$out/$name.txt" >&2
@@ -91,13 +92,15 @@ TOML
   stop_servers; rm -rf "${WORK:?}/rf2-node1" "${WORK:?}/rf2-node2"
 }
 
-PASSES=(fio engine rf1 rf1tcp rf2)
+PASSES=(fio engine rf1 rf1io rf1eng rf1tcp rf2)
 run_pass() {  # OUT PASS
   case $2 in
     fio) fio_pass "$1" ;;
     engine) engine_pass "$1" ;;
-    rf1) rf1_pass "$1" rf1 ;;
-    rf1tcp) rf1_pass "$1" rf1tcp --tcp ;;
+    rf1) rf1_pass "$1" rf1 "" ;;
+    rf1io) rf1_pass "$1" rf1io "--read-path io-thread" ;;
+    rf1eng) rf1_pass "$1" rf1eng "--read-path pool-engine" ;;
+    rf1tcp) rf1_pass "$1" rf1tcp "" --tcp ;;
     rf2) rf2_pass "$1" ;;
   esac
 }
@@ -122,7 +125,7 @@ def read(r, name):
             vals[f[0]] = f[1]
     return vals
 
-rows = {n: [read(r, n) for r in range(1, rounds + 1)] for n in ("fio", "engine", "rf1", "rf1tcp", "rf2")}
+rows = {n: [read(r, n) for r in range(1, rounds + 1)] for n in ("fio", "engine", "rf1", "rf1io", "rf1eng", "rf1tcp", "rf2")}
 med = lambda xs: statistics.median(xs)
 num = lambda name, key: [float(v[key]) for v in rows[name]]
 
@@ -142,6 +145,8 @@ print("|---|---|---|---|")
 print(f"| fio io_uring direct, bs 4M, iodepth 32 (rand: iodepth {parallel}) | {cell('fio', 'write')} | {cell('fio', 'read')} | {cell('fio', 'rand64k', fmt='%d')} |")
 print(f"| iofs chunk engine alone (8 threads, no network) | {cell('engine', 'write', 'fio')} | {cell('engine', 'read', 'fio')} | – |")
 print(f"| ringfs RF=1 (embedded ringfsd, data path: {path('rf1')}) | {cell('rf1', 'write', 'fio')} | {cell('rf1', 'read', 'fio')} | {cell('rf1', 'rand64k', 'fio', fmt='%d')} |")
+print(f"| ringfs RF=1, reads on the I/O thread's io_uring (`--read-path io-thread`) | {cell('rf1io', 'write', 'fio')} | {cell('rf1io', 'read', 'fio')} | {cell('rf1io', 'rand64k', 'fio', fmt='%d')} |")
+print(f"| ringfs RF=1, reads through the engine's ring (`--read-path pool-engine`, before) | {cell('rf1eng', 'write', 'fio')} | {cell('rf1eng', 'read', 'fio')} | {cell('rf1eng', 'rand64k', 'fio', fmt='%d')} |")
 print(f"| ringfs RF=1 (embedded ringfsd, data over TCP) | {cell('rf1tcp', 'write', 'fio')} | {cell('rf1tcp', 'read', 'fio')} | {cell('rf1tcp', 'rand64k', 'fio', fmt='%d')} |")
 print(f"| ringfs RF=2 (2 nodes, loopback; client data path: {path('rf2')}) | {cell('rf2', 'write', 'rf1')} | {cell('rf2', 'read')} | {cell('rf2', 'rand64k', 'fio', fmt='%d')} |")
 print()
@@ -150,5 +155,7 @@ print("Per round: RF=1 shared-memory write / fio", pct(("rf1", "write"), ("fio",
       "· read / fio", pct(("rf1", "read"), ("fio", "read")),
       "· RF=1 TCP write / fio", pct(("rf1tcp", "write"), ("fio", "write")),
       "· RF=2 write / RF=1", pct(("rf2", "write"), ("rf1", "write")),
-      "· RF=1 rand 64 KiB / fio", pct(("rf1", "rand64k"), ("fio", "rand64k")))
+      "· RF=1 rand 64 KiB / fio", pct(("rf1", "rand64k"), ("fio", "rand64k")),
+      "· io-thread rand / fio", pct(("rf1io", "rand64k"), ("fio", "rand64k")),
+      "· pool-engine rand / fio", pct(("rf1eng", "rand64k"), ("fio", "rand64k")))
 PY

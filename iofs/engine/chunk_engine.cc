@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -14,6 +15,7 @@
 #include <optional>
 #include <set>
 #include <shared_mutex>
+#include <thread>
 #include <unordered_set>
 
 #include "base/fault.h"
@@ -102,6 +104,8 @@ class ChunkEngineImpl final : public ChunkEngine {
         out));
     return got;
   }
+  Result<PlannedRead> PlanReadInto(ChunkId id, uint64_t offset, std::span<std::byte> out) override;
+  Result<size_t> FinishReadInto(const PlannedRead& plan, int io_result) override;
   Result<ChunkInfo> Stat(ChunkId id) override {
     std::lock_guard lock(alloc_mu_);
     auto it = chunks_.find(id);
@@ -155,8 +159,10 @@ class ChunkEngineImpl final : public ChunkEngine {
   std::unique_ptr<SlotFiles> slots_;    // GUARDED_BY(alloc_mu_)
   std::map<ChunkId, Entry> chunks_;     // GUARDED_BY(alloc_mu_)
 
-  // Readers hold it shared while they read a slot; recycling freed slots takes it exclusive.
+  // Readers hold it shared while they read a slot; recycling freed slots takes it exclusive and
+  // also needs no planned read pinning a slot (planned reads pin under the shared lock).
   std::shared_timed_mutex reuse_mu_;
+  std::atomic<int64_t> planned_reads_{0};
 
   std::mutex commit_mu_;
   std::condition_variable commit_cv_;
@@ -245,13 +251,20 @@ Result<ChunkLocation> ChunkEngineImpl::AllocateLocked(SizeClass c) {
     // Recycle freed slots when no reader holds one; otherwise prefer a new file, and wait for
     // readers only when no file can be added.
     std::unique_lock reuse(reuse_mu_, std::try_to_lock);
-    if (reuse.owns_lock()) slots_->RecycleQuarantine();
+    if (reuse.owns_lock() && planned_reads_.load() == 0) slots_->RecycleQuarantine();
   }
   Result<ChunkLocation> loc = slots_->Allocate(c);
   if (!loc.ok() && loc.status().code() == StatusCode::kNoSpace && slots_->HasQuarantine()) {
+    const Deadline deadline = IoDeadline();
     std::unique_lock reuse(reuse_mu_, std::defer_lock);
-    if (!reuse.try_lock_until(IoDeadline().when()))
+    if (!reuse.try_lock_until(deadline.when()))
       return DeadlineExceeded("waiting for readers to release freed chunk slots");
+    // Planned reads end without the lock (FinishReadInto): wait for the ones in flight.
+    while (planned_reads_.load() != 0) {
+      if (deadline.Expired())
+        return DeadlineExceeded("waiting for planned reads to release chunk slots");
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
     slots_->RecycleQuarantine();
     return slots_->Allocate(c);
   }
@@ -523,6 +536,79 @@ Status ChunkEngineImpl::ReadVerified(ChunkId id, uint64_t offset, uint64_t lengt
   deliver(b.data + (offset - start), len);
   if (!straight) executor_->ReleaseBuffer(b);
   return Status();
+}
+
+Result<PlannedRead> ChunkEngineImpl::PlanReadInto(ChunkId id, uint64_t offset,
+                                                  std::span<std::byte> out) {
+  if (offset % kBlockSize != 0 || reinterpret_cast<uintptr_t>(out.data()) % kIoAlign != 0)
+    return FailedPrecondition("read of chunk " + Hex(id) + " at " + std::to_string(offset) +
+                              " cannot land straight in the caller's memory (alignment)");
+  // Never waits for a lock: a caller on an event loop goes elsewhere instead (FailedPrecondition).
+  std::shared_lock reuse(reuse_mu_, std::try_to_lock);
+  if (!reuse.owns_lock()) return FailedPrecondition("chunk slots are being recycled");
+  std::string value;
+  rocksdb::Status rs = db_->Get(rocksdb::ReadOptions(), ChunkKey(id), &value);
+  if (rs.IsNotFound()) return NotFound("chunk " + Hex(id) + " not found");
+  if (!rs.ok()) return RocksError(rs, "read metadata of chunk " + Hex(id));
+  ASSIGN_OR_RETURN(ChunkRecord r, DecodeChunkRecord(value, Hex(id)));
+  if (offset > r.length)
+    return OutOfRange("read at offset " + std::to_string(offset) + " of chunk " + Hex(id) + " of " +
+                      std::to_string(r.length) + " bytes");
+  PlannedRead plan;
+  plan.info =
+      ChunkInfo{id, r.version, r.length, r.chunk_crc, r.loc.size_class == SizeClass::kSmall};
+  plan.offset = offset;
+  plan.length = std::min<uint64_t>(out.size(), r.length - offset);
+  plan.dest = out.data();
+  if (plan.length == 0) return plan;
+  const uint64_t b0 = offset / kBlockSize;
+  const uint64_t b1 = (offset + plan.length - 1) / kBlockSize;
+  const uint64_t end = std::min<uint64_t>((b1 + 1) * kBlockSize, r.length);
+  const uint64_t io_len = RoundUp(end - offset, kIoAlign);
+  if (io_len > out.size())
+    return FailedPrecondition("read of chunk " + Hex(id) + " needs " + std::to_string(io_len) +
+                              " bytes of room in the caller's memory, has " +
+                              std::to_string(out.size()));
+  plan.block_crcs.assign(r.block_crcs.begin() + static_cast<ptrdiff_t>(b0),
+                         r.block_crcs.begin() + static_cast<ptrdiff_t>(b1 + 1));
+  plan.io_length = static_cast<uint32_t>(io_len);
+  {
+    std::unique_lock lock(alloc_mu_, std::try_to_lock);
+    if (!lock.owns_lock()) return FailedPrecondition("the chunk allocator is busy");
+    plan.fd = slots_->Fd(r.loc);
+    plan.file_offset = slots_->Offset(r.loc) + offset;
+  }
+  if (plan.fd < 0) return Corruption("chunk " + Hex(id) + " refers to a missing data file");
+  plan.file = DataPath(r.loc);
+  planned_reads_.fetch_add(1);  // under the shared lock: the slot cannot be recycled from now on
+  return plan;
+}
+
+Result<size_t> ChunkEngineImpl::FinishReadInto(const PlannedRead& plan, int io_result) {
+  if (plan.io_length == 0) return size_t{0};
+  planned_reads_.fetch_sub(1);  // the bytes are in the caller's memory now (or never will be)
+  const ChunkId id = plan.info.id;
+  if (io_result != static_cast<int>(plan.io_length))
+    return ErrnoStatus(io_result < 0 ? -io_result : EIO,
+                       "read chunk " + Hex(id) + " from " + plan.file);
+  const uint64_t end =
+      std::min<uint64_t>(plan.offset + plan.block_crcs.size() * kBlockSize, plan.info.length);
+  std::vector<uint32_t> computed(plan.block_crcs.size());
+  BlockCrcs(plan.dest, end - plan.offset, kBlockSize, computed);
+  for (size_t i = 0; i < computed.size(); ++i) {
+    if (computed[i] == plan.block_crcs[i]) continue;
+    const uint64_t blk = plan.offset / kBlockSize + i;
+    return Status(StatusCode::kChecksumMismatch,
+                  "chunk " + Hex(id) + " block " + std::to_string(blk) + " in " + plan.file +
+                      " at offset " + std::to_string(plan.file_offset + i * kBlockSize) +
+                      ": CRC32C " + std::to_string(computed[i]) + " != stored " +
+                      std::to_string(plan.block_crcs[i]));
+  }
+  if (plan.offset == 0 && plan.length == plan.info.length &&
+      CombineBlockCrcs(computed, plan.info.length) != plan.info.crc)
+    return Status(StatusCode::kChecksumMismatch,
+                  "chunk " + Hex(id) + " in " + plan.file + ": chunk CRC32C mismatch");
+  return static_cast<size_t>(plan.length);
 }
 
 std::vector<std::string> ChunkEngineImpl::Check() {

@@ -179,6 +179,11 @@ void SlotFiles::RecycleQuarantine() {
 
 int SlotFiles::RegisteredSlot(const ChunkLocation& loc) const { return static_cast<int>(loc.file); }
 
+int SlotFiles::Fd(const ChunkLocation& loc) const {
+  auto it = files_.find(loc.file);
+  return it == files_.end() ? -1 : it->second.fd;
+}
+
 uint64_t SlotFiles::Offset(const ChunkLocation& loc) const {
   return static_cast<uint64_t>(loc.slot) * SlotSize(loc.size_class);
 }

@@ -54,6 +54,8 @@ class SlotFiles {
   // The registered-file slot and byte offset of a location.
   int RegisteredSlot(const ChunkLocation& loc) const;
   uint64_t Offset(const ChunkLocation& loc) const;
+  // The descriptor of a location's data file (-1 if it has none).
+  int Fd(const ChunkLocation& loc) const;
   // The path of a data file (for error messages and tests).
   std::string PathOf(uint32_t file) const;
   // Slot size of a class.

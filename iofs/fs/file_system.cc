@@ -429,6 +429,31 @@ Result<uint64_t> FileSystem::ReadInto(std::string_view path, uint64_t offset, st
   return end - offset;
 }
 
+Result<std::vector<ReadPiece>> FileSystem::TryPlanRead(std::string_view path, uint64_t offset,
+                                                       uint64_t length) {
+  uint64_t ino = 0, size = 0;
+  uint32_t cs = 0;
+  {
+    std::unique_lock lock(mu_, std::try_to_lock);
+    if (!lock.owns_lock()) return Status(StatusCode::kUnavailable, "the namespace is busy", true);
+    ASSIGN_OR_RETURN(ino, Lookup(path));
+    const Inode& n = inodes_.at(ino);
+    if (n.is_dir) return FailedPrecondition(std::string(path) + " is a folder");
+    size = n.size;
+    cs = n.chunk_size;
+  }
+  std::vector<ReadPiece> pieces;
+  if (offset >= size) return pieces;
+  const uint64_t end = offset + std::min(length, size - offset);
+  for (uint64_t index = offset / cs; index * cs < end; ++index) {
+    const uint64_t base = index * cs;
+    const uint64_t a = std::max(offset, base) - base;
+    const uint64_t b = std::min(end, base + cs) - base;
+    pieces.push_back(ReadPiece{DataKey(ino, index), a, b - a, base + a - offset});
+  }
+  return pieces;
+}
+
 Result<FileStat> FileSystem::Stat(std::string_view path) {
   std::lock_guard lock(mu_);
   ASSIGN_OR_RETURN(uint64_t ino, Lookup(path));
@@ -512,8 +537,8 @@ Status FileSystem::Remove(std::string_view path) {
   return DeleteChunks(removed.ino, removed.size, removed.chunk_size);
 }
 
-uint64_t FileSystem::BeginWriteIntent(std::unique_lock<std::mutex>& lock, uint64_t ino, uint64_t first,
-                                      uint64_t end) {
+uint64_t FileSystem::BeginWriteIntent(std::unique_lock<std::mutex>& lock, uint64_t ino,
+                                      uint64_t first, uint64_t end) {
   collected_cv_.wait(lock, [&] { return !collecting_.contains(ino); });
   const uint64_t id = next_intent_++;
   intents_[id] = WriteIntent{ino, first, end};
@@ -531,7 +556,8 @@ bool FileSystem::IsOrphanLocked(ObjectKey key) const {
   for (const auto& [id, w] : intents_)
     if (w.ino == ino && index >= w.first && index < w.end) return false;
   auto it = inodes_.find(ino);
-  return it == inodes_.end() || it->second.is_dir || index * it->second.chunk_size >= it->second.size;
+  return it == inodes_.end() || it->second.is_dir ||
+         index * it->second.chunk_size >= it->second.size;
 }
 
 Status FileSystem::FindOrphans(std::vector<ObjectKey>* orphans, std::vector<ObjectKey>* owned) {
@@ -613,8 +639,9 @@ Result<FsckReport> FileSystem::Fsck(bool repair) {
     Status s = store_->Get(key, 0, UINT64_MAX, &data);
     if (s.ok() || s.code() == StatusCode::kNotFound) continue;
     std::lock_guard lock(mu_);
-    report.problems.push_back((inodes_.contains(ino) ? PathOf(ino) : "inode " + std::to_string(ino)) +
-                              " chunk " + std::to_string(index) + ": " + s.ToString());
+    report.problems.push_back(
+        (inodes_.contains(ino) ? PathOf(ino) : "inode " + std::to_string(ino)) + " chunk " +
+        std::to_string(index) + ": " + s.ToString());
   }
   for (std::string& p : store_->CheckStorage()) report.problems.push_back(std::move(p));
   if (repair && !orphans.empty()) RETURN_IF_ERROR(DeleteOrphans(orphans).status());

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -15,7 +16,6 @@
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <atomic>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -31,6 +31,7 @@
 #include "iofs/chain_store.h"
 #include "iofs/engine/block_crc.h"
 #include "iofs/file_system.h"
+#include "iofs/net/read_ring.h"
 #include "iofs/net/shm.h"
 #include "iofs/net/wire.h"
 
@@ -176,6 +177,27 @@ class ServerImpl final : public Server, public ChainTransport, public ChainRoute
   awaitable<void> ShmSession(asio::local::stream_protocol::socket socket);
   // kFsWriteShm (write = true) and kFsReadShm.
   Payload HandleShm(bool write, std::span<const std::byte> payload, const std::string& peer);
+  struct SharedClient;
+  // A kFsReadShm request planned for reading straight into the client's region.
+  struct ShmRead {
+    std::shared_ptr<SharedClient> client;  // keeps the region mapped while the kernel writes it
+    std::span<std::byte> bytes;            // the request's slice of the region
+    std::vector<ReadPiece> pieces;
+  };
+  // Plans a kFsReadShm without waiting for any lock; nullopt when it cannot (the request goes to
+  // HandleShm, which also answers every error).
+  std::optional<ShmRead> PlanShmRead(std::span<const std::byte> payload, const std::string& peer);
+  // Ends one piece whose planned read transferred `io_result`: its bytes are verified and what the
+  // chunk does not hold is zeroed. False when the request must go to HandleShm instead.
+  bool FinishShmPiece(const ShmRead& read, const ReadPiece& piece, const PlannedRead& plan,
+                      int io_result);
+  // kFsReadShm on the I/O thread itself (ReadPath::kIoThread): the chunks this node serves are
+  // read on read_ring_ into the client's region, no thread involved; nullopt: use HandleShm.
+  awaitable<std::optional<Payload>> ReadShmOnIoThread(std::span<const std::byte> payload,
+                                                      const std::string& peer);
+  // kFsReadShm on a pool thread with one pread per chunk (ReadPath::kPoolDirect); nullopt: use
+  // HandleShm.
+  std::optional<Payload> ReadShmDirect(std::span<const std::byte> payload, const std::string& peer);
   Payload HandleFs(uint16_t type, std::span<const std::byte> payload);
   Result<net::RpcBulkReply> HandleFsRead(std::span<const std::byte> payload);
   // The answer of a node that is not the metadata node to a file operation.
@@ -197,6 +219,9 @@ class ServerImpl final : public Server, public ChainTransport, public ChainRoute
   uint32_t meta_node_ = 0;
   asio::io_context io_;
   std::thread io_thread_;
+  std::unique_ptr<ReadRing> read_ring_;  // I/O thread only (null: no fast shared-memory reads)
+  std::atomic<uint64_t> reads_on_io_thread_{0};
+  std::atomic<uint64_t> reads_direct_{0};
   asio::thread_pool client_pool_;
   asio::thread_pool peer_pool_;
   std::shared_ptr<net::RpcServer> rpc_;
@@ -287,6 +312,15 @@ Status ServerImpl::Init() {
   for (auto& n : o.nodes)
     if (n.id == o.self) n.port = port;
   if (o.shared_memory) StartSharedMemory(port);
+  if (o.shared_memory && o.read_path == ServerOptions::ReadPath::kIoThread) {
+    auto ring = ReadRing::Create(io_, static_cast<unsigned>(std::max(64, 2 * o.client_threads)));
+    if (ring.ok()) {
+      read_ring_ = std::move(*ring);
+    } else {
+      LOG_WARN("ringfsd node {}: no read ring ({}); shared-memory reads run on the pool", o.self,
+               ring.status().ToString());
+    }
+  }
   io_thread_ = std::thread([this] {
     auto guard = asio::make_work_guard(io_);
     io_.run();
@@ -304,13 +338,16 @@ Status ServerImpl::Init() {
   }
   asio::co_spawn(io_, TickLoop(), asio::detached);
   LOG_INFO(
-      "effective config: node.id={} node.state={} node.listen={} cluster.replication={} cluster.chains={} "
-      "cluster.file_chunk_size={} engine.chunk_size={} engine.small_chunk_size={} engine.slots_per_file={} "
+      "effective config: node.id={} node.state={} node.listen={} cluster.replication={} "
+      "cluster.chains={} "
+      "cluster.file_chunk_size={} engine.chunk_size={} engine.small_chunk_size={} "
+      "engine.slots_per_file={} "
       "engine.capacity_bytes={} engine.queue_depth={} engine.io_buffers={} timing.tick_ms={} "
       "timing.heartbeat_ms={} timing.down_after={} timing.collect_ms={}",
-      o.self, o.state_dir, o.listen_host, o.replication, o.chains, o.file_chunk_size, o.engine.chunk_size,
-      o.engine.small_chunk_size, o.engine.slots_per_file, o.engine.capacity_bytes, o.engine.queue_depth,
-      o.engine.io_buffers, o.tick_ms, o.heartbeat_ms, o.down_after, o.collect_ms);
+      o.self, o.state_dir, o.listen_host, o.replication, o.chains, o.file_chunk_size,
+      o.engine.chunk_size, o.engine.small_chunk_size, o.engine.slots_per_file,
+      o.engine.capacity_bytes, o.engine.queue_depth, o.engine.io_buffers, o.tick_ms, o.heartbeat_ms,
+      o.down_after, o.collect_ms);
   LOG_INFO("ringfsd node {} serving on {}:{} ({} nodes, replication {}, {} chains, state {}){}", o.self,
            o.listen_host, port, o.nodes.size(), o.replication, o.chains, o.state_dir,
            is_meta() ? ", metadata node" : "");
@@ -382,6 +419,7 @@ Status ServerImpl::Shutdown(Deadline deadline) {
   if (rpc_) s = rpc_->Shutdown(deadline);
   io_.stop();
   if (io_thread_.joinable()) io_thread_.join();
+  read_ring_.reset();     // waits for reads the kernel still writes into shared regions
   shm_acceptor_.reset();  // frees the socket name for a server started after this one
   client_pool_.join();
   peer_pool_.join();
@@ -400,6 +438,8 @@ ServerStats ServerImpl::Stats() {
     stats.staged_values = staged_.size();
   }
   stats.staged_forwards_resent = staged_forwards_resent_.load(std::memory_order_relaxed);
+  stats.reads_on_io_thread = reads_on_io_thread_.load(std::memory_order_relaxed);
+  stats.reads_direct = reads_direct_.load(std::memory_order_relaxed);
   return stats;
 }
 
@@ -646,7 +686,8 @@ awaitable<void> ServerImpl::CollectLoop() {
   asio::steady_timer timer(io_);
   auto busy = std::make_shared<std::atomic<bool>>(false);
   // The first round once the other nodes had a heartbeat to learn the chains, then periodically.
-  timer.expires_after(std::chrono::milliseconds(std::min(options_.collect_ms, 2 * options_.heartbeat_ms)));
+  timer.expires_after(
+      std::chrono::milliseconds(std::min(options_.collect_ms, 2 * options_.heartbeat_ms)));
   while (!stopping_) {
     auto [ec] = co_await timer.async_wait(asio::as_tuple(use_awaitable));
     (void)ec;
@@ -664,9 +705,11 @@ void ServerImpl::CollectOnce() {
   Result<FileSystem*> fs = Fs();
   Result<uint64_t> reclaimed = fs.ok() ? (*fs)->CollectOrphans() : fs.status();
   if (!reclaimed.ok()) {
-    LOG_WARN("orphan collector: {} (next round in {} ms)", reclaimed.status().ToString(), options_.collect_ms);
+    LOG_WARN("orphan collector: {} (next round in {} ms)", reclaimed.status().ToString(),
+             options_.collect_ms);
   } else if (*reclaimed > 0) {
-    LOG_INFO("orphan collector: reclaimed {} chunks of writes that can no longer complete", *reclaimed);
+    LOG_INFO("orphan collector: reclaimed {} chunks of writes that can no longer complete",
+             *reclaimed);
   }
 }
 
@@ -861,7 +904,13 @@ void ServerImpl::RegisterHandlers() {
   for (uint16_t type : {wire::kFsWriteShm, wire::kFsReadShm}) {
     rpc_->Handle(type, [this, type](RpcRequest req) -> awaitable<Payload> {
       if (!is_meta()) co_return NotServingFs();
+      if (type == wire::kFsReadShm && read_ring_)
+        if (std::optional<Payload> read = co_await ReadShmOnIoThread(req.payload, req.peer))
+          co_return std::move(*read);
       co_return co_await OnPool(client_pool_, [&]() -> Payload {
+        if (type == wire::kFsReadShm && options_.read_path == ServerOptions::ReadPath::kPoolDirect)
+          if (std::optional<Payload> read = ReadShmDirect(req.payload, req.peer))
+            return std::move(*read);
         return HandleShm(type == wire::kFsWriteShm, req.payload, req.peer);
       });
     });
@@ -923,6 +972,105 @@ Payload ServerImpl::HandleShm(bool write, std::span<const std::byte> payload, co
   ByteWriter w;
   w.Put<uint64_t>(n);
   return w.Take();
+}
+
+std::optional<ServerImpl::ShmRead> ServerImpl::PlanShmRead(std::span<const std::byte> payload,
+                                                           const std::string& peer) {
+  FileSystem* fs = nullptr;
+  {
+    std::unique_lock lock(fs_mu_, std::try_to_lock);
+    if (!lock.owns_lock() || !fs_) return std::nullopt;
+    fs = fs_.get();
+  }
+  ByteReader r(payload, "shared-memory file request");
+  auto path = wire::GetPath(r);
+  auto offset = r.Get<uint64_t>();
+  auto id = r.Get<uint32_t>();
+  auto at = r.Get<uint64_t>();
+  auto length = r.Get<uint64_t>();
+  if (!path.ok() || !offset.ok() || !id.ok() || !at.ok() || !length.ok() ||
+      *length > wire::kMaxReadPerRequest)
+    return std::nullopt;
+  ShmRead read;
+  {
+    std::lock_guard lock(shm_mu_);
+    if (auto it = shm_.find(*id); it != shm_.end()) read.client = it->second;
+  }
+  if (!read.client || read.client->peer != peer) return std::nullopt;
+  Result<std::span<std::byte>> bytes = read.client->region->Slice(*at, *length);
+  if (!bytes.ok()) return std::nullopt;
+  read.bytes = *bytes;
+  Result<std::vector<ReadPiece>> pieces = fs->TryPlanRead(*path, *offset, *length);
+  if (!pieces.ok()) return std::nullopt;
+  read.pieces = std::move(*pieces);
+  return read;
+}
+
+bool ServerImpl::FinishShmPiece(const ShmRead& read, const ReadPiece& piece,
+                                const PlannedRead& plan, int io_result) {
+  Result<size_t> n = chain_->FinishReadInto(plan, io_result);  // always: it unpins the slot
+  if (!n.ok() && n.status().code() != StatusCode::kNotFound)
+    return false;  // another replica, or the error
+  const std::span<std::byte> dst = read.bytes.subspan(piece.at, piece.length);
+  std::fill(dst.begin() + static_cast<ptrdiff_t>(n.ok() ? *n : 0), dst.end(), std::byte{0});
+  return true;
+}
+
+// What a planned request answers: the bytes read (the end of its last piece).
+Payload ShmReadReply(const std::vector<ReadPiece>& pieces) {
+  ByteWriter w;
+  w.Put<uint64_t>(pieces.empty() ? 0 : pieces.back().at + pieces.back().length);
+  return w.Take();
+}
+
+awaitable<std::optional<Payload>> ServerImpl::ReadShmOnIoThread(std::span<const std::byte> payload,
+                                                                const std::string& peer) {
+  std::optional<ShmRead> read = PlanShmRead(payload, peer);
+  if (!read) co_return std::nullopt;
+  for (const ReadPiece& p : read->pieces) {
+    const std::span<std::byte> dst = read->bytes.subspan(p.at, p.length);
+    Result<PlannedRead> plan = chain_->PlanReadInto(p.key, p.offset, dst);
+    if (!plan.ok()) {
+      if (plan.status().code() != StatusCode::kNotFound &&
+          plan.status().code() != StatusCode::kOutOfRange)
+        co_return std::nullopt;
+      std::fill(dst.begin(), dst.end(), std::byte{0});  // a hole
+      continue;
+    }
+    int res = 0;
+    if (plan->io_length > 0)
+      res = co_await read_ring_->Read(plan->fd, plan->dest, plan->io_length, plan->file_offset);
+    if (!FinishShmPiece(*read, p, *plan, res)) co_return std::nullopt;
+  }
+  reads_on_io_thread_.fetch_add(1, std::memory_order_relaxed);
+  co_return ShmReadReply(read->pieces);
+}
+
+std::optional<Payload> ServerImpl::ReadShmDirect(std::span<const std::byte> payload,
+                                                 const std::string& peer) {
+  std::optional<ShmRead> read = PlanShmRead(payload, peer);
+  if (!read) return std::nullopt;
+  for (const ReadPiece& p : read->pieces) {
+    const std::span<std::byte> dst = read->bytes.subspan(p.at, p.length);
+    Result<PlannedRead> plan = chain_->PlanReadInto(p.key, p.offset, dst);
+    if (!plan.ok()) {
+      if (plan.status().code() != StatusCode::kNotFound &&
+          plan.status().code() != StatusCode::kOutOfRange)
+        return std::nullopt;
+      std::fill(dst.begin(), dst.end(), std::byte{0});  // a hole
+      continue;
+    }
+    int res = 0;
+    if (plan->io_length > 0) {
+      // O_DIRECT from the page-aligned region: the disk writes the client's memory directly.
+      const ssize_t n =
+          pread(plan->fd, plan->dest, plan->io_length, static_cast<off_t>(plan->file_offset));
+      res = n < 0 ? -errno : static_cast<int>(n);
+    }
+    if (!FinishShmPiece(*read, p, *plan, res)) return std::nullopt;
+  }
+  reads_direct_.fetch_add(1, std::memory_order_relaxed);
+  return ShmReadReply(read->pieces);
 }
 
 Result<net::RpcBulkReply> ServerImpl::HandleFsRead(std::span<const std::byte> payload) {

@@ -450,6 +450,23 @@ Result<size_t> ChainNode::ReadInto(ChunkKey key, uint64_t offset, std::span<std:
   return n;
 }
 
+Result<PlannedRead> ChainNode::PlanReadInto(ChunkKey key, uint64_t offset,
+                                            std::span<std::byte> out) {
+  RETURN_IF_ERROR(CheckReadable(key));
+  Result<PlannedRead> plan = engine_->PlanReadInto(key, offset, out);
+  if (!plan.ok()) return plan.status().WithContext("node " + std::to_string(self_));
+  return plan;
+}
+
+Result<size_t> ChainNode::FinishReadInto(const PlannedRead& plan, int io_result) {
+  Result<size_t> n = engine_->FinishReadInto(plan, io_result);
+  if (!n.ok()) return n.status().WithContext("node " + std::to_string(self_));
+  // Committed versions only, as in Read.
+  if (plan.info.version & kTombstoneBit)
+    return NotFound("chunk " + std::to_string(plan.info.id) + " not found");
+  return n;
+}
+
 std::vector<ChunkKey> ChainNode::Keys() {
   std::vector<ChunkKey> keys;
   for (auto& [chain, slot] : slots_) {

@@ -73,7 +73,8 @@ class GatedStore : public ObjectStore {
     if (gate_puts && puts[0].key != kNamespaceKey && !put_passed_.exchange(true)) put_gate.Pass();
     return s;
   }
-  Status Get(ObjectKey key, uint64_t offset, uint64_t length, std::vector<std::byte>* out) override {
+  Status Get(ObjectKey key, uint64_t offset, uint64_t length,
+             std::vector<std::byte>* out) override {
     return inner_->Get(key, offset, length, out);
   }
   Status Delete(std::span<const ObjectKey> keys) override {

@@ -97,21 +97,24 @@ TEST_P(ReclaimTest, KillMidPutThenFsckCleanWithoutRepair) {
     f.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size()));
   }
   Process put;
-  ASSERT_TRUE(put.Start({RINGFS, "--server", "127.0.0.1:" + std::to_string(cluster.port(1)), "--parallel", "8",
-                         "put", local, kRemote},
+  ASSERT_TRUE(put.Start({RINGFS, "--server", "127.0.0.1:" + std::to_string(cluster.port(1)),
+                         "--parallel", "8", "put", local, kRemote},
                         {}, dir.path() + "/put.log"));
   Io io;
   int victim_node = 0;
   if (c.victim == Victim::kNode1AtFaultPoint) {
     victim_node = 1;
     const int status = cluster.proc(1).WaitExit(std::chrono::seconds(120));
-    ASSERT_TRUE(status != -1 && WIFSIGNALED(status)) << "the fault point never fired\n" << cluster.Logs();
+    ASSERT_TRUE(status != -1 && WIFSIGNALED(status)) << "the fault point never fired\n"
+                                                     << cluster.Logs();
   } else {
     // Mid-put: once part of the file is committed.
     const Deadline deadline = Secs(120);
-    while (SizeOf(io, cluster.port(1), kRemote) < (4u << 20) && put.Running() && !deadline.Expired())
+    while (SizeOf(io, cluster.port(1), kRemote) < (4u << 20) && put.Running() &&
+           !deadline.Expired())
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    ASSERT_TRUE(put.Running()) << "the put ended before the kill: " << testing::ReadText(dir.path() + "/put.log");
+    ASSERT_TRUE(put.Running()) << "the put ended before the kill: "
+                               << testing::ReadText(dir.path() + "/put.log");
     if (c.victim == Victim::kClient) {
       put.Kill();
     } else {
@@ -132,10 +135,12 @@ TEST_P(ReclaimTest, KillMidPutThenFsckCleanWithoutRepair) {
   std::string last;
   const double seconds = WaitClean(io, cluster.port(1), 120, &last);
   ASSERT_GE(seconds, 0) << "fsck still not clean: " << last << "\n" << cluster.Logs();
-  std::printf("fsck clean %.1f s after the restart (collector period %d ms)\n", seconds, kCollectMs);
+  std::printf("fsck clean %.1f s after the restart (collector period %d ms)\n", seconds,
+              kCollectMs);
   if (c.victim == Victim::kNode1AtFaultPoint) {
     // There was something to reclaim: the chunks of the write whose size never committed.
-    EXPECT_NE(testing::ReadText(cluster.Log(1)).find("orphan collector: reclaimed"), std::string::npos)
+    EXPECT_NE(testing::ReadText(cluster.Log(1)).find("orphan collector: reclaimed"),
+              std::string::npos)
         << cluster.Logs();
   }
   // What the file holds now (all of it when the put went on).
@@ -157,16 +162,18 @@ TEST_P(ReclaimTest, KillMidPutThenFsckCleanWithoutRepair) {
   for (size_t at = 0; at < got.size(); at += kChunk) {
     const size_t n = std::min(kChunk, got.size() - at);
     const bool same = std::equal(got.begin() + at, got.begin() + at + n, data.begin() + at);
-    const bool hole = std::all_of(got.begin() + at, got.begin() + at + n, [](std::byte b) { return b == std::byte{0}; });
+    const bool hole = std::all_of(got.begin() + at, got.begin() + at + n,
+                                  [](std::byte b) { return b == std::byte{0}; });
     EXPECT_TRUE(same || (hole && victim_node != 2 && victim_node != 3)) << "chunk at " << at;
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Kills, ReclaimTest,
                          ::testing::Values(Case{1, Victim::kClient}, Case{1, Victim::kNode1},
-                                           Case{1, Victim::kNode1AtFaultPoint}, Case{3, Victim::kClient},
-                                           Case{3, Victim::kNode1}, Case{3, Victim::kNode2},
-                                           Case{3, Victim::kNode3}, Case{3, Victim::kNode1AtFaultPoint}),
+                                           Case{1, Victim::kNode1AtFaultPoint},
+                                           Case{3, Victim::kClient}, Case{3, Victim::kNode1},
+                                           Case{3, Victim::kNode2}, Case{3, Victim::kNode3},
+                                           Case{3, Victim::kNode1AtFaultPoint}),
                          Name);
 
 }  // namespace

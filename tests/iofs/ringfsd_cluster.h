@@ -19,15 +19,16 @@ class RingfsdCluster {
     for (int n = 1; n <= nodes; ++n) ports_.push_back(FreePort());
     std::string list;
     for (int n = 1; n <= nodes; ++n)
-      list += (n > 1 ? "," : "") + std::to_string(n) + "@127.0.0.1:" + std::to_string(ports_[n - 1]);
+      list +=
+          (n > 1 ? "," : "") + std::to_string(n) + "@127.0.0.1:" + std::to_string(ports_[n - 1]);
     for (int n = 1; n <= nodes; ++n) {
       std::ofstream out(Config(n));
       out << "[node]\nid = " << n << "\nstate = \"" << dir << "/node" << n << "\"\n"
           << "[cluster]\nnodes = \"" << list << "\"\nreplication = " << rf << "\nchains = 3\n"
           << "[engine]\nchunk_size = 262144\nsmall_chunk_size = 65536\nslots_per_file = 64\n"
           << "capacity_gib = 1\nio_buffers = 8\nqueue_depth = 8\n"
-          << "[timing]\ntick_ms = 50\nheartbeat_ms = 100\ndown_after = 10\ncollect_ms = " << collect_ms
-          << "\n";
+          << "[timing]\ntick_ms = 50\nheartbeat_ms = 100\ndown_after = 10\ncollect_ms = "
+          << collect_ms << "\n";
     }
     procs_.resize(nodes);
     for (auto& p : procs_) p = std::make_unique<Process>();
@@ -43,7 +44,8 @@ class RingfsdCluster {
   uint16_t port(int n) const { return ports_[n - 1]; }
   std::string Logs() const {
     std::string all;
-    for (size_t n = 1; n <= ports_.size(); ++n) all += "--- node " + std::to_string(n) + "\n" + testing::ReadText(Log(static_cast<int>(n)));
+    for (size_t n = 1; n <= ports_.size(); ++n)
+      all += "--- node " + std::to_string(n) + "\n" + testing::ReadText(Log(static_cast<int>(n)));
     return all;
   }
 

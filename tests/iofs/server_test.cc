@@ -3,8 +3,8 @@
 // chain forward) during a write stream and resyncs it, and a corrupt replica served from another.
 #include <gtest/gtest.h>
 
-#include <boost/asio/io_context.hpp>
 #include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
 #include <cstdlib>
 #include <fstream>
 

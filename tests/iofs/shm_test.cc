@@ -33,9 +33,12 @@ using testing::TempDir;
 
 Deadline Secs(int s) { return Deadline::After(std::chrono::seconds(s)); }
 
-std::unique_ptr<Server> StartServer(const std::string& dir, bool shared_memory) {
+std::unique_ptr<Server> StartServer(
+    const std::string& dir, bool shared_memory,
+    ServerOptions::ReadPath read_path = ServerOptions::ReadPath::kPoolDirect) {
   ServerOptions o = EmbeddedServerOptions(dir, 0);
   o.shared_memory = shared_memory;
+  o.read_path = read_path;
   auto s = Server::Start(o);
   EXPECT_TRUE(s.ok()) << s.status().ToString();
   if (!s.ok()) std::abort();
@@ -75,6 +78,80 @@ TEST(SharedMemory, LocalClientMovesDataThroughTheSharedRegion) {
   EXPECT_EQ(std::memcmp(out.data(), want.data() + 70001, 5000), 0);
   EXPECT_TRUE(server->Shutdown(Secs(10)).ok());
 }
+
+// Reads through the region into 4096-aligned memory at 64 KiB-aligned file offsets go straight
+// from the disk into the region, on the server's I/O thread (its own io_uring) or on a pool thread
+// (one pread), by the read path; the rest through the engine's ring. Every path gives the
+// reference bytes: whole chunks, 64 KiB pieces, reads across chunks, a hole, the short last
+// chunk, past the end.
+class SharedMemoryReadPath : public ::testing::TestWithParam<ServerOptions::ReadPath> {};
+
+TEST_P(SharedMemoryReadPath, ReadsGiveTheReferenceBytes) {
+  TempDir dir("shm-read-path");
+  const ServerOptions::ReadPath path = GetParam();
+  auto server = StartServer(dir.path() + "/state", true, path);
+  Io io;
+  auto client = ConnectOrDie(io, server->port());
+  constexpr size_t kChunk = 4 << 20;
+  const size_t n = 3 * kChunk + 100000;  // chunk 1 stays a hole, chunk 3 is short
+  ASSERT_TRUE(io.Run(client->MapShared(2 * n + kChunk, Secs(10))).ok());
+  std::vector<std::byte> want = Content(5, 1, n);
+  std::fill(want.begin() + kChunk, want.begin() + 2 * kChunk, std::byte{0});
+  const std::span<std::byte> in = client->shared().first(n);
+  std::memcpy(in.data(), want.data(), n);
+  ASSERT_TRUE(io.Run(client->Create("/io", Secs(10))).ok());
+  ASSERT_TRUE(io.Run(client->Write("/io", 0, in.first(kChunk), Secs(30))).ok());
+  ASSERT_TRUE(io.Run(client->Write("/io", 2 * kChunk, in.subspan(2 * kChunk), Secs(30))).ok());
+  const std::span<std::byte> out =
+      client->shared().subspan(n + 4096 - n % 4096, n);  // 4096-aligned
+  auto check = [&](uint64_t offset, size_t length, size_t expect) {
+    std::memset(out.data(), 0xEE, length);
+    auto got = io.Run(client->ReadInto("/io", offset, out.first(length), Secs(30)));
+    ASSERT_TRUE(got.ok()) << offset << ": " << got.status().ToString();
+    ASSERT_EQ(*got, expect) << offset;
+    EXPECT_EQ(std::memcmp(out.data(), want.data() + offset, expect), 0) << offset << " +" << length;
+  };
+  auto straight = [&] {
+    const ServerStats stats = server->Stats();
+    return stats.reads_on_io_thread + stats.reads_direct;
+  };
+  const uint64_t before = straight();
+  check(0, kChunk, kChunk);           // a whole chunk
+  check(2 * kChunk, kChunk, kChunk);  // the chunk after the hole
+  for (uint64_t off :
+       {uint64_t{0}, uint64_t{65536}, uint64_t{kChunk - 65536}, uint64_t{2 * kChunk + 131072}})
+    check(off, 65536, 65536);                 // 64 KiB pieces
+  check(kChunk - 65536, 131072, 131072);      // across a chunk boundary into the hole
+  check(kChunk + 65536, 65536, 65536);        // inside the hole
+  check(kChunk / 2, 2 * kChunk, 2 * kChunk);  // three chunks
+  const uint64_t served = straight() - before;
+  if (path == ServerOptions::ReadPath::kPoolEngine) {
+    EXPECT_EQ(served, 0u);
+  } else {
+    EXPECT_GE(served, 9u) << "the aligned reads did not go straight into the region";
+  }
+  EXPECT_EQ(server->Stats().reads_on_io_thread > 0, path == ServerOptions::ReadPath::kIoThread);
+  check(3 * kChunk, 100000, 100000);                 // the short last chunk (an unaligned length)
+  check(3 * kChunk + 65536, 65536, 100000 - 65536);  // clamped at the end of the file
+  check(n, 65536, 0);                                // past the end
+  check(70001, 5000, 5000);                          // an unaligned offset (the pool)
+  EXPECT_TRUE(server->Shutdown(Secs(10)).ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, SharedMemoryReadPath,
+                         ::testing::Values(ServerOptions::ReadPath::kPoolDirect,
+                                           ServerOptions::ReadPath::kIoThread,
+                                           ServerOptions::ReadPath::kPoolEngine),
+                         [](const auto& info) {
+                           switch (info.param) {
+                             case ServerOptions::ReadPath::kPoolDirect:
+                               return std::string("PoolDirect");
+                             case ServerOptions::ReadPath::kIoThread:
+                               return std::string("IoThread");
+                             default:
+                               return std::string("PoolEngine");
+                           }
+                         });
 
 TEST(SharedMemory, WithoutTheServersSocketEverythingGoesOverTcp) {
   TempDir dir("shm-off");

@@ -30,6 +30,11 @@ int main(int argc, char** argv) {
   app.add_option("--collect-ms", collect_ms,
                  "period of the orphan collector (default 10000, or timing.collect_ms)")
       ->check(CLI::Range(int64_t{10}, int64_t{86400000}));
+  std::string read_path = "pool-direct";
+  app.add_option("--read-path", read_path,
+                 "shared-memory reads: pool-direct (a pool thread reads into the client's memory), "
+                 "io-thread (the I/O thread's io_uring), pool-engine (through the engine's ring)")
+      ->check(CLI::IsMember({"pool-direct", "io-thread", "pool-engine"}));
   CLI11_PARSE(app, argc, argv);
   if (rt::Status s = rt::InitLogging(level, "ringfsd"); !s.ok()) {
     std::fprintf(stderr, "ringfsd: %s\n", s.ToString().c_str());
@@ -50,6 +55,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (collect_ms > 0) options->collect_ms = collect_ms;
+  using ReadPath = rt::iofs::ServerOptions::ReadPath;
+  options->read_path = read_path == "io-thread"     ? ReadPath::kIoThread
+                       : read_path == "pool-engine" ? ReadPath::kPoolEngine
+                                                    : ReadPath::kPoolDirect;
   // Signals are taken synchronously by this thread; block them before any thread starts.
   sigset_t signals;
   sigemptyset(&signals);
