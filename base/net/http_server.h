@@ -9,6 +9,9 @@
 // one gets 503 and is closed). Keep-alive is supported; an idle kept-alive connection is closed
 // after `read_timeout` too.
 //
+// There is no authentication: put only read-only pages on it (metrics, status), and bind it to
+// loopback unless they may be seen from the network.
+//
 // Threading: an HttpServer lives on one executor (an io_context run by one thread, or a strand);
 // its handlers run there and must not block it. Start() before the executor runs or on it;
 // Shutdown() and Abort() from any thread (Shutdown() not from the executor's own thread).
