@@ -29,7 +29,8 @@ namespace rt {
 // coroutine holds it).
 class SystemdNotifier : public std::enable_shared_from_this<SystemdNotifier> {
  public:
-  // Reads NOTIFY_SOCKET, WATCHDOG_USEC and WATCHDOG_PID (the watchdog applies only when
+  // A notifier for this process, its watchdog timer on `executor`. Reads NOTIFY_SOCKET,
+  // WATCHDOG_USEC and WATCHDOG_PID (the watchdog applies only when
   // WATCHDOG_PID is unset or this process's pid).
   static std::shared_ptr<SystemdNotifier> Create(boost::asio::any_io_executor executor);
 

@@ -61,9 +61,9 @@ struct HttpRequest {
 
 // A response a handler returns.
 struct HttpResponse {
-  int status = 200;
-  std::string content_type = "text/plain; charset=utf-8";
-  std::string body;
+  int status = 200;                                        // HTTP status code
+  std::string content_type = "text/plain; charset=utf-8";  // the Content-Type header
+  std::string body;                                        // sent as is, with Content-Length
   std::vector<std::pair<std::string, std::string>> headers;  // extra headers
 
   // A response with `body` as `content_type`.
@@ -103,6 +103,7 @@ struct HttpServerOptions {
 // it).
 class HttpServer : public std::enable_shared_from_this<HttpServer> {
  public:
+  // A server that will run on `executor`; nothing is bound until Start().
   static std::shared_ptr<HttpServer> Create(asio::any_io_executor executor,
                                             HttpServerOptions options);
   ~HttpServer();
