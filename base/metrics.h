@@ -37,6 +37,7 @@ class Counter {
   // Adds `amount` (must be >= 0: a counter never goes down; a negative amount is a bug and
   // aborts).
   void Increment(double amount = 1);
+  // The current value.
   double value() const { return value_.load(std::memory_order_relaxed); }
 
  private:
@@ -46,8 +47,11 @@ class Counter {
 // A value that goes up and down (a size, a step, a rate).
 class Gauge {
  public:
+  // Replaces the value.
   void Set(double value) { value_.store(value, std::memory_order_relaxed); }
+  // Adds `amount` (negative to go down).
   void Add(double amount);
+  // The current value.
   double value() const { return value_.load(std::memory_order_relaxed); }
 
  private:

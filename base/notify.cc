@@ -60,17 +60,24 @@ void SystemdNotifier::StartWatchdog() {
 }
 
 void SystemdNotifier::StopWatchdog() {
-  if (!watchdog_on_.exchange(false)) return;
+  {
+    std::lock_guard lock(watchdog_mu_);  // waits for a keep-alive being sent now
+    if (!watchdog_on_.exchange(false)) return;
+  }
   asio::post(executor_, [self = shared_from_this()] { self->timer_.cancel(); });
 }
 
 asio::awaitable<void> SystemdNotifier::WatchdogLoop() {
   const auto period = watchdog_timeout_ / 2;
-  while (watchdog_on_) {
-    if (Status sent = Send("WATCHDOG=1"); !sent.ok())
-      LOG_WARN("systemd watchdog keep-alive not sent: {}", sent.ToString());
-    else
-      ++pings_;
+  for (;;) {
+    {
+      std::lock_guard lock(watchdog_mu_);
+      if (!watchdog_on_) break;
+      if (Status sent = Send("WATCHDOG=1"); !sent.ok())
+        LOG_WARN("systemd watchdog keep-alive not sent: {}", sent.ToString());
+      else
+        ++pings_;
+    }
     timer_.expires_after(period);
     co_await timer_.async_wait(asio::as_tuple(asio::use_awaitable));
   }

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 
@@ -28,7 +29,8 @@ namespace rt {
 // coroutine holds it).
 class SystemdNotifier : public std::enable_shared_from_this<SystemdNotifier> {
  public:
-  // Reads NOTIFY_SOCKET, WATCHDOG_USEC and WATCHDOG_PID (the watchdog applies only when
+  // A notifier for this process, its watchdog timer on `executor`. Reads NOTIFY_SOCKET,
+  // WATCHDOG_USEC and WATCHDOG_PID (the watchdog applies only when
   // WATCHDOG_PID is unset or this process's pid).
   static std::shared_ptr<SystemdNotifier> Create(boost::asio::any_io_executor executor);
 
@@ -48,8 +50,8 @@ class SystemdNotifier : public std::enable_shared_from_this<SystemdNotifier> {
   // Starts sending WATCHDOG=1 now and then every watchdog_timeout()/2 from a timer on the
   // executor. No-op without a watchdog. A failed send is logged, and the keep-alives continue.
   void StartWatchdog();
-  // Stops the keep-alives: none is sent once the executor has run the cancellation this posts
-  // (one already running on the executor may still go out). Idempotent.
+  // Stops the keep-alives: none is sent after this returns (one being sent when it is called is
+  // waited for), so a STOPPING=1 sent next comes after the last WATCHDOG=1. Idempotent.
   void StopWatchdog();
 
   // WATCHDOG=1 messages sent so far.
@@ -65,6 +67,7 @@ class SystemdNotifier : public std::enable_shared_from_this<SystemdNotifier> {
   const bool enabled_;
   const std::chrono::microseconds watchdog_timeout_;
   boost::asio::steady_timer timer_;  // on the executor only
+  std::mutex watchdog_mu_;  // held while a keep-alive is sent and while stopping them
   std::atomic<bool> watchdog_on_{false};
   std::atomic<int64_t> pings_{0};
 };

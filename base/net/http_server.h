@@ -9,6 +9,9 @@
 // one gets 503 and is closed). Keep-alive is supported; an idle kept-alive connection is closed
 // after `read_timeout` too.
 //
+// There is no authentication: put only read-only pages on it (metrics, status), and bind it to
+// loopback unless they may be seen from the network.
+//
 // Threading: an HttpServer lives on one executor (an io_context run by one thread, or a strand);
 // its handlers run there and must not block it. Start() before the executor runs or on it;
 // Shutdown() and Abort() from any thread (Shutdown() not from the executor's own thread).
@@ -58,9 +61,9 @@ struct HttpRequest {
 
 // A response a handler returns.
 struct HttpResponse {
-  int status = 200;
-  std::string content_type = "text/plain; charset=utf-8";
-  std::string body;
+  int status = 200;                                        // HTTP status code
+  std::string content_type = "text/plain; charset=utf-8";  // the Content-Type header
+  std::string body;                                        // sent as is, with Content-Length
   std::vector<std::pair<std::string, std::string>> headers;  // extra headers
 
   // A response with `body` as `content_type`.
@@ -100,6 +103,7 @@ struct HttpServerOptions {
 // it).
 class HttpServer : public std::enable_shared_from_this<HttpServer> {
  public:
+  // A server that will run on `executor`; nothing is bound until Start().
   static std::shared_ptr<HttpServer> Create(asio::any_io_executor executor,
                                             HttpServerOptions options);
   ~HttpServer();

@@ -136,7 +136,7 @@ TEST(SystemdNotifier, SequenceAndWatchdogTiming) {
 
   notifier->StopWatchdog();
   ASSERT_TRUE(notifier->Stopping("checkpointing, then leaving the view").ok());
-  // Keep-alives already queued may arrive before STOPPING; none after it.
+  // Keep-alives sent before StopWatchdog returned may arrive before STOPPING; none after it.
   for (;;) {
     auto [message, when] = socket.Receive(milliseconds(5000));
     if (message == "WATCHDOG=1") continue;
