@@ -4,13 +4,15 @@
 
 namespace rt::daemon {
 
-std::vector<std::string> NodeConfig::SeedList() const {
+std::vector<std::string> NodeConfig::SeedList() const { return SplitCommaList(seeds); }
+
+std::vector<std::string> SplitCommaList(std::string_view text) {
   std::vector<std::string> out;
   size_t start = 0;
-  while (start <= seeds.size()) {
-    size_t comma = seeds.find(',', start);
-    if (comma == std::string::npos) comma = seeds.size();
-    std::string item = seeds.substr(start, comma - start);
+  while (start <= text.size()) {
+    size_t comma = text.find(',', start);
+    if (comma == std::string::npos) comma = text.size();
+    std::string item(text.substr(start, comma - start));
     item.erase(0, item.find_first_not_of(" \t"));
     item.erase(item.find_last_not_of(" \t") + 1);
     if (!item.empty()) out.push_back(item);
@@ -61,11 +63,11 @@ Result<NodeConfig> ReadNodeConfig(const ConfigFile& file) {
   ConfigSchema schema;
   BindNodeKeys(&config, &schema);
   RETURN_IF_ERROR(schema.Read(file));
-  RETURN_IF_ERROR(AsStatus(SplitHostPort(config.listen, source + ": node.listen")));
+  RETURN_IF_ERROR(SplitHostPort(config.listen, source + ": node.listen").status());
   if (!config.advertise.empty())
-    RETURN_IF_ERROR(AsStatus(SplitHostPort(config.advertise, source + ": node.advertise")));
+    RETURN_IF_ERROR(SplitHostPort(config.advertise, source + ": node.advertise").status());
   for (const std::string& seed : config.SeedList())
-    RETURN_IF_ERROR(AsStatus(SplitHostPort(seed, source + ": cluster.seeds entry")));
+    RETURN_IF_ERROR(SplitHostPort(seed, source + ": cluster.seeds entry").status());
   return config;
 }
 

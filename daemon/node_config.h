@@ -46,6 +46,9 @@ Result<NodeConfig> ParseNodeConfig(std::string_view text, const std::string& sou
 // Reads and parses a node.toml file. Errors: NotFound naming the path, and ParseNodeConfig's.
 Result<NodeConfig> LoadNodeConfig(const std::string& path);
 
+// Splits "a, b,c" at commas, trimming blanks and dropping empty items.
+std::vector<std::string> SplitCommaList(std::string_view text);
+
 // Splits "host:port". Errors: InvalidArgument naming `what` and the text.
 Result<std::pair<std::string, uint16_t>> SplitHostPort(std::string_view text,
                                                       std::string_view what);
