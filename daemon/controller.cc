@@ -106,10 +106,14 @@ asio::awaitable<void> Node::Reconcile() {
   const NodeEntry me{self, config_.slots, rendezvous_address_};
   const NodeEntry* registered = state.FindNode(self);
   if (registered == nullptr || !(*registered == me)) {
-    Status s = co_await UpdateState([&me](ClusterState* st) -> Result<bool> {
+    // A new epoch, so that a running job's next plan includes (or re-reads) this node.
+    const int64_t at = UnixMs();
+    Status s = co_await UpdateState([&me, at](ClusterState* st) -> Result<bool> {
       const NodeEntry* r = st->FindNode(me.id);
       if (r != nullptr && *r == me) return false;
       st->PutNode(me);
+      ++st->epoch;
+      st->cause = {"node " + std::to_string(me.id) + " registered", at};
       return true;
     });
     if (!s.ok()) LOG_WARN("register node {}: {}", self, s.ToString());
