@@ -106,6 +106,9 @@ struct MembershipTiming {
   uint32_t join_ticks = 10;
   // How long sending one message may take before the peer is reported unreachable.
   std::chrono::milliseconds send_timeout{1'000};
+  // How long connecting to a peer is retried before it is reported unreachable (a killed
+  // peer refuses at once; this bounds how soon that is noticed).
+  std::chrono::milliseconds connect_timeout{250};
 };
 
 // Settings of StartMembershipService.
