@@ -108,14 +108,15 @@ asio::awaitable<void> Node::Reconcile() {
   if (registered == nullptr || !(*registered == me)) {
     // A new epoch, so that a running job's next plan includes (or re-reads) this node.
     const int64_t at = UnixMs();
-    Status s = co_await UpdateState([&me, at](ClusterState* st) -> Result<bool> {
+    StateChange change = [me, at](ClusterState* st) -> Result<bool> {
       const NodeEntry* r = st->FindNode(me.id);
       if (r != nullptr && *r == me) return false;
       st->PutNode(me);
       ++st->epoch;
       st->cause = {"node " + std::to_string(me.id) + " registered", at};
       return true;
-    });
+    };
+    Status s = co_await UpdateState(std::move(change));
     if (!s.ok()) LOG_WARN("register node {}: {}", self, s.ToString());
     co_return;  // the state changed: reconcile again on its notification
   }
@@ -143,7 +144,8 @@ asio::awaitable<Status> Node::StartGeneration(const elastic::View& view, const C
       running_ && running_->view != key.view
           ? "view " + std::to_string(key.view) + " (members " + Join(view.Ids()) + ")"
           : state.cause.what;
-  if (!workers_.empty()) co_await StopWorkers("generation " + key.ToString() + " starts");
+  std::string why = "generation " + key.ToString() + " starts";
+  if (!workers_.empty()) co_await StopWorkers(std::move(why));
   if (generation_over_) generation_over_->cancel();
   generation_over_ = std::make_shared<asio::steady_timer>(io_);
   generation_over_->expires_after(kFarFuture);
@@ -202,7 +204,8 @@ asio::awaitable<Status> Node::StartGeneration(const elastic::View& view, const C
       auto dead = std::make_shared<Worker>();
       dead->rank = r;
       dead->generation = key;
-      co_await OnWorkerFailed(dead, ChildExit{true, 127, 0});
+      const ChildExit not_started{true, 127, 0};
+      co_await OnWorkerFailed(dead, not_started);
       co_return spawned;
     }
   }
@@ -266,12 +269,13 @@ asio::awaitable<void> Node::Supervise(std::shared_ptr<Worker> worker) {
     if (worker->rank != 0) co_return;
     const GenerationKey key = worker->generation;
     const int64_t step = last_step_;
-    Status s = co_await UpdateState([key, step](ClusterState* st) -> Result<bool> {
+    StateChange change = [key, step](ClusterState* st) -> Result<bool> {
       if (!st->job || st->job->id != key.job || st->job->desire != JobDesire::kRun) return false;
       st->job->desire = JobDesire::kFinished;
       st->job->finished_step = step;
       return true;
-    });
+    };
+    Status s = co_await UpdateState(std::move(change));
     if (!s.ok()) LOG_WARN("mark the job finished: {}", s.ToString());
     co_return;
   }
@@ -286,12 +290,13 @@ asio::awaitable<void> Node::OnWorkerFailed(std::shared_ptr<Worker> worker, const
   // A new epoch restarts every node's workers; only the first daemon to see a failure of this
   // generation bumps it (the others find the epoch already moved on).
   const int64_t at = UnixMs();
-  Status s = co_await UpdateState([key, what, at](ClusterState* st) -> Result<bool> {
+  StateChange change = [key, what, at](ClusterState* st) -> Result<bool> {
     if (!st->job || st->job->id != key.job || st->epoch != key.epoch) return false;
     ++st->epoch;
     st->cause = {what, at};
     return true;
-  });
+  };
+  Status s = co_await UpdateState(std::move(change));
   if (!s.ok()) LOG_WARN("propose a new epoch after {}: {}", what, s.ToString());
   Wake();
 }

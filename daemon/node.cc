@@ -157,65 +157,17 @@ void Node::RegisterHandlers() {
                                    co_return LocalReport();
                                  },
                                  "local status"));
-  server_->Handle(kCtlSubmit, JsonHandler([this](Json r) { return HandleSubmit(r); }, "submit"));
-  server_->Handle(kCtlStop, JsonHandler(
-                                [this](Json) -> asio::awaitable<Result<Json>> {
-                                  CO_RETURN_IF_ERROR(co_await UpdateState(
-                                      [](ClusterState* s) -> Result<bool> {
-                                        if (!s->job) return FailedPrecondition("no job to stop");
-                                        if (s->job->desire != JobDesire::kRun) return false;
-                                        s->job->desire = JobDesire::kStop;
-                                        return true;
-                                      }));
-                                  co_return Json::object();
-                                },
-                                "stop"));
-  server_->Handle(kCtlScale, JsonHandler(
-                                 [this](Json r) -> asio::awaitable<Result<Json>> {
-                                   CO_ASSIGN_OR_RETURN(int64_t nodes,
-                                                       IntField(r, "nodes", 0, 4096, "scale"));
-                                   CO_RETURN_IF_ERROR(co_await UpdateState(
-                                       [nodes](ClusterState* s) -> Result<bool> {
-                                         if (s->max_nodes == nodes) return false;
-                                         s->max_nodes = static_cast<int>(nodes);
-                                         ++s->epoch;
-                                         s->cause = {"ringctl scale --nodes " +
-                                                         std::to_string(nodes), UnixMs()};
-                                         return true;
-                                       }));
-                                   co_return Json::object();
-                                 },
-                                 "scale"));
-  server_->Handle(kCtlDrain, JsonHandler(
-                                 [this](Json r) -> asio::awaitable<Result<Json>> {
-                                   CO_ASSIGN_OR_RETURN(int64_t node,
-                                                       IntField(r, "node", 1, INT64_MAX, "drain"));
-                                   CO_ASSIGN_OR_RETURN(int64_t undrain,
-                                                       IntField(r, "undrain", 0, 1, "drain", 0));
-                                   CO_RETURN_IF_ERROR(co_await UpdateState(
-                                       [node, undrain](ClusterState* s) -> Result<bool> {
-                                         auto& d = s->drained;
-                                         const uint64_t id = static_cast<uint64_t>(node);
-                                         auto it = std::lower_bound(d.begin(), d.end(), id);
-                                         const bool present = it != d.end() && *it == id;
-                                         if (present != static_cast<bool>(undrain)) return false;
-                                         if (undrain) {
-                                           d.erase(it);
-                                         } else {
-                                           d.insert(it, id);
-                                         }
-                                         ++s->epoch;
-                                         s->cause = {std::string("ringctl ") +
-                                                         (undrain ? "undrain" : "drain") +
-                                                         " node " + std::to_string(node),
-                                                     UnixMs()};
-                                         return true;
-                                       }));
-                                   co_return Json::object();
-                                 },
-                                 "drain"));
-  server_->Handle(kWorkerWatch,
-                  JsonHandler([this](Json r) { return HandleWorkerWatch(r); }, "worker watch"));
+  server_->Handle(kCtlSubmit,
+                  JsonHandler([this](Json r) { return HandleSubmit(std::move(r)); }, "submit"));
+  server_->Handle(kCtlStop,
+                  JsonHandler([this](Json r) { return HandleStop(std::move(r)); }, "stop"));
+  server_->Handle(kCtlScale,
+                  JsonHandler([this](Json r) { return HandleScale(std::move(r)); }, "scale"));
+  server_->Handle(kCtlDrain,
+                  JsonHandler([this](Json r) { return HandleDrain(std::move(r)); }, "drain"));
+  server_->Handle(kWorkerWatch, JsonHandler(
+                                    [this](Json r) { return HandleWorkerWatch(std::move(r)); },
+                                    "worker watch"));
   server_->Handle(kWorkerReport, JsonHandler(
                                      [this](Json r) -> asio::awaitable<Result<Json>> {
                                        co_return HandleWorkerReport(r);
@@ -223,7 +175,60 @@ void Node::RegisterHandlers() {
                                      "worker report"));
 }
 
-asio::awaitable<Status> Node::UpdateState(std::function<Result<bool>(ClusterState*)> change) {
+// The StateChange functions below are named locals moved into UpdateState, never temporaries
+// in the co_await expression: GCC 12 destroys such temporaries twice.
+
+asio::awaitable<Result<Json>> Node::HandleStop(Json) {
+  StateChange change = [](ClusterState* s) -> Result<bool> {
+    if (!s->job) return FailedPrecondition("no job to stop");
+    if (s->job->desire != JobDesire::kRun) return false;
+    s->job->desire = JobDesire::kStop;
+    return true;
+  };
+  CO_RETURN_IF_ERROR(co_await UpdateState(std::move(change)));
+  co_return Json::object();
+}
+
+asio::awaitable<Result<Json>> Node::HandleScale(Json request) {
+  CO_ASSIGN_OR_RETURN(const int64_t nodes, IntField(request, "nodes", 0, 4096, "scale"));
+  const int64_t at = UnixMs();
+  StateChange change = [nodes, at](ClusterState* s) -> Result<bool> {
+    if (s->max_nodes == nodes) return false;
+    s->max_nodes = static_cast<int>(nodes);
+    ++s->epoch;
+    s->cause = {"ringctl scale --nodes " + std::to_string(nodes), at};
+    return true;
+  };
+  CO_RETURN_IF_ERROR(co_await UpdateState(std::move(change)));
+  co_return Json::object();
+}
+
+asio::awaitable<Result<Json>> Node::HandleDrain(Json request) {
+  CO_ASSIGN_OR_RETURN(const int64_t node, IntField(request, "node", 1, INT64_MAX, "drain"));
+  CO_ASSIGN_OR_RETURN(const int64_t undrain, IntField(request, "undrain", 0, 1, "drain", 0));
+  const int64_t at = UnixMs();
+  StateChange change = [node, undrain, at](ClusterState* s) -> Result<bool> {
+    auto& d = s->drained;
+    const uint64_t id = static_cast<uint64_t>(node);
+    auto it = std::lower_bound(d.begin(), d.end(), id);
+    const bool present = it != d.end() && *it == id;
+    if (present != static_cast<bool>(undrain)) return false;
+    if (undrain) {
+      d.erase(it);
+    } else {
+      d.insert(it, id);
+    }
+    ++s->epoch;
+    s->cause = {std::string("ringctl ") + (undrain ? "undrain" : "drain") + " node " +
+                    std::to_string(node),
+                at};
+    return true;
+  };
+  CO_RETURN_IF_ERROR(co_await UpdateState(std::move(change)));
+  co_return Json::object();
+}
+
+asio::awaitable<Status> Node::UpdateState(StateChange change) {
   Status last;
   for (int attempt = 0; attempt < kCasAttempts; ++attempt) {
     const elastic::ReplicatedState current = membership_->CurrentState();
@@ -247,7 +252,7 @@ asio::awaitable<Status> Node::UpdateState(std::function<Result<bool>(ClusterStat
   co_return last.WithContext("replicated state kept changing");
 }
 
-asio::awaitable<Result<Json>> Node::HandleSubmit(const Json& request) {
+asio::awaitable<Result<Json>> Node::HandleSubmit(Json request) {
   CO_ASSIGN_OR_RETURN(std::string text, StringField(request, "text", "submit"));
   CO_ASSIGN_OR_RETURN(std::string source, StringField(request, "source", "submit", "job"));
   if (text.size() > kMaxClusterStateBytes / 2)
@@ -255,18 +260,20 @@ asio::awaitable<Result<Json>> Node::HandleSubmit(const Json& request) {
   // Refused here, before anything changes, when it does not parse.
   CO_ASSIGN_OR_RETURN(elastic::JobSpec spec, elastic::ParseJobSpec(text, source));
   uint64_t id = 0;
-  CO_RETURN_IF_ERROR(co_await UpdateState([&](ClusterState* s) -> Result<bool> {
+  const int64_t at = UnixMs();
+  StateChange change = [&](ClusterState* s) -> Result<bool> {
     id = (s->job ? s->job->id : 0) + 1;
     s->job = JobEntry{id, spec.name, text, JobDesire::kRun, 0};
     ++s->epoch;
-    s->cause = {"job " + spec.name + " submitted", UnixMs()};
+    s->cause = {"job " + spec.name + " submitted", at};
     return true;
-  }));
+  };
+  CO_RETURN_IF_ERROR(co_await UpdateState(std::move(change)));
   LOG_INFO("job {} (id {}) submitted from {}", spec.name, id, source);
   co_return Json{{"job_id", id}, {"name", spec.name}};
 }
 
-asio::awaitable<Result<Json>> Node::HandleWorkerWatch(const Json& request) {
+asio::awaitable<Result<Json>> Node::HandleWorkerWatch(Json request) {
   CO_ASSIGN_OR_RETURN(std::string generation, StringField(request, "generation", "watch"));
   if (stopping_ || !running_ || running_->ToString() != generation)
     co_return Json{{"stop", true}};
@@ -345,11 +352,14 @@ asio::awaitable<Result<Json>> Node::HandleStatus() {
   Json nodes = Json::array();
   Json best_progress;
   for (const elastic::Member& m : view.members) {
-    Result<Json> local = m.id == static_cast<uint64_t>(config_.id)
-                             ? Result<Json>(LocalReport())
-                             : co_await CallJsonOnce(m.address, secret_, kCtlLocal,
-                                                     Json::object(),
-                                                     Deadline::After(kPeerCallTimeout));
+    // (No co_await inside a conditional expression: GCC 12 miscompiles it.)
+    Result<Json> local = Json::object();
+    if (m.id == static_cast<uint64_t>(config_.id)) {
+      local = LocalReport();
+    } else {
+      local = co_await CallJsonOnce(m.address, secret_, kCtlLocal, Json::object(),
+                                    Deadline::After(kPeerCallTimeout));
+    }
     if (!local.ok()) {
       nodes.push_back({{"node", m.id}, {"error", local.status().ToString()}});
       continue;

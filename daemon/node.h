@@ -70,12 +70,16 @@ class Node : public Daemon {
   void RegisterHandlers();
   asio::awaitable<Result<Json>> HandleStatus();
   Json LocalReport() const;
-  asio::awaitable<Result<Json>> HandleSubmit(const Json& request);
-  asio::awaitable<Result<Json>> HandleWorkerWatch(const Json& request);
+  asio::awaitable<Result<Json>> HandleSubmit(Json request);
+  asio::awaitable<Result<Json>> HandleStop(Json request);
+  asio::awaitable<Result<Json>> HandleScale(Json request);
+  asio::awaitable<Result<Json>> HandleDrain(Json request);
+  asio::awaitable<Result<Json>> HandleWorkerWatch(Json request);
   Result<Json> HandleWorkerReport(const Json& request);
   // Read-modify-CAS of the replicated state, retried while others change it first. `change`
   // returns false to leave the state as it is (then nothing is proposed).
-  asio::awaitable<Status> UpdateState(std::function<Result<bool>(ClusterState*)> change);
+  using StateChange = std::function<Result<bool>(ClusterState*)>;
+  asio::awaitable<Status> UpdateState(StateChange change);
 
   // controller.cc
   asio::awaitable<void> ControlLoop();

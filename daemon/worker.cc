@@ -11,6 +11,7 @@
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/use_future.hpp>
 
 #include "base/log.h"
 #include "base/net/auth.h"
@@ -46,23 +47,19 @@ class DaemonLink {
   // Connects and starts watching. Errors: Unavailable naming the daemon.
   Status Start(std::shared_ptr<const net::ClusterSecret> secret) {
     ASSIGN_OR_RETURN(auto host_port, SplitHostPort(options_.daemon, "--daemon"));
-    std::optional<Result<std::shared_ptr<net::RpcClient>>> connected;
-    auto connect = [&]() -> asio::awaitable<void> {
+    guard_.emplace(io_.get_executor());
+    thread_ = std::thread([this] { io_.run(); });
+    auto connect = [this, secret, host_port]() -> asio::awaitable<Status> {
       net::RpcClientOptions o;
       o.secret = secret;
       o.peer_name = "daemon at " + options_.daemon;
-      connected.emplace(co_await net::RpcClient::Connect(
-          host_port.first, host_port.second, Deadline::After(kConnectTimeout), o));
+      CO_ASSIGN_OR_RETURN(client_, co_await net::RpcClient::Connect(
+                                       host_port.first, host_port.second,
+                                       Deadline::After(kConnectTimeout), o));
+      asio::co_spawn(io_, Watch(), asio::detached);
+      co_return Status();
     };
-    asio::co_spawn(io_, connect(), asio::detached);
-    io_.run();
-    io_.restart();
-    if (!connected->ok()) return connected->status().WithContext("worker");
-    client_ = **connected;
-    guard_.emplace(io_.get_executor());
-    asio::co_spawn(io_, Watch(), asio::detached);
-    thread_ = std::thread([this] { io_.run(); });
-    return Status();
+    return asio::co_spawn(io_, connect, asio::use_future).get().WithContext("worker");
   }
 
   // Sends a progress report (fire and forget; a lost report is only a late status line).
