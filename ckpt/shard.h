@@ -51,6 +51,10 @@ struct TensorShard {
   int64_t flat_begin = 0;       // first element of the box held (row-major in the box)
   int64_t flat_end = 0;         // one past the last element held
   int replica = 0;        // 0 for the primary copy, 1, 2, ... for further copies
+  int replica_count = 1;  // how many ranks hold this same piece (`replica` is this rank's index
+                          // among them); the checkpoint writer has each of them store a
+                          // 1/replica_count flat slice. Copies with replica >= replica_count
+                          // store nothing (only replica 0 when left at 1).
   Tensor view;            // this rank's memory: a 1-D view of the held elements, in order, on
                           // the engine's device (the step: host memory)
 

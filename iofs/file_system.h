@@ -89,9 +89,16 @@ class FileSystem {
   Status Rename(std::string_view from, std::string_view to);
   // Deletes a file or an empty folder and reclaims its chunks.
   Status Remove(std::string_view path);
-  // Verifies every chunk of every file and finds data objects no file owns; with `repair`,
-  // deletes those orphans (left by a crash between a namespace change and the cleanup).
+  // Verifies every chunk of every file and finds orphans: data objects no file owns or past
+  // its size (left by a crash between a namespace change and the cleanup, or by a write whose
+  // server died before it committed the file's new size), except the chunks of writes running
+  // now. With `repair`, deletes those orphans.
   Result<FsckReport> Fsck(bool repair);
+  // Deletes every orphan (as Fsck with repair, without verifying chunks) and returns how many.
+  // The background collector of the metadata node runs it at start and periodically. The chunk
+  // range of a running Write is its write intent: never an orphan while the write runs, and a
+  // write into an inode whose orphans are being deleted waits until they are gone.
+  Result<uint64_t> CollectOrphans();
 
  private:
   struct Inode {
@@ -120,6 +127,18 @@ class FileSystem {
   std::string PathOf(uint64_t ino) const;                 // REQUIRES mu_
   FileStat ToStat(const Inode& inode) const;              // REQUIRES mu_
   Status DeleteChunks(uint64_t ino, uint64_t size, uint32_t chunk_size);
+  // True if data object `key` is an orphan now (see Fsck). REQUIRES mu_.
+  bool IsOrphanLocked(ObjectKey key) const;
+  // The orphans among every stored key, and the keys of files (for Fsck's checks).
+  Status FindOrphans(std::vector<ObjectKey>* orphans, std::vector<ObjectKey>* owned);
+  // Deletes the keys of `candidates` that are still orphans, holding off writes into their
+  // inodes meanwhile; returns how many it deleted.
+  Result<uint64_t> DeleteOrphans(const std::vector<ObjectKey>& candidates);
+  // Registers a running write of chunks [first, end) of `ino` (waiting while that inode's orphans
+  // are being deleted); returns the intent's id. REQUIRES a lock on mu_ (`lock`).
+  uint64_t BeginWriteIntent(std::unique_lock<std::mutex>& lock, uint64_t ino, uint64_t first,
+                            uint64_t end);
+  void EndWriteIntent(uint64_t id);  // takes mu_
 
   ObjectStore* const store_;
   const uint32_t chunk_size_;
@@ -135,6 +154,18 @@ class FileSystem {
   uint64_t failed_gen_ = 0;     // GUARDED_BY(mu_)
   Status failed_status_;        // GUARDED_BY(mu_)
   bool persisting_ = false;     // GUARDED_BY(mu_)
+  // Write intents: the chunk ranges [first, end) of writes running now, by id. They live in the
+  // memory of the metadata node, the only writer of data objects, so they end with its process:
+  // after a crash no write is running and everything past a file's size is an orphan.
+  struct WriteIntent {
+    uint64_t ino = 0;
+    uint64_t first = 0;
+    uint64_t end = 0;
+  };
+  std::map<uint64_t, WriteIntent> intents_;  // GUARDED_BY(mu_)
+  uint64_t next_intent_ = 1;                 // GUARDED_BY(mu_)
+  std::map<uint64_t, int> collecting_;       // inode → deletions running; GUARDED_BY(mu_)
+  std::condition_variable collected_cv_;     // a deletion of orphans finished
 };
 
 }  // namespace rt::iofs

@@ -36,6 +36,10 @@ struct ServerOptions {
   int64_t tick_ms = 100;              // retransmission period of the chain protocol
   int64_t heartbeat_ms = 200;         // manager → node ping period
   int down_after = 10;                // missed pings before a node leaves its chains (2 s)
+  // Period of the metadata node's orphan collector (FileSystem::CollectOrphans), which also runs
+  // once as the node starts: chunks of writes that can no longer complete are reclaimed within
+  // this long of the restart (or of the failed write).
+  int64_t collect_ms = 10000;
   int client_threads = 16;            // threads for client requests (may wait on the network)
   int peer_threads = 16;              // threads for replica messages (wait on the disk, never on the network)
   bool shared_memory = true;          // accept shared regions of clients on this host (shm.h)

@@ -52,7 +52,7 @@ comm::CommOptions EngineCommOptions(comm::CommOptions base) {
 Result<std::unique_ptr<DistTrainer>> DistTrainer::Create(
     const RunConfig& config, const ParallelLayout& layout, comm::Communicator& world,
     std::shared_ptr<const std::vector<uint16_t>> train_tokens,
-    std::chrono::milliseconds wait_timeout) {
+    std::chrono::milliseconds wait_timeout, WeightInit init) {
   RETURN_IF_ERROR(ValidateRunConfig(config));
   if (config.model.n_head % layout.tp != 0 || config.model.vocab_size % layout.tp != 0)
     return InvalidArgument("layout tp=" + std::to_string(layout.tp) +
@@ -96,6 +96,7 @@ Result<std::unique_ptr<DistTrainer>> DistTrainer::Create(
   t->precision_ = precision;
   t->dt_ = ComputeDType(precision);
   t->state_.loss_scale = precision == Precision::kFp16 ? config.train.loss_scale_init : 1.0;
+  t->state_.schedule_steps = config.train.steps;
   t->micro_rows_ = config.train.batch_size / (dp * micro);
   t->stage_ = BuildStageLayout(config.model, layout.pp, t->coords_.pp, layout.dp_shard, layout.tp,
                                t->coords_.tp, chunks);
@@ -118,50 +119,21 @@ Result<std::unique_ptr<DistTrainer>> DistTrainer::Create(
                                       static_cast<uint64_t>(config.train.seed)));
   t->loader_ = std::make_unique<DataLoader>(std::move(loader));
   t->state_.loader = t->loader_->state();
-  RETURN_IF_ERROR(t->Initialize());
+  RETURN_IF_ERROR(t->Initialize(init));
   return t;
 }
 
-Status DistTrainer::Initialize() {
+Status DistTrainer::Initialize(WeightInit init) {
   const int zero = layout_.zero;
   const size_t units = stage_.units.size();
-  own_begin_.assign(units, 0);
-  own_size_.assign(units, 0);
-  own_offset_.assign(units, 0);
-  for (size_t u = 0; u < units; ++u) {
-    const StageUnit& unit = stage_.units[u];
-    const int64_t k = unit.shard_size(shards_);
-    own_begin_[u] = zero == 0 ? 0 : shard_ * k;
-    own_size_[u] = zero == 0 ? unit.size : k;
-    own_offset_[u] = own_total_;
-    own_total_ += own_size_[u];
-  }
-  // Pieces: the intersections of each unit's owned (update) or shard (norm) range with its tensors.
-  auto pieces = [&](bool owned) {
-    std::vector<Piece> out;
-    for (size_t u = 0; u < units; ++u) {
-      const StageUnit& unit = stage_.units[u];
-      const int64_t k = unit.shard_size(shards_);
-      const int64_t lo = unit.begin + (owned ? own_begin_[u] : shard_ * k);
-      const int64_t hi = lo + (owned ? own_size_[u] : k);
-      for (int ti : unit.tensors) {
-        const StageTensor& t = stage_.tensors[ti];
-        const int64_t a = std::max(lo, t.offset), b = std::min(hi, t.offset + t.shape.numel());
-        if (a >= b) continue;
-        out.push_back(Piece{ti, static_cast<int>(u), a,
-                            own_offset_[u] + (a - unit.begin - own_begin_[u]), b - a});
-      }
-    }
-    return out;
-  };
-  update_pieces_ = pieces(true);
-  norm_pieces_ = pieces(false);
+  ownership_ = PlanOwnership(stage_, zero, shards_, shard_);
 
   const size_t f = sizeof(float);
-  ASSIGN_OR_RETURN(params_, Buffer::Allocate(device_, (zero < 3 ? stage_.total : own_total_) * f));
-  ASSIGN_OR_RETURN(grads_, Buffer::Allocate(device_, (zero < 2 ? stage_.total : own_total_) * f));
-  ASSIGN_OR_RETURN(m_, Buffer::Allocate(device_, own_total_ * f));
-  ASSIGN_OR_RETURN(v_, Buffer::Allocate(device_, own_total_ * f));
+  const int64_t owned = ownership_.total;
+  ASSIGN_OR_RETURN(params_, Buffer::Allocate(device_, (zero < 3 ? stage_.total : owned) * f));
+  ASSIGN_OR_RETURN(grads_, Buffer::Allocate(device_, (zero < 2 ? stage_.total : owned) * f));
+  ASSIGN_OR_RETURN(m_, Buffer::Allocate(device_, ownership_.total * f));
+  ASSIGN_OR_RETURN(v_, Buffer::Allocate(device_, ownership_.total * f));
   gathered_.resize(units);
   gather_work_.resize(units);
   unit_grads_.resize(units);
@@ -173,6 +145,9 @@ Status DistTrainer::Initialize() {
     send_backward_.emplace_back(static_cast<size_t>(runner->slots()));
   }
 
+  inputs_.resize(static_cast<size_t>(config_.train.batch_size) * config_.model.seq_len);
+  targets_.resize(inputs_.size());
+  if (init == WeightInit::kForLoad) return InitializeLowPrecision();
   // The single-process initialisation: the whole model into a temporary f32 arena, then copy
   // this rank's part.
   Arena full;
@@ -206,13 +181,23 @@ Status DistTrainer::Initialize() {
   if (zero < 3) {
     RETURN_IF_ERROR(Copy(F32(p, stage_.total), host(local.data(), stage_.total)));
   } else {
-    for (const Piece& pc : update_pieces_)
+    for (const Piece& pc : ownership_.update)
       RETURN_IF_ERROR(Copy(F32(p + pc.own, pc.count), host(local.data() + pc.flat, pc.count)));
   }
-  RETURN_IF_ERROR(InitializeLowPrecision());
-  inputs_.resize(static_cast<size_t>(config_.train.batch_size) * config_.model.seq_len);
-  targets_.resize(inputs_.size());
-  return Status();
+  return InitializeLowPrecision();
+}
+
+Status DistTrainer::Restore(const TrainerState& state) {
+  state_ = state;
+  loader_->Restore(state.loader);
+  if (!lp()) return Status();
+  const int64_t n = static_cast<int64_t>(params_.size() / sizeof(float));
+  return Convert(work_.View(dt_, Shape{n}), params_.View(DType::kF32, Shape{n}))
+      .WithContext("rebuild the low-precision parameters from the master weights");
+}
+
+int64_t DistTrainer::FirstBatchRow() const {
+  return static_cast<int64_t>(coords_.dp) * micro_ * micro_rows_;
 }
 
 Result<Buffer> DistTrainer::Transient(size_t count, DType dtype) {
@@ -272,9 +257,10 @@ Status DistTrainer::StartGather(int unit) {
   const int64_t size = stage_.units[u].size;
   ASSIGN_OR_RETURN(gathered_[u], Transient(static_cast<size_t>(size), dt_));
   // The compute-dtype parameters: the fp32 master itself, or its low-precision copy.
-  std::byte* shard = Compute(lp() ? work_ : params_) + own_offset_[u] * DTypeSize(dt_);
+  std::byte* shard =
+      Compute(lp() ? work_ : params_) + ownership_.offset[u] * DTypeSize(dt_);
   gather_work_[u] = groups_.dp_shard->AllGather(shard, gathered_[u].data(),
-                                                static_cast<size_t>(own_size_[u]), dt_);
+                                                static_cast<size_t>(ownership_.size[u]), dt_);
   return Status();
 }
 
@@ -332,8 +318,7 @@ Status DistTrainer::Forward(int chunk, int micro) {
     sent.reset();
   }
   const int T = config_.model.seq_len;
-  const size_t n = static_cast<size_t>(micro_rows_) * T;
-  const size_t at = (static_cast<size_t>(coords_.dp) * micro_ + micro) * n;
+  const size_t at = static_cast<size_t>(FirstBatchRow() + micro * micro_rows_) * T;
   if (ck.has_embedding)
     RETURN_IF_ERROR(Copy(runner->tokens(slot),
                          Tensor(inputs_.data() + at, DType::kI32, {micro_rows_, T})));
@@ -508,7 +493,8 @@ Status DistTrainer::StartReduce(int unit) {
       break;
     }
     default:
-      p.work = dp.ReduceScatter(g32, grads + own_offset_[u], k, DType::kF32, comm::ReduceOp::kSum);
+      p.work = dp.ReduceScatter(g32, grads + ownership_.offset[u], k, DType::kF32,
+                                comm::ReduceOp::kSum);
       break;
   }
   pending_.push_back(std::move(p));
@@ -531,7 +517,8 @@ Status DistTrainer::AdvanceReductions(size_t max_pending) {
     if (layout_.zero == 0) FreeTransient(&p.scratch);
     if (p.phase == 0 && layout_.zero > 0) {
       const int64_t k = su.shard_size(shards_);
-      float* shard = layout_.zero == 1 ? grads + su.begin + shard_ * k : grads + own_offset_[u];
+      float* shard =
+          layout_.zero == 1 ? grads + su.begin + shard_ * k : grads + ownership_.offset[u];
       if (layout_.zero == 1) {
         RETURN_IF_ERROR(Copy(F32(shard, k), p.scratch.View(DType::kF32, Shape{k})));
         FreeTransient(&p.scratch);
@@ -569,7 +556,7 @@ Result<StepStats> DistTrainer::Step() {
   const int B = config_.train.batch_size, T = config_.model.seq_len;
   StepStats stats;
   stats.step = state_.step + 1;
-  stats.lr = LearningRate(config_.optim, state_.step, config_.train.steps);
+  stats.lr = LearningRate(config_.optim, state_.step, state_.schedule_steps);
   stats.tokens = static_cast<int64_t>(B) * T;
   loader_->Next(inputs_, targets_);
   const int32_t V = config_.model.vocab_size;
@@ -627,7 +614,7 @@ Result<StepStats> DistTrainer::Step() {
   // everywhere (the sum over the world is then not finite on every rank).
   const bool check_copies = precision_ == Precision::kFp16;
   const float* g = grads_.View(DType::kF32, Shape{1}).data_as<float>();
-  for (const Piece& pc : norm_pieces_) {
+  for (const Piece& pc : ownership_.norm) {
     const StageTensor& t = stage_.tensors[static_cast<size_t>(pc.tensor)];
     // Count every element once: one replica group, not the tied copy, and replicated tensors
     // on tp rank 0 only.
@@ -647,6 +634,7 @@ Result<StepStats> DistTrainer::Step() {
   stats.loss = loss_total / static_cast<double>(stats.tokens);
   RETURN_IF_ERROR(OptimizerStep(sumsq_total, &stats));
   ++state_.step;
+  state_.tokens_seen += stats.tokens;
   state_.loader = loader_->state();
   timings_.optimizer_s = Now() - opt_start;
   timings_.step_s = Now() - step_start;
@@ -776,7 +764,7 @@ Status DistTrainer::OptimizerStep(double sumsq, StepStats* stats) {
   float* v = v_.View(DType::kF32, Shape{1}).data_as<float>();
   std::byte* work = lp() ? Compute(work_) : nullptr;
   const int zero = layout_.zero;
-  for (const Piece& pc : update_pieces_) {
+  for (const Piece& pc : ownership_.update) {
     const StageTensor& t = stage_.tensors[static_cast<size_t>(pc.tensor)];
     hp.weight_decay = t.decayed ? static_cast<float>(config_.optim.weight_decay) : 0.0f;
     RETURN_IF_ERROR(rt::AdamW(F32((zero < 3 ? p + pc.flat : p + pc.own), pc.count),

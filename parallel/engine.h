@@ -52,6 +52,7 @@
 #include "data/data_loader.h"
 #include "parallel/layout.h"
 #include "parallel/schedule.h"
+#include "parallel/shard_plan.h"
 #include "ckpt/shard.h"
 #include "parallel/stage_layout.h"
 #include "parallel/stage_runner.h"
@@ -92,7 +93,9 @@ comm::CommOptions EngineCommOptions(comm::CommOptions base);
 class DistTrainer {
  public:
   // Builds the process groups (collective over `world`), the stage and its state, and
-  // initialises the weights from train.seed exactly as the single-process Trainer does.
+  // initialises the weights from train.seed exactly as the single-process Trainer does — or,
+  // with WeightInit::kForLoad, leaves them zero without building the full model (a checkpoint
+  // is then written into Shards() and Restore called).
   // Errors: InvalidArgument for a config that does not fit the layout (batch_size not divisible
   // by dp · micro_batches, more (virtual) stages than blocks + 2, interleaved with micro_batches
   // not a multiple of pp, an unknown precision) or a world whose backend does not serve
@@ -101,7 +104,8 @@ class DistTrainer {
   static Result<std::unique_ptr<DistTrainer>> Create(
       const RunConfig& config, const ParallelLayout& layout, comm::Communicator& world,
       std::shared_ptr<const std::vector<uint16_t>> train_tokens,
-      std::chrono::milliseconds wait_timeout = std::chrono::seconds(120));
+      std::chrono::milliseconds wait_timeout = std::chrono::seconds(120),
+      WeightInit init = WeightInit::kFromSeed);
 
   ~DistTrainer();
 
@@ -136,6 +140,19 @@ class DistTrainer {
   // and v, and the step.
   ckpt::StateShards Shards();
 
+  // Continues from `state` (a checkpoint's TrainerState: step, loader position, loss scale, ...)
+  // once every Shards() view of this rank was written in place: takes the position (the loader's
+  // is global, so any dp reads on from the same row) and rebuilds the bf16/fp16 parameter copy
+  // from the fp32 master. The views hold all of this rank's parameters (ZeRO-1/2 ranks the full
+  // stage, ZeRO-3 ranks their shard), so nothing needs gathering. Local: every rank calls it
+  // with the same state. Errors: those of the conversion.
+  Status Restore(const TrainerState& state);
+
+  // Index of the first row of the global batch this rank trains on (its data-parallel slice:
+  // coords().dp · train.micro_batches · rows per micro-batch), and how many rows it takes.
+  int64_t FirstBatchRow() const;
+  int64_t BatchRows() const { return static_cast<int64_t>(micro_) * micro_rows_; }
+
   const TrainerState& state() const { return state_; }
   const ParallelLayout& layout() const { return layout_; }
   const RankCoords& coords() const { return coords_; }
@@ -148,16 +165,10 @@ class DistTrainer {
 
  private:
   // A run of elements of one tensor that this rank updates (or counts in the gradient norm).
-  struct Piece {
-    int tensor = 0;    // index into stage_.tensors
-    int unit = 0;
-    int64_t flat = 0;  // first element in the stage's flat layout
-    int64_t own = 0;   // first element in the owned buffers
-    int64_t count = 0;
-  };
+  using Piece = OwnedPiece;
   struct Pending;
   DistTrainer() = default;
-  Status Initialize();
+  Status Initialize(WeightInit init);
   Deadline WaitDeadline() const { return Deadline::After(wait_timeout_); }
 
   // Parameter and gradient views of unit u in the compute dtype (ZeRO-3 gathers on Acquire).
@@ -228,10 +239,9 @@ class DistTrainer {
   int shards_ = 1, shard_ = 0;      // dp_shard size and this rank's index in it
   int micro_ = 1, micro_rows_ = 1;  // micro-batches per step and rows per micro-batch
   // Per unit: the range this rank's optimizer owns (relative to the unit) and where it lives in
-  // the owned buffers (m, v, and the ZeRO-2/3 gradient and ZeRO-3 parameter shards).
-  std::vector<int64_t> own_begin_, own_size_, own_offset_;
-  int64_t own_total_ = 0;
-  std::vector<Piece> update_pieces_, norm_pieces_;
+  // the owned buffers (m, v, and the ZeRO-2/3 gradient and ZeRO-3 parameter shards); the
+  // pieces it updates and counts in the gradient norm.
+  Ownership ownership_;
 
   Buffer params_, grads_, m_, v_;          // see memory(): full or shard sized by ZeRO stage
   Precision precision_ = Precision::kFp32;

@@ -52,8 +52,8 @@ Result<float*> DistTrainer::ReduceGrads(int unit) {
 }
 
 Status DistTrainer::InjectOverflow() {
-  if (RT_FAULT_POINT("parallel.dist.grad_overflow").ok() || norm_pieces_.empty()) return Status();
-  const Piece& pc = norm_pieces_.front();
+  if (RT_FAULT_POINT("parallel.dist.grad_overflow").ok() || ownership_.norm.empty()) return Status();
+  const Piece& pc = ownership_.norm.front();
   float* g = grads_.View(DType::kF32, Shape{1}).data_as<float>();
   float inf = INFINITY;
   return Copy(F32(g + (layout_.zero < 2 ? pc.flat : pc.own), 1), Tensor(&inf, DType::kF32, Shape{1}));

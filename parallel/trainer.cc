@@ -6,16 +6,23 @@
 #include "base/fault.h"
 #include "kernels/ops.h"
 #include "model/weights.h"
+#include "parallel/shard_plan.h"
 
 namespace rt {
 
+namespace {
+constexpr uint32_t kTrainerStateVersion = 2;
+}  // namespace
+
 std::vector<std::byte> TrainerState::Serialize() const {
   ByteWriter w;
-  w.Put<uint32_t>(1);
+  w.Put<uint32_t>(kTrainerStateVersion);
   w.Put<int64_t>(step);
   w.Put<int64_t>(adam_step);
   w.Put<double>(loss_scale);
   w.Put<int64_t>(clean_steps);
+  w.Put<int64_t>(tokens_seen);
+  w.Put<int64_t>(schedule_steps);
   const std::vector<std::byte> l = loader.Serialize();
   w.PutBytes(l.data(), l.size());
   return w.Take();
@@ -24,21 +31,41 @@ std::vector<std::byte> TrainerState::Serialize() const {
 Result<TrainerState> TrainerState::Deserialize(std::span<const std::byte> bytes) {
   ByteReader r(bytes, "trainer state");
   ASSIGN_OR_RETURN(uint32_t version, r.Get<uint32_t>());
-  if (version != 1) return Corruption("trainer state: unknown version " + std::to_string(version));
+  if (version != kTrainerStateVersion)
+    return Corruption("trainer state: unknown version " + std::to_string(version) +
+                      " (this build reads version " + std::to_string(kTrainerStateVersion) + ")");
   TrainerState s;
   ASSIGN_OR_RETURN(s.step, r.Get<int64_t>());
   ASSIGN_OR_RETURN(s.adam_step, r.Get<int64_t>());
   ASSIGN_OR_RETURN(s.loss_scale, r.Get<double>());
   ASSIGN_OR_RETURN(s.clean_steps, r.Get<int64_t>());
+  ASSIGN_OR_RETURN(s.tokens_seen, r.Get<int64_t>());
+  ASSIGN_OR_RETURN(s.schedule_steps, r.Get<int64_t>());
   ASSIGN_OR_RETURN(auto loader, r.GetBytes(r.remaining()));
   ASSIGN_OR_RETURN(s.loader, LoaderState::Deserialize(loader));
+  if (s.step < 0 || s.adam_step < 0 || s.clean_steps < 0 || s.tokens_seen < 0 ||
+      s.schedule_steps < 0)
+    return Corruption("trainer state: a negative count (step " + std::to_string(s.step) +
+                      ", adam_step " + std::to_string(s.adam_step) + ", clean_steps " +
+                      std::to_string(s.clean_steps) + ", tokens_seen " +
+                      std::to_string(s.tokens_seen) + ", schedule_steps " +
+                      std::to_string(s.schedule_steps) + ")");
+  if (s.adam_step > s.step)
+    return Corruption("trainer state: adam_step " + std::to_string(s.adam_step) +
+                      " exceeds step " + std::to_string(s.step));
+  if (!std::isfinite(s.loss_scale) || s.loss_scale < 1.0)
+    return Corruption("trainer state: loss_scale " + std::to_string(s.loss_scale) +
+                      " is not a finite value ≥ 1");
   return s;
 }
 
 Result<std::unique_ptr<Trainer>> Trainer::Create(
     const RunConfig& config, std::shared_ptr<const std::vector<uint16_t>> train_tokens,
-    const std::string& init_from) {
+    const std::string& init_from, WeightInit init) {
   RETURN_IF_ERROR(ValidateRunConfig(config));
+  if (init == WeightInit::kForLoad && !init_from.empty())
+    return InvalidArgument("weights from '" + init_from +
+                           "' and from a checkpoint to be loaded: choose one");
   std::unique_ptr<Trainer> t(new Trainer());
   t->config_ = config;
   ASSIGN_OR_RETURN(Precision precision, ParsePrecision(config.train.precision));
@@ -47,7 +74,9 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(
   ASSIGN_OR_RETURN(t->model_,
                    Gpt::Create(config.model, precision, rows, config.train.recompute, device));
   ASSIGN_OR_RETURN(t->optimizer_, AdamWOptimizer::Create(*t->model_, config.optim));
-  if (init_from.empty()) {
+  if (init == WeightInit::kForLoad) {
+    // Left zero: the checkpoint's master weights arrive through Shards(), then Restore.
+  } else if (init_from.empty()) {
     RETURN_IF_ERROR(Gpt::InitializeWeights(config.model, static_cast<uint64_t>(config.train.seed),
                                            t->optimizer_->master()));
   } else {
@@ -63,15 +92,51 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(
   t->loader_ = std::make_unique<DataLoader>(std::move(loader));
   t->state_.loader = t->loader_->state();
   t->state_.loss_scale = precision == Precision::kFp16 ? config.train.loss_scale_init : 1.0;
+  t->state_.schedule_steps = config.train.steps;
   const size_t n = static_cast<size_t>(config.train.batch_size) * config.model.seq_len;
   t->inputs_.resize(n);
   t->targets_.resize(n);
   return t;
 }
 
-void Trainer::Restore(const TrainerState& state) {
+Status Trainer::Restore(const TrainerState& state) {
   state_ = state;
   loader_->Restore(state.loader);
+  return optimizer_->SyncParams().WithContext("rebuild the parameters from the master weights");
+}
+
+ckpt::StateShards Trainer::Shards() {
+  Result<std::vector<parallel::PlannedShard>> planned = parallel::PlanRankShardsOf(
+      config_.model, model_->precision(), parallel::ParallelLayout{}, 0);
+  RT_CHECK(planned.ok());
+  auto find = [](const Arena& arena, const std::string& name) {
+    for (int i = 0; i < arena.size(); ++i)
+      if (arena.name(i) == name) return arena.Get(i);
+    RT_CHECK(false);
+    return Tensor();
+  };
+  ckpt::StateShards out;
+  for (parallel::PlannedShard& p : *planned) {
+    ckpt::TensorShard s = std::move(p.shard);
+    const Arena* arena = nullptr;
+    switch (s.kind) {
+      case ckpt::StateKind::kParam: arena = &model_->params(); break;
+      case ckpt::StateKind::kMaster: arena = &optimizer_->master(); break;
+      case ckpt::StateKind::kAdamM: arena = &optimizer_->m(); break;
+      case ckpt::StateKind::kAdamV: arena = &optimizer_->v(); break;
+      case ckpt::StateKind::kStep: break;
+    }
+    if (arena == nullptr) {
+      s.view = Tensor(&state_.adam_step, DType::kI64, Shape());
+    } else {
+      // One rank of one process: every piece is a whole tensor.
+      const Tensor t = find(*arena, s.name);
+      RT_CHECK(t.dtype() == s.dtype && t.numel() == p.count);
+      s.view = Tensor(t.data(), t.dtype(), Shape{t.numel()}, t.device());
+    }
+    out.shards.push_back(std::move(s));
+  }
+  return out;
 }
 
 Result<StepStats> Trainer::Step() {
@@ -79,7 +144,7 @@ Result<StepStats> Trainer::Step() {
   const int micro = config_.train.micro_batches, rows = B / micro;
   StepStats stats;
   stats.step = state_.step + 1;
-  stats.lr = LearningRate(config_.optim, state_.step, config_.train.steps);
+  stats.lr = LearningRate(config_.optim, state_.step, state_.schedule_steps);
   stats.loss_scale = state_.loss_scale;
   stats.tokens = static_cast<int64_t>(B) * T;
 
@@ -123,6 +188,7 @@ Result<StepStats> Trainer::Step() {
     }
   }
   ++state_.step;
+  state_.tokens_seen += stats.tokens;
   state_.loader = loader_->state();
   return stats;
 }

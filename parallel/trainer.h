@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "ckpt/shard.h"
 #include "parallel/config.h"
 #include "data/data_loader.h"
 #include "model/gpt.h"
@@ -17,18 +18,35 @@
 
 namespace rt {
 
-// The trainer's position, small and serialisable (checkpoints store it).
+// The trainer's position, small and serialisable (checkpoints store it as the manifest's engine
+// state): everything besides the tensors that a resumed run needs to continue as if it had never
+// stopped. Randomness: the weights are drawn from train.seed only at initialisation (a resumed
+// run loads them instead) and the model has no dropout, so the only random stream a run consumes
+// is the shuffled data order, which is a pure function of (loader.seed, loader.rows).
 struct TrainerState {
-  int64_t step = 0;         // optimizer steps taken (including skipped ones)
-  int64_t adam_step = 0;    // updates applied (the AdamW bias-correction count)
-  double loss_scale = 1.0;  // fp16 dynamic loss scale (1 otherwise)
-  int64_t clean_steps = 0;  // fp16: finite steps since the scale last changed
-  LoaderState loader;       // the training data position
+  int64_t step = 0;            // optimizer steps taken (including skipped ones): the learning-
+                               // rate schedule's position
+  int64_t adam_step = 0;       // updates applied (the AdamW bias-correction count)
+  double loss_scale = 1.0;     // fp16 dynamic loss scale (1 otherwise)
+  int64_t clean_steps = 0;     // fp16: finite steps since the scale last changed (the window)
+  int64_t tokens_seen = 0;     // training tokens consumed (B·T per step)
+  int64_t schedule_steps = 0;  // the total steps the learning-rate schedule decays over
+                               // (train.steps of the run that started it)
+  LoaderState loader;          // the global training data position (rows over all dp ranks)
 
-  // Little-endian: version u32 = 1, step, adam_step, loss_scale (f64), clean_steps, loader (16 B).
+  // Little-endian: version u32 = 2, step i64, adam_step i64, loss_scale f64, clean_steps i64,
+  // tokens_seen i64, schedule_steps i64, loader (16 B) — 68 bytes (docs/formats/trainer_state.md).
   std::vector<std::byte> Serialize() const;
-  // Errors: Corruption for a wrong size or version.
+  // Errors: Corruption naming what is wrong: a wrong size or version, a negative count, more
+  // updates than steps, a loss scale that is not finite and ≥ 1.
   static Result<TrainerState> Deserialize(std::span<const std::byte> bytes);
+};
+
+// How an engine's weights start.
+enum class WeightInit : uint8_t {
+  kFromSeed = 0,  // drawn from train.seed (DESIGN.md's initialisation)
+  kForLoad = 1,   // left zero, nothing drawn: a checkpoint is about to be written into the
+                  // engine's Shards() views, then Restore called
 };
 
 // What one step did.
@@ -47,12 +65,14 @@ struct StepStats {
 class Trainer {
  public:
   // Builds the model for `config` on train.device and initialises its weights from train.seed,
-  // or, when `init_from` is non-empty, from that safetensors file. `train_tokens` is the training
-  // stream. Errors: those of config validation, allocation, the loader and ImportWeights;
-  // Unimplemented or Unavailable naming train.device when that device cannot be used here.
+  // or, when `init_from` is non-empty, from that safetensors file, or not at all with
+  // WeightInit::kForLoad. `train_tokens` is the training stream. Errors: those of config
+  // validation, allocation, the loader and ImportWeights; Unimplemented or Unavailable naming
+  // train.device when that device cannot be used here; InvalidArgument for `init_from` with
+  // kForLoad.
   static Result<std::unique_ptr<Trainer>> Create(
       const RunConfig& config, std::shared_ptr<const std::vector<uint16_t>> train_tokens,
-      const std::string& init_from);
+      const std::string& init_from, WeightInit init = WeightInit::kFromSeed);
 
   // Runs one optimizer step over train.batch_size rows in train.micro_batches micro-batches.
   // The fault point "parallel.trainer.grad_overflow" (test builds) turns a gradient into inf.
@@ -66,8 +86,15 @@ class Trainer {
   Status Export(const std::string& path, const std::string& tokenizer) const;
 
   const TrainerState& state() const { return state_; }
-  // Continues from `state` (e.g. from a checkpoint; the weights are restored separately).
-  void Restore(const TrainerState& state);
+  // Continues from `state` (e.g. a checkpoint's) after the master weights and AdamW moments were
+  // written in place (Shards() views, or optimizer()): takes the position and rebuilds the
+  // bf16/fp16 parameters from the fp32 master. Errors: those of the conversion.
+  Status Restore(const TrainerState& state);
+  // The whole training state as shards of the named global tensors (ckpt/shard.h), the same
+  // contract as DistTrainer::Shards with the one-rank layout: full boxes of the parameter
+  // (compute dtype), master, AdamW m and v arenas, and the step. Views stay valid while the
+  // trainer lives.
+  ckpt::StateShards Shards();
   const RunConfig& config() const { return config_; }
   Gpt& model() { return *model_; }
   const AdamWOptimizer& optimizer() const { return *optimizer_; }

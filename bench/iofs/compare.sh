@@ -8,7 +8,8 @@
 # Env: SIZE_MIB (default 4096), PARALLEL (requests in flight, default 16), RANDOM_READS (4096),
 # ROUNDS (default 3).
 # fio runs: --ioengine=io_uring --direct=1 --bs=4M --iodepth=32 --end_fsync=1 (write, read) and
-# --bs=64k --rw=randread --iodepth=32 for the random reads.
+# --bs=64k --rw=randread --iodepth=PARALLEL for the random reads: as many reads in flight as
+# ringfs bench keeps (--parallel PARALLEL), so the IOPS compare like with like.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${1:-$ROOT/build}
@@ -45,7 +46,7 @@ fio_pass() {  # OUT
   {
     $fio --name=w --rw=write --bs=4M --iodepth=32 --end_fsync=1 | awk -F';' '{printf "write %.1f\n", $48/1024}'
     $fio --name=r --rw=read --bs=4M --iodepth=32 | awk -F';' '{printf "read %.1f\n", $7/1024}'
-    $fio --name=rr --rw=randread --bs=64k --iodepth=32 --number_ios="$RANDOM_READS" | awk -F';' '{printf "rand64k %d\n", $8}'
+    $fio --name=rr --rw=randread --bs=64k --iodepth="$PARALLEL" --number_ios="$RANDOM_READS" | awk -F';' '{printf "rand64k %d\n", $8}'
   } > "$out/fio.txt"
   rm -f "$WORK/fio.dat"
 }
@@ -109,9 +110,9 @@ for ((r = 1; r <= ROUNDS; r++)); do
   for pass in "${order[@]}"; do run_pass "$out" "$pass"; done
 done
 
-python3 - "$WORK" "$ROUNDS" "$SIZE_MIB" "$LOAD_START" <<'PY'
+python3 - "$WORK" "$ROUNDS" "$SIZE_MIB" "$LOAD_START" "$PARALLEL" <<'PY'
 import datetime, os, statistics, sys
-work, rounds, size, load = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+work, rounds, size, load, parallel = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
 
 def read(r, name):
     vals = {}
@@ -138,15 +139,16 @@ path = lambda name: rows[name][0].get("path", "?")
 print()
 print(f"| {datetime.date.today()} {os.cpu_count()} cores, load {load}, {size} MiB, medians of {rounds} rounds | seq write MiB/s | seq read MiB/s | rand 64 KiB IOPS |")
 print("|---|---|---|---|")
-print(f"| fio io_uring direct, bs 4M, iodepth 32 | {cell('fio', 'write')} | {cell('fio', 'read')} | {cell('fio', 'rand64k', fmt='%d')} |")
+print(f"| fio io_uring direct, bs 4M, iodepth 32 (rand: iodepth {parallel}) | {cell('fio', 'write')} | {cell('fio', 'read')} | {cell('fio', 'rand64k', fmt='%d')} |")
 print(f"| iofs chunk engine alone (8 threads, no network) | {cell('engine', 'write', 'fio')} | {cell('engine', 'read', 'fio')} | – |")
-print(f"| ringfs RF=1 (embedded ringfsd, data path: {path('rf1')}) | {cell('rf1', 'write', 'fio')} | {cell('rf1', 'read', 'fio')} | {cell('rf1', 'rand64k', fmt='%d')} |")
-print(f"| ringfs RF=1 (embedded ringfsd, data over TCP) | {cell('rf1tcp', 'write', 'fio')} | {cell('rf1tcp', 'read', 'fio')} | {cell('rf1tcp', 'rand64k', fmt='%d')} |")
-print(f"| ringfs RF=2 (2 nodes, loopback; client data path: {path('rf2')}) | {cell('rf2', 'write', 'rf1')} | {cell('rf2', 'read')} | {cell('rf2', 'rand64k', fmt='%d')} |")
+print(f"| ringfs RF=1 (embedded ringfsd, data path: {path('rf1')}) | {cell('rf1', 'write', 'fio')} | {cell('rf1', 'read', 'fio')} | {cell('rf1', 'rand64k', 'fio', fmt='%d')} |")
+print(f"| ringfs RF=1 (embedded ringfsd, data over TCP) | {cell('rf1tcp', 'write', 'fio')} | {cell('rf1tcp', 'read', 'fio')} | {cell('rf1tcp', 'rand64k', 'fio', fmt='%d')} |")
+print(f"| ringfs RF=2 (2 nodes, loopback; client data path: {path('rf2')}) | {cell('rf2', 'write', 'rf1')} | {cell('rf2', 'read')} | {cell('rf2', 'rand64k', 'fio', fmt='%d')} |")
 print()
 pct = lambda a, b: "/".join("%.0f%%" % (100 * x / y) for x, y in zip(num(*a), num(*b)))
 print("Per round: RF=1 shared-memory write / fio", pct(("rf1", "write"), ("fio", "write")),
       "· read / fio", pct(("rf1", "read"), ("fio", "read")),
       "· RF=1 TCP write / fio", pct(("rf1tcp", "write"), ("fio", "write")),
-      "· RF=2 write / RF=1", pct(("rf2", "write"), ("rf1", "write")))
+      "· RF=2 write / RF=1", pct(("rf2", "write"), ("rf1", "write")),
+      "· RF=1 rand 64 KiB / fio", pct(("rf1", "rand64k"), ("fio", "rand64k")))
 PY

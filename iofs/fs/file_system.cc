@@ -7,6 +7,7 @@
 
 #include "base/bytes.h"
 #include "base/crc32c.h"
+#include "base/fault.h"
 
 namespace rt::iofs {
 namespace {
@@ -282,19 +283,34 @@ Status FileSystem::Mkdir(std::string_view path) {
 Status FileSystem::Write(std::string_view path, uint64_t offset, std::span<const std::byte> data) {
   uint64_t ino = 0, size = 0;
   uint32_t cs = 0;
+  uint64_t intent = 0;
+  const uint64_t end = offset + data.size();
   {
-    std::lock_guard lock(mu_);
+    std::unique_lock lock(mu_);
     ASSIGN_OR_RETURN(ino, Lookup(path));
     const Inode& n = inodes_.at(ino);
     if (n.is_dir) return FailedPrecondition(std::string(path) + " is a folder");
     if (n.sealed) return FailedPrecondition(std::string(path) + " is sealed");
-    size = n.size;
     cs = n.chunk_size;
+    if (end < offset || (end + cs - 1) / cs >= (1ull << kChunkIndexBits))
+      return OutOfRange("write of " + std::to_string(data.size()) + " bytes at " +
+                        std::to_string(offset) + " exceeds the largest file");
+    intent = BeginWriteIntent(lock, ino, offset / cs, (end + cs - 1) / cs);
+    // The inode may have changed while BeginWriteIntent waited.
+    auto it = inodes_.find(ino);
+    if (it == inodes_.end()) {
+      lock.unlock();
+      EndWriteIntent(intent);
+      return NotFound(std::string(path) + " was removed during the write");
+    }
+    size = it->second.size;
   }
-  const uint64_t end = offset + data.size();
-  if (end < offset || (end + cs - 1) / cs >= (1ull << kChunkIndexBits))
-    return OutOfRange("write of " + std::to_string(data.size()) + " bytes at " +
-                      std::to_string(offset) + " exceeds the largest file");
+  // Ends the intent on every return, after the new size is committed (or the write failed).
+  struct IntentGuard {
+    FileSystem* fs;
+    uint64_t id;
+    ~IntentGuard() { fs->EndWriteIntent(id); }
+  } intent_guard{this, intent};
   std::vector<std::vector<std::byte>> buffers;
   std::vector<ObjectPut> puts;
   auto flush = [&]() -> Status {
@@ -331,6 +347,8 @@ Status FileSystem::Write(std::string_view path, uint64_t offset, std::span<const
     if (puts.size() == kWriteBatch) RETURN_IF_ERROR(flush());
   }
   if (!puts.empty()) RETURN_IF_ERROR(flush());
+  // Tests crash here: the chunks are stored, the file's new size is not (orphans to reclaim).
+  RETURN_IF_ERROR(RT_FAULT_POINT("iofs.fs.before_size_commit"));
   std::unique_lock lock(mu_);
   auto it = inodes_.find(ino);
   if (it == inodes_.end()) return NotFound(std::string(path) + " was removed during the write");
@@ -494,6 +512,79 @@ Status FileSystem::Remove(std::string_view path) {
   return DeleteChunks(removed.ino, removed.size, removed.chunk_size);
 }
 
+uint64_t FileSystem::BeginWriteIntent(std::unique_lock<std::mutex>& lock, uint64_t ino, uint64_t first,
+                                      uint64_t end) {
+  collected_cv_.wait(lock, [&] { return !collecting_.contains(ino); });
+  const uint64_t id = next_intent_++;
+  intents_[id] = WriteIntent{ino, first, end};
+  return id;
+}
+
+void FileSystem::EndWriteIntent(uint64_t id) {
+  std::lock_guard lock(mu_);
+  intents_.erase(id);
+}
+
+bool FileSystem::IsOrphanLocked(ObjectKey key) const {
+  const uint64_t ino = key >> kChunkIndexBits;
+  const uint64_t index = key & ((1ull << kChunkIndexBits) - 1);
+  for (const auto& [id, w] : intents_)
+    if (w.ino == ino && index >= w.first && index < w.end) return false;
+  auto it = inodes_.find(ino);
+  return it == inodes_.end() || it->second.is_dir || index * it->second.chunk_size >= it->second.size;
+}
+
+Status FileSystem::FindOrphans(std::vector<ObjectKey>* orphans, std::vector<ObjectKey>* owned) {
+  // Keys first, then the namespace: a chunk written after the listing is not in it, and one
+  // whose write committed since is judged by the size it committed.
+  ASSIGN_OR_RETURN(std::vector<ObjectKey> keys, store_->Keys());
+  std::lock_guard lock(mu_);
+  for (ObjectKey key : keys) {
+    if (key == kNamespaceKey) continue;
+    if (IsOrphanLocked(key)) {
+      orphans->push_back(key);
+    } else if (owned) {
+      owned->push_back(key);
+    }
+  }
+  return Status();
+}
+
+Result<uint64_t> FileSystem::DeleteOrphans(const std::vector<ObjectKey>& candidates) {
+  std::vector<ObjectKey> doomed;
+  std::vector<uint64_t> inos;
+  {
+    // Judged again now: a write may have begun or committed since the candidates were found.
+    // Writes into these inodes wait until the deletions are done (BeginWriteIntent).
+    std::lock_guard lock(mu_);
+    for (ObjectKey key : candidates) {
+      if (!IsOrphanLocked(key)) continue;
+      doomed.push_back(key);
+      const uint64_t ino = key >> kChunkIndexBits;
+      if (inos.empty() || inos.back() != ino) {
+        inos.push_back(ino);
+        ++collecting_[ino];
+      }
+    }
+  }
+  Status s = doomed.empty() ? Status() : store_->Delete(doomed);
+  {
+    std::lock_guard lock(mu_);
+    for (uint64_t ino : inos)
+      if (--collecting_[ino] == 0) collecting_.erase(ino);
+  }
+  collected_cv_.notify_all();
+  RETURN_IF_ERROR(s.WithContext("delete " + std::to_string(doomed.size()) + " orphan chunks"));
+  return static_cast<uint64_t>(doomed.size());
+}
+
+Result<uint64_t> FileSystem::CollectOrphans() {
+  std::vector<ObjectKey> orphans;
+  RETURN_IF_ERROR(FindOrphans(&orphans, nullptr));
+  if (orphans.empty()) return uint64_t{0};
+  return DeleteOrphans(orphans);
+}
+
 Result<FsckReport> FileSystem::Fsck(bool repair) {
   FsckReport report;
   std::map<uint64_t, Inode> inodes;
@@ -509,25 +600,24 @@ Result<FsckReport> FileSystem::Fsck(bool repair) {
     }
     ++report.files;
   }
-  ASSIGN_OR_RETURN(std::vector<ObjectKey> keys, store_->Keys());
-  std::vector<ObjectKey> orphans;
+  std::vector<ObjectKey> orphans, owned;
+  RETURN_IF_ERROR(FindOrphans(&orphans, &owned));
+  report.orphan_chunks = orphans.size();
   std::vector<std::byte> data;
-  for (ObjectKey key : keys) {
-    if (key == kNamespaceKey) continue;
+  for (ObjectKey key : owned) {
     const uint64_t ino = key >> kChunkIndexBits;
     const uint64_t index = key & ((1ull << kChunkIndexBits) - 1);
-    auto it = inodes.find(ino);
-    if (it == inodes.end() || it->second.is_dir || index * it->second.chunk_size >= it->second.size) {
-      ++report.orphan_chunks;
-      orphans.push_back(key);
-      continue;
-    }
+    // Verified whether or not a write runs on it (a running write's chunk may not exist yet).
+    if (!inodes.contains(ino)) continue;
     ++report.chunks;
     Status s = store_->Get(key, 0, UINT64_MAX, &data);
-    if (!s.ok()) report.problems.push_back(PathOf(ino) + " chunk " + std::to_string(index) + ": " + s.ToString());
+    if (s.ok() || s.code() == StatusCode::kNotFound) continue;
+    std::lock_guard lock(mu_);
+    report.problems.push_back((inodes_.contains(ino) ? PathOf(ino) : "inode " + std::to_string(ino)) +
+                              " chunk " + std::to_string(index) + ": " + s.ToString());
   }
   for (std::string& p : store_->CheckStorage()) report.problems.push_back(std::move(p));
-  if (repair && !orphans.empty()) RETURN_IF_ERROR(store_->Delete(orphans));
+  if (repair && !orphans.empty()) RETURN_IF_ERROR(DeleteOrphans(orphans).status());
   return report;
 }
 

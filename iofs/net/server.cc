@@ -188,6 +188,10 @@ class ServerImpl final : public Server, public ChainTransport, public ChainRoute
   void OnPing(uint32_t id, bool ok);
   awaitable<void> HeartbeatLoop();
   awaitable<void> TickLoop();
+  // The orphan collector (metadata node): FileSystem::CollectOrphans on the client pool now and
+  // every options_.collect_ms.
+  awaitable<void> CollectLoop();
+  void CollectOnce();
 
   ServerOptions options_;
   uint32_t meta_node_ = 0;
@@ -296,16 +300,17 @@ Status ServerImpl::Init() {
     }
     for (const auto& c : configs) chain_->OnConfig(c);
     asio::co_spawn(io_, HeartbeatLoop(), asio::detached);
+    asio::co_spawn(io_, CollectLoop(), asio::detached);
   }
   asio::co_spawn(io_, TickLoop(), asio::detached);
   LOG_INFO(
       "effective config: node.id={} node.state={} node.listen={} cluster.replication={} cluster.chains={} "
       "cluster.file_chunk_size={} engine.chunk_size={} engine.small_chunk_size={} engine.slots_per_file={} "
       "engine.capacity_bytes={} engine.queue_depth={} engine.io_buffers={} timing.tick_ms={} "
-      "timing.heartbeat_ms={} timing.down_after={}",
+      "timing.heartbeat_ms={} timing.down_after={} timing.collect_ms={}",
       o.self, o.state_dir, o.listen_host, o.replication, o.chains, o.file_chunk_size, o.engine.chunk_size,
       o.engine.small_chunk_size, o.engine.slots_per_file, o.engine.capacity_bytes, o.engine.queue_depth,
-      o.engine.io_buffers, o.tick_ms, o.heartbeat_ms, o.down_after);
+      o.engine.io_buffers, o.tick_ms, o.heartbeat_ms, o.down_after, o.collect_ms);
   LOG_INFO("ringfsd node {} serving on {}:{} ({} nodes, replication {}, {} chains, state {}){}", o.self,
            o.listen_host, port, o.nodes.size(), o.replication, o.chains, o.state_dir,
            is_meta() ? ", metadata node" : "");
@@ -635,6 +640,34 @@ awaitable<void> ServerImpl::TickLoop() {
     (void)ec;
   }
   // The pool may still run a tick that uses `busy`: leak it rather than race.
+}
+
+awaitable<void> ServerImpl::CollectLoop() {
+  asio::steady_timer timer(io_);
+  auto busy = std::make_shared<std::atomic<bool>>(false);
+  // The first round once the other nodes had a heartbeat to learn the chains, then periodically.
+  timer.expires_after(std::chrono::milliseconds(std::min(options_.collect_ms, 2 * options_.heartbeat_ms)));
+  while (!stopping_) {
+    auto [ec] = co_await timer.async_wait(asio::as_tuple(use_awaitable));
+    (void)ec;
+    if (stopping_) break;
+    if (!busy->exchange(true))
+      asio::post(client_pool_, [this, busy] {
+        CollectOnce();
+        busy->store(false);
+      });
+    timer.expires_after(std::chrono::milliseconds(options_.collect_ms));
+  }
+}
+
+void ServerImpl::CollectOnce() {
+  Result<FileSystem*> fs = Fs();
+  Result<uint64_t> reclaimed = fs.ok() ? (*fs)->CollectOrphans() : fs.status();
+  if (!reclaimed.ok()) {
+    LOG_WARN("orphan collector: {} (next round in {} ms)", reclaimed.status().ToString(), options_.collect_ms);
+  } else if (*reclaimed > 0) {
+    LOG_INFO("orphan collector: reclaimed {} chunks of writes that can no longer complete", *reclaimed);
+  }
 }
 
 Result<uint64_t> ServerImpl::WriteAt(chain::NodeId node, chain::ChunkKey key,

@@ -58,6 +58,8 @@ Result<ServerOptions> LoadServerOptions(const std::string& path) {
   schema.Int("timing.tick_ms", &o.tick_ms, 1, 60000, "chain retransmission period");
   schema.Int("timing.heartbeat_ms", &o.heartbeat_ms, 10, 60000, "heartbeat period");
   schema.Int("timing.down_after", &o.down_after, 1, 1000, "missed heartbeats before a node leaves");
+  schema.Int("timing.collect_ms", &o.collect_ms, 10, 86400000,
+             "period of the orphan collector of the metadata node");
   schema.Require("node.state");
   schema.Require("cluster.nodes");
   RETURN_IF_ERROR(schema.Read(file));

@@ -16,6 +16,7 @@
 #include "iofs/net/wire.h"
 #include "tests/iofs/io_util.h"
 #include "tests/iofs/process_util.h"
+#include "tests/iofs/ringfsd_cluster.h"
 
 namespace rt::iofs {
 namespace {
@@ -60,44 +61,7 @@ Result<std::map<uint64_t, std::vector<std::byte>>> NodeContents(Io& io, uint16_t
   return out;
 }
 
-class Cluster {
- public:
-  Cluster(const std::string& dir, int nodes, int rf) : dir_(dir) {
-    for (int n = 1; n <= nodes; ++n) ports_.push_back(FreePort());
-    std::string list;
-    for (int n = 1; n <= nodes; ++n)
-      list += (n > 1 ? "," : "") + std::to_string(n) + "@127.0.0.1:" + std::to_string(ports_[n - 1]);
-    for (int n = 1; n <= nodes; ++n) {
-      std::ofstream out(Config(n));
-      out << "[node]\nid = " << n << "\nstate = \"" << dir << "/node" << n << "\"\n"
-          << "[cluster]\nnodes = \"" << list << "\"\nreplication = " << rf << "\nchains = 3\n"
-          << "[engine]\nchunk_size = 262144\nsmall_chunk_size = 65536\nslots_per_file = 64\n"
-          << "capacity_gib = 1\nio_buffers = 8\nqueue_depth = 8\n"
-          << "[timing]\ntick_ms = 50\nheartbeat_ms = 100\ndown_after = 10\n";
-    }
-    procs_.resize(nodes);
-    for (auto& p : procs_) p = std::make_unique<Process>();
-  }
-  std::string Config(int n) const { return dir_ + "/node" + std::to_string(n) + ".toml"; }
-  std::string Log(int n) const { return dir_ + "/node" + std::to_string(n) + ".log"; }
-  bool Start(int n, const std::string& faults = "") {
-    std::vector<std::string> env;
-    if (!faults.empty()) env.push_back("RINGTRAIN_FAULTS=" + faults);
-    return procs_[n - 1]->Start({RINGFSD, "--config", Config(n)}, env, Log(n));
-  }
-  Process& proc(int n) { return *procs_[n - 1]; }
-  uint16_t port(int n) const { return ports_[n - 1]; }
-  std::string Logs() const {
-    std::string all;
-    for (size_t n = 1; n <= ports_.size(); ++n) all += "--- node " + std::to_string(n) + "\n" + testing::ReadText(Log(static_cast<int>(n)));
-    return all;
-  }
-
- private:
-  std::string dir_;
-  std::vector<uint16_t> ports_;
-  std::vector<std::unique_ptr<Process>> procs_;
-};
+using Cluster = testing::RingfsdCluster;
 
 // Waits until node `n` serves exactly what node 1 serves (its resync finished).
 bool WaitConverged(Io& io, Cluster& cluster, int n, int timeout_s) {

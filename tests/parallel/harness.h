@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -37,11 +38,15 @@ struct DistRun {
 };
 
 // Runs `steps` steps of `config` under `layout` with one thread per rank (with the gradient
-// reductions started only after the backward when `overlap_reductions` is false). Every rank's
-// first error ends up in DistRun::status (naming the rank).
+// reductions started only after the backward when `overlap_reductions` is false). The engines
+// are created with `init`; `prepare`, when given, runs on each rank's engine before its first
+// step (e.g. to load a state and Restore). Every rank's first error ends up in DistRun::status
+// (naming the rank).
 inline std::unique_ptr<DistRun> RunLayout(const RunConfig& config, const ParallelLayout& layout,
                                           std::shared_ptr<const std::vector<uint16_t>> tokens,
-                                          int steps, bool overlap_reductions = true) {
+                                          int steps, bool overlap_reductions = true,
+                                          WeightInit init = WeightInit::kFromSeed,
+                                          std::function<Status(DistTrainer&)> prepare = {}) {
   static std::atomic<int> job{0};
   const size_t n = static_cast<size_t>(layout.world());
   auto run = std::make_unique<DistRun>();
@@ -54,7 +59,10 @@ inline std::unique_ptr<DistRun> RunLayout(const RunConfig& config, const Paralle
       layout.world(), "dist-test-" + std::to_string(job++), &run->worlds,
       [&](int r, comm::Communicator& world) -> Status {
         const size_t i = static_cast<size_t>(r);
-        ASSIGN_OR_RETURN(run->engines[i], DistTrainer::Create(config, layout, world, tokens));
+        ASSIGN_OR_RETURN(run->engines[i],
+                         DistTrainer::Create(config, layout, world, tokens,
+                                             std::chrono::seconds(120), init));
+        if (prepare) RETURN_IF_ERROR(prepare(*run->engines[i]));
         if (!overlap_reductions) RETURN_IF_ERROR(run->engines[i]->SetReductionOverlap(false));
         for (int s = 0; s < steps; ++s) {
           ASSIGN_OR_RETURN(StepStats st, run->engines[i]->Step());

@@ -81,7 +81,7 @@ TEST(Trainer, ResumedRunMatchesTheUninterruptedOneBitwise) {
     ASSERT_TRUE(resumed->optimizer().SyncParams().ok());
     auto state = TrainerState::Deserialize(first->state().Serialize());
     ASSERT_TRUE(state.ok());
-    resumed->Restore(*state);
+    ASSERT_TRUE(resumed->Restore(*state).ok());
     std::vector<double> tail_full;
     for (int i = 0; i < 3; ++i) tail_full.push_back(*Train(*first, 1).begin());
     EXPECT_EQ(tail_full, Train(*resumed, 3)) << precision;
@@ -97,10 +97,75 @@ TEST(Trainer, StateRoundTrips) {
   s.loss_scale = 32768;
   s.clean_steps = 3;
   s.loader = {96, 42};
-  auto back = TrainerState::Deserialize(s.Serialize());
+  s.tokens_seen = 12 * 256;
+  s.schedule_steps = 100;
+  const std::vector<std::byte> bytes = s.Serialize();
+  ASSERT_EQ(bytes.size(), 68u);
+  auto back = TrainerState::Deserialize(bytes);
   ASSERT_TRUE(back.ok());
-  EXPECT_EQ(back->Serialize(), s.Serialize());
+  EXPECT_EQ(back->Serialize(), bytes);
+  EXPECT_EQ(back->tokens_seen, 12 * 256);
+  EXPECT_EQ(back->schedule_steps, 100);
+  EXPECT_EQ(back->loader, s.loader);
   EXPECT_FALSE(TrainerState::Deserialize(std::vector<std::byte>(10)).ok());
+  // Every truncation and one extra byte are refused.
+  for (size_t n = 0; n < bytes.size(); ++n)
+    EXPECT_FALSE(TrainerState::Deserialize(std::span(bytes).first(n)).ok()) << n;
+  std::vector<std::byte> longer = bytes;
+  longer.push_back(std::byte{0});
+  EXPECT_FALSE(TrainerState::Deserialize(longer).ok());
+  // A newer version, a negative count, more updates than steps, a loss scale below 1.
+  auto broken = [&](auto edit) {
+    TrainerState b = s;
+    edit(b);
+    return TrainerState::Deserialize(b.Serialize()).status();
+  };
+  std::vector<std::byte> v3 = bytes;
+  v3[0] = std::byte{3};
+  const Status version = TrainerState::Deserialize(v3).status();
+  EXPECT_NE(version.ToString().find("unknown version 3"), std::string::npos) << version.ToString();
+  EXPECT_FALSE(broken([](TrainerState& b) { b.tokens_seen = -1; }).ok());
+  EXPECT_NE(broken([](TrainerState& b) { b.adam_step = 13; }).ToString().find("adam_step 13"),
+            std::string::npos);
+  EXPECT_FALSE(broken([](TrainerState& b) { b.loss_scale = 0.5; }).ok());
+  EXPECT_FALSE(broken([](TrainerState& b) { b.loss_scale = NAN; }).ok());
+}
+
+// Trainer::Shards is the one-rank layout's plan over the trainer's arenas: the views are the
+// arenas' tensors, and writing a trained state through them into a trainer created with
+// WeightInit::kForLoad, then Restore, continues bitwise (fp32 and bf16).
+TEST(Trainer, ShardsLoadIntoAnUninitialisedTrainerAndContinueBitwise) {
+  for (const char* precision : {"fp32", "bf16"}) {
+    RunConfig c = TinyConfig();
+    c.train.precision = precision;
+    auto tokens = PatternTokens(3000, 97, 5);
+    auto full = MakeTrainer(c, tokens);
+    const std::vector<double> all = Train(*full, 6);
+    auto first = MakeTrainer(c, tokens);
+    Train(*first, 3);
+    auto loaded = Trainer::Create(c, tokens, "", WeightInit::kForLoad);
+    ASSERT_TRUE(loaded.ok());
+    const ckpt::StateShards from = first->Shards(), to = (*loaded)->Shards();
+    ASSERT_EQ(from.shards.size(), to.shards.size());
+    // Parameters, master, m, v: one whole tensor each per arena entry, plus the step.
+    EXPECT_EQ(from.shards.size(), 4 * static_cast<size_t>(first->model().params().size()) + 1);
+    for (size_t i = 0; i < from.shards.size(); ++i) {
+      ASSERT_EQ(from.shards[i].name, to.shards[i].name);
+      ASSERT_EQ(from.shards[i].view.nbytes(), to.shards[i].view.nbytes());
+      EXPECT_FALSE(from.shards[i].has_flat_range);
+      std::memcpy(to.shards[i].view.data(), from.shards[i].view.data(), from.shards[i].view.nbytes());
+    }
+    EXPECT_EQ((*loaded)->state().adam_step, 3);  // through the step shard
+    ASSERT_TRUE((*loaded)->Restore(first->state()).ok());
+    const std::vector<double> tail = Train(**loaded, 3);
+    EXPECT_EQ(tail, std::vector<double>(all.begin() + 3, all.end())) << precision;
+    EXPECT_TRUE(SameBytes(full->model().params(), (*loaded)->model().params())) << precision;
+    EXPECT_TRUE(SameBytes(full->optimizer().v(), (*loaded)->optimizer().v())) << precision;
+    EXPECT_EQ((*loaded)->state().tokens_seen, 6 * c.train.batch_size * c.model.seq_len);
+  }
+  auto both = Trainer::Create(TinyConfig(), PatternTokens(3000, 97, 5), "w.safetensors",
+                              WeightInit::kForLoad);
+  EXPECT_FALSE(both.ok());
 }
 
 TEST(Trainer, LowPrecisionModesTrain) {

@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "base/log.h"
+#include "base/version.h"
 #include "iofs/server.h"
 #include "tools/ringfs/session.h"
 
@@ -35,6 +36,7 @@ int main(int argc, char** argv) {
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 256 << 20);
   CLI::App app{"ringfs: files in the ringtrain chunk store"};
+  app.set_version_flag("--version", std::string(rt::kRingtrainVersion));
   app.require_subcommand(1);
   std::string server = "127.0.0.1:" + std::to_string(rt::iofs::kDefaultPort);
   int64_t timeout_s = 600;

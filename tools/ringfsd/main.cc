@@ -9,6 +9,7 @@
 #include <cstdio>
 
 #include "base/log.h"
+#include "base/version.h"
 #include "iofs/server.h"
 
 int main(int argc, char** argv) {
@@ -17,6 +18,7 @@ int main(int argc, char** argv) {
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 256 << 20);
   CLI::App app{"ringfsd: the ringtrain chunk-store node"};
+  app.set_version_flag("--version", std::string(rt::kRingtrainVersion));
   std::string config, state, level = "info", host = "127.0.0.1";
   int port = rt::iofs::kDefaultPort;
   app.add_option("--config", config, "node.toml of a static cluster");
@@ -24,6 +26,10 @@ int main(int argc, char** argv) {
   app.add_option("--port", port, "embedded default: port to listen on (0 picks one)")->check(CLI::Range(0, 65535));
   app.add_option("--host", host, "embedded default: address to bind");
   app.add_option("--log-level", level, "trace, debug, info, warn, error");
+  int64_t collect_ms = 0;
+  app.add_option("--collect-ms", collect_ms,
+                 "period of the orphan collector (default 10000, or timing.collect_ms)")
+      ->check(CLI::Range(int64_t{10}, int64_t{86400000}));
   CLI11_PARSE(app, argc, argv);
   if (rt::Status s = rt::InitLogging(level, "ringfsd"); !s.ok()) {
     std::fprintf(stderr, "ringfsd: %s\n", s.ToString().c_str());
@@ -43,6 +49,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ringfsd: %s\n", options.status().ToString().c_str());
     return 2;
   }
+  if (collect_ms > 0) options->collect_ms = collect_ms;
   // Signals are taken synchronously by this thread; block them before any thread starts.
   sigset_t signals;
   sigemptyset(&signals);

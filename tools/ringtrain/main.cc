@@ -2,6 +2,7 @@
 #include <cstdio>
 
 #include "base/log.h"
+#include "base/version.h"
 #include "kernels/gemm_kernels.h"
 #include "tools/ringtrain/commands.h"
 
@@ -13,6 +14,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   CLI::App app{"ringtrain: train GPT-2 models (data prepare, train, export, eval, sample, bench)"};
+  app.set_version_flag("--version", std::string(rt::kRingtrainVersion));
   app.require_subcommand(1);
   std::string log_level = "info";
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <string>
 
+#include "base/version.h"
 #include "kernels/gemm_kernels.h"
 #include "parallel/launch.h"
 
@@ -19,6 +20,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   CLI::App app{"ringtrain_dist: distributed training on local worker processes"};
+  app.set_version_flag("--version", std::string(rt::kRingtrainVersion));
   rt::parallel::DistTrainOptions o;
   app.add_option("--config", o.config, "TOML config file");
   app.add_option("--set", o.sets, "override a config key: key=value (repeatable)");

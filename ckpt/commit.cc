@@ -1,0 +1,153 @@
+// Rank 0's side of a save: gather the fragments, write the manifest, move `latest`, clean up.
+#include <algorithm>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "base/fault.h"
+#include "base/log.h"
+#include "ckpt/catalog.h"
+#include "ckpt/manifest.h"
+#include "ckpt/writer_job.h"
+
+namespace rt::ckpt {
+namespace {
+
+// Reads every rank's fragment of (run, step), polling until `deadline`.
+Result<std::vector<Fragment>> GatherFragments(Storage& storage, const std::string& dir,
+                                              const std::string& run_id, int64_t step, int world,
+                                              Deadline deadline) {
+  std::vector<std::optional<Fragment>> got(static_cast<size_t>(world));
+  for (;;) {
+    std::vector<int> missing;
+    for (int r = 0; r < world; ++r) {
+      if (got[r]) continue;
+      const std::string path = JoinPath(dir, FragmentFile(r));
+      auto bytes = storage.ReadFile(path);
+      if (!bytes.ok() && bytes.status().code() == StatusCode::kNotFound) {
+        missing.push_back(r);
+        continue;
+      }
+      RETURN_IF_ERROR(bytes.status());
+      ASSIGN_OR_RETURN(Fragment f, DecodeFragment(*bytes, storage.uri() + "/" + path));
+      if (f.run_id != run_id || f.step != step || f.rank != r) {
+        missing.push_back(r);  // a leftover of an earlier run: its rank rewrites it
+        continue;
+      }
+      got[r] = std::move(f);
+    }
+    if (missing.empty()) break;
+    if (deadline.Expired()) {
+      std::string ranks;
+      for (int r : missing) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+      return DeadlineExceeded("checkpoint step " + std::to_string(step) + ": no fragment of run " +
+                              run_id + " from rank(s) " + ranks + " in " + storage.uri() + "/" +
+                              dir + " by the deadline");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::vector<Fragment> out;
+  for (auto& f : got) out.push_back(std::move(*f));
+  return out;
+}
+
+// Merges the fragments into the manifest's file table and tensors, checking that every tensor's
+// pieces hold as many elements as the tensor has.
+Status Merge(std::vector<Fragment> fragments, Manifest& m) {
+  std::map<std::pair<StateKind, std::string>, size_t> index;
+  for (const Fragment& f : fragments) {
+    const uint32_t file_base = static_cast<uint32_t>(m.files.size());
+    m.files.insert(m.files.end(), f.files.begin(), f.files.end());
+    for (const TensorEntry& t : f.tensors) {
+      auto [it, fresh] = index.try_emplace({t.kind, t.name}, m.tensors.size());
+      if (fresh) {
+        m.tensors.push_back(TensorEntry{t.kind, t.name, t.global_shape, t.dtype, {}});
+      } else if (m.tensors[it->second].global_shape != t.global_shape ||
+                 m.tensors[it->second].dtype != t.dtype) {
+        return FailedPrecondition(std::string(StateKindName(t.kind)) + " '" + t.name +
+                                  "': rank " + std::to_string(f.rank) + " stores shape " +
+                                  t.global_shape.ToString() + " or a dtype that differs from "
+                                  "another rank's");
+      }
+      for (StoredPiece p : t.pieces) {
+        p.file += file_base;
+        m.tensors[it->second].pieces.push_back(p);
+      }
+    }
+  }
+  for (const TensorEntry& t : m.tensors) {
+    int64_t held = 0;
+    for (const StoredPiece& p : t.pieces) held += p.numel();
+    if (held != t.global_shape.numel())
+      return FailedPrecondition(std::string(StateKindName(t.kind)) + " '" + t.name +
+                                "': the ranks store " + std::to_string(held) + " elements of its " +
+                                std::to_string(t.global_shape.numel()) +
+                                " (replica or replica_count of its shards wrong?)");
+  }
+  return Status();
+}
+
+// After the commit of `m` (whose `latest` lists `committed`): files of its folder that it does not
+// name, step folders older than it that `latest` does not list (aborted saves, retired
+// checkpoints), fragments and temporary files in the kept folders.
+Status Cleanup(Storage& storage, const Manifest& m, const std::vector<int64_t>& committed) {
+  const std::string dir = StepDir(m.step);
+  ASSIGN_OR_RETURN(std::vector<std::string> names, storage.List(dir));
+  const std::set<std::string> wanted(m.files.begin(), m.files.end());
+  for (const std::string& name : names)
+    if (name != kManifestFile && !wanted.contains(name))
+      RETURN_IF_ERROR(storage.Remove(JoinPath(dir, name)));
+  const std::set<int64_t> kept(committed.begin(), committed.end());
+  ASSIGN_OR_RETURN(std::vector<int64_t> steps, ListStepDirs(storage));
+  for (int64_t step : steps) {
+    if (step >= m.step) continue;  // newer folders may be in the making
+    if (!kept.contains(step)) {
+      LOG_INFO("checkpoint: removing {} (retired or left by an aborted save)", StepDir(step));
+      RETURN_IF_ERROR(storage.Remove(StepDir(step)));
+      continue;
+    }
+    ASSIGN_OR_RETURN(std::vector<std::string> left, storage.List(StepDir(step)));
+    for (const std::string& name : left)
+      if (name.ends_with(".frag") || name.find(".tmp.") != std::string::npos)
+        RETURN_IF_ERROR(storage.Remove(JoinPath(StepDir(step), name)));
+  }
+  return Status();
+}
+
+}  // namespace
+
+Status CheckpointWriter::Commit(Job& job) {
+  Storage& storage = *options_.storage;
+  const std::string dir = StepDir(job.step);
+  ASSIGN_OR_RETURN(std::vector<Fragment> fragments,
+                   GatherFragments(storage, dir, options_.run_id, job.step, options_.world,
+                                   Deadline::AfterMs(options_.commit_timeout_ms)));
+  RETURN_IF_ERROR(RT_FAULT_POINT("ckpt.commit.after_fragments"));
+  Manifest m;
+  m.step = job.step;
+  m.run_id = options_.run_id;
+  m.config_toml = options_.config_toml;
+  m.layout = options_.layout;
+  m.engine_state = std::move(job.engine_state);
+  m.world = options_.world;
+  RETURN_IF_ERROR(Merge(std::move(fragments), m)
+                      .WithContext("checkpoint step " + std::to_string(job.step)));
+  RETURN_IF_ERROR(storage.WriteFile(JoinPath(dir, kManifestFile), EncodeManifest(m)));
+  RETURN_IF_ERROR(RT_FAULT_POINT("ckpt.commit.after_manifest"));
+  // The commit point: `latest` lists this step first, then the newest older committed ones.
+  ASSIGN_OR_RETURN(std::vector<int64_t> committed, ListCommitted(storage));
+  std::erase_if(committed, [&](int64_t step) { return step >= job.step; });
+  committed.insert(committed.begin(), job.step);
+  if (committed.size() > static_cast<size_t>(options_.keep)) committed.resize(options_.keep);
+  const std::string latest = EncodeLatest(committed);
+  RETURN_IF_ERROR(storage.WriteFile(
+      kLatestFile, {reinterpret_cast<const uint8_t*>(latest.data()), latest.size()}));
+  RETURN_IF_ERROR(RT_FAULT_POINT("ckpt.commit.after_latest"));
+  Status cleaned = Cleanup(storage, m, committed);
+  if (!cleaned.ok())
+    LOG_WARN("checkpoint step {} committed; cleanup incomplete (the next save retries): {}",
+             job.step, cleaned.ToString());
+  return Status();
+}
+
+}  // namespace rt::ckpt

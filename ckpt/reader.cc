@@ -1,0 +1,241 @@
+#include "ckpt/reader.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "base/crc32c.h"
+#include "base/log.h"
+#include "ckpt/write_plan.h"
+#include "kernels/ops.h"
+
+namespace rt::ckpt {
+namespace {
+
+constexpr int kReadThreads = 4;
+
+Region RegionOf(const TensorEntry& t, const StoredPiece& p) {
+  Region r;
+  r.global_shape = t.global_shape;
+  r.box_offset = p.box_offset;
+  r.box_size = p.box_size;
+  r.has_flat_range = p.has_flat_range;
+  r.flat_begin = p.flat_begin;
+  r.flat_end = p.flat_end;
+  return r;
+}
+
+std::string ShardName(const TensorShard& s) {
+  return std::string(StateKindName(s.kind)) + " '" + s.name + "'";
+}
+
+// Runs fn(i) for i in [0, n) on up to `threads` threads; returns the first error.
+Status ParallelFor(size_t n, int threads, const std::function<Status(size_t)>& fn) {
+  std::atomic<size_t> next{0};
+  std::mutex mu;
+  Status first;
+  auto worker = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < n;) {
+      Status s = fn(i);
+      if (!s.ok()) {
+        std::lock_guard lock(mu);
+        if (first.ok()) first = std::move(s);
+        next.store(n);
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads && static_cast<size_t>(t) < n; ++t) pool.emplace_back(worker);
+  worker();
+  for (auto& t : pool) t.join();
+  return first;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(std::shared_ptr<Storage> storage,
+                                                                 int64_t step) {
+  const std::string path = JoinPath(StepDir(step), kManifestFile);
+  ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, storage->ReadFile(path));
+  ASSIGN_OR_RETURN(Manifest m, DecodeManifest(bytes, storage->uri() + "/" + path));
+  if (m.step != step)
+    return Corruption(storage->uri() + "/" + path + " holds step " + std::to_string(m.step));
+  return std::unique_ptr<CheckpointReader>(new CheckpointReader(std::move(storage), std::move(m)));
+}
+
+std::string CheckpointReader::Where(const TensorEntry& t, const StoredPiece& p) const {
+  std::string s = storage_->uri() + "/" + JoinPath(StepDir(manifest_.step), manifest_.files[p.file]) +
+                  " bytes [" + std::to_string(p.offset) + ", " +
+                  std::to_string(p.offset + p.length) + ") of " + StateKindName(t.kind) + " '" +
+                  t.name + "' box " + p.box_offset.ToString() + "+" + p.box_size.ToString();
+  if (p.has_flat_range)
+    s += " flat [" + std::to_string(p.flat_begin) + ", " + std::to_string(p.flat_end) + ")";
+  return s;
+}
+
+Result<std::vector<uint8_t>> CheckpointReader::ReadPiece(const TensorEntry& t,
+                                                         const StoredPiece& p) {
+  std::vector<uint8_t> stored(p.length);
+  const std::string path = JoinPath(StepDir(manifest_.step), manifest_.files[p.file]);
+  RETURN_IF_ERROR(storage_->ReadRange(path, p.offset, stored).WithContext(Where(t, p)));
+  const uint32_t crc = Crc32c(stored.data(), stored.size());
+  if (crc != p.crc32c)
+    return Corruption(Where(t, p) + ": CRC32C mismatch (stored " + std::to_string(p.crc32c) +
+                      ", computed " + std::to_string(crc) + ")");
+  if (p.codec == Codec::kNone) return stored;
+  std::vector<uint8_t> raw(p.raw_length);
+  RETURN_IF_ERROR(Decode(p.codec, DTypeSize(t.dtype), stored, raw).WithContext(Where(t, p)));
+  return raw;
+}
+
+Status CheckpointReader::Load(const StateShards& dest) {
+  // Destination memory: the view itself on the CPU, a host staging copy otherwise.
+  std::vector<std::vector<uint8_t>> staging(dest.shards.size());
+  std::vector<uint8_t*> target(dest.shards.size());
+  std::vector<const TensorEntry*> tensor_of(dest.shards.size());
+  // For every stored piece that some destination needs: the destinations it overlaps.
+  std::map<std::pair<const TensorEntry*, size_t>, std::vector<size_t>> work;
+  std::vector<int64_t> covered(dest.shards.size(), 0);
+  for (size_t i = 0; i < dest.shards.size(); ++i) {
+    const TensorShard& s = dest.shards[i];
+    const Region region = ckpt::RegionOf(s);
+    RETURN_IF_ERROR(CheckRegion(region).WithContext("destination " + ShardName(s)));
+    if (s.view.numel() != region.numel() || s.view.dtype() != s.dtype)
+      return InvalidArgument("destination " + ShardName(s) + ": view " + s.view.Describe() +
+                             " does not hold its " + std::to_string(region.numel()) + " elements");
+    const TensorEntry* t = manifest_.Find(s.kind, s.name);
+    if (t == nullptr)
+      return NotFound("checkpoint step " + std::to_string(manifest_.step) + " in " +
+                      storage_->uri() + " has no " + ShardName(s));
+    if (t->global_shape != s.global_shape || t->dtype != s.dtype)
+      return FailedPrecondition(ShardName(s) + ": the checkpoint holds shape " +
+                                t->global_shape.ToString() + " " + std::string(DTypeName(t->dtype)) +
+                                ", the destination wants " + s.global_shape.ToString() + " " +
+                                std::string(DTypeName(s.dtype)));
+    tensor_of[i] = t;
+    if (s.view.device() == Device::kCpu) {
+      target[i] = static_cast<uint8_t*>(s.view.data());
+    } else {
+      staging[i].resize(s.view.nbytes());
+      target[i] = staging[i].data();
+    }
+    for (size_t pi = 0; pi < t->pieces.size(); ++pi) {
+      int64_t overlap = 0;
+      ForEachOverlap(RegionOf(*t, t->pieces[pi]), region,
+                     [&](int64_t, int64_t, int64_t n) { overlap += n; });
+      if (overlap == 0) continue;
+      covered[i] += overlap;
+      work[{t, pi}].push_back(i);
+    }
+    if (covered[i] != region.numel())
+      return Corruption("checkpoint step " + std::to_string(manifest_.step) + ": the pieces of " +
+                        ShardName(s) + " cover " + std::to_string(covered[i]) + " of the " +
+                        std::to_string(region.numel()) + " elements of destination box " +
+                        s.box_offset.ToString() + "+" + s.box_size.ToString());
+  }
+  std::vector<std::pair<std::pair<const TensorEntry*, size_t>, std::vector<size_t>>> items(
+      work.begin(), work.end());
+  // In file order, so that consecutive reads are near each other.
+  std::sort(items.begin(), items.end(), [](const auto& a, const auto& b) {
+    const StoredPiece& pa = a.first.first->pieces[a.first.second];
+    const StoredPiece& pb = b.first.first->pieces[b.first.second];
+    return std::tie(pa.file, pa.offset) < std::tie(pb.file, pb.offset);
+  });
+  RETURN_IF_ERROR(ParallelFor(items.size(), kReadThreads, [&](size_t k) -> Status {
+    const TensorEntry& t = *items[k].first.first;
+    const StoredPiece& p = t.pieces[items[k].first.second];
+    ASSIGN_OR_RETURN(std::vector<uint8_t> raw, ReadPiece(t, p));
+    const size_t esize = DTypeSize(t.dtype);
+    for (size_t i : items[k].second) {
+      uint8_t* out = target[i];
+      ForEachOverlap(RegionOf(t, p), ckpt::RegionOf(dest.shards[i]),
+                     [&](int64_t a, int64_t b, int64_t n) {
+                       std::memcpy(out + b * esize, raw.data() + a * esize, n * esize);
+                     });
+    }
+    return Status();
+  }));
+  for (size_t i = 0; i < dest.shards.size(); ++i) {
+    if (staging[i].empty()) continue;
+    const TensorShard& s = dest.shards[i];
+    const Tensor host(staging[i].data(), s.dtype, Shape{s.view.numel()});
+    const Tensor device(s.view.data(), s.dtype, Shape{s.view.numel()}, s.view.device());
+    RETURN_IF_ERROR(Copy(device, host).WithContext("load of " + ShardName(s)));
+  }
+  return Status();
+}
+
+Result<std::vector<std::string>> CheckpointReader::Verify() {
+  std::vector<std::string> problems;
+  std::mutex mu;
+  std::vector<std::pair<const TensorEntry*, const StoredPiece*>> pieces;
+  for (const TensorEntry& t : manifest_.tensors)
+    for (const StoredPiece& p : t.pieces) pieces.push_back({&t, &p});
+  (void)ParallelFor(pieces.size(), kReadThreads, [&](size_t k) -> Status {
+    auto raw = ReadPiece(*pieces[k].first, *pieces[k].second);
+    if (!raw.ok()) {
+      std::lock_guard lock(mu);
+      problems.push_back(raw.status().ToString());
+    }
+    return Status();
+  });
+  for (const TensorEntry& t : manifest_.tensors) {
+    const int64_t n = t.global_shape.numel();
+    std::vector<uint8_t> count(static_cast<size_t>(n), 0);
+    Region whole;
+    whole.global_shape = t.global_shape;
+    whole.box_offset.ndim = whole.box_size.ndim = t.global_shape.ndim;
+    for (int d = 0; d < t.global_shape.ndim; ++d) whole.box_size.dims[d] = t.global_shape.dims[d];
+    for (const StoredPiece& p : t.pieces)
+      ForEachOverlap(RegionOf(t, p), whole, [&](int64_t, int64_t g, int64_t len) {
+        for (int64_t e = g; e < g + len; ++e) count[e] = count[e] < 2 ? count[e] + 1 : 2;
+      });
+    int64_t missing = 0, doubled = 0, first_bad = -1;
+    for (int64_t e = 0; e < n; ++e) {
+      if (count[e] == 1) continue;
+      (count[e] == 0 ? missing : doubled)++;
+      if (first_bad < 0) first_bad = e;
+    }
+    if (missing || doubled)
+      problems.push_back(std::string(StateKindName(t.kind)) + " '" + t.name + "': " +
+                         std::to_string(missing) + " elements not stored, " +
+                         std::to_string(doubled) + " stored more than once (first at flat index " +
+                         std::to_string(first_bad) + ")");
+  }
+  ASSIGN_OR_RETURN(std::vector<std::string> names, storage_->List(StepDir(manifest_.step)));
+  const std::set<std::string> wanted(manifest_.files.begin(), manifest_.files.end());
+  for (const std::string& name : names)
+    if (name != kManifestFile && !wanted.contains(name) && !name.ends_with(".frag"))
+      problems.push_back(storage_->uri() + "/" + JoinPath(StepDir(manifest_.step), name) +
+                         ": file not named by the manifest");
+  for (const std::string& file : manifest_.files)
+    if (std::find(names.begin(), names.end(), file) == names.end())
+      problems.push_back(storage_->uri() + "/" + JoinPath(StepDir(manifest_.step), file) +
+                         ": data file missing");
+  return problems;
+}
+
+Result<int64_t> LoadNewest(std::shared_ptr<Storage> storage, const StateShards& dest,
+                           std::string* engine_state) {
+  ASSIGN_OR_RETURN(std::vector<int64_t> steps, ListCommitted(*storage));
+  if (steps.empty()) return NotFound("no committed checkpoint in " + storage->uri());
+  Status last;
+  for (int64_t step : steps) {
+    auto reader = CheckpointReader::Open(storage, step);
+    Status s = reader.status();
+    if (s.ok()) s = (*reader)->Load(dest);
+    if (s.ok()) {
+      if (engine_state) *engine_state = (*reader)->manifest().engine_state;
+      return step;
+    }
+    LOG_WARN("checkpoint step {} in {} cannot be loaded ({}); trying an older one", step,
+             storage->uri(), s.ToString());
+    last = s;
+  }
+  return last.WithContext("no committed checkpoint in " + storage->uri() + " loads");
+}
+
+}  // namespace rt::ckpt

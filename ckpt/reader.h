@@ -1,0 +1,61 @@
+// CheckpointReader: loads a committed checkpoint into any layout's shards (DESIGN.md
+// "Checkpoints"). Every destination shard is filled from the stored pieces it intersects
+// (boxes x flat ranges); only those pieces are read, each verified against its CRC32C.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "ckpt/catalog.h"
+#include "ckpt/manifest.h"
+#include "ckpt/shard.h"
+#include "ckpt/storage.h"
+
+namespace rt::ckpt {
+
+// Reads one checkpoint. Thread-compatible (Load from one thread at a time).
+class CheckpointReader {
+ public:
+  // Reads and checks the MANIFEST of `step`. Errors: NotFound when there is none; Corruption /
+  // FailedPrecondition (newer format version) from decoding, naming the file.
+  static Result<std::unique_ptr<CheckpointReader>> Open(std::shared_ptr<Storage> storage,
+                                                        int64_t step);
+
+  // step, run id, config_toml, layout, engine_state, tensors.
+  const Manifest& manifest() const { return manifest_; }
+
+  // Fills every dest shard's view (any replica, any device) in place from the stored pieces it
+  // intersects, checking every CRC32C. Errors name the file, tensor and byte range: NotFound for
+  // a tensor the checkpoint lacks, FailedPrecondition for a shape or dtype that differs,
+  // Corruption for a CRC mismatch, a bad encoding or a destination the pieces do not cover
+  // exactly, OutOfRange for a truncated file, NotFound for a missing file.
+  Status Load(const StateShards& dest);
+
+  // Reads, verifies and decodes one stored piece of `tensor` (raw bytes of its elements).
+  Result<std::vector<uint8_t>> ReadPiece(const TensorEntry& tensor, const StoredPiece& piece);
+
+  // Checks the whole checkpoint: every piece's CRC32C and encoding, every tensor element stored
+  // exactly once, no file in the folder that the manifest does not name. Returns the problems
+  // found (empty: clean). Errors: only those of listing the folder.
+  Result<std::vector<std::string>> Verify();
+
+ private:
+  CheckpointReader(std::shared_ptr<Storage> storage, Manifest manifest)
+      : storage_(std::move(storage)), manifest_(std::move(manifest)) {}
+  // "<uri>/step-.../rank-00001.data bytes [a, b) (adam_m 'wte' box ... )" for errors.
+  std::string Where(const TensorEntry& tensor, const StoredPiece& piece) const;
+
+  std::shared_ptr<Storage> storage_;
+  Manifest manifest_;
+};
+
+// Loads the newest committed checkpoint that opens and loads (logging why any newer one was
+// skipped) into `dest`; sets `engine_state` (if not null) and returns its step. Errors: NotFound
+// when the storage holds no committed checkpoint; otherwise the error of the oldest one tried.
+Result<int64_t> LoadNewest(std::shared_ptr<Storage> storage, const StateShards& dest,
+                           std::string* engine_state);
+
+}  // namespace rt::ckpt

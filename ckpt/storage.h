@@ -1,0 +1,67 @@
+// Where checkpoints live: a small file interface (after leveldb's Env) that the checkpoint writer
+// and reader use, with three backends behind OpenStorage: a POSIX directory, the ringfs chunk
+// store (iofs client) and process memory. Paths are relative to the storage's root, '/'-separated,
+// without "." or ".." components.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+
+namespace rt::ckpt {
+
+// A file being written: bytes appended in order, invisible under its final name until Commit.
+// Destroying it before Commit removes what was written. Not thread-safe.
+class StorageFileWriter {
+ public:
+  virtual ~StorageFileWriter() = default;
+  // Appends `bytes` (the backend may buffer them). Errors: IoError/NoSpace/Unavailable naming
+  // the file.
+  virtual Status Append(std::span<const uint8_t> bytes) = 0;
+  // Makes the file durable and atomically visible under its final name, replacing an existing
+  // file there (POSIX: fsync, rename, fsync of the folder). Call once.
+  virtual Status Commit() = 0;
+};
+
+// A checkpoint store. Thread-safe: any call from any thread. Calls that reach a server bound their
+// waits with the backend's own deadline (ringfs: 120 s per call).
+class Storage {
+ public:
+  virtual ~Storage() = default;
+  // Starts writing `path`, creating missing parent folders.
+  virtual Result<std::unique_ptr<StorageFileWriter>> CreateFile(const std::string& path) = 0;
+  // Writes `bytes` as `path` durably and atomically (CreateFile, one Append, Commit).
+  Status WriteFile(const std::string& path, std::span<const uint8_t> bytes);
+  // The whole file. Errors: NotFound naming the path.
+  virtual Result<std::vector<uint8_t>> ReadFile(const std::string& path) = 0;
+  // Exactly out.size() bytes at `offset`. Errors: NotFound; OutOfRange naming the path, the range
+  // and the file's size when the file is shorter (a truncated file).
+  virtual Status ReadRange(const std::string& path, uint64_t offset, std::span<uint8_t> out) = 0;
+  // The names (not paths) of the entries of folder `dir` ("" for the root), sorted. A missing
+  // folder lists as empty.
+  virtual Result<std::vector<std::string>> List(const std::string& dir) = 0;
+  // The size of file `path` in bytes. Errors: NotFound.
+  virtual Result<uint64_t> FileSize(const std::string& path) = 0;
+  // Deletes a file or a whole folder; OK when it does not exist.
+  virtual Status Remove(const std::string& path) = 0;
+  // Atomically moves file `from` to `to`, replacing a file at `to`.
+  virtual Status RenameAtomic(const std::string& from, const std::string& to) = 0;
+  // The URI this storage was opened with (for messages).
+  virtual std::string uri() const = 0;
+};
+
+// Opens a storage: "DIR" or "file:///DIR" (a POSIX folder, created if missing),
+// "ringfs://HOST:PORT/PATH" (a folder on a ringfsd cluster, through the iofs client; connects
+// with a 10 s deadline), "mem://NAME" (process memory: every OpenStorage of the same NAME in one
+// process shares the files, which live until the process ends). Errors: InvalidArgument for a
+// malformed URI, IoError/Unavailable when the folder or server cannot be reached.
+Result<std::shared_ptr<Storage>> OpenStorage(const std::string& uri);
+
+// Joins two relative paths with '/' (either may be empty).
+std::string JoinPath(const std::string& a, const std::string& b);
+
+}  // namespace rt::ckpt

@@ -1,0 +1,23 @@
+// The storage backends behind OpenStorage (ckpt/storage.h); callers use OpenStorage.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "ckpt/storage.h"
+
+namespace rt::ckpt::internal {
+
+// A POSIX folder `root` (created if missing). Errors: IoError naming the folder.
+Result<std::shared_ptr<Storage>> OpenPosixStorage(const std::string& root, std::string uri);
+// The process-memory storage called `name` (shared by every opener in this process).
+std::shared_ptr<Storage> OpenMemoryStorage(const std::string& name);
+// The folder `root` on the ringfsd at host:port. Errors: Unavailable when it cannot connect.
+Result<std::shared_ptr<Storage>> OpenRingfsStorage(const std::string& host, uint16_t port,
+                                                   const std::string& root, std::string uri);
+
+// OK when `path` is a relative '/'-separated path without empty, "." or ".." components
+// (empty `path` only when `allow_root`). Errors: InvalidArgument naming the path.
+Status CheckPath(const std::string& path, bool allow_root);
+
+}  // namespace rt::ckpt::internal

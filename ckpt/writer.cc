@@ -1,0 +1,237 @@
+#include "ckpt/writer.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include "base/crc32c.h"
+#include "base/fault.h"
+#include "base/log.h"
+#include "ckpt/catalog.h"
+#include "ckpt/manifest.h"
+#include "ckpt/write_plan.h"
+#include "ckpt/writer_job.h"
+#include "kernels/ops.h"
+
+namespace rt::ckpt {
+
+Result<std::unique_ptr<CheckpointWriter>> CheckpointWriter::Create(WriterOptions o) {
+  if (!o.storage) return InvalidArgument("checkpoint writer: no storage");
+  if (o.world < 1 || o.rank < 0 || o.rank >= o.world)
+    return InvalidArgument("checkpoint writer: rank " + std::to_string(o.rank) + " of world " +
+                           std::to_string(o.world));
+  if (o.keep < 1) return InvalidArgument("checkpoint writer: keep must be >= 1");
+  if (o.piece_bytes < 8) return InvalidArgument("checkpoint writer: piece_bytes must be >= 8");
+  if (o.encode_threads < 1) return InvalidArgument("checkpoint writer: encode_threads < 1");
+  if (o.commit_timeout_ms <= 0) return InvalidArgument("checkpoint writer: commit_timeout_ms <= 0");
+  if (o.run_id.empty() || o.run_id.size() > 256)
+    return InvalidArgument("checkpoint writer: run_id must be 1-256 characters");
+  return std::unique_ptr<CheckpointWriter>(new CheckpointWriter(std::move(o)));
+}
+
+CheckpointWriter::CheckpointWriter(WriterOptions options) : options_(std::move(options)) {}
+
+CheckpointWriter::~CheckpointWriter() {
+  if (job_ && job_->thread.joinable()) job_->thread.join();
+}
+
+Status CheckpointWriter::Wait(Deadline deadline) {
+  if (!job_) return Status();
+  {
+    std::unique_lock lock(job_->mu);
+    if (!job_->cv.wait_until(lock, deadline.when(), [&] { return job_->done; }))
+      return DeadlineExceeded("checkpoint save of step " + std::to_string(job_->step) +
+                              " still running at the deadline");
+  }
+  job_->thread.join();
+  Status s = job_->reported ? Status() : job_->status;
+  job_->reported = true;
+  job_.reset();
+  return s;
+}
+
+Status CheckpointWriter::Save(int64_t step, const StateShards& shards, std::string engine_state) {
+  if (step < 0) return InvalidArgument("checkpoint step " + std::to_string(step) + " < 0");
+  if (job_) {
+    bool running;
+    {
+      std::lock_guard lock(job_->mu);
+      running = !job_->done;
+    }
+    const double start = MonoSeconds();
+    // The previous save's own waits are bounded by commit_timeout_ms; this bound is a backstop.
+    Status previous = Wait(Deadline::AfterMs(2 * options_.commit_timeout_ms + 60000));
+    if (running)
+      LOG_INFO("checkpoint step {}: waited {:.3f} s for the save of the previous checkpoint",
+               step, MonoSeconds() - start);
+    RETURN_IF_ERROR(previous.WithContext("the previous checkpoint save failed"));
+  }
+  ASSIGN_OR_RETURN(std::vector<PlannedPiece> plan, PlanWrites(shards, options_.piece_bytes));
+  auto job = std::make_unique<Job>();
+  job->step = step;
+  job->engine_state = std::move(engine_state);
+  size_t total = 0;
+  for (const PlannedPiece& p : plan) {
+    const TensorShard& s = shards.shards[p.shard];
+    SnapshotPiece sp;
+    sp.kind = s.kind;
+    sp.name = s.name;
+    sp.dtype = s.dtype;
+    sp.region = p.region;
+    sp.offset = total;
+    sp.bytes = static_cast<size_t>(p.end - p.begin) * DTypeSize(s.dtype);
+    total += sp.bytes;
+    job->pieces.push_back(std::move(sp));
+  }
+  if (snapshot_.size() < total) snapshot_.resize(total);
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const PlannedPiece& p = plan[i];
+    const TensorShard& s = shards.shards[p.shard];
+    const size_t esize = DTypeSize(s.dtype);
+    const Tensor src(static_cast<std::byte*>(s.view.data()) + p.begin * esize, s.dtype,
+                     Shape{p.end - p.begin}, s.view.device());
+    const Tensor dst(snapshot_.data() + job->pieces[i].offset, s.dtype, Shape{p.end - p.begin});
+    RETURN_IF_ERROR(Copy(dst, src).WithContext("snapshot of " + s.name));
+  }
+  Job* raw = job.get();
+  job_ = std::move(job);
+  raw->thread = std::thread([this, raw] {
+    Status s = Run(*raw);
+    if (!s.ok())
+      LOG_ERROR("checkpoint step {} (rank {}) failed: {}", raw->step, options_.rank, s.ToString());
+    std::lock_guard lock(raw->mu);
+    raw->status = std::move(s);
+    raw->done = true;
+    raw->cv.notify_all();
+  });
+  if (!options_.async) return Wait(Deadline::AfterMs(2 * options_.commit_timeout_ms + 60000));
+  return Status();
+}
+
+Status CheckpointWriter::Run(Job& job) {
+  const double start = MonoSeconds();
+  RETURN_IF_ERROR(WriteRankFiles(job));
+  if (options_.rank == 0) {
+    RETURN_IF_ERROR(Commit(job));
+    LOG_INFO("checkpoint step {} committed in {:.3f} s", job.step, MonoSeconds() - start);
+  } else if (!options_.async) {
+    RETURN_IF_ERROR(WaitCommitted(job.step));
+  }
+  return Status();
+}
+
+Status CheckpointWriter::WriteRankFiles(Job& job) {
+  RETURN_IF_ERROR(RT_FAULT_POINT("ckpt.save.before_data"));
+  Storage& storage = *options_.storage;
+  // Rewriting a committed step in place could mix its files with new ones.
+  ASSIGN_OR_RETURN(std::vector<int64_t> committed, ListCommitted(storage));
+  if (!committed.empty() && committed.front() >= job.step)
+    return FailedPrecondition("checkpoint step " + std::to_string(job.step) + " is not newer than " +
+                              "the committed step " + std::to_string(committed.front()) + " in " +
+                              storage.uri());
+  const std::string dir = StepDir(job.step);
+  const std::string data_name = DataFile(options_.rank);
+  ASSIGN_OR_RETURN(std::unique_ptr<StorageFileWriter> file,
+                   storage.CreateFile(JoinPath(dir, data_name)));
+  Fragment fragment;
+  fragment.step = job.step;
+  fragment.run_id = options_.run_id;
+  fragment.rank = options_.rank;
+  fragment.files = {data_name};
+  std::vector<StoredPiece> stored(job.pieces.size());
+  uint64_t offset = 0;
+  // Pieces are encoded in windows, `encode_threads` at a time, and appended in order.
+  const size_t window = options_.codec == Codec::kNone ? 1 : 2 * options_.encode_threads;
+  std::vector<std::vector<uint8_t>> encoded(window);
+  std::vector<Status> errors(window);
+  for (size_t first = 0; first < job.pieces.size(); first += window) {
+    const size_t count = std::min(window, job.pieces.size() - first);
+    auto encode = [&](size_t k) {
+      const SnapshotPiece& p = job.pieces[first + k];
+      auto out = Encode(options_.codec, DTypeSize(p.dtype),
+                        {snapshot_.data() + p.offset, p.bytes}, options_.zstd_level);
+      if (out.ok()) encoded[k] = std::move(*out);
+      errors[k] = out.status();
+    };
+    if (options_.codec != Codec::kNone) {
+      std::atomic<size_t> next{0};
+      auto worker = [&] {
+        for (size_t k; (k = next.fetch_add(1)) < count;) encode(k);
+      };
+      std::vector<std::thread> threads;
+      for (int t = 1; t < options_.encode_threads && static_cast<size_t>(t) < count; ++t)
+        threads.emplace_back(worker);
+      worker();
+      for (auto& t : threads) t.join();
+    }
+    for (size_t k = 0; k < count; ++k) {
+      const SnapshotPiece& p = job.pieces[first + k];
+      std::span<const uint8_t> bytes(snapshot_.data() + p.offset, p.bytes);
+      if (options_.codec != Codec::kNone) {
+        RETURN_IF_ERROR(errors[k].WithContext("encode " + p.name));
+        bytes = encoded[k];
+      }
+      StoredPiece& sp = stored[first + k];
+      sp.box_offset = p.region.box_offset;
+      sp.box_size = p.region.box_size;
+      sp.has_flat_range = p.region.has_flat_range;
+      sp.flat_begin = p.region.flat_begin;
+      sp.flat_end = p.region.flat_end;
+      sp.file = 0;
+      sp.offset = offset;
+      sp.length = bytes.size();
+      sp.crc32c = Crc32c(bytes.data(), bytes.size());
+      sp.codec = options_.codec;
+      sp.raw_length = p.bytes;
+      RETURN_IF_ERROR(file->Append(bytes));
+      offset += bytes.size();
+    }
+  }
+  RETURN_IF_ERROR(file->Commit());
+  RETURN_IF_ERROR(RT_FAULT_POINT("ckpt.save.after_data"));
+  for (size_t i = 0; i < job.pieces.size(); ++i) {
+    const SnapshotPiece& p = job.pieces[i];
+    auto it = std::find_if(fragment.tensors.begin(), fragment.tensors.end(),
+                           [&](const TensorEntry& t) { return t.kind == p.kind && t.name == p.name; });
+    if (it == fragment.tensors.end()) {
+      TensorEntry t;
+      t.kind = p.kind;
+      t.name = p.name;
+      t.global_shape = p.region.global_shape;
+      t.dtype = p.dtype;
+      fragment.tensors.push_back(std::move(t));
+      it = fragment.tensors.end() - 1;
+    }
+    it->pieces.push_back(stored[i]);
+  }
+  RETURN_IF_ERROR(storage.WriteFile(JoinPath(dir, FragmentFile(options_.rank)),
+                                    EncodeFragment(fragment)));
+  return RT_FAULT_POINT("ckpt.save.after_fragment");
+}
+
+Status CheckpointWriter::WaitCommitted(int64_t step) {
+  const Deadline deadline = Deadline::AfterMs(options_.commit_timeout_ms);
+  for (;;) {
+    auto latest = ReadLatest(*options_.storage);
+    if (latest.ok() && latest->has_value() && (*latest)->front() >= step) return Status();
+    if (deadline.Expired())
+      return DeadlineExceeded("checkpoint step " + std::to_string(step) + " on " +
+                              options_.storage->uri() + " not committed by rank 0 within " +
+                              std::to_string(options_.commit_timeout_ms) + " ms");
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+std::string NewRunId() {
+  std::random_device device;
+  std::mt19937_64 rng((static_cast<uint64_t>(device()) << 32) ^ device() ^
+                      static_cast<uint64_t>(MonoClock::now().time_since_epoch().count()));
+  char text[33];
+  std::snprintf(text, sizeof(text), "%016llx%016llx", static_cast<unsigned long long>(rng()),
+                static_cast<unsigned long long>(rng()));
+  return text;
+}
+
+}  // namespace rt::ckpt

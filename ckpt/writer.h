@@ -1,0 +1,83 @@
+// CheckpointWriter: asynchronous, two-phase-committed checkpoint saves (DESIGN.md "Checkpoints",
+// docs/formats/checkpoint.md). Each rank snapshots the data it stores into host memory at Save
+// and returns; a background thread encodes, checksums and writes the rank's data file and
+// fragment. Rank 0's thread then waits (deadline-bounded, polling the storage) for every rank's
+// fragment of this run and step, writes the MANIFEST, then the atomic `latest` pointer, and
+// finally removes leftovers (files of this folder no manifest names, uncommitted older folders)
+// and committed checkpoints beyond `keep`. A crash at any instant leaves the previous checkpoint
+// committed and the new one either committed or ignored.
+//
+// Fault points (base/fault.h), in order: ckpt.save.before_data, ckpt.save.after_data,
+// ckpt.save.after_fragment, ckpt.commit.after_fragments (rank 0), ckpt.commit.after_manifest,
+// ckpt.commit.after_latest.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "base/deadline.h"
+#include "base/status.h"
+#include "ckpt/codec.h"
+#include "ckpt/shard.h"
+#include "ckpt/storage.h"
+
+namespace rt::ckpt {
+
+// How a CheckpointWriter saves.
+struct WriterOptions {
+  std::shared_ptr<Storage> storage;  // where (required)
+  int rank = 0, world = 1;           // this rank and the number of ranks saving together
+  std::string run_id;        // same on every rank of one run (NewRunId() on rank 0, broadcast)
+  std::string config_toml;   // the run config that wrote it (recorded in the manifest by rank 0)
+  std::string layout;        // layout string ("tp=2,pp=2,dp=1,zero=1") recorded in the manifest
+  int keep = 3;              // newest complete checkpoints kept (>= 1)
+  Codec codec = Codec::kNone;
+  bool async = true;         // false: Save returns after the commit (every rank)
+  size_t piece_bytes = 4 << 20;    // raw bytes per stored piece (the unit of reads and CRCs)
+  int zstd_level = 1;              // for kZstd and kByteGroupedZstd
+  int encode_threads = 2;          // threads compressing pieces in parallel
+  int64_t commit_timeout_ms = 600000;  // rank 0's wait for the other ranks' fragments; and a
+                                       // synchronous save's wait for the commit
+};
+
+// Saves checkpoints of one rank. Save and Wait from one thread; the background work runs on a
+// thread of its own.
+class CheckpointWriter {
+ public:
+  // Errors: InvalidArgument naming a bad option.
+  static Result<std::unique_ptr<CheckpointWriter>> Create(WriterOptions options);
+  // Waits for the running save (bounded by its own deadlines).
+  ~CheckpointWriter();
+
+  // Copies the stored part of `shards` into a host snapshot now (waits for the previous save
+  // first and logs that it waited), then encodes, checksums and writes in the background.
+  // `engine_state` is opaque bytes (TrainerState::Serialize) recorded in the manifest by rank 0.
+  // Returns, without starting this save, the failure of the previous save if it failed (the
+  // failure is reported once). Errors: InvalidArgument for malformed shards; those of copying.
+  Status Save(int64_t step, const StateShards& shards, std::string engine_state);
+  // Waits until the running save (if any) finished and returns its status (reported once; OK
+  // when none ran). Errors: DeadlineExceeded when it has not finished by `deadline`.
+  Status Wait(Deadline deadline);
+
+ private:
+  struct Job;
+  explicit CheckpointWriter(WriterOptions options);
+  // The background part of a save.
+  Status Run(Job& job);
+  // Data file and fragment of this rank.
+  Status WriteRankFiles(Job& job);
+  // Rank 0: wait for fragments, write the manifest and `latest`, clean up.
+  Status Commit(Job& job);
+  // Ranks > 0 of a synchronous save: wait until `latest` names the step or a later one.
+  Status WaitCommitted(int64_t step);
+
+  WriterOptions options_;
+  std::unique_ptr<Job> job_;
+  std::vector<uint8_t> snapshot_;  // reused between saves (the previous save has finished)
+};
+
+// A fresh random run id (32 hex digits).
+std::string NewRunId();
+
+}  // namespace rt::ckpt

@@ -1,0 +1,39 @@
+// The state of one save, shared by writer.cc (snapshot, rank files) and commit.cc (rank 0's
+// commit). Internal to ckpt/.
+#pragma once
+
+#include <condition_variable>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ckpt/region.h"
+#include "ckpt/shard.h"
+#include "ckpt/writer.h"
+
+namespace rt::ckpt {
+
+// One planned piece with its bytes in the snapshot.
+struct SnapshotPiece {
+  StateKind kind = StateKind::kParam;
+  std::string name;
+  DType dtype = DType::kF32;
+  Region region;
+  size_t offset = 0;  // in the snapshot
+  size_t bytes = 0;
+};
+
+struct CheckpointWriter::Job {
+  int64_t step = 0;
+  std::string engine_state;
+  std::vector<SnapshotPiece> pieces;
+  std::thread thread;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;       // GUARDED_BY(mu)
+  Status status;           // GUARDED_BY(mu)
+  bool reported = false;   // the status was returned by Save or Wait
+};
+
+}  // namespace rt::ckpt

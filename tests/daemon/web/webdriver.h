@@ -1,0 +1,96 @@
+// A minimal W3C WebDriver client for tests: starts chromedriver (Debian's chromium-driver) as a
+// child process and drives a headless Chromium through its HTTP API with base/net's HTTP client.
+#pragma once
+
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+
+#include "base/net/http_client.h"
+#include "tests/base/net/loop.h"
+
+namespace rt::web {
+
+using nlohmann::json;
+
+// chromedriver on a free loopback port, in its own process group (killed with its browsers).
+class ChromeDriver {
+ public:
+  // Starts `chromedriver_path`; check ok() / error().
+  ChromeDriver(net::Loop& loop, const std::string& chromedriver_path) : loop_(loop) {
+    {
+      net::tcp::acceptor probe(loop.io(), net::tcp::endpoint(net::asio::ip::make_address(
+                                              "127.0.0.1"), 0));
+      port_ = probe.local_endpoint().port();
+    }
+    const std::string port_flag = "--port=" + std::to_string(port_);
+    char* argv[] = {const_cast<char*>(chromedriver_path.c_str()),
+                    const_cast<char*>(port_flag.c_str()), nullptr};
+    posix_spawnattr_t attr;
+    posix_spawnattr_init(&attr);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+    posix_spawnattr_setpgroup(&attr, 0);
+    const int spawned = posix_spawn(&pid_, argv[0], nullptr, &attr, argv, environ);
+    posix_spawnattr_destroy(&attr);
+    if (spawned != 0) {
+      error_ = "cannot start " + chromedriver_path + ": " + std::strerror(spawned);
+      pid_ = -1;
+      return;
+    }
+    // Ready when /status says so.
+    const Deadline deadline = Deadline::AfterMs(30'000);
+    while (!deadline.Expired()) {
+      Result<json> status = Call("GET", "/status", nullptr);
+      if (status.ok() && (*status)["value"].value("ready", false)) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    error_ = "chromedriver on port " + std::to_string(port_) + " not ready within 30 s";
+  }
+  ~ChromeDriver() {
+    if (pid_ <= 0) return;
+    kill(-pid_, SIGTERM);
+    int status = 0;
+    const Deadline deadline = Deadline::AfterMs(10'000);
+    while (waitpid(pid_, &status, WNOHANG) == 0) {
+      if (deadline.Expired()) {
+        kill(-pid_, SIGKILL);
+        waitpid(pid_, &status, 0);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  bool ok() const { return error_.empty(); }
+  const std::string& error() const { return error_; }
+
+  // One WebDriver command; returns the whole answer ({"value": ...}). Errors: the HTTP call's,
+  // or Internal with WebDriver's error message for a non-2xx answer.
+  Result<json> Call(const std::string& method, const std::string& path, const json& body,
+                    int64_t timeout_ms = 60'000) {
+    net::HttpCallRequest request{.method = method, .port = port_, .target = path,
+                                 .body = body.is_null() ? "" : body.dump()};
+    auto reply = loop_.Run<Result<net::HttpResponse>>(
+        [&]() { return net::HttpCall(request, Deadline::AfterMs(timeout_ms)); });
+    if (!reply.ok()) return reply.status();
+    json answer = json::parse(reply->body, nullptr, false);
+    if (answer.is_discarded())
+      return Internal("webdriver " + path + ": not JSON: " + reply->body.substr(0, 200));
+    if (reply->status / 100 != 2)
+      return Internal("webdriver " + method + " " + path + ": HTTP " +
+                      std::to_string(reply->status) + ": " + answer.dump().substr(0, 500));
+    return answer;
+  }
+
+ private:
+  net::Loop& loop_;
+  uint16_t port_ = 0;
+  pid_t pid_ = -1;
+  std::string error_;
+};
+
+}  // namespace rt::web
