@@ -203,6 +203,18 @@ TEST_F(ClusterTest, TrainsAndRecoversFromKilledWorkersAndDaemons) {
               seconds, Generation(s).c_str());
   EXPECT_EQ(Members(s), 3u) << "a worker death changes the epoch, not the view";
 
+  // ringctl drain 3: a new epoch whose plan leaves node 3 out; --undo puts it back.
+  ProcessOutcome drained = Ctl({"drain", "3"}, 2);
+  ASSERT_EQ(drained.exit_code, 0) << drained.output;
+  s = WaitFor(1, "a plan without node 3", [](const Json& s) {
+    return WorkerPids(s, 3).empty() && WorkerPids(s, 1).size() == 2 &&
+           WorkerPids(s, 2).size() == 2 && Step(s) >= 1 &&
+           s["nodes"][0]["plan"].get<std::string>().find("dp=2") != std::string::npos;
+  });
+  EXPECT_EQ(s["drained"], Json::array({3}));
+  ProcessOutcome undrained = Ctl({"drain", "3", "--undo"});
+  ASSERT_EQ(undrained.exit_code, 0) << undrained.output;
+
   // kill -9 daemon 3: its workers die with it; the others install a view of 2 and go on.
   s = WaitFor(1, "workers on node 3", [](const Json& s) { return !WorkerPids(s, 3).empty(); });
   const std::vector<pid_t> orphans = WorkerPids(s, 3);
