@@ -2,6 +2,7 @@
 
 #include <zstd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -9,9 +10,12 @@ namespace rt::ckpt {
 
 const char* CodecName(Codec codec) {
   switch (codec) {
-    case Codec::kNone: return "none";
-    case Codec::kZstd: return "zstd";
-    case Codec::kByteGroupedZstd: return "bgzstd";
+    case Codec::kNone:
+      return "none";
+    case Codec::kZstd:
+      return "zstd";
+    case Codec::kByteGroupedZstd:
+      return "bgzstd";
   }
   return "?";
 }
@@ -31,39 +35,47 @@ Result<Codec> CodecFromByte(uint8_t value) {
 
 namespace {
 
+// Elements per block of the plane transposes: the block's input stays in cache while each of its
+// planes is gathered.
+constexpr size_t kPlaneBlock = 8192;
+
 // out[k * n + i] = in[i * size + k]: byte k of every element together.
 void SplitPlanes(std::span<const uint8_t> in, size_t size, uint8_t* out) {
   const size_t n = in.size() / size;
-  for (size_t k = 0; k < size; ++k) {
-    uint8_t* plane = out + k * n;
-    const uint8_t* src = in.data() + k;
-    for (size_t i = 0; i < n; ++i) plane[i] = src[i * size];
+  for (size_t first = 0; first < n; first += kPlaneBlock) {
+    const size_t last = std::min(n, first + kPlaneBlock);
+    for (size_t k = 0; k < size; ++k) {
+      uint8_t* plane = out + k * n;
+      const uint8_t* src = in.data() + k;
+      for (size_t i = first; i < last; ++i) plane[i] = src[i * size];
+    }
   }
 }
 
 // The inverse of SplitPlanes.
 void JoinPlanes(const uint8_t* in, size_t size, std::span<uint8_t> out) {
   const size_t n = out.size() / size;
-  for (size_t k = 0; k < size; ++k) {
-    const uint8_t* plane = in + k * n;
-    uint8_t* dst = out.data() + k;
-    for (size_t i = 0; i < n; ++i) dst[i * size] = plane[i];
+  for (size_t first = 0; first < n; first += kPlaneBlock) {
+    const size_t last = std::min(n, first + kPlaneBlock);
+    for (size_t k = 0; k < size; ++k) {
+      const uint8_t* plane = in + k * n;
+      uint8_t* dst = out.data() + k;
+      for (size_t i = first; i < last; ++i) dst[i * size] = plane[i];
+    }
   }
 }
 
 Result<std::vector<uint8_t>> Compress(std::span<const uint8_t> raw, int level) {
   std::vector<uint8_t> out(ZSTD_compressBound(raw.size()));
   const size_t n = ZSTD_compress(out.data(), out.size(), raw.data(), raw.size(), level);
-  if (ZSTD_isError(n))
-    return Internal(std::string("zstd compress: ") + ZSTD_getErrorName(n));
+  if (ZSTD_isError(n)) return Internal(std::string("zstd compress: ") + ZSTD_getErrorName(n));
   out.resize(n);
   return out;
 }
 
 Status Decompress(std::span<const uint8_t> stored, std::span<uint8_t> raw) {
   const unsigned long long expected = ZSTD_getFrameContentSize(stored.data(), stored.size());
-  if (expected == ZSTD_CONTENTSIZE_ERROR)
-    return Corruption("zstd: not a zstd frame");
+  if (expected == ZSTD_CONTENTSIZE_ERROR) return Corruption("zstd: not a zstd frame");
   if (expected != ZSTD_CONTENTSIZE_UNKNOWN && expected != raw.size())
     return Corruption("zstd: frame holds " + std::to_string(expected) + " bytes, expected " +
                       std::to_string(raw.size()));
@@ -77,14 +89,16 @@ Status Decompress(std::span<const uint8_t> stored, std::span<uint8_t> raw) {
 
 }  // namespace
 
-Result<std::vector<uint8_t>> Encode(Codec codec, size_t element_size,
-                                    std::span<const uint8_t> raw, int level) {
+Result<std::vector<uint8_t>> Encode(Codec codec, size_t element_size, std::span<const uint8_t> raw,
+                                    int level) {
   if (element_size == 0 || raw.size() % element_size != 0)
     return InvalidArgument("codec input of " + std::to_string(raw.size()) +
                            " bytes is not whole elements of " + std::to_string(element_size));
   switch (codec) {
-    case Codec::kNone: return std::vector<uint8_t>(raw.begin(), raw.end());
-    case Codec::kZstd: return Compress(raw, level);
+    case Codec::kNone:
+      return std::vector<uint8_t>(raw.begin(), raw.end());
+    case Codec::kZstd:
+      return Compress(raw, level);
     case Codec::kByteGroupedZstd: {
       if (element_size == 1) return Compress(raw, level);
       std::vector<uint8_t> planes(raw.size());
@@ -98,8 +112,8 @@ Result<std::vector<uint8_t>> Encode(Codec codec, size_t element_size,
 Status Decode(Codec codec, size_t element_size, std::span<const uint8_t> stored,
               std::span<uint8_t> raw) {
   if (element_size == 0 || raw.size() % element_size != 0)
-    return Corruption("raw length " + std::to_string(raw.size()) +
-                      " is not whole elements of " + std::to_string(element_size));
+    return Corruption("raw length " + std::to_string(raw.size()) + " is not whole elements of " +
+                      std::to_string(element_size));
   switch (codec) {
     case Codec::kNone:
       if (stored.size() != raw.size())
@@ -107,7 +121,8 @@ Status Decode(Codec codec, size_t element_size, std::span<const uint8_t> stored,
                           std::to_string(raw.size()));
       if (!raw.empty()) std::memcpy(raw.data(), stored.data(), raw.size());
       return Status();
-    case Codec::kZstd: return Decompress(stored, raw);
+    case Codec::kZstd:
+      return Decompress(stored, raw);
     case Codec::kByteGroupedZstd: {
       if (element_size == 1) return Decompress(stored, raw);
       std::vector<uint8_t> planes(raw.size());

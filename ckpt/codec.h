@@ -24,8 +24,8 @@ Result<Codec> CodecFromByte(uint8_t value);
 
 // Encodes `raw`, whose elements are `element_size` bytes (raw.size() a multiple of it), at zstd
 // level `level`. kNone returns a copy. Errors: Internal naming zstd's error.
-Result<std::vector<uint8_t>> Encode(Codec codec, size_t element_size,
-                                    std::span<const uint8_t> raw, int level = 1);
+Result<std::vector<uint8_t>> Encode(Codec codec, size_t element_size, std::span<const uint8_t> raw,
+                                    int level = 1);
 // Decodes `stored` into `raw`, which must be exactly the raw length. Errors: Corruption when the
 // bytes do not decode to exactly raw.size() bytes (naming zstd's error).
 Status Decode(Codec codec, size_t element_size, std::span<const uint8_t> stored,

@@ -19,9 +19,16 @@ Result<std::vector<Fragment>> GatherFragments(Storage& storage, const std::strin
                                               Deadline deadline) {
   std::vector<std::optional<Fragment>> got(static_cast<size_t>(world));
   for (;;) {
+    // One listing per poll; only fragments that appeared are read.
+    ASSIGN_OR_RETURN(std::vector<std::string> names, storage.List(dir));
+    const std::set<std::string> present(names.begin(), names.end());
     std::vector<int> missing;
     for (int r = 0; r < world; ++r) {
       if (got[r]) continue;
+      if (!present.contains(FragmentFile(r))) {
+        missing.push_back(r);
+        continue;
+      }
       const std::string path = JoinPath(dir, FragmentFile(r));
       auto bytes = storage.ReadFile(path);
       if (!bytes.ok() && bytes.status().code() == StatusCode::kNotFound) {
@@ -64,9 +71,10 @@ Status Merge(std::vector<Fragment> fragments, Manifest& m) {
         m.tensors.push_back(TensorEntry{t.kind, t.name, t.global_shape, t.dtype, {}});
       } else if (m.tensors[it->second].global_shape != t.global_shape ||
                  m.tensors[it->second].dtype != t.dtype) {
-        return FailedPrecondition(std::string(StateKindName(t.kind)) + " '" + t.name +
-                                  "': rank " + std::to_string(f.rank) + " stores shape " +
-                                  t.global_shape.ToString() + " or a dtype that differs from "
+        return FailedPrecondition(std::string(StateKindName(t.kind)) + " '" + t.name + "': rank " +
+                                  std::to_string(f.rank) + " stores shape " +
+                                  t.global_shape.ToString() +
+                                  " or a dtype that differs from "
                                   "another rank's");
       }
       for (StoredPiece p : t.pieces) {
@@ -130,8 +138,8 @@ Status CheckpointWriter::Commit(Job& job) {
   m.layout = options_.layout;
   m.engine_state = std::move(job.engine_state);
   m.world = options_.world;
-  RETURN_IF_ERROR(Merge(std::move(fragments), m)
-                      .WithContext("checkpoint step " + std::to_string(job.step)));
+  RETURN_IF_ERROR(
+      Merge(std::move(fragments), m).WithContext("checkpoint step " + std::to_string(job.step)));
   RETURN_IF_ERROR(storage.WriteFile(JoinPath(dir, kManifestFile), EncodeManifest(m)));
   RETURN_IF_ERROR(RT_FAULT_POINT("ckpt.commit.after_manifest"));
   // The commit point: `latest` lists this step first, then the newest older committed ones.

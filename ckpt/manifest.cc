@@ -15,7 +15,7 @@ constexpr char kManifestMagic[8] = {'R', 'T', 'C', 'K', 'P', 'T', 'M', 'F'};
 constexpr char kFragmentMagic[8] = {'R', 'T', 'C', 'K', 'P', 'T', 'F', 'R'};
 constexpr size_t kHeaderBytes = 8 + 4 + 8;  // magic, version, body length
 constexpr size_t kMaxName = 4096;
-constexpr size_t kMaxText = 64 << 20;       // config, layout, engine state
+constexpr size_t kMaxText = 64 << 20;  // config, layout, engine state
 
 std::span<const std::byte> AsBytes(std::span<const uint8_t> s) {
   return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
@@ -85,8 +85,7 @@ Status CheckPiece(const TensorEntry& t, const StoredPiece& p, size_t files,
                         t.global_shape.ToString());
   }
   const int64_t box = p.box_size.numel();
-  if (p.has_flat_range &&
-      (p.flat_begin < 0 || p.flat_begin >= p.flat_end || p.flat_end > box))
+  if (p.has_flat_range && (p.flat_begin < 0 || p.flat_begin >= p.flat_end || p.flat_end > box))
     return Corruption(where + ": flat range [" + std::to_string(p.flat_begin) + ", " +
                       std::to_string(p.flat_end) + ") is not inside the box of " +
                       std::to_string(box) + " elements");
@@ -100,8 +99,8 @@ Status CheckPiece(const TensorEntry& t, const StoredPiece& p, size_t files,
   const uint64_t raw = static_cast<uint64_t>(p.numel()) * DTypeSize(t.dtype);
   if (p.raw_length != raw)
     return Corruption(where + ": raw length " + std::to_string(p.raw_length) + " but " +
-                      std::to_string(p.numel()) + " elements of " + std::string(DTypeName(t.dtype)) +
-                      " are " + std::to_string(raw) + " bytes");
+                      std::to_string(p.numel()) + " elements of " +
+                      std::string(DTypeName(t.dtype)) + " are " + std::to_string(raw) + " bytes");
   if (p.codec == Codec::kNone && p.length != p.raw_length)
     return Corruption(where + ": stored length " + std::to_string(p.length) +
                       " differs from the raw length " + std::to_string(raw) + " of codec none");
@@ -216,8 +215,8 @@ Result<std::span<const uint8_t>> Unseal(const char (&magic)[8], std::span<const 
   std::memcpy(&stored, bytes.data() + bytes.size() - 4, 4);
   const uint32_t actual = Crc32c(bytes.data(), bytes.size() - 4);
   if (stored != actual)
-    return Corruption(what + ": CRC32C mismatch (stored " + std::to_string(stored) +
-                      ", computed " + std::to_string(actual) + ")");
+    return Corruption(what + ": CRC32C mismatch (stored " + std::to_string(stored) + ", computed " +
+                      std::to_string(actual) + ")");
   return bytes.subspan(kHeaderBytes, body);
 }
 

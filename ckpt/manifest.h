@@ -28,17 +28,15 @@ struct StoredPiece {
   bool has_flat_range = false;
   int64_t flat_begin = 0;
   int64_t flat_end = 0;
-  uint32_t file = 0;        // index into the file table of the manifest or fragment
-  uint64_t offset = 0;      // byte offset of the stored bytes in the file
-  uint64_t length = 0;      // stored bytes
-  uint32_t crc32c = 0;      // CRC32C of the stored bytes
+  uint32_t file = 0;    // index into the file table of the manifest or fragment
+  uint64_t offset = 0;  // byte offset of the stored bytes in the file
+  uint64_t length = 0;  // stored bytes
+  uint32_t crc32c = 0;  // CRC32C of the stored bytes
   Codec codec = Codec::kNone;
   uint64_t raw_length = 0;  // bytes after decoding (numel() * dtype size)
 
   // Elements held.
-  int64_t numel() const {
-    return has_flat_range ? flat_end - flat_begin : box_size.numel();
-  }
+  int64_t numel() const { return has_flat_range ? flat_end - flat_begin : box_size.numel(); }
 };
 
 // One global tensor and every stored piece of it.
@@ -54,10 +52,10 @@ struct TensorEntry {
 struct Manifest {
   int64_t step = 0;
   std::string run_id;
-  std::string config_toml;   // the run config that wrote it
-  std::string layout;        // the layout string that wrote it
-  std::string engine_state;  // opaque trainer state (loader, RNG, lr position, ...)
-  int32_t world = 1;         // ranks that wrote it
+  std::string config_toml;         // the run config that wrote it
+  std::string layout;              // the layout string that wrote it
+  std::string engine_state;        // opaque trainer state (loader, RNG, lr position, ...)
+  int32_t world = 1;               // ranks that wrote it
   std::vector<std::string> files;  // data files, relative to the checkpoint folder
   std::vector<TensorEntry> tensors;
 

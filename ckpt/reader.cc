@@ -67,10 +67,11 @@ Result<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(std::shared_ptr
 }
 
 std::string CheckpointReader::Where(const TensorEntry& t, const StoredPiece& p) const {
-  std::string s = storage_->uri() + "/" + JoinPath(StepDir(manifest_.step), manifest_.files[p.file]) +
-                  " bytes [" + std::to_string(p.offset) + ", " +
-                  std::to_string(p.offset + p.length) + ") of " + StateKindName(t.kind) + " '" +
-                  t.name + "' box " + p.box_offset.ToString() + "+" + p.box_size.ToString();
+  std::string s = storage_->uri() + "/" +
+                  JoinPath(StepDir(manifest_.step), manifest_.files[p.file]) + " bytes [" +
+                  std::to_string(p.offset) + ", " + std::to_string(p.offset + p.length) + ") of " +
+                  StateKindName(t.kind) + " '" + t.name + "' box " + p.box_offset.ToString() + "+" +
+                  p.box_size.ToString();
   if (p.has_flat_range)
     s += " flat [" + std::to_string(p.flat_begin) + ", " + std::to_string(p.flat_end) + ")";
   return s;
@@ -112,9 +113,9 @@ Status CheckpointReader::Load(const StateShards& dest) {
                       storage_->uri() + " has no " + ShardName(s));
     if (t->global_shape != s.global_shape || t->dtype != s.dtype)
       return FailedPrecondition(ShardName(s) + ": the checkpoint holds shape " +
-                                t->global_shape.ToString() + " " + std::string(DTypeName(t->dtype)) +
-                                ", the destination wants " + s.global_shape.ToString() + " " +
-                                std::string(DTypeName(s.dtype)));
+                                t->global_shape.ToString() + " " +
+                                std::string(DTypeName(t->dtype)) + ", the destination wants " +
+                                s.global_shape.ToString() + " " + std::string(DTypeName(s.dtype)));
     tensor_of[i] = t;
     if (s.view.device() == Device::kCpu) {
       target[i] = static_cast<uint8_t*>(s.view.data());
@@ -200,8 +201,8 @@ Result<std::vector<std::string>> CheckpointReader::Verify() {
       if (first_bad < 0) first_bad = e;
     }
     if (missing || doubled)
-      problems.push_back(std::string(StateKindName(t.kind)) + " '" + t.name + "': " +
-                         std::to_string(missing) + " elements not stored, " +
+      problems.push_back(std::string(StateKindName(t.kind)) + " '" + t.name +
+                         "': " + std::to_string(missing) + " elements not stored, " +
                          std::to_string(doubled) + " stored more than once (first at flat index " +
                          std::to_string(first_bad) + ")");
   }

@@ -62,8 +62,8 @@ void ForEachOverlap(const Region& a_in, const Region& b_in,
   const int64_t b0 = b.has_flat_range ? b.flat_begin : 0;
   const int64_t b1 = b.has_flat_range ? b.flat_end : b.box_size.numel();
   if (nd >= 2) {  // only the rows of dimension 0 that the flat ranges reach
-    lo[0] = std::max({lo[0], a.box_offset.dims[0] + a0 / stride_a[0],
-                      b.box_offset.dims[0] + b0 / stride_b[0]});
+    lo[0] = std::max(
+        {lo[0], a.box_offset.dims[0] + a0 / stride_a[0], b.box_offset.dims[0] + b0 / stride_b[0]});
     hi[0] = std::min({hi[0], a.box_offset.dims[0] + (a1 - 1) / stride_a[0] + 1,
                       b.box_offset.dims[0] + (b1 - 1) / stride_b[0] + 1});
     if (lo[0] >= hi[0]) return;

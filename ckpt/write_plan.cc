@@ -42,8 +42,8 @@ Result<std::vector<PlannedPiece>> PlanWrites(const StateShards& shards, size_t p
     const int64_t n = region.numel();
     const int64_t lo = n * s.replica / s.replica_count;
     const int64_t hi = n * (s.replica + 1) / s.replica_count;
-    const int64_t chunk = std::max<int64_t>(
-        1, static_cast<int64_t>(piece_bytes / DTypeSize(s.dtype)));
+    const int64_t chunk =
+        std::max<int64_t>(1, static_cast<int64_t>(piece_bytes / DTypeSize(s.dtype)));
     const int64_t base = s.has_flat_range ? s.flat_begin : 0;
     for (int64_t at = lo; at < hi; at += chunk) {
       PlannedPiece p;

@@ -64,8 +64,8 @@ Status CheckpointWriter::Save(int64_t step, const StateShards& shards, std::stri
     // The previous save's own waits are bounded by commit_timeout_ms; this bound is a backstop.
     Status previous = Wait(Deadline::AfterMs(2 * options_.commit_timeout_ms + 60000));
     if (running)
-      LOG_INFO("checkpoint step {}: waited {:.3f} s for the save of the previous checkpoint",
-               step, MonoSeconds() - start);
+      LOG_INFO("checkpoint step {}: waited {:.3f} s for the save of the previous checkpoint", step,
+               MonoSeconds() - start);
     RETURN_IF_ERROR(previous.WithContext("the previous checkpoint save failed"));
   }
   ASSIGN_OR_RETURN(std::vector<PlannedPiece> plan, PlanWrites(shards, options_.piece_bytes));
@@ -85,14 +85,18 @@ Status CheckpointWriter::Save(int64_t step, const StateShards& shards, std::stri
     total += sp.bytes;
     job->pieces.push_back(std::move(sp));
   }
-  if (snapshot_.size() < total) snapshot_.resize(total);
+  if (snapshot_bytes_ < total) {
+    snapshot_.reset();
+    snapshot_.reset(new uint8_t[total]);
+    snapshot_bytes_ = total;
+  }
   for (size_t i = 0; i < plan.size(); ++i) {
     const PlannedPiece& p = plan[i];
     const TensorShard& s = shards.shards[p.shard];
     const size_t esize = DTypeSize(s.dtype);
     const Tensor src(static_cast<std::byte*>(s.view.data()) + p.begin * esize, s.dtype,
                      Shape{p.end - p.begin}, s.view.device());
-    const Tensor dst(snapshot_.data() + job->pieces[i].offset, s.dtype, Shape{p.end - p.begin});
+    const Tensor dst(snapshot_.get() + job->pieces[i].offset, s.dtype, Shape{p.end - p.begin});
     RETURN_IF_ERROR(Copy(dst, src).WithContext("snapshot of " + s.name));
   }
   Job* raw = job.get();
@@ -128,9 +132,9 @@ Status CheckpointWriter::WriteRankFiles(Job& job) {
   // Rewriting a committed step in place could mix its files with new ones.
   ASSIGN_OR_RETURN(std::vector<int64_t> committed, ListCommitted(storage));
   if (!committed.empty() && committed.front() >= job.step)
-    return FailedPrecondition("checkpoint step " + std::to_string(job.step) + " is not newer than " +
-                              "the committed step " + std::to_string(committed.front()) + " in " +
-                              storage.uri());
+    return FailedPrecondition("checkpoint step " + std::to_string(job.step) +
+                              " is not newer than " + "the committed step " +
+                              std::to_string(committed.front()) + " in " + storage.uri());
   const std::string dir = StepDir(job.step);
   const std::string data_name = DataFile(options_.rank);
   ASSIGN_OR_RETURN(std::unique_ptr<StorageFileWriter> file,
@@ -150,8 +154,8 @@ Status CheckpointWriter::WriteRankFiles(Job& job) {
     const size_t count = std::min(window, job.pieces.size() - first);
     auto encode = [&](size_t k) {
       const SnapshotPiece& p = job.pieces[first + k];
-      auto out = Encode(options_.codec, DTypeSize(p.dtype),
-                        {snapshot_.data() + p.offset, p.bytes}, options_.zstd_level);
+      auto out = Encode(options_.codec, DTypeSize(p.dtype), {snapshot_.get() + p.offset, p.bytes},
+                        options_.zstd_level);
       if (out.ok()) encoded[k] = std::move(*out);
       errors[k] = out.status();
     };
@@ -168,7 +172,7 @@ Status CheckpointWriter::WriteRankFiles(Job& job) {
     }
     for (size_t k = 0; k < count; ++k) {
       const SnapshotPiece& p = job.pieces[first + k];
-      std::span<const uint8_t> bytes(snapshot_.data() + p.offset, p.bytes);
+      std::span<const uint8_t> bytes(snapshot_.get() + p.offset, p.bytes);
       if (options_.codec != Codec::kNone) {
         RETURN_IF_ERROR(errors[k].WithContext("encode " + p.name));
         bytes = encoded[k];
@@ -193,8 +197,9 @@ Status CheckpointWriter::WriteRankFiles(Job& job) {
   RETURN_IF_ERROR(RT_FAULT_POINT("ckpt.save.after_data"));
   for (size_t i = 0; i < job.pieces.size(); ++i) {
     const SnapshotPiece& p = job.pieces[i];
-    auto it = std::find_if(fragment.tensors.begin(), fragment.tensors.end(),
-                           [&](const TensorEntry& t) { return t.kind == p.kind && t.name == p.name; });
+    auto it =
+        std::find_if(fragment.tensors.begin(), fragment.tensors.end(),
+                     [&](const TensorEntry& t) { return t.kind == p.kind && t.name == p.name; });
     if (it == fragment.tensors.end()) {
       TensorEntry t;
       t.kind = p.kind;
@@ -206,8 +211,8 @@ Status CheckpointWriter::WriteRankFiles(Job& job) {
     }
     it->pieces.push_back(stored[i]);
   }
-  RETURN_IF_ERROR(storage.WriteFile(JoinPath(dir, FragmentFile(options_.rank)),
-                                    EncodeFragment(fragment)));
+  RETURN_IF_ERROR(
+      storage.WriteFile(JoinPath(dir, FragmentFile(options_.rank)), EncodeFragment(fragment)));
   return RT_FAULT_POINT("ckpt.save.after_fragment");
 }
 

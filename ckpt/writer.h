@@ -28,15 +28,15 @@ namespace rt::ckpt {
 struct WriterOptions {
   std::shared_ptr<Storage> storage;  // where (required)
   int rank = 0, world = 1;           // this rank and the number of ranks saving together
-  std::string run_id;        // same on every rank of one run (NewRunId() on rank 0, broadcast)
-  std::string config_toml;   // the run config that wrote it (recorded in the manifest by rank 0)
-  std::string layout;        // layout string ("tp=2,pp=2,dp=1,zero=1") recorded in the manifest
-  int keep = 3;              // newest complete checkpoints kept (>= 1)
+  std::string run_id;       // same on every rank of one run (NewRunId() on rank 0, broadcast)
+  std::string config_toml;  // the run config that wrote it (recorded in the manifest by rank 0)
+  std::string layout;       // layout string ("tp=2,pp=2,dp=1,zero=1") recorded in the manifest
+  int keep = 3;             // newest complete checkpoints kept (>= 1)
   Codec codec = Codec::kNone;
-  bool async = true;         // false: Save returns after the commit (every rank)
-  size_t piece_bytes = 4 << 20;    // raw bytes per stored piece (the unit of reads and CRCs)
-  int zstd_level = 1;              // for kZstd and kByteGroupedZstd
-  int encode_threads = 2;          // threads compressing pieces in parallel
+  bool async = true;                   // false: Save returns after the commit (every rank)
+  size_t piece_bytes = 4 << 20;        // raw bytes per stored piece (the unit of reads and CRCs)
+  int zstd_level = 1;                  // for kZstd and kByteGroupedZstd
+  int encode_threads = 2;              // threads compressing pieces in parallel
   int64_t commit_timeout_ms = 600000;  // rank 0's wait for the other ranks' fragments; and a
                                        // synchronous save's wait for the commit
 };
@@ -74,7 +74,10 @@ class CheckpointWriter {
 
   WriterOptions options_;
   std::unique_ptr<Job> job_;
-  std::vector<uint8_t> snapshot_;  // reused between saves (the previous save has finished)
+  // The host snapshot, reused between saves (the previous save has finished when the next one
+  // copies): not zero-filled, since every byte in use is copied in.
+  std::unique_ptr<uint8_t[]> snapshot_;
+  size_t snapshot_bytes_ = 0;
 };
 
 // A fresh random run id (32 hex digits).

@@ -31,9 +31,9 @@ struct CheckpointWriter::Job {
   std::thread thread;
   std::mutex mu;
   std::condition_variable cv;
-  bool done = false;       // GUARDED_BY(mu)
-  Status status;           // GUARDED_BY(mu)
-  bool reported = false;   // the status was returned by Save or Wait
+  bool done = false;      // GUARDED_BY(mu)
+  Status status;          // GUARDED_BY(mu)
+  bool reported = false;  // the status was returned by Save or Wait
 };
 
 }  // namespace rt::ckpt

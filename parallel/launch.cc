@@ -14,7 +14,9 @@
 #include <nlohmann/json.hpp>
 
 #include "comm/communicator.h"
+#include "base/fault.h"
 #include "comm/store.h"
+#include "parallel/checkpointing.h"
 #include "parallel/config.h"
 #include "data/data_loader.h"
 #include "parallel/engine.h"
@@ -93,18 +95,32 @@ Status RunWorker(const DistTrainOptions& o) {
                                                  static_cast<uint32_t>(config.model.vocab_size)));
   }
   ASSIGN_OR_RETURN(std::unique_ptr<DistTrainer> engine,
-                   DistTrainer::Create(config, layout, *world, tokens));
+                   DistTrainer::Create(config, layout, *world, tokens, std::chrono::seconds(120),
+                                       o.resume ? WeightInit::kForLoad : WeightInit::kFromSeed));
+  std::unique_ptr<RunCheckpoints> checkpoints;
+  if (o.resume || config.ckpt.every > 0) {
+    ASSIGN_OR_RETURN(checkpoints, RunCheckpoints::Create(config, DescribeLayout(layout),
+                                                         world.get(), device));
+  }
   const bool lead = o.rank == 0;
+  if (o.resume) {
+    ASSIGN_OR_RETURN(TrainerState state, checkpoints->Resume(engine->Shards()));
+    RETURN_IF_ERROR(engine->Restore(state));
+    if (lead)
+      std::printf("ringtrain_dist: resumed from the checkpoint of step %lld in %s\n",
+                  static_cast<long long>(state.step), config.ckpt.dir.c_str());
+  }
   std::ofstream metrics;
   if (lead) {
     std::printf("ringtrain_dist: %s on %d ranks, %lld steps\n", DescribeLayout(layout).c_str(),
                 o.ranks, static_cast<long long>(config.train.steps));
     if (!config.metrics.path.empty()) {
-      metrics.open(config.metrics.path, std::ios::trunc);
+      metrics.open(config.metrics.path, o.resume ? std::ios::app : std::ios::trunc);
       if (!metrics) return ErrnoStatus(errno, "open metrics file '" + config.metrics.path + "'");
     }
   }
-  for (int64_t i = 0; i < config.train.steps; ++i) {
+  while (engine->state().step < config.train.steps) {
+    RETURN_IF_ERROR(RT_FAULT_POINT("parallel.train.before_step"));
     const auto start = std::chrono::steady_clock::now();
     ASSIGN_OR_RETURN(StepStats s, engine->Step());
     const double seconds =
@@ -117,6 +133,8 @@ Status RunWorker(const DistTrainOptions& o) {
     if (evaluate) {
       ASSIGN_OR_RETURN(val, engine->Evaluate(val_tokens, config.eval.batches));
     }
+    if (checkpoints && checkpoints->Due(s.step, last))
+      RETURN_IF_ERROR(checkpoints->Save(s.step, engine->Shards(), engine->state()));
     if (!lead) continue;
     const double tokens_per_s = static_cast<double>(s.tokens) / seconds;
     nlohmann::ordered_json line = {{"step", s.step},           {"loss", s.loss},
@@ -135,6 +153,7 @@ Status RunWorker(const DistTrainOptions& o) {
                 << std::flush;
     }
   }
+  if (checkpoints) RETURN_IF_ERROR(checkpoints->Finish());
   return Status();
 }
 
@@ -185,6 +204,7 @@ std::vector<std::string> WorkerArguments(const DistTrainOptions& o, int rank,
   if (!o.config.empty()) a.insert(a.end(), {"--config", o.config});
   for (const std::string& s : o.sets) a.insert(a.end(), {"--set", s});
   if (o.steps >= 0) a.insert(a.end(), {"--steps", std::to_string(o.steps)});
+  if (o.resume) a.push_back("--resume");
   a.insert(a.end(), {"--layout", o.layout, "--ranks", std::to_string(o.ranks), "--rank",
                      std::to_string(rank), "--store", store, "--job", o.job});
   return a;
@@ -204,6 +224,8 @@ Status RunDistributedTrain(const DistTrainOptions& o, const std::string& executa
   ASSIGN_OR_RETURN(RunConfig config, LoadConfig(o));
   ASSIGN_OR_RETURN(const Device device, TrainDevice(config.train));
   if (device == Device::kCuda) RETURN_IF_ERROR(SelectRankGpu(-1, o.ranks));
+  if (o.resume && config.ckpt.dir.empty())
+    return InvalidArgument("--resume needs ckpt.dir: the folder or URI of the checkpoints");
   ASSIGN_OR_RETURN(std::unique_ptr<comm::TcpStoreServer> server, comm::TcpStoreServer::Start({}));
   const std::string store = "127.0.0.1:" + std::to_string(server->port());
   std::vector<pid_t> pids;

@@ -5,6 +5,10 @@
 // the DistTrainer for its rank, and
 // rank 0 prints progress and writes the metrics file with the fields of a single-process run
 // (per step: step, loss, lr, tokens_per_s, grad_norm, skipped; per evaluation: step, val_loss).
+// With [ckpt] dir and every, the ranks save checkpoints together (parallel/checkpointing.h); with
+// resume they start from the newest committed one that every rank loads, whatever layout wrote
+// it, and append to the metrics file. Each rank hits the fault point "parallel.train.before_step"
+// (test builds) before each step.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +31,7 @@ struct DistTrainOptions {
   int64_t steps = -1;             // overrides train.steps when ≥ 0
   std::string layout;             // e.g. "tp=1,pp=2,dp=2,zero=1,schedule=1f1b"
   int ranks = 1;                  // local worker processes; must equal the layout's world size
+  bool resume = false;            // continue from the newest committed checkpoint in ckpt.dir
   // Worker mode (the launcher passes these to its children).
   int rank = -1;                  // this worker's rank; -1 = launcher
   std::string store;              // rendezvous store "host:port"

@@ -86,7 +86,7 @@ std::vector<PlannedShard> PlanRankShards(const StageLayout& stage, const Ownersh
       p.source = source;
       p.element = at + (lo - begin);
       p.count = hi - lo;
-      p.replica_count = copies(t, zero_sharded);
+      s.replica_count = copies(t, zero_sharded);
       out.push_back(std::move(p));
     }
   };
@@ -124,7 +124,7 @@ std::vector<PlannedShard> PlanRankShards(const StageLayout& stage, const Ownersh
   step.shard.replica = world_rank;
   step.source = ShardSource::kStep;
   step.count = 1;
-  step.replica_count = layout.world();
+  step.shard.replica_count = layout.world();
   out.push_back(std::move(step));
   return out;
 }

@@ -47,16 +47,14 @@ enum class ShardSource : uint8_t {
   kStep = 4,          // the optimizer step count (host memory)
 };
 
-// One planned piece: its description (TensorShard without a view), where it lives in the engine
-// and how many ranks hold the same elements.
+// One planned piece: its description (TensorShard without a view) and where it lives in the
+// engine. shard.replica_count counts the holders of the piece: data-parallel replicas,
+// tensor-parallel copies of replicated tensors, the tied wte's copy; every rank for the step.
 struct PlannedShard {
   ckpt::TensorShard shard;  // `view` empty
   ShardSource source = ShardSource::kParams;
   int64_t element = 0;      // first element in the source buffer
   int64_t count = 0;        // elements held
-  int replica_count = 1;    // holders of this piece: data-parallel replicas, tensor-parallel
-                            // copies of replicated tensors, the tied wte's copy; every rank for
-                            // the step
 };
 
 // The pieces of one rank, in the engine's Shards() order: parameters (compute dtype), master,

@@ -129,8 +129,8 @@ class PosixStorage : public Storage {
     }
     size_t done = 0;
     while (done < out.size()) {
-      const ssize_t n = ::pread(fd.fd, out.data() + done, out.size() - done,
-                                static_cast<off_t>(offset + done));
+      const ssize_t n =
+          ::pread(fd.fd, out.data() + done, out.size() - done, static_cast<off_t>(offset + done));
       if (n < 0) {
         if (errno == EINTR) continue;
         return ErrnoStatus(errno, "read " + abs);
@@ -138,9 +138,9 @@ class PosixStorage : public Storage {
       if (n == 0) {
         struct stat st {};
         ::fstat(fd.fd, &st);
-        return OutOfRange("file " + abs + " is " + std::to_string(st.st_size) +
-                          " bytes: range [" + std::to_string(offset) + ", " +
-                          std::to_string(offset + out.size()) + ") runs past its end (truncated?)");
+        return OutOfRange("file " + abs + " is " + std::to_string(st.st_size) + " bytes: range [" +
+                          std::to_string(offset) + ", " + std::to_string(offset + out.size()) +
+                          ") runs past its end (truncated?)");
       }
       done += static_cast<size_t>(n);
     }
@@ -206,7 +206,8 @@ Result<std::shared_ptr<Storage>> OpenPosixStorage(const std::string& root, std::
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
   std::error_code ec;
   fs::create_directories(dir, ec);
-  if (ec) return Status(StatusCode::kIoError, "create checkpoint folder " + dir + ": " + ec.message());
+  if (ec)
+    return Status(StatusCode::kIoError, "create checkpoint folder " + dir + ": " + ec.message());
   if (!fs::is_directory(dir, ec))
     return InvalidArgument("checkpoint storage " + dir + " is not a folder");
   return std::shared_ptr<Storage>(new PosixStorage(dir, std::move(uri)));

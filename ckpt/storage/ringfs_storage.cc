@@ -5,10 +5,9 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <thread>
-
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
+#include <thread>
 
 #include "base/deadline.h"
 #include "base/net/frame_io.h"
@@ -123,8 +122,8 @@ class RingfsStorage : public Storage {
   Status ReadRange(const std::string& path, uint64_t offset, std::span<uint8_t> out) override {
     RETURN_IF_ERROR(CheckPath(path, false));
     std::span<std::byte> bytes(reinterpret_cast<std::byte*>(out.data()), out.size());
-    auto got = conn_->Run(client().ReadParallelInto(Abs(path), offset, bytes, kParallel,
-                                                    CallDeadline()));
+    auto got =
+        conn_->Run(client().ReadParallelInto(Abs(path), offset, bytes, kParallel, CallDeadline()));
     RETURN_IF_ERROR(got.status().WithContext("read " + Name(path)));
     if (*got != out.size()) {
       ASSIGN_OR_RETURN(uint64_t size, FileSize(path));
@@ -142,7 +141,8 @@ class RingfsStorage : public Storage {
       return std::vector<std::string>();
     RETURN_IF_ERROR(listed.status().WithContext("list " + Name(dir)));
     std::vector<std::string> names;
-    for (const iofs::FileStat& st : *listed) names.push_back(st.path.substr(st.path.rfind('/') + 1));
+    for (const iofs::FileStat& st : *listed)
+      names.push_back(st.path.substr(st.path.rfind('/') + 1));
     std::sort(names.begin(), names.end());
     return names;
   }
@@ -181,9 +181,7 @@ class RingfsStorage : public Storage {
 
  private:
   iofs::Client& client() { return *conn_->client(); }
-  std::string Abs(const std::string& rel) const {
-    return "/" + JoinPath(root_, rel);
-  }
+  std::string Abs(const std::string& rel) const { return "/" + JoinPath(root_, rel); }
   std::string Name(const std::string& rel) const { return uri_ + "/" + rel; }
 
   std::shared_ptr<Connection> conn_;
@@ -197,7 +195,8 @@ class RingfsStorage : public Storage {
 Result<std::shared_ptr<Storage>> OpenRingfsStorage(const std::string& host, uint16_t port,
                                                    const std::string& root, std::string uri) {
   auto conn = std::make_shared<Connection>();
-  auto client = conn->Run(iofs::Client::Connect(host, port, Deadline::After(std::chrono::seconds(10))));
+  auto client =
+      conn->Run(iofs::Client::Connect(host, port, Deadline::After(std::chrono::seconds(10))));
   RETURN_IF_ERROR(client.status().WithContext("connect to " + uri));
   conn->client() = std::move(*client);
   if (!root.empty()) {

@@ -17,8 +17,8 @@ Status ToDevice(SynthRank& rank, std::vector<Buffer>& buffers) {
     ASSIGN_OR_RETURN(Buffer b, Buffer::Allocate(Device::kCuda, s.view.nbytes()));
     const Tensor device = b.View(s.dtype, Shape{s.view.numel()});
     RETURN_IF_ERROR(Copy(device, Tensor(s.view.data(), s.dtype, Shape{s.view.numel()})));
-    s.view = s.global_shape.ndim == 0 ? Tensor(device.data(), s.dtype, Shape(), Device::kCuda)
-                                      : device;
+    s.view =
+        s.global_shape.ndim == 0 ? Tensor(device.data(), s.dtype, Shape(), Device::kCuda) : device;
     buffers.push_back(std::move(b));
   }
   return Status();

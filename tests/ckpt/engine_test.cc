@@ -2,10 +2,10 @@
 // parallel/shard_plan.h, so replicated pieces are written by all their holders) and loaded into
 // the Shards() of engines of another layout — parameters, master weights and AdamW moments equal
 // bit for bit.
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cstring>
-
-#include <gtest/gtest.h>
 
 #include "ckpt/reader.h"
 #include "ckpt/writer.h"
@@ -43,7 +43,7 @@ TEST_P(EngineRoundTripTest, SavedUnderOneLayoutLoadsBitwiseIntoAnother) {
     auto planned = parallel::PlanRankShardsOf(config.model, precision, from, rank).value();
     ASSERT_EQ(planned.size(), shards.shards.size());
     for (size_t i = 0; i < planned.size(); ++i)
-      shards.shards[i].replica_count = planned[i].replica_count;
+      EXPECT_EQ(shards.shards[i].replica_count, planned[i].shard.replica_count);
     WriterOptions o;
     o.storage = storage;
     o.rank = rank;
@@ -66,8 +66,8 @@ TEST_P(EngineRoundTripTest, SavedUnderOneLayoutLoadsBitwiseIntoAnother) {
         return reader->Load(engine.Shards());
       });
   ASSERT_TRUE(loaded->status.ok()) << loaded->status.ToString();
-  for (StateKind kind : {StateKind::kParam, StateKind::kMaster, StateKind::kAdamM,
-                         StateKind::kAdamV}) {
+  for (StateKind kind :
+       {StateKind::kParam, StateKind::kMaster, StateKind::kAdamM, StateKind::kAdamV}) {
     std::string error_a, error_b;
     auto a = Assemble(*trained, kind, &error_a);
     auto b = Assemble(*loaded, kind, &error_b);

@@ -1,10 +1,10 @@
 // Codecs, the region geometry against a naive per-element reference, the manifest and fragment
 // encodings, and the storage backends.
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <random>
-
-#include <gtest/gtest.h>
 
 #include "base/crc32c.h"
 #include "ckpt/codec.h"
@@ -284,9 +284,9 @@ TEST(StorageTest, Memory) {
 }
 
 TEST(StorageTest, BadUris) {
-  for (const char* uri : {"", "mem://", "ringfs://host/x", "ringfs://host:0/x",
-                          "ringfs://host:99999/x", "ringfs://h:1/../x", "s3://bucket/x",
-                          "file://relative"}) {
+  for (const char* uri :
+       {"", "mem://", "ringfs://host/x", "ringfs://host:0/x", "ringfs://host:99999/x",
+        "ringfs://h:1/../x", "s3://bucket/x", "file://relative"}) {
     auto s = OpenStorage(uri);
     ASSERT_FALSE(s.ok()) << uri;
     EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument) << uri;

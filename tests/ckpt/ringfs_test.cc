@@ -19,9 +19,9 @@ class RingfsTest : public ::testing::Test {
  protected:
   void SetUp() override {
     port_ = iofs::testing::FreePort();
-    ASSERT_TRUE(server_.Start({RINGFSD, "--state", dir_.path() + "/state", "--port",
-                               std::to_string(port_)},
-                              {}, dir_.path() + "/server.log"));
+    ASSERT_TRUE(
+        server_.Start({RINGFSD, "--state", dir_.path() + "/state", "--port", std::to_string(port_)},
+                      {}, dir_.path() + "/server.log"));
     // The client's connect retries while the server starts.
     auto s = OpenStorage(uri_ = "ringfs://127.0.0.1:" + std::to_string(port_) + "/ckpt");
     ASSERT_TRUE(s.ok()) << s.status().ToString() << testing::ReadText(dir_.path() + "/server.log");
@@ -49,7 +49,8 @@ TEST_F(RingfsTest, StorageSaveReshardDamageFallback) {
   const SynthLayout from{.tp = 2, .dp = 2};
   ASSERT_TRUE(testing::SaveLayout(storage_, from, 10, {.piece_bytes = 128}).ok());
   ASSERT_TRUE(testing::SaveLayout(storage_, from, 20,
-                                  {.codec = Codec::kByteGroupedZstd, .piece_bytes = 128}).ok());
+                                  {.codec = Codec::kByteGroupedZstd, .piece_bytes = 128})
+                  .ok());
   for (int64_t step : {10, 20}) {
     EXPECT_TRUE(testing::LoadAndCheck(storage_, {.tp = 3, .dp = 1, .columns = true}, step).ok());
     EXPECT_TRUE(testing::LoadAndCheck(storage_, {.tp = 1, .dp = 4, .zero = true}, step).ok());
@@ -76,7 +77,7 @@ TEST_F(RingfsTest, WriterKilledAfterManifestLeavesPreviousCommitted) {
     std::vector<std::string> env;
     if (!faults.empty()) env.push_back("RINGTRAIN_FAULTS=" + faults);
     EXPECT_TRUE(writer.Start({CKPT_WRITER_CHILD, uri_, "0", "1", "1", std::to_string(step),
-                              "run-" + std::to_string(step), "none", "5000"},
+                              "run-" + std::to_string(step), "none", "120000"},
                              env, log));
     return writer.WaitExit(std::chrono::seconds(60));
   };

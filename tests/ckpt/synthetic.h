@@ -34,8 +34,10 @@ struct SynthTensor {
 };
 
 inline std::vector<SynthTensor> SynthModel() {
-  return {{"wte", Shape{37, 12}}, {"h.0.attn.weight", Shape{12, 36}},
-          {"h.0.ln_1.bias", Shape{12}}, {"cube", Shape{5, 6, 7}}};
+  return {{"wte", Shape{37, 12}},
+          {"h.0.attn.weight", Shape{12, 36}},
+          {"h.0.ln_1.bias", Shape{12}},
+          {"cube", Shape{5, 6, 7}}};
 }
 
 // The reference value of element `g` (global row-major index) of (kind, name).

@@ -2,14 +2,13 @@
 // CheckpointWriter per rank, all on one storage), and byte surgery on stored files.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "ckpt/reader.h"
 #include "ckpt/writer.h"
@@ -48,8 +47,8 @@ struct SaveSpec {
 };
 
 // Saves the reference state of `layout` as `step` from every rank (async writers, then Wait).
-inline Status SaveLayout(std::shared_ptr<Storage> storage, const SynthLayout& layout,
-                         int64_t step, const SaveSpec& spec = {}) {
+inline Status SaveLayout(std::shared_ptr<Storage> storage, const SynthLayout& layout, int64_t step,
+                         const SaveSpec& spec = {}) {
   std::vector<SynthRank> ranks;
   std::vector<std::unique_ptr<CheckpointWriter>> writers;
   for (int r = 0; r < layout.world(); ++r) {
@@ -86,7 +85,8 @@ inline Status LoadAndCheck(std::shared_ptr<Storage> storage, const SynthLayout& 
     ASSIGN_OR_RETURN(auto reader, CheckpointReader::Open(storage, step));
     RETURN_IF_ERROR(reader->Load(rank.shards));
     const std::string bad = CheckRank(rank);
-    if (!bad.empty()) return Internal("rank " + std::to_string(r) + " of " + layout.Name() + ": " + bad);
+    if (!bad.empty())
+      return Internal("rank " + std::to_string(r) + " of " + layout.Name() + ": " + bad);
   }
   return Status();
 }

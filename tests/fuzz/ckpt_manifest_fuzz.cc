@@ -71,6 +71,5 @@ std::vector<std::vector<uint8_t>> FuzzSeeds() {
   f.tensors = m.tensors;
   f.tensors[0].pieces[0].file = 0;
   const std::string latest = EncodeLatest({7, 3});
-  return {EncodeManifest(m), EncodeFragment(f),
-          std::vector<uint8_t>(latest.begin(), latest.end())};
+  return {EncodeManifest(m), EncodeFragment(f), std::vector<uint8_t>(latest.begin(), latest.end())};
 }

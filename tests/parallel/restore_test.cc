@@ -74,7 +74,8 @@ Status Fill(const ckpt::StateShards& dest, const FullState& full) {
   for (const ckpt::TensorShard& s : dest.shards) {
     if (s.kind == ckpt::StateKind::kStep) continue;
     auto it = full.find({s.kind, s.name});
-    if (it == full.end()) return NotFound(std::string("no ") + StateKindName(s.kind) + " " + s.name);
+    if (it == full.end())
+      return NotFound(std::string("no ") + StateKindName(s.kind) + " " + s.name);
     std::vector<float> wide(static_cast<size_t>(s.numel()));
     for (int64_t e = 0; e < s.numel(); ++e)
       wide[static_cast<size_t>(e)] = it->second[static_cast<size_t>(GlobalIndex(s, e))];
@@ -121,8 +122,12 @@ TEST(RestoreTest, SameLayoutContinuesBitwise) {
        std::vector<std::pair<std::string, std::string>>{{"dp=2,zero=1", "fp32"},
                                                         {"tp=2,pp=2", "fp32"},
                                                         {"dp=2,zero=3", "bf16"},
+                                                        {"dp=2,zero=2", "fp16"},
                                                         {"dp=4,zero=2,hsdp_shard=2", "fp32"}}) {
-    const RunConfig config = Config(2, 2, precision);
+    RunConfig config = Config(2, 2, precision);
+    // fp16: the scale doubles every 3 clean steps, so the window counter restored mid-window
+    // (step 10) decides when it next doubles.
+    config.train.loss_scale_window = 3;
     std::unique_ptr<DistRun> whole = RunLayout(config, Layout(spec), Tokens(), kSteps);
     std::unique_ptr<DistRun> first = RunLayout(config, Layout(spec), Tokens(), kHalf);
     ASSERT_TRUE(whole->status.ok() && first->status.ok()) << spec;
@@ -138,6 +143,10 @@ TEST(RestoreTest, SameLayoutContinuesBitwise) {
     EXPECT_TRUE(Snapshot(*second) == Snapshot(*whole)) << spec << ": state differs bitwise";
     EXPECT_EQ(second->engines[0]->state().Serialize(), whole->engines[0]->state().Serialize())
         << spec;
+    if (precision == "fp16") {
+      EXPECT_EQ(first->engines[0]->state().clean_steps, 1) << "restored mid-window";
+      EXPECT_GT(whole->engines[0]->state().loss_scale, 65536.0);
+    }
     // The bf16/fp16 copies were rebuilt from the master: the parameters match too.
     std::string error;
     const auto a = testing::Assemble(*second, ckpt::StateKind::kParam, &error);

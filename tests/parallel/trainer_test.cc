@@ -153,7 +153,8 @@ TEST(Trainer, ShardsLoadIntoAnUninitialisedTrainerAndContinueBitwise) {
       ASSERT_EQ(from.shards[i].name, to.shards[i].name);
       ASSERT_EQ(from.shards[i].view.nbytes(), to.shards[i].view.nbytes());
       EXPECT_FALSE(from.shards[i].has_flat_range);
-      std::memcpy(to.shards[i].view.data(), from.shards[i].view.data(), from.shards[i].view.nbytes());
+      std::memcpy(to.shards[i].view.data(), from.shards[i].view.data(),
+                  from.shards[i].view.nbytes());
     }
     EXPECT_EQ((*loaded)->state().adam_step, 3);  // through the step shard
     ASSERT_TRUE((*loaded)->Restore(first->state()).ok());

@@ -9,7 +9,6 @@
 #include <array>
 #include <cstdio>
 #include <filesystem>
-
 #include <nlohmann/json.hpp>
 
 #include "ckpt/reader.h"
@@ -60,7 +59,6 @@ ModelConfig Model() {
 // Every rank's planned shards of `spec` with memory; filled with the reference values if `fill`.
 struct PlannedRank {
   testing::SynthRank state;
-  std::vector<int> replica_counts;
 };
 PlannedRank Plan(const std::string& spec, int rank, bool fill) {
   const auto layout = parallel::ParseLayout(spec).value();
@@ -68,7 +66,6 @@ PlannedRank Plan(const std::string& spec, int rank, bool fill) {
   PlannedRank out;
   for (auto& p : planned) {
     TensorShard s = p.shard;
-    s.replica_count = p.replica_count;
     out.state.memory.push_back(
         std::make_unique<std::vector<uint8_t>>(p.count * DTypeSize(s.dtype), 0));
     s.view = Tensor(out.state.memory.back()->data(), s.dtype, Shape{p.count});
@@ -134,8 +131,8 @@ bool PiecesFollow(const std::string& uri, const std::string& spec) {
                                s.flat_begin, s.flat_end}});
   for (const TensorEntry& t : reader->manifest().tensors)
     for (const StoredPiece& p : t.pieces) {
-      const Region piece{t.global_shape, p.box_offset, p.box_size, p.has_flat_range,
-                         p.flat_begin, p.flat_end};
+      const Region piece{t.global_shape,   p.box_offset, p.box_size,
+                         p.has_flat_range, p.flat_begin, p.flat_end};
       bool inside = false;
       for (const auto& [key, region] : shards) {
         if (key != std::make_pair(t.kind, t.name)) continue;
@@ -206,9 +203,9 @@ TEST(RingckptCliTest, RingfsDestination) {
   testing::TempDir dir("ringckpt-ringfs");
   const uint16_t port = iofs::testing::FreePort();
   iofs::testing::Process server;
-  ASSERT_TRUE(server.Start({RINGFSD, "--state", dir.path() + "/state", "--port",
-                            std::to_string(port)},
-                           {}, dir.path() + "/server.log"));
+  ASSERT_TRUE(
+      server.Start({RINGFSD, "--state", dir.path() + "/state", "--port", std::to_string(port)}, {},
+                   dir.path() + "/server.log"));
   const std::string src = dir.path() + "/src";
   const std::string remote = "ringfs://127.0.0.1:" + std::to_string(port) + "/ck";
   ASSERT_TRUE(SavePlanned(src, "dp=2,zero=1", 9).ok());

@@ -37,9 +37,9 @@ int Diff(const Source& a, const Source& b);
 
 // `reshard` options.
 struct ReshardOptions {
-  std::string to;        // the target layout ("tp=2,dp=2,zero=1")
-  std::string out;       // the destination storage URI
-  std::string config;    // a run config file overriding the one recorded in the checkpoint
+  std::string to;      // the target layout ("tp=2,dp=2,zero=1")
+  std::string out;     // the destination storage URI
+  std::string config;  // a run config file overriding the one recorded in the checkpoint
   std::string codec = "none";
 };
 // `reshard`: writes the checkpoint laid out for the target layout (every target rank's pieces

@@ -2,9 +2,8 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
-#include <set>
-
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "ckpt/catalog.h"
 #include "kernels/ops.h"
@@ -79,18 +78,30 @@ nlohmann::json ManifestJson(const rt::ckpt::Manifest& m) {
     for (const rt::ckpt::StoredPiece& p : t.pieces) {
       nlohmann::json flat = nullptr;
       if (p.has_flat_range) flat = {p.flat_begin, p.flat_end};
-      pieces.push_back({{"box_offset", Dims(p.box_offset)}, {"box_size", Dims(p.box_size)},
-                        {"flat_range", flat}, {"file", m.files[p.file]}, {"offset", p.offset},
-                        {"length", p.length}, {"crc32c", p.crc32c},
-                        {"codec", rt::ckpt::CodecName(p.codec)}, {"raw_length", p.raw_length}});
+      pieces.push_back({{"box_offset", Dims(p.box_offset)},
+                        {"box_size", Dims(p.box_size)},
+                        {"flat_range", flat},
+                        {"file", m.files[p.file]},
+                        {"offset", p.offset},
+                        {"length", p.length},
+                        {"crc32c", p.crc32c},
+                        {"codec", rt::ckpt::CodecName(p.codec)},
+                        {"raw_length", p.raw_length}});
     }
-    tensors.push_back({{"kind", rt::ckpt::StateKindName(t.kind)}, {"name", t.name},
+    tensors.push_back({{"kind", rt::ckpt::StateKindName(t.kind)},
+                       {"name", t.name},
                        {"shape", Dims(t.global_shape)},
-                       {"dtype", std::string(rt::DTypeName(t.dtype))}, {"pieces", pieces}});
+                       {"dtype", std::string(rt::DTypeName(t.dtype))},
+                       {"pieces", pieces}});
   }
-  return {{"step", m.step}, {"run_id", m.run_id}, {"layout", m.layout}, {"world", m.world},
-          {"config_toml", m.config_toml}, {"engine_state_bytes", m.engine_state.size()},
-          {"files", m.files}, {"tensors", tensors}};
+  return {{"step", m.step},
+          {"run_id", m.run_id},
+          {"layout", m.layout},
+          {"world", m.world},
+          {"config_toml", m.config_toml},
+          {"engine_state_bytes", m.engine_state.size()},
+          {"files", m.files},
+          {"tensors", tensors}};
 }
 
 double MiB(uint64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }

@@ -61,7 +61,6 @@ rt::Status Run(const Source& source, const ReshardOptions& o) {
     memory.reserve(planned.size());
     for (rt::parallel::PlannedShard& p : planned) {
       rt::ckpt::TensorShard s = std::move(p.shard);
-      s.replica_count = p.replica_count;
       if (s.replica >= s.replica_count) continue;
       memory.emplace_back(static_cast<size_t>(p.count) * rt::DTypeSize(s.dtype));
       s.view = rt::Tensor(memory.back().data(), s.dtype, rt::Shape{p.count});

@@ -1,5 +1,8 @@
-// `ringtrain train --config FILE [--set key=value ...] [--steps N] [--init-from W] [--out W]`,
-// or with `--layout L --ranks N` on N local worker processes (parallel/launch.h).
+// `ringtrain train --config FILE [--set key=value ...] [--steps N] [--init-from W] [--out W]
+// [--resume]`, or with `--layout L --ranks N` on N local worker processes (parallel/launch.h).
+// [ckpt] dir and every save checkpoints as it trains (parallel/checkpointing.h); --resume starts
+// from the newest committed one in ckpt.dir, whatever layout wrote it. The fault point
+// "parallel.train.before_step" (test builds) is hit before each step.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -7,10 +10,13 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "base/fault.h"
 #include "base/log.h"
 #include "data/data_loader.h"
 #include "data/data_prepare.h"
+#include "parallel/checkpointing.h"
 #include "parallel/launch.h"
+#include "parallel/layout.h"
 #include "data/token_shard.h"
 #include "parallel/trainer.h"
 #include "tools/ringtrain/commands.h"
@@ -25,6 +31,7 @@ struct TrainOptions {
   int64_t steps = -1;
   std::string init_from;
   std::string out;
+  bool resume = false;
   rt::parallel::DistTrainOptions dist;  // used when --layout is given
 };
 
@@ -36,6 +43,7 @@ Status RunDistributedTrain(const TrainOptions& opt) {
   o.config = opt.config;
   o.sets = opt.sets;
   o.steps = opt.steps;
+  o.resume = opt.resume;
   o.command = {"train"};
   return rt::parallel::RunDistributedTrain(o, "/proc/self/exe");
 }
@@ -46,9 +54,10 @@ std::string TokenizerOfVocab(uint32_t vocab) { return vocab == 256 ? "byte" : "g
 // Appends JSON lines to the metrics file, if one is configured.
 class Metrics {
  public:
-  Status Open(const std::string& path) {
+  // Opens `path` (nothing when empty), appending to it when `append` is set.
+  Status Open(const std::string& path, bool append) {
     if (path.empty()) return Status();
-    out_.open(path, std::ios::trunc);
+    out_.open(path, append ? std::ios::app : std::ios::trunc);
     if (!out_) return ErrnoStatus(errno, "open metrics file '" + path + "'");
     return Status();
   }
@@ -79,7 +88,25 @@ Status RunTrain(const TrainOptions& opt) {
   ASSIGN_OR_RETURN(TokenShard first, ReadTokenShard(shards.front()));
   const std::string tokenizer = TokenizerOfVocab(first.vocab_size);
 
-  ASSIGN_OR_RETURN(auto trainer, Trainer::Create(config, train_tokens, opt.init_from));
+  if (opt.resume && config.ckpt.dir.empty())
+    return InvalidArgument("--resume needs ckpt.dir: the folder or URI of the checkpoints");
+  if (opt.resume && !opt.init_from.empty())
+    return InvalidArgument("--resume and --init-from both set the weights: choose one");
+  ASSIGN_OR_RETURN(auto trainer,
+                   Trainer::Create(config, train_tokens, opt.init_from,
+                                   opt.resume ? WeightInit::kForLoad : WeightInit::kFromSeed));
+  std::unique_ptr<parallel::RunCheckpoints> checkpoints;
+  if (opt.resume || config.ckpt.every > 0) {
+    ASSIGN_OR_RETURN(checkpoints,
+                     parallel::RunCheckpoints::Create(config, parallel::DescribeLayout({}),
+                                                      nullptr, trainer->model().device()));
+  }
+  if (opt.resume) {
+    ASSIGN_OR_RETURN(TrainerState state, checkpoints->Resume(trainer->Shards()));
+    RETURN_IF_ERROR(trainer->Restore(state));
+    std::printf("resumed from the checkpoint of step %lld in %s\n",
+                static_cast<long long>(state.step), config.ckpt.dir.c_str());
+  }
   LOG_INFO(
       "model: {} parameters, {} layers, {} channels, {} heads, context {}, vocabulary {} ({}), "
       "precision {}; {} training tokens",
@@ -87,7 +114,7 @@ Status RunTrain(const TrainOptions& opt) {
       config.model.seq_len, config.model.vocab_size, tokenizer, config.train.precision,
       train_tokens->size());
   Metrics metrics;
-  RETURN_IF_ERROR(metrics.Open(config.metrics.path));
+  RETURN_IF_ERROR(metrics.Open(config.metrics.path, opt.resume));
   Progress progress(config.train.steps, config.train.log_every);
 
   const auto evaluate = [&](int64_t step) -> Status {
@@ -101,7 +128,8 @@ Status RunTrain(const TrainOptions& opt) {
   };
   using Clock = std::chrono::steady_clock;
   double train_seconds = 0;
-  for (int64_t i = 0; i < config.train.steps; ++i) {
+  while (trainer->state().step < config.train.steps) {
+    RETURN_IF_ERROR(RT_FAULT_POINT("parallel.train.before_step"));
     const auto start = Clock::now();
     ASSIGN_OR_RETURN(StepStats s, trainer->Step());
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
@@ -121,8 +149,11 @@ Status RunTrain(const TrainOptions& opt) {
     if (config.eval.every > 0 && (s.step % config.eval.every == 0 || last)) {
       RETURN_IF_ERROR(evaluate(s.step));
     }
+    if (checkpoints && checkpoints->Due(s.step, last))
+      RETURN_IF_ERROR(checkpoints->Save(s.step, trainer->Shards(), trainer->state()));
   }
   progress.Finish();
+  if (checkpoints) RETURN_IF_ERROR(checkpoints->Finish());
   if (!opt.out.empty()) {
     RETURN_IF_ERROR(trainer->Export(opt.out, tokenizer));
     std::printf("wrote %s\n", opt.out.c_str());
@@ -142,6 +173,9 @@ void AddTrainCommand(CLI::App& app, Action* action) {
       ->check(CLI::NonNegativeNumber);
   train->add_option("--init-from", opt->init_from, "start from these safetensors weights");
   train->add_option("--out", opt->out, "write the final weights to this safetensors file");
+  train->add_flag("--resume", opt->resume,
+                  "continue from the newest committed checkpoint in ckpt.dir (any layout wrote "
+                  "it; falls back to an older one that loads)");
   train->add_option("--layout", opt->dist.layout,
                     "parallel layout on local processes: tp=,pp=,dp=,zero=,hsdp_shard=,sp=,"
                     "schedule=gpipe|1f1b|interleaved, vpp= (model chunks per rank, interleaved) "

@@ -31,6 +31,8 @@ int main(int argc, char** argv) {
       "vpp= (model chunks per rank, interleaved)");
   app.add_option("--ranks", o.ranks, "local worker processes (the layout's world size)")
       ->check(CLI::PositiveNumber);
+  app.add_flag("--resume", o.resume,
+               "continue from the newest committed checkpoint in ckpt.dir (any layout wrote it)");
   app.add_option("--rank", o.rank, "worker mode: this worker's rank")->group("");
   app.add_option("--store", o.store, "worker mode: rendezvous store host:port")->group("");
   app.add_option("--job", o.job, "worker mode: job name")->group("");

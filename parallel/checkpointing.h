@@ -1,0 +1,73 @@
+// The training loop's side of checkpoints ([ckpt] of the run config, ckpt/writer.h and
+// ckpt/reader.h): a save every ckpt.every steps and after the last, written in the background
+// while training goes on (a step waits only while the previous save still runs, and the writer
+// logs that it waited); and resume — the newest committed checkpoint that every rank loads, the
+// ranks falling back together to an older one when any rank fails to load it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "base/status.h"
+#include "ckpt/shard.h"
+#include "ckpt/storage.h"
+#include "ckpt/writer.h"
+#include "comm/communicator.h"
+#include "kernels/tensor.h"
+#include "parallel/config.h"
+#include "parallel/trainer.h"
+
+namespace rt::parallel {
+
+// One rank's checkpointing of one run. Not thread-safe; `world` must outlive it.
+class RunCheckpoints {
+ public:
+  // Opens ckpt.dir. `world` is the run's world communicator (nullptr for one process), whose
+  // buffers live on `device`; with a world, Create is collective (rank 0's run id is broadcast).
+  // `layout` is the layout string recorded in the manifests. Errors: InvalidArgument when
+  // ckpt.dir is empty or ckpt.codec unknown; those of OpenStorage and comm.
+  static Result<std::unique_ptr<RunCheckpoints>> Create(const RunConfig& config,
+                                                        const std::string& layout,
+                                                        comm::Communicator* world, Device device);
+  // Waits for a save still running (its own deadlines bound the wait).
+  ~RunCheckpoints();
+
+  // Whether the run saves after step `step` (1-based): ckpt.every > 0 and `step` a multiple of
+  // it, or `last` — but not at or below a newer checkpoint that Resume fell back from
+  // (it stays committed; the writer only commits newer steps), which it logs.
+  bool Due(int64_t step, bool last);
+
+  // Starts a save of `shards` and `state` as the checkpoint of `step` (waiting first, with a log
+  // line, while the previous save still runs). Errors: FailedPrecondition when ckpt.every is 0;
+  // those of the writer, including a previous background save's failure.
+  Status Save(int64_t step, const ckpt::StateShards& shards, const TrainerState& state);
+
+  // Waits for the running save to commit (this rank's part of it). Errors: those of the save;
+  // DeadlineExceeded after ckpt's commit timeout.
+  Status Finish();
+
+  // Loads the newest committed checkpoint into `dest` (this rank's Shards() of an engine created
+  // with WeightInit::kForLoad) and returns its trainer state, for the engine's Restore. Tries
+  // the committed checkpoints newest first; with a world every rank tries the same one and they
+  // agree (an all-reduce of an ok flag) before using it, falling back together and saying so
+  // in the log. Collective with a world. Errors: NotFound when the storage holds no committed
+  // checkpoint; those of listing it (Unavailable on the ranks that could list it); FailedPrecondition when the ranks see different checkpoints; the newest error
+  // (with the step) when none loads; those of comm.
+  Result<TrainerState> Resume(const ckpt::StateShards& dest);
+
+ private:
+  RunCheckpoints() = default;
+  // The minimum (kMin) or maximum (kMax) of `value` over the world (the value itself without
+  // one).
+  Result<int64_t> Reduce(int64_t value, comm::ReduceOp op);
+
+  RunConfig config_;
+  comm::Communicator* world_ = nullptr;
+  Device device_ = Device::kCpu;
+  std::shared_ptr<ckpt::Storage> storage_;
+  std::unique_ptr<ckpt::CheckpointWriter> writer_;
+  int64_t skipped_up_to_ = -1;  // Resume fell back from committed checkpoints up to this step
+};
+
+}  // namespace rt::parallel
