@@ -17,6 +17,8 @@
 #include "base/net/auth.h"
 #include "daemon/control_api.h"
 #include "daemon/node_config.h"
+#include "ckpt/catalog.h"
+#include "parallel/config.h"
 #include "parallel/trainer.h"
 
 namespace rt::daemon {
@@ -104,6 +106,16 @@ class DaemonLink {
   std::thread thread_;
 };
 
+// True when the run config names a ckpt.dir that holds a committed checkpoint: the generation
+// then resumes from the newest one (every rank decides alike from the same storage).
+Result<bool> HasCommittedCheckpoint(const std::string& config_path) {
+  ASSIGN_OR_RETURN(RunConfig config, LoadRunConfig(config_path, {}));
+  if (config.ckpt.dir.empty()) return false;
+  ASSIGN_OR_RETURN(std::shared_ptr<ckpt::Storage> storage, ckpt::OpenStorage(config.ckpt.dir));
+  ASSIGN_OR_RETURN(std::vector<int64_t> steps, ckpt::ListCommitted(*storage));
+  return !steps.empty();
+}
+
 }  // namespace
 
 Status RunWorker(WorkerOptions options, const std::string& executable) {
@@ -114,8 +126,11 @@ Status RunWorker(WorkerOptions options, const std::string& executable) {
   if (options.train.rank < 0) return InvalidArgument("worker: --rank is required");
   DaemonLink link(options);
   RETURN_IF_ERROR(link.Start(secret));
-  LOG_INFO("worker: generation {} rank {}/{} layout {}", options.generation, options.train.rank,
-           options.train.ranks, options.train.layout);
+  ASSIGN_OR_RETURN(options.train.resume, HasCommittedCheckpoint(options.train.config));
+  LOG_INFO("worker: generation {} rank {}/{} layout {}, {}", options.generation,
+           options.train.rank, options.train.ranks, options.train.layout,
+           options.train.resume ? "resuming from the newest committed checkpoint"
+                                : "from the start (no committed checkpoint)");
   if (options.train.rank == 0)
     options.train.on_step = [&link](const StepStats& s, double seconds) {
       link.Report(s, seconds);
