@@ -125,6 +125,7 @@ Status RunWorker(const DistTrainOptions& o) {
     ASSIGN_OR_RETURN(StepStats s, engine->Step());
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (o.on_step) o.on_step(s, seconds);
     const bool last = s.step == config.train.steps;
     const bool evaluate =
         config.eval.every > 0 && (s.step % config.eval.every == 0 || last);

@@ -12,10 +12,15 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "base/status.h"
+
+namespace rt {
+struct StepStats;
+}
 
 namespace rt::parallel {
 
@@ -34,6 +39,9 @@ struct DistTrainOptions {
   // Arguments the workers get before their options: the subcommand words of the executable
   // (e.g. {"train"} for `ringtrain train`); empty for ringtrain_dist.
   std::vector<std::string> command;
+  // Worker mode: called on this rank's thread after each of its steps with the step's stats and
+  // seconds (the daemon's workers report progress through it); empty = none.
+  std::function<void(const StepStats& stats, double seconds)> on_step;
 };
 
 // The launcher (options.rank < 0): validates the config and layout, starts the store, runs

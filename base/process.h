@@ -1,0 +1,95 @@
+// Supervised child processes: spawn a long-running child in its own process group, tied to this
+// process by PR_SET_PDEATHSIG, and await its exit through Boost.Asio on a pidfd (no polling, no
+// SIGCHLD handler). The daemon's workers are run this way (docs/daemon.md).
+//
+// Threading: a ChildProcess belongs to the executor it was spawned on; await Wait() and
+// Terminate() there. Signal() and pid() may be called from any thread.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <csignal>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+
+#include "base/deadline.h"
+#include "base/status.h"
+
+namespace rt {
+
+// What a spawned child gets.
+struct SpawnOptions {
+  // argv[0] is the executable's path (not searched on PATH); the rest are its arguments.
+  std::vector<std::string> argv;
+  // Exactly this environment ("NAME=value" entries); see EnvironmentWithout (base/subprocess.h).
+  std::vector<std::string> env;
+  // Working directory; "" = this process's.
+  std::string cwd;
+  // File that receives the child's stdout, appended to (created 0644); "" = /dev/null.
+  std::string stdout_path;
+  // File for stderr; "" = the same file as stdout.
+  std::string stderr_path;
+  // Signal the child gets when the thread that spawned it exits (PR_SET_PDEATHSIG): spawn from
+  // a thread that lives as long as the supervisor (an io_context's thread). 0 = none.
+  int death_signal = SIGKILL;
+};
+
+// How a child ended.
+struct ChildExit {
+  bool exited = false;  // true: it called exit (exit_code set); false: a signal ended it
+  int exit_code = -1;   // its exit status when `exited`
+  int signal = 0;       // the signal that ended it otherwise
+  // "exit status 3" or "signal 9 (Killed)".
+  std::string Describe() const;
+  bool ok() const { return exited && exit_code == 0; }
+};
+
+// One spawned child, owned by this object. Destroying it while the child still runs kills the
+// child's process group with SIGKILL and reaps the child (never leaves a zombie or an orphan).
+class ChildProcess {
+ public:
+  // Starts the child: a new process group led by the child, PR_SET_PDEATHSIG, stdin from
+  // /dev/null, stdout/stderr as `options` say, then execve. Errors: InvalidArgument for an empty
+  // argv; IoError naming the file for an output file that cannot be opened; IoError naming
+  // argv[0] and the errno when the fork, the setup in the child or the exec fails (the child's
+  // errno is reported back through a pipe, so a missing executable is an error here, not an
+  // exit status later).
+  static Result<std::unique_ptr<ChildProcess>> Spawn(boost::asio::any_io_executor executor,
+                                                     SpawnOptions options);
+  ~ChildProcess();
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+
+  // The child's pid (also its process group id).
+  pid_t pid() const { return pid_; }
+  // The exit, once Wait() has seen it.
+  const std::optional<ChildExit>& exit() const { return exit_; }
+
+  // Waits for the child to exit (the pidfd becomes readable) and reaps it. Returns at once once
+  // it has exited. Errors: DeadlineExceeded naming the pid when `deadline` passes first (the
+  // child runs on); Aborted when another Wait is already outstanding.
+  boost::asio::awaitable<Result<ChildExit>> Wait(Deadline deadline);
+
+  // Sends `signal` to the child's whole process group. Errors: IoError with the errno (none
+  // once the child has been reaped: then it is a no-op). Thread-safe.
+  Status Signal(int signal);
+
+  // SIGTERM to the group, waits up to `grace`, then SIGKILL and waits for the exit (a SIGKILL'd
+  // process exits promptly; the wait is bounded by `grace` + 10 s). Returns how it ended.
+  boost::asio::awaitable<Result<ChildExit>> Terminate(std::chrono::milliseconds grace);
+
+ private:
+  struct Impl;
+  ChildProcess(pid_t pid, std::unique_ptr<Impl> impl);
+  pid_t pid_;
+  std::unique_ptr<Impl> impl_;
+  std::optional<ChildExit> exit_;
+};
+
+}  // namespace rt

@@ -1,0 +1,170 @@
+#include "daemon/cluster_state.h"
+
+#include <algorithm>
+
+#include <nlohmann/json.hpp>
+
+namespace rt::daemon {
+namespace {
+
+using Json = nlohmann::json;
+constexpr std::string_view kFormat = "ringtrain.cluster_state";
+constexpr int kVersion = 1;
+constexpr size_t kMaxNodes = 4096;
+
+Status Bad(std::string_view what) {
+  return Corruption("cluster state: " + std::string(what));
+}
+
+Result<const Json*> Field(const Json& object, const char* key, std::string_view where) {
+  auto it = object.find(key);
+  if (it == object.end())
+    return Bad(std::string(where) + " has no '" + key + "'");
+  return &*it;
+}
+
+Result<uint64_t> Unsigned(const Json& object, const char* key, std::string_view where,
+                          uint64_t max) {
+  ASSIGN_OR_RETURN(const Json* v, Field(object, key, where));
+  if (!v->is_number_unsigned() && !(v->is_number_integer() && v->get<int64_t>() >= 0))
+    return Bad(std::string(where) + "." + key + " is not a non-negative integer");
+  const uint64_t value = v->get<uint64_t>();
+  if (value > max) return Bad(std::string(where) + "." + key + " is out of range");
+  return value;
+}
+
+Result<std::string> Text(const Json& object, const char* key, std::string_view where) {
+  ASSIGN_OR_RETURN(const Json* v, Field(object, key, where));
+  if (!v->is_string()) return Bad(std::string(where) + "." + key + " is not a string");
+  return v->get<std::string>();
+}
+
+Result<NodeEntry> DecodeNode(const Json& j) {
+  if (!j.is_object()) return Bad("a nodes entry is not an object");
+  NodeEntry n;
+  ASSIGN_OR_RETURN(n.id, Unsigned(j, "id", "node", UINT64_MAX));
+  if (n.id == 0) return Bad("node id 0");
+  ASSIGN_OR_RETURN(const uint64_t slots, Unsigned(j, "slots", "node", 1024));
+  if (slots == 0) return Bad("node " + std::to_string(n.id) + " has 0 slots");
+  n.slots = static_cast<int>(slots);
+  ASSIGN_OR_RETURN(n.rendezvous, Text(j, "rendezvous", "node"));
+  return n;
+}
+
+Result<JobEntry> DecodeJob(const Json& j) {
+  if (!j.is_object()) return Bad("job is not an object");
+  JobEntry job;
+  ASSIGN_OR_RETURN(job.id, Unsigned(j, "id", "job", UINT64_MAX));
+  ASSIGN_OR_RETURN(job.name, Text(j, "name", "job"));
+  ASSIGN_OR_RETURN(job.text, Text(j, "text", "job"));
+  ASSIGN_OR_RETURN(const std::string desire, Text(j, "desire", "job"));
+  if (desire == "run") {
+    job.desire = JobDesire::kRun;
+  } else if (desire == "stop") {
+    job.desire = JobDesire::kStop;
+  } else if (desire == "finished") {
+    job.desire = JobDesire::kFinished;
+  } else {
+    return Bad("job.desire '" + desire + "' is not run, stop or finished");
+  }
+  ASSIGN_OR_RETURN(const uint64_t step, Unsigned(j, "finished_step", "job", INT64_MAX));
+  job.finished_step = static_cast<int64_t>(step);
+  return job;
+}
+
+}  // namespace
+
+std::string_view JobDesireName(JobDesire desire) {
+  switch (desire) {
+    case JobDesire::kRun: return "run";
+    case JobDesire::kStop: return "stop";
+    case JobDesire::kFinished: return "finished";
+  }
+  return "?";
+}
+
+const NodeEntry* ClusterState::FindNode(uint64_t node) const {
+  for (const NodeEntry& n : nodes)
+    if (n.id == node) return &n;
+  return nullptr;
+}
+
+void ClusterState::PutNode(NodeEntry entry) {
+  auto it = std::lower_bound(nodes.begin(), nodes.end(), entry.id,
+                             [](const NodeEntry& n, uint64_t id) { return n.id < id; });
+  if (it != nodes.end() && it->id == entry.id) {
+    *it = std::move(entry);
+  } else {
+    nodes.insert(it, std::move(entry));
+  }
+}
+
+std::string EncodeClusterState(const ClusterState& s) {
+  Json j = {{"format", kFormat}, {"version", kVersion}};
+  Json nodes = Json::array();
+  for (const NodeEntry& n : s.nodes)
+    nodes.push_back({{"id", n.id}, {"slots", n.slots}, {"rendezvous", n.rendezvous}});
+  j["nodes"] = std::move(nodes);
+  if (s.job) {
+    j["job"] = {{"id", s.job->id},
+                {"name", s.job->name},
+                {"text", s.job->text},
+                {"desire", JobDesireName(s.job->desire)},
+                {"finished_step", s.job->finished_step}};
+  } else {
+    j["job"] = nullptr;
+  }
+  j["epoch"] = s.epoch;
+  j["max_nodes"] = s.max_nodes;
+  j["drained"] = s.drained;
+  j["cause"] = {{"what", s.cause.what}, {"at_unix_ms", s.cause.at_unix_ms}};
+  return j.dump();
+}
+
+Result<ClusterState> DecodeClusterState(std::string_view blob) {
+  ClusterState s;
+  if (blob.empty()) return s;
+  if (blob.size() > kMaxClusterStateBytes)
+    return Bad(std::to_string(blob.size()) + " bytes, more than the limit");
+  const Json j = Json::parse(blob, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return Bad("not valid JSON");
+  if (!j.is_object()) return Bad("not a JSON object");
+  ASSIGN_OR_RETURN(const std::string format, Text(j, "format", "state"));
+  if (format != kFormat) return Bad("format '" + format + "' is not " + std::string(kFormat));
+  ASSIGN_OR_RETURN(const uint64_t version, Unsigned(j, "version", "state", UINT32_MAX));
+  if (version != kVersion) return Bad("version " + std::to_string(version) + " is not 1");
+  ASSIGN_OR_RETURN(const Json* nodes, Field(j, "nodes", "state"));
+  if (!nodes->is_array() || nodes->size() > kMaxNodes) return Bad("nodes is not a short array");
+  for (const Json& n : *nodes) {
+    ASSIGN_OR_RETURN(NodeEntry entry, DecodeNode(n));
+    if (!s.nodes.empty() && s.nodes.back().id >= entry.id)
+      return Bad("node ids are not sorted and unique");
+    s.nodes.push_back(std::move(entry));
+  }
+  ASSIGN_OR_RETURN(const Json* job, Field(j, "job", "state"));
+  if (!job->is_null()) {
+    ASSIGN_OR_RETURN(JobEntry entry, DecodeJob(*job));
+    s.job = std::move(entry);
+  }
+  ASSIGN_OR_RETURN(s.epoch, Unsigned(j, "epoch", "state", UINT64_MAX));
+  ASSIGN_OR_RETURN(const uint64_t max_nodes, Unsigned(j, "max_nodes", "state", kMaxNodes));
+  s.max_nodes = static_cast<int>(max_nodes);
+  ASSIGN_OR_RETURN(const Json* drained, Field(j, "drained", "state"));
+  if (!drained->is_array() || drained->size() > kMaxNodes)
+    return Bad("drained is not a short array");
+  for (const Json& d : *drained) {
+    if (!d.is_number_unsigned() || d.get<uint64_t>() == 0) return Bad("a drained id is not ≥ 1");
+    const uint64_t id = d.get<uint64_t>();
+    if (!s.drained.empty() && s.drained.back() >= id)
+      return Bad("drained ids are not sorted and unique");
+    s.drained.push_back(id);
+  }
+  ASSIGN_OR_RETURN(const Json* cause, Field(j, "cause", "state"));
+  if (!cause->is_object()) return Bad("cause is not an object");
+  ASSIGN_OR_RETURN(s.cause.what, Text(*cause, "what", "cause"));
+  ASSIGN_OR_RETURN(const uint64_t at, Unsigned(*cause, "at_unix_ms", "cause", INT64_MAX));
+  s.cause.at_unix_ms = static_cast<int64_t>(at);
+  return s;
+}
+
+}  // namespace rt::daemon

@@ -1,0 +1,76 @@
+// The cluster state the daemons replicate through the membership service (docs/daemon.md,
+// "Replicated cluster state"; format: docs/formats/cluster_state.md): the registered nodes, the
+// job, the epoch and ringctl's overrides, as a JSON blob that the membership service versions
+// and changes only by compare-and-set.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+
+namespace rt::daemon {
+
+// A daemon as it registered itself: what the planner and the workers need to know of it.
+struct NodeEntry {
+  uint64_t id = 0;
+  int slots = 0;           // worker slots
+  std::string rendezvous;  // "host:port" of its rendezvous store (used when it runs rank 0)
+  bool operator==(const NodeEntry&) const = default;
+};
+
+// What the cluster should do with the job.
+enum class JobDesire { kRun, kStop, kFinished };
+
+// The submitted job.
+struct JobEntry {
+  uint64_t id = 0;      // grows with every submit; scopes worker rendezvous keys
+  std::string name;     // [job] name
+  std::string text;     // the job file's TOML text (parsed by every daemon alike)
+  JobDesire desire = JobDesire::kRun;
+  int64_t finished_step = 0;  // kFinished: the last step
+  bool operator==(const JobEntry&) const = default;
+};
+
+// Why the newest generation was started (for the recovery log line).
+struct ChangeCause {
+  std::string what;       // "worker rank 3 on node 2 exited: signal 9 (Killed)"
+  int64_t at_unix_ms = 0;  // when the daemon that saw it noticed
+  bool operator==(const ChangeCause&) const = default;
+};
+
+// The replicated state. A default-constructed one is the state before anything happened.
+struct ClusterState {
+  std::vector<NodeEntry> nodes;  // sorted by id, unique
+  std::optional<JobEntry> job;
+  // Bumped for every restart of the job's workers that is not a view change (a worker died,
+  // scale, drain, a resubmit); with the view generation it names a training generation.
+  uint64_t epoch = 0;
+  int max_nodes = 0;             // ringctl scale --nodes N; 0 = the job's own elastic.max_nodes
+  std::vector<uint64_t> drained;  // ringctl drain NODE: sorted, unique
+  ChangeCause cause;
+  bool operator==(const ClusterState&) const = default;
+
+  // The registered entry of `node`, or null.
+  const NodeEntry* FindNode(uint64_t node) const;
+  // Adds or replaces `entry`, keeping `nodes` sorted.
+  void PutNode(NodeEntry entry);
+};
+
+// Largest encoded state accepted by DecodeClusterState.
+inline constexpr size_t kMaxClusterStateBytes = 1 << 20;
+
+// Encodes `state` as the JSON of docs/formats/cluster_state.md.
+std::string EncodeClusterState(const ClusterState& state);
+
+// Decodes a blob; "" is the empty state (nothing replicated yet). Errors: Corruption naming what
+// is wrong (not JSON, wrong format name or version, a missing or mistyped field, a value out of
+// range, unsorted or duplicate node ids, more than kMaxClusterStateBytes).
+Result<ClusterState> DecodeClusterState(std::string_view blob);
+
+// "run", "stop" or "finished".
+std::string_view JobDesireName(JobDesire desire);
+
+}  // namespace rt::daemon

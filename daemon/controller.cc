@@ -1,0 +1,325 @@
+// The daemon's controller: from (view, replicated state) to this node's worker processes.
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <toml++/toml.h>
+
+#include "base/log.h"
+#include "base/subprocess.h"
+#include "daemon/node.h"
+#include "daemon/worker.h"
+#include "elastic/job.h"
+
+namespace rt::daemon {
+namespace {
+
+constexpr auto kReconcilePeriod = std::chrono::seconds(1);
+constexpr auto kKillWait = std::chrono::seconds(10);
+constexpr auto kFarFuture = std::chrono::hours(24);
+
+int64_t UnixMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// The run config a worker reads: the job's TOML without [job] and [elastic], with the plan's
+// micro-batch count. (toml++ writes it back; values keep their exact text representation.)
+Result<std::string> WorkerRunConfig(const std::string& job_text, const std::string& source,
+                                    int micro_batches) {
+  toml::table table;
+  try {
+    table = toml::parse(job_text, source);
+  } catch (const toml::parse_error& e) {
+    return InvalidArgument(source + ": " + std::string(e.description()));
+  }
+  table.erase("job");
+  table.erase("elastic");
+  if (!table.contains("train")) table.insert("train", toml::table{});
+  toml::table* train = table["train"].as_table();
+  if (train == nullptr) return InvalidArgument(source + ": [train] is not a table");
+  train->insert_or_assign("micro_batches", static_cast<int64_t>(micro_batches));
+  std::ostringstream out;
+  out << table << "\n";
+  return out.str();
+}
+
+Status WriteText(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::trunc);
+  out << text;
+  out.close();
+  if (!out) return ErrnoStatus(errno, "write " + path);
+  return Status();
+}
+
+std::string Join(const std::vector<uint64_t>& ids) {
+  std::string s;
+  for (uint64_t id : ids) s += (s.empty() ? "" : ",") + std::to_string(id);
+  return s;
+}
+
+}  // namespace
+
+void Node::Wake() {
+  dirty_ = true;
+  wake_.cancel();
+}
+
+void Node::ReleaseWatchers() {
+  if (generation_over_) generation_over_->cancel();
+}
+
+asio::awaitable<void> Node::ControlLoop() {
+  workers_changed_ = std::make_shared<asio::steady_timer>(io_);
+  while (!stopping_) {
+    dirty_ = false;
+    co_await Reconcile();
+    if (stopping_ || dirty_) continue;
+    wake_.expires_after(kReconcilePeriod);
+    co_await wake_.async_wait(asio::as_tuple(asio::use_awaitable));
+  }
+}
+
+asio::awaitable<void> Node::Reconcile() {
+  const uint64_t self = static_cast<uint64_t>(config_.id);
+  const elastic::View view = membership_->CurrentView();
+  if (!view.Contains(self)) {
+    if (!workers_.empty()) co_await StopWorkers("this node is not in the view");
+    running_.reset();
+    plan_text_ = view.generation == 0 ? "joining the cluster" : "not a member of the view";
+    co_return;
+  }
+  const elastic::ReplicatedState replicated = membership_->CurrentState();
+  Result<ClusterState> decoded = DecodeClusterState(replicated.blob);
+  if (!decoded.ok()) {
+    LOG_ERROR("replicated state version {}: {}", replicated.version, decoded.status().ToString());
+    co_await StopWorkers("the replicated state does not decode");
+    co_return;
+  }
+  const ClusterState& state = *decoded;
+  // Register this node (slots, rendezvous address) once, or again after a change.
+  const NodeEntry me{self, config_.slots, rendezvous_address_};
+  const NodeEntry* registered = state.FindNode(self);
+  if (registered == nullptr || !(*registered == me)) {
+    // A new epoch, so that a running job's next plan includes (or re-reads) this node.
+    const int64_t at = UnixMs();
+    StateChange change = [me, at](ClusterState* st) -> Result<bool> {
+      const NodeEntry* r = st->FindNode(me.id);
+      if (r != nullptr && *r == me) return false;
+      st->PutNode(me);
+      ++st->epoch;
+      st->cause = {"node " + std::to_string(me.id) + " registered", at};
+      return true;
+    };
+    Status s = co_await UpdateState(std::move(change));
+    if (!s.ok()) LOG_WARN("register node {}: {}", self, s.ToString());
+    co_return;  // the state changed: reconcile again on its notification
+  }
+  if (!state.job || state.job->desire != JobDesire::kRun) {
+    if (!workers_.empty()) co_await StopWorkers("the job is not running");
+    running_.reset();
+    plan_text_ = !state.job ? "no job"
+                            : "job " + state.job->name + " " +
+                                  std::string(JobDesireName(state.job->desire)) +
+                                  (state.job->desire == JobDesire::kFinished
+                                       ? " at step " + std::to_string(state.job->finished_step)
+                                       : "");
+    co_return;
+  }
+  const GenerationKey key{state.job->id, view.generation, state.epoch};
+  if (running_ && *running_ == key) co_return;
+  Status s = co_await StartGeneration(view, state, key);
+  if (!s.ok()) LOG_ERROR("generation {}: {}", key.ToString(), s.ToString());
+}
+
+asio::awaitable<Status> Node::StartGeneration(const elastic::View& view, const ClusterState& state,
+                                              GenerationKey key) {
+  const uint64_t self = static_cast<uint64_t>(config_.id);
+  const std::string cause =
+      running_ && running_->view != key.view
+          ? "view " + std::to_string(key.view) + " (members " + Join(view.Ids()) + ")"
+          : state.cause.what;
+  std::string why = "generation " + key.ToString() + " starts";
+  if (!workers_.empty()) co_await StopWorkers(std::move(why));
+  if (generation_over_) generation_over_->cancel();
+  generation_over_ = std::make_shared<asio::steady_timer>(io_);
+  generation_over_->expires_after(kFarFuture);
+  running_ = key;
+  progress_.reset();
+  const JobEntry& job = *state.job;
+  Result<elastic::JobSpec> spec = elastic::ParseJobSpec(job.text, "job " + job.name);
+  if (!spec.ok()) {
+    plan_text_ = "job does not parse: " + spec.status().ToString();
+    co_return spec.status();
+  }
+  if (state.max_nodes > 0) spec->elastic.max_nodes = state.max_nodes;
+  std::vector<elastic::NodeSlots> nodes;
+  for (const elastic::Member& m : view.members) {
+    const NodeEntry* entry = state.FindNode(m.id);
+    if (entry == nullptr) continue;  // not registered yet: it joins the next generation
+    if (std::binary_search(state.drained.begin(), state.drained.end(), m.id)) continue;
+    nodes.push_back({m.id, entry->slots});
+  }
+  Result<elastic::JobPlan> plan = elastic::PlanJob(nodes, *spec);
+  if (!plan.ok()) {
+    plan_text_ = "waiting: " + plan.status().ToString();
+    LOG_WARN("generation {}: job {} waits: {}", key.ToString(), job.name,
+             plan.status().ToString());
+    co_return Status();
+  }
+  plan_text_ = plan->Describe();
+  const NodeEntry* lead = state.FindNode(plan->ranks[0].node);
+  const std::string job_dir =
+      config_.state_dir + "/jobs/" + job.name + "-" + key.ToString();
+  std::vector<int> mine;
+  for (size_t r = 0; r < plan->ranks.size(); ++r)
+    if (plan->ranks[r].node == self) mine.push_back(static_cast<int>(r));
+  LOG_INFO("generation {}: {}; this node runs rank(s) {}", key.ToString(), plan_text_,
+           [&] {
+             std::string s;
+             for (int r : mine) s += (s.empty() ? "" : ",") + std::to_string(r);
+             return s.empty() ? std::string("none") : s;
+           }());
+  if (plan->ranks[0].node == self) {
+    recovery_cause_ = cause;
+    generation_started_ = MonoClock::now();
+    recovery_logged_ = false;
+  }
+  if (mine.empty()) co_return Status();
+  std::error_code ec;
+  std::filesystem::create_directories(job_dir, ec);
+  if (ec) co_return Status(StatusCode::kIoError, "create " + job_dir + ": " + ec.message());
+  CO_ASSIGN_OR_RETURN(std::string run_config,
+                      WorkerRunConfig(job.text, "job " + job.name, plan->micro_batches));
+  CO_RETURN_IF_ERROR(WriteText(job_dir + "/run.toml", run_config));
+  for (int r : mine) {
+    Status spawned = SpawnWorker(*plan, r, key, job_dir, lead->rendezvous);
+    if (!spawned.ok()) {
+      // Treated like a worker death: the others cannot train without this rank.
+      auto dead = std::make_shared<Worker>();
+      dead->rank = r;
+      dead->generation = key;
+      const ChildExit not_started{true, 127, 0};
+      co_await OnWorkerFailed(dead, not_started);
+      co_return spawned;
+    }
+  }
+  co_return Status();
+}
+
+Status Node::SpawnWorker(const elastic::JobPlan& plan, int rank, const GenerationKey& key,
+                         const std::string& job_dir, const std::string& rendezvous) {
+  auto listen = SplitHostPort(config_.listen, "node.listen");
+  const std::string host = listen->first == "0.0.0.0" ? "127.0.0.1" : listen->first;
+  auto worker = std::make_shared<Worker>();
+  worker->rank = rank;
+  worker->slot = plan.ranks[static_cast<size_t>(rank)].slot;
+  worker->generation = key;
+  worker->log_path = job_dir + "/rank-" + std::to_string(rank) + ".log";
+  SpawnOptions o;
+  o.argv = {options_.executable,
+            "worker",
+            "--daemon", host + ":" + std::to_string(port_),
+            "--generation", key.ToString(),
+            "--config", job_dir + "/run.toml",
+            "--layout", parallel::DescribeLayout(plan.layout),
+            "--ranks", std::to_string(plan.layout.world()),
+            "--rank", std::to_string(rank),
+            "--store", rendezvous,
+            "--job", "gen-" + key.ToString()};
+  if (!config_.secret_file.empty()) o.argv.insert(o.argv.end(), {"--secret-file", config_.secret_file});
+  o.env = EnvironmentWithout({});
+  for (const std::string& e : SplitCommaList(config_.worker_env))
+    o.env.push_back(e);
+  o.env.push_back("RINGTRAIN_SLOT=" + std::to_string(worker->slot));
+  o.stdout_path = worker->log_path;
+  ASSIGN_OR_RETURN(worker->process, ChildProcess::Spawn(io_.get_executor(), std::move(o)));
+  LOG_INFO("generation {}: rank {} on slot {} started (pid {}, log {})", key.ToString(), rank,
+           worker->slot, worker->process->pid(), worker->log_path);
+  workers_[rank] = worker;
+  asio::co_spawn(io_, Supervise(worker), asio::detached);
+  return Status();
+}
+
+asio::awaitable<void> Node::Supervise(std::shared_ptr<Worker> worker) {
+  Result<ChildExit> exit = Aborted("not awaited");
+  do {
+    exit = co_await worker->process->Wait(Deadline::After(kFarFuture));
+  } while (!exit.ok() && exit.status().code() == StatusCode::kDeadlineExceeded);
+  auto it = workers_.find(worker->rank);
+  if (it != workers_.end() && it->second == worker) workers_.erase(it);
+  workers_changed_->cancel();
+  if (!exit.ok()) {
+    LOG_ERROR("rank {}: {}", worker->rank, exit.status().ToString());
+    co_return;
+  }
+  const bool current = running_ && *running_ == worker->generation;
+  if (worker->stopping || !current || stopping_) {
+    LOG_INFO("generation {}: rank {} stopped ({})", worker->generation.ToString(), worker->rank,
+             exit->Describe());
+    co_return;
+  }
+  if (exit->ok()) {
+    LOG_INFO("generation {}: rank {} finished", worker->generation.ToString(), worker->rank);
+    if (worker->rank != 0) co_return;
+    const GenerationKey key = worker->generation;
+    const int64_t step = last_step_;
+    StateChange change = [key, step](ClusterState* st) -> Result<bool> {
+      if (!st->job || st->job->id != key.job || st->job->desire != JobDesire::kRun) return false;
+      st->job->desire = JobDesire::kFinished;
+      st->job->finished_step = step;
+      return true;
+    };
+    Status s = co_await UpdateState(std::move(change));
+    if (!s.ok()) LOG_WARN("mark the job finished: {}", s.ToString());
+    co_return;
+  }
+  co_await OnWorkerFailed(worker, *exit);
+}
+
+asio::awaitable<void> Node::OnWorkerFailed(std::shared_ptr<Worker> worker, const ChildExit& exit) {
+  const GenerationKey key = worker->generation;
+  const std::string what = "worker rank " + std::to_string(worker->rank) + " on node " +
+                           std::to_string(config_.id) + " exited: " + exit.Describe();
+  LOG_WARN("generation {}: {}", key.ToString(), what);
+  // A new epoch restarts every node's workers; only the first daemon to see a failure of this
+  // generation bumps it (the others find the epoch already moved on).
+  const int64_t at = UnixMs();
+  StateChange change = [key, what, at](ClusterState* st) -> Result<bool> {
+    if (!st->job || st->job->id != key.job || st->epoch != key.epoch) return false;
+    ++st->epoch;
+    st->cause = {what, at};
+    return true;
+  };
+  Status s = co_await UpdateState(std::move(change));
+  if (!s.ok()) LOG_WARN("propose a new epoch after {}: {}", what, s.ToString());
+  Wake();
+}
+
+asio::awaitable<void> Node::StopWorkers(std::string why) {
+  if (workers_.empty()) co_return;
+  LOG_INFO("stopping {} worker(s): {}", workers_.size(), why);
+  ReleaseWatchers();
+  for (auto& [rank, w] : workers_) {
+    w->stopping = true;
+    Status s = w->process->Signal(SIGTERM);
+    if (!s.ok()) LOG_WARN("rank {}: {}", rank, s.ToString());
+  }
+  const auto wait_until = [this](MonoTime until) -> asio::awaitable<void> {
+    while (!workers_.empty() && MonoClock::now() < until) {
+      workers_changed_->expires_at(until);
+      co_await workers_changed_->async_wait(asio::as_tuple(asio::use_awaitable));
+    }
+  };
+  co_await wait_until(MonoClock::now() + std::chrono::milliseconds(config_.stop_grace_ms));
+  for (auto& [rank, w] : workers_) (void)w->process->Signal(SIGKILL);
+  co_await wait_until(MonoClock::now() + kKillWait);
+  if (!workers_.empty()) LOG_ERROR("{} worker(s) did not exit after SIGKILL", workers_.size());
+}
+
+}  // namespace rt::daemon

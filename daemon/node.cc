@@ -1,0 +1,379 @@
+#include "daemon/node.h"
+
+#include <filesystem>
+#include <future>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/use_future.hpp>
+
+#include "base/log.h"
+#include "elastic/job.h"
+
+namespace rt::daemon {
+namespace {
+
+using namespace asio::experimental::awaitable_operators;
+
+constexpr auto kPeerCallTimeout = std::chrono::milliseconds(1500);
+constexpr auto kProposeTimeout = std::chrono::seconds(10);
+constexpr auto kWatchHold = std::chrono::minutes(5);
+constexpr int kCasAttempts = 20;
+
+int64_t UnixMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Wraps a JSON handler as an RPC handler.
+net::RpcHandler JsonHandler(std::function<asio::awaitable<Result<Json>>(Json)> handler,
+                            std::string what) {
+  return [handler = std::move(handler),
+          what = std::move(what)](net::RpcRequest request)
+             -> asio::awaitable<Result<std::vector<std::byte>>> {
+    CO_ASSIGN_OR_RETURN(Json body, DecodeJsonObject(request.payload, what));
+    CO_ASSIGN_OR_RETURN(Json reply, co_await handler(std::move(body)));
+    co_return EncodeJson(reply);
+  };
+}
+
+}  // namespace
+
+std::string GenerationKey::ToString() const {
+  return std::to_string(job) + "." + std::to_string(view) + "." + std::to_string(epoch);
+}
+
+Result<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
+  auto node = std::make_unique<Node>(std::move(options));
+  RETURN_IF_ERROR(node->Init());
+  return std::unique_ptr<Daemon>(std::move(node));
+}
+
+Node::Node(DaemonOptions options)
+    : options_(std::move(options)), config_(options_.config), wake_(io_) {}
+
+Node::~Node() {
+  if (!stopped_) (void)Stop(/*leave=*/false, Deadline::AfterMs(10'000));
+}
+
+Status Node::Init() {
+  const std::string name = "node " + std::to_string(config_.id);
+  if (!config_.secret_file.empty()) {
+    ASSIGN_OR_RETURN(secret_, net::ClusterSecret::Load(config_.secret_file));
+  }
+  ASSIGN_OR_RETURN(auto listen, SplitHostPort(config_.listen, "node.listen"));
+  if (listen.second == 0)
+    return InvalidArgument("node.listen '" + config_.listen +
+                           "' needs a fixed port: the other members reach this node there");
+  std::error_code ec;
+  std::filesystem::create_directories(config_.state_dir + "/jobs", ec);
+  if (ec) return Status(StatusCode::kIoError, "create " + config_.state_dir + ": " + ec.message());
+
+  net::RpcServerOptions server_options;
+  server_options.bind_address = listen.first;
+  server_options.port = listen.second;
+  server_options.secret = secret_;
+  server_options.name = "ringtraind " + name;
+  server_ = net::RpcServer::Create(io_.get_executor(), server_options);
+  RegisterHandlers();
+
+  comm::TcpStoreServerOptions store_options;
+  store_options.bind_address = config_.rendezvous_host;
+  ASSIGN_OR_RETURN(rendezvous_, comm::TcpStoreServer::Start(store_options));
+  rendezvous_address_ = config_.rendezvous_host + ":" + std::to_string(rendezvous_->port());
+
+  elastic::MembershipServiceOptions m;
+  m.node_id = static_cast<elastic::NodeId>(config_.id);
+  m.listen = config_.listen;
+  m.seeds = config_.SeedList();
+  m.state_dir = config_.state_dir + "/membership";
+  m.secret = secret_;
+  m.server = server_;
+  m.advertise = config_.AdvertisedAddress();
+  m.timing = options_.timing;
+  m.on_notification = [this](const elastic::MembershipNotification& n) {
+    if (n.kind == elastic::MembershipNotification::Kind::kSuspected)
+      LOG_WARN("{}: suspects node {} ({} ms after its last sign of life)",
+               "membership", n.node, n.detected_after.count());
+    asio::post(io_, [this] { Wake(); });
+  };
+  ASSIGN_OR_RETURN(membership_, elastic::StartMembershipService(std::move(m)));
+  ASSIGN_OR_RETURN(port_, server_->Start());
+  LOG_INFO("ringtraind {}: control and membership on {}, rendezvous store on {}, {} slot(s)",
+           name, config_.AdvertisedAddress(), rendezvous_address_, config_.slots);
+  asio::co_spawn(io_, ControlLoop(), asio::detached);
+  thread_ = std::thread([this] { io_.run(); });
+  return Status();
+}
+
+Status Node::Stop(bool leave, Deadline deadline) {
+  if (stopped_.exchange(true)) return Status();
+  if (!thread_.joinable()) {  // Init failed before the io thread started
+    if (membership_) (void)membership_->Shutdown(deadline);
+    if (rendezvous_) rendezvous_->Stop();
+    return Status();
+  }
+  Status first;
+  auto note = [&first](Status s, std::string_view what) {
+    if (!s.ok()) {
+      LOG_WARN("stop: {}: {}", what, s.ToString());
+      if (first.ok()) first = s.WithContext(what);
+    }
+  };
+  if (leave && membership_) {
+    auto left = asio::co_spawn(
+        io_, [this, deadline]() -> asio::awaitable<Status> { co_return co_await membership_->Leave(deadline); },
+        asio::use_future);
+    note(left.get(), "leave the view");
+  }
+  auto stopped = asio::co_spawn(
+      io_,
+      [this]() -> asio::awaitable<void> {
+        stopping_ = true;
+        Wake();
+        co_await StopWorkers("the daemon stops");
+        ReleaseWatchers();
+      },
+      asio::use_future);
+  stopped.get();
+  if (membership_) note(membership_->Shutdown(deadline), "membership shutdown");
+  if (server_) note(server_->Shutdown(deadline), "RPC server shutdown");
+  if (rendezvous_) rendezvous_->Stop();
+  io_.stop();
+  if (thread_.joinable()) thread_.join();
+  LOG_INFO("ringtraind node {}: stopped", config_.id);
+  return first;
+}
+
+void Node::RegisterHandlers() {
+  server_->Handle(kCtlStatus, JsonHandler([this](Json) { return HandleStatus(); }, "status"));
+  server_->Handle(kCtlLocal, JsonHandler(
+                                 [this](Json) -> asio::awaitable<Result<Json>> {
+                                   co_return LocalReport();
+                                 },
+                                 "local status"));
+  server_->Handle(kCtlSubmit,
+                  JsonHandler([this](Json r) { return HandleSubmit(std::move(r)); }, "submit"));
+  server_->Handle(kCtlStop,
+                  JsonHandler([this](Json r) { return HandleStop(std::move(r)); }, "stop"));
+  server_->Handle(kCtlScale,
+                  JsonHandler([this](Json r) { return HandleScale(std::move(r)); }, "scale"));
+  server_->Handle(kCtlDrain,
+                  JsonHandler([this](Json r) { return HandleDrain(std::move(r)); }, "drain"));
+  server_->Handle(kWorkerWatch, JsonHandler(
+                                    [this](Json r) { return HandleWorkerWatch(std::move(r)); },
+                                    "worker watch"));
+  server_->Handle(kWorkerReport, JsonHandler(
+                                     [this](Json r) -> asio::awaitable<Result<Json>> {
+                                       co_return HandleWorkerReport(r);
+                                     },
+                                     "worker report"));
+}
+
+// The StateChange functions below are named locals moved into UpdateState, never temporaries
+// in the co_await expression: GCC 12 destroys such temporaries twice.
+
+asio::awaitable<Result<Json>> Node::HandleStop(Json) {
+  StateChange change = [](ClusterState* s) -> Result<bool> {
+    if (!s->job) return FailedPrecondition("no job to stop");
+    if (s->job->desire != JobDesire::kRun) return false;
+    s->job->desire = JobDesire::kStop;
+    return true;
+  };
+  CO_RETURN_IF_ERROR(co_await UpdateState(std::move(change)));
+  co_return Json::object();
+}
+
+asio::awaitable<Result<Json>> Node::HandleScale(Json request) {
+  CO_ASSIGN_OR_RETURN(const int64_t nodes, IntField(request, "nodes", 0, 4096, "scale"));
+  const int64_t at = UnixMs();
+  StateChange change = [nodes, at](ClusterState* s) -> Result<bool> {
+    if (s->max_nodes == nodes) return false;
+    s->max_nodes = static_cast<int>(nodes);
+    ++s->epoch;
+    s->cause = {"ringctl scale --nodes " + std::to_string(nodes), at};
+    return true;
+  };
+  CO_RETURN_IF_ERROR(co_await UpdateState(std::move(change)));
+  co_return Json::object();
+}
+
+asio::awaitable<Result<Json>> Node::HandleDrain(Json request) {
+  CO_ASSIGN_OR_RETURN(const int64_t node, IntField(request, "node", 1, INT64_MAX, "drain"));
+  CO_ASSIGN_OR_RETURN(const int64_t undrain, IntField(request, "undrain", 0, 1, "drain", 0));
+  const int64_t at = UnixMs();
+  StateChange change = [node, undrain, at](ClusterState* s) -> Result<bool> {
+    auto& d = s->drained;
+    const uint64_t id = static_cast<uint64_t>(node);
+    auto it = std::lower_bound(d.begin(), d.end(), id);
+    const bool present = it != d.end() && *it == id;
+    if (present != static_cast<bool>(undrain)) return false;
+    if (undrain) {
+      d.erase(it);
+    } else {
+      d.insert(it, id);
+    }
+    ++s->epoch;
+    s->cause = {std::string("ringctl ") + (undrain ? "undrain" : "drain") + " node " +
+                    std::to_string(node),
+                at};
+    return true;
+  };
+  CO_RETURN_IF_ERROR(co_await UpdateState(std::move(change)));
+  co_return Json::object();
+}
+
+asio::awaitable<Status> Node::UpdateState(StateChange change) {
+  Status last;
+  for (int attempt = 0; attempt < kCasAttempts; ++attempt) {
+    const elastic::ReplicatedState current = membership_->CurrentState();
+    CO_ASSIGN_OR_RETURN(ClusterState state, DecodeClusterState(current.blob));
+    CO_ASSIGN_OR_RETURN(const bool changed, change(&state));
+    if (!changed) co_return Status();
+    Result<uint64_t> r = co_await membership_->ProposeState(
+        current.version, EncodeClusterState(state), Deadline::After(kProposeTimeout));
+    if (r.ok()) {
+      // Apply locally at once; the notification follows.
+      Wake();
+      co_return Status();
+    }
+    last = r.status();
+    if (last.code() != StatusCode::kFailedPrecondition) co_return last;
+    // Someone changed the state first: wait until we know the newer version, then retry.
+    (void)co_await membership_->AwaitState(
+        [v = current.version](const elastic::ReplicatedState& s) { return s.version > v; },
+        Deadline::AfterMs(2'000));
+  }
+  co_return last.WithContext("replicated state kept changing");
+}
+
+asio::awaitable<Result<Json>> Node::HandleSubmit(Json request) {
+  CO_ASSIGN_OR_RETURN(std::string text, StringField(request, "text", "submit"));
+  CO_ASSIGN_OR_RETURN(std::string source, StringField(request, "source", "submit", "job"));
+  if (text.size() > kMaxClusterStateBytes / 2)
+    co_return InvalidArgument(source + ": the job file is too large");
+  // Refused here, before anything changes, when it does not parse.
+  CO_ASSIGN_OR_RETURN(elastic::JobSpec spec, elastic::ParseJobSpec(text, source));
+  uint64_t id = 0;
+  const int64_t at = UnixMs();
+  StateChange change = [&](ClusterState* s) -> Result<bool> {
+    id = (s->job ? s->job->id : 0) + 1;
+    s->job = JobEntry{id, spec.name, text, JobDesire::kRun, 0};
+    ++s->epoch;
+    s->cause = {"job " + spec.name + " submitted", at};
+    return true;
+  };
+  CO_RETURN_IF_ERROR(co_await UpdateState(std::move(change)));
+  LOG_INFO("job {} (id {}) submitted from {}", spec.name, id, source);
+  co_return Json{{"job_id", id}, {"name", spec.name}};
+}
+
+asio::awaitable<Result<Json>> Node::HandleWorkerWatch(Json request) {
+  CO_ASSIGN_OR_RETURN(std::string generation, StringField(request, "generation", "watch"));
+  if (stopping_ || !running_ || running_->ToString() != generation)
+    co_return Json{{"stop", true}};
+  // generation_over_ never expires; it is cancelled when the generation ends, which wakes every
+  // watcher of it. Otherwise the worker is told to keep waiting after a while (a new call).
+  auto over = generation_over_;
+  asio::steady_timer hold(io_);
+  hold.expires_after(kWatchHold);
+  auto r = co_await (over->async_wait(asio::as_tuple(asio::use_awaitable)) ||
+                     hold.async_wait(asio::as_tuple(asio::use_awaitable)));
+  const bool current = !stopping_ && running_ && running_->ToString() == generation;
+  co_return Json{{"stop", r.index() == 0 || !current}};
+}
+
+Result<Json> Node::HandleWorkerReport(const Json& r) {
+  ASSIGN_OR_RETURN(std::string generation, StringField(r, "generation", "report"));
+  if (!running_ || running_->ToString() != generation) return Json::object();  // stale
+  Progress p;
+  p.generation = generation;
+  ASSIGN_OR_RETURN(p.step, IntField(r, "step", 0, INT64_MAX, "report"));
+  ASSIGN_OR_RETURN(p.unix_ms, IntField(r, "unix_ms", 0, INT64_MAX, "report", 0));
+  auto number = [&r](const char* key) {
+    auto it = r.find(key);
+    return it != r.end() && it->is_number() ? it->get<double>() : 0.0;
+  };
+  p.loss = number("loss");
+  p.tokens_per_s = number("tokens_per_s");
+  if (!recovery_logged_) {
+    recovery_logged_ = true;
+    const double seconds =
+        std::chrono::duration<double>(MonoClock::now() - generation_started_).count();
+    const int64_t lost = std::max<int64_t>(0, last_step_ - (p.step - 1));
+    LOG_INFO("recovery: {}; generation {}; plan {}; resumed at step {} ({} step(s) lost since "
+             "step {}); first step done {:.2f} s after the generation started",
+             recovery_cause_, generation, plan_text_, p.step, lost, last_step_, seconds);
+  }
+  last_step_ = p.step;
+  progress_ = p;
+  return Json::object();
+}
+
+Json Node::LocalReport() const {
+  Json workers = Json::array();
+  for (const auto& [rank, w] : workers_)
+    workers.push_back({{"rank", rank}, {"slot", w->slot}, {"pid", w->process->pid()},
+                       {"log", w->log_path}});
+  Json report = {{"node", config_.id},
+                 {"generation", running_ ? running_->ToString() : ""},
+                 {"plan", plan_text_},
+                 {"workers", std::move(workers)}};
+  if (progress_)
+    report["progress"] = {{"generation", progress_->generation}, {"step", progress_->step},
+                          {"loss", progress_->loss}, {"tokens_per_s", progress_->tokens_per_s},
+                          {"unix_ms", progress_->unix_ms}};
+  return report;
+}
+
+asio::awaitable<Result<Json>> Node::HandleStatus() {
+  const elastic::View view = membership_->CurrentView();
+  const elastic::ReplicatedState replicated = membership_->CurrentState();
+  CO_ASSIGN_OR_RETURN(ClusterState state, DecodeClusterState(replicated.blob));
+  Json members = Json::array();
+  for (const elastic::Member& m : view.members) members.push_back({{"id", m.id}, {"address", m.address}});
+  Json status = {{"answered_by", config_.id},
+                 {"view", {{"generation", view.generation}, {"members", std::move(members)}}},
+                 {"state_version", replicated.version},
+                 {"epoch", state.epoch},
+                 {"max_nodes", state.max_nodes},
+                 {"drained", state.drained},
+                 {"cause", state.cause.what}};
+  if (state.job)
+    status["job"] = {{"id", state.job->id}, {"name", state.job->name},
+                     {"desire", JobDesireName(state.job->desire)},
+                     {"finished_step", state.job->finished_step}};
+  // Every member's own report (this one's without a call).
+  Json nodes = Json::array();
+  Json best_progress;
+  for (const elastic::Member& m : view.members) {
+    // (No co_await inside a conditional expression: GCC 12 miscompiles it.)
+    Result<Json> local = Json::object();
+    if (m.id == static_cast<uint64_t>(config_.id)) {
+      local = LocalReport();
+    } else {
+      local = co_await CallJsonOnce(m.address, secret_, kCtlLocal, Json::object(),
+                                    Deadline::After(kPeerCallTimeout));
+    }
+    if (!local.ok()) {
+      nodes.push_back({{"node", m.id}, {"error", local.status().ToString()}});
+      continue;
+    }
+    if (local->contains("progress")) {
+      const Json& p = (*local)["progress"];
+      if (best_progress.is_null() || p.value("unix_ms", 0) > best_progress.value("unix_ms", 0))
+        best_progress = p;
+    }
+    nodes.push_back(std::move(*local));
+  }
+  status["nodes"] = std::move(nodes);
+  if (!best_progress.is_null()) status["progress"] = best_progress;
+  co_return status;
+}
+
+}  // namespace rt::daemon

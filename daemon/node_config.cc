@@ -1,0 +1,86 @@
+#include "daemon/node_config.h"
+
+#include <charconv>
+
+namespace rt::daemon {
+
+std::vector<std::string> NodeConfig::SeedList() const { return SplitCommaList(seeds); }
+
+std::vector<std::string> SplitCommaList(std::string_view text) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t comma = text.find(',', start);
+    if (comma == std::string::npos) comma = text.size();
+    std::string item(text.substr(start, comma - start));
+    item.erase(0, item.find_first_not_of(" \t"));
+    item.erase(item.find_last_not_of(" \t") + 1);
+    if (!item.empty()) out.push_back(item);
+    start = comma + 1;
+  }
+  return out;
+}
+
+std::string NodeConfig::AdvertisedAddress() const { return advertise.empty() ? listen : advertise; }
+
+void BindNodeKeys(NodeConfig* c, ConfigSchema* s) {
+  s->Int("node.id", &c->id, 1, INT64_MAX, "this node's id, unique in the cluster (required)");
+  s->Require("node.id");
+  s->String("node.listen", &c->listen, "control + membership RPC host:port");
+  s->String("node.advertise", &c->advertise, "host:port peers reach this node at; \"\" = listen");
+  s->String("node.state_dir", &c->state_dir, "membership state and worker logs (required)");
+  s->Require("node.state_dir");
+  s->Int("node.slots", &c->slots, 1, 1024, "worker processes this node may run");
+  s->String("node.rendezvous_host", &c->rendezvous_host,
+            "address this node's rendezvous store binds and is reached at");
+  s->String("cluster.seeds", &c->seeds, "host:port,host:port of peers to join through");
+  s->String("auth.secret_file", &c->secret_file, "cluster secret file; \"\" = none");
+  s->Int("worker.stop_grace_ms", &c->stop_grace_ms, 0, 600'000,
+         "SIGTERM to SIGKILL grace when workers are stopped, ms");
+  s->String("worker.env", &c->worker_env, "extra NAME=value,... for the workers");
+}
+
+Result<std::pair<std::string, uint16_t>> SplitHostPort(std::string_view text,
+                                                      std::string_view what) {
+  const size_t colon = text.rfind(':');
+  const std::string quoted = std::string(what) + " '" + std::string(text) + "'";
+  if (colon == std::string_view::npos || colon == 0)
+    return InvalidArgument(quoted + " is not host:port");
+  const std::string_view port_text = text.substr(colon + 1);
+  unsigned port = 0;
+  const auto [end, err] = std::from_chars(port_text.data(), port_text.data() + port_text.size(),
+                                          port);
+  if (err != std::errc() || end != port_text.data() + port_text.size() || port > 65535)
+    return InvalidArgument(quoted + " has a bad port");
+  return std::make_pair(std::string(text.substr(0, colon)), static_cast<uint16_t>(port));
+}
+
+namespace {
+
+Result<NodeConfig> ReadNodeConfig(const ConfigFile& file) {
+  const std::string& source = file.source();
+  NodeConfig config;
+  ConfigSchema schema;
+  BindNodeKeys(&config, &schema);
+  RETURN_IF_ERROR(schema.Read(file));
+  RETURN_IF_ERROR(SplitHostPort(config.listen, source + ": node.listen").status());
+  if (!config.advertise.empty())
+    RETURN_IF_ERROR(SplitHostPort(config.advertise, source + ": node.advertise").status());
+  for (const std::string& seed : config.SeedList())
+    RETURN_IF_ERROR(SplitHostPort(seed, source + ": cluster.seeds entry").status());
+  return config;
+}
+
+}  // namespace
+
+Result<NodeConfig> ParseNodeConfig(std::string_view text, const std::string& source) {
+  ASSIGN_OR_RETURN(ConfigFile file, ConfigFile::Parse(text, source));
+  return ReadNodeConfig(file);
+}
+
+Result<NodeConfig> LoadNodeConfig(const std::string& path) {
+  ASSIGN_OR_RETURN(ConfigFile file, ConfigFile::Load(path));
+  return ReadNodeConfig(file);
+}
+
+}  // namespace rt::daemon

@@ -1,0 +1,56 @@
+// node.toml: the settings of one `ringtraind` (docs/daemon.md, "Processes and addresses").
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/config.h"
+#include "base/status.h"
+
+namespace rt::daemon {
+
+// One daemon's config. Every field's default is given; `id` and `state_dir` are required.
+struct NodeConfig {
+  // [node]
+  int64_t id = 0;                        // this node's id, unique in the cluster, ≥ 1 (required)
+  std::string listen = "127.0.0.1:7700";  // control + membership RPC "host:port"
+  std::string advertise;                 // "host:port" peers reach this node at; "" = listen
+  std::string state_dir;                 // membership state, worker logs (required)
+  int slots = 1;                         // worker processes this node may run (GPUs, CPU ranks)
+  std::string rendezvous_host = "127.0.0.1";  // address of this node's rendezvous store
+  // [cluster]
+  // "host:port,host:port": peers to join through; "" (or this node's own address first) starts
+  // a new cluster.
+  std::string seeds;
+  // [auth]
+  std::string secret_file;  // the cluster secret (ringctl init-secret); "" = none (loopback only)
+  // [worker]
+  int stop_grace_ms = 2000;  // SIGTERM → SIGKILL grace when a generation's workers are stopped
+  std::string worker_env;    // extra "NAME=value,NAME=value" for workers (e.g. OMP_NUM_THREADS=1)
+
+  // The seeds as a list (split at commas, blanks dropped).
+  std::vector<std::string> SeedList() const;
+  // `advertise`, or `listen` when it is empty.
+  std::string AdvertisedAddress() const;
+};
+
+// Binds every field to `schema` with its section and doc.
+void BindNodeKeys(NodeConfig* config, ConfigSchema* schema);
+
+// Parses node.toml text; `source` names it in errors. Errors: InvalidArgument naming the source,
+// line and key (unknown key, wrong type, out of range, a missing required key), or a malformed
+// "host:port" in listen/advertise/seeds.
+Result<NodeConfig> ParseNodeConfig(std::string_view text, const std::string& source);
+
+// Reads and parses a node.toml file. Errors: NotFound naming the path, and ParseNodeConfig's.
+Result<NodeConfig> LoadNodeConfig(const std::string& path);
+
+// Splits "a, b,c" at commas, trimming blanks and dropping empty items.
+std::vector<std::string> SplitCommaList(std::string_view text);
+
+// Splits "host:port". Errors: InvalidArgument naming `what` and the text.
+Result<std::pair<std::string, uint16_t>> SplitHostPort(std::string_view text,
+                                                      std::string_view what);
+
+}  // namespace rt::daemon

@@ -1,0 +1,141 @@
+#include "daemon/worker.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <optional>
+#include <thread>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/use_future.hpp>
+
+#include "base/log.h"
+#include "base/net/auth.h"
+#include "daemon/control_api.h"
+#include "daemon/node_config.h"
+#include "ckpt/catalog.h"
+#include "parallel/config.h"
+#include "parallel/trainer.h"
+
+namespace rt::daemon {
+namespace asio = boost::asio;
+namespace {
+
+constexpr auto kConnectTimeout = std::chrono::seconds(10);
+constexpr auto kWatchPeriod = std::chrono::minutes(10);
+constexpr auto kReportTimeout = std::chrono::seconds(2);
+
+[[noreturn]] void ExitOrphaned(const std::string& why) {
+  LOG_ERROR("worker: {}: exiting", why);
+  spdlog::default_logger()->flush();
+  std::_Exit(kWorkerOrphanedExit);
+}
+
+// The worker's link to its daemon: one RPC connection on its own io_context thread.
+class DaemonLink {
+ public:
+  explicit DaemonLink(const WorkerOptions& options)
+      : options_(options) {}
+  ~DaemonLink() {
+    guard_.reset();
+    io_.stop();
+    if (thread_.joinable()) thread_.join();
+  }
+
+  // Connects and starts watching. Errors: Unavailable naming the daemon.
+  Status Start(std::shared_ptr<const net::ClusterSecret> secret) {
+    ASSIGN_OR_RETURN(auto host_port, SplitHostPort(options_.daemon, "--daemon"));
+    guard_.emplace(io_.get_executor());
+    thread_ = std::thread([this] { io_.run(); });
+    auto connect = [this, secret, host_port]() -> asio::awaitable<Status> {
+      net::RpcClientOptions o;
+      o.secret = secret;
+      o.peer_name = "daemon at " + options_.daemon;
+      CO_ASSIGN_OR_RETURN(client_, co_await net::RpcClient::Connect(
+                                       host_port.first, host_port.second,
+                                       Deadline::After(kConnectTimeout), o));
+      asio::co_spawn(io_, Watch(), asio::detached);
+      co_return Status();
+    };
+    return asio::co_spawn(io_, connect, asio::use_future).get().WithContext("worker");
+  }
+
+  // Sends a progress report (fire and forget; a lost report is only a late status line).
+  void Report(const StepStats& s, double seconds) {
+    Json report = {{"generation", options_.generation},
+                   {"rank", options_.train.rank},
+                   {"step", s.step},
+                   {"loss", s.loss},
+                   {"tokens_per_s", seconds > 0 ? static_cast<double>(s.tokens) / seconds : 0.0},
+                   {"unix_ms", std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count()}};
+    asio::co_spawn(
+        io_,
+        [this, report = std::move(report)]() -> asio::awaitable<void> {
+          Result<Json> r =
+              co_await CallJson(*client_, kWorkerReport, report, Deadline::After(kReportTimeout));
+          if (!r.ok()) LOG_WARN("worker: progress report: {}", r.status().ToString());
+        },
+        asio::detached);
+  }
+
+ private:
+  // Long-polls the daemon; any answer but "keep waiting" ends the process.
+  asio::awaitable<void> Watch() {
+    const Json request = {{"generation", options_.generation},
+                          {"rank", options_.train.rank},
+                          {"pid", static_cast<int64_t>(::getpid())}};
+    while (true) {
+      Result<Json> r =
+          co_await CallJson(*client_, kWorkerWatch, request, Deadline::After(kWatchPeriod));
+      if (!r.ok() && r.status().code() == StatusCode::kDeadlineExceeded) continue;
+      if (!r.ok()) ExitOrphaned("lost the daemon: " + r.status().ToString());
+      ExitOrphaned("the daemon ended generation " + options_.generation);
+    }
+  }
+
+  const WorkerOptions& options_;
+  asio::io_context io_;
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> guard_;
+  std::shared_ptr<net::RpcClient> client_;
+  std::thread thread_;
+};
+
+// True when the run config names a ckpt.dir that holds a committed checkpoint: the generation
+// then resumes from the newest one (every rank decides alike from the same storage).
+Result<bool> HasCommittedCheckpoint(const std::string& config_path) {
+  ASSIGN_OR_RETURN(RunConfig config, LoadRunConfig(config_path, {}));
+  if (config.ckpt.dir.empty()) return false;
+  ASSIGN_OR_RETURN(std::shared_ptr<ckpt::Storage> storage, ckpt::OpenStorage(config.ckpt.dir));
+  ASSIGN_OR_RETURN(std::vector<int64_t> steps, ckpt::ListCommitted(*storage));
+  return !steps.empty();
+}
+
+}  // namespace
+
+Status RunWorker(WorkerOptions options, const std::string& executable) {
+  std::shared_ptr<const net::ClusterSecret> secret;
+  if (!options.secret_file.empty()) {
+    ASSIGN_OR_RETURN(secret, net::ClusterSecret::Load(options.secret_file));
+  }
+  if (options.train.rank < 0) return InvalidArgument("worker: --rank is required");
+  DaemonLink link(options);
+  RETURN_IF_ERROR(link.Start(secret));
+  ASSIGN_OR_RETURN(options.train.resume, HasCommittedCheckpoint(options.train.config));
+  LOG_INFO("worker: generation {} rank {}/{} layout {}, {}", options.generation,
+           options.train.rank, options.train.ranks, options.train.layout,
+           options.train.resume ? "resuming from the newest committed checkpoint"
+                                : "from the start (no committed checkpoint)");
+  if (options.train.rank == 0)
+    options.train.on_step = [&link](const StepStats& s, double seconds) {
+      link.Report(s, seconds);
+    };
+  return parallel::RunDistributedTrain(options.train, executable);
+}
+
+}  // namespace rt::daemon

@@ -1,0 +1,131 @@
+// node.toml parsing and the replicated cluster state's encoding.
+#include <gtest/gtest.h>
+
+#include "daemon/cluster_state.h"
+#include "daemon/control_api.h"
+#include "daemon/node_config.h"
+
+namespace rt::daemon {
+namespace {
+
+TEST(NodeConfigTest, ReadsEveryKeyAndTheSeedList) {
+  auto c = ParseNodeConfig(R"(
+[node]
+id = 3
+listen = "127.0.0.1:7703"
+state_dir = "/tmp/n3"
+slots = 2
+[cluster]
+seeds = "127.0.0.1:7701, 127.0.0.1:7702,"
+[auth]
+secret_file = "/etc/ringtrain/secret"
+[worker]
+stop_grace_ms = 500
+env = "OMP_NUM_THREADS=1"
+)",
+                           "node.toml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->id, 3);
+  EXPECT_EQ(c->slots, 2);
+  EXPECT_EQ(c->AdvertisedAddress(), "127.0.0.1:7703");
+  EXPECT_EQ(c->SeedList(), (std::vector<std::string>{"127.0.0.1:7701", "127.0.0.1:7702"}));
+  EXPECT_EQ(c->secret_file, "/etc/ringtrain/secret");
+  EXPECT_EQ(c->stop_grace_ms, 500);
+}
+
+TEST(NodeConfigTest, BadInputIsRefusedNamingFileLineAndKey) {
+  auto missing = ParseNodeConfig("[node]\nstate_dir = \"/x\"\n", "node.toml");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().ToString().find("node.id"), std::string::npos);
+  auto unknown = ParseNodeConfig("[node]\nid = 1\nstate_dir = \"/x\"\nslot = 2\n", "node.toml");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().ToString().find("node.slot"), std::string::npos);
+  EXPECT_NE(unknown.status().ToString().find("node.toml"), std::string::npos);
+  auto zero = ParseNodeConfig("[node]\nid = 0\nstate_dir = \"/x\"\n", "node.toml");
+  EXPECT_FALSE(zero.ok());
+  auto port = ParseNodeConfig("[node]\nid = 1\nstate_dir = \"/x\"\nlisten = \"host\"\n", "n");
+  ASSERT_FALSE(port.ok());
+  EXPECT_NE(port.status().ToString().find("node.listen"), std::string::npos);
+  auto seed = ParseNodeConfig(
+      "[node]\nid = 1\nstate_dir = \"/x\"\n[cluster]\nseeds = \"a:1,b:99999\"\n", "n");
+  ASSERT_FALSE(seed.ok());
+  EXPECT_NE(seed.status().ToString().find("b:99999"), std::string::npos);
+}
+
+ClusterState Sample() {
+  ClusterState s;
+  s.PutNode({3, 2, "127.0.0.1:4003"});
+  s.PutNode({1, 4, "127.0.0.1:4001"});
+  s.job = JobEntry{7, "tiny", "[model]\nn_layer = 2 # \"quoted\"\n", JobDesire::kStop, 0};
+  s.epoch = 12;
+  s.max_nodes = 2;
+  s.drained = {2, 5};
+  s.cause = {"worker rank 1 on node 3 exited: signal 9 (Killed)", 1764150000123};
+  return s;
+}
+
+TEST(ClusterStateTest, RoundTripsEveryField) {
+  const ClusterState s = Sample();
+  ASSERT_EQ(s.nodes.size(), 2u);
+  EXPECT_EQ(s.nodes[0].id, 1u) << "PutNode keeps the nodes sorted";
+  auto back = DecodeClusterState(EncodeClusterState(s));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, s);
+  ClusterState empty;
+  auto none = DecodeClusterState(EncodeClusterState(empty));
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(*none, empty);
+  auto blank = DecodeClusterState("");
+  ASSERT_TRUE(blank.ok());
+  EXPECT_EQ(*blank, empty);
+}
+
+TEST(ClusterStateTest, MalformedBlobsAreCorruptionNamingTheProblem) {
+  const std::string good = EncodeClusterState(Sample());
+  auto replace = [&good](const std::string& from, const std::string& to) {
+    std::string s = good;
+    const size_t at = s.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    return s.replace(at, from.size(), to);
+  };
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"{not json", "not valid JSON"},
+      {"[1,2]", "not a JSON object"},
+      {replace("ringtrain.cluster_state", "other"), "format"},
+      {replace("\"version\":1", "\"version\":2"), "version 2"},
+      {replace("\"epoch\":12", "\"epoch\":-1"), "epoch"},
+      {replace("\"epoch\":12", "\"epoch\":\"12\""), "epoch"},
+      {replace("\"id\":1,", "\"id\":0,"), "node id 0"},
+      {replace("\"id\":1,", "\"id\":9,"), "sorted"},
+      {replace("\"slots\":4", "\"slots\":0"), "0 slots"},
+      {replace("\"desire\":\"stop\"", "\"desire\":\"pause\""), "pause"},
+      {replace("[2,5]", "[5,2]"), "drained"},
+      {replace("\"max_nodes\":2", "\"max_nodes\":99999"), "max_nodes"},
+  };
+  for (const auto& [blob, expected] : cases) {
+    auto r = DecodeClusterState(blob);
+    ASSERT_FALSE(r.ok()) << blob;
+    EXPECT_EQ(r.status().code(), StatusCode::kCorruption);
+    EXPECT_NE(r.status().ToString().find(expected), std::string::npos)
+        << r.status().ToString() << " should name " << expected;
+  }
+  EXPECT_FALSE(DecodeClusterState(std::string(kMaxClusterStateBytes + 1, ' ')).ok());
+}
+
+TEST(ControlApiTest, JsonFieldsAreCheckedForTypeAndRange) {
+  auto j = DecodeJsonObject(EncodeJson({{"nodes", 3}, {"name", "x"}, {"neg", -2}}), "scale");
+  ASSERT_TRUE(j.ok());
+  EXPECT_EQ(*IntField(*j, "nodes", 0, 10, "scale"), 3);
+  EXPECT_FALSE(IntField(*j, "nodes", 4, 10, "scale").ok());
+  EXPECT_FALSE(IntField(*j, "name", 0, 10, "scale").ok());
+  EXPECT_FALSE(IntField(*j, "absent", 0, 10, "scale").ok());
+  EXPECT_EQ(*IntField(*j, "absent", 0, 10, "scale", 7), 7);
+  EXPECT_EQ(*StringField(*j, "name", "scale"), "x");
+  EXPECT_FALSE(StringField(*j, "nodes", "scale").ok());
+  const std::string text = "[1]";
+  auto p = reinterpret_cast<const std::byte*>(text.data());
+  EXPECT_FALSE(DecodeJsonObject({p, text.size()}, "x").ok());
+}
+
+}  // namespace
+}  // namespace rt::daemon

@@ -1,0 +1,139 @@
+// ringctl: talks to any ringtraind (docs/daemon.md, docs/formats/control_api.md).
+//   ringctl [--daemon HOST:PORT] [--secret-file F] status [--json]
+//   ringctl submit job.toml | stop | scale --nodes N | drain NODE [--undo]
+//   ringctl init-secret PATH
+// Exit status: 0 done, 1 the daemon refused or failed (its error is printed), 2 bad usage.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "base/file.h"
+#include "base/net/auth.h"
+#include "daemon/control_api.h"
+#include "elastic/job.h"
+
+namespace {
+
+using rt::daemon::Json;
+
+int Fail(const rt::Status& s) {
+  std::fprintf(stderr, "ringctl: %s\n", s.ToString().c_str());
+  return 1;
+}
+
+std::string Text(const Json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return "-";
+  return it->is_string() ? it->get<std::string>() : it->dump();
+}
+
+void PrintStatus(const Json& s) {
+  const Json& view = s["view"];
+  std::string members;
+  for (const Json& m : view["members"]) members += (members.empty() ? "" : ",") + m["id"].dump();
+  std::printf("view        generation %s, members %s (answered by node %s)\n",
+              Text(view, "generation").c_str(), members.c_str(), Text(s, "answered_by").c_str());
+  if (s.contains("job")) {
+    const Json& job = s["job"];
+    std::printf("job         %s (id %s): %s\n", Text(job, "name").c_str(), Text(job, "id").c_str(),
+                Text(job, "desire").c_str());
+  } else {
+    std::printf("job         none\n");
+  }
+  std::printf("epoch       %s (last change: %s)\n", Text(s, "epoch").c_str(),
+              Text(s, "cause").c_str());
+  if (s.contains("progress")) {
+    const Json& p = s["progress"];
+    std::printf("progress    generation %s, step %s, loss %.4f, %.0f tok/s\n",
+                Text(p, "generation").c_str(), Text(p, "step").c_str(),
+                p.value("loss", 0.0), p.value("tokens_per_s", 0.0));
+  }
+  for (const Json& n : s["nodes"]) {
+    if (n.contains("error")) {
+      std::printf("node %-6s unreachable: %s\n", Text(n, "node").c_str(), Text(n, "error").c_str());
+      continue;
+    }
+    std::string ranks;
+    for (const Json& w : n["workers"]) ranks += (ranks.empty() ? "" : ",") + w["rank"].dump();
+    std::printf("node %-6s generation %s, ranks [%s]; %s\n", Text(n, "node").c_str(),
+                Text(n, "generation").c_str(), ranks.c_str(), Text(n, "plan").c_str());
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"ringctl: control a ringtrain cluster through any of its daemons"};
+  app.require_subcommand(1);
+  std::string daemon = "127.0.0.1:7700", secret_file;
+  int timeout_ms = 20'000;
+  app.add_option("--daemon", daemon, "host:port of any daemon's control port");
+  app.add_option("--secret-file", secret_file, "the cluster secret");
+  app.add_option("--timeout-ms", timeout_ms, "how long to wait for the daemon")
+      ->check(CLI::Range(1, 3'600'000));
+  bool json = false, undo = false;
+  std::string job_file, secret_path;
+  int64_t nodes = 0, node = 0;
+  CLI::App* status = app.add_subcommand("status", "members, generation, layout, job progress");
+  status->add_flag("--json", json, "print the status as JSON");
+  CLI::App* submit = app.add_subcommand("submit", "submit (or replace) the job");
+  submit->add_option("job", job_file, "job.toml")->required();
+  CLI::App* stop = app.add_subcommand("stop", "stop the job's workers");
+  CLI::App* scale = app.add_subcommand("scale", "use at most N nodes (0 = the job's own limit)");
+  scale->add_option("--nodes", nodes)->required()->check(CLI::Range(0, 4096));
+  CLI::App* drain = app.add_subcommand("drain", "take a node out of the job's plan");
+  drain->add_option("node", node)->required()->check(CLI::Range(int64_t{1}, INT64_MAX));
+  drain->add_flag("--undo", undo, "put it back");
+  CLI::App* init = app.add_subcommand("init-secret", "create a new cluster secret file (0600)");
+  init->add_option("path", secret_path)->required();
+  CLI11_PARSE(app, argc, argv);
+
+  if (*init) {
+    rt::Status s = rt::net::ClusterSecret::Create(secret_path);
+    if (!s.ok()) return Fail(s);
+    std::printf("cluster secret written to %s\n", secret_path.c_str());
+    return 0;
+  }
+  std::shared_ptr<const rt::net::ClusterSecret> secret;
+  if (!secret_file.empty()) {
+    auto loaded = rt::net::ClusterSecret::Load(secret_file);
+    if (!loaded.ok()) return Fail(loaded.status());
+    secret = *loaded;
+  }
+  uint16_t type = 0;
+  Json request = Json::object();
+  if (*status) {
+    type = rt::daemon::kCtlStatus;
+  } else if (*submit) {
+    // Checked here too, so a malformed file is refused with file, line and key before any call.
+    auto spec = rt::elastic::LoadJobSpec(job_file);
+    if (!spec.ok()) return Fail(spec.status());
+    type = rt::daemon::kCtlSubmit;
+    request = {{"text", spec->text}, {"source", job_file}};
+  } else if (*stop) {
+    type = rt::daemon::kCtlStop;
+  } else if (*scale) {
+    type = rt::daemon::kCtlScale;
+    request = {{"nodes", nodes}};
+  } else if (*drain) {
+    type = rt::daemon::kCtlDrain;
+    request = {{"node", node}, {"undrain", undo ? 1 : 0}};
+  }
+  rt::Result<Json> reply = rt::daemon::CallJsonBlocking(daemon, secret, type, request,
+                                                        rt::Deadline::AfterMs(timeout_ms));
+  if (!reply.ok()) return Fail(reply.status());
+  if (*status) {
+    if (json) {
+      std::printf("%s\n", reply->dump(2).c_str());
+    } else {
+      PrintStatus(*reply);
+    }
+  } else if (*submit) {
+    std::printf("job %s submitted (id %s)\n", Text(*reply, "name").c_str(),
+                Text(*reply, "job_id").c_str());
+  } else {
+    std::printf("done\n");
+  }
+  return 0;
+}
