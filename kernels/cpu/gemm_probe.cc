@@ -54,7 +54,8 @@ std::string Describe(const GemmCase& g) {
 // products (the scale of fp32 rounding in any summation order; a lost or wrong term is far
 // larger), or when it is not finite and the reference is. With beta = 0 the output starts as
 // NaN: BLAS must not read it. Returns the first failure.
-std::optional<std::string> CheckCase(const GemmCase& g, const std::string& kernels, uint64_t seed) {
+std::optional<std::string> CheckCase(const GemmCase& g, [[maybe_unused]] const std::string& kernels,
+                                     uint64_t seed) {
   const int a_rows = g.ta ? g.k : g.m, a_cols = g.ta ? g.m : g.k;
   const int b_rows = g.tb ? g.n : g.k, b_cols = g.tb ? g.k : g.n;
   const int lda = a_cols + g.pad, ldb = b_cols + g.pad, ldc = g.n + g.pad;
