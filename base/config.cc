@@ -2,6 +2,8 @@
 
 #include <toml++/toml.h>
 
+#include <charconv>
+#include <cstdio>
 #include <cmath>
 #include <fstream>
 #include <set>
@@ -22,6 +24,36 @@ ConfigFile::~ConfigFile() = default;
 const std::string& ConfigFile::source() const { return impl_->source; }
 
 namespace {
+
+// `text` as a TOML basic string: quoted, with quotes, backslashes and control characters escaped.
+std::string TomlQuoted(std::string_view text) {
+  std::string out = "\"";
+  for (char c : text) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      case '\r': out += "\\r"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+          char escape[8];
+          std::snprintf(escape, sizeof(escape), "\\u%04x", static_cast<unsigned char>(c));
+          out += escape;
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+// The shortest text that reads back as the same double (TOML also spells inf and nan so).
+std::string TomlDouble(double value) {
+  char text[32];
+  auto result = std::to_chars(text, text + sizeof(text), value);
+  return std::string(text, result.ptr);
+}
 
 std::string LineOf(const toml::node& node) {
   const auto& src = node.source();
@@ -120,14 +152,10 @@ struct ConfigSchema::Field {
     switch (kind) {
       case FieldKind::kInt64: return std::to_string(*static_cast<int64_t*>(field));
       case FieldKind::kInt32: return std::to_string(*static_cast<int*>(field));
-      case FieldKind::kDouble: {
-        std::ostringstream out;
-        out << *static_cast<double*>(field);
-        return out.str();
-      }
+      case FieldKind::kDouble: return TomlDouble(*static_cast<double*>(field));
       case FieldKind::kBool: return *static_cast<bool*>(field) ? "true" : "false";
       case FieldKind::kString:
-      case FieldKind::kEnum: return "\"" + *static_cast<std::string*>(field) + "\"";
+      case FieldKind::kEnum: return TomlQuoted(*static_cast<std::string*>(field));
     }
     return "";
   }

@@ -96,7 +96,7 @@ Status Unauthenticated(std::string m) {
 }
 
 namespace {
-std::string Location(const std::source_location& where) {
+std::string Location(const SourceLocation& where) {
   std::string_view file = where.file_name();
   size_t slash = file.rfind('/');
   if (slash != std::string_view::npos) file.remove_prefix(slash + 1);
@@ -104,7 +104,7 @@ std::string Location(const std::source_location& where) {
 }
 }  // namespace
 
-Status ErrnoStatus(int err, std::string_view what, std::source_location where) {
+Status ErrnoStatus(int err, std::string_view what, SourceLocation where) {
   StatusCode code = StatusCode::kIoError;
   bool retryable = false;
   switch (err) {
@@ -126,7 +126,7 @@ Status ErrnoStatus(int err, std::string_view what, std::source_location where) {
   return Status(code, std::move(message), retryable);
 }
 
-Status ForeignError(StatusCode code, std::string_view what, std::source_location where) {
+Status ForeignError(StatusCode code, std::string_view what, SourceLocation where) {
   return Status(code, std::string(what) + Location(where));
 }
 

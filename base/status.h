@@ -7,7 +7,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <source_location>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -106,16 +105,36 @@ Status Internal(std::string message);
 Status Unimplemented(std::string message);
 Status Unauthenticated(std::string message);
 
+// The caller's file and line, taken as a default argument (`SourceLocation where =
+// SourceLocation::current()`), like std::source_location, which clang 14 cannot provide with
+// libstdc++ (it lacks __builtin_source_location); __builtin_FILE/LINE work in GCC and clang.
+class SourceLocation {
+ public:
+  static constexpr SourceLocation current(const char* file = __builtin_FILE(),
+                                          unsigned line = __builtin_LINE()) {
+    return SourceLocation(file, line);
+  }
+  // The source file's path as the compiler saw it.
+  constexpr const char* file_name() const { return file_; }
+  // The 1-based line number.
+  constexpr unsigned line() const { return line_; }
+
+ private:
+  constexpr SourceLocation(const char* file, unsigned line) : file_(file), line_(line) {}
+  const char* file_;
+  unsigned line_;
+};
+
 // A Status for a failed OS call: the code follows errno (ENOSPC → kNoSpace, ETIMEDOUT →
 // kDeadlineExceeded, ECONNRESET/EPIPE → kUnavailable, else kIoError), the message is
 // "<what>: <strerror> [file:line]" with the caller's location.
 Status ErrnoStatus(int err, std::string_view what,
-                   std::source_location where = std::source_location::current());
+                   SourceLocation where = SourceLocation::current());
 
 // A Status for a foreign library's failure (CUDA, NCCL, RocksDB, io_uring), with the caller's
 // file:line appended to the message.
 Status ForeignError(StatusCode code, std::string_view what,
-                    std::source_location where = std::source_location::current());
+                    SourceLocation where = SourceLocation::current());
 
 // Either a value of type T or a non-OK Status. Accessing the value of an error aborts
 // (a broken invariant, not bad input): check ok() first or use ASSIGN_OR_RETURN.

@@ -28,7 +28,7 @@ namespace {
 std::string RankName(int r) { return "rank " + std::to_string(r); }
 
 Status NcclStatus(ncclResult_t r, ncclComm_t comm, std::string_view what,
-                  std::source_location where = std::source_location::current()) {
+                  SourceLocation where = SourceLocation::current()) {
   std::string m = std::string(what) + ": " + ncclGetErrorString(r);
   if (comm) {
     const char* last = ncclGetLastError(comm);
@@ -40,7 +40,7 @@ Status NcclStatus(ncclResult_t r, ncclComm_t comm, std::string_view what,
 }
 
 Status CudaStatus(cudaError_t e, std::string_view what,
-                  std::source_location where = std::source_location::current()) {
+                  SourceLocation where = SourceLocation::current()) {
   return ForeignError(StatusCode::kCudaError, std::string(what) + ": " + cudaGetErrorString(e), where);
 }
 

@@ -7,7 +7,9 @@
 // GCC 12 reports false array-bounds/stringop-overflow errors inside std::vector::resize as
 // inlined into ByteWriter::Put at -O3 (GCC bug 105329 family).
 #pragma GCC diagnostic ignored "-Warray-bounds"
+#ifndef __clang__  // a GCC-only warning group
 #pragma GCC diagnostic ignored "-Wstringop-overflow"
+#endif
 
 namespace rt::iofs::chain {
 namespace {

@@ -30,7 +30,7 @@ namespace rt::iofs {
 namespace {
 
 Status RocksError(const rocksdb::Status& s, std::string_view what,
-                  std::source_location where = std::source_location::current()) {
+                  SourceLocation where = SourceLocation::current()) {
   return ForeignError(StatusCode::kRocksDbError, std::string(what) + ": " + s.ToString(), where);
 }
 

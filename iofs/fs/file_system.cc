@@ -108,14 +108,27 @@ Status FileSystem::Load() {
     ASSIGN_OR_RETURN(n.mtime_ns, rd.Get<int64_t>());
     ASSIGN_OR_RETURN(n.name, rd.GetString(255));
     if (n.ino == kRootIno) continue;
-    if (n.ino > kMaxIno || n.ino >= next_ino_ || (!n.is_dir && n.chunk_size == 0))
+    // A file never grows past (2^kChunkIndexBits − 1) chunks (Write refuses it).
+    const uint64_t max_size = uint64_t{n.chunk_size} * ((1ull << kChunkIndexBits) - 1);
+    if (n.ino > kMaxIno || n.ino >= next_ino_ || (!n.is_dir && n.chunk_size == 0) ||
+        (!n.is_dir && n.size > max_size))
       return Corruption("namespace object: bad inode " + std::to_string(n.ino));
+    if (inodes_.count(n.ino) || children_[n.parent].count(n.name))
+      return Corruption("namespace object: inode " + std::to_string(n.ino) + " or its name twice");
     children_[n.parent][n.name] = n.ino;
     inodes_[n.ino] = std::move(n);
   }
   for (const auto& [parent, names] : children_)
     if (!inodes_.count(parent) || !inodes_.at(parent).is_dir)
       return Corruption("namespace object: entries under missing folder " + std::to_string(parent));
+  // Every inode leads up to the root: a loop of parents would make its path endless.
+  for (const auto& [ino, n] : inodes_) {
+    uint64_t at = ino;
+    for (size_t steps = 0; at != kRootIno && steps <= inodes_.size(); ++steps)
+      at = inodes_.at(at).parent;
+    if (at != kRootIno)
+      return Corruption("namespace object: inode " + std::to_string(ino) + " is not under the root");
+  }
   return Status();
 }
 

@@ -16,7 +16,9 @@
 
 // GCC 12 false positives inside std::vector::resize inlined into ByteWriter::Put.
 #pragma GCC diagnostic ignored "-Warray-bounds"
+#ifndef __clang__  // a GCC-only warning group
 #pragma GCC diagnostic ignored "-Wstringop-overflow"
+#endif
 
 namespace rt::iofs::shm {
 namespace {

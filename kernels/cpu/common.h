@@ -11,7 +11,8 @@
 
 #include "kernels/impl/storage.h"
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && \
+// GCC only: clang 14 cannot clone function templates.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
     !defined(__SANITIZE_ADDRESS__) && !defined(RT_NO_CLONES)
 #define RT_CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else

@@ -54,7 +54,8 @@ std::string Describe(const GemmCase& g) {
 // products (the scale of fp32 rounding in any summation order; a lost or wrong term is far
 // larger), or when it is not finite and the reference is. With beta = 0 the output starts as
 // NaN: BLAS must not read it. Returns the first failure.
-std::optional<std::string> CheckCase(const GemmCase& g, const std::string& kernels, uint64_t seed) {
+std::optional<std::string> CheckCase(const GemmCase& g, [[maybe_unused]] const std::string& kernels,
+                                     uint64_t seed) {
   const int a_rows = g.ta ? g.k : g.m, a_cols = g.ta ? g.m : g.k;
   const int b_rows = g.tb ? g.n : g.k, b_cols = g.tb ? g.k : g.n;
   const int lda = a_cols + g.pad, ldb = b_cols + g.pad, ldc = g.n + g.pad;
@@ -208,8 +209,8 @@ std::string FormatGemmProbeResult(const GemmProbeResult& result) {
   std::string_view outcome;
   for (const auto& [o, name] : kOutcomeNames)
     if (o == result.outcome) outcome = name;
-  char gflops[32];
-  std::snprintf(gflops, sizeof(gflops), "%.3f", result.gflops);
+  std::string gflops(static_cast<size_t>(std::snprintf(nullptr, 0, "%.3f", result.gflops)), '\0');
+  std::snprintf(gflops.data(), gflops.size() + 1, "%.3f", result.gflops);
   std::string text = result.kernels + " " + std::string(outcome) + " " + gflops;
   if (!result.detail.empty()) text += " " + result.detail;
   for (char& ch : text)
@@ -230,8 +231,9 @@ Result<GemmProbeResult> ParseGemmProbeResult(std::string_view text) {
   const auto [end, ec] = std::from_chars(gflops.data(), gflops.data() + gflops.size(), r.gflops);
   const bool explained = r.outcome == GemmProbeResult::Outcome::kPassed ||
                          r.outcome == GemmProbeResult::Outcome::kTimed || !r.detail.empty();
+  const bool one_line = text.find_first_of("\r\n") == std::string_view::npos;
   if (r.kernels.empty() || !known || ec != std::errc() || end != gflops.data() + gflops.size() ||
-      !(r.gflops >= 0) || !explained)
+      !(r.gflops >= 0) || !explained || !one_line)
     return Corruption("probe result '" + std::string(text.substr(0, 200)) + "' does not parse");
   return r;
 }

@@ -45,7 +45,7 @@ GemmProbeResult RunGemmProbe(const GemmProbeWork& work);
 // line breaks in the detail turned into spaces.
 std::string FormatGemmProbeResult(const GemmProbeResult& result);
 
-// Parses FormatGemmProbeResult's text. Corruption naming the problem.
+// Parses FormatGemmProbeResult's text (one line). Corruption naming the problem.
 Result<GemmProbeResult> ParseGemmProbeResult(std::string_view text);
 
 }  // namespace rt::cpu

@@ -31,13 +31,12 @@ constexpr int kRows = 4;
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wpsabi"
 #endif
-typedef int32_t I8 __attribute__((vector_size(32)));
 
 // Σ of the 8 lanes as a tree of shuffles (no serial chain of scalar adds).
 inline float HSumTree(F8 v) {
-  v += __builtin_shuffle(v, I8{4, 5, 6, 7, 0, 1, 2, 3});
-  v += __builtin_shuffle(v, I8{2, 3, 0, 1, 6, 7, 4, 5});
-  v += __builtin_shuffle(v, I8{1, 0, 3, 2, 5, 4, 7, 6});
+  v += __builtin_shufflevector(v, v, 4, 5, 6, 7, 0, 1, 2, 3);
+  v += __builtin_shufflevector(v, v, 2, 3, 0, 1, 6, 7, 4, 5);
+  v += __builtin_shufflevector(v, v, 1, 0, 3, 2, 5, 4, 7, 6);
   return v[0];
 }
 

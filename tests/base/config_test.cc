@@ -39,6 +39,28 @@ TEST(ConfigTest, ReadsValuesAndKeepsDefaults) {
   EXPECT_EQ(c.order, "sequential");
 }
 
+// Found by tests/fuzz/run_config_fuzz.cc (corpus file crash-effective-unescaped-strings.toml):
+// the effective config printed strings unescaped and doubles with 6 digits, so it did not read
+// back as the same config.
+TEST(ConfigTest, EffectiveReadsBackAsTheSameValues) {
+  TestConfig c;
+  c.dir = std::string("m\0\n\"\\\t\x7f\xc3\xa9", 9);  // NUL, line break, quote, ..., é
+  c.lr = 0.1 + 0.2;
+  ConfigSchema schema;
+  Bind(schema, &c);
+  const std::string effective = schema.Effective();
+  EXPECT_NE(effective.find("data.dir = \"m\\u0000\\n\\\"\\\\\\t\\u007f\xc3\xa9\""),
+            std::string::npos)
+      << effective;
+  TestConfig again{.steps = 1, .layers = 1, .lr = 0, .recompute = true, .dir = "", .order = ""};
+  Status s = ReadText(effective, &again);
+  ASSERT_TRUE(s.ok()) << s.ToString() << "\n" << effective;
+  EXPECT_EQ(again.dir, c.dir);
+  EXPECT_EQ(again.lr, c.lr);  // bit for bit
+  EXPECT_EQ(again.steps, c.steps);
+  EXPECT_EQ(again.recompute, c.recompute);
+}
+
 TEST(ConfigTest, ErrorsNameFileLineKeyAndProblem) {
   TestConfig c;
   Status s = ReadText("[train]\nsteps = \"many\"\n", &c);

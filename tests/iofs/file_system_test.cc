@@ -4,9 +4,12 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <map>
 #include <random>
 
+#include "base/bytes.h"
+#include "base/crc32c.h"
 #include "tests/iofs/test_util.h"
 
 namespace rt::iofs {
@@ -268,6 +271,59 @@ TEST(FileSystemTest, FsckFindsAndRepairsOrphansAndCorruption) {
   report = st.fs->Fsck(false);
   EXPECT_EQ(report->orphan_chunks, 0u);
   EXPECT_TRUE(report->problems.empty());
+}
+
+// Found by tests/fuzz/iofs_state_fuzz.cc (corpus file crash-namespace-parent-loop): a namespace
+// object that listed an inode twice, the second time as its own parent, loaded, and the path of
+// that inode then grew without end (out of memory). The loader refuses it now.
+TEST(FileSystemTest, NamespaceWithAParentLoopIsCorruption) {
+  TempDir dir("fs-loop");
+  Stack st(dir.path());
+  st.fs.reset();
+  ByteWriter w;
+  w.Put<uint32_t>(0x534e5452);  // "RTNS"
+  w.Put<uint16_t>(1);
+  w.Put<uint64_t>(4);  // next inode
+  w.Put<uint32_t>(2);
+  for (uint64_t parent : {uint64_t{1}, uint64_t{2}}) {  // inode 2 under the root, then under itself
+    w.Put<uint64_t>(2);
+    w.Put<uint64_t>(parent);
+    w.Put<uint8_t>(1);  // a folder
+    w.Put<uint32_t>(0);
+    w.Put<uint64_t>(0);
+    w.Put<int64_t>(0);
+    w.PutString(parent == 1 ? "a" : "b");
+  }
+  w.Put<uint32_t>(Crc32c(w.bytes().data(), w.size()));
+  ObjectPut put{kNamespaceKey, w.bytes()};
+  ASSERT_TRUE(st.store->Put(std::span<const ObjectPut>(&put, 1)).ok());
+  auto reopened = FileSystem::Open(st.store.get(), 64 << 10);
+  ASSERT_FALSE(reopened.ok());
+  EXPECT_EQ(reopened.status().code(), StatusCode::kCorruption) << reopened.status().ToString();
+}
+
+// A file that claims more chunks than Write lets a file have is corruption too (removing it would
+// list every chunk key).
+TEST(FileSystemTest, NamespaceWithAnImpossiblyLargeFileIsCorruption) {
+  TempDir dir("fs-huge");
+  Stack st(dir.path());
+  ASSERT_TRUE(st.fs->Create("/big").ok());
+  st.fs.reset();
+  std::vector<std::byte> object;
+  ASSERT_TRUE(st.store->Get(kNamespaceKey, 0, UINT64_MAX, &object).ok());
+  const std::string_view text(reinterpret_cast<const char*>(object.data()), object.size());
+  const size_t name = text.find("big");
+  ASSERT_NE(name, std::string_view::npos);
+  // Before the name: its u32 length, the i64 mtime, then the u64 size.
+  const uint64_t size = 1ull << 60;
+  std::memcpy(object.data() + name - 20, &size, sizeof(size));
+  const uint32_t crc = Crc32c(object.data(), object.size() - 4);
+  std::memcpy(object.data() + object.size() - 4, &crc, sizeof(crc));
+  ObjectPut put{kNamespaceKey, object};
+  ASSERT_TRUE(st.store->Put(std::span<const ObjectPut>(&put, 1)).ok());
+  auto reopened = FileSystem::Open(st.store.get(), 64 << 10);
+  ASSERT_FALSE(reopened.ok());
+  EXPECT_EQ(reopened.status().code(), StatusCode::kCorruption) << reopened.status().ToString();
 }
 
 }  // namespace

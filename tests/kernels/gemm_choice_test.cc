@@ -236,8 +236,16 @@ TEST(GemmProbeResultTest, RoundTripsAndRejectsGarbage) {
             "X wrong 0.000 two lines");
   for (const char* bad :
        {"", "SkylakeX passed", "SkylakeX maybe 1.0", "SkylakeX passed x", "SkylakeX wrong 1.0",
-        "SkylakeX failed 0", "SkylakeX passed -1", " passed 1.0"})
+        "SkylakeX failed 0", "SkylakeX passed -1", " passed 1.0",
+        // Found by tests/fuzz/text_specs_fuzz.cc (corpus file crash-probe-line-break): Format
+        // never writes a line break, so a text with one is not its output.
+        "\nHaswell passed 34.", "Haswell passed 1.0\r", "Haswell wrong 0 a\nb"})
     EXPECT_EQ(ParseGemmProbeResult(bad).status().code(), StatusCode::kCorruption) << bad;
+  // A speed of any size prints in full (it was cut at 31 characters) and reads back.
+  const GemmProbeResult huge{"Haswell", Outcome::kPassed, 1e300, ""};
+  Result<GemmProbeResult> back = ParseGemmProbeResult(FormatGemmProbeResult(huge));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->gflops, 1e300);
 }
 
 }  // namespace
