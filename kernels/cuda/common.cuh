@@ -19,7 +19,7 @@ using internal::Store;
 
 // A CudaError Status for `err` (with the caller's file:line), or OK.
 inline Status CudaStatus(cudaError_t err, const char* what,
-                         std::source_location where = std::source_location::current()) {
+                         SourceLocation where = SourceLocation::current()) {
   if (err == cudaSuccess) return Status::Ok();
   return ForeignError(StatusCode::kCudaError, std::string(what) + ": " + cudaGetErrorString(err),
                       where);

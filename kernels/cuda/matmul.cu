@@ -15,7 +15,7 @@ namespace rt::cuda {
 namespace {
 
 Status LtStatus(cublasStatus_t s, const char* what,
-                std::source_location where = std::source_location::current()) {
+                SourceLocation where = SourceLocation::current()) {
   if (s == CUBLAS_STATUS_SUCCESS) return Status::Ok();
   return ForeignError(StatusCode::kCublasError,
                       std::string(what) + ": " + cublasLtGetStatusString(s), where);
