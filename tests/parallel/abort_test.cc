@@ -5,13 +5,14 @@
 // survivor's engine: every Step returns Aborted naming the group within a bound far below the
 // op timeout. Then every rank builds a fresh world and engine of generation 1 in the same
 // process (as the daemon reuses surviving workers) and trains; its losses equal the
-// single-process Trainer's.
+// single-process Trainer's. No thread outlives the aborted generation.
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -62,8 +63,19 @@ struct RankRun {
   MonoTime step_returned;
 };
 
+// The threads of this process now (/proc/self/status).
+int ThreadCount() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
+  return -1;
+}
+
 void CheckAbortThenNewGeneration(const std::string& spec, int silent) {
   const RunConfig config = Config(2);
+  const testing::Reference& ref = ReferenceRun(config);  // first: its thread pools stay
+  const int threads_before = ThreadCount();
   const ParallelLayout layout = Layout(spec);
   const int n = layout.world();
   const std::string job = "abort-" + spec;
@@ -145,6 +157,7 @@ void CheckAbortThenNewGeneration(const std::string& spec, int silent) {
   }
   for (RankRun& me : ranks) me.engine.reset();  // before their worlds
   ranks.clear();
+  EXPECT_EQ(ThreadCount(), threads_before) << "threads leaked by the aborted generation";
 
   // Generation 1 in the same process: fresh worlds and engines, trained against the reference.
   const int steps = 2;
@@ -167,7 +180,6 @@ void CheckAbortThenNewGeneration(const std::string& spec, int silent) {
     });
   }
   for (std::thread& t : threads) t.join();
-  const testing::Reference& ref = ReferenceRun(config);
   for (int r = 0; r < n; ++r) {
     ASSERT_TRUE(results[static_cast<size_t>(r)].ok())
         << "rank " << r << ": " << results[static_cast<size_t>(r)].ToString();
