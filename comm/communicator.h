@@ -26,7 +26,9 @@
 //   - Failure: a peer's death (EOF, reset), a protocol violation, or no progress from a peer for
 //     `op_timeout` fails the running op and every pending and later op of the communicator with
 //     PeerFailed/ProtocolError naming the rank(s). Abort() (any thread) fails them with
-//     CommAborted and wakes every waiter within 100 ms. A failed communicator stays failed:
+//     CommAborted and wakes every waiter within 100 ms; it also aborts every communicator Split
+//     from this one (and theirs), so aborting the world fails a rank's every group at once. The
+//     CommAborted errors name the communicator ("world/tp"). A failed communicator stays failed:
 //     destroy it and build a new one for the next generation (no process restart needed).
 //   - Bootstrap runs in the background after the factory returns (like non-blocking
 //     ncclCommInitRankConfig); ops issued before it finishes are queued. WaitReady() waits for
@@ -216,12 +218,18 @@ class Communicator {
   // Collective: splits the group by `color` (ranks with the same color form a new
   // communicator, ordered by `key`, then by old rank), like ncclCommSplit. A negative color
   // takes no part: returns nullptr. The new communicator bootstraps in the background (see
-  // WaitReady). Blocks until the color exchange finishes or `deadline` passes.
-  virtual Result<std::unique_ptr<Communicator>> Split(int color, int key, Deadline deadline) = 0;
+  // WaitReady). Blocks until the color exchange finishes or `deadline` passes. The new
+  // communicator is named "<this name>/<name>" ("<this name>/split<N>" when `name` is empty);
+  // it is aborted whenever this one is (Abort(), at once when this one already was).
+  virtual Result<std::unique_ptr<Communicator>> Split(int color, int key, Deadline deadline,
+                                                      std::string_view name = {}) = 0;
 
-  // Fails every pending and later op with CommAborted and wakes every waiter (within 100 ms).
-  // Thread-safe, idempotent, non-blocking.
+  // Fails every pending and later op with CommAborted naming this communicator and wakes every
+  // waiter (within 100 ms); does the same to every communicator Split from this one that is
+  // still alive. Thread-safe, idempotent, non-blocking.
   virtual void Abort() = 0;
+  // The communicator's name: CommOptions::name, "/"-joined with the names given to Split.
+  virtual std::string_view name() const = 0;
   // The communicator's error once it has failed (OK while healthy). Thread-safe.
   virtual Status status() const = 0;
   // Payload bytes per op kind so far. Thread-safe.

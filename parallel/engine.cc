@@ -548,7 +548,7 @@ Status DistTrainer::SyncTiedEmbedding() {
                  WaitDeadline(), "tied embedding gradient all-reduce between the end stages");
 }
 
-Result<StepStats> DistTrainer::Step() {
+Result<StepStats> DistTrainer::RunStep() {
   const double step_start = Now();
   timings_ = StepTimings();
   timings_.chunk_forward_s.assign(runners_.size(), 0.0);

@@ -39,6 +39,7 @@
 // message size), for the byte formulas of the tensor-parallel collectives.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -89,7 +90,7 @@ struct StepTimings {
 // size (small_message_bytes = 0).
 comm::CommOptions EngineCommOptions(comm::CommOptions base);
 
-// One rank's engine. Not thread-safe; `world` must outlive it.
+// One rank's engine. Not thread-safe (but for Abort); `world` must outlive it.
 class DistTrainer {
  public:
   // Builds the process groups (collective over `world`), the stage and its state, and
@@ -113,8 +114,17 @@ class DistTrainer {
   // grad_norm are the global ones, equal on every rank, as is the skip decision (fp16). The
   // fault point "parallel.dist.grad_overflow" (test builds) sets one gradient of the rank that
   // hits it to inf. Errors: comm failures (PeerFailed,
-  // DeadlineExceeded naming the op), kernel errors; after an error the engine is unusable.
+  // DeadlineExceeded naming the op), kernel errors; Aborted (with the op and the group that
+  // failed) once Abort() was called; after an error the engine is unusable.
   Result<StepStats> Step();
+
+  // Fails every process group of this rank at once (world, tp, dp_shard, dp_replicate,
+  // pp_forward, pp_backward, embedding): every blocked and later op fails with CommAborted
+  // naming its group within ~100 ms, so a Step running on another thread returns Aborted
+  // promptly, as does every later Step. For the end of a membership generation: destroy the
+  // engine (before its world) and build a new one on the next generation's world. Thread-safe
+  // (any thread, e.g. a worker's control thread), non-blocking, idempotent.
+  void Abort();
 
   // Mean loss over `batches` sequential batches of train.batch_size rows from the start of
   // `tokens`, forward only (as Trainer::Evaluate; equal on every rank). Collective over the world.
@@ -169,6 +179,8 @@ class DistTrainer {
   struct Pending;
   DistTrainer() = default;
   Status Initialize(WeightInit init);
+  // Step's work (engine.cc); Step adds the abort check (engine_abort.cc).
+  Result<StepStats> RunStep();
   Deadline WaitDeadline() const { return Deadline::After(wait_timeout_); }
 
   // Parameter and gradient views of unit u in the compute dtype (ZeRO-3 gathers on Acquire).
@@ -263,6 +275,7 @@ class DistTrainer {
   bool evaluating_ = false;  // forward only: no loss gradient
   bool overlap_reductions_ = true;  // SetReductionOverlap
   StepTimings timings_;
+  std::atomic<bool> aborted_{false};  // Abort() was called
 };
 
 }  // namespace rt::parallel

@@ -157,19 +157,21 @@ Result<ProcessGroups> BuildProcessGroups(comm::Communicator& world, const Parall
   auto color_without = [&](RankCoords k) { return RankOf(l, k); };
   RankCoords k = c;
   k.tp = 0;
-  ASSIGN_OR_RETURN(g.tp, world.Split(color_without(k), c.tp, deadline));
+  ASSIGN_OR_RETURN(g.tp, world.Split(color_without(k), c.tp, deadline, "tp"));
   k = c;
   k.dp_shard = 0;
-  ASSIGN_OR_RETURN(g.dp_shard, world.Split(color_without(k), c.dp_shard, deadline));
+  ASSIGN_OR_RETURN(g.dp_shard, world.Split(color_without(k), c.dp_shard, deadline, "dp_shard"));
   k = c;
   k.dp_replicate = 0;
-  ASSIGN_OR_RETURN(g.dp_replicate, world.Split(color_without(k), c.dp_replicate, deadline));
+  ASSIGN_OR_RETURN(g.dp_replicate,
+                   world.Split(color_without(k), c.dp_replicate, deadline, "dp_replicate"));
   k = c;
   k.pp = 0;
-  ASSIGN_OR_RETURN(g.pp_forward, world.Split(color_without(k), c.pp, deadline));
-  ASSIGN_OR_RETURN(g.pp_backward, world.Split(color_without(k), c.pp, deadline));
+  ASSIGN_OR_RETURN(g.pp_forward, world.Split(color_without(k), c.pp, deadline, "pp_forward"));
+  ASSIGN_OR_RETURN(g.pp_backward, world.Split(color_without(k), c.pp, deadline, "pp_backward"));
   const bool end_stage = l.pp > 1 && (c.pp == 0 || c.pp == l.pp - 1);
-  ASSIGN_OR_RETURN(g.embedding, world.Split(end_stage ? color_without(k) : -1, c.pp, deadline));
+  ASSIGN_OR_RETURN(g.embedding,
+                   world.Split(end_stage ? color_without(k) : -1, c.pp, deadline, "embedding"));
   const std::pair<const char*, comm::Communicator*> groups[] = {
       {"tp", g.tp.get()},
       {"dp_shard", g.dp_shard.get()},

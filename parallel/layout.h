@@ -93,7 +93,8 @@ struct ProcessGroups {
 };
 
 // Builds the groups by Split on `world` (collective: every rank of the world calls it with the
-// same layout), then waits for each to bootstrap. Errors: InvalidArgument if world's size is not
+// same layout), named after their fields ("world/tp", ...; aborting `world` aborts them all),
+// then waits for each to bootstrap. Errors: InvalidArgument if world's size is not
 // layout.world(); those of Split and WaitReady, with the group named.
 Result<ProcessGroups> BuildProcessGroups(comm::Communicator& world, const ParallelLayout& layout,
                                          Deadline deadline);

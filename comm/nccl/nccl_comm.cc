@@ -8,7 +8,8 @@
 //  - ops: enqueued on the communicator's own CUDA stream; a CUDA event recorded after each op is
 //    its completion. Work::Wait polls the event and ncclCommGetAsyncError; an op that has not
 //    completed op_timeout after it was issued aborts the communicator (ncclCommAbort) and fails
-//    with PeerFailed. Abort() calls ncclCommAbort from any thread.
+//    with PeerFailed. Abort() calls ncclCommAbort from any thread, on this communicator and on
+//    every communicator Split from it that is still alive (and theirs).
 //  - NCCL does not say which peer failed: errors name this rank, the op and NCCL's last error.
 //  - byte accounting follows the ring volume formulas (NCCL does not report bytes).
 //  - tags of Send/Recv are not carried by NCCL (ordering alone matches them).
@@ -19,6 +20,7 @@
 #include <cstring>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "comm/communicator.h"
 
@@ -114,6 +116,42 @@ struct State {
   bool aborted_comm = false;
   CommStats stats;
   void* scratch = nullptr;  // 4 bytes of device memory for Barrier
+  bool aborted = false;                         // AbortWith ran
+  std::vector<std::weak_ptr<State>> children;  // communicators Split from this one
+
+  // "communicator world/tp (rank 1 of 2, generation 3)".
+  std::string Describe() const {
+    return "communicator " + opts.name + " (" + RankName(opts.rank) + " of " +
+           std::to_string(opts.size) + ", generation " + std::to_string(opts.generation) + ")";
+  }
+
+  // Fails with CommAborted (`reason`) and ncclCommAbort, then does the same to every child.
+  void AbortWith(std::string reason) {
+    std::vector<std::shared_ptr<State>> alive;
+    {
+      std::lock_guard lock(mu);
+      aborted = true;
+      for (const std::weak_ptr<State>& w : children)
+        if (std::shared_ptr<State> c = w.lock()) alive.push_back(std::move(c));
+      children.clear();
+    }
+    Fail(Status(StatusCode::kCommAborted, std::move(reason)));
+    for (const std::shared_ptr<State>& c : alive)
+      c->AbortWith(c->Describe() + " aborted with its parent " + opts.name);
+  }
+
+  // Registers a communicator Split from this one (aborted at once when this one was).
+  void AddChild(const std::shared_ptr<State>& child) {
+    {
+      std::lock_guard lock(mu);
+      if (!aborted) {
+        std::erase_if(children, [](const std::weak_ptr<State>& w) { return w.expired(); });
+        children.push_back(child);
+        return;
+      }
+    }
+    child->AbortWith(child->Describe() + " aborted with its parent " + opts.name);
+  }
 
   void Fail(Status s) {
     std::lock_guard lock(mu);
@@ -286,9 +324,8 @@ class NcclCommunicator final : public Communicator {
     return st_->failed;
   }
 
-  void Abort() override {
-    st_->Fail(Status(StatusCode::kCommAborted, RankName(rank()) + ": communicator aborted by Abort()"));
-  }
+  void Abort() override { st_->AbortWith(st_->Describe() + " aborted by Abort()"); }
+  std::string_view name() const override { return st_->opts.name; }
   Status status() const override {
     std::lock_guard lock(st_->mu);
     return st_->failed;
@@ -413,7 +450,8 @@ class NcclCommunicator final : public Communicator {
     });
   }
 
-  Result<std::unique_ptr<Communicator>> Split(int color, int key, Deadline deadline) override {
+  Result<std::unique_ptr<Communicator>> Split(int color, int key, Deadline deadline,
+                                              std::string_view name) override {
     RETURN_IF_ERROR(WaitReady(deadline));
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
@@ -429,9 +467,12 @@ class NcclCommunicator final : public Communicator {
     st->opts = st_->opts;
     st->opts.rank = me;
     st->opts.size = n;
+    const std::string split = "split" + std::to_string(split_seq_++);
+    st->opts.name += "/" + (name.empty() ? split : std::string(name));
     st->scope = st_->scope + "split/" + std::to_string(color) + "/";
     st->device = st_->device;
     st->comm = sub;
+    st_->AddChild(st);
     return std::unique_ptr<Communicator>(new NcclCommunicator(std::move(st), true));
   }
 
@@ -481,6 +522,7 @@ class NcclCommunicator final : public Communicator {
 
   std::shared_ptr<State> st_;
   std::thread thread_;
+  int split_seq_ = 0;  // names unnamed Split results
 };
 
 }  // namespace

@@ -171,15 +171,48 @@ Status CpuComm::WaitReady(Deadline deadline) {
   return bootstrap_status_;
 }
 
-void CpuComm::Abort() {
+void CpuComm::Abort() { AbortWith(Describe() + " aborted by Abort()"); }
+
+void CpuComm::AbortWith(std::string reason) {
+  std::vector<std::shared_ptr<CpuComm>> children;
   {
     std::lock_guard lock(mu_);
-    FailLocked(Status(StatusCode::kCommAborted,
-                      RankName(opts_.rank) + ": communicator aborted by Abort()"));
+    FailLocked(Status(StatusCode::kCommAborted, std::move(reason)));
+    aborted_ = true;
+    for (const std::weak_ptr<CpuComm>& w : children_)
+      if (std::shared_ptr<CpuComm> c = w.lock()) children.push_back(std::move(c));
+    children_.clear();
   }
   mesh_.Abort();
   cv_.notify_all();
   worker_cv_.notify_all();
+  for (const std::shared_ptr<CpuComm>& c : children)
+    c->AbortWith(c->Describe() + " aborted with its parent " + opts_.name);
+}
+
+void CpuComm::AddChild(const std::shared_ptr<CpuComm>& child) {
+  {
+    std::lock_guard lock(mu_);
+    if (!aborted_) {
+      std::erase_if(children_, [](const std::weak_ptr<CpuComm>& w) { return w.expired(); });
+      children_.push_back(child);
+      return;
+    }
+  }
+  child->AbortWith(child->Describe() + " aborted with its parent " + opts_.name);
+}
+
+std::string CpuComm::Describe() const {
+  return "communicator " + opts_.name + " (" + RankName(opts_.rank) + " of " +
+         std::to_string(opts_.size) + ", generation " + std::to_string(opts_.generation) + ")";
+}
+
+Status CpuComm::NameAbortLocked(Status s) const {
+  if (!aborted_ || s.code() != StatusCode::kCommAborted ||
+      failed_.code() != StatusCode::kCommAborted || s.message() == failed_.message())
+    return s;
+  return Status(StatusCode::kCommAborted,
+                std::string(s.message()) + " (" + std::string(failed_.message()) + ")");
 }
 
 Status CpuComm::status() const {
@@ -214,6 +247,7 @@ void CpuComm::RunClaimedLocked(std::unique_lock<std::mutex>& lock) {
     }
     lock.lock();
     running_ = false;
+    s = NameAbortLocked(std::move(s));
     if (!s.ok()) FailLocked(s);
     op->done = true;
     op->result = std::move(s);
@@ -239,6 +273,7 @@ void CpuComm::RunClaimedLocked(std::unique_lock<std::mutex>& lock) {
   }
   lock.lock();
   running_ = false;
+  s = NameAbortLocked(std::move(s));
   if (!s.ok()) FailLocked(s);
   for (size_t i = 0; i < group.size(); ++i) {
     group[i]->done = true;

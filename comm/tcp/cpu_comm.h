@@ -149,8 +149,16 @@ class CpuComm : public std::enable_shared_from_this<CpuComm> {
   // finished before `deadline`.
   Status WaitReady(Deadline deadline);
 
-  // Fails the communicator with CommAborted and wakes every thread blocked in the mesh.
+  // Fails the communicator with CommAborted ("<description> aborted by Abort()") and wakes
+  // every thread blocked in the mesh; then aborts every child still alive (AddChild).
   void Abort();
+
+  // Registers `child`, a communicator Split from this one: Abort() aborts it too ("aborted with
+  // its parent <name>"), at once when this one was aborted already. Keeps no child alive.
+  void AddChild(const std::shared_ptr<CpuComm>& child);
+
+  // "communicator world/tp (rank 1 of 2, generation 3)": how abort errors name it.
+  std::string Describe() const;
 
   // The failure that failed the communicator (OK while healthy).
   Status status() const;
@@ -175,6 +183,15 @@ class CpuComm : public std::enable_shared_from_this<CpuComm> {
 
   // Runs consecutive p2p ops as one exchange; fills each op's byte counts in `ctx`.
   Status RunP2pGroup(std::vector<std::shared_ptr<Op>>& group, std::vector<OpCtx>& ctx);
+
+  // Fails the communicator with `reason` (CommAborted), wakes its waiters and its mesh, then
+  // aborts its children.
+  void AbortWith(std::string reason);
+
+  // An op's CommAborted status `s` once the communicator was aborted: `s` with the abort's own
+  // message appended, so the op's error names the communicator. Other statuses unchanged.
+  // REQUIRES mu_.
+  Status NameAbortLocked(Status s) const;
 
   // Completes `op` with the communicator's failure (counted as an op that moved no bytes).
   // REQUIRES mu_.
@@ -206,6 +223,8 @@ class CpuComm : public std::enable_shared_from_this<CpuComm> {
   bool bootstrap_done_ = false;
   Status bootstrap_status_;
   Status failed_;
+  bool aborted_ = false;                          // Abort() ran (directly or by the parent)
+  std::vector<std::weak_ptr<CpuComm>> children_;  // AddChild
   CommStats stats_;
 };
 

@@ -28,6 +28,7 @@ class CpuCommunicator final : public Communicator {
   std::string_view backend() const override { return "cpu"; }
   Status WaitReady(Deadline d) override { return c_->WaitReady(d); }
   void Abort() override { c_->Abort(); }
+  std::string_view name() const override { return c_->options().name; }
   Status status() const override { return c_->status(); }
   CommStats stats() const override { return c_->stats(); }
 
@@ -138,7 +139,8 @@ class CpuCommunicator final : public Communicator {
     return c_->EnqueueOp(std::move(o));
   }
 
-  Result<std::unique_ptr<Communicator>> Split(int color, int key, Deadline deadline) override {
+  Result<std::unique_ptr<Communicator>> Split(int color, int key, Deadline deadline,
+                                              std::string_view name) override {
     const int n = size();
     std::vector<int32_t> mine{color, key}, all(2 * n);
     auto w = AllGather(mine.data(), all.data(), 2, DType::kI32);
@@ -154,10 +156,12 @@ class CpuCommunicator final : public Communicator {
     CommOptions o = c_->options();
     o.rank = new_rank;
     o.size = static_cast<int>(members.size());
-    std::string scope = c_->scope() + "split" + std::to_string(split_seq_++) + "/color" +
-                        std::to_string(color) + "/";
+    const std::string split = "split" + std::to_string(split_seq_++);
+    o.name += "/" + (name.empty() ? split : std::string(name));
+    std::string scope = c_->scope() + split + "/color" + std::to_string(color) + "/";
     auto sub = std::make_shared<CpuComm>(std::move(o), std::move(scope));
     sub->Start();
+    c_->AddChild(sub);
     return std::unique_ptr<Communicator>(new CpuCommunicator(std::move(sub)));
   }
 

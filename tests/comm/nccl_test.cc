@@ -119,7 +119,7 @@ TEST_F(NcclTest, OneRankWorldRunsEveryCollective) {
   ASSERT_TRUE(wait(c.Barrier()).ok());
 
   // Split: color 0 gives a one-rank communicator that works; a negative color takes no part.
-  auto sub = c.Split(0, 0, Deadline::AfterMs(20'000));
+  auto sub = c.Split(0, 0, Deadline::AfterMs(20'000), "sub");
   ASSERT_TRUE(sub.ok()) << sub.status().ToString();
   ASSERT_NE(*sub, nullptr);
   ASSERT_TRUE((*sub)->WaitReady(Deadline::AfterMs(20'000)).ok()) << (*sub)->status().ToString();
@@ -137,6 +137,14 @@ TEST_F(NcclTest, OneRankWorldRunsEveryCollective) {
   EXPECT_EQ(s.code(), StatusCode::kCommAborted) << s.ToString();
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(100));
   EXPECT_EQ(c.status().code(), StatusCode::kCommAborted);
+  // The world's Abort reached the communicator split from it (ncclCommAbort on it too).
+  EXPECT_EQ((*sub)->name(), "world/sub");
+  Status sub_s = wait((*sub)->AllReduce(src.data(), out.data(), n, DType::kF32, ReduceOp::kSum));
+  EXPECT_EQ(sub_s.code(), StatusCode::kCommAborted) << sub_s.ToString();
+  EXPECT_NE(sub_s.ToString().find("communicator world/sub (rank 0 of 1, generation 0) aborted "
+                                  "with its parent world"),
+            std::string::npos)
+      << sub_s.ToString();
 }
 
 // NCCL refuses two ranks of one communicator on the same GPU ("duplicate GPU"); either way the
