@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "base/file.h"
+#include "base/version.h"
 #include "base/net/auth.h"
 #include "daemon/control_api.h"
 #include "elastic/job.h"
@@ -65,6 +66,7 @@ void PrintStatus(const Json& s) {
 
 int main(int argc, char** argv) {
   CLI::App app{"ringctl: control a ringtrain cluster through any of its daemons"};
+  app.set_version_flag("--version", std::string(rt::kRingtrainVersion));
   app.require_subcommand(1);
   std::string daemon = "127.0.0.1:7700", secret_file;
   int timeout_ms = 20'000;

@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "base/log.h"
+#include "base/version.h"
 #include "daemon/daemon.h"
 #include "daemon/worker.h"
 
@@ -56,6 +57,7 @@ int RunDaemon(const std::string& config_path, const std::string& executable) {
 
 int main(int argc, char** argv) {
   CLI::App app{"ringtraind: the ringtrain node daemon"};
+  app.set_version_flag("--version", std::string(rt::kRingtrainVersion));
   std::string config, level = "info";
   app.add_option("--config", config, "node.toml");
   app.add_option("--log-level", level, "trace, debug, info, warn, error");
