@@ -8,8 +8,10 @@
 //  (b) save throughput: synchronous saves (codec none) to the POSIX folder --dir and, with
 //      --ringfs, to a ringfsd: bytes of the step folder / the time from Save to the commit seen by
 //      every rank (between barriers: the slowest rank).
-//  (c) load: CheckpointReader::Open + Load into this layout's engine + Restore; and the same into
-//      an engine of --reshard-to (kForLoad), a different layout with the same number of ranks.
+//  (c) load: CheckpointReader::Open + Load into this layout's engine + Restore. Re-shard: an
+//      engine of --reshard-to (kForLoad; a different layout, the same number of ranks) loads the
+//      checkpoint of --layout, and, for the like-for-like baseline, a checkpoint it saved itself
+//      (same destination, no re-sharding): re-shard / same-layout is the ratio of those two.
 //  (d) per codec (--codecs): stored / raw bytes of weights (param, master) and Adam state (m, v)
 //      from the manifest, and save and load MiB/s of raw state.
 // Every timed figure is the median over --rounds rounds, each on a fresh folder. Reads follow
@@ -56,7 +58,9 @@ struct Options {
 
 // Timings of one storage target (POSIX or ringfs), seconds per round.
 struct TargetTimes {
-  std::vector<double> save_s, load_s, reshard_load_s;
+  std::vector<double> save_s, load_s;  // saved and loaded by --layout
+  // Loaded by --reshard-to: the checkpoint of --layout (re-sharded), and one it saved itself.
+  std::vector<double> reshard_load_s, target_load_s;
   uint64_t bytes = 0;  // stored bytes of one checkpoint (all files of its step folder)
 };
 
@@ -268,16 +272,27 @@ Status MeasureSaves(RankContext& ctx, DistTrainer& engine, const Options& opt,
   return ctx.Sync();
 }
 
-// (c) with re-sharding: an engine of another layout loads the last round's checkpoints.
+// (c) with re-sharding: an engine of another layout loads each round's checkpoints of --layout,
+// and checkpoints it saved itself in its own layout (after loading the state).
 Status MeasureReshardLoads(RankContext& ctx, DistTrainer& engine, const Options& opt,
+                           const std::string& layout, const std::vector<std::string>& run_ids,
                            Figures* fig) {
   std::vector<std::pair<std::string, std::string>> targets = {{"posix", opt.dir}};
   if (!opt.ringfs.empty()) targets.emplace_back("ringfs", opt.ringfs);
+  RETURN_IF_ERROR(Load(engine, Under(opt.dir, "save-0"), fig->step));
+  size_t next_id = 0;
   for (int r = 0; r < opt.rounds; ++r) {
     for (const auto& [name, root] : targets) {
       const std::string uri = Under(root, "save-" + std::to_string(r));
-      RETURN_IF_ERROR(Timed(ctx, &fig->targets[name].reshard_load_s,
-                            [&] { return Load(engine, uri, fig->step); }));
+      const std::string own = Under(root, "own-" + std::to_string(r));
+      ASSIGN_OR_RETURN(auto writer, Writer(ctx, own, run_ids[next_id++], layout,
+                                           ckpt::Codec::kNone, /*async=*/false));
+      RETURN_IF_ERROR(writer->Save(fig->step, engine.Shards(), StateBytes(engine.state())));
+      TargetTimes& t = fig->targets[name];
+      RETURN_IF_ERROR(
+          Timed(ctx, &t.reshard_load_s, [&] { return Load(engine, uri, fig->step); }));
+      RETURN_IF_ERROR(
+          Timed(ctx, &t.target_load_s, [&] { return Load(engine, own, fig->step); }));
     }
   }
   return ctx.Sync();
@@ -319,16 +334,23 @@ void Report(const Options& opt, const std::string& reshard_to, int ranks, const 
               1e3 * without, 1e3 * with, opt.every, 100 * Median(fig.stall),
               1e3 * Median(fig.save_call_s), 1e3 * Median(fig.tail_wait_s));
   nlohmann::json targets = nlohmann::json::object();
-  std::printf("| target | MiB stored | save s | save MiB/s | load s | load MiB/s | re-shard load s "
-              "| re-shard / same |\n|---|---|---|---|---|---|---|---|\n");
+  std::printf("| target | MiB stored | save s | save MiB/s | load s | load MiB/s | into %s: "
+              "re-shard load s | same-layout load s | re-shard / same |\n"
+              "|---|---|---|---|---|---|---|---|---|\n", reshard_to.c_str());
   for (const auto& [name, t] : fig.targets) {
     const double save = Median(t.save_s), load = Median(t.load_s),
-                 reshard = Median(t.reshard_load_s), m = static_cast<double>(t.bytes) / mib;
-    std::printf("| %s | %.1f | %.3f | %.0f | %.3f | %.0f | %.3f | %.2f |\n", name.c_str(), m,
-                save, m / save, load, m / load, reshard, reshard / load);
-    targets[name] = {{"bytes", t.bytes},           {"save_s", save},
-                     {"save_mib_s", m / save},     {"load_s", load},
-                     {"reshard_load_s", reshard},  {"reshard_over_load", reshard / load}};
+                 reshard = Median(t.reshard_load_s), same = Median(t.target_load_s),
+                 m = static_cast<double>(t.bytes) / mib;
+    std::vector<double> ratios;
+    for (size_t i = 0; i < t.reshard_load_s.size(); ++i) {
+      ratios.push_back(t.reshard_load_s[i] / t.target_load_s[i]);
+    }
+    std::printf("| %s | %.1f | %.3f | %.0f | %.3f | %.0f | %.3f | %.3f | %.2f |\n", name.c_str(),
+                m, save, m / save, load, m / load, reshard, same, Median(ratios));
+    targets[name] = {{"bytes", t.bytes},          {"save_s", save},
+                     {"save_mib_s", m / save},    {"load_s", load},
+                     {"reshard_load_s", reshard}, {"target_same_layout_load_s", same},
+                     {"reshard_over_same", Median(ratios)}};
   }
   nlohmann::json codecs = nlohmann::json::array();
   std::printf("\n| codec | weights ratio | Adam ratio | save MiB/s (raw) | load MiB/s (raw) |\n"
@@ -386,6 +408,8 @@ Status Run(const Options& opt) {
   std::vector<std::string> run_ids(1 + static_cast<size_t>(opt.rounds) *
                                            (2 + Split(opt.codecs).size()));
   for (std::string& id : run_ids) id = ckpt::NewRunId();
+  std::vector<std::string> reshard_ids(static_cast<size_t>(opt.rounds) * 2);
+  for (std::string& id : reshard_ids) id = ckpt::NewRunId();
   const double load_start = LoadAverage();
   Figures fig;
   RETURN_IF_ERROR(OnRanks(config, layout, "ckpt-bench", tokens, WeightInit::kFromSeed,
@@ -401,7 +425,8 @@ Status Run(const Options& opt) {
   RETURN_IF_ERROR(OnRanks(config, reshard_layout, "ckpt-bench-reshard", tokens,
                           WeightInit::kForLoad,
                           [&](RankContext& ctx, DistTrainer& engine) -> Status {
-                            return MeasureReshardLoads(ctx, engine, opt, &fig);
+                            return MeasureReshardLoads(ctx, engine, opt, reshard_to,
+                                                       reshard_ids, &fig);
                           }));
   Report(opt, reshard_to, n, fig, load_start);
   // The benchmark's folders go; the caller's --dir and ringfs root stay.
@@ -411,7 +436,8 @@ Status Run(const Options& opt) {
     ASSIGN_OR_RETURN(auto storage, ckpt::OpenStorage(root));
     ASSIGN_OR_RETURN(std::vector<std::string> names, storage->List(""));
     for (const std::string& name : names) {
-      if (name == "stall" || name.rfind("save-", 0) == 0 || name.rfind("codec-", 0) == 0) {
+      if (name == "stall" || name.rfind("save-", 0) == 0 || name.rfind("codec-", 0) == 0 ||
+          name.rfind("own-", 0) == 0) {
         RETURN_IF_ERROR(storage->Remove(name));
       }
     }

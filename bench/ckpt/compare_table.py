@@ -42,7 +42,7 @@ print()
 print("| config, layout | state MiB (ours stored / torch files) | stall, save every "
       f"{every} steps | save POSIX s (MiB/s, of fio) | save ringfs s (MiB/s, of ringfs bench) | "
       "torch.save s | save vs torch.save | load s | torch.load s | load vs torch.load | "
-      "load with re-shard s (vs same layout) |")
+      "into the other layout: re-shard load s / its own checkpoint's load s (ratio) |")
 print("|---|---|---|---|---|---|---|---|---|---|---|")
 for config, layout in cases:
     ours = [read(r, ours_name(config, layout)) for r in range(1, rounds + 1)]
@@ -56,7 +56,7 @@ for config, layout in cases:
     step_ms = med([1e3 * o["step_s_without"] for o in ours])
     save_x = med([t["save_s"] / p["save_s"] for t, p in zip(torch, posix)])
     load_x = med([t["load_s"] / p["load_s"] for t, p in zip(torch, posix)])
-    reshard_x = med([p["reshard_load_s"] / p["load_s"] for p in posix])
+    reshard_x = med([p["reshard_load_s"] / p["target_same_layout_load_s"] for p in posix])
     print(f"| {config.upper()}, {layout} → {ours[0]['reshard_to']} | {mib:.1f} / "
           f"{torch[0]['bytes'] / MIB:.1f} | {stall:+.1f}% of {step_ms:.0f} ms | "
           f"{med([p['save_s'] for p in posix]):.3f} ({med(save_mibs):.0f}, "
@@ -65,8 +65,8 @@ for config, layout in cases:
           f"{100 * med([a / b for a, b in zip(rfs_mibs, ringfs)]):.0f}%) | "
           f"{med([t['save_s'] for t in torch]):.3f} | {save_x:.2f}× | "
           f"{med([p['load_s'] for p in posix]):.3f} | {med([t['load_s'] for t in torch]):.3f} | "
-          f"{load_x:.2f}× | {med([p['reshard_load_s'] for p in posix]):.3f} "
-          f"({reshard_x:.2f}×) |")
+          f"{load_x:.2f}× | {med([p['reshard_load_s'] for p in posix]):.3f} / "
+          f"{med([p['target_same_layout_load_s'] for p in posix]):.3f} ({reshard_x:.2f}×) |")
 print()
 print("| config | codec | weights: raw MiB → ratio | Adam m, v: raw MiB → ratio | "
       "save MiB/s (raw) | load MiB/s (raw) |")

@@ -72,6 +72,8 @@ TEST(RingtrainBenchCkptTest, TinyRunPrintsJson) {
     // The data files plus the manifest and fragments.
     EXPECT_GT(json["targets"][target]["bytes"].get<int64_t>(), state_bytes) << json.dump();
     EXPECT_GT(json["targets"][target]["reshard_load_s"].get<double>(), 0) << json.dump();
+    EXPECT_GT(json["targets"][target]["target_same_layout_load_s"].get<double>(), 0)
+        << json.dump();
   }
 }
 
