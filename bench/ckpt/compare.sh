@@ -10,8 +10,9 @@
 #   bench/ckpt/compare.sh [BUILD_DIR] [WORK_DIR]
 # Env: ROUNDS (default 3), CASES (default "m:dp=2 s:pp=2"), STEPS and EVERY of the stall passes
 # (default 10 and 10), STALL_PASSES (pairs of stall passes, default 4), FIO_MIB and RINGFS_MIB
-# (sizes of fio's file and ringfs bench's, default 512), TORCH_PY (default /usr/bin/python3:
-# Debian's python3-torch, from BENCH_PACKAGES of tools/run).
+# (sizes of fio's file and ringfs bench's, default 128: about M's checkpoint, so that the page
+# cache absorbs as much of each), TORCH_PY (default /usr/bin/python3: Debian's python3-torch, from
+# BENCH_PACKAGES of tools/run).
 # fio: --ioengine=psync --direct=0 --bs=4M --rw=write --end_fsync=1 (buffered writes then one
 # fsync: how both checkpointers write).
 set -euo pipefail
@@ -23,8 +24,8 @@ CASES=${CASES:-"m:dp=2 s:pp=2"}
 STEPS=${STEPS:-10}
 EVERY=${EVERY:-10}
 STALL_PASSES=${STALL_PASSES:-4}
-FIO_MIB=${FIO_MIB:-512}
-RINGFS_MIB=${RINGFS_MIB:-512}
+FIO_MIB=${FIO_MIB:-128}
+RINGFS_MIB=${RINGFS_MIB:-128}
 TORCH_PY=${TORCH_PY:-/usr/bin/python3}
 RINGTRAIN=$BUILD/tools/ringtrain/ringtrain
 RINGFSD=$BUILD/tools/ringfsd/ringfsd
