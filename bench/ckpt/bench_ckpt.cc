@@ -160,8 +160,8 @@ Status Timed(RankContext& ctx, std::vector<double>* out, Body body) {
 // A checkpoint writer of this rank on `uri`.
 Result<std::unique_ptr<ckpt::CheckpointWriter>> Writer(RankContext& ctx, const std::string& uri,
                                                        const std::string& run_id,
-                                                       const std::string& layout,
-                                                       ckpt::Codec codec, bool async) {
+                                                       const std::string& layout, ckpt::Codec codec,
+                                                       bool async) {
   ckpt::WriterOptions o;
   ASSIGN_OR_RETURN(o.storage, ckpt::OpenStorage(uri));
   o.rank = ctx.rank;
@@ -285,14 +285,12 @@ Status MeasureReshardLoads(RankContext& ctx, DistTrainer& engine, const Options&
     for (const auto& [name, root] : targets) {
       const std::string uri = Under(root, "save-" + std::to_string(r));
       const std::string own = Under(root, "own-" + std::to_string(r));
-      ASSIGN_OR_RETURN(auto writer, Writer(ctx, own, run_ids[next_id++], layout,
-                                           ckpt::Codec::kNone, /*async=*/false));
+      ASSIGN_OR_RETURN(auto writer, Writer(ctx, own, run_ids[next_id++], layout, ckpt::Codec::kNone,
+                                           /*async=*/false));
       RETURN_IF_ERROR(writer->Save(fig->step, engine.Shards(), StateBytes(engine.state())));
       TargetTimes& t = fig->targets[name];
-      RETURN_IF_ERROR(
-          Timed(ctx, &t.reshard_load_s, [&] { return Load(engine, uri, fig->step); }));
-      RETURN_IF_ERROR(
-          Timed(ctx, &t.target_load_s, [&] { return Load(engine, own, fig->step); }));
+      RETURN_IF_ERROR(Timed(ctx, &t.reshard_load_s, [&] { return Load(engine, uri, fig->step); }));
+      RETURN_IF_ERROR(Timed(ctx, &t.target_load_s, [&] { return Load(engine, own, fig->step); }));
     }
   }
   return ctx.Sync();
@@ -324,19 +322,23 @@ double LoadAverage() {
 void Report(const Options& opt, const std::string& reshard_to, int ranks, const Figures& fig,
             double load_start) {
   const double mib = 1024.0 * 1024.0;
-  std::printf("\nconfig %s, layout %s (%d ranks as threads), re-shard to %s, load avg %.2f → "
-              "%.2f, medians of %d passes / %d rounds\n\n",
-              opt.config.c_str(), opt.layout.c_str(), ranks, reshard_to.c_str(), load_start,
-              LoadAverage(), opt.passes, opt.rounds);
+  std::printf(
+      "\nconfig %s, layout %s (%d ranks as threads), re-shard to %s, load avg %.2f → "
+      "%.2f, medians of %d passes / %d rounds\n\n",
+      opt.config.c_str(), opt.layout.c_str(), ranks, reshard_to.c_str(), load_start, LoadAverage(),
+      opt.passes, opt.rounds);
   const double without = Median(fig.step_without_s), with = Median(fig.step_with_s);
-  std::printf("stall: step %.1f ms without saves, %.1f ms with a save every %d steps → %+.1f%% "
-              "(Save call %.1f ms, tail wait %.1f ms)\n\n",
-              1e3 * without, 1e3 * with, opt.every, 100 * Median(fig.stall),
-              1e3 * Median(fig.save_call_s), 1e3 * Median(fig.tail_wait_s));
+  std::printf(
+      "stall: step %.1f ms without saves, %.1f ms with a save every %d steps → %+.1f%% "
+      "(Save call %.1f ms, tail wait %.1f ms)\n\n",
+      1e3 * without, 1e3 * with, opt.every, 100 * Median(fig.stall), 1e3 * Median(fig.save_call_s),
+      1e3 * Median(fig.tail_wait_s));
   nlohmann::json targets = nlohmann::json::object();
-  std::printf("| target | MiB stored | save s | save MiB/s | load s | load MiB/s | into %s: "
-              "re-shard load s | same-layout load s | re-shard / same |\n"
-              "|---|---|---|---|---|---|---|---|---|\n", reshard_to.c_str());
+  std::printf(
+      "| target | MiB stored | save s | save MiB/s | load s | load MiB/s | into %s: "
+      "re-shard load s | same-layout load s | re-shard / same |\n"
+      "|---|---|---|---|---|---|---|---|---|\n",
+      reshard_to.c_str());
   for (const auto& [name, t] : fig.targets) {
     const double save = Median(t.save_s), load = Median(t.load_s),
                  reshard = Median(t.reshard_load_s), same = Median(t.target_load_s),
@@ -345,16 +347,20 @@ void Report(const Options& opt, const std::string& reshard_to, int ranks, const 
     for (size_t i = 0; i < t.reshard_load_s.size(); ++i) {
       ratios.push_back(t.reshard_load_s[i] / t.target_load_s[i]);
     }
-    std::printf("| %s | %.1f | %.3f | %.0f | %.3f | %.0f | %.3f | %.3f | %.2f |\n", name.c_str(),
-                m, save, m / save, load, m / load, reshard, same, Median(ratios));
-    targets[name] = {{"bytes", t.bytes},          {"save_s", save},
-                     {"save_mib_s", m / save},    {"load_s", load},
-                     {"reshard_load_s", reshard}, {"target_same_layout_load_s", same},
+    std::printf("| %s | %.1f | %.3f | %.0f | %.3f | %.0f | %.3f | %.3f | %.2f |\n", name.c_str(), m,
+                save, m / save, load, m / load, reshard, same, Median(ratios));
+    targets[name] = {{"bytes", t.bytes},
+                     {"save_s", save},
+                     {"save_mib_s", m / save},
+                     {"load_s", load},
+                     {"reshard_load_s", reshard},
+                     {"target_same_layout_load_s", same},
                      {"reshard_over_same", Median(ratios)}};
   }
   nlohmann::json codecs = nlohmann::json::array();
-  std::printf("\n| codec | weights ratio | Adam ratio | save MiB/s (raw) | load MiB/s (raw) |\n"
-              "|---|---|---|---|---|\n");
+  std::printf(
+      "\n| codec | weights ratio | Adam ratio | save MiB/s (raw) | load MiB/s (raw) |\n"
+      "|---|---|---|---|---|\n");
   for (const auto& [name, c] : fig.codecs) {
     const double raw = static_cast<double>(c.weights_raw + c.adam_raw) / mib;
     const double wr = static_cast<double>(c.weights_raw) / std::max<uint64_t>(1, c.weights_stored);
@@ -362,20 +368,32 @@ void Report(const Options& opt, const std::string& reshard_to, int ranks, const 
     const double save = Median(c.save_s), load = Median(c.load_s);
     std::printf("| %s | %.3f | %.3f | %.0f | %.0f |\n", name.c_str(), wr, ar, raw / save,
                 raw / load);
-    codecs.push_back({{"codec", name}, {"weights_raw", c.weights_raw},
-                      {"weights_stored", c.weights_stored}, {"adam_raw", c.adam_raw},
-                      {"adam_stored", c.adam_stored}, {"weights_ratio", wr}, {"adam_ratio", ar},
-                      {"save_s", save}, {"save_mib_s", raw / save}, {"load_s", load},
+    codecs.push_back({{"codec", name},
+                      {"weights_raw", c.weights_raw},
+                      {"weights_stored", c.weights_stored},
+                      {"adam_raw", c.adam_raw},
+                      {"adam_stored", c.adam_stored},
+                      {"weights_ratio", wr},
+                      {"adam_ratio", ar},
+                      {"save_s", save},
+                      {"save_mib_s", raw / save},
+                      {"load_s", load},
                       {"load_mib_s", raw / load}});
   }
-  const nlohmann::json line = {
-      {"config", opt.config},        {"layout", opt.layout},
-      {"reshard_to", reshard_to},    {"ranks", ranks},
-      {"every", opt.every},          {"step_s_without", without},
-      {"step_s_with", with},         {"stall_pct", 100 * Median(fig.stall)},
-      {"save_call_s", Median(fig.save_call_s)}, {"tail_wait_s", Median(fig.tail_wait_s)},
-      {"targets", targets},          {"codecs", codecs},
-      {"load_avg_start", load_start}, {"load_avg_end", LoadAverage()}};
+  const nlohmann::json line = {{"config", opt.config},
+                               {"layout", opt.layout},
+                               {"reshard_to", reshard_to},
+                               {"ranks", ranks},
+                               {"every", opt.every},
+                               {"step_s_without", without},
+                               {"step_s_with", with},
+                               {"stall_pct", 100 * Median(fig.stall)},
+                               {"save_call_s", Median(fig.save_call_s)},
+                               {"tail_wait_s", Median(fig.tail_wait_s)},
+                               {"targets", targets},
+                               {"codecs", codecs},
+                               {"load_avg_start", load_start},
+                               {"load_avg_end", LoadAverage()}};
   std::printf("\nJSON %s\n", line.dump().c_str());
 }
 
@@ -418,16 +436,14 @@ Status Run(const Options& opt) {
                               RETURN_IF_ERROR(engine.Step().status());
                             }
                             RETURN_IF_ERROR(MeasureStall(ctx, engine, opt, run_ids[0], &fig));
-                            const std::vector<std::string> rest(run_ids.begin() + 1,
-                                                                run_ids.end());
+                            const std::vector<std::string> rest(run_ids.begin() + 1, run_ids.end());
                             return MeasureSaves(ctx, engine, opt, rest, &fig);
                           }));
-  RETURN_IF_ERROR(OnRanks(config, reshard_layout, "ckpt-bench-reshard", tokens,
-                          WeightInit::kForLoad,
-                          [&](RankContext& ctx, DistTrainer& engine) -> Status {
-                            return MeasureReshardLoads(ctx, engine, opt, reshard_to,
-                                                       reshard_ids, &fig);
-                          }));
+  RETURN_IF_ERROR(
+      OnRanks(config, reshard_layout, "ckpt-bench-reshard", tokens, WeightInit::kForLoad,
+              [&](RankContext& ctx, DistTrainer& engine) -> Status {
+                return MeasureReshardLoads(ctx, engine, opt, reshard_to, reshard_ids, &fig);
+              }));
   Report(opt, reshard_to, n, fig, load_start);
   // The benchmark's folders go; the caller's --dir and ringfs root stay.
   std::vector<std::string> roots = {opt.dir};
@@ -471,8 +487,7 @@ int Main(int argc, char** argv) {
   app.add_option("--rounds", opt.rounds, "rounds of saves and loads per target and codec")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  app.add_option("--codecs", opt.codecs, "codecs compared, comma-separated")
-      ->capture_default_str();
+  app.add_option("--codecs", opt.codecs, "codecs compared, comma-separated")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   const Status s = Run(opt);
   if (!s.ok()) {

@@ -41,18 +41,18 @@ TEST(RingtrainBenchCkptTest, TinyRunPrintsJson) {
   ckpt::testing::TempDir dir("bench-ckpt");
   const uint16_t port = iofs::testing::FreePort();
   iofs::testing::Process server;
-  ASSERT_TRUE(server.Start(
-      {RINGFSD, "--state", dir.path() + "/state", "--port", std::to_string(port)}, {},
-      dir.path() + "/server.log"));
-  const Outcome out = BenchCkpt(
-      "--config tiny --layout dp=2 --dir " + dir.path() + "/posix --ringfs ringfs://127.0.0.1:" +
-      std::to_string(port) + "/ck --warmup 1 --steps 2 --every 1 --passes 1 --rounds 1");
+  ASSERT_TRUE(
+      server.Start({RINGFSD, "--state", dir.path() + "/state", "--port", std::to_string(port)}, {},
+                   dir.path() + "/server.log"));
+  const Outcome out = BenchCkpt("--config tiny --layout dp=2 --dir " + dir.path() +
+                                "/posix --ringfs ringfs://127.0.0.1:" + std::to_string(port) +
+                                "/ck --warmup 1 --steps 2 --every 1 --passes 1 --rounds 1");
   (void)server.Stop(std::chrono::seconds(15));
   ASSERT_EQ(out.exit_code, 0) << out.output << iofs::testing::ReadText(dir.path() + "/server.log");
   const size_t at = out.output.find("JSON {");
   ASSERT_NE(at, std::string::npos) << out.output;
-  const auto json = nlohmann::json::parse(
-      out.output.substr(at + 5, out.output.find('\n', at) - at - 5));
+  const auto json =
+      nlohmann::json::parse(out.output.substr(at + 5, out.output.find('\n', at) - at - 5));
   EXPECT_EQ(json["ranks"], 2);
   EXPECT_EQ(json["reshard_to"], "pp=2");
   ASSERT_EQ(json["codecs"].size(), 3u) << json.dump();
@@ -72,8 +72,7 @@ TEST(RingtrainBenchCkptTest, TinyRunPrintsJson) {
     // The data files plus the manifest and fragments.
     EXPECT_GT(json["targets"][target]["bytes"].get<int64_t>(), state_bytes) << json.dump();
     EXPECT_GT(json["targets"][target]["reshard_load_s"].get<double>(), 0) << json.dump();
-    EXPECT_GT(json["targets"][target]["target_same_layout_load_s"].get<double>(), 0)
-        << json.dump();
+    EXPECT_GT(json["targets"][target]["target_same_layout_load_s"].get<double>(), 0) << json.dump();
   }
 }
 
