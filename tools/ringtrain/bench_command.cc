@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "bench/ckpt/ckpt_bench.h"
 #include "bench/comm/comm_bench.h"
 #include "bench/kernels/kernels_bench.h"
 #include "bench/parallel/parallel_bench.h"
@@ -211,6 +212,10 @@ void AddBenchCommand(CLI::App& app, Action* action) {
   AddPassThrough(bench, "parallel",
                  "Parallel-engine benchmark per layout: --layouts \"dp=2;pp=2,schedule=1f1b\"",
                  action, [](int argc, char** argv) { return RunParallelBench(argc, argv); });
+  AddPassThrough(bench, "ckpt",
+                 "Checkpoint save stall, throughput, load and codecs: --config m --layout dp=2 "
+                 "--dir DIR [--ringfs URI]",
+                 action, [](int argc, char** argv) { return RunCkptBench(argc, argv); });
 }
 
 }  // namespace rt::cli
