@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "tests/tools/shell_run.h"
 #include "ckpt/reader.h"
 #include "ckpt/region.h"
 #include "ckpt/writer.h"
@@ -24,22 +25,10 @@
 namespace rt::ckpt {
 namespace {
 
-struct Outcome {
-  int exit_code;
-  std::string output;
-};
+using Outcome = ::rt::testing::ShellOutcome;
 
 Outcome Ringckpt(const std::string& args) {
-  const std::string cmd = std::string(RINGCKPT_BIN) + " " + args + " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  RT_CHECK(pipe != nullptr);
-  Outcome run{0, ""};
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) run.output.append(buf.data(), n);
-  const int status = pclose(pipe);
-  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return run;
+  return ::rt::testing::RunShell(std::string(RINGCKPT_BIN) + " " + args);
 }
 
 constexpr const char* kConfig =

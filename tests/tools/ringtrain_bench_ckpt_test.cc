@@ -9,28 +9,17 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "tests/tools/shell_run.h"
 #include "tests/ckpt/util.h"
 #include "tests/iofs/process_util.h"
 
 namespace rt {
 namespace {
 
-struct Outcome {
-  int exit_code;
-  std::string output;
-};
+using Outcome = ::rt::testing::ShellOutcome;
 
 Outcome BenchCkpt(const std::string& args) {
-  const std::string cmd = std::string(RINGTRAIN_BIN) + " bench ckpt " + args + " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  RT_CHECK(pipe != nullptr);
-  Outcome run{0, ""};
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) run.output.append(buf.data(), n);
-  const int status = pclose(pipe);
-  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return run;
+  return ::rt::testing::RunShell(std::string(RINGTRAIN_BIN) + " bench ckpt " + args);
 }
 
 // Parameters of configs/tiny.toml (L=2, C=64, T=32, V=256), by GPT-2's formula: wte, wpe, per

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <vector>
 
+#include "tests/tools/shell_run.h"
 #include "data/data_prepare.h"
 #include "data/token_shard.h"
 #include "kernels/tensor.h"
@@ -17,23 +18,11 @@
 namespace rt {
 namespace {
 
-struct Outcome {
-  int exit_code;  // -1 if killed by a signal
-  std::string output;
-};
+using Outcome = ::rt::testing::ShellOutcome;
 
 // Runs ringtrain with `args`, capturing stdout and stderr.
 Outcome Ringtrain(const std::string& args) {
-  const std::string cmd = std::string(RINGTRAIN_BIN) + " " + args + " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  RT_CHECK(pipe != nullptr);
-  Outcome run{0, ""};
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) run.output.append(buf.data(), n);
-  const int status = pclose(pipe);
-  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return run;
+  return ::rt::testing::RunShell(std::string(RINGTRAIN_BIN) + " " + args);
 }
 
 // Each test gets its own folder with a small text corpus, prepared shards and a tiny config
