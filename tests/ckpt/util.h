@@ -13,30 +13,12 @@
 #include "ckpt/reader.h"
 #include "ckpt/writer.h"
 #include "tests/ckpt/synthetic.h"
+#include "tests/iofs/test_util.h"
 
 namespace rt::ckpt::testing {
 
-// A fresh folder under $RINGTRAIN_TEST_TMP or the working directory, removed on destruction.
-class TempDir {
- public:
-  explicit TempDir(const std::string& name) {
-    const char* base = std::getenv("RINGTRAIN_TEST_TMP");
-    std::filesystem::path root = base ? base : std::filesystem::current_path() / "ckpt-test-tmp";
-    path_ = (root / (name + "-" + std::to_string(getpid()) + "-" + std::to_string(counter_++)))
-                .string();
-    std::filesystem::remove_all(path_);
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  static inline int counter_ = 0;
-  std::string path_;
-};
+// Temp folders: the iofs tests' (the ringfs backend needs a real filesystem too).
+using ::rt::iofs::testing::TempDir;
 
 // Save options of the tests.
 struct SaveSpec {
