@@ -87,45 +87,6 @@ GptTensors ViewGptTensors(const ModelConfig& c, const Arena& arena) {
 
 bool IsDecayed(const Tensor& t) { return t.ndim() == 2; }
 
-Status BlockForward(const BlockTensors& p, const BlockActivations& a, Tensor branch, Tensor out,
-                    Tensor inp, int n_head) {
-  RETURN_IF_ERROR(LayerNormForward(a.ln_1, a.ln_1_mean, a.ln_1_rstd, inp, p.ln_1_w, p.ln_1_b));
-  RETURN_IF_ERROR(MatmulForward(a.qkv, a.ln_1, p.attn_w, p.attn_b));
-  RETURN_IF_ERROR(AttentionForward(a.atty, a.att, a.qkv, n_head));
-  RETURN_IF_ERROR(MatmulForward(branch, a.atty, p.attn_proj_w, p.attn_proj_b));
-  RETURN_IF_ERROR(Add(a.residual2, inp, branch));
-  RETURN_IF_ERROR(
-      LayerNormForward(a.ln_2, a.ln_2_mean, a.ln_2_rstd, a.residual2, p.ln_2_w, p.ln_2_b));
-  RETURN_IF_ERROR(MatmulForward(a.fch, a.ln_2, p.fc_w, p.fc_b));
-  RETURN_IF_ERROR(GeluForward(a.fch_gelu, a.fch));
-  RETURN_IF_ERROR(MatmulForward(branch, a.fch_gelu, p.fc_proj_w, p.fc_proj_b));
-  return Add(out, a.residual2, branch);
-}
-
-Status BlockBackward(const BlockTensors& p, const BlockTensors& g, const BlockActivations& a,
-                     const BlockGradScratch& s, Tensor dresidual, Tensor inp, int n_head) {
-  // MLP branch: out = residual2 + c_proj(gelu(c_fc(ln_2(residual2)))); dL/d residual2 is dL/d out
-  // plus the branch's contribution, accumulated in place.
-  RETURN_IF_ERROR(Zero(s.dfch_gelu));
-  RETURN_IF_ERROR(
-      MatmulBackward(s.dfch_gelu, g.fc_proj_w, g.fc_proj_b, dresidual, a.fch_gelu, p.fc_proj_w));
-  // dL/d fch is formed in place over dL/d gelu(fch) (no zeroing pass, no second buffer).
-  RETURN_IF_ERROR(GeluBackward(s.dfch_gelu, a.fch, s.dfch_gelu, /*accumulate=*/false));
-  RETURN_IF_ERROR(Zero(s.dln));
-  RETURN_IF_ERROR(MatmulBackward(s.dln, g.fc_w, g.fc_b, s.dfch_gelu, a.ln_2, p.fc_w));
-  RETURN_IF_ERROR(LayerNormBackward(dresidual, g.ln_2_w, g.ln_2_b, s.dln, a.residual2, p.ln_2_w,
-                                    a.ln_2_mean, a.ln_2_rstd));
-  // Attention branch: residual2 = inp + c_proj(attention(c_attn(ln_1(inp)))).
-  RETURN_IF_ERROR(Zero(s.datty));
-  RETURN_IF_ERROR(
-      MatmulBackward(s.datty, g.attn_proj_w, g.attn_proj_b, dresidual, a.atty, p.attn_proj_w));
-  RETURN_IF_ERROR(AttentionBackward(s.dqkv, s.datty, a.qkv, a.att, n_head, /*accumulate=*/false));
-  RETURN_IF_ERROR(Zero(s.dln));
-  RETURN_IF_ERROR(MatmulBackward(s.dln, g.attn_w, g.attn_b, s.dqkv, a.ln_1, p.attn_w));
-  return LayerNormBackward(dresidual, g.ln_1_w, g.ln_1_b, s.dln, inp, p.ln_1_w, a.ln_1_mean,
-                           a.ln_1_rstd);
-}
-
 Result<std::unique_ptr<Gpt>> Gpt::Create(const ModelConfig& config, Precision precision,
                                          int max_batch, bool recompute, Device device) {
   if (config.n_layer < 1 || config.n_embd < 1 || config.n_head < 1 || config.seq_len < 1 ||
@@ -267,7 +228,7 @@ Result<double> Gpt::Forward(std::span<const int32_t> tokens, std::span<const int
   RETURN_IF_ERROR(PositionEmbeddingAdd(x0, p_.wpe, 0));
   const Tensor branch = Sub(acts_, branch_id_, {B, T, C});
   for (int l = 0; l < config_.n_layer; ++l) {
-    RETURN_IF_ERROR(BlockForward(p_.h[l], Acts(l, B, T), branch,
+    RETURN_IF_ERROR(BlockForward(p_.h[l], Acts(l, B, T), NoCollectives(), branch,
                                  Sub(acts_, residual_ids_[l + 1], {B, T, C}),
                                  Sub(acts_, residual_ids_[l], {B, T, C}), config_.n_head));
   }
@@ -312,13 +273,15 @@ Status Gpt::Backward() {
   RETURN_IF_ERROR(LayerNormBackward(
       dresidual, g_.ln_f_w, g_.ln_f_b, s.dln, residual(config_.n_layer), p_.ln_f_w,
       Sub(acts_, ln_f_mean_id_, {B, T}), Sub(acts_, ln_f_rstd_id_, {B, T})));
+  const NoCollectives none;
   for (int l = config_.n_layer - 1; l >= 0; --l) {
     const BlockActivations a = Acts(l, B, T);
     if (recompute_) {
       RETURN_IF_ERROR(
-          BlockForward(p_.h[l], a, s.branch, residual(l + 1), residual(l), config_.n_head));
+          BlockForward(p_.h[l], a, none, s.branch, residual(l + 1), residual(l), config_.n_head));
     }
-    RETURN_IF_ERROR(BlockBackward(p_.h[l], g_.h[l], a, s, dresidual, residual(l), config_.n_head));
+    RETURN_IF_ERROR(
+        BlockBackward(p_.h[l], g_.h[l], a, s, none, dresidual, residual(l), config_.n_head));
   }
   const Tensor tok = Sub(acts_, io_id_, {B, T});
   RETURN_IF_ERROR(EmbeddingBackward(g_.wte, dresidual, tok, 0));

@@ -76,6 +76,10 @@ Result<std::unique_ptr<StageRunner>> StageRunner::Create(const ModelConfig& mode
     r->sp_ids_[3] = a.Add("sp_staging", dt, {B, T, C});
   }
   RETURN_IF_ERROR(a.Allocate(device).WithContext("pipeline stage activations"));
+  if (r->sp_)
+    r->collectives_ = std::make_unique<SpCollectives>(tp, r->Sp());
+  else
+    r->collectives_ = std::make_unique<TpCollectives>(tp);
   return r;
 }
 
@@ -121,14 +125,8 @@ Status StageRunner::EmbeddingForward(int slot, Tensor wte, Tensor wpe) {
 
 Status StageRunner::BlockForward(int slot, int j, const BlockTensors& p) {
   const SlotIds& ids = slot_ids_[slot];
-  if (sp_)
-    return SpBlockForward(tp_, p, Acts(slot, j), Sp(), Get(ids.residual[j + 1]),
+  return rt::BlockForward(p, Acts(slot, j), *collectives_, Get(branch_), Get(ids.residual[j + 1]),
                           Get(ids.residual[j]), n_head_local_);
-  if (tp_.size() > 1)
-    return TpBlockForward(tp_, p, Acts(slot, j), Get(branch_), Get(ids.residual[j + 1]),
-                          Get(ids.residual[j]), n_head_local_);
-  return rt::BlockForward(p, Acts(slot, j), Get(branch_), Get(ids.residual[j + 1]),
-                          Get(ids.residual[j]), model_.n_head);
 }
 
 Result<double> StageRunner::HeadForward(int slot, Tensor ln_f_w, Tensor ln_f_b, Tensor wte,
@@ -189,12 +187,8 @@ Status StageRunner::BlockBackward(int slot, int j, const BlockTensors& p, const 
   const Tensor input = Get(slot_ids_[slot].residual[j]);
   // Recomputation: the block's forward again (rewriting its output with the same values).
   if (recompute_) RETURN_IF_ERROR(BlockForward(slot, j, p));
-  if (sp_)
-    return SpBlockBackward(tp_, p, g, Acts(slot, j), Scratch(), Sp(), dout(slot), input,
+  return rt::BlockBackward(p, g, Acts(slot, j), Scratch(), *collectives_, dout(slot), input,
                            n_head_local_);
-  if (tp_.size() > 1)
-    return TpBlockBackward(tp_, p, g, Acts(slot, j), Scratch(), dout(slot), input, n_head_local_);
-  return rt::BlockBackward(p, g, Acts(slot, j), Scratch(), dout(slot), input, model_.n_head);
 }
 
 Status StageRunner::EmbeddingBackward(int slot, Tensor g_wte, Tensor g_wpe) {
