@@ -15,6 +15,7 @@
 #include "kernels/tensor.h"
 #include "model/block.h"
 #include "model/config.h"
+#include "model/pieces.h"
 
 namespace rt {
 
@@ -94,6 +95,7 @@ class Gpt {
  private:
   Gpt() = default;
   BlockActivations Acts(int layer, int B, int T) const;
+  HeadActivations Head(int B, int T) const;
   Status BuildActivations();
 
   ModelConfig config_;
@@ -103,12 +105,9 @@ class Gpt {
   int max_batch_ = 0;
   Arena params_, grads_, acts_;
   GptTensors p_, g_;
-  // Activation arena indices (per layer, or one set with recompute).
-  struct ActIds {
-    int ln_1, ln_1_mean, ln_1_rstd, qkv, atty, att, residual2, ln_2, ln_2_mean, ln_2_rstd, fch,
-        fch_gelu;
-  };
-  std::vector<ActIds> act_ids_;
+  // The blocks' activations: the first arena index of each layer's set (one set with recompute).
+  BlockShape block_shape_;
+  std::vector<int> act_ids_;
   std::vector<int> residual_ids_;  // L+1 residual streams: [0] embeddings, [l+1] block l output
   int io_id_, ln_f_id_, ln_f_mean_id_, ln_f_rstd_id_, logits_id_, losses_id_;
   int dresidual_id_, dln_id_, datty_id_, dqkv_id_, dfch_gelu_id_, branch_id_;

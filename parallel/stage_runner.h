@@ -18,6 +18,7 @@
 #include "parallel/stage_layout.h"
 #include "parallel/tensor_parallel.h"
 #include "model/gpt.h"
+#include "model/pieces.h"
 
 namespace rt::parallel {
 
@@ -80,6 +81,7 @@ class StageRunner {
   };
   Tensor Get(int id) const { return acts_.Get(id); }
   BlockActivations Acts(int slot, int j) const;
+  HeadActivations Head(int slot) const;
   BlockGradScratch Scratch() const;
 
   ModelConfig model_;
@@ -96,7 +98,8 @@ class StageRunner {
   // The blocks' collectives: tensor- or sequence-parallel over tp_ (none for a group of one).
   std::unique_ptr<BlockCollectives> collectives_;
   std::vector<SlotIds> slot_ids_;
-  std::vector<std::vector<int>> block_ids_;  // per slot, per block: 12 activation ids
+  BlockShape block_shape_;  // this rank's widths of the blocks' activations
+  std::vector<std::vector<int>> block_ids_;  // per slot, per block: the first activation id
   int logits32_ = -1;  // f32 logits for the vocabulary-parallel cross-entropy (tp > 1, not f32)
   int dln_ = 0, datty_ = 0, dqkv_ = 0, dfch_gelu_ = 0, branch_ = 0;
 };
