@@ -10,7 +10,6 @@
 #include <cstring>
 #include <string_view>
 
-#include "base/process.h"
 
 extern char** environ;
 
@@ -93,6 +92,43 @@ Result<ProcessOutcome> RunProcess(const std::vector<std::string>& argv,
   outcome.exit_code = exit.exit_code;
   outcome.signal = exit.signal;
   return outcome;
+}
+
+Result<std::unique_ptr<SyncChild>> SyncChild::Start(const SpawnOptions& options) {
+  ASSIGN_OR_RETURN(const StartedChild child, StartChild(options));
+  return std::unique_ptr<SyncChild>(new SyncChild(child.pid, child.pidfd));
+}
+
+SyncChild::~SyncChild() {
+  if (!exit_) Kill();
+  ::close(pidfd_);
+}
+
+Status SyncChild::Signal(int signal) {
+  if (exit_) return Status();
+  if (::kill(-pid_, signal) != 0 && errno != ESRCH)
+    return ErrnoStatus(errno, "signal " + std::to_string(signal) + " to pid " +
+                                  std::to_string(pid_));
+  return Status();
+}
+
+std::optional<ChildExit> SyncChild::WaitExit(Deadline deadline) {
+  if (exit_) return exit_;
+  if (!AwaitReadable(pidfd_, deadline)) return std::nullopt;
+  Result<ChildExit> reaped = ReapChild(pidfd_);
+  RT_CHECK(reaped.ok());  // the pidfd is ours and readable: the child has exited
+  exit_ = *reaped;
+  return exit_;
+}
+
+ChildExit SyncChild::Kill() {
+  if (exit_) return *exit_;
+  ::kill(-pid_, SIGKILL);
+  ::kill(pid_, SIGKILL);  // in case it left its group
+  Result<ChildExit> reaped = ReapChild(pidfd_);
+  RT_CHECK(reaped.ok());
+  exit_ = *reaped;
+  return *exit_;
 }
 
 std::vector<std::string> EnvironmentWithout(const std::vector<std::string>& drop) {
