@@ -187,7 +187,7 @@ class Campaign {
           id = members.back();
           for (int m : members)
             if (m < last_killed_) id = m;
-          if (last_killed_ == 0) f.note += "no daemon killed yet: a random one; ";
+          if (last_killed_ == 0) f.note += "no daemon killed yet: the highest id; ";
         }
         f.target = "daemon " + std::to_string(id);
         KillDaemons(f, {id});
@@ -260,10 +260,24 @@ class Campaign {
         Status freed = FreeDisk(ckpt_dir_ + "/..");
         if (!st.ok() || !freed.ok())
           f.note += st.ToString() + "; " + freed.ToString() + "; ";
+        // Recovered when a checkpoint newer than any before the fill commits: saving works
+        // again (the job may have restarted meanwhile; the note says so).
+        const MonoTime freed_at = MonoClock::now();
+        const int64_t before = std::max(f.committed_before, NewestIntact(ckpt_dir_,
+                                                                         r_->corrupted));
+        const Deadline deadline = Deadline::AfterMs(o_.hang_limit_ms);
+        while (NewestIntact(ckpt_dir_, r_->corrupted) <= before && !deadline.Expired())
+          SleepMs(50);
+        if (NewestIntact(ckpt_dir_, r_->corrupted) <= before) {
+          f.hang = true;
+          f.note += "no checkpoint committed after the disk was freed; ";
+        } else {
+          f.recovery_s = Since(freed_at);
+        }
         Result<Json> now = cluster_.ClusterStatus(Deadline::AfterMs(10'000));
-        if (now.ok() && Observer::Generation(*now) != f.gen_before)
-          f.note += "the job restarted in generation " + Observer::Generation(*now) + "; ";
-        AwaitRecovery(f, MonoClock::now(), false);
+        if (now.ok()) f.gen_after = Observer::Generation(*now);
+        if (f.gen_after != f.gen_before)
+          f.note += "the job restarted (generation " + f.gen_after + "); ";
         break;
       }
       case FaultKind::kFlipByte: {

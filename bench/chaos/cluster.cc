@@ -46,7 +46,8 @@ Result<std::unique_ptr<LocalCluster>> LocalCluster::Create(ClusterOptions option
     ASSIGN_OR_RETURN(cluster->ports_[id], FreePort());
     std::error_code ec;
     std::filesystem::create_directories(cluster->StateDir(id), ec);
-    if (ec) return Status(StatusCode::kIoError, "create " + cluster->StateDir(id) + ": " + ec.message());
+    if (ec)
+      return Status(StatusCode::kIoError, "create " + cluster->StateDir(id) + ": " + ec.message());
   }
   return cluster;
 }
