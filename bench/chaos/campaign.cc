@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <future>
 #include <thread>
 
 #include "base/log.h"
@@ -294,10 +295,16 @@ class Campaign {
           break;
         }
         r_->corrupted.insert(step);
+        f.corrupted_step = step;
         f.target = *flipped + ", then kill ";
-        Result<ProcessOutcome> v =
-            RunProcess({o_.ringckpt, "verify", ckpt_dir_, "--step", std::to_string(step)},
-                       EnvironmentWithout({"RINGTRAIN_FAULTS"}), Deadline::AfterMs(120'000));
+        f.committed_before = NewestIntact(ckpt_dir_, r_->corrupted);
+        // Verified while the kill's recovery runs: before newer saves can retire the step.
+        std::future<Result<ProcessOutcome>> verify = std::async(std::launch::async, [&] {
+          return RunProcess({o_.ringckpt, "verify", ckpt_dir_, "--step", std::to_string(step)},
+                            EnvironmentWithout({"RINGTRAIN_FAULTS"}), Deadline::AfterMs(120'000));
+        });
+        KillWorker(f, s, -1);
+        Result<ProcessOutcome> v = verify.get();
         if (v.ok() && v->exited && v->exit_code == 1) {
           ++r_->flips_detected;
           f.note += "ringckpt verify refused it; ";
@@ -306,8 +313,6 @@ class Campaign {
           f.note += "ringckpt verify did not refuse it: " +
                     (v.ok() ? v->Describe() + " " + v->output : v.status().ToString()) + "; ";
         }
-        f.committed_before = NewestIntact(ckpt_dir_, r_->corrupted);
-        KillWorker(f, s, -1);
         break;
       }
     }

@@ -51,6 +51,7 @@ Summary Summarize(const CampaignResult& r) {
     }
     ++s.restarts;
     const int64_t resumed = line->first_step - 1;
+    if (f.corrupted_step >= 0 && resumed < f.corrupted_step) ++s.flips_fell_back;
     s.committed_steps_lost += std::max<int64_t>(0, f.committed_before - resumed);
     s.steps_repeated += std::max<int64_t>(0, f.step_before - resumed);
   }
@@ -116,11 +117,12 @@ std::string SummaryText(const CampaignResult& r, const Summary& s) {
       s.restarts, s.unmatched, s.committed_steps_lost, s.steps_repeated);
   out += fmt::format(
       "checkpoints: {} committed at the end, {} verified, {} refused (corrupted by the "
-      "campaign: {}); flipped bytes detected by ringckpt verify at once: {}/{}; resumes from a "
-      "corrupted step: {}; corrupt checkpoints accepted: {}\n",
+      "campaign: {}); flipped bytes refused by ringckpt verify at once: {}/{}; resumes right "
+      "after a flip that fell back past it: {}; resumes from a corrupted step: {}; corrupt "
+      "checkpoints accepted: {}\n",
       r.verified.size(), s.checkpoints_verified, s.checkpoints_refused, r.corrupted.size(),
-      r.flips_detected, r.flips_detected + r.flips_undetected, r.corrupt_resumes.size(),
-      s.corrupt_accepted);
+      r.flips_detected, r.flips_detected + r.flips_undetected, s.flips_fell_back,
+      r.corrupt_resumes.size(), s.corrupt_accepted);
   out += fmt::format(
       "throughput: {:.0f}% of fault-free over the run, {:.0f}% after removing recovery time\n",
       100 * s.throughput_share, 100 * s.throughput_share_net);
@@ -154,7 +156,8 @@ daemon::Json SummaryJson(const CampaignResult& r, const Summary& s) {
           {"checkpoints_committed", r.verified.size()},
           {"checkpoints_verified", s.checkpoints_verified},
           {"checkpoints_refused", s.checkpoints_refused},
-          {"flips_detected", r.flips_detected}, {"flips_undetected", r.flips_undetected},
+          {"flips_detected", r.flips_detected}, {"flips_fell_back", s.flips_fell_back},
+          {"flips_undetected", r.flips_undetected},
           {"corrupt_resumes", r.corrupt_resumes}, {"corrupt_accepted", s.corrupt_accepted},
           {"throughput_share", s.throughput_share},
           {"throughput_share_net", s.throughput_share_net},
