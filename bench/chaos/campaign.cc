@@ -168,6 +168,31 @@ class Campaign {
     AwaitRecovery(f, at, true);
   }
 
+  // The member whose own proposal installed the current view (status `led_view`); else the
+  // newest leader still alive, else the ring predecessor of the daemon killed last (the member
+  // that watched it). Says in `f.note` which.
+  int Leader(const Json& s, const std::vector<int>& members, FaultRecord& f) {
+    const int64_t view = s.contains("view") ? s["view"].value("generation", int64_t{0}) : 0;
+    int leader = 0;
+    int64_t led = 0;
+    for (const Json& n : s.value("nodes", Json::array()))
+      if (n.value("led_view", int64_t{0}) > led) {
+        led = n.value("led_view", int64_t{0});
+        leader = n.value("node", 0);
+      }
+    if (leader != 0) {
+      if (led != view)
+        f.note += "led view " + std::to_string(led) + ", not the current " +
+                  std::to_string(view) + " (its leader restarted since); ";
+      return leader;
+    }
+    int id = members.back();
+    for (int m : members)
+      if (m < last_killed_) id = m;
+    f.note += "no member reports led_view: the ring predecessor of the last killed; ";
+    return id;
+  }
+
   void Inject(FaultKind kind, const Json& s) {
     FaultRecord f;
     f.kind = kind;
@@ -181,15 +206,9 @@ class Campaign {
         KillWorker(f, s, -1);
         break;
       case FaultKind::kKillDaemon:
-      case FaultKind::kKillDetector: {
+      case FaultKind::kKillLeader: {
         int id = members[schedule_.Pick(members.size())];
-        if (kind == FaultKind::kKillDetector) {
-          // The ring predecessor of the last killed daemon: the member that watched it.
-          id = members.back();
-          for (int m : members)
-            if (m < last_killed_) id = m;
-          if (last_killed_ == 0) f.note += "no daemon killed yet: the highest id; ";
-        }
+        if (kind == FaultKind::kKillLeader) id = Leader(s, members, f);
         f.target = "daemon " + std::to_string(id);
         KillDaemons(f, {id});
         break;

@@ -15,6 +15,8 @@ namespace rt::chaos {
 struct Summary {
   std::map<std::string, int> injected;  // by fault name
   std::map<std::string, int> skipped;   // by fault name
+  // Recovery median and max by fault name (faults with a timed recovery).
+  std::map<std::string, std::pair<double, double>> recovery_by_kind;
   int recoveries = 0;                   // faults with a timed recovery
   double recovery_median_s = 0, recovery_p95_s = 0, recovery_max_s = 0;
   double rejoin_median_s = 0, rejoin_max_s = 0;
