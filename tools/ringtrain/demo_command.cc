@@ -192,7 +192,8 @@ Status RunDemo(const DemoOptions& o) {
     return InvalidArgument("--kill-node must be 2.." + std::to_string(o.nodes) +
                            " (node 1 is the seed the others join through)");
   std::error_code ec;
-  fs::remove_all(fs::path(o.dir) / "ckpt", ec);
+  fs::remove_all(fs::path(o.dir) / "ckpt", ec);  // the demo's own folders, from a run before
+  fs::remove_all(fs::path(o.dir) / "cluster", ec);
   LocalClusterOptions options;
   options.nodes = o.nodes;
   options.slots = o.slots;
