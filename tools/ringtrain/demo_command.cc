@@ -113,7 +113,8 @@ Status RunStory(const DemoOptions& o, LocalCluster& cluster, DemoWatch& watch) {
                            cluster.SecretFile(), "submit", job_file},
                           60));
 
-  const int kill_at = std::max(o.ckpt_every + 2, o.steps / 4);
+  // Between two checkpoints, so the recovery has steps to lose.
+  const int kill_at = std::max(o.ckpt_every + 2, o.steps / 4 + o.ckpt_every / 2);
   Phase("training; live progress (step, loss, tokens/s, layout, generation) until step %d",
         kill_at);
   ASSIGN_OR_RETURN(Json s, watch.Until("step " + std::to_string(kill_at),
