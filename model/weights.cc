@@ -22,15 +22,18 @@ Status ExportWeights(const std::string& path, const ModelConfig& config,
     for (int d = 0; d < t.ndim(); ++d) in.shape.push_back(t.dim(d));
     inputs.push_back(std::move(in));
   }
-  const std::map<std::string, std::string> metadata = {
-      {"format", "ringtrain-gpt2"},
-      {"n_layer", std::to_string(config.n_layer)},
-      {"n_embd", std::to_string(config.n_embd)},
-      {"n_head", std::to_string(config.n_head)},
-      {"seq_len", std::to_string(config.seq_len)},
-      {"vocab_size", std::to_string(config.vocab_size)},
-      {"tokenizer", tokenizer}};
-  return WriteSafetensors(path, inputs, metadata);
+  return WriteSafetensors(path, inputs, WeightsMetadata(config, tokenizer));
+}
+
+std::map<std::string, std::string> WeightsMetadata(const ModelConfig& config,
+                                                   const std::string& tokenizer) {
+  return {{"format", "ringtrain-gpt2"},
+          {"n_layer", std::to_string(config.n_layer)},
+          {"n_embd", std::to_string(config.n_embd)},
+          {"n_head", std::to_string(config.n_head)},
+          {"seq_len", std::to_string(config.seq_len)},
+          {"vocab_size", std::to_string(config.vocab_size)},
+          {"tokenizer", tokenizer}};
 }
 
 Status ImportWeights(const SafetensorsFile& file, const Arena& weights) {

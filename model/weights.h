@@ -2,6 +2,7 @@
 // laid out by AddGptTensors, import into one, and the architecture recorded in the metadata.
 #pragma once
 
+#include <map>
 #include <string>
 
 #include "base/status.h"
@@ -16,6 +17,11 @@ namespace rt {
 // the path; InvalidArgument if the arena is not f32.
 Status ExportWeights(const std::string& path, const ModelConfig& config,
                      const std::string& tokenizer, const Arena& weights);
+
+// The `__metadata__` that records `config` and `tokenizer` ("byte" or "gpt2") in a weights file
+// (docs/formats/safetensors.md), as ExportWeights writes it and WeightsConfig reads it.
+std::map<std::string, std::string> WeightsMetadata(const ModelConfig& config,
+                                                   const std::string& tokenizer);
 
 // Reads every tensor of `weights`' layout from `file` (F32, BF16 or F16 are accepted and
 // converted to f32). Errors: NotFound naming a missing tensor, InvalidArgument naming a tensor of

@@ -1,26 +1,29 @@
 #!/usr/bin/env bash
-# The demo run by `tools/run demo`; $1 is the build folder. Prepares the fortunes corpus as byte
-# tokens, trains config S for a few minutes with the live progress bar, then prints the
-# validation loss and a generated sample. RINGTRAIN_DEMO_STEPS overrides the step count.
+# The demo run by `tools/run demo`; $1 is the build folder. Prepares Debian's fortunes as byte
+# tokens, then runs `ringtrain demo` (tools/ringtrain/demo_command.cc): 4 local ringtraind daemons
+# train a job with pipeline and data parallelism and checkpoints, one daemon is killed with
+# kill -9 and the job recovers, the node comes back and the job grows, then `ringckpt verify`,
+# an offline `ringckpt reshard`, the validation loss and a sample. Every phase prints one line
+# starting "== "; every process it starts is stopped on the way out, also on Ctrl-C.
+# Everything it writes is under RINGTRAIN_DEMO_DIR (default BUILD/demo). Knobs:
+#   RINGTRAIN_DEMO_STEPS (default 1000), RINGTRAIN_DEMO_CONFIG (default configs/s.toml),
+#   RINGTRAIN_DEMO_NODES (4), RINGTRAIN_DEMO_SLOTS (1), RINGTRAIN_DEMO_TP (1),
+#   RINGTRAIN_DEMO_PP (2), RINGTRAIN_DEMO_CKPT_EVERY (10).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=$(cd "${1:?usage: tools/demo.sh BUILD_DIR}" && pwd)
 RINGTRAIN=$BUILD/tools/ringtrain/ringtrain
 WORK=${RINGTRAIN_DEMO_DIR:-$BUILD/demo}
-STEPS=${RINGTRAIN_DEMO_STEPS:-800}
 mkdir -p "$WORK"
 
-echo "== ringtrain demo: GPT-2 config S on Debian's fortunes (byte tokens), $STEPS steps"
-"$RINGTRAIN" data prepare --input /usr/share/games/fortunes --out "$WORK/data"
-
-echo "== training (metrics in $WORK/metrics.jsonl)"
-"$RINGTRAIN" --log-level warn train --config "$ROOT/configs/s.toml" --steps "$STEPS" \
-  --set data.dir="$WORK/data" --set metrics.path="$WORK/metrics.jsonl" \
-  --set eval.every=$((STEPS / 4)) --out "$WORK/model.safetensors"
-
-echo "== validation loss of the trained weights"
-"$RINGTRAIN" eval --weights "$WORK/model.safetensors" --data "$WORK/data/val.bin" --batches 40
-
-echo "== a sample (temperature 0.8, top-k 40)"
-"$RINGTRAIN" sample --weights "$WORK/model.safetensors" --prompt "The secret of life is" \
-  --tokens 300 --temperature 0.8 --top-k 40 --seed 7
+if [ ! -f "$WORK/data/val.bin" ]; then
+  echo "== preparing Debian's fortunes as byte tokens in $WORK/data"
+  "$RINGTRAIN" --log-level warn data prepare --input /usr/share/games/fortunes \
+    --out "$WORK/data"
+fi
+# exec: `ringtrain demo` itself takes Ctrl-C and SIGTERM and stops what it started.
+exec "$RINGTRAIN" --log-level warn demo --config "${RINGTRAIN_DEMO_CONFIG:-$ROOT/configs/s.toml}" \
+  --data "$WORK/data" --dir "$WORK" --steps "${RINGTRAIN_DEMO_STEPS:-1000}" \
+  --nodes "${RINGTRAIN_DEMO_NODES:-4}" --slots "${RINGTRAIN_DEMO_SLOTS:-1}" \
+  --tp "${RINGTRAIN_DEMO_TP:-1}" --pp "${RINGTRAIN_DEMO_PP:-2}" \
+  --ckpt-every "${RINGTRAIN_DEMO_CKPT_EVERY:-10}"

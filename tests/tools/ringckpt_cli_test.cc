@@ -16,6 +16,7 @@
 #include "ckpt/region.h"
 #include "ckpt/writer.h"
 #include "model/safetensors.h"
+#include "model/weights.h"
 #include "parallel/layout.h"
 #include "parallel/shard_plan.h"
 #include "tests/ckpt/synthetic.h"
@@ -179,6 +180,16 @@ TEST(RingckptCliTest, InspectVerifyReshardDiffExport) {
     std::memcpy(&v, wte->data.data() + 4 * i, 4);
     ASSERT_EQ(v, testing::RefValue(StateKind::kMaster, "wte", i)) << i;
   }
+  // The architecture of the recorded run config, so `ringtrain eval` and `sample` can load it.
+  std::string tokenizer;
+  auto architecture = WeightsConfig(file, &tokenizer);
+  ASSERT_TRUE(architecture.ok()) << architecture.status().ToString();
+  EXPECT_EQ(architecture->n_layer, 2);
+  EXPECT_EQ(architecture->n_embd, 32);
+  EXPECT_EQ(architecture->n_head, 2);
+  EXPECT_EQ(architecture->seq_len, 16);
+  EXPECT_EQ(architecture->vocab_size, 64);
+  EXPECT_EQ(tokenizer, "gpt2");  // not the byte tokenizer's 256
 
   // Damage: verify names the file and exits 1; diff still runs but load fails clearly.
   testing::FlipByte(src + "/" + StepDir(5) + "/" + DataFile(3), 100);

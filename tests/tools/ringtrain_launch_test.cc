@@ -20,45 +20,19 @@
 #include "base/subprocess.h"
 #include "data/token_shard.h"
 #include "tests/parallel/test_util.h"
+#include "tests/tools/process_check.h"
 
 namespace rt {
 namespace {
+
+using testing::ExitsWithin;
+using testing::ProcessesMentioning;
+using testing::ReadFile;
 
 namespace asio = boost::asio;
 namespace fs = std::filesystem;
 using Json = nlohmann::json;
 using std::chrono::milliseconds;
-
-std::string ReadFile(const fs::path& path) {
-  std::ifstream in(path);
-  return std::string((std::istreambuf_iterator<char>(in)), {});
-}
-
-// True when `pid` has exited (or is gone) within `timeout`, seen through a pidfd.
-bool ExitsWithin(pid_t pid, milliseconds timeout) {
-  const int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
-  if (fd < 0) return errno == ESRCH;
-  pollfd p{fd, POLLIN, 0};
-  const int rc = ::poll(&p, 1, static_cast<int>(timeout.count()));
-  ::close(fd);
-  return rc == 1;
-}
-
-// The pids of live (not zombie) processes whose command line mentions `text`.
-std::vector<pid_t> ProcessesMentioning(const std::string& text) {
-  std::vector<pid_t> found;
-  for (const auto& entry : fs::directory_iterator("/proc")) {
-    const std::string name = entry.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::string cmdline = ReadFile(entry.path() / "cmdline");
-    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
-    const std::string stat = ReadFile(entry.path() / "stat");
-    const size_t state = stat.rfind(") ");
-    const bool zombie = state != std::string::npos && stat.compare(state + 2, 1, "Z") == 0;
-    if (!zombie && cmdline.find(text) != std::string::npos) found.push_back(std::stoi(name));
-  }
-  return found;
-}
 
 class LaunchTest : public ::testing::Test {
  protected:

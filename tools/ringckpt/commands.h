@@ -8,6 +8,7 @@
 
 #include "base/status.h"
 #include "ckpt/reader.h"
+#include "parallel/config.h"
 
 namespace ringckpt {
 
@@ -24,13 +25,20 @@ rt::Result<std::unique_ptr<rt::ckpt::CheckpointReader>> OpenSource(const Source&
 rt::Result<std::vector<double>> LoadWhole(rt::ckpt::CheckpointReader& reader,
                                           const rt::ckpt::TensorEntry& tensor);
 
+// The run config recorded in checkpoint `m`, or the one in file `path` when given; its text in
+// *text. Errors: NotFound for an unreadable file; the config's own (file, line, key).
+rt::Result<rt::RunConfig> ConfigOf(const rt::ckpt::Manifest& m, const std::string& path,
+                                   std::string* text);
+
 // `inspect`: the committed steps, then step, run, layout, tensors, pieces, sizes and codecs (or
 // the whole manifest as JSON). Returns the exit code.
 int Inspect(const Source& source, bool json);
 // `verify`: every checksum, every element stored exactly once, no stray files; exit 1 naming
 // each problem.
 int Verify(const Source& source);
-// `export`: the fp32 weights (master, or the parameters converted) as a safetensors file.
+// `export`: the fp32 weights (master, or the parameters converted) as a safetensors file whose
+// metadata records the architecture of the recorded run config, so `ringtrain eval` and
+// `ringtrain sample` read it (tokenizer "byte" for a vocabulary of 256, else "gpt2").
 int Export(const Source& source, const std::string& out);
 // `diff`: per tensor present in either, the max absolute and relative difference.
 int Diff(const Source& a, const Source& b);

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "model/safetensors.h"
+#include "model/weights.h"
 #include "tools/ringckpt/commands.h"
 
 namespace ringckpt {
@@ -39,8 +40,13 @@ int Export(const Source& source, const std::string& out) {
     in.data = data.back().data();
     inputs.push_back(std::move(in));
   }
-  const std::map<std::string, std::string> metadata = {
-      {"format", "ringtrain"}, {"step", std::to_string(m.step)}, {"run_id", m.run_id}};
+  std::string config_text;
+  auto config = ConfigOf(m, "", &config_text);
+  if (!config.ok()) return Fail(config.status());
+  std::map<std::string, std::string> metadata =
+      rt::WeightsMetadata(config->model, config->model.vocab_size == 256 ? "byte" : "gpt2");
+  metadata["step"] = std::to_string(m.step);
+  metadata["run_id"] = m.run_id;
   if (rt::Status s = rt::WriteSafetensors(out, inputs, metadata); !s.ok()) return Fail(s);
   std::printf("wrote %zu tensors of step %lld to %s\n", inputs.size(),
               static_cast<long long>(m.step), out.c_str());

@@ -14,9 +14,7 @@
 #include "tools/ringckpt/commands.h"
 
 namespace ringckpt {
-namespace {
 
-// The run config recorded in the checkpoint, or the file `path` when given; and its text.
 rt::Result<rt::RunConfig> ConfigOf(const rt::ckpt::Manifest& m, const std::string& path,
                                    std::string* text) {
   if (!path.empty()) {
@@ -38,6 +36,8 @@ rt::Result<rt::RunConfig> ConfigOf(const rt::ckpt::Manifest& m, const std::strin
   RETURN_IF_ERROR(rt::ValidateRunConfig(config));
   return config;
 }
+
+namespace {
 
 rt::Status Run(const Source& source, const ReshardOptions& o) {
   ASSIGN_OR_RETURN(std::unique_ptr<rt::ckpt::CheckpointReader> reader, OpenSource(source));

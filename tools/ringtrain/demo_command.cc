@@ -28,7 +28,7 @@ struct DemoOptions {
   std::string config;  // run config the job is made of (model, train, optim)
   std::string data;    // prepared data folder (train_*.bin, val.bin)
   std::string dir;     // state folder: daemons, checkpoints, exported weights
-  int steps = 300;
+  int steps = 1000;
   int nodes = 4;
   int slots = 1;
   int tp = 1;
@@ -79,6 +79,11 @@ Result<std::string> WriteJobFile(const DemoOptions& o) {
   return path;
 }
 
+// True when the status says the job has finished (rank 0 completed its last step).
+bool Finished(const Json& s) {
+  return s.contains("job") && s["job"].value("desire", "") == "finished";
+}
+
 // Runs a tool to completion and prints its output indented. Errors: the tool's failure, named.
 Status RunTool(const std::vector<std::string>& argv, int timeout_s) {
   ASSIGN_OR_RETURN(ProcessOutcome r,
@@ -108,7 +113,8 @@ Status RunStory(const DemoOptions& o, LocalCluster& cluster, DemoWatch& watch) {
                            cluster.SecretFile(), "submit", job_file},
                           60));
 
-  const int kill_at = std::max(o.ckpt_every + 2, o.steps / 4);
+  // Between two checkpoints, so the recovery has steps to lose.
+  const int kill_at = std::max(o.ckpt_every + 2, o.steps / 4 + o.ckpt_every / 2);
   Phase("training; live progress (step, loss, tokens/s, layout, generation) until step %d",
         kill_at);
   ASSIGN_OR_RETURN(Json s, watch.Until("step " + std::to_string(kill_at),
@@ -144,18 +150,20 @@ Status RunStory(const DemoOptions& o, LocalCluster& cluster, DemoWatch& watch) {
   RETURN_IF_ERROR(cluster.StartNode(o.kill_node));
   const std::string generation_shrunk = Generation(s);
   ASSIGN_OR_RETURN(s, watch.Until("the job on all nodes again", [&](const Json& s) {
-    return s["view"]["members"].size() == static_cast<size_t>(o.nodes) &&
-           Generation(s) != generation_shrunk && !WorkerPids(s, o.kill_node).empty() &&
-           Step(s) >= 1;
+    return Finished(s) ||
+           (s["view"]["members"].size() == static_cast<size_t>(o.nodes) &&
+            Generation(s) != generation_shrunk && !WorkerPids(s, o.kill_node).empty() &&
+            Step(s) >= 1);
   }, deadline));
+  if (Finished(s))
+    return FailedPrecondition("the job finished before daemon " + std::to_string(o.kill_node) +
+                              " was back in it: give it more steps (--steps)");
   Phase("the job grew back to %zu nodes: layout %s", s["view"]["members"].size(),
         Plan(s).c_str());
   RETURN_IF_ERROR(watch.PrintRecovery(deadline));
 
   Phase("waiting for the end (step %d)", o.steps);
-  ASSIGN_OR_RETURN(s, watch.Until("the job to finish", [](const Json& s) {
-    return s.contains("job") && s["job"].value("desire", "") == "finished";
-  }, deadline));
+  ASSIGN_OR_RETURN(s, watch.Until("the job to finish", Finished, deadline));
   Phase("the job finished at step %d", o.steps);
   return Status();
 }
@@ -192,7 +200,8 @@ Status RunDemo(const DemoOptions& o) {
     return InvalidArgument("--kill-node must be 2.." + std::to_string(o.nodes) +
                            " (node 1 is the seed the others join through)");
   std::error_code ec;
-  fs::remove_all(fs::path(o.dir) / "ckpt", ec);
+  fs::remove_all(fs::path(o.dir) / "ckpt", ec);  // the demo's own folders, from a run before
+  fs::remove_all(fs::path(o.dir) / "cluster", ec);
   LocalClusterOptions options;
   options.nodes = o.nodes;
   options.slots = o.slots;

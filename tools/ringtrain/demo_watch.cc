@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <thread>
 
 namespace rt::cli {
@@ -80,18 +81,17 @@ Status DemoWatch::PrintRecovery(Deadline deadline) {
         const size_t at = line.find("recovery: ");
         if (at == std::string::npos) continue;
         std::printf("   | node %d: %s\n", id, line.substr(at).c_str());
-        const size_t resumed = line.find("resumed at step ");
-        const size_t lost = line.find(" step(s) lost", resumed);
-        if (resumed != std::string::npos && lost != std::string::npos) {
-          const long long first = std::atoll(line.c_str() + resumed + 16);
-          const size_t open = line.rfind('(', lost);
-          const long long lost_steps = std::atoll(line.c_str() + open + 1);
+        // "resumed at step N, steps lost K (...)" (docs/daemon.md).
+        static const std::regex kResumed("resumed at step ([0-9]+), steps lost ([0-9]+)");
+        std::smatch m;
+        if (std::regex_search(line, m, kResumed)) {
+          const long long first = std::stoll(m[1]);
           if (first > 1) {
-            std::printf("== loaded from the checkpoint of step %lld; %lld step(s) lost\n",
-                        first - 1, lost_steps);
+            std::printf("== loaded from the checkpoint of step %lld; %s step(s) lost\n", first - 1,
+                        m[2].str().c_str());
           } else {
-            std::printf("== no checkpoint yet: started from step 1; %lld step(s) lost\n",
-                        lost_steps);
+            std::printf("== no checkpoint yet: started from step 1; %s step(s) lost\n",
+                        m[2].str().c_str());
           }
         }
         std::fflush(stdout);

@@ -75,6 +75,11 @@ Result<std::unique_ptr<LocalCluster>> LocalCluster::Start(LocalClusterOptions op
   if (!fs::exists(secret)) RETURN_IF_ERROR(net::ClusterSecret::Create(secret));
   ASSIGN_OR_RETURN(cluster->secret_, net::ClusterSecret::Load(secret));
   for (int id = 1; id <= o.nodes; ++id) {
+    if (fs::exists(cluster->NodeDir(id)))
+      return FailedPrecondition(cluster->NodeDir(id) + " holds an earlier cluster's state: remove "
+                                "it or pick another folder");
+  }
+  for (int id = 1; id <= o.nodes; ++id) {
     if (o.base_port != 0) {
       cluster->ports_[id] = static_cast<uint16_t>(o.base_port + id - 1);
     } else {

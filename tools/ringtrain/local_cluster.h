@@ -46,7 +46,8 @@ class LocalCluster {
  public:
   // Writes the secret and every node.toml, then starts every daemon. Does not wait for the view
   // (WaitForMembers). Errors: InvalidArgument for bad options (nodes < 1, slots < 1, a base port
-  // range past 65535, no dir or daemon binary); IoError naming a file that cannot be written or a
+  // range past 65535, no dir or daemon binary); FailedPrecondition when a node folder already
+  // exists (an earlier cluster's state); IoError naming a file that cannot be written or a
   // daemon that cannot be started.
   static Result<std::unique_ptr<LocalCluster>> Start(LocalClusterOptions options);
   ~LocalCluster();
