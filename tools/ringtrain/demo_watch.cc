@@ -81,11 +81,10 @@ Status DemoWatch::PrintRecovery(Deadline deadline) {
         if (at == std::string::npos) continue;
         std::printf("   | node %d: %s\n", id, line.substr(at).c_str());
         const size_t resumed = line.find("resumed at step ");
-        const size_t lost = line.find(" step(s) lost", resumed);
+        const size_t lost = line.find("steps lost ", resumed);
         if (resumed != std::string::npos && lost != std::string::npos) {
           const long long first = std::atoll(line.c_str() + resumed + 16);
-          const size_t open = line.rfind('(', lost);
-          const long long lost_steps = std::atoll(line.c_str() + open + 1);
+          const long long lost_steps = std::atoll(line.c_str() + lost + 11);
           if (first > 1) {
             std::printf("== loaded from the checkpoint of step %lld; %lld step(s) lost\n",
                         first - 1, lost_steps);
