@@ -3,6 +3,7 @@
 // / `checkpoints`.
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -118,12 +119,16 @@ asio::awaitable<Result<int64_t>> Node::CheckpointFirst(std::string why, Deadline
   const StopAt agreed = state.stop_at ? *state.stop_at : stop;
   LOG_INFO("planned stop ({}): generation {} stops after step {}", why, agreed.generation,
            agreed.step);
-  auto done = [agreed](const elastic::ReplicatedState& r) {
-    Result<ClusterState> s = DecodeClusterState(r.blob);
-    return s.ok() && s->committed && s->committed->generation == agreed.generation &&
-           s->committed->step >= agreed.step;
-  };
-  Result<elastic::ReplicatedState> committed = co_await membership_->AwaitState(done, deadline);
+  // (Named and moved, never a temporary in the co_await expression: GCC 12 destroys such
+  // temporaries twice.)
+  std::function<bool(const elastic::ReplicatedState&)> done =
+      [agreed](const elastic::ReplicatedState& r) {
+        Result<ClusterState> s = DecodeClusterState(r.blob);
+        return s.ok() && s->committed && s->committed->generation == agreed.generation &&
+               s->committed->step >= agreed.step;
+      };
+  Result<elastic::ReplicatedState> committed =
+      co_await membership_->AwaitState(std::move(done), deadline);
   if (!committed.ok())
     co_return committed.status().WithContext("the checkpoint of the planned stop after step " +
                                              std::to_string(agreed.step));
@@ -247,11 +252,13 @@ asio::awaitable<Result<Json>> Node::HandleCheckpoints(Json) {
     co_return FailedPrecondition("job " + state.job->name + " has no ckpt.dir");
   const std::string uri = spec.run.ckpt.dir;
   // Storage I/O runs off the io thread. (std::optional: co_spawn's result must be
-  // default-constructible, Result is not.)
-  std::optional<Result<Json>> listed = co_await asio::co_spawn(
-      blocking_.get_executor(),
-      [uri]() -> asio::awaitable<std::optional<Result<Json>>> { co_return ListCheckpoints(uri); },
-      asio::use_awaitable);
+  // default-constructible, Result is not. The lambda is named and moved: GCC 12 destroys
+  // temporaries of a co_await expression twice.)
+  auto list = [uri]() -> asio::awaitable<std::optional<Result<Json>>> {
+    co_return ListCheckpoints(uri);
+  };
+  std::optional<Result<Json>> listed =
+      co_await asio::co_spawn(blocking_.get_executor(), std::move(list), asio::use_awaitable);
   if (!listed->ok()) co_return listed->status().WithContext("list the checkpoints in " + uri);
   co_return Json{{"job", state.job->name}, {"uri", uri}, {"checkpoints", std::move(**listed)}};
 }

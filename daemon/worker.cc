@@ -152,6 +152,7 @@ Status RunWorker(WorkerOptions options, const std::string& executable) {
   if (options.train.rank < 0) return InvalidArgument("worker: --rank is required");
   DaemonLink link(options);
   RETURN_IF_ERROR(link.Start(secret));
+  options.train.generation = options.generation;
   ASSIGN_OR_RETURN(RunConfig config, LoadRunConfig(options.train.config, {}));
   ASSIGN_OR_RETURN(options.train.resume, HasCommittedCheckpoint(config));
   LOG_INFO("worker: generation {} rank {}/{} layout {}, {}", options.generation,

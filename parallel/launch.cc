@@ -145,6 +145,7 @@ Status RunWorker(const DistTrainOptions& o) {
                                      {"grad_norm", s.grad_norm}, {"skipped", s.skipped}};
       if (config.train.precision == "fp16") line["loss_scale"] = s.loss_scale;
       if (!std::isfinite(s.grad_norm)) line["grad_norm"] = nullptr;
+      if (!o.generation.empty()) line["generation"] = o.generation;
       if (metrics.is_open()) metrics << line.dump() << "\n" << std::flush;
       if (last || config.train.log_every <= 0 || s.step % config.train.log_every == 0)
         std::printf("step %lld/%lld  loss %.4f  lr %.2e  %.0f tok/s\n",

@@ -42,6 +42,10 @@ struct DistTrainOptions {
   // Worker mode: called on this rank's thread after each of its steps with the step's stats and
   // seconds (the daemon's workers report progress through it); empty = none.
   std::function<void(const StepStats& stats, double seconds)> on_step;
+  // Worker mode: recorded as "generation" in every metrics line (the daemon's training
+  // generation, so that a metrics file every generation appends to says which wrote a line);
+  // "" = not recorded.
+  std::string generation;
   // Worker mode, a planned stop (docs/daemon.md "Planned changes lose nothing"): called on this
   // rank's thread after each step; returns the step after which the run should stop
   // (INT64_MAX: none known here). The ranks agree on the smallest answer in a min all-reduce
