@@ -72,7 +72,7 @@ asio::awaitable<void> Node::ObserveLoop() {
     const elastic::View view = membership_->CurrentView();
     co_await FetchPeerProgress(view);
     if (stopping_) break;
-    co_await ListCheckpoints();
+    co_await RefreshLastCheckpoint();
     if (stopping_) break;
     observe_wake_->expires_after(kObservePeriod);
     co_await observe_wake_->async_wait(asio::as_tuple(asio::use_awaitable));
@@ -107,7 +107,7 @@ asio::awaitable<void> Node::FetchPeerProgress(const elastic::View& view) {
   }
 }
 
-asio::awaitable<void> Node::ListCheckpoints() {
+asio::awaitable<void> Node::RefreshLastCheckpoint() {
   if (!running_ || MonoClock::now() < next_checkpoint_list_) co_return;
   next_checkpoint_list_ = MonoClock::now() + kCheckpointListPeriod;
   Result<ClusterState> state = DecodeClusterState(membership_->CurrentState().blob);
@@ -201,6 +201,9 @@ std::string Node::RecoveryLabel(const GenerationKey& key, const elastic::View& v
   const size_t members_before = generation_members_;
   generation_members_ = view.members.size();
   if (!running_ || running_->job != key.job) return "";  // the job starts (here)
+  // The generation that ends saved a checkpoint in a planned stop (scale, drain, SIGTERM, ...).
+  if (state.committed && state.committed->generation == running_->ToString())
+    return web::kCausePlanned;
   if (running_->view != key.view)
     return view.members.size() < members_before ? web::kCauseNodeLost : web::kCausePlanned;
   if (state.cause.what.find(" exited") != std::string::npos) return web::kCauseWorkerExited;

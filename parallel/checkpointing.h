@@ -56,11 +56,15 @@ class RunCheckpoints {
   // (with the step) when none loads; those of comm.
   Result<TrainerState> Resume(const ckpt::StateShards& dest);
 
+  // Whether Save works (ckpt.every > 0).
+  bool saves() const { return writer_ != nullptr; }
+
+  // The minimum (kMin) or maximum (kMax) of `value` over the world (the value itself without
+  // one). Collective. Errors: those of comm (DeadlineExceeded after 120 s).
+  Result<int64_t> Reduce(int64_t value, comm::ReduceOp op);
+
  private:
   RunCheckpoints() = default;
-  // The minimum (kMin) or maximum (kMax) of `value` over the world (the value itself without
-  // one).
-  Result<int64_t> Reduce(int64_t value, comm::ReduceOp op);
 
   RunConfig config_;
   comm::Communicator* world_ = nullptr;

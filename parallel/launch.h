@@ -42,6 +42,16 @@ struct DistTrainOptions {
   // Worker mode: called on this rank's thread after each of its steps with the step's stats and
   // seconds (the daemon's workers report progress through it); empty = none.
   std::function<void(const StepStats& stats, double seconds)> on_step;
+  // Worker mode, a planned stop (docs/daemon.md "Planned changes lose nothing"): called on this
+  // rank's thread after each step; returns the step after which the run should stop
+  // (INT64_MAX: none known here). The ranks agree on the smallest answer in a min all-reduce
+  // after every step; once it is at or below the step just done, every rank saves that step's
+  // checkpoint synchronously (needs ckpt.every > 0), calls `on_stopped` and returns OK early.
+  // Empty = never stop early (and no extra collective).
+  std::function<int64_t()> stop_at;
+  // Worker mode: called on every rank after a planned stop's checkpoint of `step` finished (on
+  // rank 0 that means committed).
+  std::function<void(int64_t step)> on_stopped;
 };
 
 // The launcher (options.rank < 0): validates the config and layout, starts the store, runs

@@ -1,15 +1,34 @@
 // A local cluster of real ringtraind processes on loopback training config tiny: submit through
 // ringctl, then real kill -9 of a worker and of a daemon, and SIGTERM of a daemon; after each the
 // job goes on in a new generation. Prints how long each recovery took.
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
 
 #include "tests/daemon/local_cluster.h"
 
 namespace rt::daemon {
 namespace {
 
-using ClusterTest = LocalClusterTest;
+using std::chrono::milliseconds;
+
+class ClusterTest : public LocalCluster {
+ protected:
+  std::string JobFile(const std::string& extra = "") {
+    const std::string path = (dir_ / "job.toml").string();
+    std::ofstream(path) << "[job]\nname = \"tiny\"\n[elastic]\ntp = 2\nmin_nodes = 1\n"
+                        << "[model]\nn_layer = 2\nn_embd = 64\nn_head = 4\nseq_len = 32\n"
+                        << "[train]\nbatch_size = 12\nsteps = 1000000\nlog_every = 1000\n"
+                        << "[data]\ndir = \"" << (dir_ / "data").string() << "\"\n"
+                        << "[eval]\nevery = 0\n"
+                        << "[ckpt]\ndir = \"" << (dir_ / "ckpt").string()
+                        << "\"\nevery = 5\nasync = true\n"
+                        << extra;
+    return path;
+  }
+};
 
 TEST_F(ClusterTest, TrainsAndRecoversFromKilledWorkersAndDaemons) {
   for (int id = 1; id <= 3; ++id) StartNode(id, 2);
@@ -84,17 +103,7 @@ TEST_F(ClusterTest, TrainsAndRecoversFromKilledWorkersAndDaemons) {
   kill_at = MonoClock::now();
   ASSERT_TRUE(nodes_[2]->Signal(SIGTERM).ok());
   for (pid_t pid : leaving) EXPECT_TRUE(ExitsWithin(pid, milliseconds(20'000)));
-  Result<ChildExit> exit = ChildExit{};
-  {
-    bool done = false;
-    asio::co_spawn(io_, [&]() -> asio::awaitable<void> {
-      exit = co_await nodes_[2]->Wait(Deadline::AfterMs(30'000));
-      done = true;
-    }, asio::detached);
-    io_.run();
-    io_.restart();
-    ASSERT_TRUE(done);
-  }
+  Result<ChildExit> exit = WaitExit(2, milliseconds(30'000));
   ASSERT_TRUE(exit.ok()) << exit.status().ToString();
   EXPECT_TRUE(exit->ok()) << exit->Describe();
   s = WaitFor(1, "training on node 1 alone", [&](const Json& s) {

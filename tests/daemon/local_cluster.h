@@ -1,21 +1,27 @@
-// A local cluster of real ringtraind processes on loopback for the daemon's tests: free ports,
-// daemons started and killed as child processes, ringctl runs, status polls with deadlines.
+// A local cluster of real ringtraind processes on loopback for the daemon tests: a gtest fixture
+// that starts daemons (node 1 bootstraps, the others join through it), runs ringctl, polls the
+// cluster's status with a deadline, and kills what still runs at the end.
 #pragma once
 
-#include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
-#include <netinet/in.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
+#include <memory>
+#include <string>
 #include <thread>
+#include <vector>
 
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <gtest/gtest.h>
 
@@ -28,9 +34,8 @@
 namespace rt::daemon {
 
 namespace asio = boost::asio;
-using std::chrono::milliseconds;
 
-// A loopback TCP port free now (the OS's pick).
+// A loopback port that was free a moment ago.
 inline uint16_t FreePort() {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
@@ -44,7 +49,7 @@ inline uint16_t FreePort() {
 }
 
 // True when `pid` (any process) exits within `timeout`, seen through a pidfd.
-inline bool ExitsWithin(pid_t pid, milliseconds timeout) {
+inline bool ExitsWithin(pid_t pid, std::chrono::milliseconds timeout) {
   const int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
   if (fd < 0) return errno == ESRCH;
   pollfd p{fd, POLLIN, 0};
@@ -53,13 +58,14 @@ inline bool ExitsWithin(pid_t pid, milliseconds timeout) {
   return rc == 1;
 }
 
-// A fixture that runs a local cluster of real ringtraind processes on loopback, in a scratch
-// folder with token shards for config tiny (data/train_000.bin, data/val.bin).
-class LocalClusterTest : public ::testing::Test {
+// The fixture: a folder with token data (PatternTokens) and the daemons started in it.
+class LocalCluster : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = std::filesystem::temp_directory_path() /
-           ("ringtraind_cluster_" + std::to_string(::getpid()));
+           ("ringtraind_" + std::string(
+                                ::testing::UnitTest::GetInstance()->current_test_info()->name()) +
+            "_" + std::to_string(::getpid()));
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_ / "data");
     auto tokens = rt::testing::PatternTokens(20000, 97, 3);
@@ -68,7 +74,7 @@ class LocalClusterTest : public ::testing::Test {
   }
   void TearDown() override {
     nodes_.clear();  // kills what still runs (and, by PR_SET_PDEATHSIG, its workers)
-    std::filesystem::remove_all(dir_);
+    if (!HasFailure()) std::filesystem::remove_all(dir_);
   }
 
   std::string Address(int id) const { return "127.0.0.1:" + std::to_string(ports_.at(id)); }
@@ -96,11 +102,12 @@ class LocalClusterTest : public ::testing::Test {
     nodes_[id] = std::move(*child);
   }
 
-  // ringctl with `args`; returns its exit status and output.
+  // ringctl with `args` through daemon `id`; returns its exit status and output.
   ProcessOutcome Ctl(std::vector<std::string> args, int id = 1) {
-    std::vector<std::string> argv = {RINGCTL_BIN, "--daemon", Address(id)};
+    std::vector<std::string> argv = {RINGCTL_BIN, "--daemon", Address(id), "--timeout-ms",
+                                     "60000"};
     argv.insert(argv.end(), args.begin(), args.end());
-    auto r = RunProcess(argv, EnvironmentWithout({}), Deadline::AfterMs(60'000));
+    auto r = RunProcess(argv, EnvironmentWithout({}), Deadline::AfterMs(90'000));
     EXPECT_TRUE(r.ok());
     return r.ok() ? *r : ProcessOutcome{};
   }
@@ -112,7 +119,7 @@ class LocalClusterTest : public ::testing::Test {
 
   // Polls daemon `id`'s status until `done` holds; returns the status that satisfied it.
   Json WaitFor(int id, const std::string& what, std::function<bool(const Json&)> done,
-               milliseconds timeout = milliseconds(120'000)) {
+               std::chrono::milliseconds timeout = std::chrono::milliseconds(120'000)) {
     const Deadline deadline = Deadline::After(timeout);
     Json last;
     while (!deadline.Expired()) {
@@ -121,13 +128,28 @@ class LocalClusterTest : public ::testing::Test {
         last = *s;
         if (done(last)) return last;
       }
-      std::this_thread::sleep_for(milliseconds(100));
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     ADD_FAILURE() << "timed out waiting for " << what << "; last status: " << last.dump(2)
                   << "\n" << Logs();
     return last;
   }
 
+  // Waits (bounded by `timeout`) for daemon `id` to exit and returns how it ended.
+  Result<ChildExit> WaitExit(int id, std::chrono::milliseconds timeout) {
+    Result<ChildExit> exit = DeadlineExceeded("node " + std::to_string(id) + " still runs");
+    asio::co_spawn(
+        io_,
+        [&]() -> asio::awaitable<void> {
+          exit = co_await nodes_[id]->Wait(Deadline::After(timeout));
+        },
+        asio::detached);
+    io_.run();
+    io_.restart();
+    return exit;
+  }
+
+  // The tails of every log under the cluster's folder.
   std::string Logs() {
     std::string out;
     for (auto& entry : std::filesystem::recursive_directory_iterator(dir_)) {
@@ -138,6 +160,15 @@ class LocalClusterTest : public ::testing::Test {
       out += "==> " + entry.path().string() + "\n" + text + "\n";
     }
     return out;
+  }
+
+  // Lines of daemon `id`'s log that contain `text`.
+  std::vector<std::string> LogLines(int id, const std::string& text) {
+    std::vector<std::string> lines;
+    std::ifstream log(dir_ / ("node" + std::to_string(id)) / "daemon.log");
+    for (std::string line; std::getline(log, line);)
+      if (line.find(text) != std::string::npos) lines.push_back(line);
+    return lines;
   }
 
   static size_t Members(const Json& s) { return s["view"]["members"].size(); }
@@ -155,22 +186,15 @@ class LocalClusterTest : public ::testing::Test {
         for (const Json& w : n["workers"]) pids.push_back(w["pid"].get<pid_t>());
     return pids;
   }
-
-  std::string JobFile(const std::string& extra = "") {
-    const std::string path = (dir_ / "job.toml").string();
-    std::ofstream(path) << "[job]\nname = \"tiny\"\n[elastic]\ntp = 2\nmin_nodes = 1\n"
-                        << "[model]\nn_layer = 2\nn_embd = 64\nn_head = 4\nseq_len = 32\n"
-                        << "[train]\nbatch_size = 12\nsteps = 1000000\nlog_every = 1000\n"
-                        << "[data]\ndir = \"" << (dir_ / "data").string() << "\"\n"
-                        << "[eval]\nevery = 0\n"
-                        << "[ckpt]\ndir = \"" << (dir_ / "ckpt").string()
-                        << "\"\nevery = 5\nasync = true\n"
-                        << extra;
-    return path;
+  // The plan that node `id` reports, "" when it did not answer.
+  static std::string Plan(const Json& s, int id) {
+    for (const Json& n : s["nodes"])
+      if (n.value("node", 0) == id && n.contains("plan")) return n["plan"].get<std::string>();
+    return "";
   }
 
   std::filesystem::path dir_;
-  asio::io_context io_;
+  boost::asio::io_context io_;
   std::map<int, uint16_t> ports_;
   std::map<int, std::unique_ptr<ChildProcess>> nodes_;
 };

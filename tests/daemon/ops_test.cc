@@ -11,9 +11,6 @@
 #include <set>
 #include <sstream>
 
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
-
 #include "base/net/http_client.h"
 #include "tests/base/net/loop.h"
 #include "tests/base/tool_path.h"
@@ -25,6 +22,7 @@ namespace rt::daemon {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
 
 // A datagram socket bound to a path: the service manager's end of NOTIFY_SOCKET.
 class NotifySocket {
@@ -70,19 +68,23 @@ bool Has(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
-class OpsTest : public LocalClusterTest {
+// The local cluster with config tiny's job file (tp=2, a checkpoint every 5 steps).
+class TinyJobCluster : public LocalCluster {
  protected:
-  // Waits for daemon `id` to exit; returns how.
-  Result<ChildExit> WaitExit(int id, milliseconds timeout) {
-    Result<ChildExit> exit = ChildExit{};
-    asio::co_spawn(io_, [&]() -> asio::awaitable<void> {
-      exit = co_await nodes_[id]->Wait(Deadline::After(timeout));
-    }, asio::detached);
-    io_.run();
-    io_.restart();
-    return exit;
+  std::string JobFile() {
+    const std::string path = (dir_ / "job.toml").string();
+    std::ofstream(path) << "[job]\nname = \"tiny\"\n[elastic]\ntp = 2\nmin_nodes = 1\n"
+                        << "[model]\nn_layer = 2\nn_embd = 64\nn_head = 4\nseq_len = 32\n"
+                        << "[train]\nbatch_size = 12\nsteps = 1000000\nlog_every = 1000\n"
+                        << "[data]\ndir = \"" << (dir_ / "data").string() << "\"\n"
+                        << "[eval]\nevery = 0\n"
+                        << "[ckpt]\ndir = \"" << (dir_ / "ckpt").string()
+                        << "\"\nevery = 5\nasync = true\n";
+    return path;
   }
 };
+
+using OpsTest = TinyJobCluster;
 
 TEST_F(OpsTest, NotifiesSystemdReadyStatusWatchdogAndStopping) {
   NotifySocket socket((dir_ / "notify.sock").string());
@@ -185,7 +187,7 @@ Scrape ParseScrape(std::string text) {
   return s;
 }
 
-class WebClusterTest : public LocalClusterTest {
+class WebClusterTest : public TinyJobCluster {
  protected:
   net::HttpResponse Get(int id, const std::string& target) {
     auto reply = loop_.Run<Result<net::HttpResponse>>([&]() {
