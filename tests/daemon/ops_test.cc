@@ -89,8 +89,9 @@ using OpsTest = TinyJobCluster;
 TEST_F(OpsTest, NotifiesSystemdReadyStatusWatchdogAndStopping) {
   NotifySocket socket((dir_ / "notify.sock").string());
   ASSERT_TRUE(socket.ok()) << "bind " << (dir_ / "notify.sock");
-  // A 2 s watchdog: keep-alives every second.
-  const auto watchdog = milliseconds(2000);
+  // A 10 s watchdog: keep-alives every 5 s. (The gaps are checked against the watchdog, so a
+  // machine under heavy load may stall the daemon's loop for up to 5 s without a failure.)
+  const auto watchdog = milliseconds(10'000);
   StartNode(1, 2, "", {"NOTIFY_SOCKET=" + (dir_ / "notify.sock").string(),
                        "WATCHDOG_USEC=" + std::to_string(watchdog.count() * 1000)});
   std::vector<NotifySocket::Message> messages;
@@ -136,11 +137,11 @@ TEST_F(OpsTest, NotifiesSystemdReadyStatusWatchdogAndStopping) {
   EXPECT_TRUE(Has(messages.back().text, "STATUS=generation ")) << messages.back().text;
   EXPECT_TRUE(Has(messages.back().text, "job tiny run")) << messages.back().text;
 
-  // A few keep-alives more (one a second), while it trains.
+  // A few keep-alives more (one every 5 s), while it trains.
   int pinged = 0;
   ASSERT_TRUE(receive_until(
-      [&](const std::string& t) { return t == "WATCHDOG=1" && ++pinged == 4; },
-      milliseconds(30'000)));
+      [&](const std::string& t) { return t == "WATCHDOG=1" && ++pinged == 3; },
+      milliseconds(60'000)));
 
   // SIGTERM: STOPPING=1, no keep-alive after it, and a clean exit.
   ASSERT_TRUE(nodes_[1]->Signal(SIGTERM).ok());
