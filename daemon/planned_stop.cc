@@ -247,11 +247,13 @@ asio::awaitable<Result<Json>> Node::HandleCheckpoints(Json) {
     co_return FailedPrecondition("job " + state.job->name + " has no ckpt.dir");
   const std::string uri = spec.run.ckpt.dir;
   // Storage I/O runs off the io thread. (std::optional: co_spawn's result must be
-  // default-constructible, Result is not.)
-  std::optional<Result<Json>> listed = co_await asio::co_spawn(
-      blocking_.get_executor(),
-      [uri]() -> asio::awaitable<std::optional<Result<Json>>> { co_return ListCheckpoints(uri); },
-      asio::use_awaitable);
+  // default-constructible, Result is not. The lambda is a named local: GCC 12 destroys a
+  // temporary in a co_await expression twice, a double free of its captured `uri`.)
+  auto list = [uri]() -> asio::awaitable<std::optional<Result<Json>>> {
+    co_return ListCheckpoints(uri);
+  };
+  std::optional<Result<Json>> listed =
+      co_await asio::co_spawn(blocking_.get_executor(), list, asio::use_awaitable);
   if (!listed->ok()) co_return listed->status().WithContext("list the checkpoints in " + uri);
   co_return Json{{"job", state.job->name}, {"uri", uri}, {"checkpoints", std::move(**listed)}};
 }
