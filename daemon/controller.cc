@@ -185,6 +185,7 @@ asio::awaitable<Status> Node::StartGeneration(const elastic::View& view, const C
       running_ && running_->epoch == key.epoch && running_->view != key.view
           ? "view " + std::to_string(key.view) + " (members " + Join(view.Ids()) + ")"
           : state.cause.what;
+  const std::string recovery_label = RecoveryLabel(key, view, state);
   std::string why = "generation " + key.ToString() + " starts";
   if (!workers_.empty()) co_await StopWorkers(std::move(why));
   if (generation_over_) generation_over_->cancel();
@@ -194,6 +195,7 @@ asio::awaitable<Status> Node::StartGeneration(const elastic::View& view, const C
   running_nodes_.clear();
   running_lead_ = 0;
   progress_.reset();
+  plan_.reset();
   const JobEntry& job = *state.job;
   Result<elastic::JobSpec> spec = elastic::ParseJobSpec(job.text, "job " + job.name);
   if (!spec.ok()) {
@@ -211,6 +213,7 @@ asio::awaitable<Status> Node::StartGeneration(const elastic::View& view, const C
     co_return Status();
   }
   plan_text_ = plan->Describe();
+  plan_ = *plan;
   running_lead_ = plan->ranks[0].node;
   const NodeEntry* lead = state.FindNode(plan->ranks[0].node);
   const std::string job_dir =
@@ -226,6 +229,7 @@ asio::awaitable<Status> Node::StartGeneration(const elastic::View& view, const C
            }());
   if (plan->ranks[0].node == self) {
     recovery_cause_ = cause;
+    recovery_label_ = recovery_label;
     generation_started_ = MonoClock::now();
     recovery_logged_ = false;
   }
@@ -281,6 +285,7 @@ Status Node::SpawnWorker(const elastic::JobPlan& plan, int rank, const Generatio
   LOG_INFO("generation {}: rank {} on slot {} started (pid {}, log {})", key.ToString(), rank,
            worker->slot, worker->process->pid(), worker->log_path);
   workers_[rank] = worker;
+  NoteWorkerStarted(key);
   asio::co_spawn(io_, Supervise(worker), asio::detached);
   return Status();
 }

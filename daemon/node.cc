@@ -81,6 +81,7 @@ Status Node::Init() {
   server_options.name = "ringtraind " + name;
   server_ = net::RpcServer::Create(io_.get_executor(), server_options);
   RegisterHandlers();
+  RETURN_IF_ERROR(StartWeb());
 
   comm::TcpStoreServerOptions store_options;
   store_options.bind_address = config_.rendezvous_host;
@@ -102,20 +103,32 @@ Status Node::Init() {
     if (n.kind == elastic::MembershipNotification::Kind::kSuspected)
       LOG_WARN("{}: suspects node {} ({} ms after its last sign of life)",
                "membership", n.node, n.detected_after.count());
-    asio::post(io_, [this] { Wake(); });
+    asio::post(io_, [this] {
+      Wake();
+      if (observe_wake_) observe_wake_->cancel();
+    });
   };
   ASSIGN_OR_RETURN(membership_, elastic::StartMembershipService(std::move(m)));
   ASSIGN_OR_RETURN(port_, server_->Start());
   LOG_INFO("ringtraind {}: control and membership on {}, rendezvous store on {}, {} slot(s)",
            name, config_.AdvertisedAddress(), rendezvous_address_, config_.slots);
   asio::co_spawn(io_, ControlLoop(), asio::detached);
+  asio::co_spawn(io_, ObserveLoop(), asio::detached);
+  notifier_->StartWatchdog();
   thread_ = std::thread([this] { io_.run(); });
   return Status();
 }
 
 Status Node::Stop(bool leave, Deadline deadline) {
   if (stopped_.exchange(true)) return Status();
+  if (notifier_) {
+    notifier_->StopWatchdog();  // no WATCHDOG=1 after STOPPING=1
+    Status s = notifier_->Stopping(leave ? "checkpointing, leaving the view, stopping the workers"
+                                         : "stopping the workers");
+    if (!s.ok()) LOG_WARN("systemd STOPPING=1: {}", s.ToString());
+  }
   if (!thread_.joinable()) {  // Init failed before the io thread started
+    StopWeb(deadline);
     if (membership_) (void)membership_->Shutdown(deadline);
     if (rendezvous_) rendezvous_->Stop();
     return Status();
@@ -131,6 +144,9 @@ Status Node::Stop(bool leave, Deadline deadline) {
     // Planned: checkpoint first (docs/daemon.md "Planned changes lose nothing"), then leave.
     const Deadline saved = deadline.Min(Deadline::After(deadline.Remaining() / 2));
     asio::co_spawn(io_, CheckpointBeforeLeaving(saved), asio::use_future).get();
+  }
+  // The last member has no view to leave (and systemd must not see that as a failure).
+  if (leave && membership_ && membership_->CurrentView().members.size() > 1) {
     auto left = asio::co_spawn(
         io_, [this, deadline]() -> asio::awaitable<Status> { co_return co_await membership_->Leave(deadline); },
         asio::use_future);
@@ -141,16 +157,19 @@ Status Node::Stop(bool leave, Deadline deadline) {
       [this]() -> asio::awaitable<void> {
         stopping_ = true;
         Wake();
+        if (observe_wake_) observe_wake_->cancel();
         co_await StopWorkers("the daemon stops");
         ReleaseWatchers();
       },
       asio::use_future);
   stopped.get();
+  StopWeb(deadline);
   if (membership_) note(membership_->Shutdown(deadline), "membership shutdown");
   if (server_) note(server_->Shutdown(deadline), "RPC server shutdown");
   if (rendezvous_) rendezvous_->Stop();
   io_.stop();
   if (thread_.joinable()) thread_.join();
+  blocking_.join();
   LOG_INFO("ringtraind node {}: stopped", config_.id);
   return first;
 }
@@ -325,9 +344,11 @@ asio::awaitable<Result<Json>> Node::HandleWorkerReport(Json r) {
              "last step reported here was {}); first step done {:.2f} s after the generation "
              "started",
              recovery_cause_, generation, plan_text_, p.step, lost, last_step_, seconds);
+    NoteFirstStep(p, lost, seconds);
   }
   last_step_ = p.step;
   progress_ = p;
+  NoteProgress(p);
   // A planned stop of this generation: rank 0 learns its step here.
   Json reply = Json::object();
   Result<ClusterState> state = DecodeClusterState(membership_->CurrentState().blob);
@@ -346,6 +367,10 @@ Json Node::LocalReport() const {
                  {"generation", running_ ? running_->ToString() : ""},
                  {"plan", plan_text_},
                  {"workers", std::move(workers)}};
+  if (http_) report["http"] = config_.http_listen.substr(0, config_.http_listen.rfind(':') + 1) +
+                              std::to_string(http_port_);
+  if (last_checkpoint_)
+    report["checkpoint"] = {{"step", last_checkpoint_->first}, {"uri", last_checkpoint_->second}};
   if (progress_)
     report["progress"] = {{"generation", progress_->generation}, {"step", progress_->step},
                           {"loss", progress_->loss}, {"tokens_per_s", progress_->tokens_per_s},
@@ -373,6 +398,7 @@ asio::awaitable<Result<Json>> Node::HandleStatus() {
   // Every member's own report (this one's without a call).
   Json nodes = Json::array();
   Json best_progress;
+  Json best_checkpoint;
   for (const elastic::Member& m : view.members) {
     // (No co_await inside a conditional expression: GCC 12 miscompiles it.)
     Result<Json> local = Json::object();
@@ -386,6 +412,10 @@ asio::awaitable<Result<Json>> Node::HandleStatus() {
       nodes.push_back({{"node", m.id}, {"error", local.status().ToString()}});
       continue;
     }
+    if (local->contains("checkpoint") &&
+        (best_checkpoint.is_null() ||
+         (*local)["checkpoint"].value("step", 0) > best_checkpoint.value("step", 0)))
+      best_checkpoint = (*local)["checkpoint"];
     if (local->contains("progress")) {
       const Json& p = (*local)["progress"];
       if (best_progress.is_null() || p.value("unix_ms", 0) > best_progress.value("unix_ms", 0))
@@ -395,6 +425,7 @@ asio::awaitable<Result<Json>> Node::HandleStatus() {
   }
   status["nodes"] = std::move(nodes);
   if (!best_progress.is_null()) status["progress"] = best_progress;
+  if (!best_checkpoint.is_null()) status["checkpoint"] = best_checkpoint;
   co_return status;
 }
 

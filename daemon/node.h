@@ -6,6 +6,7 @@
 #pragma once
 
 #include <atomic>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -16,13 +17,18 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/thread_pool.hpp>
 
+#include "base/metrics.h"
 #include "base/net/auth.h"
+#include "base/net/http_server.h"
 #include "base/net/rpc.h"
+#include "base/notify.h"
 #include "base/process.h"
 #include "comm/store.h"
 #include "daemon/cluster_state.h"
 #include "daemon/control_api.h"
 #include "daemon/daemon.h"
+#include "daemon/web/node_metrics.h"
+#include "daemon/web/progress_history.h"
 #include "elastic/planner.h"
 
 namespace rt::daemon {
@@ -47,6 +53,17 @@ struct Worker {
   std::unique_ptr<ChildProcess> process;
   bool stopping = false;  // this daemon is stopping it: its exit is not a failure
   std::string log_path;
+};
+
+// A recovery as the daemon of rank 0 saw it (the status page's `recoveries`).
+struct RecoveryRecord {
+  double time = 0;          // Unix seconds when the new generation started
+  std::string cause;        // the `cause` label: node_lost, worker_exited, planned
+  std::string what;         // what happened, in words
+  std::string generation;   // the new training generation
+  std::string layout;       // its plan
+  int64_t steps_lost = 0;   // steps trained again
+  double recovery_s = 0;    // generation start to its first step, seconds
 };
 
 // The last progress report of rank 0 (from this node's worker).
@@ -81,6 +98,31 @@ class Node : public Daemon {
   // returns false to leave the state as it is (then nothing is proposed).
   using StateChange = std::function<Result<bool>(ClusterState*)>;
   asio::awaitable<Status> UpdateState(StateChange change);
+
+  // node_web.cc: the HTTP listener (/metrics, the status page), the metrics and systemd.
+  Status StartWeb();
+  void StopWeb(Deadline deadline);
+  // The /api/status object (docs/formats/status_api.md). io thread only.
+  Json StatusPageJson() const;
+  Json LocalMembersJson(const elastic::View& view, const ClusterState* state) const;
+  // Every second and after each membership notification: gauges, READY=1 and STATUS= lines, and
+  // the job's progress from the daemon of rank 0 when that is another node.
+  asio::awaitable<void> ObserveLoop();
+  asio::awaitable<void> FetchPeerProgress(const elastic::View& view);
+  // Every few seconds: the newest committed checkpoint in the job's ckpt.dir.
+  asio::awaitable<void> RefreshLastCheckpoint();
+  void Observe();
+  // A progress report of rank 0 (this node's or fetched): the gauges and the chart's history.
+  void NoteProgress(const Progress& p);
+  // The first step of a generation whose rank 0 runs here: a recovery unless the job just started.
+  void NoteFirstStep(const Progress& p, int64_t steps_lost, double seconds);
+  // The `cause` label of the recovery that generation `key` on `view` is ("" = not a recovery:
+  // the job was submitted or this node starts it first). Called once per generation, before
+  // running_ changes.
+  std::string RecoveryLabel(const GenerationKey& key, const elastic::View& view,
+                            const ClusterState& state);
+  // A worker process is started for `key`: counts a restart when this node ran the job before.
+  void NoteWorkerStarted(const GenerationKey& key);
 
   // controller.cc
   asio::awaitable<void> ControlLoop();
@@ -134,10 +176,17 @@ class Node : public Daemon {
   std::unique_ptr<elastic::MembershipService> membership_;
   uint16_t port_ = 0;
   std::atomic<bool> stopped_{false};
+  MetricsRegistry metrics_registry_;
+  web::NodeMetrics metrics_{};
+  web::ProgressHistory history_;
+  std::shared_ptr<net::HttpServer> http_;  // null without [http] listen
+  uint16_t http_port_ = 0;
+  std::shared_ptr<SystemdNotifier> notifier_;
   // The generation of the newest view this node's own proposal installed (0: none): it led
   // that view change (written on the membership thread).
   std::atomic<uint64_t> led_view_{0};
-  asio::thread_pool blocking_{1};  // storage I/O of the control API, off the io thread
+  // Storage I/O of the control API and RefreshLastCheckpoint, off the io thread.
+  asio::thread_pool blocking_{1};
 
   // io thread only.
   bool stopping_ = false;
@@ -157,6 +206,19 @@ class Node : public Daemon {
   MonoTime generation_started_{};
   bool recovery_logged_ = true;
   int64_t last_step_ = 0;  // the last step rank 0 reported here (any generation)
+  std::optional<elastic::JobPlan> plan_;  // the running generation's plan
+  std::string recovery_label_;            // RecoveryLabel of the generation being timed
+  size_t generation_members_ = 0;         // view members when the running generation started
+  std::optional<Progress> peer_progress_;  // rank 0's progress fetched from its daemon
+  std::deque<RecoveryRecord> recoveries_;  // newest first, at most 20
+  std::shared_ptr<asio::steady_timer> observe_wake_;  // cancelled to run ObserveLoop now
+  uint64_t worker_job_ = 0;         // NoteWorkerStarted: the job of the last worker started
+  std::string worker_generation_;   // and its generation
+  bool workers_restart_ = false;    // whether that generation's workers replace earlier ones
+  MonoTime next_checkpoint_list_{};
+  std::optional<std::pair<int64_t, std::string>> last_checkpoint_;  // step, where
+  bool ready_sent_ = false;
+  std::string status_line_;  // the last STATUS= sent
 };
 
 }  // namespace rt::daemon

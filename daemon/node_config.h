@@ -25,6 +25,10 @@ struct NodeConfig {
   std::string seeds;
   // [auth]
   std::string secret_file;  // the cluster secret (ringctl init-secret); "" = none (loopback only)
+  // [http]
+  // "host:port" of the HTTP listener for /metrics and the status page (docs/operations.md); "" =
+  // none. Port 0 picks a free port (`ringctl status --json` shows it as the node's `http`).
+  std::string http_listen;
   // [worker]
   int stop_grace_ms = 2000;  // SIGTERM → SIGKILL grace when a generation's workers are stopped
   std::string worker_env;    // extra "NAME=value,NAME=value" for workers (e.g. OMP_NUM_THREADS=1)
@@ -39,8 +43,9 @@ struct NodeConfig {
 void BindNodeKeys(NodeConfig* config, ConfigSchema* schema);
 
 // Parses node.toml text; `source` names it in errors. Errors: InvalidArgument naming the source,
-// line and key (unknown key, wrong type, out of range, a missing required key), or a malformed
-// "host:port" in listen/advertise/seeds.
+// line and key (unknown key, wrong type, out of range, a missing required key), a malformed
+// "host:port" in listen/advertise/seeds/http.listen, or a [store] section (the embedded chunk
+// store is not built yet: refused with a "not supported yet" error rather than ignored).
 Result<NodeConfig> ParseNodeConfig(std::string_view text, const std::string& source);
 
 // Reads and parses a node.toml file. Errors: NotFound naming the path, and ParseNodeConfig's.

@@ -80,7 +80,9 @@ class LocalCluster : public ::testing::Test {
   std::string Address(int id) const { return "127.0.0.1:" + std::to_string(ports_.at(id)); }
 
   // Starts daemon `id` with `slots`; node 1 bootstraps, the others join through it.
-  void StartNode(int id, int slots) {
+  // `extra_config` is appended to its node.toml, `extra_env` ("NAME=value") to its environment.
+  void StartNode(int id, int slots, const std::string& extra_config = "",
+                 const std::vector<std::string>& extra_env = {}) {
     if (!ports_.count(id)) ports_[id] = FreePort();
     const std::filesystem::path state = dir_ / ("node" + std::to_string(id));
     std::filesystem::create_directories(state);
@@ -88,10 +90,12 @@ class LocalCluster : public ::testing::Test {
     std::ofstream(config) << "[node]\nid = " << id << "\nlisten = \"" << Address(id)
                           << "\"\nstate_dir = \"" << state.string() << "\"\nslots = " << slots
                           << "\n[cluster]\nseeds = \"" << (id == 1 ? "" : Address(1))
-                          << "\"\n[worker]\nstop_grace_ms = 500\nenv = \"OMP_NUM_THREADS=1\"\n";
+                          << "\"\n[worker]\nstop_grace_ms = 500\nenv = \"OMP_NUM_THREADS=1\"\n"
+                          << extra_config;
     SpawnOptions o;
     o.argv = {RINGTRAIND_BIN, "--config", config};
     o.env = EnvironmentWithout({});
+    o.env.insert(o.env.end(), extra_env.begin(), extra_env.end());
     o.stdout_path = (state / "daemon.log").string();
     auto child = ChildProcess::Spawn(io_.get_executor(), o);
     ASSERT_TRUE(child.ok()) << child.status().ToString();

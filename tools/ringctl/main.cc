@@ -1,5 +1,6 @@
 // ringctl: talks to any ringtraind (docs/daemon.md, docs/formats/control_api.md).
 //   ringctl [--daemon HOST:PORT] [--secret-file F] status [--json]
+//   ringctl top [--once] [--interval-ms MS]
 //   ringctl submit job.toml | stop | scale --nodes N | drain NODE [--undo]
 //   ringctl checkpoint | checkpoints [--json]
 //   ringctl init-secret PATH
@@ -15,6 +16,7 @@
 #include "base/net/auth.h"
 #include "daemon/control_api.h"
 #include "elastic/job.h"
+#include "tools/ringctl/top.h"
 
 namespace {
 
@@ -101,6 +103,11 @@ int main(int argc, char** argv) {
   int64_t nodes = 0, node = 0;
   CLI::App* status = app.add_subcommand("status", "members, generation, layout, job progress");
   status->add_flag("--json", json, "print the status as JSON");
+  rt::ctl::TopOptions top_options;
+  CLI::App* top = app.add_subcommand("top", "the status as a table that refreshes");
+  top->add_flag("--once", top_options.once, "print the table once and exit (for scripts)");
+  top->add_option("--interval-ms", top_options.interval_ms, "refresh period")
+      ->check(CLI::Range(100, 3'600'000));
   CLI::App* submit = app.add_subcommand("submit", "submit (or replace) the job");
   submit->add_option("job", job_file, "job.toml")->required();
   CLI::App* stop = app.add_subcommand("stop", "stop the job's workers");
@@ -128,6 +135,12 @@ int main(int argc, char** argv) {
     auto loaded = rt::net::ClusterSecret::Load(secret_file);
     if (!loaded.ok()) return Fail(loaded.status());
     secret = *loaded;
+  }
+  if (*top) {
+    top_options.daemon = daemon;
+    top_options.secret = secret;
+    top_options.timeout_ms = timeout_ms;
+    return rt::ctl::RunTop(top_options);
   }
   uint16_t type = 0;
   Json request = Json::object();

@@ -12,25 +12,13 @@
 #include "base/version.h"
 #include "tests/base/net/loop.h"
 #include "tests/base/tool_path.h"
+#include "tests/daemon/web/promtool.h"
 
 namespace rt::web {
 namespace {
 
 using net::HttpCall;
 using net::HttpResponse;
-
-// Runs `promtool check metrics` on `text`; returns its outcome.
-ProcessOutcome Promtool(const std::string& promtool, const std::string& text) {
-  const auto file = std::filesystem::temp_directory_path() /
-                    ("ringtrain_metrics_" + std::to_string(getpid()) + ".txt");
-  std::ofstream(file) << text;
-  auto outcome = RunProcess({"/bin/sh", "-c", "\"$0\" check metrics < \"$1\"", promtool,
-                             file.string()},
-                            EnvironmentWithout({}), Deadline::AfterMs(60'000));
-  std::filesystem::remove(file);
-  EXPECT_TRUE(outcome.ok()) << outcome.status().ToString();
-  return outcome.ok() ? *outcome : ProcessOutcome{};
-}
 
 TEST(NodeMetrics, ServedCataloguePassesPromtool) {
   net::Loop loop;

@@ -6,7 +6,6 @@
 #include "daemon/web/status_page.h"
 
 #include <gtest/gtest.h>
-#include <openssl/evp.h>
 
 #include <filesystem>
 #include <fstream>
@@ -133,64 +132,6 @@ TEST(StatusPage, ServesTheEmbeddedFilesAndTheStatusJson) {
   server->Abort();
 }
 
-std::string DecodeBase64(const std::string& text) {
-  std::string out(text.size() / 4 * 3 + 3, '\0');
-  const int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                                reinterpret_cast<const unsigned char*>(text.data()),
-                                static_cast<int>(text.size()));
-  if (n < 0) return "";
-  size_t padding = 0;
-  while (padding < 2 && padding < text.size() && text[text.size() - 1 - padding] == '=') ++padding;
-  out.resize(n - padding);
-  return out;
-}
-
-// What the page shows now, read from its DOM.
-constexpr char kReadPage[] = R"js(
-  const ring = Array.from(document.querySelectorAll('#ring .ring-node'));
-  return {
-    members: document.querySelectorAll('#members tbody tr').length,
-    ring: ring.length,
-    down: ring.filter((g) => g.querySelector('circle').classList.contains('state-down'))
-              .map((g) => g.dataset.id),
-    loss_points: document.querySelectorAll('#chart .point-loss').length,
-    tps_points: document.querySelectorAll('#chart .point-tps').length,
-    step: document.getElementById('job-step').textContent,
-    layout: document.getElementById('layout-detail').textContent,
-    recoveries: document.querySelectorAll('#recoveries tbody tr').length,
-    checkpoints: document.querySelectorAll('#checkpoints tbody tr').length,
-    connection: document.getElementById('connection').textContent,
-  };)js";
-
-class Browser {
- public:
-  Browser(ChromeDriver& driver, std::string session) : driver_(driver), session_(session) {}
-  ~Browser() { (void)driver_.Call("DELETE", "/session/" + session_, nullptr); }
-  Result<json> Command(const std::string& method, const std::string& what, const json& body) {
-    ASSIGN_OR_RETURN(json answer, driver_.Call(method, "/session/" + session_ + what, body));
-    return answer["value"];
-  }
-  // Polls the page until `done(state)` or 60 s; returns the last state read.
-  json WaitFor(const std::function<bool(const json&)>& done) {
-    json state;
-    const Deadline deadline = Deadline::AfterMs(60'000);
-    while (!deadline.Expired()) {
-      Result<json> read = Command("POST", "/execute/sync", {{"script", kReadPage},
-                                                            {"args", json::array()}});
-      EXPECT_TRUE(read.ok()) << read.status().ToString();
-      if (!read.ok()) break;
-      state = *read;
-      if (done(state)) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    return state;
-  }
-
- private:
-  ChromeDriver& driver_;
-  std::string session_;
-};
-
 TEST(StatusPage, HeadlessChromiumShowsAndUpdatesTheCluster) {
   const std::string chromedriver = FindTool("chromedriver");
   const std::string chromium = FindTool("chromium");
@@ -204,16 +145,8 @@ TEST(StatusPage, HeadlessChromiumShowsAndUpdatesTheCluster) {
   ChromeDriver driver(loop, chromedriver);
   ASSERT_TRUE(driver.ok()) << driver.error();
 
-  const json capabilities = {
-      {"capabilities",
-       {{"alwaysMatch",
-         {{"browserName", "chrome"},
-          {"goog:chromeOptions",
-           {{"binary", chromium},
-            {"args", {"--headless=new", "--no-sandbox", "--disable-gpu",
-                      "--disable-dev-shm-usage", "--window-size=1280,1000"}}}},
-          {"goog:loggingPrefs", {{"browser", "ALL"}}}}}}}};
-  Result<json> session = driver.Call("POST", "/session", capabilities, 120'000);
+  Result<json> session =
+      driver.Call("POST", "/session", HeadlessCapabilities(chromium), 120'000);
   ASSERT_TRUE(session.ok()) << session.status().ToString();
   Browser browser(driver, (*session)["value"]["sessionId"].get<std::string>());
   const std::string url = "http://127.0.0.1:" + std::to_string(server->port()) + "/?refresh=200";

@@ -7,9 +7,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <openssl/evp.h>
+
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
+
+#include <gtest/gtest.h>
 
 #include "base/net/http_client.h"
 #include "tests/base/net/loop.h"
@@ -92,5 +97,77 @@ class ChromeDriver {
   pid_t pid_ = -1;
   std::string error_;
 };
+
+// Base64 text to bytes ("" when malformed): WebDriver's screenshots.
+inline std::string DecodeBase64(const std::string& text) {
+  std::string out(text.size() / 4 * 3 + 3, '\0');
+  const int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                                reinterpret_cast<const unsigned char*>(text.data()),
+                                static_cast<int>(text.size()));
+  if (n < 0) return "";
+  size_t padding = 0;
+  while (padding < 2 && padding < text.size() && text[text.size() - 1 - padding] == '=') ++padding;
+  out.resize(n - padding);
+  return out;
+}
+
+// What the status page shows now, read from its DOM (a script for /execute/sync).
+inline constexpr char kReadPage[] = R"js(
+  const ring = Array.from(document.querySelectorAll('#ring .ring-node'));
+  return {
+    members: document.querySelectorAll('#members tbody tr').length,
+    ring: ring.length,
+    down: ring.filter((g) => g.querySelector('circle').classList.contains('state-down'))
+              .map((g) => g.dataset.id),
+    loss_points: document.querySelectorAll('#chart .point-loss').length,
+    tps_points: document.querySelectorAll('#chart .point-tps').length,
+    step: document.getElementById('job-step').textContent,
+    layout: document.getElementById('layout-detail').textContent,
+    recoveries: document.querySelectorAll('#recoveries tbody tr').length,
+    checkpoints: document.querySelectorAll('#checkpoints tbody tr').length,
+    connection: document.getElementById('connection').textContent,
+  };)js";
+
+// One WebDriver session (deleted with the object).
+class Browser {
+ public:
+  Browser(ChromeDriver& driver, std::string session) : driver_(driver), session_(session) {}
+  ~Browser() { (void)driver_.Call("DELETE", "/session/" + session_, nullptr); }
+  Result<json> Command(const std::string& method, const std::string& what, const json& body) {
+    ASSIGN_OR_RETURN(json answer, driver_.Call(method, "/session/" + session_ + what, body));
+    return answer["value"];
+  }
+  // Polls the page until `done(state)` or 60 s; returns the last state read.
+  json WaitFor(const std::function<bool(const json&)>& done) {
+    json state;
+    const Deadline deadline = Deadline::AfterMs(60'000);
+    while (!deadline.Expired()) {
+      Result<json> read = Command("POST", "/execute/sync", {{"script", kReadPage},
+                                                            {"args", json::array()}});
+      EXPECT_TRUE(read.ok()) << read.status().ToString();
+      if (!read.ok()) break;
+      state = *read;
+      if (done(state)) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return state;
+  }
+
+ private:
+  ChromeDriver& driver_;
+  std::string session_;
+};
+
+// New-session capabilities for a headless `chromium` that keeps its console log.
+inline json HeadlessCapabilities(const std::string& chromium) {
+  return {{"capabilities",
+           {{"alwaysMatch",
+             {{"browserName", "chrome"},
+              {"goog:chromeOptions",
+               {{"binary", chromium},
+                {"args", {"--headless=new", "--no-sandbox", "--disable-gpu",
+                          "--disable-dev-shm-usage", "--window-size=1280,1000"}}}},
+              {"goog:loggingPrefs", {{"browser", "ALL"}}}}}}}};
+}
 
 }  // namespace rt::web
