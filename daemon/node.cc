@@ -81,6 +81,17 @@ Status Node::Init() {
   server_options.name = "ringtraind " + name;
   server_ = net::RpcServer::Create(io_.get_executor(), server_options);
   RegisterHandlers();
+  SnapshotServiceOptions snapshot_options;
+  snapshot_options.self = static_cast<uint64_t>(config_.id);
+  snapshot_options.secret = secret_;
+  snapshot_options.members = [this] {
+    std::vector<SnapshotPeer> peers;
+    for (const elastic::Member& m : membership_->CurrentView().members)
+      peers.push_back({m.id, m.address});
+    return peers;
+  };
+  snapshots_ = SnapshotService::Create(io_.get_executor(), std::move(snapshot_options));
+  snapshots_->Register(*server_);
 
   comm::TcpStoreServerOptions store_options;
   store_options.bind_address = config_.rendezvous_host;
@@ -138,6 +149,7 @@ Status Node::Stop(bool leave, Deadline deadline) {
         Wake();
         co_await StopWorkers("the daemon stops");
         ReleaseWatchers();
+        snapshots_->Close();
       },
       asio::use_future);
   stopped.get();
@@ -323,7 +335,8 @@ Json Node::LocalReport() const {
   Json report = {{"node", config_.id},
                  {"generation", running_ ? running_->ToString() : ""},
                  {"plan", plan_text_},
-                 {"workers", std::move(workers)}};
+                 {"workers", std::move(workers)},
+                 {"memory_tier", snapshots_->Report()}};
   if (progress_)
     report["progress"] = {{"generation", progress_->generation}, {"step", progress_->step},
                           {"loss", progress_->loss}, {"tokens_per_s", progress_->tokens_per_s},

@@ -22,6 +22,7 @@
 #include "daemon/cluster_state.h"
 #include "daemon/control_api.h"
 #include "daemon/daemon.h"
+#include "daemon/snapshot_service.h"
 #include "elastic/planner.h"
 
 namespace rt::daemon {
@@ -103,6 +104,7 @@ class Node : public Daemon {
   std::unique_ptr<comm::TcpStoreServer> rendezvous_;
   std::string rendezvous_address_;
   std::unique_ptr<elastic::MembershipService> membership_;
+  std::shared_ptr<SnapshotService> snapshots_;  // the memory tier (its handlers: io thread)
   uint16_t port_ = 0;
   std::atomic<bool> stopped_{false};
 

@@ -98,9 +98,9 @@ Status RunWorker(const DistTrainOptions& o) {
                    DistTrainer::Create(config, layout, *world, tokens, std::chrono::seconds(120),
                                        o.resume ? WeightInit::kForLoad : WeightInit::kFromSeed));
   std::unique_ptr<RunCheckpoints> checkpoints;
-  if (o.resume || config.ckpt.every > 0) {
+  if (o.resume || config.ckpt.every > 0 || o.memory != nullptr) {
     ASSIGN_OR_RETURN(checkpoints, RunCheckpoints::Create(config, DescribeLayout(layout),
-                                                         world.get(), device));
+                                                         world.get(), device, o.memory));
   }
   const bool lead = o.rank == 0;
   if (o.resume) {
@@ -125,7 +125,6 @@ Status RunWorker(const DistTrainOptions& o) {
     ASSIGN_OR_RETURN(StepStats s, engine->Step());
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (o.on_step) o.on_step(s, seconds);
     const bool last = s.step == config.train.steps;
     const bool evaluate =
         config.eval.every > 0 && (s.step % config.eval.every == 0 || last);
@@ -135,6 +134,9 @@ Status RunWorker(const DistTrainOptions& o) {
     }
     if (checkpoints && checkpoints->Due(s.step, last))
       RETURN_IF_ERROR(checkpoints->Save(s.step, engine->Shards(), engine->state()));
+    // Reported after Save, which waits for the previous save to commit: a step is reported only
+    // once the one before it is saved (when every step is), so a loss costs at most one step.
+    if (o.on_step) o.on_step(s, seconds);
     if (!lead) continue;
     const double tokens_per_s = static_cast<double>(s.tokens) / seconds;
     nlohmann::ordered_json line = {{"step", s.step},           {"loss", s.loss},

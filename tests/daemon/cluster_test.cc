@@ -150,7 +150,8 @@ class ClusterTest : public ::testing::Test {
     return pids;
   }
 
-  std::string JobFile(const std::string& extra = "") {
+  // The job: config tiny, tp=2, a checkpoint every `every` steps, then `extra` lines of [ckpt].
+  std::string JobFile(const std::string& extra = "", int every = 5) {
     const std::string path = (dir_ / "job.toml").string();
     std::ofstream(path) << "[job]\nname = \"tiny\"\n[elastic]\ntp = 2\nmin_nodes = 1\n"
                         << "[model]\nn_layer = 2\nn_embd = 64\nn_head = 4\nseq_len = 32\n"
@@ -158,7 +159,7 @@ class ClusterTest : public ::testing::Test {
                         << "[data]\ndir = \"" << (dir_ / "data").string() << "\"\n"
                         << "[eval]\nevery = 0\n"
                         << "[ckpt]\ndir = \"" << (dir_ / "ckpt").string()
-                        << "\"\nevery = 5\nasync = true\n"
+                        << "\"\nevery = " << every << "\nasync = true\n"
                         << extra;
     return path;
   }
@@ -286,6 +287,60 @@ TEST_F(ClusterTest, TrainsAndRecoversFromKilledWorkersAndDaemons) {
   EXPECT_EQ(stopped.exit_code, 0) << stopped.output;
   WaitFor(1, "no workers after ringctl stop",
           [](const Json& s) { return WorkerPids(s, 1).empty(); });
+}
+
+// The memory tier (docs/daemon.md): with a snapshot in the daemons' memory after every step and
+// a durable checkpoint only every 20, kill -9 of a daemon costs at most one step.
+TEST_F(ClusterTest, RecoversFromTheMemoryTierAfterADaemonKill) {
+  for (int id = 1; id <= 3; ++id) StartNode(id, 2);
+  WaitFor(1, "a view of 3 members", [](const Json& s) { return Members(s) == 3; });
+  ProcessOutcome submitted = Ctl({"submit", JobFile("memory_every = 1\n", 20)});
+  ASSERT_EQ(submitted.exit_code, 0) << submitted.output;
+  // Past step 25: the newest durable checkpoint is step 20, the memory tier is newer.
+  Json s = WaitFor(1, "training on 3 nodes past step 25", [](const Json& s) {
+    return Step(s) >= 25 && WorkerPids(s, 3).size() == 2;
+  });
+  for (const Json& n : s["nodes"])
+    EXPECT_GT(n["memory_tier"]["bytes"].get<int64_t>(), 0) << n.dump();
+  const std::string gen_before = Generation(s);
+  const auto kill_at = MonoClock::now();
+  ASSERT_TRUE(nodes_[3]->Signal(SIGKILL).ok());
+  s = WaitFor(1, "training on 2 nodes", [&](const Json& s) {
+    return Members(s) == 2 && Generation(s) != gen_before && Step(s) >= 1 &&
+           s["progress"]["generation"].get<std::string>().find(
+               "." + std::to_string(s["view"]["generation"].get<int64_t>()) + ".") !=
+               std::string::npos;
+  });
+  const double seconds = std::chrono::duration<double>(MonoClock::now() - kill_at).count();
+  // The recovery line of rank 0's daemon: resumed from memory, at most one step lost.
+  int64_t lost = -1;
+  std::string recovery;
+  for (int id = 1; id <= 2; ++id) {
+    std::ifstream log(dir_ / ("node" + std::to_string(id)) / "daemon.log");
+    for (std::string line; std::getline(log, line);) {
+      const size_t at = line.find("step(s) lost");
+      if (line.find("recovery: view") == std::string::npos || at == std::string::npos) continue;
+      recovery = line.substr(line.find("recovery: "));
+      const size_t open = line.rfind('(', at);
+      lost = std::atoll(line.c_str() + open + 1);
+    }
+  }
+  std::printf("memory tier: kill -9 of a daemon at step %lld: %.2f s to the first step of "
+              "generation %s; %s\n", static_cast<long long>(Step(s)), seconds,
+              Generation(s).c_str(), recovery.c_str());
+  ASSERT_GE(lost, 0) << "no recovery line\n" << Logs();
+  EXPECT_LE(lost, 1) << recovery << "\n" << Logs();
+  // The workers say where they resumed from: the memory tier.
+  bool from_memory = false;
+  for (auto& entry : std::filesystem::recursive_directory_iterator(dir_)) {
+    if (entry.path().filename() != "rank-0.log") continue;
+    std::ifstream in(entry.path());
+    const std::string text((std::istreambuf_iterator<char>(in)), {});
+    from_memory |= text.find("resuming from memory snapshot") != std::string::npos;
+  }
+  EXPECT_TRUE(from_memory) << Logs();
+  ProcessOutcome stopped = Ctl({"stop"});
+  EXPECT_EQ(stopped.exit_code, 0) << stopped.output;
 }
 
 }  // namespace
