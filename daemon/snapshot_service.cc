@@ -4,6 +4,7 @@
 #include <set>
 
 #include "base/log.h"
+#include "ckpt/manifest.h"
 #include "ckpt/storage/backends.h"
 #include "daemon/control_api.h"
 #include "daemon/node_config.h"
@@ -199,7 +200,11 @@ asio::awaitable<Result<SnapshotService::Payload>> SnapshotService::HandleGet(
                       IntField(m.head, "length", 0, kSnapshotPieceBytes, "snapshot get"));
   const std::string file = "job " + std::to_string(ref.job) + " file " + ref.path;
   SnapshotBytes bytes = store_.Get(ref.job, ref.path);
-  if (bytes == nullptr && ref.any) {
+  if (ref.any && ref.path == ckpt::kLatestFile) {
+    // Every rank must see the same `latest`: the newest any live member holds (a member may
+    // have missed the last update when its writer died while forwarding it).
+    CO_ASSIGN_OR_RETURN(bytes, co_await NewestLatest(ref.job, std::move(bytes)));
+  } else if (bytes == nullptr && ref.any) {
     Json head = m.head;
     head["scope"] = "local";
     for (const SnapshotPeer& peer : Others()) {
@@ -218,6 +223,37 @@ asio::awaitable<Result<SnapshotService::Payload>> SnapshotService::HandleGet(
   const size_t n = std::min<size_t>(static_cast<size_t>(length), bytes->size() - offset);
   co_return EncodeSnapshotMessage({{"size", bytes->size()}},
                                   AsBytes(*bytes, static_cast<size_t>(offset), n));
+}
+
+asio::awaitable<Result<SnapshotBytes>> SnapshotService::NewestLatest(uint64_t job,
+                                                                     SnapshotBytes mine) {
+  auto newest_step = [](const SnapshotBytes& b) -> int64_t {
+    if (b == nullptr) return -1;
+    Result<std::vector<int64_t>> steps = ckpt::DecodeLatest(*b);
+    return steps.ok() && !steps->empty() ? steps->front() : -1;
+  };
+  SnapshotBytes best = std::move(mine);
+  Json head = {{"job", job}, {"path", ckpt::kLatestFile}, {"offset", 0},
+               {"length", kSnapshotPieceBytes}, {"scope", "local"}};
+  for (const SnapshotPeer& peer : Others()) {
+    Result<Payload> r = co_await CallPeer(peer, kSnapshotGet, EncodeSnapshotMessage(head));
+    if (!r.ok()) {
+      if (r.status().code() != StatusCode::kNotFound)
+        LOG_WARN("memory tier: get job {} latest from node {}: {}", job, peer.id,
+                 r.status().ToString());
+      continue;
+    }
+    Result<SnapshotMessage> m = DecodeSnapshotMessage(*r, "latest from node " +
+                                                              std::to_string(peer.id));
+    if (!m.ok()) {
+      LOG_WARN("memory tier: {}", m.status().ToString());
+      continue;
+    }
+    const auto* p = reinterpret_cast<const uint8_t*>(m->body.data());
+    auto theirs = std::make_shared<const std::vector<uint8_t>>(p, p + m->body.size());
+    if (newest_step(theirs) > newest_step(best)) best = std::move(theirs);
+  }
+  co_return best;
 }
 
 asio::awaitable<Result<SnapshotService::Payload>> SnapshotService::HandleList(

@@ -6,7 +6,8 @@
 //   successor in the ring (the next member by id); a shared file (`latest`) goes to every
 //   member. A put from a member ("replica") is only stored.
 // - A get or list from a worker ("any") is answered from this store and, for files it does not
-//   hold, from the other members (asked in ring order, "local" scope); a remove goes everywhere.
+//   hold, from the other members (asked in ring order, "local" scope); `latest` is the newest
+//   any member holds, so every worker sees the same one; a remove goes everywhere.
 //   So a single node loss leaves every file of a snapshot readable through any live daemon.
 #pragma once
 
@@ -75,6 +76,9 @@ class SnapshotService : public std::enable_shared_from_this<SnapshotService> {
   boost::asio::awaitable<Result<Payload>> HandleList(std::span<const std::byte> payload);
   boost::asio::awaitable<Result<Payload>> HandleRemove(std::span<const std::byte> payload);
 
+  // The `latest` of `job` that names the newest step among `mine` and the other members' (null
+  // when none holds one).
+  boost::asio::awaitable<Result<SnapshotBytes>> NewestLatest(uint64_t job, SnapshotBytes mine);
   // Sends `bytes` as `path` of `job` to member `peer` ("replica" puts, piece by piece).
   boost::asio::awaitable<Status> Replicate(const SnapshotPeer& peer, uint64_t job,
                                            const std::string& path, SnapshotBytes bytes);

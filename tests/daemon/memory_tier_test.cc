@@ -9,6 +9,7 @@
 #include <thread>
 
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/use_future.hpp>
@@ -22,6 +23,7 @@
 #include "daemon/memory_store.h"
 #include "daemon/snapshot_service.h"
 #include "daemon/snapshot_storage.h"
+#include "daemon/snapshot_wire.h"
 #include "parallel/checkpointing.h"
 #include "tests/ckpt/synthetic.h"
 
@@ -115,6 +117,34 @@ class MemoryTierTest : public ::testing::Test {
     std::lock_guard lock(mu_);
     std::erase_if(members_, [node](const SnapshotPeer& p) { return p.id == uint64_t(node); });
   }
+  // Stores `bytes` as `path` of job 7 on daemon `node` only (a "replica" put, as a member
+  // forwards it).
+  Status PutReplica(int node, const std::string& path, std::span<const uint8_t> bytes) {
+    asio::io_context io;
+    Status result = Internal("not run");
+    auto put = [&]() -> asio::awaitable<void> {
+      net::RpcClientOptions o;
+      o.secret = secret_;
+      const std::string& address = daemons_[node - 1]->address;
+      auto client = co_await net::RpcClient::Connect(
+          "127.0.0.1", static_cast<uint16_t>(std::stoi(address.substr(address.find(':') + 1))),
+          Deadline::AfterMs(10'000), o);
+      if (!client.ok()) {
+        result = client.status();
+        co_return;
+      }
+      Json head = {{"job", 7}, {"path", path}, {"upload", "test"}, {"offset", 0},
+                   {"total", bytes.size()}, {"scope", "replica"}};
+      std::vector<std::byte> payload = EncodeSnapshotMessage(
+          head, {reinterpret_cast<const std::byte*>(bytes.data()), bytes.size()});
+      result = (co_await (*client)->Call(kSnapshotPut, payload, Deadline::AfterMs(10'000)))
+                   .status();
+      (*client)->Close();
+    };
+    asio::co_spawn(io, put(), asio::detached);
+    io.run();
+    return result;
+  }
   uint64_t HeldBytes(int node) { return daemons_[node - 1]->Report()["bytes"].get<uint64_t>(); }
 
   std::shared_ptr<const net::ClusterSecret> secret_;
@@ -206,6 +236,15 @@ TEST_F(MemoryTierTest, KeepsTheNewestCompleteSnapshotAndTheOnesBeingWritten) {
   // Removing `latest` (a resume that abandons newer snapshots) lifts that.
   ASSERT_TRUE(w->Remove(ckpt::kLatestFile).ok());
   EXPECT_TRUE(w->WriteFile(ckpt::StepDir(1) + "/late", a).ok());
+}
+
+TEST_F(MemoryTierTest, EveryWorkerSeesTheNewestLatest) {
+  ASSERT_TRUE(Open(1)->WriteFile(ckpt::kLatestFile, Bytes(LatestOf(6))).ok());
+  // Node 3 missed that update (its writer's daemon died while forwarding it).
+  ASSERT_TRUE(PutReplica(3, ckpt::kLatestFile, Bytes(LatestOf(5))).ok());
+  for (int node = 1; node <= 3; ++node)
+    EXPECT_EQ(ckpt::ReadLatest(*Open(node)).value().value_or(std::vector<int64_t>{}),
+              std::vector<int64_t>{6}) << node;
 }
 
 TEST_F(MemoryTierTest, RefusesAWorkerWithoutTheSecret) {
