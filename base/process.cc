@@ -128,25 +128,31 @@ struct ChildProcess::Impl {
 ChildProcess::ChildProcess(pid_t pid, std::unique_ptr<Impl> impl)
     : pid_(pid), impl_(std::move(impl)) {}
 
-Result<std::unique_ptr<ChildProcess>> ChildProcess::Spawn(asio::any_io_executor executor,
-                                                           SpawnOptions options) {
+Result<StartedChild> StartChild(const SpawnOptions& options) {
   if (options.argv.empty()) return InvalidArgument("spawn: empty argv");
   const std::string what = "start '" + options.argv[0] + "'";
   Fd in(::open("/dev/null", O_RDONLY | O_CLOEXEC));
   if (in.get() < 0) return ErrnoStatus(errno, what + ": open /dev/null");
-  ASSIGN_OR_RETURN(Fd out, OpenOutput(options.stdout_path));
-  Fd err;
-  if (options.stderr_path.empty() || options.stderr_path == options.stdout_path) {
-    err = Fd(::fcntl(out.get(), F_DUPFD_CLOEXEC, 3));
-    if (err.get() < 0) return ErrnoStatus(errno, what + ": dup the output file");
+  Fd out, err;
+  if (options.output_fd >= 0) {
+    out = Fd(::fcntl(options.output_fd, F_DUPFD_CLOEXEC, 3));
+    err = Fd(::fcntl(options.output_fd, F_DUPFD_CLOEXEC, 3));
+    if (out.get() < 0 || err.get() < 0) return ErrnoStatus(errno, what + ": dup the output fd");
   } else {
-    ASSIGN_OR_RETURN(err, OpenOutput(options.stderr_path));
+    ASSIGN_OR_RETURN(out, OpenOutput(options.stdout_path));
+    if (options.stderr_path.empty() || options.stderr_path == options.stdout_path) {
+      err = Fd(::fcntl(out.get(), F_DUPFD_CLOEXEC, 3));
+      if (err.get() < 0) return ErrnoStatus(errno, what + ": dup the output file");
+    } else {
+      ASSIGN_OR_RETURN(err, OpenOutput(options.stderr_path));
+    }
   }
   int report_pipe[2];
   if (::pipe2(report_pipe, O_CLOEXEC) != 0) return ErrnoStatus(errno, what + ": pipe");
   Fd report_read(report_pipe[0]), report_write(report_pipe[1]);
-  std::vector<char*> argv = Pointers(options.argv);
-  std::vector<char*> envp = Pointers(options.env);
+  std::vector<std::string> args = options.argv, envs = options.env;
+  std::vector<char*> argv = Pointers(args);
+  std::vector<char*> envp = Pointers(envs);
   const char* cwd = options.cwd.empty() ? nullptr : options.cwd.c_str();
   const pid_t parent = ::getpid();
 
@@ -156,7 +162,7 @@ Result<std::unique_ptr<ChildProcess>> ChildProcess::Spawn(asio::any_io_executor 
     ExecChild(parent, options.death_signal, in.get(), out.get(), err.get(), report_write.get(),
               cwd, argv.data(), envp.data());
   }
-  // Also set the group here, so a Signal() right after Spawn reaches it (a race setpgid allows).
+  // Also set the group here, so a signal right after the start reaches it (a race setpgid allows).
   ::setpgid(pid, pid);
   report_write = Fd();
   int report[2] = {0, 0};
@@ -179,8 +185,23 @@ Result<std::unique_ptr<ChildProcess>> ChildProcess::Spawn(asio::any_io_executor 
     }
     return ErrnoStatus(e, what + ": pidfd_open");
   }
-  auto impl = std::make_unique<Impl>(executor, pidfd);
-  return std::unique_ptr<ChildProcess>(new ChildProcess(pid, std::move(impl)));
+  return StartedChild{pid, pidfd};
+}
+
+Result<ChildExit> ReapChild(int pidfd) {
+  siginfo_t info{};
+  while (::waitid(static_cast<idtype_t>(P_PIDFD), pidfd, &info, WEXITED) < 0) {
+    if (errno != EINTR)
+      return ErrnoStatus(errno, "reap the child of pidfd " + std::to_string(pidfd));
+  }
+  return FromSiginfo(info);
+}
+
+Result<std::unique_ptr<ChildProcess>> ChildProcess::Spawn(asio::any_io_executor executor,
+                                                           SpawnOptions options) {
+  ASSIGN_OR_RETURN(const StartedChild child, StartChild(options));
+  auto impl = std::make_unique<Impl>(executor, child.pidfd);
+  return std::unique_ptr<ChildProcess>(new ChildProcess(child.pid, std::move(impl)));
 }
 
 ChildProcess::~ChildProcess() {

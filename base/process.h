@@ -38,7 +38,26 @@ struct SpawnOptions {
   // Signal the child gets when the thread that spawned it exits (PR_SET_PDEATHSIG): spawn from
   // a thread that lives as long as the supervisor (an io_context's thread). 0 = none.
   int death_signal = SIGKILL;
+  // When >= 0: the child's stdout and stderr both go to this descriptor (e.g. a pipe's write
+  // end), and the two paths above are not used. The caller keeps ownership.
+  int output_fd = -1;
 };
+
+// A child started by StartChild: its pid (also its process group id) and a pidfd on it, which
+// the caller owns (close it after reaping the child through it).
+struct StartedChild {
+  pid_t pid = -1;
+  int pidfd = -1;
+};
+
+// Starts `options.argv[0]` the one way every child of ringtrain is started: a new process
+// group led by the child, PR_SET_PDEATHSIG, stdin from /dev/null, stdout/stderr as `options`
+// say, a clean signal mask, then execve; synchronous. Errors: InvalidArgument for an empty
+// argv; IoError naming the file for an output file that cannot be opened; IoError naming
+// argv[0] and the errno when the fork, the setup in the child or the exec fails (the child's
+// errno is reported back through a pipe, so a missing executable is an error here, not an exit
+// status later).
+Result<StartedChild> StartChild(const SpawnOptions& options);
 
 // How a child ended.
 struct ChildExit {
@@ -50,16 +69,15 @@ struct ChildExit {
   bool ok() const { return exited && exit_code == 0; }
 };
 
+// Reaps the child behind `pidfd` (a StartedChild's), blocking until it exits, and says how it
+// ended. Errors: IoError with the errno of waitid.
+Result<ChildExit> ReapChild(int pidfd);
+
 // One spawned child, owned by this object. Destroying it while the child still runs kills the
 // child's process group with SIGKILL and reaps the child (never leaves a zombie or an orphan).
 class ChildProcess {
  public:
-  // Starts the child: a new process group led by the child, PR_SET_PDEATHSIG, stdin from
-  // /dev/null, stdout/stderr as `options` say, then execve. Errors: InvalidArgument for an empty
-  // argv; IoError naming the file for an output file that cannot be opened; IoError naming
-  // argv[0] and the errno when the fork, the setup in the child or the exec fails (the child's
-  // errno is reported back through a pipe, so a missing executable is an error here, not an
-  // exit status later).
+  // Starts the child with StartChild and watches its pidfd on `executor`. Errors: StartChild's.
   static Result<std::unique_ptr<ChildProcess>> Spawn(boost::asio::any_io_executor executor,
                                                      SpawnOptions options);
   ~ChildProcess();

@@ -3,15 +3,13 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <string_view>
-#include <thread>
+
 
 extern char** environ;
 
@@ -35,52 +33,28 @@ class Fd {
   int fd_;
 };
 
-std::vector<char*> Pointers(std::vector<std::string>& strings) {
-  std::vector<char*> p;
-  for (std::string& s : strings) p.push_back(s.data());
-  p.push_back(nullptr);
-  return p;
+// Waits until `fd` is readable or the deadline passes; false when the deadline passed first.
+bool AwaitReadable(int fd, Deadline deadline) {
+  while (true) {
+    pollfd p{fd, POLLIN, 0};
+    const int64_t wait_ms = std::min<int64_t>(deadline.RemainingMs(), 1000);
+    const int rc = ::poll(&p, 1, static_cast<int>(wait_ms));
+    if (rc > 0 || (rc < 0 && errno != EINTR)) return true;  // an error: the caller's read decides
+    if (deadline.Expired()) return false;
+  }
 }
 
 // Reads the pipe until EOF or the deadline; false when the deadline passed first.
 bool Drain(int fd, Deadline deadline, size_t max_output, std::string* out) {
   char buf[4096];
   while (true) {
-    pollfd p{fd, POLLIN, 0};
-    const int64_t left = deadline.RemainingMs();
-    const int rc = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left, 1000)));
-    if (rc < 0 && errno != EINTR) return true;  // nothing more can be read; the wait decides
-    if (rc <= 0) {
-      if (deadline.Expired()) return false;
-      continue;
-    }
+    if (!AwaitReadable(fd, deadline)) return false;
     const ssize_t n = ::read(fd, buf, sizeof(buf));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return true;
     const size_t room = max_output - std::min(max_output, out->size());
     out->append(buf, std::min(room, static_cast<size_t>(n)));
   }
-}
-
-// Waits for `pid` until the deadline; SIGKILL (and a final reap) when it passes.
-void Reap(pid_t pid, Deadline deadline, ProcessOutcome* outcome) {
-  int status = 0;
-  while (true) {
-    const pid_t r = ::waitpid(pid, &status, WNOHANG);
-    if (r == pid) break;
-    if (r < 0 && errno != EINTR) return;
-    if (deadline.Expired()) {
-      ::kill(pid, SIGKILL);
-      outcome->timed_out = true;
-      while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-      }
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  outcome->exited = WIFEXITED(status);
-  outcome->exit_code = outcome->exited ? WEXITSTATUS(status) : -1;
-  outcome->signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
 }
 
 }  // namespace
@@ -98,26 +72,63 @@ Result<ProcessOutcome> RunProcess(const std::vector<std::string>& argv,
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) return ErrnoStatus(errno, "pipe for " + argv[0]);
   Fd read_end(fds[0]), write_end(fds[1]);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&actions, write_end.get(), 1);
-  posix_spawn_file_actions_adddup2(&actions, write_end.get(), 2);
-  std::vector<std::string> args = argv, envs = env;
-  std::vector<char*> arg_ptrs = Pointers(args), env_ptrs = Pointers(envs);
-  pid_t pid = 0;
-  const int err =
-      ::posix_spawn(&pid, args[0].c_str(), &actions, nullptr, arg_ptrs.data(), env_ptrs.data());
-  posix_spawn_file_actions_destroy(&actions);
-  if (err != 0) return ErrnoStatus(err, "start '" + argv[0] + "'");
+  SpawnOptions options;
+  options.argv = argv;
+  options.env = env;
+  options.output_fd = write_end.get();
+  ASSIGN_OR_RETURN(const StartedChild child, StartChild(options));
+  Fd pidfd(child.pidfd);
   write_end.Close();
   ProcessOutcome outcome;
-  if (!Drain(read_end.get(), deadline, max_output, &outcome.output)) {
-    ::kill(pid, SIGKILL);
+  // The output ends when the child (and any grandchild holding the pipe) closes it; the child
+  // may still run after that, so its exit is awaited under the same deadline.
+  if (!Drain(read_end.get(), deadline, max_output, &outcome.output) ||
+      !AwaitReadable(pidfd.get(), deadline)) {
+    ::kill(-child.pid, SIGKILL);
     outcome.timed_out = true;
   }
-  Reap(pid, deadline, &outcome);
+  ASSIGN_OR_RETURN(const ChildExit exit, ReapChild(pidfd.get()));
+  outcome.exited = exit.exited;
+  outcome.exit_code = exit.exit_code;
+  outcome.signal = exit.signal;
   return outcome;
+}
+
+Result<std::unique_ptr<SyncChild>> SyncChild::Start(const SpawnOptions& options) {
+  ASSIGN_OR_RETURN(const StartedChild child, StartChild(options));
+  return std::unique_ptr<SyncChild>(new SyncChild(child.pid, child.pidfd));
+}
+
+SyncChild::~SyncChild() {
+  if (!exit_) Kill();
+  ::close(pidfd_);
+}
+
+Status SyncChild::Signal(int signal) {
+  if (exit_) return Status();
+  if (::kill(-pid_, signal) != 0 && errno != ESRCH)
+    return ErrnoStatus(errno, "signal " + std::to_string(signal) + " to pid " +
+                                  std::to_string(pid_));
+  return Status();
+}
+
+std::optional<ChildExit> SyncChild::WaitExit(Deadline deadline) {
+  if (exit_) return exit_;
+  if (!AwaitReadable(pidfd_, deadline)) return std::nullopt;
+  Result<ChildExit> reaped = ReapChild(pidfd_);
+  RT_CHECK(reaped.ok());  // the pidfd is ours and readable: the child has exited
+  exit_ = *reaped;
+  return exit_;
+}
+
+ChildExit SyncChild::Kill() {
+  if (exit_) return *exit_;
+  ::kill(-pid_, SIGKILL);
+  ::kill(pid_, SIGKILL);  // in case it left its group
+  Result<ChildExit> reaped = ReapChild(pidfd_);
+  RT_CHECK(reaped.ok());
+  exit_ = *reaped;
+  return *exit_;
 }
 
 std::vector<std::string> EnvironmentWithout(const std::vector<std::string>& drop) {

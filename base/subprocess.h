@@ -1,10 +1,17 @@
-// Running a short-lived child process to completion under a deadline, its output captured.
+// Child processes without an event loop: running a short-lived one to completion under a
+// deadline with its output captured (RunProcess), and supervising a long-running one from a tool
+// or a test (SyncChild). Both start their children with base/process.h's StartChild.
 #pragma once
 
+#include <sys/types.h>
+
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "base/deadline.h"
+#include "base/process.h"
 #include "base/status.h"
 
 namespace rt {
@@ -32,5 +39,37 @@ Result<ProcessOutcome> RunProcess(const std::vector<std::string>& argv,
 
 // This process's environment as "NAME=value" entries, without those whose name is in `drop`.
 std::vector<std::string> EnvironmentWithout(const std::vector<std::string>& drop);
+
+// A child started by StartChild and supervised synchronously: its waits poll its pidfd under a
+// deadline. Destroying it while the child runs kills the child's process group with SIGKILL and
+// reaps the child. Not thread-safe.
+class SyncChild {
+ public:
+  // Starts the child. Errors: StartChild's.
+  static Result<std::unique_ptr<SyncChild>> Start(const SpawnOptions& options);
+  ~SyncChild();
+  SyncChild(const SyncChild&) = delete;
+  SyncChild& operator=(const SyncChild&) = delete;
+
+  // The child's pid (also its process group id).
+  pid_t pid() const { return pid_; }
+  // How it ended, once a wait has reaped it.
+  const std::optional<ChildExit>& exit() const { return exit_; }
+
+  // Sends `signal` to the child's process group; a no-op once it has been reaped. Errors:
+  // IoError with the errno.
+  Status Signal(int signal);
+  // Waits until the child exits (and reaps it) or `deadline` passes: its exit, or nullopt when
+  // it still runs. Returns at once once it has exited.
+  std::optional<ChildExit> WaitExit(Deadline deadline);
+  // SIGKILL to the group, then reaps it: how it ended (its own exit if that came first).
+  ChildExit Kill();
+
+ private:
+  SyncChild(pid_t pid, int pidfd) : pid_(pid), pidfd_(pidfd) {}
+  pid_t pid_;
+  int pidfd_;
+  std::optional<ChildExit> exit_;
+};
 
 }  // namespace rt

@@ -20,7 +20,7 @@ namespace rt::ckpt {
 
 // What part of the training state a piece belongs to.
 enum class StateKind : uint8_t {
-  kParam = 0,   // the model's parameters (compute dtype)
+  kParam = 0,   // the model's parameters in a bf16/fp16 compute dtype (fp32 ones: kMaster)
   kMaster = 1,  // fp32 master weights (the parameters themselves when they are fp32)
   kAdamM = 2,   // AdamW first moment
   kAdamV = 3,   // AdamW second moment

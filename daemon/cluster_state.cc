@@ -9,7 +9,7 @@ namespace {
 
 using Json = nlohmann::json;
 constexpr std::string_view kFormat = "ringtrain.cluster_state";
-constexpr int kVersion = 1;
+constexpr int kVersion = 2;  // version 1 (no stop_at, committed) still decodes
 constexpr size_t kMaxNodes = 4096;
 
 Status Bad(std::string_view what) {
@@ -72,6 +72,45 @@ Result<JobEntry> DecodeJob(const Json& j) {
   return job;
 }
 
+// A generation string "job.view.epoch" of at most 64 characters.
+Result<std::string> Generation(const Json& object, std::string_view where) {
+  ASSIGN_OR_RETURN(std::string g, Text(object, "generation", where));
+  if (g.empty() || g.size() > 64)
+    return Bad(std::string(where) + ".generation is not a generation");
+  return g;
+}
+
+// `key` of the state: null, or an object that `decode` reads.
+template <typename T, typename Decode>
+Status Optional(const Json& j, const char* key, std::optional<T>* out, Decode decode) {
+  ASSIGN_OR_RETURN(const Json* v, Field(j, key, "state"));
+  if (v->is_null()) return Status();
+  if (!v->is_object()) return Bad(std::string(key) + " is not an object or null");
+  ASSIGN_OR_RETURN(T value, decode(*v));
+  *out = std::move(value);
+  return Status();
+}
+
+Result<StopAt> DecodeStopAt(const Json& j) {
+  StopAt s;
+  ASSIGN_OR_RETURN(s.generation, Generation(j, "stop_at"));
+  ASSIGN_OR_RETURN(const uint64_t step, Unsigned(j, "step", "stop_at", INT64_MAX));
+  if (step == 0) return Bad("stop_at.step is 0");
+  s.step = static_cast<int64_t>(step);
+  ASSIGN_OR_RETURN(s.why, Text(j, "why", "stop_at"));
+  return s;
+}
+
+Result<Committed> DecodeCommitted(const Json& j) {
+  Committed c;
+  ASSIGN_OR_RETURN(c.generation, Generation(j, "committed"));
+  ASSIGN_OR_RETURN(const uint64_t step, Unsigned(j, "step", "committed", INT64_MAX));
+  if (step == 0) return Bad("committed.step is 0");
+  c.step = static_cast<int64_t>(step);
+  ASSIGN_OR_RETURN(c.uri, Text(j, "uri", "committed"));
+  return c;
+}
+
 }  // namespace
 
 std::string_view JobDesireName(JobDesire desire) {
@@ -118,6 +157,14 @@ std::string EncodeClusterState(const ClusterState& s) {
   j["max_nodes"] = s.max_nodes;
   j["drained"] = s.drained;
   j["cause"] = {{"what", s.cause.what}, {"at_unix_ms", s.cause.at_unix_ms}};
+  j["stop_at"] = nullptr;
+  if (s.stop_at)
+    j["stop_at"] = {{"generation", s.stop_at->generation}, {"step", s.stop_at->step},
+                    {"why", s.stop_at->why}};
+  j["committed"] = nullptr;
+  if (s.committed)
+    j["committed"] = {{"generation", s.committed->generation}, {"step", s.committed->step},
+                      {"uri", s.committed->uri}};
   return j.dump();
 }
 
@@ -132,7 +179,8 @@ Result<ClusterState> DecodeClusterState(std::string_view blob) {
   ASSIGN_OR_RETURN(const std::string format, Text(j, "format", "state"));
   if (format != kFormat) return Bad("format '" + format + "' is not " + std::string(kFormat));
   ASSIGN_OR_RETURN(const uint64_t version, Unsigned(j, "version", "state", UINT32_MAX));
-  if (version != kVersion) return Bad("version " + std::to_string(version) + " is not 1");
+  if (version != 1 && version != kVersion)
+    return Bad("version " + std::to_string(version) + " is not 1 or 2");
   ASSIGN_OR_RETURN(const Json* nodes, Field(j, "nodes", "state"));
   if (!nodes->is_array() || nodes->size() > kMaxNodes) return Bad("nodes is not a short array");
   for (const Json& n : *nodes) {
@@ -164,6 +212,9 @@ Result<ClusterState> DecodeClusterState(std::string_view blob) {
   ASSIGN_OR_RETURN(s.cause.what, Text(*cause, "what", "cause"));
   ASSIGN_OR_RETURN(const uint64_t at, Unsigned(*cause, "at_unix_ms", "cause", INT64_MAX));
   s.cause.at_unix_ms = static_cast<int64_t>(at);
+  if (version == 1) return s;
+  RETURN_IF_ERROR(Optional(j, "stop_at", &s.stop_at, DecodeStopAt));
+  RETURN_IF_ERROR(Optional(j, "committed", &s.committed, DecodeCommitted));
   return s;
 }
 

@@ -41,6 +41,24 @@ struct ChangeCause {
   bool operator==(const ChangeCause&) const = default;
 };
 
+// A planned stop (docs/daemon.md "Planned changes lose nothing"): every rank of `generation`
+// stops after step `step` (or the first step after it at which the ranks all know it), saves a
+// checkpoint synchronously and exits; then the daemon that asked applies its change.
+struct StopAt {
+  std::string generation;  // the training generation "job.view.epoch" it applies to
+  int64_t step = 0;        // ≥ 1: a step no rank had finished when it was proposed
+  std::string why;         // "ringctl scale --nodes 2"
+  bool operator==(const StopAt&) const = default;
+};
+
+// The newest checkpoint committed by a planned stop, as rank 0's daemon recorded it.
+struct Committed {
+  std::string generation;  // the training generation that saved it
+  int64_t step = 0;        // its step (≥ 1)
+  std::string uri;         // the job's ckpt.dir
+  bool operator==(const Committed&) const = default;
+};
+
 // The replicated state. A default-constructed one is the state before anything happened.
 struct ClusterState {
   std::vector<NodeEntry> nodes;  // sorted by id, unique
@@ -51,6 +69,8 @@ struct ClusterState {
   int max_nodes = 0;             // ringctl scale --nodes N; 0 = the job's own elastic.max_nodes
   std::vector<uint64_t> drained;  // ringctl drain NODE: sorted, unique
   ChangeCause cause;
+  std::optional<StopAt> stop_at;      // the pending planned stop, if any (version 2)
+  std::optional<Committed> committed;  // the newest planned-stop checkpoint (version 2)
   bool operator==(const ClusterState&) const = default;
 
   // The registered entry of `node`, or null.
@@ -62,10 +82,11 @@ struct ClusterState {
 // Largest encoded state accepted by DecodeClusterState.
 inline constexpr size_t kMaxClusterStateBytes = 1 << 20;
 
-// Encodes `state` as the JSON of docs/formats/cluster_state.md.
+// Encodes `state` as the JSON of docs/formats/cluster_state.md (version 2).
 std::string EncodeClusterState(const ClusterState& state);
 
-// Decodes a blob; "" is the empty state (nothing replicated yet). Errors: Corruption naming what
+// Decodes a blob of version 1 (no stop_at, committed) or 2; "" is the empty state (nothing
+// replicated yet). Errors: Corruption naming what
 // is wrong (not JSON, wrong format name or version, a missing or mistyped field, a value out of
 // range, unsorted or duplicate node ids, more than kMaxClusterStateBytes).
 Result<ClusterState> DecodeClusterState(std::string_view blob);

@@ -26,8 +26,11 @@ inline constexpr uint16_t kCtlSubmit = 0x0E02;   // {text, source} → {job_id}
 inline constexpr uint16_t kCtlStop = 0x0E03;     // {} → {}
 inline constexpr uint16_t kCtlScale = 0x0E04;    // {nodes} → {}
 inline constexpr uint16_t kCtlDrain = 0x0E05;    // {node, undrain} → {}
+inline constexpr uint16_t kCtlCheckpoint = 0x0E06;   // {} → {step, uri}
+inline constexpr uint16_t kCtlCheckpoints = 0x0E07;  // {} → {job, uri, checkpoints: [...]}
 inline constexpr uint16_t kWorkerWatch = 0x0E10;   // {generation, rank, pid} → {} when told
-inline constexpr uint16_t kWorkerReport = 0x0E11;  // {generation, rank, step, loss, ...} → {}
+// {generation, rank, step, loss, ..., stopped_at?} → {stop_at?}
+inline constexpr uint16_t kWorkerReport = 0x0E11;
 
 // Largest JSON payload a request or response may have.
 inline constexpr size_t kMaxControlPayload = 4 << 20;

@@ -1,4 +1,5 @@
 // The daemon's controller: from (view, replicated state) to this node's worker processes.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -74,6 +75,18 @@ void Node::ReleaseWatchers() {
   if (generation_over_) generation_over_->cancel();
 }
 
+std::vector<elastic::NodeSlots> Node::PlanNodes(const elastic::View& view,
+                                                const ClusterState& state) const {
+  std::vector<elastic::NodeSlots> nodes;
+  for (const elastic::Member& m : view.members) {
+    const NodeEntry* entry = state.FindNode(m.id);
+    if (entry == nullptr) continue;  // not registered yet: it joins the next generation
+    if (std::binary_search(state.drained.begin(), state.drained.end(), m.id)) continue;
+    nodes.push_back({m.id, entry->slots});
+  }
+  return nodes;
+}
+
 asio::awaitable<void> Node::ControlLoop() {
   workers_changed_ = std::make_shared<asio::steady_timer>(io_);
   while (!stopping_) {
@@ -106,13 +119,13 @@ asio::awaitable<void> Node::Reconcile() {
   const NodeEntry me{self, config_.slots, rendezvous_address_};
   const NodeEntry* registered = state.FindNode(self);
   if (registered == nullptr || !(*registered == me)) {
-    // A new epoch, so that a running job's next plan includes (or re-reads) this node.
+    // No new epoch: a running job grows to include this node after a planned stop
+    // (GrowAfterCheckpoint); a waiting job re-plans at once.
     const int64_t at = UnixMs();
     StateChange change = [me, at](ClusterState* st) -> Result<bool> {
       const NodeEntry* r = st->FindNode(me.id);
       if (r != nullptr && *r == me) return false;
       st->PutNode(me);
-      ++st->epoch;
       st->cause = {"node " + std::to_string(me.id) + " registered", at};
       return true;
     };
@@ -133,6 +146,33 @@ asio::awaitable<void> Node::Reconcile() {
   }
   const GenerationKey key{state.job->id, view.generation, state.epoch};
   if (running_ && *running_ == key) co_return;
+  if (running_ && running_->job == key.job && running_->epoch == key.epoch) {
+    // A view change (or a registration) within one epoch: the generation goes on while its
+    // plan's nodes are unchanged (a node outside the plan came or went); nodes that joined are
+    // taken in after a planned stop, which the daemon of rank 0 starts. A waiting job re-plans
+    // when its nodes changed.
+    const std::vector<elastic::NodeSlots> nodes = PlanNodes(view, state);
+    auto has = [](const std::vector<elastic::NodeSlots>& set, const elastic::NodeSlots& n) {
+      return std::any_of(set.begin(), set.end(), [&n](const elastic::NodeSlots& m) {
+        return m.id == n.id && m.slots == n.slots;
+      });
+    };
+    bool kept = true;
+    std::string joined;
+    for (const elastic::NodeSlots& n : running_nodes_) kept = kept && has(nodes, n);
+    for (const elastic::NodeSlots& n : nodes)
+      if (!has(running_nodes_, n)) joined += (joined.empty() ? "" : ",") + std::to_string(n.id);
+    kept = kept && nodes.size() >= running_nodes_.size();
+    if (kept && joined.empty()) co_return;
+    if (kept && running_lead_ != 0) {
+      if (running_lead_ == self && !grow_pending_) {
+        grow_pending_ = true;
+        asio::co_spawn(io_, GrowAfterCheckpoint(*running_, "node(s) " + joined + " joined"),
+                       asio::detached);
+      }
+      co_return;
+    }
+  }
   Status s = co_await StartGeneration(view, state, key);
   if (!s.ok()) LOG_ERROR("generation {}: {}", key.ToString(), s.ToString());
 }
@@ -140,8 +180,9 @@ asio::awaitable<void> Node::Reconcile() {
 asio::awaitable<Status> Node::StartGeneration(const elastic::View& view, const ClusterState& state,
                                               GenerationKey key) {
   const uint64_t self = static_cast<uint64_t>(config_.id);
+  // A new epoch says why in the state; otherwise the view changed.
   const std::string cause =
-      running_ && running_->view != key.view
+      running_ && running_->epoch == key.epoch && running_->view != key.view
           ? "view " + std::to_string(key.view) + " (members " + Join(view.Ids()) + ")"
           : state.cause.what;
   std::string why = "generation " + key.ToString() + " starts";
@@ -150,6 +191,8 @@ asio::awaitable<Status> Node::StartGeneration(const elastic::View& view, const C
   generation_over_ = std::make_shared<asio::steady_timer>(io_);
   generation_over_->expires_after(kFarFuture);
   running_ = key;
+  running_nodes_.clear();
+  running_lead_ = 0;
   progress_.reset();
   const JobEntry& job = *state.job;
   Result<elastic::JobSpec> spec = elastic::ParseJobSpec(job.text, "job " + job.name);
@@ -158,13 +201,8 @@ asio::awaitable<Status> Node::StartGeneration(const elastic::View& view, const C
     co_return spec.status();
   }
   if (state.max_nodes > 0) spec->elastic.max_nodes = state.max_nodes;
-  std::vector<elastic::NodeSlots> nodes;
-  for (const elastic::Member& m : view.members) {
-    const NodeEntry* entry = state.FindNode(m.id);
-    if (entry == nullptr) continue;  // not registered yet: it joins the next generation
-    if (std::binary_search(state.drained.begin(), state.drained.end(), m.id)) continue;
-    nodes.push_back({m.id, entry->slots});
-  }
+  const std::vector<elastic::NodeSlots> nodes = PlanNodes(view, state);
+  running_nodes_ = nodes;
   Result<elastic::JobPlan> plan = elastic::PlanJob(nodes, *spec);
   if (!plan.ok()) {
     plan_text_ = "waiting: " + plan.status().ToString();
@@ -173,6 +211,7 @@ asio::awaitable<Status> Node::StartGeneration(const elastic::View& view, const C
     co_return Status();
   }
   plan_text_ = plan->Describe();
+  running_lead_ = plan->ranks[0].node;
   const NodeEntry* lead = state.FindNode(plan->ranks[0].node);
   const std::string job_dir =
       config_.state_dir + "/jobs/" + job.name + "-" + key.ToString();
@@ -262,6 +301,12 @@ asio::awaitable<void> Node::Supervise(std::shared_ptr<Worker> worker) {
   if (worker->stopping || !current || stopping_) {
     LOG_INFO("generation {}: rank {} stopped ({})", worker->generation.ToString(), worker->rank,
              exit->Describe());
+    co_return;
+  }
+  if (exit->exited && exit->exit_code == kWorkerStoppedExit) {
+    LOG_INFO("generation {}: rank {} stopped for a planned change",
+             worker->generation.ToString(), worker->rank);
+    if (worker->rank == 0) co_await WatchStoppedGeneration(worker->generation);
     co_return;
   }
   if (exit->ok()) {

@@ -108,6 +108,8 @@ Status Node::Init() {
   m.advertise = config_.AdvertisedAddress();
   m.timing = options_.timing;
   m.on_notification = [this](const elastic::MembershipNotification& n) {
+    if (n.kind == elastic::MembershipNotification::Kind::kViewInstalled && n.led)
+      led_view_ = n.view.generation;
     if (n.kind == elastic::MembershipNotification::Kind::kSuspected)
       LOG_WARN("{}: suspects node {} ({} ms after its last sign of life)",
                "membership", n.node, n.detected_after.count());
@@ -137,6 +139,9 @@ Status Node::Stop(bool leave, Deadline deadline) {
     }
   };
   if (leave && membership_) {
+    // Planned: checkpoint first (docs/daemon.md "Planned changes lose nothing"), then leave.
+    const Deadline saved = deadline.Min(Deadline::After(deadline.Remaining() / 2));
+    asio::co_spawn(io_, CheckpointBeforeLeaving(saved), asio::use_future).get();
     auto left = asio::co_spawn(
         io_, [this, deadline]() -> asio::awaitable<Status> { co_return co_await membership_->Leave(deadline); },
         asio::use_future);
@@ -177,13 +182,17 @@ void Node::RegisterHandlers() {
                   JsonHandler([this](Json r) { return HandleScale(std::move(r)); }, "scale"));
   server_->Handle(kCtlDrain,
                   JsonHandler([this](Json r) { return HandleDrain(std::move(r)); }, "drain"));
+  server_->Handle(kCtlCheckpoint, JsonHandler(
+                                      [this](Json r) { return HandleCheckpoint(std::move(r)); },
+                                      "checkpoint"));
+  server_->Handle(kCtlCheckpoints, JsonHandler(
+                                       [this](Json r) { return HandleCheckpoints(std::move(r)); },
+                                       "checkpoints"));
   server_->Handle(kWorkerWatch, JsonHandler(
                                     [this](Json r) { return HandleWorkerWatch(std::move(r)); },
                                     "worker watch"));
   server_->Handle(kWorkerReport, JsonHandler(
-                                     [this](Json r) -> asio::awaitable<Result<Json>> {
-                                       co_return HandleWorkerReport(r);
-                                     },
+                                     [this](Json r) { return HandleWorkerReport(std::move(r)); },
                                      "worker report"));
 }
 
@@ -204,14 +213,15 @@ asio::awaitable<Result<Json>> Node::HandleStop(Json) {
 asio::awaitable<Result<Json>> Node::HandleScale(Json request) {
   CO_ASSIGN_OR_RETURN(const int64_t nodes, IntField(request, "nodes", 0, 4096, "scale"));
   const int64_t at = UnixMs();
-  StateChange change = [nodes, at](ClusterState* s) -> Result<bool> {
+  const std::string why = "ringctl scale --nodes " + std::to_string(nodes);
+  StateChange change = [nodes, at, why](ClusterState* s) -> Result<bool> {
     if (s->max_nodes == nodes) return false;
     s->max_nodes = static_cast<int>(nodes);
     ++s->epoch;
-    s->cause = {"ringctl scale --nodes " + std::to_string(nodes), at};
+    s->cause = {why, at};
     return true;
   };
-  CO_RETURN_IF_ERROR(co_await UpdateState(std::move(change)));
+  CO_RETURN_IF_ERROR(co_await PlannedChange(why, std::move(change)));
   co_return Json::object();
 }
 
@@ -219,7 +229,9 @@ asio::awaitable<Result<Json>> Node::HandleDrain(Json request) {
   CO_ASSIGN_OR_RETURN(const int64_t node, IntField(request, "node", 1, INT64_MAX, "drain"));
   CO_ASSIGN_OR_RETURN(const int64_t undrain, IntField(request, "undrain", 0, 1, "drain", 0));
   const int64_t at = UnixMs();
-  StateChange change = [node, undrain, at](ClusterState* s) -> Result<bool> {
+  const std::string why = std::string("ringctl ") + (undrain ? "undrain" : "drain") + " node " +
+                          std::to_string(node);
+  StateChange change = [node, undrain, at, why](ClusterState* s) -> Result<bool> {
     auto& d = s->drained;
     const uint64_t id = static_cast<uint64_t>(node);
     auto it = std::lower_bound(d.begin(), d.end(), id);
@@ -231,12 +243,10 @@ asio::awaitable<Result<Json>> Node::HandleDrain(Json request) {
       d.insert(it, id);
     }
     ++s->epoch;
-    s->cause = {std::string("ringctl ") + (undrain ? "undrain" : "drain") + " node " +
-                    std::to_string(node),
-                at};
+    s->cause = {why, at};
     return true;
   };
-  CO_RETURN_IF_ERROR(co_await UpdateState(std::move(change)));
+  CO_RETURN_IF_ERROR(co_await PlannedChange(why, std::move(change)));
   co_return Json::object();
 }
 
@@ -300,13 +310,18 @@ asio::awaitable<Result<Json>> Node::HandleWorkerWatch(Json request) {
   co_return Json{{"stop", r.index() == 0 || !current}};
 }
 
-Result<Json> Node::HandleWorkerReport(const Json& r) {
-  ASSIGN_OR_RETURN(std::string generation, StringField(r, "generation", "report"));
-  if (!running_ || running_->ToString() != generation) return Json::object();  // stale
+asio::awaitable<Result<Json>> Node::HandleWorkerReport(Json r) {
+  CO_ASSIGN_OR_RETURN(std::string generation, StringField(r, "generation", "report"));
+  if (!running_ || running_->ToString() != generation) co_return Json::object();  // stale
+  if (r.contains("stopped_at")) {
+    CO_ASSIGN_OR_RETURN(const int64_t step, IntField(r, "stopped_at", 1, INT64_MAX, "report"));
+    CO_RETURN_IF_ERROR(co_await RecordCommitted(generation, step));
+    co_return Json::object();
+  }
   Progress p;
   p.generation = generation;
-  ASSIGN_OR_RETURN(p.step, IntField(r, "step", 0, INT64_MAX, "report"));
-  ASSIGN_OR_RETURN(p.unix_ms, IntField(r, "unix_ms", 0, INT64_MAX, "report", 0));
+  CO_ASSIGN_OR_RETURN(p.step, IntField(r, "step", 0, INT64_MAX, "report"));
+  CO_ASSIGN_OR_RETURN(p.unix_ms, IntField(r, "unix_ms", 0, INT64_MAX, "report", 0));
   auto number = [&r](const char* key) {
     auto it = r.find(key);
     return it != r.end() && it->is_number() ? it->get<double>() : 0.0;
@@ -318,13 +333,19 @@ Result<Json> Node::HandleWorkerReport(const Json& r) {
     const double seconds =
         std::chrono::duration<double>(MonoClock::now() - generation_started_).count();
     const int64_t lost = std::max<int64_t>(0, last_step_ - (p.step - 1));
-    LOG_INFO("recovery: {}; generation {}; plan {}; resumed at step {} ({} step(s) lost since "
-             "step {}); first step done {:.2f} s after the generation started",
+    LOG_INFO("recovery: {}; generation {}; plan {}; resumed at step {}, steps lost {} (the "
+             "last step reported here was {}); first step done {:.2f} s after the generation "
+             "started",
              recovery_cause_, generation, plan_text_, p.step, lost, last_step_, seconds);
   }
   last_step_ = p.step;
   progress_ = p;
-  return Json::object();
+  // A planned stop of this generation: rank 0 learns its step here.
+  Json reply = Json::object();
+  Result<ClusterState> state = DecodeClusterState(membership_->CurrentState().blob);
+  if (state.ok() && state->stop_at && state->stop_at->generation == generation)
+    reply["stop_at"] = state->stop_at->step;
+  co_return reply;
 }
 
 Json Node::LocalReport() const {
@@ -333,6 +354,7 @@ Json Node::LocalReport() const {
     workers.push_back({{"rank", rank}, {"slot", w->slot}, {"pid", w->process->pid()},
                        {"log", w->log_path}});
   Json report = {{"node", config_.id},
+                 {"led_view", led_view_.load()},
                  {"generation", running_ ? running_->ToString() : ""},
                  {"plan", plan_text_},
                  {"workers", std::move(workers)},

@@ -14,6 +14,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/thread_pool.hpp>
 
 #include "base/net/auth.h"
 #include "base/net/rpc.h"
@@ -76,7 +77,7 @@ class Node : public Daemon {
   asio::awaitable<Result<Json>> HandleScale(Json request);
   asio::awaitable<Result<Json>> HandleDrain(Json request);
   asio::awaitable<Result<Json>> HandleWorkerWatch(Json request);
-  Result<Json> HandleWorkerReport(const Json& request);
+  asio::awaitable<Result<Json>> HandleWorkerReport(Json request);
   // Read-modify-CAS of the replicated state, retried while others change it first. `change`
   // returns false to leave the state as it is (then nothing is proposed).
   using StateChange = std::function<Result<bool>(ClusterState*)>;
@@ -94,6 +95,34 @@ class Node : public Daemon {
   asio::awaitable<void> StopWorkers(std::string why);
   void Wake();
   void ReleaseWatchers();
+  // The nodes the plan of (view, state) uses: registered members that are not drained.
+  std::vector<elastic::NodeSlots> PlanNodes(const elastic::View& view,
+                                            const ClusterState& state) const;
+
+  // planned_stop.cc: planned changes that lose nothing (docs/daemon.md).
+  // The newest progress any member's rank 0 reported (a fan-out); nullopt when none did.
+  asio::awaitable<std::optional<Progress>> NewestProgress();
+  // Proposes stop_at = (newest reported generation, its step + 2) and waits until rank 0's
+  // daemon records the committed checkpoint of that stop (≥ that step). Returns its step.
+  // Errors: FailedPrecondition when the job runs no generation that reports steps or has no
+  // checkpoints (ckpt.dir, ckpt.every); DeadlineExceeded when the checkpoint did not commit by
+  // `deadline`; those of the replicated state.
+  asio::awaitable<Result<int64_t>> CheckpointFirst(std::string why, Deadline deadline);
+  // A planned change: CheckpointFirst (bounded by kPlannedStopTimeout), then `change` with
+  // stop_at cleared. When the checkpoint fails, logs why and applies the change anyway (the new
+  // generation then resumes from the newest committed checkpoint).
+  asio::awaitable<Status> PlannedChange(std::string why, StateChange change);
+  // Nodes joined the plan's node set: the daemon of rank 0 checkpoints first, then bumps the
+  // epoch so that the next generation includes them.
+  asio::awaitable<void> GrowAfterCheckpoint(GenerationKey key, std::string joined);
+  // SIGTERM: when this node runs ranks of the job, checkpoint first (bounded by `deadline`).
+  asio::awaitable<void> CheckpointBeforeLeaving(Deadline deadline);
+  // Rank 0 stopped after `step` with the checkpoint committed: records it in `committed`.
+  asio::awaitable<Status> RecordCommitted(std::string generation, int64_t step);
+  // A rank stopped for a planned change: if no change follows in time, restarts the generation.
+  asio::awaitable<void> WatchStoppedGeneration(GenerationKey key);
+  asio::awaitable<Result<Json>> HandleCheckpoint(Json request);
+  asio::awaitable<Result<Json>> HandleCheckpoints(Json request);
 
   DaemonOptions options_;
   const NodeConfig& config_;
@@ -107,6 +136,10 @@ class Node : public Daemon {
   std::shared_ptr<SnapshotService> snapshots_;  // the memory tier (its handlers: io thread)
   uint16_t port_ = 0;
   std::atomic<bool> stopped_{false};
+  // The generation of the newest view this node's own proposal installed (0: none): it led
+  // that view change (written on the membership thread).
+  std::atomic<uint64_t> led_view_{0};
+  asio::thread_pool blocking_{1};  // storage I/O of the control API, off the io thread
 
   // io thread only.
   bool stopping_ = false;
@@ -114,6 +147,9 @@ class Node : public Daemon {
   asio::steady_timer wake_;
   std::optional<GenerationKey> running_;  // the generation this node runs (or waits in)
   std::string plan_text_;                 // its plan, or why the job waits
+  std::vector<elastic::NodeSlots> running_nodes_;  // the nodes of its plan (none: no plan)
+  uint64_t running_lead_ = 0;  // the node of its plan's rank 0
+  bool grow_pending_ = false;  // GrowAfterCheckpoint runs
   std::map<int, std::shared_ptr<Worker>> workers_;  // by rank
   std::shared_ptr<asio::steady_timer> workers_changed_;
   std::shared_ptr<asio::steady_timer> generation_over_;  // cancelled when a generation ends

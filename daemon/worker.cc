@@ -2,7 +2,9 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <charconv>
+#include <cstdio>
 #include <cstdlib>
 #include <optional>
 #include <thread>
@@ -30,6 +32,7 @@ namespace {
 constexpr auto kConnectTimeout = std::chrono::seconds(10);
 constexpr auto kWatchPeriod = std::chrono::minutes(10);
 constexpr auto kReportTimeout = std::chrono::seconds(2);
+constexpr auto kStoppedReportTimeout = std::chrono::seconds(10);
 
 [[noreturn]] void ExitOrphaned(const std::string& why) {
   LOG_ERROR("worker: {}: exiting", why);
@@ -81,9 +84,32 @@ class DaemonLink {
         [this, report = std::move(report)]() -> asio::awaitable<void> {
           Result<Json> r =
               co_await CallJson(*client_, kWorkerReport, report, Deadline::After(kReportTimeout));
-          if (!r.ok()) LOG_WARN("worker: progress report: {}", r.status().ToString());
+          if (!r.ok()) {
+            LOG_WARN("worker: progress report: {}", r.status().ToString());
+            co_return;
+          }
+          auto it = r->find("stop_at");
+          if (it != r->end() && it->is_number_integer()) stop_at_ = it->get<int64_t>();
         },
         asio::detached);
+  }
+
+  // The planned stop step the daemon named in its last report answer; INT64_MAX = none.
+  int64_t stop_at() const { return stop_at_; }
+
+  // Tells the daemon that the ranks stopped after `step` with its checkpoint committed, and waits
+  // for the answer. Errors: those of the call.
+  Status ReportStopped(int64_t step) {
+    const Json report = {{"generation", options_.generation},
+                         {"rank", options_.train.rank},
+                         {"step", step},
+                         {"stopped_at", step}};
+    auto call = [this, report]() -> asio::awaitable<Status> {
+      Result<Json> r = co_await CallJson(*client_, kWorkerReport, report,
+                                         Deadline::After(kStoppedReportTimeout));
+      co_return r.status();
+    };
+    return asio::co_spawn(io_, call, asio::use_future).get().WithContext("report the stop");
   }
 
  private:
@@ -106,14 +132,14 @@ class DaemonLink {
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> guard_;
   std::shared_ptr<net::RpcClient> client_;
   std::thread thread_;
+  std::atomic<int64_t> stop_at_{INT64_MAX};
 };
 
-// True when the run config names a ckpt.dir that holds a committed checkpoint, or the memory
-// tier holds a committed snapshot: the generation then resumes from the newest one (every rank
+// True when `config` names a ckpt.dir that holds a committed checkpoint, or the memory tier
+// holds a committed snapshot: the generation then resumes from the newest one (every rank
 // decides alike from the same storages).
-Result<bool> HasCommittedCheckpoint(const std::string& config_path,
+Result<bool> HasCommittedCheckpoint(const RunConfig& config,
                                     const std::shared_ptr<ckpt::Storage>& memory) {
-  ASSIGN_OR_RETURN(RunConfig config, LoadRunConfig(config_path, {}));
   if (memory != nullptr) {
     Result<std::vector<int64_t>> in_memory = ckpt::ListCommitted(*memory);
     if (in_memory.ok() && !in_memory->empty()) return true;
@@ -127,8 +153,8 @@ Result<bool> HasCommittedCheckpoint(const std::string& config_path,
 // The memory tier of the worker's job (the first number of its generation "job.view.epoch")
 // through its daemon, when the run config asks for one (ckpt.memory_every > 0); else null.
 Result<std::shared_ptr<ckpt::Storage>> OpenMemoryTier(
-    const WorkerOptions& options, std::shared_ptr<const net::ClusterSecret> secret) {
-  ASSIGN_OR_RETURN(RunConfig config, LoadRunConfig(options.train.config, options.train.sets));
+    const RunConfig& config, const WorkerOptions& options,
+    std::shared_ptr<const net::ClusterSecret> secret) {
   if (config.ckpt.memory_every <= 0) return std::shared_ptr<ckpt::Storage>();
   uint64_t job = 0;
   const std::string& g = options.generation;
@@ -148,9 +174,9 @@ Status RunWorker(WorkerOptions options, const std::string& executable) {
   if (options.train.rank < 0) return InvalidArgument("worker: --rank is required");
   DaemonLink link(options);
   RETURN_IF_ERROR(link.Start(secret));
-  ASSIGN_OR_RETURN(options.train.memory, OpenMemoryTier(options, secret));
-  ASSIGN_OR_RETURN(options.train.resume,
-                   HasCommittedCheckpoint(options.train.config, options.train.memory));
+  ASSIGN_OR_RETURN(RunConfig config, LoadRunConfig(options.train.config, {}));
+  ASSIGN_OR_RETURN(options.train.memory, OpenMemoryTier(config, options, secret));
+  ASSIGN_OR_RETURN(options.train.resume, HasCommittedCheckpoint(config, options.train.memory));
   LOG_INFO("worker: generation {} rank {}/{} layout {}, {}", options.generation,
            options.train.rank, options.train.ranks, options.train.layout,
            options.train.resume ? "resuming from the newest committed checkpoint"
@@ -159,7 +185,24 @@ Status RunWorker(WorkerOptions options, const std::string& executable) {
     options.train.on_step = [&link](const StepStats& s, double seconds) {
       link.Report(s, seconds);
     };
-  return parallel::RunDistributedTrain(options.train, executable);
+  // Planned stops need a checkpoint to stop at; without one the daemons restart the generation.
+  std::optional<int64_t> stopped;
+  Status report_status;
+  if (!config.ckpt.dir.empty() && config.ckpt.every > 0) {
+    options.train.stop_at = [&link] { return link.stop_at(); };
+    options.train.on_stopped = [&](int64_t step) {
+      stopped = step;
+      if (options.train.rank == 0) report_status = link.ReportStopped(step);
+    };
+  }
+  RETURN_IF_ERROR(parallel::RunDistributedTrain(options.train, executable));
+  if (!stopped) return Status();
+  RETURN_IF_ERROR(report_status);
+  LOG_INFO("worker: generation {} rank {} stopped after step {} for a planned change",
+           options.generation, options.train.rank, *stopped);
+  spdlog::default_logger()->flush();
+  std::fflush(stdout);
+  std::_Exit(kWorkerStoppedExit);
 }
 
 }  // namespace rt::daemon

@@ -14,6 +14,9 @@ namespace rt::daemon {
 
 // Exit status of a worker whose daemon went away (or told it to stop).
 inline constexpr int kWorkerOrphanedExit = 75;
+// Exit status of a worker that stopped for a planned change (docs/daemon.md "Planned changes
+// lose nothing"): it saved the checkpoint of the step it stopped after, and rank 0 reported it.
+inline constexpr int kWorkerStoppedExit = 76;
 
 // A worker's orders, given on its command line by its daemon.
 struct WorkerOptions {
@@ -25,7 +28,10 @@ struct WorkerOptions {
 
 // Runs the worker until the last step. Errors: Unavailable naming the daemon when it cannot be
 // reached at start, and those of the training (config, rendezvous, comm, engine). Never returns
-// once the daemon is lost: the process exits with kWorkerOrphanedExit.
+// once the daemon is lost: the process exits with kWorkerOrphanedExit. When the job has
+// checkpoints (ckpt.dir, ckpt.every > 0), rank 0 learns a planned stop step from its daemon's
+// answers to its reports; all ranks stop after the agreed step, save it synchronously, rank 0
+// reports it, and the process exits with kWorkerStoppedExit.
 Status RunWorker(WorkerOptions options, const std::string& executable);
 
 }  // namespace rt::daemon

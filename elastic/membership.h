@@ -89,6 +89,8 @@ struct MembershipNotification {
   NodeId node = 0;        // kSuspected: the suspect
   // kSuspected: how long after the last sign of life the suspicion was raised.
   std::chrono::milliseconds detected_after{0};
+  // kViewInstalled: this node's own proposal installed the view (it led the change).
+  bool led = false;
 };
 
 // Timing of failure detection and agreement (defaults meet issue 13's budgets: a killed peer is

@@ -10,15 +10,6 @@ namespace {
 
 constexpr int kTensorsPerBlock = 12;
 
-// The first shape.numel() elements of arena tensor `id`, seen as `shape`.
-Tensor Sub(const Arena& arena, int id, Shape shape) {
-  Result<Tensor> flat = arena.Get(id).Flat(0, shape.numel());
-  RT_CHECK(flat.ok());
-  Result<Tensor> view = flat->Reshape(shape);
-  RT_CHECK(view.ok());
-  return *view;
-}
-
 // A host array as a CPU tensor (for Copy to and from the model's device).
 Tensor HostTensor(const void* data, DType dtype, Shape shape) {
   return Tensor(const_cast<void*>(data), dtype, shape, Device::kCpu);
@@ -87,45 +78,6 @@ GptTensors ViewGptTensors(const ModelConfig& c, const Arena& arena) {
 
 bool IsDecayed(const Tensor& t) { return t.ndim() == 2; }
 
-Status BlockForward(const BlockTensors& p, const BlockActivations& a, Tensor branch, Tensor out,
-                    Tensor inp, int n_head) {
-  RETURN_IF_ERROR(LayerNormForward(a.ln_1, a.ln_1_mean, a.ln_1_rstd, inp, p.ln_1_w, p.ln_1_b));
-  RETURN_IF_ERROR(MatmulForward(a.qkv, a.ln_1, p.attn_w, p.attn_b));
-  RETURN_IF_ERROR(AttentionForward(a.atty, a.att, a.qkv, n_head));
-  RETURN_IF_ERROR(MatmulForward(branch, a.atty, p.attn_proj_w, p.attn_proj_b));
-  RETURN_IF_ERROR(Add(a.residual2, inp, branch));
-  RETURN_IF_ERROR(
-      LayerNormForward(a.ln_2, a.ln_2_mean, a.ln_2_rstd, a.residual2, p.ln_2_w, p.ln_2_b));
-  RETURN_IF_ERROR(MatmulForward(a.fch, a.ln_2, p.fc_w, p.fc_b));
-  RETURN_IF_ERROR(GeluForward(a.fch_gelu, a.fch));
-  RETURN_IF_ERROR(MatmulForward(branch, a.fch_gelu, p.fc_proj_w, p.fc_proj_b));
-  return Add(out, a.residual2, branch);
-}
-
-Status BlockBackward(const BlockTensors& p, const BlockTensors& g, const BlockActivations& a,
-                     const BlockGradScratch& s, Tensor dresidual, Tensor inp, int n_head) {
-  // MLP branch: out = residual2 + c_proj(gelu(c_fc(ln_2(residual2)))); dL/d residual2 is dL/d out
-  // plus the branch's contribution, accumulated in place.
-  RETURN_IF_ERROR(Zero(s.dfch_gelu));
-  RETURN_IF_ERROR(
-      MatmulBackward(s.dfch_gelu, g.fc_proj_w, g.fc_proj_b, dresidual, a.fch_gelu, p.fc_proj_w));
-  // dL/d fch is formed in place over dL/d gelu(fch) (no zeroing pass, no second buffer).
-  RETURN_IF_ERROR(GeluBackward(s.dfch_gelu, a.fch, s.dfch_gelu, /*accumulate=*/false));
-  RETURN_IF_ERROR(Zero(s.dln));
-  RETURN_IF_ERROR(MatmulBackward(s.dln, g.fc_w, g.fc_b, s.dfch_gelu, a.ln_2, p.fc_w));
-  RETURN_IF_ERROR(LayerNormBackward(dresidual, g.ln_2_w, g.ln_2_b, s.dln, a.residual2, p.ln_2_w,
-                                    a.ln_2_mean, a.ln_2_rstd));
-  // Attention branch: residual2 = inp + c_proj(attention(c_attn(ln_1(inp)))).
-  RETURN_IF_ERROR(Zero(s.datty));
-  RETURN_IF_ERROR(
-      MatmulBackward(s.datty, g.attn_proj_w, g.attn_proj_b, dresidual, a.atty, p.attn_proj_w));
-  RETURN_IF_ERROR(AttentionBackward(s.dqkv, s.datty, a.qkv, a.att, n_head, /*accumulate=*/false));
-  RETURN_IF_ERROR(Zero(s.dln));
-  RETURN_IF_ERROR(MatmulBackward(s.dln, g.attn_w, g.attn_b, s.dqkv, a.ln_1, p.attn_w));
-  return LayerNormBackward(dresidual, g.ln_1_w, g.ln_1_b, s.dln, inp, p.ln_1_w, a.ln_1_mean,
-                           a.ln_1_rstd);
-}
-
 Result<std::unique_ptr<Gpt>> Gpt::Create(const ModelConfig& config, Precision precision,
                                          int max_batch, bool recompute, Device device) {
   if (config.n_layer < 1 || config.n_embd < 1 || config.n_head < 1 || config.seq_len < 1 ||
@@ -159,22 +111,9 @@ Status Gpt::BuildActivations() {
   io_id_ = a.Add("tokens_targets", DType::kI32, {2 * B * T});
   for (int64_t l = 0; l <= L; ++l) residual_ids_.push_back(a.Add("residual", dt, {B, T, C}));
   const int64_t sets = recompute_ ? 1 : L;
-  for (int64_t l = 0; l < sets; ++l) {
-    ActIds ids;
-    ids.ln_1 = a.Add("ln_1", dt, {B, T, C});
-    ids.ln_1_mean = a.Add("ln_1_mean", f32, {B, T});
-    ids.ln_1_rstd = a.Add("ln_1_rstd", f32, {B, T});
-    ids.qkv = a.Add("qkv", dt, {B, T, 3 * C});
-    ids.atty = a.Add("atty", dt, {B, T, C});
-    ids.att = a.Add("att", f32, {B, H, T, T});
-    ids.residual2 = a.Add("residual2", dt, {B, T, C});
-    ids.ln_2 = a.Add("ln_2", dt, {B, T, C});
-    ids.ln_2_mean = a.Add("ln_2_mean", f32, {B, T});
-    ids.ln_2_rstd = a.Add("ln_2_rstd", f32, {B, T});
-    ids.fch = a.Add("fch", dt, {B, T, 4 * C});
-    ids.fch_gelu = a.Add("fch_gelu", dt, {B, T, 4 * C});
-    act_ids_.push_back(ids);
-  }
+  block_shape_ = {C, H, C, 1};
+  for (int64_t l = 0; l < sets; ++l)
+    act_ids_.push_back(AddBlockActivations(&a, block_shape_, B, T, dt));
   ln_f_id_ = a.Add("ln_f", dt, {B, T, C});
   ln_f_mean_id_ = a.Add("ln_f_mean", f32, {B, T});
   ln_f_rstd_id_ = a.Add("ln_f_rstd", f32, {B, T});
@@ -189,15 +128,13 @@ Status Gpt::BuildActivations() {
   return a.Allocate(device_).WithContext("GPT activations");
 }
 
+HeadActivations Gpt::Head(int B, int T) const {
+  return {ArenaView(acts_, ln_f_id_, {B, T, config_.n_embd}),
+          ArenaView(acts_, ln_f_mean_id_, {B, T}), ArenaView(acts_, ln_f_rstd_id_, {B, T})};
+}
+
 BlockActivations Gpt::Acts(int layer, int B, int T) const {
-  const ActIds& ids = act_ids_[recompute_ ? 0 : layer];
-  const int64_t C = config_.n_embd, H = config_.n_head;
-  return {Sub(acts_, ids.ln_1, {B, T, C}),      Sub(acts_, ids.ln_1_mean, {B, T}),
-          Sub(acts_, ids.ln_1_rstd, {B, T}),    Sub(acts_, ids.qkv, {B, T, 3 * C}),
-          Sub(acts_, ids.atty, {B, T, C}),      Sub(acts_, ids.att, {B, H, T, T}),
-          Sub(acts_, ids.residual2, {B, T, C}), Sub(acts_, ids.ln_2, {B, T, C}),
-          Sub(acts_, ids.ln_2_mean, {B, T}),    Sub(acts_, ids.ln_2_rstd, {B, T}),
-          Sub(acts_, ids.fch, {B, T, 4 * C}),   Sub(acts_, ids.fch_gelu, {B, T, 4 * C})};
+  return ViewBlockActivations(acts_, act_ids_[recompute_ ? 0 : layer], block_shape_, B, T);
 }
 
 Status Gpt::InitializeWeights(const ModelConfig& config, uint64_t seed, const Arena& master) {
@@ -255,40 +192,33 @@ Result<double> Gpt::Forward(std::span<const int32_t> tokens, std::span<const int
   B_ = B;
   T_ = T;
   const int64_t C = config_.n_embd;
+  const auto residual = [&](int l) { return ArenaView(acts_, residual_ids_[l], {B, T, C}); };
   // Tokens and targets go to the device side by side, in one copy.
   io_host_.assign(tokens.begin(), tokens.end());
   io_host_.insert(io_host_.end(), targets.begin(), targets.end());
   const auto io_len = static_cast<int64_t>(io_host_.size());
   RETURN_IF_ERROR(
-      Copy(Sub(acts_, io_id_, {io_len}), HostTensor(io_host_.data(), DType::kI32, {io_len})));
-  const Tensor tok = Sub(acts_, io_id_, {B, T});
-  const Tensor x0 = Sub(acts_, residual_ids_[0], {B, T, C});
-  RETURN_IF_ERROR(EmbeddingForward(x0, tok, p_.wte, 0));
-  RETURN_IF_ERROR(PositionEmbeddingAdd(x0, p_.wpe, 0));
-  const Tensor branch = Sub(acts_, branch_id_, {B, T, C});
+      Copy(ArenaView(acts_, io_id_, {io_len}), HostTensor(io_host_.data(), DType::kI32, {io_len})));
+  const Tensor tok = ArenaView(acts_, io_id_, {B, T});
+  const NoCollectives none;
+  RETURN_IF_ERROR(EmbedForward(none, residual(0), tok, p_.wte, p_.wpe, 0, 0));
+  const Tensor branch = ArenaView(acts_, branch_id_, {B, T, C});
   for (int l = 0; l < config_.n_layer; ++l) {
-    RETURN_IF_ERROR(BlockForward(p_.h[l], Acts(l, B, T), branch,
-                                 Sub(acts_, residual_ids_[l + 1], {B, T, C}),
-                                 Sub(acts_, residual_ids_[l], {B, T, C}), config_.n_head));
+    RETURN_IF_ERROR(BlockForward(p_.h[l], Acts(l, B, T), none, branch, residual(l + 1),
+                                 residual(l), config_.n_head));
   }
-  const Tensor lnf = Sub(acts_, ln_f_id_, {B, T, C});
-  RETURN_IF_ERROR(LayerNormForward(
-      lnf, Sub(acts_, ln_f_mean_id_, {B, T}), Sub(acts_, ln_f_rstd_id_, {B, T}),
-      Sub(acts_, residual_ids_[config_.n_layer], {B, T, C}), p_.ln_f_w, p_.ln_f_b));
-  logits_ = Sub(acts_, logits_id_, {B, T, V});
-  RETURN_IF_ERROR(MatmulForward(logits_, lnf, p_.wte, Tensor()));
+  logits_ = ArenaView(acts_, logits_id_, {B, T, V});
+  RETURN_IF_ERROR(HeadForward(none, Head(B, T), logits_, residual(config_.n_layer), p_.ln_f_w,
+                              p_.ln_f_b, p_.wte));
   has_dlogits_ = false;
   if (targets.empty()) return 0.0;
   ASSIGN_OR_RETURN(Tensor tgt, acts_.Get(io_id_).Flat(static_cast<int64_t>(n), n));
   ASSIGN_OR_RETURN(tgt, tgt.Reshape({B, T}));
-  const Tensor losses = Sub(acts_, losses_id_, {B, T});
+  const Tensor losses = ArenaView(acts_, losses_id_, {B, T});
   RETURN_IF_ERROR(
       SoftmaxCrossEntropy(losses, dloss != 0 ? logits_ : Tensor(), logits_, tgt, dloss));
   has_dlogits_ = dloss != 0;
-  std::vector<float> host(n);
-  RETURN_IF_ERROR(Copy(HostTensor(host.data(), DType::kF32, {B, T}), losses));
-  double sum = 0;
-  for (float v : host) sum += v;
+  ASSIGN_OR_RETURN(const double sum, SumLosses(losses));
   return sum / static_cast<double>(n);
 }
 
@@ -298,31 +228,25 @@ Status Gpt::Backward() {
   has_dlogits_ = false;
   const int B = B_, T = T_;
   const int64_t C = config_.n_embd;
-  const auto residual = [&](int l) { return Sub(acts_, residual_ids_[l], {B, T, C}); };
+  const auto residual = [&](int l) { return ArenaView(acts_, residual_ids_[l], {B, T, C}); };
   const BlockGradScratch s{
-      Sub(acts_, dln_id_, {B, T, C}),           Sub(acts_, datty_id_, {B, T, C}),
-      Sub(acts_, dqkv_id_, {B, T, 3 * C}),
-      Sub(acts_, dfch_gelu_id_, {B, T, 4 * C}), Sub(acts_, branch_id_, {B, T, C})};
-  // Loss path: logits = ln_f(x_L)·wteᵀ.
-  const Tensor lnf = Sub(acts_, ln_f_id_, {B, T, C});
-  RETURN_IF_ERROR(Zero(s.dln));
-  RETURN_IF_ERROR(MatmulBackward(s.dln, g_.wte, Tensor(), logits_, lnf, p_.wte));
-  const Tensor dresidual = Sub(acts_, dresidual_id_, {B, T, C});
-  RETURN_IF_ERROR(Zero(dresidual));
-  RETURN_IF_ERROR(LayerNormBackward(
-      dresidual, g_.ln_f_w, g_.ln_f_b, s.dln, residual(config_.n_layer), p_.ln_f_w,
-      Sub(acts_, ln_f_mean_id_, {B, T}), Sub(acts_, ln_f_rstd_id_, {B, T})));
+      ArenaView(acts_, dln_id_, {B, T, C}),           ArenaView(acts_, datty_id_, {B, T, C}),
+      ArenaView(acts_, dqkv_id_, {B, T, 3 * C}),
+      ArenaView(acts_, dfch_gelu_id_, {B, T, 4 * C}), ArenaView(acts_, branch_id_, {B, T, C})};
+  const NoCollectives none;
+  const Tensor dresidual = ArenaView(acts_, dresidual_id_, {B, T, C});
+  RETURN_IF_ERROR(HeadBackward(none, Head(B, T), dresidual, g_.ln_f_w, g_.ln_f_b, g_.wte, logits_,
+                               residual(config_.n_layer), p_.ln_f_w, p_.wte, s.dln));
   for (int l = config_.n_layer - 1; l >= 0; --l) {
     const BlockActivations a = Acts(l, B, T);
     if (recompute_) {
       RETURN_IF_ERROR(
-          BlockForward(p_.h[l], a, s.branch, residual(l + 1), residual(l), config_.n_head));
+          BlockForward(p_.h[l], a, none, s.branch, residual(l + 1), residual(l), config_.n_head));
     }
-    RETURN_IF_ERROR(BlockBackward(p_.h[l], g_.h[l], a, s, dresidual, residual(l), config_.n_head));
+    RETURN_IF_ERROR(
+        BlockBackward(p_.h[l], g_.h[l], a, s, none, dresidual, residual(l), config_.n_head));
   }
-  const Tensor tok = Sub(acts_, io_id_, {B, T});
-  RETURN_IF_ERROR(EmbeddingBackward(g_.wte, dresidual, tok, 0));
-  return PositionEmbeddingBackward(g_.wpe, dresidual, 0);
+  return EmbedBackward(none, g_.wte, g_.wpe, dresidual, ArenaView(acts_, io_id_, {B, T}), 0, 0);
 }
 
 }  // namespace rt

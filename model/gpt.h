@@ -13,7 +13,9 @@
 
 #include "base/status.h"
 #include "kernels/tensor.h"
+#include "model/block.h"
 #include "model/config.h"
+#include "model/pieces.h"
 
 namespace rt {
 
@@ -24,17 +26,6 @@ enum class Precision : uint8_t { kFp32 = 0, kBf16 = 1, kFp16 = 2 };
 Result<Precision> ParsePrecision(std::string_view name);
 // The dtype of parameters and activations in `p`.
 DType ComputeDType(Precision p);
-
-// One block's tensors (parameters or their gradients), views into an arena. Linear weights are
-// [out, in].
-struct BlockTensors {
-  Tensor ln_1_w, ln_1_b;            // [C]
-  Tensor attn_w, attn_b;            // c_attn: [3C, C], [3C]
-  Tensor attn_proj_w, attn_proj_b;  // attn.c_proj: [C, C], [C]
-  Tensor ln_2_w, ln_2_b;            // [C]
-  Tensor fc_w, fc_b;                // mlp.c_fc: [4C, C], [4C]
-  Tensor fc_proj_w, fc_proj_b;      // mlp.c_proj: [C, 4C], [C]
-};
 
 // All model tensors, views into an arena laid out by AddGptTensors.
 struct GptTensors {
@@ -51,35 +42,6 @@ void AddGptTensors(const ModelConfig& config, DType dtype, Arena* arena);
 GptTensors ViewGptTensors(const ModelConfig& config, const Arena& arena);
 // True for the tensors AdamW decays: the 2-D weights (embeddings and Linear weights).
 bool IsDecayed(const Tensor& t);
-
-// Activations one block saves for its backward, for B rows of T tokens (compute dtype except the
-// f32 statistics).
-struct BlockActivations {
-  Tensor ln_1, ln_1_mean, ln_1_rstd;  // [B,T,C], [B,T], [B,T]
-  Tensor qkv;                         // [B,T,3C]
-  Tensor atty;                        // [B,T,C] attention output before c_proj
-  Tensor att;                         // [B,H,T,T] f32 softmax probabilities
-  Tensor residual2;                   // [B,T,C] input + attention branch
-  Tensor ln_2, ln_2_mean, ln_2_rstd;  // [B,T,C], [B,T], [B,T]
-  Tensor fch, fch_gelu;               // [B,T,4C]
-};
-
-// Scratch tensors of a block's backward, shared by all blocks.
-struct BlockGradScratch {
-  Tensor dln, datty;       // [B,T,C]
-  Tensor dqkv;             // [B,T,3C]
-  Tensor dfch_gelu;        // [B,T,4C] dL/d gelu(fch), then dL/d fch in place
-  Tensor branch;           // [B,T,C] forward scratch for a branch's projection
-};
-
-// out = block(inp): pre-LN attention and MLP with residuals; fills `a` for the backward.
-Status BlockForward(const BlockTensors& p, const BlockActivations& a, Tensor branch, Tensor out,
-                    Tensor inp, int n_head);
-// Accumulates the parameter gradients into `g`. `dresidual` holds dL/d out on entry and dL/d inp
-// on return (in place: the residual stream's gradient flows through one buffer). `inp` and `a`
-// are those of the forward.
-Status BlockBackward(const BlockTensors& p, const BlockTensors& g, const BlockActivations& a,
-                     const BlockGradScratch& s, Tensor dresidual, Tensor inp, int n_head);
 
 // The model: parameters, gradients and activations for up to (max_batch, seq_len), all on one
 // device; tokens, targets and losses cross to and from the host in Forward. Not thread-safe (on
@@ -133,6 +95,7 @@ class Gpt {
  private:
   Gpt() = default;
   BlockActivations Acts(int layer, int B, int T) const;
+  HeadActivations Head(int B, int T) const;
   Status BuildActivations();
 
   ModelConfig config_;
@@ -142,12 +105,9 @@ class Gpt {
   int max_batch_ = 0;
   Arena params_, grads_, acts_;
   GptTensors p_, g_;
-  // Activation arena indices (per layer, or one set with recompute).
-  struct ActIds {
-    int ln_1, ln_1_mean, ln_1_rstd, qkv, atty, att, residual2, ln_2, ln_2_mean, ln_2_rstd, fch,
-        fch_gelu;
-  };
-  std::vector<ActIds> act_ids_;
+  // The blocks' activations: the first arena index of each layer's set (one set with recompute).
+  BlockShape block_shape_;
+  std::vector<int> act_ids_;
   std::vector<int> residual_ids_;  // L+1 residual streams: [0] embeddings, [l+1] block l output
   int io_id_, ln_f_id_, ln_f_mean_id_, ln_f_rstd_id_, logits_id_, losses_id_;
   int dresidual_id_, dln_id_, datty_id_, dqkv_id_, dfch_gelu_id_, branch_id_;

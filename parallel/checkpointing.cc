@@ -108,9 +108,9 @@ bool RunCheckpoints::Due(int64_t step, bool last) {
 
 Status RunCheckpoints::Save(int64_t step, const ckpt::StateShards& shards,
                             const TrainerState& state) {
-  if (!durable_due_ && !memory_due_)
-    return FailedPrecondition("checkpoint save of step " + std::to_string(step) +
-                              ": no save is due");
+  const bool durable = durable_due_ || !memory_due_;
+  durable_due_ = false;
+  if (durable && writer_ == nullptr) return FailedPrecondition("checkpoint save: ckpt.every is 0");
   const std::vector<std::byte> bytes = state.Serialize();
   std::string engine_state(reinterpret_cast<const char*>(bytes.data()), bytes.size());
   if (memory_due_) {
@@ -120,8 +120,8 @@ Status RunCheckpoints::Save(int64_t step, const ckpt::StateShards& shards,
       LOG_WARN("memory snapshot of step {} to {}: {} (the memory tier skips it)", step,
                memory_->uri(), s.ToString());
   }
-  if (!durable_due_) return Status();
-  durable_due_ = false;
+  if (!durable) return Status();
+  durable_step_ = step;
   return writer_->Save(step, shards, std::move(engine_state))
       .WithContext("checkpoint of step " + std::to_string(step) + " to " + storage_->uri());
 }

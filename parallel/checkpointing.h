@@ -44,10 +44,11 @@ class RunCheckpoints {
   // snapshot is due (`step` a multiple of ckpt.memory_every).
   bool Due(int64_t step, bool last);
 
-  // Starts the saves that Due(step, ...) found due: of `shards` and `state` as the checkpoint of
-  // `step` (waiting first, with a log line, while the previous save still runs), and as the
-  // memory snapshot of `step`. Errors: FailedPrecondition when nothing is due; those of the
-  // durable writer, including a previous background save's failure.
+  // Starts the saves that the last Due(step, ...) found due: of `shards` and `state` as the
+  // checkpoint of `step` (waiting first, with a log line, while the previous save still runs),
+  // and as the memory snapshot of `step`. Without a Due that found one due, the checkpoint (a
+  // planned stop's). Errors: FailedPrecondition when a checkpoint is to be saved and ckpt.every
+  // is 0; those of the durable writer, including a previous background save's failure.
   Status Save(int64_t step, const ckpt::StateShards& shards, const TrainerState& state);
 
   // Waits for the running save to commit (this rank's part of it). Errors: those of the save;
@@ -65,11 +66,17 @@ class RunCheckpoints {
   // (with the step) when none loads; those of comm.
   Result<TrainerState> Resume(const ckpt::StateShards& dest);
 
+  // Whether Save works (ckpt.every > 0).
+  bool saves() const { return writer_ != nullptr; }
+  // The step of the newest checkpoint (not memory snapshot) Save started; -1 before any.
+  int64_t durable_step() const { return durable_step_; }
+
+  // The minimum (kMin) or maximum (kMax) of `value` over the world (the value itself without
+  // one). Collective. Errors: those of comm (DeadlineExceeded after 120 s).
+  Result<int64_t> Reduce(int64_t value, comm::ReduceOp op);
+
  private:
   RunCheckpoints() = default;
-  // The minimum (kMin) or maximum (kMax) of `value` over the world (the value itself without
-  // one).
-  Result<int64_t> Reduce(int64_t value, comm::ReduceOp op);
   // Removes the memory tier's snapshots newer than `step` (and its `latest` when it names one).
   void DropNewerMemorySnapshots(const std::vector<int64_t>& memory_steps, int64_t step);
 
@@ -81,6 +88,7 @@ class RunCheckpoints {
   std::shared_ptr<ckpt::Storage> memory_;                  // the memory tier, or null
   std::unique_ptr<ckpt::CheckpointWriter> memory_writer_;  // with ckpt.memory_every > 0
   bool durable_due_ = false, memory_due_ = false;          // what the last Due found due
+  int64_t durable_step_ = -1;
   int64_t skipped_up_to_ = -1;  // Resume fell back from committed checkpoints up to this step
 };
 

@@ -98,6 +98,9 @@ Status RunWorker(const DistTrainOptions& o) {
                    DistTrainer::Create(config, layout, *world, tokens, std::chrono::seconds(120),
                                        o.resume ? WeightInit::kForLoad : WeightInit::kFromSeed));
   std::unique_ptr<RunCheckpoints> checkpoints;
+  if (o.stop_at && config.ckpt.every <= 0)
+    return InvalidArgument("a worker that stops for planned changes needs ckpt.dir and "
+                           "ckpt.every > 0 (it saves a checkpoint where it stops)");
   if (o.resume || config.ckpt.every > 0 || o.memory != nullptr) {
     ASSIGN_OR_RETURN(checkpoints, RunCheckpoints::Create(config, DescribeLayout(layout),
                                                          world.get(), device, o.memory));
@@ -137,23 +140,39 @@ Status RunWorker(const DistTrainOptions& o) {
     // Reported after Save, which waits for the previous save to commit: a step is reported only
     // once the one before it is saved (when every step is), so a loss costs at most one step.
     if (o.on_step) o.on_step(s, seconds);
-    if (!lead) continue;
-    const double tokens_per_s = static_cast<double>(s.tokens) / seconds;
-    nlohmann::ordered_json line = {{"step", s.step},           {"loss", s.loss},
-                                   {"lr", s.lr},               {"tokens_per_s", tokens_per_s},
-                                   {"grad_norm", s.grad_norm}, {"skipped", s.skipped}};
-    if (config.train.precision == "fp16") line["loss_scale"] = s.loss_scale;
-    if (!std::isfinite(s.grad_norm)) line["grad_norm"] = nullptr;
-    if (metrics.is_open()) metrics << line.dump() << "\n" << std::flush;
-    if (last || config.train.log_every <= 0 || s.step % config.train.log_every == 0)
-      std::printf("step %lld/%lld  loss %.4f  lr %.2e  %.0f tok/s\n", static_cast<long long>(s.step),
-                  static_cast<long long>(config.train.steps), s.loss, s.lr, tokens_per_s);
-    if (evaluate) {
-      std::printf("step %lld: val_loss %.4f\n", static_cast<long long>(s.step), val);
-      if (metrics.is_open())
-        metrics << nlohmann::ordered_json({{"step", s.step}, {"val_loss", val}}).dump() << "\n"
-                << std::flush;
+    if (lead) {
+      const double tokens_per_s = static_cast<double>(s.tokens) / seconds;
+      nlohmann::ordered_json line = {{"step", s.step},           {"loss", s.loss},
+                                     {"lr", s.lr},               {"tokens_per_s", tokens_per_s},
+                                     {"grad_norm", s.grad_norm}, {"skipped", s.skipped}};
+      if (config.train.precision == "fp16") line["loss_scale"] = s.loss_scale;
+      if (!std::isfinite(s.grad_norm)) line["grad_norm"] = nullptr;
+      if (metrics.is_open()) metrics << line.dump() << "\n" << std::flush;
+      if (last || config.train.log_every <= 0 || s.step % config.train.log_every == 0)
+        std::printf("step %lld/%lld  loss %.4f  lr %.2e  %.0f tok/s\n",
+                    static_cast<long long>(s.step), static_cast<long long>(config.train.steps),
+                    s.loss, s.lr, tokens_per_s);
+      if (evaluate) {
+        std::printf("step %lld: val_loss %.4f\n", static_cast<long long>(s.step), val);
+        if (metrics.is_open())
+          metrics << nlohmann::ordered_json({{"step", s.step}, {"val_loss", val}}).dump() << "\n"
+                  << std::flush;
+      }
     }
+    if (!o.stop_at || last) continue;
+    // A planned stop: every rank takes the same decision from the same all-reduced step.
+    ASSIGN_OR_RETURN(const int64_t stop_at, checkpoints->Reduce(o.stop_at(), comm::ReduceOp::kMin));
+    if (stop_at > s.step) continue;
+    if (checkpoints->durable_step() != s.step)
+      RETURN_IF_ERROR(checkpoints->Save(s.step, engine->Shards(), engine->state()));
+    RETURN_IF_ERROR(checkpoints->Finish().WithContext("planned stop after step " +
+                                                      std::to_string(s.step)));
+    if (lead)
+      std::printf("ringtrain_dist: stopped after step %lld for a planned change (asked for step "
+                  "%lld); its checkpoint is committed\n", static_cast<long long>(s.step),
+                  static_cast<long long>(stop_at));
+    if (o.on_stopped) o.on_stopped(s.step);
+    return Status();
   }
   if (checkpoints) RETURN_IF_ERROR(checkpoints->Finish());
   return Status();

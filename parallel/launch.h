@@ -50,6 +50,16 @@ struct DistTrainOptions {
   // Worker mode: the memory tier (the daemon's memory, daemon/snapshot_storage.h) that snapshots
   // go to every ckpt.memory_every steps and that resume also looks in; null = none.
   std::shared_ptr<ckpt::Storage> memory;
+  // Worker mode, a planned stop (docs/daemon.md "Planned changes lose nothing"): called on this
+  // rank's thread after each step; returns the step after which the run should stop
+  // (INT64_MAX: none known here). The ranks agree on the smallest answer in a min all-reduce
+  // after every step; once it is at or below the step just done, every rank saves that step's
+  // checkpoint synchronously (needs ckpt.every > 0), calls `on_stopped` and returns OK early.
+  // Empty = never stop early (and no extra collective).
+  std::function<int64_t()> stop_at;
+  // Worker mode: called on every rank after a planned stop's checkpoint of `step` finished (on
+  // rank 0 that means committed).
+  std::function<void(int64_t step)> on_stopped;
 };
 
 // The launcher (options.rank < 0): validates the config and layout, starts the store, runs

@@ -91,10 +91,12 @@ std::vector<PlannedShard> PlanRankShards(const StageLayout& stage, const Ownersh
     }
   };
   const bool low = compute != DType::kF32;
-  // Parameters (the fp32 ones are their own master weights; bf16/fp16 ones are the
-  // low-precision copy in the same layout) and the fp32 master weights.
+  // Parameters in the compute dtype (bf16/fp16: the low-precision copy in the master's layout)
+  // and the fp32 master weights. fp32 parameters are their own master weights, the same
+  // memory: they are described once, as the master, so a checkpoint stores them once.
   for (ckpt::StateKind kind : {ckpt::StateKind::kParam, ckpt::StateKind::kMaster}) {
-    const bool lp = kind == ckpt::StateKind::kParam && low;
+    if (kind == ckpt::StateKind::kParam && !low) continue;
+    const bool lp = kind == ckpt::StateKind::kParam;
     const ShardSource source = lp ? ShardSource::kLowPrecision : ShardSource::kParams;
     const DType dtype = lp ? compute : DType::kF32;
     if (zero < 3) {

@@ -57,7 +57,8 @@ struct PlannedShard {
   int64_t count = 0;        // elements held
 };
 
-// The pieces of one rank, in the engine's Shards() order: parameters (compute dtype), master,
+// The pieces of one rank, in the engine's Shards() order: parameters (bf16/fp16 only: fp32
+// parameters are the master weights, described once as those), master,
 // AdamW m, v, then the step. `stage` and `ownership` must be this rank's (BuildStageLayout,
 // PlanOwnership with the rank's coordinates).
 std::vector<PlannedShard> PlanRankShards(const StageLayout& stage, const Ownership& ownership,

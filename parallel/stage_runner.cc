@@ -30,6 +30,7 @@ Result<std::unique_ptr<StageRunner>> StageRunner::Create(const ModelConfig& mode
   const int64_t Tr = r->sp_ ? T / t : T;
   r->pos_start_ = r->sp_ ? layout.tp_rank * Tr : 0;
   const DType f32 = DType::kF32, dt = dtype;
+  r->block_shape_ = {C, H, Cl, r->sp_ ? t : 1};
   Arena& a = r->acts_;
   for (int s = 0; s < slots; ++s) {
     SlotIds ids;
@@ -37,20 +38,8 @@ Result<std::unique_ptr<StageRunner>> StageRunner::Create(const ModelConfig& mode
     // With recomputation one set of block activations serves every block and slot.
     std::vector<int> blocks;
     const int sets = recompute ? (s == 0 && r->layers_ > 0 ? 1 : 0) : r->layers_;
-    for (int j = 0; j < sets; ++j) {
-      blocks.push_back(a.Add("ln_1", dt, {B, T, C}));
-      blocks.push_back(a.Add("ln_1_mean", f32, {B, Tr}));
-      blocks.push_back(a.Add("ln_1_rstd", f32, {B, Tr}));
-      blocks.push_back(a.Add("qkv", dt, {B, T, 3 * Cl}));
-      blocks.push_back(a.Add("atty", dt, {B, T, Cl}));
-      blocks.push_back(a.Add("att", f32, {B, H, T, T}));
-      blocks.push_back(a.Add("residual2", dt, {B, Tr, C}));
-      blocks.push_back(a.Add("ln_2", dt, {B, T, C}));
-      blocks.push_back(a.Add("ln_2_mean", f32, {B, Tr}));
-      blocks.push_back(a.Add("ln_2_rstd", f32, {B, Tr}));
-      blocks.push_back(a.Add("fch", dt, {B, T, 4 * Cl}));
-      blocks.push_back(a.Add("fch_gelu", dt, {B, T, 4 * Cl}));
-    }
+    for (int j = 0; j < sets; ++j)
+      blocks.push_back(AddBlockActivations(&a, r->block_shape_, B, T, dt));
     r->block_ids_.push_back(std::move(blocks));
     ids.tokens = a.Add("tokens", DType::kI32, {B, T});
     ids.targets = a.Add("targets", DType::kI32, {B, T});
@@ -76,6 +65,10 @@ Result<std::unique_ptr<StageRunner>> StageRunner::Create(const ModelConfig& mode
     r->sp_ids_[3] = a.Add("sp_staging", dt, {B, T, C});
   }
   RETURN_IF_ERROR(a.Allocate(device).WithContext("pipeline stage activations"));
+  if (r->sp_)
+    r->collectives_ = std::make_unique<SpCollectives>(tp, r->Sp());
+  else
+    r->collectives_ = std::make_unique<TpCollectives>(tp);
   return r;
 }
 
@@ -90,11 +83,13 @@ Tensor StageRunner::tokens(int slot) const { return Get(slot_ids_[slot].tokens);
 Tensor StageRunner::targets(int slot) const { return Get(slot_ids_[slot].targets); }
 
 BlockActivations StageRunner::Acts(int slot, int j) const {
-  const std::vector<int>& ids = block_ids_[recompute_ ? 0 : slot];
-  const size_t b = recompute_ ? 0 : static_cast<size_t>(j) * 12;
-  return {Get(ids[b]),     Get(ids[b + 1]), Get(ids[b + 2]),  Get(ids[b + 3]),
-          Get(ids[b + 4]), Get(ids[b + 5]), Get(ids[b + 6]),  Get(ids[b + 7]),
-          Get(ids[b + 8]), Get(ids[b + 9]), Get(ids[b + 10]), Get(ids[b + 11])};
+  const int first = block_ids_[recompute_ ? 0 : slot][recompute_ ? 0 : j];
+  return ViewBlockActivations(acts_, first, block_shape_, rows_, model_.seq_len);
+}
+
+HeadActivations StageRunner::Head(int slot) const {
+  const SlotIds& ids = slot_ids_[slot];
+  return {Get(ids.lnf), Get(ids.lnf_mean), Get(ids.lnf_rstd)};
 }
 
 BlockGradScratch StageRunner::Scratch() const {
@@ -106,45 +101,22 @@ SpScratch StageRunner::Sp() const {
 }
 
 Status StageRunner::EmbeddingForward(int slot, Tensor wte, Tensor wpe) {
-  if (sp_) {
-    // Embed every position, reduce-scatter the vocabulary partial sums to positions.
-    const SpScratch sp = Sp();
-    RETURN_IF_ERROR(rt::EmbeddingForward(sp.full_a, tokens(slot), wte, vocab_start_));
-    RETURN_IF_ERROR(SeqReduceScatter(tp_, sp.full_a, input(slot), sp.staging));
-    return PositionEmbeddingAdd(input(slot), wpe, pos_start_);
-  }
-  // Vocabulary-parallel: each rank embeds the tokens of its rows (zeros elsewhere), then sum.
-  RETURN_IF_ERROR(rt::EmbeddingForward(input(slot), tokens(slot), wte, vocab_start_));
-  RETURN_IF_ERROR(TpAllReduce(tp_, input(slot), "the token embeddings"));
-  return PositionEmbeddingAdd(input(slot), wpe, 0);
+  return EmbedForward(*collectives_, input(slot), tokens(slot), wte, wpe, vocab_start_,
+                      pos_start_);
 }
 
 Status StageRunner::BlockForward(int slot, int j, const BlockTensors& p) {
   const SlotIds& ids = slot_ids_[slot];
-  if (sp_)
-    return SpBlockForward(tp_, p, Acts(slot, j), Sp(), Get(ids.residual[j + 1]),
+  return rt::BlockForward(p, Acts(slot, j), *collectives_, Get(branch_), Get(ids.residual[j + 1]),
                           Get(ids.residual[j]), n_head_local_);
-  if (tp_.size() > 1)
-    return TpBlockForward(tp_, p, Acts(slot, j), Get(branch_), Get(ids.residual[j + 1]),
-                          Get(ids.residual[j]), n_head_local_);
-  return rt::BlockForward(p, Acts(slot, j), Get(branch_), Get(ids.residual[j + 1]),
-                          Get(ids.residual[j]), model_.n_head);
 }
 
 Result<double> StageRunner::HeadForward(int slot, Tensor ln_f_w, Tensor ln_f_b, Tensor wte,
                                         float dloss) {
   const SlotIds& ids = slot_ids_[slot];
-  if (sp_) {
-    const SpScratch sp = Sp();
-    RETURN_IF_ERROR(LayerNormForward(sp.local, Get(ids.lnf_mean), Get(ids.lnf_rstd), output(slot),
-                                     ln_f_w, ln_f_b));
-    RETURN_IF_ERROR(SeqAllGather(tp_, sp.local, Get(ids.lnf), sp.staging));
-  } else {
-    RETURN_IF_ERROR(LayerNormForward(Get(ids.lnf), Get(ids.lnf_mean), Get(ids.lnf_rstd),
-                                     output(slot), ln_f_w, ln_f_b));
-  }
   const Tensor logits = Get(ids.logits);
-  RETURN_IF_ERROR(MatmulForward(logits, Get(ids.lnf), wte, Tensor()));
+  RETURN_IF_ERROR(
+      rt::HeadForward(*collectives_, Head(slot), logits, output(slot), ln_f_w, ln_f_b, wte));
   const Tensor losses = Get(ids.losses);
   if (tp_.size() > 1 && logits32_ >= 0) {
     // The cross-entropy's reductions are in f32: through an f32 copy of the logits, then
@@ -160,52 +132,26 @@ Result<double> StageRunner::HeadForward(int slot, Tensor ln_f_w, Tensor ln_f_b, 
   } else {
     RETURN_IF_ERROR(SoftmaxCrossEntropy(losses, logits, logits, targets(slot), dloss));
   }
-  std::vector<float> host(static_cast<size_t>(losses.numel()));
-  RETURN_IF_ERROR(Copy(Tensor(host.data(), DType::kF32, losses.shape()), losses));
-  double sum = 0;
-  for (float v : host) sum += v;
-  return sum;
+  return SumLosses(losses);
 }
 
 Status StageRunner::HeadBackward(int slot, Tensor ln_f_w, Tensor wte, Tensor g_ln_f_w,
                                  Tensor g_ln_f_b, Tensor g_wte) {
-  const SlotIds& ids = slot_ids_[slot];
-  const Tensor dln = Get(dln_);
-  RETURN_IF_ERROR(Zero(dln));
-  RETURN_IF_ERROR(MatmulBackward(dln, g_wte, Tensor(), Get(ids.logits), Get(ids.lnf), wte));
-  Tensor dlnf = dln;
-  if (sp_) {
-    dlnf = Sp().local;
-    RETURN_IF_ERROR(SeqReduceScatter(tp_, dln, dlnf, Sp().staging));
-  } else {
-    RETURN_IF_ERROR(TpAllReduce(tp_, dln, "the gradient of ln_f's output"));
-  }
-  RETURN_IF_ERROR(Zero(dout(slot)));
-  return LayerNormBackward(dout(slot), g_ln_f_w, g_ln_f_b, dlnf, output(slot), ln_f_w,
-                           Get(ids.lnf_mean), Get(ids.lnf_rstd));
+  return rt::HeadBackward(*collectives_, Head(slot), dout(slot), g_ln_f_w, g_ln_f_b, g_wte,
+                         Get(slot_ids_[slot].logits), output(slot), ln_f_w, wte, Get(dln_));
 }
 
 Status StageRunner::BlockBackward(int slot, int j, const BlockTensors& p, const BlockTensors& g) {
   const Tensor input = Get(slot_ids_[slot].residual[j]);
   // Recomputation: the block's forward again (rewriting its output with the same values).
   if (recompute_) RETURN_IF_ERROR(BlockForward(slot, j, p));
-  if (sp_)
-    return SpBlockBackward(tp_, p, g, Acts(slot, j), Scratch(), Sp(), dout(slot), input,
+  return rt::BlockBackward(p, g, Acts(slot, j), Scratch(), *collectives_, dout(slot), input,
                            n_head_local_);
-  if (tp_.size() > 1)
-    return TpBlockBackward(tp_, p, g, Acts(slot, j), Scratch(), dout(slot), input, n_head_local_);
-  return rt::BlockBackward(p, g, Acts(slot, j), Scratch(), dout(slot), input, model_.n_head);
 }
 
 Status StageRunner::EmbeddingBackward(int slot, Tensor g_wte, Tensor g_wpe) {
-  if (sp_) {
-    const SpScratch sp = Sp();
-    RETURN_IF_ERROR(SeqAllGather(tp_, dinput(slot), sp.full_a, sp.staging));
-    RETURN_IF_ERROR(rt::EmbeddingBackward(g_wte, sp.full_a, tokens(slot), vocab_start_));
-    return PositionEmbeddingBackward(g_wpe, dinput(slot), pos_start_);
-  }
-  RETURN_IF_ERROR(rt::EmbeddingBackward(g_wte, dinput(slot), tokens(slot), vocab_start_));
-  return PositionEmbeddingBackward(g_wpe, dinput(slot), 0);
+  return EmbedBackward(*collectives_, g_wte, g_wpe, dinput(slot), tokens(slot), vocab_start_,
+                       pos_start_);
 }
 
 }  // namespace rt::parallel

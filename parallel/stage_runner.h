@@ -2,9 +2,9 @@
 // (embedding, each block, the head), so the engine can gather ZeRO-3 parameters before a piece,
 // reduce a block's gradients as soon as its backward is done, and send activations between
 // stages. Activations live in `slots` independent sets (one per micro-batch in flight); the
-// backward scratch is shared. The math is the single-process model's: model/gpt.h's
+// backward scratch is shared. The math is the single-process model's: model/block.h's
 // BlockForward/BlockBackward and the same loss path; with tensor parallelism the Megatron
-// pieces of tensor_parallel.h and local activation widths. Activations are in the compute dtype
+// collectives of tensor_parallel.h and local activation widths. Activations are in the compute dtype
 // (fp32, bf16 or fp16) except the f32 statistics, as in the single-process model. Not
 // thread-safe.
 #pragma once
@@ -18,6 +18,7 @@
 #include "parallel/stage_layout.h"
 #include "parallel/tensor_parallel.h"
 #include "model/gpt.h"
+#include "model/pieces.h"
 
 namespace rt::parallel {
 
@@ -80,6 +81,7 @@ class StageRunner {
   };
   Tensor Get(int id) const { return acts_.Get(id); }
   BlockActivations Acts(int slot, int j) const;
+  HeadActivations Head(int slot) const;
   BlockGradScratch Scratch() const;
 
   ModelConfig model_;
@@ -93,8 +95,11 @@ class StageRunner {
   int sp_ids_[4] = {0, 0, 0, 0};  // SpScratch: full_a, full_b, local, staging
   SpScratch Sp() const;
   Arena acts_;
+  // The blocks' collectives: tensor- or sequence-parallel over tp_ (none for a group of one).
+  std::unique_ptr<BlockCollectives> collectives_;
   std::vector<SlotIds> slot_ids_;
-  std::vector<std::vector<int>> block_ids_;  // per slot, per block: 12 activation ids
+  BlockShape block_shape_;  // this rank's widths of the blocks' activations
+  std::vector<std::vector<int>> block_ids_;  // per slot, per block: the first activation id
   int logits32_ = -1;  // f32 logits for the vocabulary-parallel cross-entropy (tp > 1, not f32)
   int dln_ = 0, datty_ = 0, dqkv_ = 0, dfch_gelu_ = 0, branch_ = 0;
 };

@@ -18,49 +18,9 @@ Status TpAllReduce(const TpGroup& g, Tensor x, const char* what) {
       .WithContext(std::string("tensor-parallel all-reduce of ") + what);
 }
 
-Status TpBlockForward(const TpGroup& g, const BlockTensors& p, const BlockActivations& a,
-                      Tensor branch, Tensor out, Tensor inp, int n_head_local) {
-  // The replicated c_proj biases are added by rank 0 only, before the g all-reduce.
-  const bool bias = g.rank() == 0;
-  RETURN_IF_ERROR(LayerNormForward(a.ln_1, a.ln_1_mean, a.ln_1_rstd, inp, p.ln_1_w, p.ln_1_b));
-  RETURN_IF_ERROR(MatmulForward(a.qkv, a.ln_1, p.attn_w, p.attn_b));
-  RETURN_IF_ERROR(AttentionForward(a.atty, a.att, a.qkv, n_head_local));
-  RETURN_IF_ERROR(MatmulForward(branch, a.atty, p.attn_proj_w, bias ? p.attn_proj_b : Tensor()));
-  RETURN_IF_ERROR(TpAllReduce(g, branch, "the attention output"));
-  RETURN_IF_ERROR(Add(a.residual2, inp, branch));
-  RETURN_IF_ERROR(LayerNormForward(a.ln_2, a.ln_2_mean, a.ln_2_rstd, a.residual2, p.ln_2_w,
-                                   p.ln_2_b));
-  RETURN_IF_ERROR(MatmulForward(a.fch, a.ln_2, p.fc_w, p.fc_b));
-  RETURN_IF_ERROR(GeluForward(a.fch_gelu, a.fch));
-  RETURN_IF_ERROR(MatmulForward(branch, a.fch_gelu, p.fc_proj_w, bias ? p.fc_proj_b : Tensor()));
-  RETURN_IF_ERROR(TpAllReduce(g, branch, "the MLP output"));
-  return Add(out, a.residual2, branch);
-}
-
-Status TpBlockBackward(const TpGroup& g, const BlockTensors& p, const BlockTensors& grads,
-                       const BlockActivations& a, const BlockGradScratch& s, Tensor dresidual,
-                       Tensor inp, int n_head_local) {
-  // As rt::BlockBackward (the residual gradient flows in place through `dresidual`), with the
-  // f all-reduce of each column-parallel input's gradient before its LayerNorm backward.
-  RETURN_IF_ERROR(Zero(s.dfch_gelu));
-  RETURN_IF_ERROR(MatmulBackward(s.dfch_gelu, grads.fc_proj_w, grads.fc_proj_b, dresidual,
-                                 a.fch_gelu, p.fc_proj_w));
-  RETURN_IF_ERROR(GeluBackward(s.dfch_gelu, a.fch, s.dfch_gelu, /*accumulate=*/false));
-  RETURN_IF_ERROR(Zero(s.dln));
-  RETURN_IF_ERROR(MatmulBackward(s.dln, grads.fc_w, grads.fc_b, s.dfch_gelu, a.ln_2, p.fc_w));
-  RETURN_IF_ERROR(TpAllReduce(g, s.dln, "the gradient of ln_2's output"));
-  RETURN_IF_ERROR(LayerNormBackward(dresidual, grads.ln_2_w, grads.ln_2_b, s.dln, a.residual2,
-                                    p.ln_2_w, a.ln_2_mean, a.ln_2_rstd));
-  RETURN_IF_ERROR(Zero(s.datty));
-  RETURN_IF_ERROR(MatmulBackward(s.datty, grads.attn_proj_w, grads.attn_proj_b, dresidual,
-                                 a.atty, p.attn_proj_w));
-  RETURN_IF_ERROR(
-      AttentionBackward(s.dqkv, s.datty, a.qkv, a.att, n_head_local, /*accumulate=*/false));
-  RETURN_IF_ERROR(Zero(s.dln));
-  RETURN_IF_ERROR(MatmulBackward(s.dln, grads.attn_w, grads.attn_b, s.dqkv, a.ln_1, p.attn_w));
-  RETURN_IF_ERROR(TpAllReduce(g, s.dln, "the gradient of ln_1's output"));
-  return LayerNormBackward(dresidual, grads.ln_1_w, grads.ln_1_b, s.dln, inp, p.ln_1_w,
-                           a.ln_1_mean, a.ln_1_rstd);
+Result<Tensor> TpCollectives::Reduce(Tensor partial, const char* what) const {
+  RETURN_IF_ERROR(TpAllReduce(g_, partial, what));
+  return partial;
 }
 
 namespace {
@@ -127,53 +87,15 @@ Status SeqReduceScatter(const TpGroup& g, Tensor full, Tensor local, Tensor stag
       .WithContext("sequence-parallel reduce-scatter");
 }
 
-Status SpBlockForward(const TpGroup& g, const BlockTensors& p, const BlockActivations& a,
-                      const SpScratch& sp, Tensor out, Tensor inp, int n_head_local) {
-  const bool bias = g.rank() == 0;  // the row-parallel biases enter the reduce-scatter once
-  RETURN_IF_ERROR(LayerNormForward(sp.local, a.ln_1_mean, a.ln_1_rstd, inp, p.ln_1_w, p.ln_1_b));
-  RETURN_IF_ERROR(SeqAllGather(g, sp.local, a.ln_1, sp.staging));
-  RETURN_IF_ERROR(MatmulForward(a.qkv, a.ln_1, p.attn_w, p.attn_b));
-  RETURN_IF_ERROR(AttentionForward(a.atty, a.att, a.qkv, n_head_local));
-  RETURN_IF_ERROR(MatmulForward(sp.full_a, a.atty, p.attn_proj_w, bias ? p.attn_proj_b : Tensor()));
-  RETURN_IF_ERROR(SeqReduceScatter(g, sp.full_a, sp.local, sp.staging));
-  RETURN_IF_ERROR(Add(a.residual2, inp, sp.local));
-  RETURN_IF_ERROR(LayerNormForward(sp.local, a.ln_2_mean, a.ln_2_rstd, a.residual2, p.ln_2_w,
-                                   p.ln_2_b));
-  RETURN_IF_ERROR(SeqAllGather(g, sp.local, a.ln_2, sp.staging));
-  RETURN_IF_ERROR(MatmulForward(a.fch, a.ln_2, p.fc_w, p.fc_b));
-  RETURN_IF_ERROR(GeluForward(a.fch_gelu, a.fch));
-  RETURN_IF_ERROR(MatmulForward(sp.full_a, a.fch_gelu, p.fc_proj_w, bias ? p.fc_proj_b : Tensor()));
-  RETURN_IF_ERROR(SeqReduceScatter(g, sp.full_a, sp.local, sp.staging));
-  return Add(out, a.residual2, sp.local);
+Result<Tensor> SpCollectives::Gather(Tensor local, Tensor full, const char* what) const {
+  if (!full.defined()) full = sp_.full_a;
+  RETURN_IF_ERROR(SeqAllGather(g_, local, full, sp_.staging).WithContext(what));
+  return full;
 }
 
-Status SpBlockBackward(const TpGroup& g, const BlockTensors& p, const BlockTensors& grads,
-                       const BlockActivations& a, const BlockGradScratch& s, const SpScratch& sp,
-                       Tensor dresidual, Tensor inp, int n_head_local) {
-  // MLP branch: the gathered residual gradient drives the row-parallel c_proj (its bias gradient
-  // is then whole on every rank); c_fc's input gradient is reduce-scattered back to positions.
-  RETURN_IF_ERROR(SeqAllGather(g, dresidual, sp.full_a, sp.staging));
-  RETURN_IF_ERROR(Zero(s.dfch_gelu));
-  RETURN_IF_ERROR(MatmulBackward(s.dfch_gelu, grads.fc_proj_w, grads.fc_proj_b, sp.full_a,
-                                 a.fch_gelu, p.fc_proj_w));
-  RETURN_IF_ERROR(GeluBackward(s.dfch_gelu, a.fch, s.dfch_gelu, /*accumulate=*/false));
-  RETURN_IF_ERROR(Zero(sp.full_b));
-  RETURN_IF_ERROR(MatmulBackward(sp.full_b, grads.fc_w, grads.fc_b, s.dfch_gelu, a.ln_2, p.fc_w));
-  RETURN_IF_ERROR(SeqReduceScatter(g, sp.full_b, sp.local, sp.staging));
-  RETURN_IF_ERROR(LayerNormBackward(dresidual, grads.ln_2_w, grads.ln_2_b, sp.local, a.residual2,
-                                    p.ln_2_w, a.ln_2_mean, a.ln_2_rstd));
-  // Attention branch.
-  RETURN_IF_ERROR(SeqAllGather(g, dresidual, sp.full_a, sp.staging));
-  RETURN_IF_ERROR(Zero(s.datty));
-  RETURN_IF_ERROR(MatmulBackward(s.datty, grads.attn_proj_w, grads.attn_proj_b, sp.full_a,
-                                 a.atty, p.attn_proj_w));
-  RETURN_IF_ERROR(
-      AttentionBackward(s.dqkv, s.datty, a.qkv, a.att, n_head_local, /*accumulate=*/false));
-  RETURN_IF_ERROR(Zero(sp.full_b));
-  RETURN_IF_ERROR(MatmulBackward(sp.full_b, grads.attn_w, grads.attn_b, s.dqkv, a.ln_1, p.attn_w));
-  RETURN_IF_ERROR(SeqReduceScatter(g, sp.full_b, sp.local, sp.staging));
-  return LayerNormBackward(dresidual, grads.ln_1_w, grads.ln_1_b, sp.local, inp, p.ln_1_w,
-                           a.ln_1_mean, a.ln_1_rstd);
+Result<Tensor> SpCollectives::Reduce(Tensor partial, const char* what) const {
+  RETURN_IF_ERROR(SeqReduceScatter(g_, partial, sp_.local, sp_.staging).WithContext(what));
+  return sp_.local;
 }
 
 Status VocabParallelCrossEntropy(const TpGroup& g, Tensor losses, Tensor logits, Tensor targets,

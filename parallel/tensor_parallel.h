@@ -1,7 +1,8 @@
 // Megatron-style tensor-parallel pieces over a tensor-parallel communicator (after Shoeybi et al.,
-// "Megatron-LM", 2019): a transformer block with column-parallel c_attn and c_fc (heads and MLP
-// columns split; f = identity forward, all-reduce backward) and row-parallel c_proj's (g =
-// all-reduce forward, identity backward); the vocabulary-parallel embedding; and the
+// "Megatron-LM", 2019): the collectives of a transformer block (model/block.h) with column-
+// parallel c_attn and c_fc (heads and MLP columns split; f = identity forward, all-reduce
+// backward) and row-parallel c_proj's (g = all-reduce forward, identity backward), with or
+// without sequence parallelism; the vocabulary-parallel embedding; and the
 // vocabulary-parallel cross-entropy, which reduces only per-row statistics (max, sum of
 // exponentials, target logit) and never gathers the logits. Replicated tensors (LayerNorms, wpe,
 // the c_proj biases) see bitwise identical inputs and gradients on every rank, so they stay equal.
@@ -15,7 +16,7 @@
 #include "base/status.h"
 #include "comm/communicator.h"
 #include "kernels/tensor.h"
-#include "model/gpt.h"
+#include "model/block.h"
 
 namespace rt::parallel {
 
@@ -30,16 +31,26 @@ struct TpGroup {
 // x = Σ over the group of x (in place, x's dtype). Errors name `what`.
 Status TpAllReduce(const TpGroup& g, Tensor x, const char* what);
 
-// As rt::BlockForward with local c_attn [3C/tp, C] (q, k, v heads of this rank), c_proj
-// [C, C/tp], c_fc [4C/tp, C], mlp c_proj [C, 4C/tp]; `n_head_local` = n_head / tp. Activations
-// have the local widths (qkv 3C/tp, atty C/tp, att n_head/tp heads, fch 4C/tp).
-Status TpBlockForward(const TpGroup& g, const BlockTensors& p, const BlockActivations& a,
-                      Tensor branch, Tensor out, Tensor inp, int n_head_local);
-// As rt::BlockBackward for TpBlockForward: `dresidual` holds dL/d out on entry and dL/d inp on
-// return.
-Status TpBlockBackward(const TpGroup& g, const BlockTensors& p, const BlockTensors& grads,
-                       const BlockActivations& a, const BlockGradScratch& s, Tensor dresidual,
-                       Tensor inp, int n_head_local);
+// The block collectives of tensor parallelism (model/block.h runs the block): the column-parallel
+// Linears see the whole sequence, the row-parallel outputs and the column-parallel inputs'
+// gradients are all-reduced in place over the group, and rank 0 adds the row-parallel biases.
+// Block tensors are then the local parts: c_attn [3C/tp, C] (q, k, v heads of this rank),
+// c_proj [C, C/tp], c_fc [4C/tp, C], mlp c_proj [C, 4C/tp], with activations of the local
+// widths (qkv 3C/tp, atty C/tp, att n_head/tp heads, fch 4C/tp) and n_head/tp heads. A group
+// of one is the single-device block.
+class TpCollectives final : public BlockCollectives {
+ public:
+  explicit TpCollectives(TpGroup g) : g_(g) {}
+  bool AddsRowBias() const override { return g_.rank() == 0; }
+  Tensor Local(Tensor full) const override { return full; }
+  Result<Tensor> Gather(Tensor local, Tensor, const char*) const override { return local; }
+  Tensor Partial(Tensor fallback) const override { return fallback; }
+  // Errors: the all-reduce's, naming `what`.
+  Result<Tensor> Reduce(Tensor partial, const char* what) const override;
+
+ private:
+  TpGroup g_;
+};
 
 // Sequence parallelism (Korthikanti et al., "Reducing Activation Recomputation in Large
 // Transformer Models", 2022): between the tensor-parallel regions the residual stream, the
@@ -60,16 +71,27 @@ Status SeqAllGather(const TpGroup& g, Tensor local, Tensor full, Tensor staging)
 // local[B,T/tp,C] = Σ over the ranks of full[B,T,C] at this rank's positions.
 Status SeqReduceScatter(const TpGroup& g, Tensor full, Tensor local, Tensor staging);
 
-// TpBlockForward with sequence parallelism: `inp` and `out` are local [B,T/tp,C]; a.ln_1 and
-// a.ln_2 hold the gathered (full) LayerNorm outputs, a.residual2 and the statistics are local.
-Status SpBlockForward(const TpGroup& g, const BlockTensors& p, const BlockActivations& a,
-                      const SpScratch& sp, Tensor out, Tensor inp, int n_head_local);
-// Its backward: `dresidual` (local) holds dL/d out on entry and dL/d inp on return; the
-// LayerNorm gradients accumulated into `grads` are this rank's partial sums. Uses s.datty,
-// s.dqkv, s.dfch_gelu.
-Status SpBlockBackward(const TpGroup& g, const BlockTensors& p, const BlockTensors& grads,
-                       const BlockActivations& a, const BlockGradScratch& s, const SpScratch& sp,
-                       Tensor dresidual, Tensor inp, int n_head_local);
+// The block collectives of sequence parallelism: a block's input, output, residual2 and
+// LayerNorm statistics are local [B, T/tp, C]; the LayerNorm outputs are all-gathered into the
+// activations' full ln_1 and ln_2, the row-parallel partial sums (in sp.full_b) and the column-
+// parallel inputs' gradients reduce-scattered into sp.local, and the residual gradient
+// all-gathered into sp.full_a. Rank 0 adds the row-parallel biases (they enter the
+// reduce-scatter once). The buffers must outlive the object.
+class SpCollectives final : public BlockCollectives {
+ public:
+  SpCollectives(TpGroup g, SpScratch sp) : g_(g), sp_(sp) {}
+  bool AddsRowBias() const override { return g_.rank() == 0; }
+  Tensor Local(Tensor) const override { return sp_.local; }
+  // Errors: the all-gather's, naming `what`.
+  Result<Tensor> Gather(Tensor local, Tensor full, const char* what) const override;
+  Tensor Partial(Tensor) const override { return sp_.full_b; }
+  // Errors: the reduce-scatter's, naming `what`.
+  Result<Tensor> Reduce(Tensor partial, const char* what) const override;
+
+ private:
+  TpGroup g_;
+  SpScratch sp_;
+};
 
 // Vocabulary-parallel cross-entropy over logits[N, V/tp] holding vocabulary rows
 // [vocab_start, vocab_start + V/tp): losses[N] = −log softmax(all logits)[target] (equal on every

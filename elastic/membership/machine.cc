@@ -253,7 +253,7 @@ void MembershipMachine::HandlePaxos(const Message& m) {
       std::set<NodeId> tell;
       for (const Member& member : view().members) tell.insert(member.id);
       for (const Member& member : decided.view.members) tell.insert(member.id);
-      Adopt(decided);
+      Adopt(decided, /*own_proposal=*/true);
       for (NodeId node : tell) SendDecided(node);
       return;
     }
@@ -266,7 +266,7 @@ void MembershipMachine::HandlePaxos(const Message& m) {
   }
 }
 
-void MembershipMachine::Adopt(const Entry& entry) {
+void MembershipMachine::Adopt(const Entry& entry, bool own_proposal) {
   const Entry old = durable_.decided;
   durable_.decided = entry;
   durable_.promised = Ballot{};
@@ -284,6 +284,7 @@ void MembershipMachine::Adopt(const Entry& entry) {
       joiners_.erase(m.id);
     }
     Notify(MembershipNotification::Kind::kViewInstalled);
+    notifications_.back().led = own_proposal;
     if (!IsMember()) Notify(MembershipNotification::Kind::kRemoved);
   }
   if (old.state != entry.state) Notify(MembershipNotification::Kind::kStateChanged);

@@ -108,8 +108,9 @@ class MembershipMachine {
   void Send(Message::Kind kind, NodeId to, Message message = {});
   void SendDecided(NodeId to);
   void DrainSelf();
-  // Installs a decided entry newer than ours.
-  void Adopt(const Entry& entry);
+  // Installs a decided entry newer than ours; `own_proposal`: this node's proposal decided it
+  // (then it led the view change, if the view changed).
+  void Adopt(const Entry& entry, bool own_proposal = false);
   void ResolveStateRequests();
   std::optional<NodeId> Successor() const;
   // The entry this node wants for the next slot, if it wants a change.

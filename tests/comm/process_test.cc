@@ -3,51 +3,49 @@
 // all-reduce.
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
+#include <memory>
 #include <thread>
 
 #include "base/fault.h"
+#include "base/subprocess.h"
 #include "comm/communicator.h"
-
-extern char** environ;
 
 namespace rt::comm {
 namespace {
 
-pid_t Spawn(const std::vector<std::string>& args) {
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  pid_t pid = -1;
-  if (posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ) != 0) return -1;
-  return pid;
+// One rank's process (base/subprocess.h), with this process's environment; null when it could
+// not be started.
+using Rank = std::unique_ptr<SyncChild>;
+
+Rank Spawn(const std::vector<std::string>& args) {
+  SpawnOptions options;
+  options.argv = args;
+  options.env = EnvironmentWithout({});
+  options.stdout_path = "/dev/stderr";
+  Result<Rank> child = SyncChild::Start(options);
+  return child.ok() ? std::move(*child) : nullptr;
 }
 
-// Waits for `pid` until the deadline; kills it if it is still running then. Returns the exit code
-// (or -signal).
-int WaitExit(pid_t pid, Deadline deadline) {
-  while (true) {
-    int status = 0;
-    pid_t r = waitpid(pid, &status, WNOHANG);
-    if (r == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
-    if (deadline.Expired()) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      return -1000;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+// Waits for the rank until the deadline; kills it if it is still running then. Returns the exit
+// code, -signal, or -1000 when the deadline passed.
+int WaitExit(const Rank& rank, Deadline deadline) {
+  const std::optional<ChildExit> exit = rank->WaitExit(deadline);
+  if (!exit) {
+    rank->Kill();
+    return -1000;
   }
+  return exit->exited ? exit->exit_code : -exit->signal;
 }
 
-std::vector<pid_t> StartRanks(const std::string& mode, uint16_t port, int n, const std::string& transport) {
-  std::vector<pid_t> pids;
+std::vector<Rank> StartRanks(const std::string& mode, uint16_t port, int n,
+                             const std::string& transport) {
+  std::vector<Rank> ranks;
   for (int r = 0; r < n; ++r)
-    pids.push_back(Spawn({COMM_TEST_WORKER, mode, std::to_string(port), std::to_string(r),
-                          std::to_string(n), transport}));
-  return pids;
+    ranks.push_back(Spawn({COMM_TEST_WORKER, mode, std::to_string(port), std::to_string(r),
+                           std::to_string(n), transport}));
+  return ranks;
 }
 
 class ProcessTest : public ::testing::TestWithParam<std::string> {};
@@ -58,10 +56,10 @@ TEST(ProcessSingleCopyTest, RankThatCannotReadPeersTurnsSingleCopyOff) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to drop one rank to user nobody";
   auto server = TcpStoreServer::Start({}).value();
   const int n = 3;
-  auto pids = StartRanks("table-nobody", server->port(), n, "shm");
+  auto ranks = StartRanks("table-nobody", server->port(), n, "shm");
   for (int r = 0; r < n; ++r) {
-    ASSERT_GT(pids[r], 0);
-    EXPECT_EQ(WaitExit(pids[r], Deadline::AfterMs(60'000)), 0) << "rank " << r;
+    ASSERT_NE(ranks[r], nullptr);
+    EXPECT_EQ(WaitExit(ranks[r], Deadline::AfterMs(60'000)), 0) << "rank " << r;
   }
 }
 
@@ -72,10 +70,10 @@ TEST(ProcessSingleCopyTest, SlowRankLeavesItsBlocksToTheOther) {
   if (!fault::Enabled()) GTEST_SKIP() << "needs fault points";
   auto server = TcpStoreServer::Start({}).value();
   auto store = ConnectTcpStore("127.0.0.1", server->port(), Deadline::AfterMs(2000)).value();
-  auto pids = StartRanks("skew", server->port(), 2, "shm");
+  auto ranks = StartRanks("skew", server->port(), 2, "shm");
   for (int r = 0; r < 2; ++r) {
-    ASSERT_GT(pids[r], 0);
-    ASSERT_EQ(WaitExit(pids[r], Deadline::AfterMs(60'000)), 0) << "rank " << r;
+    ASSERT_NE(ranks[r], nullptr);
+    ASSERT_EQ(WaitExit(ranks[r], Deadline::AfterMs(60'000)), 0) << "rank " << r;
   }
   uint64_t reduced[2];
   for (int r = 0; r < 2; ++r)
@@ -88,10 +86,10 @@ TEST(ProcessSingleCopyTest, SlowRankLeavesItsBlocksToTheOther) {
 TEST_P(ProcessTest, CollectiveTableAcrossProcesses) {
   auto server = TcpStoreServer::Start({}).value();
   const int n = 3;
-  auto pids = StartRanks("table", server->port(), n, GetParam());
+  auto ranks = StartRanks("table", server->port(), n, GetParam());
   for (int r = 0; r < n; ++r) {
-    ASSERT_GT(pids[r], 0);
-    EXPECT_EQ(WaitExit(pids[r], Deadline::AfterMs(60'000)), 0) << "rank " << r;
+    ASSERT_NE(ranks[r], nullptr);
+    EXPECT_EQ(WaitExit(ranks[r], Deadline::AfterMs(60'000)), 0) << "rank " << r;
   }
 }
 
@@ -102,14 +100,14 @@ void KillOneRankAndCheckSurvivors(const std::string& mode, const std::string& tr
                                   int victim) {
   auto server = TcpStoreServer::Start({}).value();
   auto store = ConnectTcpStore("127.0.0.1", server->port(), Deadline::AfterMs(2000)).value();
-  auto pids = StartRanks(mode, server->port(), n, transport);
+  auto ranks = StartRanks(mode, server->port(), n, transport);
   std::vector<std::string> keys;
   for (int r = 0; r < n; ++r) keys.push_back("progress/" + std::to_string(r));
   ASSERT_TRUE(store->Wait(keys, Deadline::AfterMs(30'000)).ok());
   std::this_thread::sleep_for(std::chrono::milliseconds(30));
   const int64_t killed_ns = MonoClock::now().time_since_epoch().count();
-  ASSERT_EQ(kill(pids[victim], SIGKILL), 0);
-  EXPECT_EQ(WaitExit(pids[victim], Deadline::AfterMs(5000)), -SIGKILL);
+  ASSERT_TRUE(ranks[victim]->Signal(SIGKILL).ok());
+  EXPECT_EQ(WaitExit(ranks[victim], Deadline::AfterMs(5000)), -SIGKILL);
   const std::string victim_name = "rank " + std::to_string(victim);
   int next_rank = 0;
   for (int r = 0; r < n; ++r) {
@@ -128,7 +126,7 @@ void KillOneRankAndCheckSurvivors(const std::string& mode, const std::string& tr
   }
   for (int r = 0; r < n; ++r) {
     if (r == victim) continue;
-    EXPECT_EQ(WaitExit(pids[r], Deadline::AfterMs(30'000)), 0) << "rank " << r;
+    EXPECT_EQ(WaitExit(ranks[r], Deadline::AfterMs(30'000)), 0) << "rank " << r;
     EXPECT_TRUE(store->TryGet("gen2/ok/" + std::to_string(r), Deadline::AfterMs(1000)).value().has_value());
   }
 }

@@ -61,6 +61,8 @@ ClusterState Sample() {
   s.max_nodes = 2;
   s.drained = {2, 5};
   s.cause = {"worker rank 1 on node 3 exited: signal 9 (Killed)", 1764150000123};
+  s.stop_at = StopAt{"3.4.12", 41, "ringctl drain node 2"};
+  s.committed = Committed{"3.4.11", 35, "/tmp/ckpt"};
   return s;
 }
 
@@ -80,6 +82,29 @@ TEST(ClusterStateTest, RoundTripsEveryField) {
   EXPECT_EQ(*blank, empty);
 }
 
+// A version 1 blob (written before stop_at and committed existed) still decodes, without them;
+// version 1 ignores those keys.
+TEST(ClusterStateTest, VersionOneStillDecodes) {
+  const std::string v1 =
+      R"({"format":"ringtrain.cluster_state","version":1,"nodes":[{"id":1,"slots":2,)"
+      R"("rendezvous":"127.0.0.1:4000"}],"job":null,"epoch":3,"max_nodes":0,"drained":[],)"
+      R"("cause":{"what":"node 1 registered","at_unix_ms":7},"stop_at":"ignored"})";
+  auto s = DecodeClusterState(v1);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->epoch, 3u);
+  ASSERT_EQ(s->nodes.size(), 1u);
+  EXPECT_EQ(s->nodes[0].rendezvous, "127.0.0.1:4000");
+  EXPECT_FALSE(s->stop_at.has_value());
+  EXPECT_FALSE(s->committed.has_value());
+  // Re-encoded it is version 2, with null stop_at and committed.
+  const std::string v2 = EncodeClusterState(*s);
+  EXPECT_NE(v2.find("\"version\":2"), std::string::npos) << v2;
+  EXPECT_NE(v2.find("\"stop_at\":null"), std::string::npos) << v2;
+  auto back = DecodeClusterState(v2);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(*back, *s);
+}
+
 TEST(ClusterStateTest, MalformedBlobsAreCorruptionNamingTheProblem) {
   const std::string good = EncodeClusterState(Sample());
   auto replace = [&good](const std::string& from, const std::string& to) {
@@ -92,7 +117,11 @@ TEST(ClusterStateTest, MalformedBlobsAreCorruptionNamingTheProblem) {
       {"{not json", "not valid JSON"},
       {"[1,2]", "not a JSON object"},
       {replace("ringtrain.cluster_state", "other"), "format"},
-      {replace("\"version\":1", "\"version\":2"), "version 2"},
+      {replace("\"version\":2", "\"version\":3"), "version 3"},
+      {replace("\"step\":41", "\"step\":0"), "stop_at.step is 0"},
+      {replace("\"generation\":\"3.4.11\"", "\"generation\":\"\""), "committed.generation"},
+      {replace("\"uri\":\"/tmp/ckpt\"", "\"uri\":5"), "committed.uri"},
+      {replace("\"stop_at\":{", "\"stop_at\":7,\"x\":{"), "stop_at is not an object"},
       {replace("\"epoch\":12", "\"epoch\":-1"), "epoch"},
       {replace("\"epoch\":12", "\"epoch\":\"12\""), "epoch"},
       {replace("\"id\":1,", "\"id\":0,"), "node id 0"},

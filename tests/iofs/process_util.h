@@ -1,22 +1,20 @@
-// Child processes for the multi-process iofs tests: ringfsd nodes started with posix_spawn,
-// their output going to a log file, killed with SIGKILL or stopped with SIGTERM (deadline-bounded).
+// Child processes for the multi-process tests: ringfsd nodes (and other servers) with their
+// output going to a log file, killed with SIGKILL or stopped with SIGTERM (deadline-bounded).
 #pragma once
 
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <fstream>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "base/subprocess.h"
 #include "tests/iofs/test_util.h"
-
-extern char** environ;
 
 namespace rt::iofs::testing {
 
@@ -34,7 +32,8 @@ inline uint16_t FreePort() {
   return ntohs(addr.sin_port);
 }
 
-// A running child process.
+// A running child process (base/subprocess.h's SyncChild: its own process group, reaped
+// through a pidfd). Waits return wait statuses ("int status" as waitpid gives them).
 class Process {
  public:
   Process() = default;
@@ -42,75 +41,66 @@ class Process {
   Process& operator=(const Process&) = delete;
   ~Process() { Kill(); }
 
-  // Starts `argv` with extra environment entries; output appended to `log`.
-  bool Start(const std::vector<std::string>& argv, const std::vector<std::string>& env, const std::string& log) {
-    std::vector<std::string> env_strings;
-    for (char** e = environ; *e; ++e)
-      if (std::string_view(*e).rfind("RINGTRAIN_FAULTS=", 0) != 0) env_strings.emplace_back(*e);
-    for (const auto& e : env) env_strings.push_back(e);
-    std::vector<char*> envp, args;
-    for (auto& s : env_strings) envp.push_back(s.data());
-    envp.push_back(nullptr);
-    std::vector<std::string> argv_copy = argv;
-    for (auto& s : argv_copy) args.push_back(s.data());
-    args.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    posix_spawn_file_actions_adddup2(&actions, 1, 2);
-    const int rc = posix_spawn(&pid_, args[0], &actions, nullptr, args.data(), envp.data());
-    posix_spawn_file_actions_destroy(&actions);
-    if (rc != 0) pid_ = -1;
-    return rc == 0;
+  // Starts `argv` with this process's environment (less RINGTRAIN_FAULTS) plus `env`; output
+  // appended to `log`. The child is not tied to the starting thread's life (tests start
+  // children from helper threads).
+  bool Start(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+             const std::string& log) {
+    SpawnOptions options;
+    options.argv = argv;
+    options.env = EnvironmentWithout({"RINGTRAIN_FAULTS"});
+    options.env.insert(options.env.end(), env.begin(), env.end());
+    options.stdout_path = log;
+    options.death_signal = 0;
+    Result<std::unique_ptr<SyncChild>> child = SyncChild::Start(options);
+    if (!child.ok()) return false;
+    child_ = std::move(*child);
+    return true;
   }
 
   // kill -9, then reap. Returns the wait status (or -1 if not running).
   int Kill() {
-    if (pid_ <= 0) return -1;
-    kill(pid_, SIGKILL);
-    return Reap();
+    if (!child_) return -1;
+    return Finish(child_->Kill());
   }
 
-  // SIGTERM, then wait up to `timeout` (SIGKILL after).
+  // SIGTERM, then wait up to `timeout` (SIGKILL after: then -1).
   int Stop(std::chrono::milliseconds timeout) {
-    if (pid_ <= 0) return -1;
-    kill(pid_, SIGTERM);
-    const int status = WaitChild(pid_, timeout);
-    pid_ = -1;
-    return status;
+    if (!child_) return -1;
+    (void)child_->Signal(SIGTERM);
+    return WaitExit(timeout);
   }
 
   // Waits up to `timeout` for the process to exit on its own (killing it after) and returns its
   // wait status (-1 if it had to be killed or was not running).
   int WaitExit(std::chrono::milliseconds timeout) {
-    if (pid_ <= 0) return -1;
-    const int status = WaitChild(pid_, timeout);
-    pid_ = -1;
-    exit_status_ = status;
-    return status;
+    if (!child_) return -1;
+    const std::optional<ChildExit> exit = child_->WaitExit(Deadline::After(timeout));
+    if (!exit) {
+      Finish(child_->Kill());
+      return -1;
+    }
+    return Finish(*exit);
   }
 
   // True while the process has not exited (reaps it if it has).
   bool Running() {
-    if (pid_ <= 0) return false;
-    int status = 0;
-    if (waitpid(pid_, &status, WNOHANG) == pid_) {
-      exit_status_ = status;
-      pid_ = -1;
-      return false;
-    }
-    return true;
+    if (!child_) return false;
+    const std::optional<ChildExit> exit = child_->WaitExit(Deadline::AfterMs(0));
+    if (!exit) return true;
+    Finish(*exit);
+    return false;
   }
   int exit_status() const { return exit_status_; }
-  pid_t pid() const { return pid_; }
+  pid_t pid() const { return child_ ? child_->pid() : -1; }
 
  private:
-  int Reap() {
-    int status = WaitChild(pid_, std::chrono::seconds(10));
-    pid_ = -1;
-    return status;
+  int Finish(const ChildExit& exit) {
+    exit_status_ = exit.exited ? W_EXITCODE(exit.exit_code, 0) : W_EXITCODE(0, exit.signal);
+    child_.reset();
+    return exit_status_;
   }
-  pid_t pid_ = -1;
+  std::unique_ptr<SyncChild> child_;
   int exit_status_ = 0;
 };
 

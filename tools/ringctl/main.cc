@@ -1,10 +1,12 @@
 // ringctl: talks to any ringtraind (docs/daemon.md, docs/formats/control_api.md).
 //   ringctl [--daemon HOST:PORT] [--secret-file F] status [--json]
 //   ringctl submit job.toml | stop | scale --nodes N | drain NODE [--undo]
+//   ringctl checkpoint | checkpoints [--json]
 //   ringctl init-secret PATH
 // Exit status: 0 done, 1 the daemon refused or failed (its error is printed), 2 bad usage.
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <ctime>
 #include <fstream>
 #include <sstream>
 
@@ -62,6 +64,26 @@ void PrintStatus(const Json& s) {
   }
 }
 
+// One line per committed checkpoint, newest first: step, time (UTC), bytes, URI.
+void PrintCheckpoints(const Json& reply) {
+  std::printf("job %s, checkpoints in %s\n", Text(reply, "job").c_str(),
+              Text(reply, "uri").c_str());
+  std::printf("%10s  %-20s  %14s  %s\n", "step", "time (UTC)", "bytes", "uri");
+  for (const Json& c : reply["checkpoints"]) {
+    std::string when = "-";
+    if (c.contains("unix_ms")) {
+      const std::time_t t = static_cast<std::time_t>(c["unix_ms"].get<int64_t>() / 1000);
+      std::tm utc{};
+      gmtime_r(&t, &utc);
+      char text[32];
+      std::strftime(text, sizeof(text), "%Y-%m-%d %H:%M:%S", &utc);
+      when = text;
+    }
+    std::printf("%10s  %-20s  %14s  %s\n", Text(c, "step").c_str(), when.c_str(),
+                Text(c, "bytes").c_str(), Text(c, "uri").c_str());
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -87,6 +109,10 @@ int main(int argc, char** argv) {
   CLI::App* drain = app.add_subcommand("drain", "take a node out of the job's plan");
   drain->add_option("node", node)->required()->check(CLI::Range(int64_t{1}, INT64_MAX));
   drain->add_flag("--undo", undo, "put it back");
+  CLI::App* checkpoint = app.add_subcommand(
+      "checkpoint", "save a checkpoint now (the ranks stop, save, and go on from it)");
+  CLI::App* checkpoints = app.add_subcommand("checkpoints", "the job's committed checkpoints");
+  checkpoints->add_flag("--json", json, "print them as JSON");
   CLI::App* init = app.add_subcommand("init-secret", "create a new cluster secret file (0600)");
   init->add_option("path", secret_path)->required();
   CLI11_PARSE(app, argc, argv);
@@ -121,6 +147,10 @@ int main(int argc, char** argv) {
   } else if (*drain) {
     type = rt::daemon::kCtlDrain;
     request = {{"node", node}, {"undrain", undo ? 1 : 0}};
+  } else if (*checkpoint) {
+    type = rt::daemon::kCtlCheckpoint;
+  } else if (*checkpoints) {
+    type = rt::daemon::kCtlCheckpoints;
   }
   rt::Result<Json> reply = rt::daemon::CallJsonBlocking(daemon, secret, type, request,
                                                         rt::Deadline::AfterMs(timeout_ms));
@@ -134,6 +164,15 @@ int main(int argc, char** argv) {
   } else if (*submit) {
     std::printf("job %s submitted (id %s)\n", Text(*reply, "name").c_str(),
                 Text(*reply, "job_id").c_str());
+  } else if (*checkpoint) {
+    std::printf("checkpoint of step %s committed in %s\n", Text(*reply, "step").c_str(),
+                Text(*reply, "uri").c_str());
+  } else if (*checkpoints) {
+    if (json) {
+      std::printf("%s\n", reply->dump(2).c_str());
+    } else {
+      PrintCheckpoints(*reply);
+    }
   } else {
     std::printf("done\n");
   }

@@ -21,5 +21,9 @@ void AddTrainCommand(CLI::App& app, Action* action);
 void AddModelCommands(CLI::App& app, Action* action);
 // `bench step`, `bench kernels`, `bench comm` and `bench parallel`.
 void AddBenchCommand(CLI::App& app, Action* action);
+// `launch`: a local cluster of daemons (local_cluster.h).
+void AddLaunchCommand(CLI::App& app, Action* action);
+// `demo`: the story on a local cluster (demo_command.cc).
+void AddDemoCommand(CLI::App& app, Action* action);
 
 }  // namespace rt::cli

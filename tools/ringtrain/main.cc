@@ -13,7 +13,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ringtrain: error: %s\n", s.ToString().c_str());
     return 1;
   }
-  CLI::App app{"ringtrain: train GPT-2 models (data prepare, train, export, eval, sample, bench)"};
+  CLI::App app{"ringtrain: train GPT-2 models (data prepare, train, export, eval, sample, bench), "
+                "run a local cluster (launch) and the demo"};
   app.set_version_flag("--version", std::string(rt::kRingtrainVersion));
   app.require_subcommand(1);
   std::string log_level = "info";
@@ -24,6 +25,8 @@ int main(int argc, char** argv) {
   rt::cli::AddTrainCommand(app, &action);
   rt::cli::AddModelCommands(app, &action);
   rt::cli::AddBenchCommand(app, &action);
+  rt::cli::AddLaunchCommand(app, &action);
+  rt::cli::AddDemoCommand(app, &action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,394 @@
+#include "bench/chaos/campaign.h"
+
+#include <sys/mount.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <thread>
+
+#include "base/log.h"
+#include "base/subprocess.h"
+#include "bench/chaos/ckpt_files.h"
+#include "bench/chaos/job.h"
+#include "bench/chaos/observe.h"
+
+namespace rt::chaos {
+namespace {
+
+namespace fs = std::filesystem;
+using std::chrono::milliseconds;
+
+void SleepMs(int64_t ms) { std::this_thread::sleep_for(milliseconds(ms)); }
+
+// Mounts a tmpfs of `mib` MiB on `dir` for as long as it lives (root only).
+class TmpfsMount {
+ public:
+  TmpfsMount(const std::string& dir, int64_t mib) : dir_(dir) {
+    const std::string data = "size=" + std::to_string(mib) + "m";
+    if (::mount("tmpfs", dir.c_str(), "tmpfs", 0, data.c_str()) == 0) {
+      mounted_ = true;
+    } else {
+      why_not_ = "mount -t tmpfs on " + dir + ": " + std::strerror(errno) +
+                 (::geteuid() == 0 ? "" : " (needs root)");
+    }
+  }
+  ~TmpfsMount() {
+    if (mounted_ && ::umount2(dir_.c_str(), MNT_DETACH) != 0)
+      LOG_WARN("chaos: umount {}: {}", dir_, std::strerror(errno));
+  }
+  bool mounted() const { return mounted_; }
+  const std::string& why_not() const { return why_not_; }
+
+ private:
+  std::string dir_;
+  bool mounted_ = false;
+  std::string why_not_;
+};
+
+class Campaign {
+ public:
+  Campaign(const CampaignOptions& o, LocalCluster& cluster, std::string ckpt_dir)
+      : o_(o), cluster_(cluster), ckpt_dir_(std::move(ckpt_dir)), schedule_(o.seed, o.kinds),
+        observer_(cluster, o.hang_limit_ms) {}
+
+  // Injects faults until the job finishes (or max_faults); fills `r`.
+  void Run(CampaignResult& r) {
+    r_ = &r;
+    start_ = MonoClock::now();
+    const Deadline give_up = Deadline::After(std::chrono::duration_cast<std::chrono::nanoseconds>(
+        std::chrono::duration<double>(o_.work_seconds * 6 + 300)));
+    while (!give_up.Expired()) {
+      RestartUnexpectedExits();
+      Result<Json> healthy = observer_.WaitHealthy(o_.cluster.nodes, Deadline::AfterMs(
+                                                       o_.hang_limit_ms));
+      if (healthy.ok() && observer_.Finished(*healthy)) break;
+      if (o_.max_faults > 0 && static_cast<int>(r.faults.size()) >= o_.max_faults) {
+        if (!healthy.ok()) RestartMissing();
+        if (observer_.WaitFinished(Deadline::AfterMs(o_.hang_limit_ms)).ok()) break;
+        continue;
+      }
+      if (!healthy.ok()) {
+        LOG_WARN("chaos: cluster not healthy before the next fault: {}",
+                 healthy.status().ToString());
+        RestartMissing();
+        continue;
+      }
+      SleepMs(schedule_.Between(o_.pause_min_ms, o_.pause_max_ms));
+      Result<Json> s = cluster_.ClusterStatus(Deadline::AfterMs(10'000));
+      if (!s.ok() || observer_.Finished(*s)) continue;
+      Inject(schedule_.Next(), *s);
+    }
+    RestartMissing();
+  }
+
+ private:
+  double Since(MonoTime t) const {
+    return std::chrono::duration<double>(MonoClock::now() - t).count();
+  }
+
+  void RestartUnexpectedExits() {
+    for (int id : cluster_.TakeUnexpectedExits()) {
+      ++r_->unexpected_exits;
+      LOG_WARN("chaos: daemon {} exited without being killed; restarting it", id);
+      Status s = cluster_.Start(id);
+      if (!s.ok()) LOG_WARN("chaos: restart daemon {}: {}", id, s.ToString());
+    }
+  }
+  void RestartMissing() {
+    for (int id = 1; id <= o_.cluster.nodes; ++id)
+      if (!cluster_.Running(id)) {
+        Status s = cluster_.Start(id);
+        if (!s.ok()) LOG_WARN("chaos: restart daemon {}: {}", id, s.ToString());
+      }
+  }
+
+  // Waits for training to go on after a fault (in a new generation when `new_generation`),
+  // timing it from `from`; records the generation, the time or a hang.
+  void AwaitRecovery(FaultRecord& f, MonoTime from, bool new_generation) {
+    Result<Json> s = observer_.WaitProgress(f.gen_before, f.step_before, new_generation,
+                                            Deadline::After(milliseconds(o_.hang_limit_ms)));
+    if (!s.ok()) {
+      f.hang = true;
+      f.note += (f.note.empty() ? "" : "; ") + s.status().ToString();
+      return;
+    }
+    f.recovery_s = Since(from);
+    f.gen_after = Observer::Generation(*s);
+  }
+
+  // Kills daemons `ids` and restarts them; times the recovery and the rejoin.
+  void KillDaemons(FaultRecord& f, const std::vector<int>& ids) {
+    const MonoTime at = MonoClock::now();
+    for (int id : ids) {
+      Status s = cluster_.Kill(id);
+      if (!s.ok()) f.note += "kill: " + s.ToString();
+      last_killed_ = id;
+    }
+    const int alive = o_.cluster.nodes - static_cast<int>(ids.size());
+    if (2 * alive > o_.cluster.nodes) {
+      AwaitRecovery(f, at, true);
+    } else {
+      f.note += "survivors are no majority: recovery waits for the restart; ";
+    }
+    SleepMs(o_.restart_delay_ms);
+    const MonoTime restarted = MonoClock::now();
+    for (int id : ids) {
+      Status s = cluster_.Start(id);
+      if (!s.ok()) f.note += "restart: " + s.ToString();
+    }
+    if (2 * alive <= o_.cluster.nodes) AwaitRecovery(f, at, true);
+    Result<Json> full = observer_.WaitHealthy(o_.cluster.nodes, Deadline::After(milliseconds(
+                                                                      o_.hang_limit_ms)));
+    if (full.ok()) f.rejoin_s = Since(restarted);
+  }
+
+  // kill -9 of the worker of `rank` (or a random one when rank < 0).
+  void KillWorker(FaultRecord& f, const Json& s, int rank) {
+    std::vector<WorkerInfo> workers = Observer::Workers(s);
+    if (workers.empty()) {
+      f.skipped = "no worker runs";
+      return;
+    }
+    WorkerInfo w = workers[schedule_.Pick(workers.size())];
+    for (const WorkerInfo& x : workers)
+      if (x.rank == rank) w = x;
+    f.target += "worker rank " + std::to_string(w.rank) + " (pid " + std::to_string(w.pid) + ")";
+    const MonoTime at = MonoClock::now();
+    if (::kill(w.pid, SIGKILL) != 0) {
+      f.skipped = "kill " + std::to_string(w.pid) + ": " + std::strerror(errno);
+      return;
+    }
+    AwaitRecovery(f, at, true);
+  }
+
+  void Inject(FaultKind kind, const Json& s) {
+    FaultRecord f;
+    f.kind = kind;
+    f.at_s = Since(start_);
+    f.gen_before = Observer::Generation(s);
+    f.step_before = Observer::Step(s);
+    f.committed_before = NewestIntact(ckpt_dir_, r_->corrupted);
+    const std::vector<int> members = Observer::MemberIds(s);
+    switch (kind) {
+      case FaultKind::kKillWorker:
+        KillWorker(f, s, -1);
+        break;
+      case FaultKind::kKillDaemon:
+      case FaultKind::kKillDetector: {
+        int id = members[schedule_.Pick(members.size())];
+        if (kind == FaultKind::kKillDetector) {
+          // The ring predecessor of the last killed daemon: the member that watched it.
+          id = members.back();
+          for (int m : members)
+            if (m < last_killed_) id = m;
+          if (last_killed_ == 0) f.note += "no daemon killed yet: a random one; ";
+        }
+        f.target = "daemon " + std::to_string(id);
+        KillDaemons(f, {id});
+        break;
+      }
+      case FaultKind::kKillTwoDaemons: {
+        std::vector<int> pool = members;
+        const int a = pool[schedule_.Pick(pool.size())];
+        std::erase(pool, a);
+        const int b = pool[schedule_.Pick(pool.size())];
+        f.target = "daemons " + std::to_string(a) + " and " + std::to_string(b);
+        KillDaemons(f, {a, b});
+        break;
+      }
+      case FaultKind::kStopDaemon: {
+        const int id = members[schedule_.Pick(members.size())];
+        const int64_t hang = schedule_.Between(o_.hang_min_ms, o_.hang_max_ms);
+        f.target = "daemon " + std::to_string(id) + " for " + std::to_string(hang) + " ms";
+        const MonoTime at = MonoClock::now();
+        Status st = cluster_.Pause(id, true);
+        SleepMs(hang);
+        if (st.ok()) st = cluster_.Pause(id, false);
+        if (!st.ok()) f.note += st.ToString();
+        AwaitRecovery(f, at, false);
+        break;
+      }
+      case FaultKind::kStopWorker: {
+        std::vector<WorkerInfo> workers = Observer::Workers(s);
+        if (workers.empty()) {
+          f.skipped = "no worker runs";
+          break;
+        }
+        const WorkerInfo w = workers[schedule_.Pick(workers.size())];
+        const int64_t hang = schedule_.Between(o_.hang_min_ms, o_.hang_max_ms);
+        f.target = "worker rank " + std::to_string(w.rank) + " (pid " + std::to_string(w.pid) +
+                   ") for " + std::to_string(hang) + " ms";
+        ::kill(w.pid, SIGSTOP);
+        SleepMs(hang);
+        ::kill(w.pid, SIGCONT);
+        AwaitRecovery(f, MonoClock::now(), false);
+        break;
+      }
+      case FaultKind::kKillDuringShardWrite:
+      case FaultKind::kKillDuringManifest: {
+        const int world = static_cast<int>(Observer::Workers(s).size());
+        const Deadline deadline = Deadline::AfterMs(o_.hang_limit_ms);
+        std::optional<SaveWindow> w;
+        while (!w && !deadline.Expired()) {
+          w = kind == FaultKind::kKillDuringShardWrite ? FindShardWrite(ckpt_dir_)
+                                                       : FindManifestWrite(ckpt_dir_, world);
+          if (!w) SleepMs(2);
+        }
+        if (!w) {
+          f.skipped = "no save seen in that phase within the hang limit";
+          break;
+        }
+        f.target = "step " + std::to_string(w->step) + ": kill ";
+        f.committed_before = NewestIntact(ckpt_dir_, r_->corrupted);
+        KillWorker(f, s, w->rank);
+        break;
+      }
+      case FaultKind::kDiskFull: {
+        if (!r_->disk_full_off.empty()) {
+          f.skipped = r_->disk_full_off;
+          break;
+        }
+        f.target = "checkpoint tmpfs for " + std::to_string(o_.disk_full_ms) + " ms";
+        Status st = FillDisk(ckpt_dir_ + "/..");
+        SleepMs(o_.disk_full_ms);
+        Status freed = FreeDisk(ckpt_dir_ + "/..");
+        if (!st.ok() || !freed.ok())
+          f.note += st.ToString() + "; " + freed.ToString() + "; ";
+        Result<Json> now = cluster_.ClusterStatus(Deadline::AfterMs(10'000));
+        if (now.ok() && Observer::Generation(*now) != f.gen_before)
+          f.note += "the job restarted in generation " + Observer::Generation(*now) + "; ";
+        AwaitRecovery(f, MonoClock::now(), false);
+        break;
+      }
+      case FaultKind::kFlipByte: {
+        const int64_t step = f.committed_before;
+        if (step < 0) {
+          f.skipped = "no committed checkpoint yet";
+          break;
+        }
+        Result<std::string> flipped = FlipByte(ckpt_dir_, step, schedule_.Pick(1 << 20),
+                                               static_cast<uint64_t>(schedule_.Between(
+                                                   0, int64_t{1} << 40)));
+        if (!flipped.ok()) {
+          f.skipped = flipped.status().ToString();
+          break;
+        }
+        r_->corrupted.insert(step);
+        f.target = *flipped + ", then kill ";
+        Result<ProcessOutcome> v =
+            RunProcess({o_.ringckpt, "verify", ckpt_dir_, "--step", std::to_string(step)},
+                       EnvironmentWithout({"RINGTRAIN_FAULTS"}), Deadline::AfterMs(120'000));
+        if (v.ok() && v->exited && v->exit_code == 1) {
+          ++r_->flips_detected;
+          f.note += "ringckpt verify refused it; ";
+        } else {
+          ++r_->flips_undetected;
+          f.note += "ringckpt verify did not refuse it: " +
+                    (v.ok() ? v->Describe() + " " + v->output : v.status().ToString()) + "; ";
+        }
+        f.committed_before = NewestIntact(ckpt_dir_, r_->corrupted);
+        KillWorker(f, s, -1);
+        break;
+      }
+    }
+    LOG_INFO("chaos: fault {} {}: {}{}{}", r_->faults.size() + 1, FaultName(kind), f.target,
+             f.skipped.empty() ? "" : " skipped: " + f.skipped,
+             f.recovery_s >= 0 ? fmt::format(" recovered in {:.2f} s", f.recovery_s)
+                               : std::string(f.hang ? " HANG" : ""));
+    r_->faults.push_back(std::move(f));
+  }
+
+  const CampaignOptions& o_;
+  LocalCluster& cluster_;
+  std::string ckpt_dir_;
+  FaultSchedule schedule_;
+  Observer observer_;
+  CampaignResult* r_ = nullptr;
+  MonoTime start_;
+  int last_killed_ = 0;
+};
+
+std::string UtcNow() {
+  const std::time_t now = std::time(nullptr);
+  char text[64];
+  std::strftime(text, sizeof(text), "%Y-%m-%d %H:%M:%S UTC", std::gmtime(&now));
+  return text;
+}
+
+}  // namespace
+
+Result<CampaignResult> RunCampaign(const CampaignOptions& o) {
+  CampaignResult r;
+  r.started = UtcNow();
+  r.nodes = o.cluster.nodes;
+  r.seed = o.seed;
+  const std::string dir = o.cluster.dir;
+  std::error_code ec;
+  if (fs::exists(dir) && !fs::is_empty(dir, ec))
+    return FailedPrecondition("the campaign folder " + dir + " is not empty");
+  fs::create_directories(dir + "/ckpt", ec);
+  if (ec) return Status(StatusCode::kIoError, "create " + dir + "/ckpt: " + ec.message());
+  RETURN_IF_ERROR(WriteChaosData(dir + "/data"));
+  TmpfsMount tmpfs(dir + "/ckpt", o.tmpfs_mib);
+  if (!tmpfs.mounted()) r.disk_full_off = "not run: " + tmpfs.why_not();
+
+  ClusterOptions co = o.cluster;
+  co.env.push_back("RINGTRAIN_FAULTS=ckpt.save.after_data=delay:" +
+                   std::to_string(o.window_delay_ms) + ",ckpt.commit.after_fragments=delay:" +
+                   std::to_string(o.window_delay_ms));
+  ASSIGN_OR_RETURN(std::unique_ptr<LocalCluster> cluster, LocalCluster::Create(co));
+  for (int id = 1; id <= co.nodes; ++id) RETURN_IF_ERROR(cluster->Start(id));
+  Observer observer(*cluster, o.hang_limit_ms);
+
+  // The fault-free reference: steps per second of the same cluster and job.
+  const std::string baseline_dir = dir + "/ckpt/baseline";
+  RETURN_IF_ERROR(SubmitJob(*cluster, ChaosJob("baseline", dir + "/data", baseline_dir,
+                                               int64_t{1} << 40, o.ckpt_every)));
+  ASSIGN_OR_RETURN(r.baseline_steps_per_s,
+                   observer.MeasureRate(co.nodes, o.baseline_seconds, Deadline::AfterMs(
+                                            300'000)));
+  RETURN_IF_ERROR(StopJob(*cluster, observer));
+  fs::remove_all(baseline_dir, ec);
+  r.job_steps = o.job_steps > 0 ? o.job_steps
+                                : std::max<int64_t>(2 * o.ckpt_every,
+                                                    static_cast<int64_t>(r.baseline_steps_per_s *
+                                                                         o.work_seconds));
+  LOG_INFO("chaos: fault-free {:.2f} steps/s on {} nodes; the chaos job trains {} steps",
+           r.baseline_steps_per_s, co.nodes, r.job_steps);
+
+  const std::string ckpt_dir = dir + "/ckpt/chaos";
+  RETURN_IF_ERROR(SubmitJob(*cluster, ChaosJob("chaos", dir + "/data", ckpt_dir, r.job_steps,
+                                               o.ckpt_every)));
+  RETURN_IF_ERROR(observer.WaitStep(1, Deadline::AfterMs(300'000)).status());
+  const MonoTime chaos_start = MonoClock::now();
+  Campaign campaign(o, *cluster, ckpt_dir);
+  campaign.Run(r);
+  Result<Json> done = observer.WaitFinished(Deadline::AfterMs(o.hang_limit_ms));
+  r.chaos_wall_s = std::chrono::duration<double>(MonoClock::now() - chaos_start).count();
+  r.finished = done.ok();
+  if (done.ok()) r.final_step = Observer::FinishedStep(*done);
+  cluster.reset();  // every daemon and worker is gone before the checks read the files
+
+  r.recoveries = ReadRecoveryLines(dir, o.cluster.nodes);
+  CheckCorruptResumes(r);
+  for (int64_t step : CommittedSteps(ckpt_dir)) {
+    VerifiedCheckpoint v;
+    v.step = step;
+    v.corrupted = r.corrupted.contains(step);
+    Result<ProcessOutcome> out =
+        RunProcess({o.ringckpt, "verify", ckpt_dir, "--step", std::to_string(step)},
+                   EnvironmentWithout({"RINGTRAIN_FAULTS"}), Deadline::AfterMs(120'000));
+    v.passed = out.ok() && out->exited && out->exit_code == 0;
+    if (!v.passed) v.output = out.ok() ? out->output : out.status().ToString();
+    r.verified.push_back(std::move(v));
+  }
+  return r;
+}
+
+}  // namespace rt::chaos

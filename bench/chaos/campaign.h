@@ -1,0 +1,100 @@
+// The chaos campaign (docs/chaos.md): a local cluster trains config tiny with checkpoints while
+// faults from a seeded schedule are injected one after another; every recovery is timed and
+// every committed checkpoint verified afterwards.
+#pragma once
+
+#include <cstdint>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "bench/chaos/cluster.h"
+#include "bench/chaos/faults.h"
+
+namespace rt::chaos {
+
+// How a campaign runs. Times in milliseconds unless named otherwise.
+struct CampaignOptions {
+  ClusterOptions cluster;        // dir, ringtraind, nodes (default 5), slots (default 1)
+  std::string ringckpt;          // the ringckpt binary (`ringckpt verify`)
+  uint64_t seed = 1;             // the fault schedule's seed
+  std::vector<FaultKind> kinds;  // the faults to draw from (default: all)
+  double baseline_seconds = 20;  // fault-free job first: its steps per second are the reference
+  // The chaos job's length as fault-free time: its steps = baseline steps/s × this. Faults are
+  // injected until it finishes.
+  double work_seconds = 120;
+  int64_t job_steps = 0;         // > 0: exactly this many steps instead
+  int max_faults = 0;            // > 0: no more faults after this many
+  int64_t ckpt_every = 10;       // the job's [ckpt] every (steps)
+  int64_t pause_min_ms = 1000;   // quiet time between a recovery and the next fault
+  int64_t pause_max_ms = 3000;
+  int64_t hang_min_ms = 3000;    // how long a SIGSTOP lasts
+  int64_t hang_max_ms = 6000;
+  int64_t disk_full_ms = 4000;   // how long the checkpoint file system stays full
+  int64_t restart_delay_ms = 1000;  // a killed daemon is started again after this
+  int64_t hang_limit_ms = 60000;    // a recovery slower than this counts as a hang
+  // Delay at the fault points ckpt.save.after_data and ckpt.commit.after_fragments (through
+  // RINGTRAIN_FAULTS), so that the kill -9 of the two checkpoint faults lands inside the window.
+  int64_t window_delay_ms = 300;
+  int64_t tmpfs_mib = 64;        // size of the tmpfs mounted on the checkpoint folder (root)
+};
+
+// What happened to one fault.
+struct FaultRecord {
+  FaultKind kind = FaultKind::kKillWorker;
+  std::string target;             // "daemon 3", "worker rank 2 (pid 1234)", "step-40 rank-1"
+  double at_s = 0;                // when, in seconds since the chaos job's first step
+  std::string skipped;            // why it was not injected ("" = injected)
+  std::string gen_before;         // training generation when it was injected
+  int64_t step_before = 0;        // newest step seen before it
+  int64_t committed_before = -1;  // newest intact committed checkpoint before it (-1: none)
+  std::string gen_after;          // generation in which training went on ("" = none seen)
+  double recovery_s = -1;         // injection (or SIGCONT / freed disk) → progress; -1 = none
+  bool hang = false;              // no progress within hang_limit_ms
+  double rejoin_s = -1;           // restart of killed daemons → full cluster training again
+  std::string note;               // what else was seen
+};
+
+// One committed checkpoint checked by `ringckpt verify` at the end.
+struct VerifiedCheckpoint {
+  int64_t step = 0;
+  bool passed = false;    // ringckpt verify exited 0
+  bool corrupted = false; // the campaign flipped a byte in it
+  std::string output;     // ringckpt's output when it failed
+};
+
+// A generation's first step as the rank-0 daemon logged it ("recovery: ...").
+struct RecoveryLine {
+  std::string generation;
+  int64_t first_step = 0;  // the first step done: it resumed from the state after step-1
+  std::string cause;
+};
+
+// Everything a campaign observed; the summary (report.h) is computed from it.
+struct CampaignResult {
+  std::string started;             // UTC date and time
+  int nodes = 0;
+  uint64_t seed = 0;
+  double baseline_steps_per_s = 0;
+  int64_t job_steps = 0;
+  double chaos_wall_s = 0;         // from the chaos job's first step to its end
+  bool finished = false;           // the job reached job_steps (desire "finished")
+  int64_t final_step = 0;
+  std::vector<FaultRecord> faults;
+  std::vector<RecoveryLine> recoveries;
+  std::vector<VerifiedCheckpoint> verified;
+  std::set<int64_t> corrupted;     // steps the campaign flipped a byte in
+  int flips_detected = 0;          // ringckpt verify refused the checkpoint right after the flip
+  int flips_undetected = 0;        // ... or accepted it
+  std::vector<std::string> corrupt_resumes;  // generations that resumed from a corrupted step
+  int unexpected_exits = 0;        // daemons that died without being killed
+  std::string disk_full_off;       // why disk-full could not run ("" = it could)
+};
+
+// Runs a campaign in `options.cluster.dir` (made if absent; it must be empty). Errors: a
+// cluster that cannot be started or never trains (DeadlineExceeded naming the wait); faults
+// that go wrong are recorded, not returned.
+Result<CampaignResult> RunCampaign(const CampaignOptions& options);
+
+}  // namespace rt::chaos

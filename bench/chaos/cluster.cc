@@ -1,0 +1,151 @@
+#include "bench/chaos/cluster.h"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+
+#include "base/subprocess.h"
+
+namespace rt::chaos {
+namespace {
+
+// A loopback port free at this moment (bound to port 0, then released).
+Result<uint16_t> FreePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return ErrnoStatus(errno, "socket for a free port");
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
+  const int err = errno;
+  ::close(fd);
+  if (!ok) return ErrnoStatus(err, "bind a free loopback port");
+  return ntohs(a.sin_port);
+}
+
+// The state letter of /proc/PID/stat ('Z' for a zombie), or 0 when the process is gone.
+char ProcessState(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  const size_t paren = text.rfind(')');
+  return paren == std::string::npos || paren + 2 >= text.size() ? 0 : text[paren + 2];
+}
+
+}  // namespace
+
+Result<std::unique_ptr<LocalCluster>> LocalCluster::Create(ClusterOptions options) {
+  if (options.nodes < 1) return InvalidArgument("a cluster needs at least one node");
+  std::unique_ptr<LocalCluster> cluster(new LocalCluster(std::move(options)));
+  for (int id = 1; id <= cluster->options_.nodes; ++id) {
+    ASSIGN_OR_RETURN(cluster->ports_[id], FreePort());
+    std::error_code ec;
+    std::filesystem::create_directories(cluster->StateDir(id), ec);
+    if (ec) return Status(StatusCode::kIoError, "create " + cluster->StateDir(id) + ": " + ec.message());
+  }
+  return cluster;
+}
+
+LocalCluster::~LocalCluster() {
+  for (int id : paused_)
+    if (daemons_.contains(id)) (void)daemons_[id]->Signal(SIGCONT);
+  daemons_.clear();  // each kills its process group and reaps it
+}
+
+std::string LocalCluster::Address(int id) const {
+  return "127.0.0.1:" + std::to_string(ports_.at(id));
+}
+
+std::string LocalCluster::StateDir(int id) const {
+  return options_.dir + "/node" + std::to_string(id);
+}
+
+Status LocalCluster::Start(int id) {
+  if (!ports_.contains(id)) return InvalidArgument("no node " + std::to_string(id));
+  if (Running(id)) return FailedPrecondition("daemon " + std::to_string(id) + " already runs");
+  daemons_.erase(id);
+  paused_.erase(id);
+  const std::string state = StateDir(id);
+  const std::string config = state + "/node.toml";
+  {
+    std::ofstream out(config);
+    out << "[node]\nid = " << id << "\nlisten = \"" << Address(id) << "\"\nstate_dir = \""
+        << state << "\"\nslots = " << options_.slots << "\n[cluster]\nseeds = \""
+        << (id == 1 ? "" : Address(1)) << "\"\n[worker]\nstop_grace_ms = "
+        << options_.stop_grace_ms << "\nenv = \"OMP_NUM_THREADS=1\"\n";
+    if (!out) return Status(StatusCode::kIoError, "write " + config);
+  }
+  SpawnOptions o;
+  o.argv = {options_.ringtraind, "--config", config};
+  o.env = EnvironmentWithout({"RINGTRAIN_FAULTS"});
+  o.env.insert(o.env.end(), options_.env.begin(), options_.env.end());
+  o.stdout_path = state + "/daemon.log";
+  ASSIGN_OR_RETURN(daemons_[id], ChildProcess::Spawn(io_.get_executor(), o));
+  return Status();
+}
+
+Status LocalCluster::Kill(int id) {
+  if (!Running(id)) return FailedPrecondition("daemon " + std::to_string(id) + " does not run");
+  RETURN_IF_ERROR(daemons_[id]->Signal(SIGKILL));
+  daemons_.erase(id);  // reaps it
+  paused_.erase(id);
+  return Status();
+}
+
+Status LocalCluster::Pause(int id, bool stop) {
+  if (!Running(id)) return FailedPrecondition("daemon " + std::to_string(id) + " does not run");
+  RETURN_IF_ERROR(daemons_[id]->Signal(stop ? SIGSTOP : SIGCONT));
+  if (stop) {
+    paused_.insert(id);
+  } else {
+    paused_.erase(id);
+  }
+  return Status();
+}
+
+bool LocalCluster::Running(int id) const {
+  auto it = daemons_.find(id);
+  if (it == daemons_.end()) return false;
+  const char state = ProcessState(it->second->pid());
+  return state != 0 && state != 'Z';
+}
+
+std::vector<int> LocalCluster::TakeUnexpectedExits() {
+  std::vector<int> gone;
+  for (auto& [id, child] : daemons_)
+    if (!Running(id)) gone.push_back(id);
+  for (int id : gone) {
+    daemons_.erase(id);
+    paused_.erase(id);
+  }
+  return gone;
+}
+
+std::vector<int> LocalCluster::Responsive() const {
+  std::vector<int> ids;
+  for (const auto& [id, child] : daemons_)
+    if (Running(id) && !paused_.contains(id)) ids.push_back(id);
+  return ids;
+}
+
+Result<Json> LocalCluster::Call(int id, uint16_t type, const Json& request,
+                                Deadline deadline) const {
+  return daemon::CallJsonBlocking(Address(id), nullptr, type, request, deadline);
+}
+
+Result<Json> LocalCluster::ClusterStatus(Deadline deadline) const {
+  Status last = Unavailable("no daemon runs");
+  for (int id : Responsive()) {
+    Result<Json> s = Call(id, daemon::kCtlStatus, Json::object(), deadline);
+    if (s.ok()) return s;
+    last = s.status();
+  }
+  return last.WithContext("cluster status");
+}
+
+}  // namespace rt::chaos

@@ -1,0 +1,165 @@
+#include "bench/chaos/report.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "bench/chaos/observe.h"
+
+namespace rt::chaos {
+namespace {
+
+// The nearest-rank percentile `p` (0..100) of `v` (sorted here); 0 when empty.
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t rank = static_cast<size_t>(std::ceil(p / 100.0 * static_cast<double>(v.size())));
+  return v[std::clamp<size_t>(rank, 1, v.size()) - 1];
+}
+
+const RecoveryLine* LineOf(const CampaignResult& r, const std::string& generation) {
+  for (const RecoveryLine& line : r.recoveries)
+    if (line.generation == generation) return &line;
+  return nullptr;
+}
+
+}  // namespace
+
+Summary Summarize(const CampaignResult& r) {
+  Summary s;
+  std::vector<double> recoveries, rejoins;
+  double recovering = 0;
+  for (const FaultRecord& f : r.faults) {
+    const std::string name(FaultName(f.kind));
+    if (!f.skipped.empty()) {
+      ++s.skipped[name];
+      continue;
+    }
+    ++s.injected[name];
+    if (f.hang) ++s.hangs;
+    if (f.recovery_s >= 0) {
+      recoveries.push_back(f.recovery_s);
+      recovering += f.recovery_s;
+    }
+    if (f.rejoin_s >= 0) rejoins.push_back(f.rejoin_s);
+    if (f.gen_after.empty() || f.gen_after == f.gen_before) continue;
+    const RecoveryLine* line = LineOf(r, f.gen_after);
+    if (line == nullptr) {
+      ++s.unmatched;
+      continue;
+    }
+    ++s.restarts;
+    const int64_t resumed = line->first_step - 1;
+    s.committed_steps_lost += std::max<int64_t>(0, f.committed_before - resumed);
+    s.steps_repeated += std::max<int64_t>(0, f.step_before - resumed);
+  }
+  s.recoveries = static_cast<int>(recoveries.size());
+  s.recovery_median_s = Percentile(recoveries, 50);
+  s.recovery_p95_s = Percentile(recoveries, 95);
+  s.recovery_max_s = Percentile(recoveries, 100);
+  s.rejoin_median_s = Percentile(rejoins, 50);
+  s.rejoin_max_s = Percentile(rejoins, 100);
+  for (const VerifiedCheckpoint& v : r.verified) {
+    if (v.passed) ++s.checkpoints_verified;
+    if (!v.passed) ++s.checkpoints_refused;
+    if (v.passed == v.corrupted) ++s.corrupt_accepted;
+  }
+  s.corrupt_accepted += static_cast<int>(r.corrupt_resumes.size()) + r.flips_undetected;
+  if (r.chaos_wall_s > 0 && r.baseline_steps_per_s > 0) {
+    const double fault_free_s = static_cast<double>(r.job_steps) / r.baseline_steps_per_s;
+    s.throughput_share = fault_free_s / r.chaos_wall_s;
+    if (r.chaos_wall_s > recovering) s.throughput_share_net = fault_free_s / (r.chaos_wall_s -
+                                                                              recovering);
+  }
+  return s;
+}
+
+std::string SummaryText(const CampaignResult& r, const Summary& s) {
+  std::string out = fmt::format(
+      "chaos campaign: {}, seed {}, {} daemons; fault-free {:.2f} steps/s; job of {} steps {} "
+      "(step {}) in {:.1f} s\n",
+      r.started, r.seed, r.nodes, r.baseline_steps_per_s, r.job_steps,
+      r.finished ? "finished" : "NOT finished", r.final_step, r.chaos_wall_s);
+  out += fmt::format("{:>3} {:>7} {:<23} {:<48} {:>9} {:>8} {:>9} {:>8}\n", "#", "at s", "fault",
+                     "target", "recovery", "rejoin", "gen after", "resumed");
+  int i = 0;
+  for (const FaultRecord& f : r.faults) {
+    const RecoveryLine* line = LineOf(r, f.gen_after);
+    out += fmt::format(
+        "{:>3} {:>7.1f} {:<23} {:<48} {:>9} {:>8} {:>9} {:>8}{}\n", ++i, f.at_s, FaultName(f.kind),
+        f.skipped.empty() ? f.target.substr(0, 48) : "skipped: " + f.skipped.substr(0, 39),
+        f.hang ? "HANG" : f.recovery_s >= 0 ? fmt::format("{:.2f} s", f.recovery_s) : "-",
+        f.rejoin_s >= 0 ? fmt::format("{:.1f} s", f.rejoin_s) : "-",
+        f.gen_after.empty() ? "-" : f.gen_after,
+        line != nullptr && f.gen_after != f.gen_before ? std::to_string(line->first_step - 1)
+                                                       : "-",
+        f.note.empty() ? "" : "  (" + f.note + ")");
+  }
+  out += "faults injected:";
+  int total = 0;
+  for (const auto& [name, n] : s.injected) {
+    out += fmt::format(" {} {},", name, n);
+    total += n;
+  }
+  out += fmt::format(" total {}\n", total);
+  for (const auto& [name, n] : s.skipped) out += fmt::format("faults skipped: {} {}\n", name, n);
+  out += fmt::format(
+      "recoveries: {} timed, median {:.2f} s, p95 {:.2f} s, max {:.2f} s; rejoin of restarted "
+      "daemons median {:.2f} s, max {:.2f} s\n",
+      s.recoveries, s.recovery_median_s, s.recovery_p95_s, s.recovery_max_s, s.rejoin_median_s,
+      s.rejoin_max_s);
+  out += fmt::format("hangs (no progress within the limit): {}\n", s.hangs);
+  out += fmt::format(
+      "restarts from a checkpoint: {} ({} without a recovery line); committed steps lost: {}; "
+      "steps repeated: {}\n",
+      s.restarts, s.unmatched, s.committed_steps_lost, s.steps_repeated);
+  out += fmt::format(
+      "checkpoints: {} committed at the end, {} verified, {} refused (corrupted by the "
+      "campaign: {}); flipped bytes detected by ringckpt verify at once: {}/{}; resumes from a "
+      "corrupted step: {}; corrupt checkpoints accepted: {}\n",
+      r.verified.size(), s.checkpoints_verified, s.checkpoints_refused, r.corrupted.size(),
+      r.flips_detected, r.flips_detected + r.flips_undetected, r.corrupt_resumes.size(),
+      s.corrupt_accepted);
+  out += fmt::format(
+      "throughput: {:.0f}% of fault-free over the run, {:.0f}% after removing recovery time\n",
+      100 * s.throughput_share, 100 * s.throughput_share_net);
+  out += fmt::format("daemons that died without being killed: {}\n", r.unexpected_exits);
+  if (!r.disk_full_off.empty()) out += "disk-full: " + r.disk_full_off + "\n";
+  out += "partitions: not run (not built)\n";
+  out += "final weights vs a fault-free run with the same layout history: not checked (no "
+         "fault-free replay of the layout history is built)\n";
+  return out;
+}
+
+daemon::Json SummaryJson(const CampaignResult& r, const Summary& s) {
+  daemon::Json faults = daemon::Json::array();
+  for (const FaultRecord& f : r.faults)
+    faults.push_back({{"kind", FaultName(f.kind)}, {"target", f.target}, {"at_s", f.at_s},
+                      {"skipped", f.skipped}, {"gen_before", f.gen_before},
+                      {"step_before", f.step_before}, {"committed_before", f.committed_before},
+                      {"gen_after", f.gen_after}, {"recovery_s", f.recovery_s},
+                      {"hang", f.hang}, {"rejoin_s", f.rejoin_s}, {"note", f.note}});
+  int injected = 0;
+  for (const auto& [name, n] : s.injected) injected += n;
+  return {{"started", r.started}, {"seed", r.seed}, {"nodes", r.nodes},
+          {"baseline_steps_per_s", r.baseline_steps_per_s}, {"job_steps", r.job_steps},
+          {"finished", r.finished}, {"final_step", r.final_step},
+          {"chaos_wall_s", r.chaos_wall_s}, {"faults_injected", injected},
+          {"injected", s.injected}, {"skipped", s.skipped}, {"recoveries", s.recoveries},
+          {"recovery_median_s", s.recovery_median_s}, {"recovery_p95_s", s.recovery_p95_s},
+          {"recovery_max_s", s.recovery_max_s}, {"hangs", s.hangs}, {"restarts", s.restarts},
+          {"unmatched_restarts", s.unmatched}, {"committed_steps_lost", s.committed_steps_lost},
+          {"steps_repeated", s.steps_repeated},
+          {"checkpoints_committed", r.verified.size()},
+          {"checkpoints_verified", s.checkpoints_verified},
+          {"checkpoints_refused", s.checkpoints_refused},
+          {"flips_detected", r.flips_detected}, {"flips_undetected", r.flips_undetected},
+          {"corrupt_resumes", r.corrupt_resumes}, {"corrupt_accepted", s.corrupt_accepted},
+          {"throughput_share", s.throughput_share},
+          {"throughput_share_net", s.throughput_share_net},
+          {"unexpected_exits", r.unexpected_exits}, {"disk_full_off", r.disk_full_off},
+          {"faults", std::move(faults)}};
+}
+
+}  // namespace rt::chaos

@@ -1,0 +1,174 @@
+// Units of bench/chaos/: the seeded schedule, the fault list parser, the checkpoint folder's
+// phases and the flipped byte (on real files), and the summary's arithmetic against figures
+// worked out by hand.
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "bench/chaos/ckpt_files.h"
+#include "bench/chaos/faults.h"
+#include "bench/chaos/report.h"
+
+namespace rt::chaos {
+namespace {
+
+namespace fs = std::filesystem;
+
+TEST(FaultScheduleTest, SameSeedSameOrderAndEveryKindOncePerRound) {
+  const std::vector<FaultKind>& all = AllFaultKinds();
+  FaultSchedule a(42, all), b(42, all), c(43, all);
+  std::vector<FaultKind> first, second, third;
+  for (size_t i = 0; i < 3 * all.size(); ++i) {
+    first.push_back(a.Next());
+    second.push_back(b.Next());
+    third.push_back(c.Next());
+  }
+  EXPECT_EQ(first, second);
+  EXPECT_NE(first, third);
+  for (size_t round = 0; round < 3; ++round) {
+    std::vector<FaultKind> kinds(first.begin() + round * all.size(),
+                                 first.begin() + (round + 1) * all.size());
+    std::sort(kinds.begin(), kinds.end());
+    EXPECT_EQ(kinds, all) << "round " << round;
+  }
+  for (int i = 0; i < 100; ++i) {
+    const int64_t v = a.Between(3, 5);
+    EXPECT_TRUE(v >= 3 && v <= 5) << v;
+    EXPECT_LT(a.Pick(4), 4u);
+  }
+}
+
+TEST(FaultScheduleTest, ParsesNamesAndRefusesUnknownOnes) {
+  auto kinds = ParseFaultKinds("kill-worker,flip-byte,kill-worker");
+  ASSERT_TRUE(kinds.ok()) << kinds.status().ToString();
+  EXPECT_EQ(*kinds, (std::vector<FaultKind>{FaultKind::kKillWorker, FaultKind::kFlipByte}));
+  EXPECT_EQ(ParseFaultKinds("all")->size(), AllFaultKinds().size());
+  for (FaultKind k : AllFaultKinds()) EXPECT_EQ(*ParseFaultKinds(FaultName(k)), std::vector{k});
+  auto bad = ParseFaultKinds("kill-worker,partition");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().ToString().find("'partition'"), std::string::npos);
+  EXPECT_FALSE(ParseFaultKinds("").ok());
+}
+
+class CkptFilesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("chaos_ckpt_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  void Write(const std::string& name, const std::string& text) {
+    fs::create_directories((dir_ / name).parent_path());
+    std::ofstream(dir_ / name) << text;
+  }
+  std::string Read(const std::string& name) {
+    std::ifstream in(dir_ / name);
+    return std::string((std::istreambuf_iterator<char>(in)), {});
+  }
+  fs::path dir_;
+};
+
+TEST_F(CkptFilesTest, CommittedStepsAndSavePhases) {
+  const std::string d = dir_.string();
+  EXPECT_TRUE(CommittedSteps(d).empty());
+  EXPECT_EQ(NewestIntact(d, {}), -1);
+  Write("latest", "step-000000000020\nstep-000000000010\n");
+  Write("step-000000000020/MANIFEST", "m");
+  EXPECT_EQ(CommittedSteps(d), (std::vector<int64_t>{20, 10}));
+  EXPECT_EQ(NewestIntact(d, {20}), 10);
+  EXPECT_EQ(NewestIntact(d, {10, 20}), -1);
+  // A save of step 30: rank 1's data is complete, its fragment not yet.
+  Write("step-000000000030/rank-00000.data", "abc");
+  Write("step-000000000030/rank-00000.frag", "f");
+  Write("step-000000000030/rank-00001.data", "abc");
+  Write("step-000000000030/rank-00001.frag.tmp.7.1", "f");
+  auto shard = FindShardWrite(d);
+  ASSERT_TRUE(shard.has_value());
+  EXPECT_EQ(shard->step, 30);
+  EXPECT_EQ(shard->rank, 1);
+  EXPECT_FALSE(FindManifestWrite(d, 2).has_value());
+  Write("step-000000000030/rank-00001.frag", "f");
+  EXPECT_FALSE(FindShardWrite(d).has_value());
+  auto manifest = FindManifestWrite(d, 2);
+  ASSERT_TRUE(manifest.has_value());
+  EXPECT_EQ(manifest->step, 30);
+  EXPECT_FALSE(FindManifestWrite(d, 3).has_value());
+  // Committed folders are never "in a phase".
+  Write("step-000000000030/MANIFEST", "m");
+  Write("latest", "step-000000000030\nstep-000000000020\n");
+  EXPECT_FALSE(FindManifestWrite(d, 2).has_value());
+}
+
+TEST_F(CkptFilesTest, FlipsExactlyOneByte) {
+  Write("step-000000000010/rank-00000.data", "");
+  Write("step-000000000010/rank-00001.data", "0123456789");
+  auto where = FlipByte(dir_.string(), 10, 5, 13);
+  ASSERT_TRUE(where.ok()) << where.status().ToString();
+  EXPECT_EQ(*where, "step-000000000010/rank-00001.data at byte 3");
+  std::string expected = "0123456789";
+  expected[3] = static_cast<char>(expected[3] ^ 0xFF);
+  EXPECT_EQ(Read("step-000000000010/rank-00001.data"), expected);
+  EXPECT_EQ(FlipByte(dir_.string(), 20, 0, 0).status().code(), StatusCode::kNotFound);
+}
+
+TEST(SummaryTest, FiguresFromRecords) {
+  CampaignResult r;
+  r.baseline_steps_per_s = 10;
+  r.job_steps = 500;  // 50 s fault-free
+  r.chaos_wall_s = 100;
+  r.recoveries = {{"1.2.0", 31, "a"}, {"1.2.1", 21, "b"}};
+  auto fault = [](FaultKind k, double rec, std::string before, std::string after, int64_t step,
+                  int64_t committed) {
+    FaultRecord f;
+    f.kind = k;
+    f.recovery_s = rec;
+    f.gen_before = std::move(before);
+    f.gen_after = std::move(after);
+    f.step_before = step;
+    f.committed_before = committed;
+    return f;
+  };
+  // Resumed from 30 with 30 committed: nothing lost, 7 repeated.
+  r.faults.push_back(fault(FaultKind::kKillWorker, 2, "1.1.0", "1.2.0", 37, 30));
+  // Resumed from 20 although 30 was committed and intact: 10 committed steps lost.
+  r.faults.push_back(fault(FaultKind::kKillDaemon, 4, "1.2.0", "1.2.1", 33, 30));
+  // Same generation after a SIGSTOP: no restart.
+  r.faults.push_back(fault(FaultKind::kStopWorker, 1, "1.2.1", "1.2.1", 40, 30));
+  FaultRecord hang = fault(FaultKind::kStopDaemon, -1, "1.2.1", "", 41, 30);
+  hang.hang = true;
+  r.faults.push_back(hang);
+  FaultRecord skipped = fault(FaultKind::kDiskFull, -1, "", "", 0, 0);
+  skipped.skipped = "not root";
+  r.faults.push_back(skipped);
+  r.corrupted = {40};
+  r.verified = {{50, true, false, ""}, {40, false, true, "crc"}, {30, false, false, "crc"}};
+  r.flips_detected = 1;
+
+  const Summary s = Summarize(r);
+  EXPECT_EQ(s.injected.size(), 4u);
+  EXPECT_EQ(s.skipped.at("disk-full"), 1);
+  EXPECT_EQ(s.recoveries, 3);
+  EXPECT_DOUBLE_EQ(s.recovery_median_s, 2);
+  EXPECT_DOUBLE_EQ(s.recovery_p95_s, 4);
+  EXPECT_DOUBLE_EQ(s.recovery_max_s, 4);
+  EXPECT_EQ(s.hangs, 1);
+  EXPECT_EQ(s.restarts, 2);
+  EXPECT_EQ(s.committed_steps_lost, 10);
+  EXPECT_EQ(s.steps_repeated, 7 + 13);
+  EXPECT_EQ(s.checkpoints_verified, 1);
+  EXPECT_EQ(s.checkpoints_refused, 2);
+  EXPECT_EQ(s.corrupt_accepted, 1);  // step 30 was refused although the campaign never touched it
+  EXPECT_DOUBLE_EQ(s.throughput_share, 0.5);
+  EXPECT_DOUBLE_EQ(s.throughput_share_net, 50.0 / 93.0);
+  const std::string text = SummaryText(r, s);
+  EXPECT_NE(text.find("committed steps lost: 10"), std::string::npos) << text;
+  EXPECT_NE(text.find("partitions: not run (not built)"), std::string::npos) << text;
+  EXPECT_EQ(SummaryJson(r, s)["faults_injected"], 4);
+}
+
+}  // namespace
+}  // namespace rt::chaos

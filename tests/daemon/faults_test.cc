@@ -1,0 +1,307 @@
+// Issue 13's fault suite: a local cluster of 4 ringtraind × 2 CPU slots trains config tiny with
+// tp=2 and dp over the rest (batch 60 rows, so dp 1..5 all divide it). Each test makes one fault
+// or planned change — kill -9 a worker, kill -9 a daemon, kill -9 the daemon that led the last
+// view change, SIGSTOP a daemon for 10 s, add a fifth daemon, `ringctl drain`, SIGTERM a daemon,
+// `ringctl checkpoint` — and then checks that:
+//   - the job goes on in a new generation with the expected plan;
+//   - every loss rank 0 wrote to the metrics file (every generation appends to it) equals within
+//     1e-5 relative the loss of the same step in one uninterrupted single-process
+//     `ringtrain train` of the same config (the global batch and the data order do not depend
+//     on the layout, so that run is the reference of every layout history);
+//   - no step is skipped; after a planned change none is repeated either (0 steps lost), the
+//     new generation starts right after the committed stop step, and the recovery line says
+//     "steps lost 0";
+//   - `ringckpt verify` passes on every committed checkpoint `ringctl checkpoints` lists.
+#include <sys/types.h>
+
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include "tests/daemon/local_cluster.h"
+
+namespace rt::daemon {
+namespace {
+
+using std::chrono::milliseconds;
+
+constexpr int kNodes = 4;
+constexpr double kTolerance = 1e-5;
+
+// One metrics line: a step and its loss.
+struct StepLoss {
+  int64_t step = 0;
+  double loss = 0;
+};
+
+class FaultsTest : public LocalCluster {
+ protected:
+  // The run config shared by the job and the reference run; metrics go to `metrics`.
+  std::string RunConfigText(const std::string& metrics) const {
+    std::ostringstream t;
+    t << "[model]\nn_layer = 2\nn_embd = 64\nn_head = 4\nseq_len = 32\n"
+      << "[train]\nbatch_size = 60\nsteps = 1000000\nlog_every = 1000\n"
+      // A constant learning rate (the reference runs fewer steps than train.steps) and Adam's
+      // ε = 1e-6, at which summation order moves losses by far less than the tolerance
+      // (tests/parallel/test_util.h, TinyParityConfig).
+      << "[optim]\nschedule = \"constant\"\nlr = 3e-3\neps = 1e-6\n"
+      << "[data]\ndir = \"" << (dir_ / "data").string() << "\"\n"
+      << "[eval]\nevery = 0\n"
+      << "[metrics]\npath = \"" << metrics << "\"\n";
+    return t.str();
+  }
+
+  std::string JobFile() const {
+    const std::string path = (dir_ / "job.toml").string();
+    std::ofstream(path) << "[job]\nname = \"tiny\"\n[elastic]\ntp = 2\nmin_nodes = 1\n"
+                        << RunConfigText((dir_ / "metrics.jsonl").string())
+                        << "[ckpt]\ndir = \"" << (dir_ / "ckpt").string()
+                        << "\"\nevery = 5\nkeep = 100\nasync = true\n";
+    return path;
+  }
+
+  // Starts `nodes` daemons, submits the job and waits until it trained past a checkpoint on
+  // all of them (dp = nodes).
+  Json StartTraining(int nodes) {
+    for (int id = 1; id <= nodes; ++id) StartNode(id, 2);
+    WaitFor(1, "a view of all nodes", [nodes](const Json& s) {
+      return Members(s) == static_cast<size_t>(nodes);
+    });
+    ProcessOutcome submitted = Ctl({"submit", JobFile()});
+    EXPECT_EQ(submitted.exit_code, 0) << submitted.output;
+    const std::string dp = "dp=" + std::to_string(nodes) + ",";
+    return WaitFor(1, "training on every node past a checkpoint", [dp](const Json& s) {
+      return Step(s) >= 8 && Plan(s, 1).find(dp) != std::string::npos;
+    });
+  }
+
+  // Waits (polling daemon `via`) for a generation other than `before` whose plan has `dp` to
+  // train `steps` steps past its first one.
+  Json WaitForNewGeneration(const std::string& before, const std::string& dp, int via = 1,
+                            int64_t steps = 6) {
+    int64_t first = -1;
+    std::string generation;
+    return WaitFor(via, "a new generation with " + dp, [&](const Json& s) {
+      const std::string g = Generation(s);
+      if (g.empty() || g == before || Plan(s, via).find(dp) == std::string::npos) return false;
+      if (g != generation) {
+        generation = g;
+        first = Step(s);
+      }
+      return Step(s) >= first + steps;
+    });
+  }
+
+  // The (step, loss) lines of a metrics file in order; a line a killed rank 0 left half
+  // written is skipped.
+  static std::vector<StepLoss> ReadLosses(const std::filesystem::path& path) {
+    std::vector<StepLoss> out;
+    std::ifstream in(path);
+    for (std::string line; std::getline(in, line);) {
+      const Json j = Json::parse(line, nullptr, /*allow_exceptions=*/false);
+      if (j.is_discarded() || !j.is_object() || !j.contains("loss")) continue;
+      out.push_back({j["step"].get<int64_t>(), j["loss"].get<double>()});
+    }
+    return out;
+  }
+
+  // Stops the job, then checks the metrics against the reference run, the step sequence (with
+  // `planned`: consecutive from 1, nothing repeated) and every checkpoint.
+  void StopAndCheck(bool planned) {
+    ProcessOutcome stopped = Ctl({"stop"});
+    EXPECT_EQ(stopped.exit_code, 0) << stopped.output;
+    WaitFor(1, "no workers after ringctl stop", [](const Json& s) {
+      for (const Json& n : s["nodes"])
+        if (n.contains("workers") && !n["workers"].empty()) return false;
+      return true;
+    });
+    const std::vector<StepLoss> got = ReadLosses(dir_ / "metrics.jsonl");
+    ASSERT_FALSE(got.empty()) << Logs();
+    int64_t last = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const int64_t step = got[i].step;
+      EXPECT_LE(step, last + 1) << "step " << last + 1 << " was skipped (line " << i + 1 << ")";
+      if (planned) {
+        EXPECT_EQ(step, last + 1) << "step " << step << " repeated (line " << i + 1 << ")";
+      }
+      last = step;
+    }
+    int64_t max_step = 0;
+    for (const StepLoss& s : got) max_step = std::max(max_step, s.step);
+
+    // The reference: one process, no faults, the same config, max_step steps.
+    const std::string ref_config = (dir_ / "reference.toml").string();
+    std::ofstream(ref_config) << RunConfigText((dir_ / "reference.jsonl").string());
+    auto ref_run = RunProcess({RINGTRAIN_BIN, "train", "--config", ref_config, "--steps",
+                               std::to_string(max_step)},
+                              EnvironmentWithout({}), Deadline::AfterMs(300'000));
+    ASSERT_TRUE(ref_run.ok());
+    ASSERT_EQ(ref_run->exit_code, 0) << ref_run->output;
+    std::map<int64_t, double> reference;
+    for (const StepLoss& s : ReadLosses(dir_ / "reference.jsonl")) reference[s.step] = s.loss;
+    ASSERT_EQ(reference.size(), static_cast<size_t>(max_step));
+    double worst = 0;
+    for (const StepLoss& s : got) {
+      const double rel = std::abs(s.loss - reference[s.step]) / reference[s.step];
+      worst = std::max(worst, rel);
+      EXPECT_LE(rel, kTolerance) << "step " << s.step << ": " << s.loss << " vs reference "
+                                 << reference[s.step];
+    }
+    std::printf("%zu metrics lines up to step %lld; largest relative loss difference to the "
+                "single-process reference %.2e\n", got.size(), static_cast<long long>(max_step),
+                worst);
+
+    // Every committed checkpoint, as ringctl lists them, verifies.
+    ProcessOutcome listed = Ctl({"checkpoints", "--json"});
+    ASSERT_EQ(listed.exit_code, 0) << listed.output;
+    const Json list = Json::parse(listed.output, nullptr, false);
+    ASSERT_TRUE(list.is_object() && list.contains("checkpoints")) << listed.output;
+    ASSERT_FALSE(list["checkpoints"].empty());
+    for (const Json& c : list["checkpoints"]) {
+      EXPECT_GT(c["bytes"].get<int64_t>(), 0) << c.dump();
+      const std::string step = std::to_string(c["step"].get<int64_t>());
+      auto verified =
+          RunProcess({RINGCKPT_BIN, "verify", (dir_ / "ckpt").string(), "--step", step},
+                     EnvironmentWithout({}), Deadline::AfterMs(120'000));
+      ASSERT_TRUE(verified.ok());
+      EXPECT_EQ(verified->exit_code, 0) << "step " << step << ": " << verified->output;
+    }
+    std::printf("ringckpt verify passed on %zu checkpoint(s)\n", list["checkpoints"].size());
+  }
+
+  // For a planned change: the stop step daemon logs name, that the next generation's first
+  // metrics line follows it, and a recovery line with "steps lost 0" for `cause`.
+  void ExpectNothingLost(const std::string& cause) {
+    std::vector<std::string> lost;
+    for (int id = 1; id <= 5; ++id)
+      for (const std::string& line : LogLines(id, "recovery: " + cause))
+        lost.push_back(line.substr(line.find("recovery: ")));
+    ASSERT_FALSE(lost.empty()) << "no recovery line for " << cause << "\n" << Logs();
+    for (const std::string& line : lost) {
+      std::printf("%s\n", line.c_str());
+      EXPECT_NE(line.find("steps lost 0 "), std::string::npos) << line;
+    }
+  }
+
+  // Kills (SIGKILL) node `id` and waits until its workers are gone.
+  void KillNode(int id, const Json& status) {
+    const std::vector<pid_t> workers = WorkerPids(status, id);
+    ASSERT_TRUE(nodes_[id]->Signal(SIGKILL).ok());
+    for (pid_t pid : workers)
+      EXPECT_TRUE(ExitsWithin(pid, milliseconds(10'000))) << "worker " << pid << " outlived "
+                                                          << "node " << id;
+  }
+};
+
+TEST_F(FaultsTest, KillNineOfAWorker) {
+  Json s = StartTraining(kNodes);
+  const std::vector<pid_t> victims = WorkerPids(s, 2);
+  ASSERT_FALSE(victims.empty()) << s.dump(2);
+  const auto at = MonoClock::now();
+  ASSERT_EQ(::kill(victims[0], SIGKILL), 0);
+  s = WaitForNewGeneration(Generation(s), "dp=4,");
+  std::printf("kill -9 of a worker: %.2f s to 6 steps of generation %s\n",
+              std::chrono::duration<double>(MonoClock::now() - at).count(),
+              Generation(s).c_str());
+  EXPECT_EQ(Members(s), 4u) << "a worker death changes the epoch, not the view";
+  StopAndCheck(/*planned=*/false);
+}
+
+TEST_F(FaultsTest, KillNineOfADaemon) {
+  Json s = StartTraining(kNodes);
+  KillNode(3, s);
+  s = WaitForNewGeneration(Generation(s), "dp=3,");
+  EXPECT_EQ(Members(s), 3u);
+  StopAndCheck(/*planned=*/false);
+}
+
+TEST_F(FaultsTest, KillNineOfTheDaemonThatLedTheLastViewChange) {
+  Json s = StartTraining(kNodes);
+  KillNode(4, s);
+  s = WaitForNewGeneration(Generation(s), "dp=3,");
+  // The member whose own proposal installed the current view led the change.
+  const int64_t view = s["view"]["generation"].get<int64_t>();
+  int leader = 0;
+  for (const Json& n : s["nodes"])
+    if (n.value("led_view", int64_t{0}) == view) leader = n["node"].get<int>();
+  ASSERT_NE(leader, 0) << "no member says it led view " << view << ": " << s.dump(2);
+  std::printf("view %lld was led by node %d; killing it\n", static_cast<long long>(view), leader);
+  const int via = leader == 1 ? 2 : 1;
+  KillNode(leader, s);
+  s = WaitForNewGeneration(Generation(s), "dp=2,", via);
+  EXPECT_EQ(Members(s), 2u);
+  if (leader != 1) StopAndCheck(/*planned=*/false);
+}
+
+TEST_F(FaultsTest, SigstopOfADaemonForTenSeconds) {
+  Json s = StartTraining(kNodes);
+  const std::string before = Generation(s);
+  ASSERT_TRUE(nodes_[3]->Signal(SIGSTOP).ok());
+  s = WaitForNewGeneration(before, "dp=3,", 1, 3);
+  EXPECT_EQ(Members(s), 3u) << "a hung daemon leaves the view";
+  std::this_thread::sleep_for(milliseconds(10'000));
+  ASSERT_TRUE(nodes_[3]->Signal(SIGCONT).ok());
+  // It rejoins and the job grows back to 4 nodes after a planned stop.
+  s = WaitForNewGeneration(Generation(s), "dp=4,");
+  EXPECT_EQ(Members(s), 4u);
+  ExpectNothingLost("node(s) 3 joined");
+  StopAndCheck(/*planned=*/false);
+}
+
+TEST_F(FaultsTest, AFifthDaemonJoins) {
+  Json s = StartTraining(kNodes);
+  StartNode(5, 2);
+  s = WaitForNewGeneration(Generation(s), "dp=5,");
+  EXPECT_EQ(Members(s), 5u);
+  ExpectNothingLost("node(s) 5 joined");
+  StopAndCheck(/*planned=*/true);
+}
+
+TEST_F(FaultsTest, RingctlDrain) {
+  Json s = StartTraining(kNodes);
+  ProcessOutcome drained = Ctl({"drain", "2"}, 3);
+  ASSERT_EQ(drained.exit_code, 0) << drained.output;
+  s = WaitForNewGeneration(Generation(s), "dp=3,");
+  EXPECT_TRUE(WorkerPids(s, 2).empty());
+  ExpectNothingLost("ringctl drain node 2");
+  StopAndCheck(/*planned=*/true);
+}
+
+TEST_F(FaultsTest, SigtermOfADaemon) {
+  Json s = StartTraining(kNodes);
+  ASSERT_TRUE(nodes_[4]->Signal(SIGTERM).ok());
+  Result<ChildExit> exit = WaitExit(4, milliseconds(30'000));
+  ASSERT_TRUE(exit.ok()) << exit.status().ToString();
+  EXPECT_TRUE(exit->ok()) << exit->Describe();
+  EXPECT_FALSE(LogLines(4, "checkpoint of step").empty()) << Logs();
+  s = WaitForNewGeneration(Generation(s), "dp=3,");
+  EXPECT_EQ(Members(s), 3u);
+  ExpectNothingLost("view ");
+  StopAndCheck(/*planned=*/true);
+}
+
+TEST_F(FaultsTest, RingctlCheckpointSavesNowAndCheckpointsListsIt) {
+  Json s = StartTraining(kNodes);
+  ProcessOutcome saved = Ctl({"checkpoint"}, 2);
+  ASSERT_EQ(saved.exit_code, 0) << saved.output;
+  std::printf("%s", saved.output.c_str());
+  const size_t at = saved.output.find("step ");
+  ASSERT_NE(at, std::string::npos) << saved.output;
+  const int64_t step = std::atoll(saved.output.c_str() + at + 5);
+  s = WaitForNewGeneration(Generation(s), "dp=4,");
+  ProcessOutcome listed = Ctl({"checkpoints"}, 3);
+  ASSERT_EQ(listed.exit_code, 0) << listed.output;
+  std::printf("%s", listed.output.c_str());
+  EXPECT_NE(listed.output.find(" " + std::to_string(step) + " "), std::string::npos)
+      << "step " << step << " is not listed:\n" << listed.output;
+  ExpectNothingLost("ringctl checkpoint");
+  StopAndCheck(/*planned=*/true);
+}
+
+}  // namespace
+}  // namespace rt::daemon

@@ -1,0 +1,198 @@
+// A local cluster of real ringtraind processes on loopback for the daemon tests: a gtest fixture
+// that starts daemons (node 1 bootstraps, the others join through it), runs ringctl, polls the
+// cluster's status with a deadline, and kills what still runs at the end.
+#pragma once
+
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <gtest/gtest.h>
+
+#include "base/process.h"
+#include "base/subprocess.h"
+#include "daemon/control_api.h"
+#include "data/token_shard.h"
+#include "tests/parallel/test_util.h"
+
+namespace rt::daemon {
+
+namespace asio = boost::asio;
+
+// A loopback port that was free a moment ago.
+inline uint16_t FreePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+// True when `pid` (any process) exits within `timeout`, seen through a pidfd.
+inline bool ExitsWithin(pid_t pid, std::chrono::milliseconds timeout) {
+  const int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  if (fd < 0) return errno == ESRCH;
+  pollfd p{fd, POLLIN, 0};
+  const int rc = ::poll(&p, 1, static_cast<int>(timeout.count()));
+  ::close(fd);
+  return rc == 1;
+}
+
+// The fixture: a folder with token data (PatternTokens) and the daemons started in it.
+class LocalCluster : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("ringtraind_" + std::string(
+                                ::testing::UnitTest::GetInstance()->current_test_info()->name()) +
+            "_" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_ / "data");
+    auto tokens = rt::testing::PatternTokens(20000, 97, 3);
+    ASSERT_TRUE(WriteTokenShard((dir_ / "data/train_000.bin").string(), *tokens, 256).ok());
+    ASSERT_TRUE(WriteTokenShard((dir_ / "data/val.bin").string(), *tokens, 256).ok());
+  }
+  void TearDown() override {
+    nodes_.clear();  // kills what still runs (and, by PR_SET_PDEATHSIG, its workers)
+    if (!HasFailure()) std::filesystem::remove_all(dir_);
+  }
+
+  std::string Address(int id) const { return "127.0.0.1:" + std::to_string(ports_.at(id)); }
+
+  // Starts daemon `id` with `slots`; node 1 bootstraps, the others join through it.
+  void StartNode(int id, int slots) {
+    if (!ports_.count(id)) ports_[id] = FreePort();
+    const std::filesystem::path state = dir_ / ("node" + std::to_string(id));
+    std::filesystem::create_directories(state);
+    const std::string config = (state / "node.toml").string();
+    std::ofstream(config) << "[node]\nid = " << id << "\nlisten = \"" << Address(id)
+                          << "\"\nstate_dir = \"" << state.string() << "\"\nslots = " << slots
+                          << "\n[cluster]\nseeds = \"" << (id == 1 ? "" : Address(1))
+                          << "\"\n[worker]\nstop_grace_ms = 500\nenv = \"OMP_NUM_THREADS=1\"\n";
+    SpawnOptions o;
+    o.argv = {RINGTRAIND_BIN, "--config", config};
+    o.env = EnvironmentWithout({});
+    o.stdout_path = (state / "daemon.log").string();
+    auto child = ChildProcess::Spawn(io_.get_executor(), o);
+    ASSERT_TRUE(child.ok()) << child.status().ToString();
+    nodes_[id] = std::move(*child);
+  }
+
+  // ringctl with `args` through daemon `id`; returns its exit status and output.
+  ProcessOutcome Ctl(std::vector<std::string> args, int id = 1) {
+    std::vector<std::string> argv = {RINGCTL_BIN, "--daemon", Address(id), "--timeout-ms",
+                                     "60000"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    auto r = RunProcess(argv, EnvironmentWithout({}), Deadline::AfterMs(90'000));
+    EXPECT_TRUE(r.ok());
+    return r.ok() ? *r : ProcessOutcome{};
+  }
+
+  Result<Json> Status(int id) {
+    return CallJsonBlocking(Address(id), nullptr, kCtlStatus, Json::object(),
+                            Deadline::AfterMs(5'000));
+  }
+
+  // Polls daemon `id`'s status until `done` holds; returns the status that satisfied it.
+  Json WaitFor(int id, const std::string& what, std::function<bool(const Json&)> done,
+               std::chrono::milliseconds timeout = std::chrono::milliseconds(120'000)) {
+    const Deadline deadline = Deadline::After(timeout);
+    Json last;
+    while (!deadline.Expired()) {
+      Result<Json> s = Status(id);
+      if (s.ok()) {
+        last = *s;
+        if (done(last)) return last;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    ADD_FAILURE() << "timed out waiting for " << what << "; last status: " << last.dump(2)
+                  << "\n" << Logs();
+    return last;
+  }
+
+  // Waits (bounded by `timeout`) for daemon `id` to exit and returns how it ended.
+  Result<ChildExit> WaitExit(int id, std::chrono::milliseconds timeout) {
+    Result<ChildExit> exit = DeadlineExceeded("node " + std::to_string(id) + " still runs");
+    asio::co_spawn(
+        io_,
+        [&]() -> asio::awaitable<void> {
+          exit = co_await nodes_[id]->Wait(Deadline::After(timeout));
+        },
+        asio::detached);
+    io_.run();
+    io_.restart();
+    return exit;
+  }
+
+  // The tails of every log under the cluster's folder.
+  std::string Logs() {
+    std::string out;
+    for (auto& entry : std::filesystem::recursive_directory_iterator(dir_)) {
+      if (entry.path().extension() != ".log") continue;
+      std::ifstream in(entry.path());
+      std::string text((std::istreambuf_iterator<char>(in)), {});
+      if (text.size() > 3000) text = "..." + text.substr(text.size() - 3000);
+      out += "==> " + entry.path().string() + "\n" + text + "\n";
+    }
+    return out;
+  }
+
+  // Lines of daemon `id`'s log that contain `text`.
+  std::vector<std::string> LogLines(int id, const std::string& text) {
+    std::vector<std::string> lines;
+    std::ifstream log(dir_ / ("node" + std::to_string(id)) / "daemon.log");
+    for (std::string line; std::getline(log, line);)
+      if (line.find(text) != std::string::npos) lines.push_back(line);
+    return lines;
+  }
+
+  static size_t Members(const Json& s) { return s["view"]["members"].size(); }
+  static std::string Generation(const Json& s) {
+    return s.contains("progress") ? s["progress"]["generation"].get<std::string>() : "";
+  }
+  static int64_t Step(const Json& s) {
+    return s.contains("progress") ? s["progress"]["step"].get<int64_t>() : 0;
+  }
+  // The pids of node `id`'s workers in a status.
+  static std::vector<pid_t> WorkerPids(const Json& s, int id) {
+    std::vector<pid_t> pids;
+    for (const Json& n : s["nodes"])
+      if (n.value("node", 0) == id && n.contains("workers"))
+        for (const Json& w : n["workers"]) pids.push_back(w["pid"].get<pid_t>());
+    return pids;
+  }
+  // The plan that node `id` reports, "" when it did not answer.
+  static std::string Plan(const Json& s, int id) {
+    for (const Json& n : s["nodes"])
+      if (n.value("node", 0) == id && n.contains("plan")) return n["plan"].get<std::string>();
+    return "";
+  }
+
+  std::filesystem::path dir_;
+  boost::asio::io_context io_;
+  std::map<int, uint16_t> ports_;
+  std::map<int, std::unique_ptr<ChildProcess>> nodes_;
+};
+
+}  // namespace rt::daemon

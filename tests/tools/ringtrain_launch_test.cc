@@ -1,0 +1,180 @@
+// `ringtrain launch --nodes 3`: real daemons on loopback form one view that `ringctl status` sees;
+// with a job's workers running, SIGTERM to launch leaves no daemon and no worker behind.
+#include <poll.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <thread>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "base/process.h"
+#include "base/subprocess.h"
+#include "data/token_shard.h"
+#include "tests/parallel/test_util.h"
+
+namespace rt {
+namespace {
+
+namespace asio = boost::asio;
+namespace fs = std::filesystem;
+using Json = nlohmann::json;
+using std::chrono::milliseconds;
+
+std::string ReadFile(const fs::path& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), {});
+}
+
+// True when `pid` has exited (or is gone) within `timeout`, seen through a pidfd.
+bool ExitsWithin(pid_t pid, milliseconds timeout) {
+  const int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  if (fd < 0) return errno == ESRCH;
+  pollfd p{fd, POLLIN, 0};
+  const int rc = ::poll(&p, 1, static_cast<int>(timeout.count()));
+  ::close(fd);
+  return rc == 1;
+}
+
+// The pids of live (not zombie) processes whose command line mentions `text`.
+std::vector<pid_t> ProcessesMentioning(const std::string& text) {
+  std::vector<pid_t> found;
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string cmdline = ReadFile(entry.path() / "cmdline");
+    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+    const std::string stat = ReadFile(entry.path() / "stat");
+    const size_t state = stat.rfind(") ");
+    const bool zombie = state != std::string::npos && stat.compare(state + 2, 1, "Z") == 0;
+    if (!zombie && cmdline.find(text) != std::string::npos) found.push_back(std::stoi(name));
+  }
+  return found;
+}
+
+class LaunchTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("ringtrain_launch_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_ / "data");
+    auto tokens = rt::testing::PatternTokens(20000, 97, 3);
+    ASSERT_TRUE(WriteTokenShard((dir_ / "data/train_000.bin").string(), *tokens, 256).ok());
+    ASSERT_TRUE(WriteTokenShard((dir_ / "data/val.bin").string(), *tokens, 256).ok());
+  }
+  void TearDown() override {
+    launch_.reset();  // SIGKILL if still running; its daemons die by PR_SET_PDEATHSIG
+    fs::remove_all(dir_);
+  }
+
+  // ringctl against the launched cluster; returns how it ended and what it printed.
+  ProcessOutcome Ctl(const std::vector<std::string>& args) {
+    std::vector<std::string> argv = {RINGCTL_BIN, "--daemon", address_, "--secret-file",
+                                     (dir_ / "cluster/secret").string()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    auto r = RunProcess(argv, EnvironmentWithout({}), Deadline::AfterMs(60'000));
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? *r : ProcessOutcome{};
+  }
+
+  Json StatusJson() {
+    ProcessOutcome r = Ctl({"status", "--json"});
+    if (r.exit_code != 0) return Json();
+    return Json::parse(r.output, nullptr, /*allow_exceptions=*/false);
+  }
+
+  fs::path dir_;
+  asio::io_context io_;
+  std::unique_ptr<ChildProcess> launch_;
+  std::string address_;
+};
+
+TEST_F(LaunchTest, ThreeNodesFormOneViewAndSigtermLeavesNoProcess) {
+  const fs::path out = dir_ / "launch.out";
+  SpawnOptions spawn;
+  spawn.argv = {RINGTRAIN_BIN, "launch", "--nodes", "3", "--dir", (dir_ / "cluster").string(),
+                "--timeout-s", "120"};
+  spawn.env = EnvironmentWithout({});
+  spawn.stdout_path = out.string();
+  auto child = ChildProcess::Spawn(io_.get_executor(), spawn);
+  ASSERT_TRUE(child.ok()) << child.status().ToString();
+  launch_ = std::move(*child);
+
+  // launch prints how to talk to the cluster once the view has formed.
+  const Deadline ready = Deadline::AfterMs(150'000);
+  std::string text;
+  while (!ready.Expired() && text.find("talk to it:") == std::string::npos) {
+    std::this_thread::sleep_for(milliseconds(100));
+    text = ReadFile(out);
+  }
+  ASSERT_NE(text.find("talk to it:"), std::string::npos) << text;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(text, m, std::regex("--daemon (127\\.0\\.0\\.1:[0-9]+)"))) << text;
+  address_ = m[1];
+  std::vector<pid_t> daemons;
+  const std::regex node_line("node ([0-9]+)  pid ([0-9]+)");
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), node_line);
+       it != std::sregex_iterator(); ++it)
+    daemons.push_back(std::stoi((*it)[2]));
+  ASSERT_EQ(daemons.size(), 3u) << text;
+
+  ProcessOutcome status = Ctl({"status"});
+  ASSERT_EQ(status.exit_code, 0) << status.output;
+  EXPECT_NE(status.output.find("members 1,2,3"), std::string::npos) << status.output;
+
+  // A job, so that workers run too when launch is stopped.
+  const std::string job = (dir_ / "job.toml").string();
+  std::ofstream(job) << "[job]\nname = \"tiny\"\n[elastic]\nmin_nodes = 1\n"
+                     << "[model]\nn_layer = 2\nn_embd = 64\nn_head = 4\nseq_len = 32\n"
+                     << "[train]\nbatch_size = 6\nsteps = 1000000\nlog_every = 1000\n"
+                     << "[data]\ndir = \"" << (dir_ / "data").string() << "\"\n[eval]\nevery = 0\n";
+  ProcessOutcome submitted = Ctl({"submit", job});
+  ASSERT_EQ(submitted.exit_code, 0) << submitted.output;
+  std::vector<pid_t> workers;
+  const Deadline training = Deadline::AfterMs(120'000);
+  Json s;
+  while (!training.Expired()) {
+    s = StatusJson();
+    workers.clear();
+    if (s.is_object() && s.contains("nodes"))
+      for (const Json& n : s["nodes"])
+        if (n.contains("workers"))
+          for (const Json& w : n["workers"]) workers.push_back(w["pid"].get<pid_t>());
+    if (workers.size() == 3 && s.contains("progress") && s["progress"]["step"] >= 1) break;
+    std::this_thread::sleep_for(milliseconds(200));
+  }
+  ASSERT_EQ(workers.size(), 3u) << s.dump(2);
+  ASSERT_EQ(s["view"]["members"].size(), 3u) << s.dump(2);
+
+  ASSERT_TRUE(launch_->Signal(SIGTERM).ok());
+  Result<ChildExit> exit = DeadlineExceeded("not waited");
+  asio::co_spawn(io_, [&]() -> asio::awaitable<void> {
+    exit = co_await launch_->Wait(Deadline::AfterMs(90'000));
+  }, asio::detached);
+  io_.run();
+  ASSERT_TRUE(exit.ok()) << exit.status().ToString() << "\n" << ReadFile(out);
+  EXPECT_TRUE(exit->ok()) << exit->Describe() << "\n" << ReadFile(out);
+  EXPECT_NE(ReadFile(out).find("every daemon stopped"), std::string::npos) << ReadFile(out);
+  for (pid_t pid : daemons) EXPECT_TRUE(ExitsWithin(pid, milliseconds(5'000))) << "daemon " << pid;
+  for (pid_t pid : workers) EXPECT_TRUE(ExitsWithin(pid, milliseconds(5'000))) << "worker " << pid;
+  EXPECT_TRUE(ProcessesMentioning(dir_.string()).empty());
+}
+
+TEST_F(LaunchTest, BadArgumentsAreRefused) {
+  auto r = RunProcess({RINGTRAIN_BIN, "launch", "--nodes", "0"}, EnvironmentWithout({}),
+                      Deadline::AfterMs(30'000));
+  ASSERT_TRUE(r.ok());
+  EXPECT_NE(r->exit_code, 0);
+  EXPECT_NE(r->output.find("--nodes"), std::string::npos) << r->output;
+}
+
+}  // namespace
+}  // namespace rt

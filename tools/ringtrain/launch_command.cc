@@ -1,0 +1,107 @@
+// `ringtrain launch`: a local cluster of N `ringtraind` on loopback for trying the product by
+// hand (tools/ringtrain/local_cluster.h). Runs until Ctrl-C or SIGTERM, then stops every daemon.
+#include <stdlib.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <thread>
+
+#include "tools/ringtrain/commands.h"
+#include "tools/ringtrain/local_cluster.h"
+
+namespace rt::cli {
+namespace {
+
+struct LaunchOptions {
+  int nodes = 3;
+  int slots = 1;
+  std::string dir;
+  int base_port = 0;
+  int timeout_s = 60;
+};
+
+// The member ids of a status, "1,2,3".
+std::string MemberList(const nlohmann::json& status) {
+  std::string ids;
+  for (const auto& m : status["view"]["members"]) ids += (ids.empty() ? "" : ",") + m["id"].dump();
+  return ids;
+}
+
+Status RunLaunch(const LaunchOptions& opt) {
+  InstallStopSignalHandlers();
+  LocalClusterOptions options;
+  options.nodes = opt.nodes;
+  options.slots = opt.slots;
+  options.base_port = static_cast<uint16_t>(opt.base_port);
+  options.dir = opt.dir;
+  bool temporary = false;
+  if (options.dir.empty()) {
+    std::string pattern = (std::filesystem::temp_directory_path() / "ringtrain-launch-XXXXXX");
+    if (::mkdtemp(pattern.data()) == nullptr) return ErrnoStatus(errno, "mkdtemp " + pattern);
+    options.dir = pattern;
+    temporary = true;
+  }
+  ASSIGN_OR_RETURN(options.daemon_binary, FindTool("ringtraind"));
+  ASSIGN_OR_RETURN(const std::string ringctl, FindTool("ringctl"));
+
+  const auto started = std::chrono::steady_clock::now();
+  ASSIGN_OR_RETURN(std::unique_ptr<LocalCluster> cluster, LocalCluster::Start(options));
+  Result<nlohmann::json> view = cluster->WaitFor(
+      "a view of " + std::to_string(opt.nodes) + " members",
+      [&](const nlohmann::json& s) {
+        return s["view"]["members"].size() == static_cast<size_t>(opt.nodes);
+      },
+      Deadline::AfterMs(opt.timeout_s * 1000LL), StopRequested);
+  Status status = view.ok() ? Status() : view.status();
+  if (status.ok()) {
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    std::printf("ringtrain launch: %d daemons (%d slot(s) each) formed view generation %s "
+                "(members %s) in %.1f s; state in %s\n",
+                opt.nodes, opt.slots, (*view)["view"]["generation"].dump().c_str(),
+                MemberList(*view).c_str(), seconds, options.dir.c_str());
+    for (int id : cluster->RunningNodes())
+      std::printf("  node %d  pid %d  %s  log %s\n", id, static_cast<int>(cluster->DaemonPid(id)),
+                  cluster->Address(id).c_str(), cluster->LogPath(id).c_str());
+    std::printf("talk to it:  %s --daemon %s --secret-file %s status\n"
+                "submit a job: ... submit JOB.toml (see docs/daemon.md)\n"
+                "Ctrl-C or SIGTERM stops every daemon.\n",
+                ringctl.c_str(), cluster->Address(1).c_str(), cluster->SecretFile().c_str());
+    std::fflush(stdout);
+    while (!StopRequested()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::printf("ringtrain launch: stopping %zu daemons\n", cluster->RunningNodes().size());
+    std::fflush(stdout);
+  }
+  Status stopped = cluster->Stop(Deadline::AfterMs(30'000));
+  if (stopped.ok()) std::printf("ringtrain launch: every daemon stopped\n");
+  if (temporary && status.ok() && stopped.ok()) std::filesystem::remove_all(options.dir);
+  return status.ok() ? stopped : status;
+}
+
+}  // namespace
+
+void AddLaunchCommand(CLI::App& app, Action* action) {
+  CLI::App* launch = app.add_subcommand(
+      "launch", "Start a local cluster of ringtraind daemons on loopback until Ctrl-C");
+  auto o = std::make_shared<LaunchOptions>();
+  launch->add_option("--nodes", o->nodes, "daemons (node ids 1..N)")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  launch->add_option("--slots", o->slots, "worker slots (CPU ranks) per daemon")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  launch->add_option("--dir", o->dir,
+                     "state folder (node.toml files, secret, logs); default: a new temporary "
+                     "folder, removed after a clean stop");
+  launch->add_option("--base-port", o->base_port,
+                     "node i listens on 127.0.0.1:(P+i-1); default: free ports")
+      ->check(CLI::Range(1, 65535));
+  launch->add_option("--timeout-s", o->timeout_s, "how long to wait for the view to form")
+      ->check(CLI::Range(1, 3600))
+      ->capture_default_str();
+  launch->callback([=] { *action = [=] { return RunLaunch(*o); }; });
+}
+
+}  // namespace rt::cli
