@@ -78,6 +78,17 @@ GptTensors ViewGptTensors(const ModelConfig& c, const Arena& arena) {
 
 bool IsDecayed(const Tensor& t) { return t.ndim() == 2; }
 
+Status CheckTokenRange(std::span<const int32_t> tokens, std::span<const int32_t> targets,
+                       int32_t vocab_size) {
+  for (const auto& [ids, kind] : {std::pair(tokens, "token"), std::pair(targets, "target")})
+    for (size_t i = 0; i < ids.size(); ++i)
+      if (ids[i] < 0 || ids[i] >= vocab_size)
+        return InvalidArgument(std::string(kind) + " " + std::to_string(ids[i]) + " at position " +
+                               std::to_string(i) + " is outside the vocabulary of " +
+                               std::to_string(vocab_size));
+  return Status();
+}
+
 Result<std::unique_ptr<Gpt>> Gpt::Create(const ModelConfig& config, Precision precision,
                                          int max_batch, bool recompute, Device device) {
   if (config.n_layer < 1 || config.n_embd < 1 || config.n_head < 1 || config.seq_len < 1 ||
@@ -179,16 +190,7 @@ Result<double> Gpt::Forward(std::span<const int32_t> tokens, std::span<const int
   if (tokens.size() != n || (!targets.empty() && targets.size() != n))
     return InvalidArgument("GPT forward: expected " + std::to_string(n) + " tokens and targets");
   const int32_t V = config_.vocab_size;
-  for (size_t i = 0; i < n; ++i) {
-    if (tokens[i] < 0 || tokens[i] >= V)
-      return InvalidArgument("token " + std::to_string(tokens[i]) + " at position " +
-                             std::to_string(i) + " is outside the vocabulary of " +
-                             std::to_string(V));
-    if (!targets.empty() && (targets[i] < 0 || targets[i] >= V))
-      return InvalidArgument("target " + std::to_string(targets[i]) + " at position " +
-                             std::to_string(i) + " is outside the vocabulary of " +
-                             std::to_string(V));
-  }
+  RETURN_IF_ERROR(CheckTokenRange(tokens, targets, V));
   B_ = B;
   T_ = T;
   const int64_t C = config_.n_embd;

@@ -42,6 +42,10 @@ void AddGptTensors(const ModelConfig& config, DType dtype, Arena* arena);
 GptTensors ViewGptTensors(const ModelConfig& config, const Arena& arena);
 // True for the tensors AdamW decays: the 2-D weights (embeddings and Linear weights).
 bool IsDecayed(const Tensor& t);
+// Checks every token and target (either may be empty) against the vocabulary. Errors:
+// InvalidArgument naming the first one outside [0, vocab_size) and its position.
+Status CheckTokenRange(std::span<const int32_t> tokens, std::span<const int32_t> targets,
+                       int32_t vocab_size);
 
 // The model: parameters, gradients and activations for up to (max_batch, seq_len), all on one
 // device; tokens, targets and losses cross to and from the host in Forward. Not thread-safe (on

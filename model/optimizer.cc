@@ -57,18 +57,24 @@ Result<double> AdamWOptimizer::GradSumOfSquares() const {
   return sum;
 }
 
-Status AdamWOptimizer::Update(double lr, float grad_scale, int64_t step) {
+AdamWParams AdamWUpdateParams(const OptimConfig& config, double lr, float grad_scale,
+                              int64_t step, bool decayed) {
   AdamWParams hp;
   hp.lr = static_cast<float>(lr);
-  hp.beta1 = static_cast<float>(config_.beta1);
-  hp.beta2 = static_cast<float>(config_.beta2);
-  hp.eps = static_cast<float>(config_.eps);
+  hp.beta1 = static_cast<float>(config.beta1);
+  hp.beta2 = static_cast<float>(config.beta2);
+  hp.eps = static_cast<float>(config.eps);
+  hp.weight_decay = decayed ? static_cast<float>(config.weight_decay) : 0.0f;
   hp.grad_scale = grad_scale;
   hp.step = step;
+  return hp;
+}
+
+Status AdamWOptimizer::Update(double lr, float grad_scale, int64_t step) {
   const Arena& master_arena = master();
   for (int i = 0; i < master_arena.size(); ++i) {
     const Tensor param = master_arena.Get(i);
-    hp.weight_decay = IsDecayed(param) ? static_cast<float>(config_.weight_decay) : 0.0f;
+    const AdamWParams hp = AdamWUpdateParams(config_, lr, grad_scale, step, IsDecayed(param));
     RETURN_IF_ERROR(rt::AdamW(param, grads_->Get(i), m_.Get(i), v_.Get(i),
                               has_master_ ? params_->Get(i) : Tensor(), hp)
                         .WithContext("AdamW on '" + master_arena.name(i) + "'"));

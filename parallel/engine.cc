@@ -8,6 +8,7 @@
 #include "kernels/ops.h"
 #include "model/gpt.h"
 #include "model/optimizer.h"
+#include "parallel/step_policy.h"
 
 namespace rt::parallel {
 
@@ -358,10 +359,12 @@ Status DistTrainer::Forward(int chunk, int micro) {
   }
   if (ck.has_head) {
     const size_t lnf = stage_.has_embedding ? 1 : 0;
+    const float dloss =
+        evaluating_ ? 0.0f : LossGradientScale(state_, config_.train.batch_size, T);
     ASSIGN_OR_RETURN(double loss, runner->HeadForward(slot, View(rest, rest_t[lnf]),
                                                        View(rest, rest_t[lnf + 1]),
                                                        View(wte, stage_.units[0].tensors[0]),
-                                                       evaluating_ ? 0.0f : static_cast<float>(state_.loss_scale / (static_cast<double>(config_.train.batch_size) * T))));
+                                                       dloss));
     loss_sum_ += loss;
   }
   for (int u = 0; u < aux; ++u) ReleaseParams(u);
@@ -559,11 +562,8 @@ Result<StepStats> DistTrainer::RunStep() {
   stats.lr = LearningRate(config_.optim, state_.step, state_.schedule_steps);
   stats.tokens = static_cast<int64_t>(B) * T;
   loader_->Next(inputs_, targets_);
-  const int32_t V = config_.model.vocab_size;
-  for (size_t i = 0; i < inputs_.size(); ++i)
-    if (inputs_[i] < 0 || inputs_[i] >= V || targets_[i] < 0 || targets_[i] >= V)
-      return InvalidArgument("token at position " + std::to_string(i) +
-                             " of the batch is outside the vocabulary of " + std::to_string(V));
+  RETURN_IF_ERROR(CheckTokenRange(inputs_, targets_, config_.model.vocab_size)
+                      .WithContext("training batch"));
   stats.loss_scale = state_.loss_scale;
   promoted_.assign(promoted_.size(), false);
   loss_sum_ = 0;
@@ -703,10 +703,8 @@ Result<double> DistTrainer::Evaluate(std::shared_ptr<const std::vector<uint16_t>
   Status status;
   for (int b = 0; b < batches && status.ok(); ++b) {
     loader.Next(inputs_, targets_);
-    const int32_t V = config_.model.vocab_size;
-    for (size_t i = 0; i < inputs_.size() && status.ok(); ++i)
-      if (inputs_[i] < 0 || inputs_[i] >= V || targets_[i] < 0 || targets_[i] >= V)
-        status = InvalidArgument("evaluation token outside the vocabulary of " + std::to_string(V));
+    status = CheckTokenRange(inputs_, targets_, config_.model.vocab_size)
+                 .WithContext("evaluation batch");
     loss_sum_ = 0;
     // The schedule's forwards in its order (the order the neighbours send and receive in).
     for (const PipelineOp& op : ops_)
@@ -734,30 +732,10 @@ Result<double> DistTrainer::Evaluate(std::shared_ptr<const std::vector<uint16_t>
 }
 
 Status DistTrainer::OptimizerStep(double sumsq, StepStats* stats) {
-  // As Trainer::Step: fp16 halves the loss scale on overflow and doubles it after
-  // loss_scale_window clean steps; gradients are unscaled inside AdamW.
-  const bool fp16 = precision_ == Precision::kFp16;
-  if (!std::isfinite(sumsq)) {
-    stats->skipped = true;
-    stats->grad_norm = INFINITY;
-    if (fp16) {
-      state_.loss_scale = std::max(1.0, state_.loss_scale / 2);
-      state_.clean_steps = 0;
-    }
-    return Status();
-  }
-  stats->grad_norm = std::sqrt(sumsq) / state_.loss_scale;
-  double clip = 1.0;
-  if (config_.optim.grad_clip > 0 && stats->grad_norm > config_.optim.grad_clip)
-    clip = config_.optim.grad_clip / stats->grad_norm;
-  ++state_.adam_step;
-  AdamWParams hp;
-  hp.lr = static_cast<float>(stats->lr);
-  hp.beta1 = static_cast<float>(config_.optim.beta1);
-  hp.beta2 = static_cast<float>(config_.optim.beta2);
-  hp.eps = static_cast<float>(config_.optim.eps);
-  hp.grad_scale = static_cast<float>(clip / state_.loss_scale);
-  hp.step = state_.adam_step;
+  // The step policy is Trainer::Step's (step_policy.h); gradients are unscaled inside AdamW.
+  const std::optional<float> grad_scale = PlanUpdate(
+      config_.optim, config_.train, precision_ == Precision::kFp16, sumsq, &state_, stats);
+  if (!grad_scale) return Status();
   float* p = params_.View(DType::kF32, Shape{1}).data_as<float>();
   float* g = grads_.View(DType::kF32, Shape{1}).data_as<float>();
   float* m = m_.View(DType::kF32, Shape{1}).data_as<float>();
@@ -766,7 +744,8 @@ Status DistTrainer::OptimizerStep(double sumsq, StepStats* stats) {
   const int zero = layout_.zero;
   for (const Piece& pc : ownership_.update) {
     const StageTensor& t = stage_.tensors[static_cast<size_t>(pc.tensor)];
-    hp.weight_decay = t.decayed ? static_cast<float>(config_.optim.weight_decay) : 0.0f;
+    const AdamWParams hp =
+        AdamWUpdateParams(config_.optim, stats->lr, *grad_scale, state_.adam_step, t.decayed);
     RETURN_IF_ERROR(rt::AdamW(F32((zero < 3 ? p + pc.flat : p + pc.own), pc.count),
                               F32((zero < 2 ? g + pc.flat : g + pc.own), pc.count),
                               F32(m + pc.own, pc.count), F32(v + pc.own, pc.count),
@@ -793,10 +772,6 @@ Status DistTrainer::OptimizerStep(double sumsq, StepStats* stats) {
     if (lp())
       RETURN_IF_ERROR(
           Convert(Tensor(work, dt_, Shape{stage_.total}, device_), F32(p, stage_.total)));
-  }
-  if (fp16 && ++state_.clean_steps >= config_.train.loss_scale_window) {
-    state_.loss_scale *= 2;
-    state_.clean_steps = 0;
   }
   return Status();
 }

@@ -2,11 +2,11 @@
 // (embedding, each block, the head), so the engine can gather ZeRO-3 parameters before a piece,
 // reduce a block's gradients as soon as its backward is done, and send activations between
 // stages. Activations live in `slots` independent sets (one per micro-batch in flight); the
-// backward scratch is shared. The math is the single-process model's: model/block.h's
-// BlockForward/BlockBackward and the same loss path; with tensor parallelism the Megatron
-// collectives of tensor_parallel.h and local activation widths. Activations are in the compute dtype
-// (fp32, bf16 or fp16) except the f32 statistics, as in the single-process model. Not
-// thread-safe.
+// backward scratch is shared. The math is the single-process model's own functions
+// (model/block.h's blocks, model/pieces.h's embedding and head), with tensor parallelism given
+// the Megatron collectives of tensor_parallel.h and local activation widths; only the
+// vocabulary-parallel loss is this file's. Activations are in the compute dtype (fp32, bf16 or
+// fp16) except the f32 statistics, as in the single-process model. Not thread-safe.
 #pragma once
 
 #include <memory>

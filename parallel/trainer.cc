@@ -7,6 +7,7 @@
 #include "kernels/ops.h"
 #include "model/weights.h"
 #include "parallel/shard_plan.h"
+#include "parallel/step_policy.h"
 
 namespace rt {
 
@@ -150,7 +151,7 @@ Result<StepStats> Trainer::Step() {
 
   loader_->Next(inputs_, targets_);
   RETURN_IF_ERROR(model_->ZeroGrads());
-  const float dloss = static_cast<float>(state_.loss_scale / (static_cast<double>(B) * T));
+  const float dloss = LossGradientScale(state_, B, T);
   double loss_sum = 0;
   const size_t chunk = static_cast<size_t>(rows) * T;
   for (int m = 0; m < micro; ++m) {
@@ -166,27 +167,10 @@ Result<StepStats> Trainer::Step() {
   }
 
   ASSIGN_OR_RETURN(double sumsq, optimizer_->GradSumOfSquares());
-  const bool fp16 = model_->precision() == Precision::kFp16;
-  if (!std::isfinite(sumsq)) {
-    stats.skipped = true;
-    stats.grad_norm = INFINITY;
-    if (fp16) {
-      state_.loss_scale = std::max(1.0, state_.loss_scale / 2);
-      state_.clean_steps = 0;
-    }
-  } else {
-    stats.grad_norm = std::sqrt(sumsq) / state_.loss_scale;
-    double clip = 1.0;
-    if (config_.optim.grad_clip > 0 && stats.grad_norm > config_.optim.grad_clip)
-      clip = config_.optim.grad_clip / stats.grad_norm;
-    ++state_.adam_step;
-    RETURN_IF_ERROR(optimizer_->Update(stats.lr, static_cast<float>(clip / state_.loss_scale),
-                                       state_.adam_step));
-    if (fp16 && ++state_.clean_steps >= config_.train.loss_scale_window) {
-      state_.loss_scale *= 2;
-      state_.clean_steps = 0;
-    }
-  }
+  const std::optional<float> grad_scale =
+      PlanUpdate(config_.optim, config_.train, model_->precision() == Precision::kFp16, sumsq,
+                 &state_, &stats);
+  if (grad_scale) RETURN_IF_ERROR(optimizer_->Update(stats.lr, *grad_scale, state_.adam_step));
   ++state_.step;
   state_.tokens_seen += stats.tokens;
   state_.loader = loader_->state();

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <future>
 #include <thread>
 
 #include "base/log.h"
@@ -167,6 +168,31 @@ class Campaign {
     AwaitRecovery(f, at, true);
   }
 
+  // The member whose own proposal installed the current view (status `led_view`); else the
+  // newest leader still alive, else the ring predecessor of the daemon killed last (the member
+  // that watched it). Says in `f.note` which.
+  int Leader(const Json& s, const std::vector<int>& members, FaultRecord& f) {
+    const int64_t view = s.contains("view") ? s["view"].value("generation", int64_t{0}) : 0;
+    int leader = 0;
+    int64_t led = 0;
+    for (const Json& n : s.value("nodes", Json::array()))
+      if (n.value("led_view", int64_t{0}) > led) {
+        led = n.value("led_view", int64_t{0});
+        leader = n.value("node", 0);
+      }
+    if (leader != 0) {
+      if (led != view)
+        f.note += "led view " + std::to_string(led) + ", not the current " +
+                  std::to_string(view) + " (its leader restarted since); ";
+      return leader;
+    }
+    int id = members.back();
+    for (int m : members)
+      if (m < last_killed_) id = m;
+    f.note += "no member reports led_view: the ring predecessor of the last killed; ";
+    return id;
+  }
+
   void Inject(FaultKind kind, const Json& s) {
     FaultRecord f;
     f.kind = kind;
@@ -180,15 +206,9 @@ class Campaign {
         KillWorker(f, s, -1);
         break;
       case FaultKind::kKillDaemon:
-      case FaultKind::kKillDetector: {
+      case FaultKind::kKillLeader: {
         int id = members[schedule_.Pick(members.size())];
-        if (kind == FaultKind::kKillDetector) {
-          // The ring predecessor of the last killed daemon: the member that watched it.
-          id = members.back();
-          for (int m : members)
-            if (m < last_killed_) id = m;
-          if (last_killed_ == 0) f.note += "no daemon killed yet: a random one; ";
-        }
+        if (kind == FaultKind::kKillLeader) id = Leader(s, members, f);
         f.target = "daemon " + std::to_string(id);
         KillDaemons(f, {id});
         break;
@@ -260,10 +280,24 @@ class Campaign {
         Status freed = FreeDisk(ckpt_dir_ + "/..");
         if (!st.ok() || !freed.ok())
           f.note += st.ToString() + "; " + freed.ToString() + "; ";
+        // Recovered when a checkpoint newer than any before the fill commits: saving works
+        // again (the job may have restarted meanwhile; the note says so).
+        const MonoTime freed_at = MonoClock::now();
+        const int64_t before = std::max(f.committed_before, NewestIntact(ckpt_dir_,
+                                                                         r_->corrupted));
+        const Deadline deadline = Deadline::AfterMs(o_.hang_limit_ms);
+        while (NewestIntact(ckpt_dir_, r_->corrupted) <= before && !deadline.Expired())
+          SleepMs(50);
+        if (NewestIntact(ckpt_dir_, r_->corrupted) <= before) {
+          f.hang = true;
+          f.note += "no checkpoint committed after the disk was freed; ";
+        } else {
+          f.recovery_s = Since(freed_at);
+        }
         Result<Json> now = cluster_.ClusterStatus(Deadline::AfterMs(10'000));
-        if (now.ok() && Observer::Generation(*now) != f.gen_before)
-          f.note += "the job restarted in generation " + Observer::Generation(*now) + "; ";
-        AwaitRecovery(f, MonoClock::now(), false);
+        if (now.ok()) f.gen_after = Observer::Generation(*now);
+        if (f.gen_after != f.gen_before)
+          f.note += "the job restarted (generation " + f.gen_after + "); ";
         break;
       }
       case FaultKind::kFlipByte: {
@@ -280,10 +314,16 @@ class Campaign {
           break;
         }
         r_->corrupted.insert(step);
+        f.corrupted_step = step;
         f.target = *flipped + ", then kill ";
-        Result<ProcessOutcome> v =
-            RunProcess({o_.ringckpt, "verify", ckpt_dir_, "--step", std::to_string(step)},
-                       EnvironmentWithout({"RINGTRAIN_FAULTS"}), Deadline::AfterMs(120'000));
+        f.committed_before = NewestIntact(ckpt_dir_, r_->corrupted);
+        // Verified while the kill's recovery runs: before newer saves can retire the step.
+        std::future<Result<ProcessOutcome>> verify = std::async(std::launch::async, [&] {
+          return RunProcess({o_.ringckpt, "verify", ckpt_dir_, "--step", std::to_string(step)},
+                            EnvironmentWithout({"RINGTRAIN_FAULTS"}), Deadline::AfterMs(120'000));
+        });
+        KillWorker(f, s, -1);
+        Result<ProcessOutcome> v = verify.get();
         if (v.ok() && v->exited && v->exit_code == 1) {
           ++r_->flips_detected;
           f.note += "ringckpt verify refused it; ";
@@ -292,8 +332,6 @@ class Campaign {
           f.note += "ringckpt verify did not refuse it: " +
                     (v.ok() ? v->Describe() + " " + v->output : v.status().ToString()) + "; ";
         }
-        f.committed_before = NewestIntact(ckpt_dir_, r_->corrupted);
-        KillWorker(f, s, -1);
         break;
       }
     }

@@ -53,6 +53,7 @@ struct FaultRecord {
   double recovery_s = -1;         // injection (or SIGCONT / freed disk) → progress; -1 = none
   bool hang = false;              // no progress within hang_limit_ms
   double rejoin_s = -1;           // restart of killed daemons → full cluster training again
+  int64_t corrupted_step = -1;    // flip-byte: the committed step it corrupted
   std::string note;               // what else was seen
 };
 

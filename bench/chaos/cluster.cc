@@ -8,8 +8,6 @@
 #include <filesystem>
 #include <fstream>
 
-#include "base/subprocess.h"
-
 namespace rt::chaos {
 namespace {
 
@@ -29,14 +27,6 @@ Result<uint16_t> FreePort() {
   return ntohs(a.sin_port);
 }
 
-// The state letter of /proc/PID/stat ('Z' for a zombie), or 0 when the process is gone.
-char ProcessState(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(in)), {});
-  const size_t paren = text.rfind(')');
-  return paren == std::string::npos || paren + 2 >= text.size() ? 0 : text[paren + 2];
-}
-
 }  // namespace
 
 Result<std::unique_ptr<LocalCluster>> LocalCluster::Create(ClusterOptions options) {
@@ -46,7 +36,8 @@ Result<std::unique_ptr<LocalCluster>> LocalCluster::Create(ClusterOptions option
     ASSIGN_OR_RETURN(cluster->ports_[id], FreePort());
     std::error_code ec;
     std::filesystem::create_directories(cluster->StateDir(id), ec);
-    if (ec) return Status(StatusCode::kIoError, "create " + cluster->StateDir(id) + ": " + ec.message());
+    if (ec)
+      return Status(StatusCode::kIoError, "create " + cluster->StateDir(id) + ": " + ec.message());
   }
   return cluster;
 }
@@ -85,14 +76,14 @@ Status LocalCluster::Start(int id) {
   o.env = EnvironmentWithout({"RINGTRAIN_FAULTS"});
   o.env.insert(o.env.end(), options_.env.begin(), options_.env.end());
   o.stdout_path = state + "/daemon.log";
-  ASSIGN_OR_RETURN(daemons_[id], ChildProcess::Spawn(io_.get_executor(), o));
+  ASSIGN_OR_RETURN(daemons_[id], SyncChild::Start(o));
   return Status();
 }
 
 Status LocalCluster::Kill(int id) {
   if (!Running(id)) return FailedPrecondition("daemon " + std::to_string(id) + " does not run");
-  RETURN_IF_ERROR(daemons_[id]->Signal(SIGKILL));
-  daemons_.erase(id);  // reaps it
+  (void)daemons_[id]->Kill();  // SIGKILL to its group, then reaps it
+  daemons_.erase(id);
   paused_.erase(id);
   return Status();
 }
@@ -108,17 +99,15 @@ Status LocalCluster::Pause(int id, bool stop) {
   return Status();
 }
 
-bool LocalCluster::Running(int id) const {
+bool LocalCluster::Running(int id) {
   auto it = daemons_.find(id);
-  if (it == daemons_.end()) return false;
-  const char state = ProcessState(it->second->pid());
-  return state != 0 && state != 'Z';
+  return it != daemons_.end() && !it->second->WaitExit(Deadline::AfterMs(0)).has_value();
 }
 
 std::vector<int> LocalCluster::TakeUnexpectedExits() {
   std::vector<int> gone;
   for (auto& [id, child] : daemons_)
-    if (!Running(id)) gone.push_back(id);
+    if (child->WaitExit(Deadline::AfterMs(0)).has_value()) gone.push_back(id);
   for (int id : gone) {
     daemons_.erase(id);
     paused_.erase(id);
@@ -126,10 +115,11 @@ std::vector<int> LocalCluster::TakeUnexpectedExits() {
   return gone;
 }
 
-std::vector<int> LocalCluster::Responsive() const {
+std::vector<int> LocalCluster::Responsive() {
   std::vector<int> ids;
   for (const auto& [id, child] : daemons_)
-    if (Running(id) && !paused_.contains(id)) ids.push_back(id);
+    if (!child->WaitExit(Deadline::AfterMs(0)).has_value() && !paused_.contains(id))
+      ids.push_back(id);
   return ids;
 }
 
@@ -138,7 +128,7 @@ Result<Json> LocalCluster::Call(int id, uint16_t type, const Json& request,
   return daemon::CallJsonBlocking(Address(id), nullptr, type, request, deadline);
 }
 
-Result<Json> LocalCluster::ClusterStatus(Deadline deadline) const {
+Result<Json> LocalCluster::ClusterStatus(Deadline deadline) {
   Status last = Unavailable("no daemon runs");
   for (int id : Responsive()) {
     Result<Json> s = Call(id, daemon::kCtlStatus, Json::object(), deadline);

@@ -14,10 +14,8 @@
 #include <string>
 #include <vector>
 
-#include <boost/asio/io_context.hpp>
-
 #include "base/deadline.h"
-#include "base/process.h"
+#include "base/subprocess.h"
 #include "base/status.h"
 #include "daemon/control_api.h"
 
@@ -51,17 +49,17 @@ class LocalCluster {
   // SIGSTOP (`stop` true) or SIGCONT of daemon `id`.
   Status Pause(int id, bool stop);
   // True when daemon `id` was started, has not been killed and has not exited on its own.
-  bool Running(int id) const;
+  bool Running(int id);
   // Ids that were started and have exited without Kill (each reported once, then forgotten).
   std::vector<int> TakeUnexpectedExits();
   // The ids of daemons that run and are not paused.
-  std::vector<int> Responsive() const;
+  std::vector<int> Responsive();
 
   // Calls `type` with `request` on daemon `id`.
   Result<Json> Call(int id, uint16_t type, const Json& request, Deadline deadline) const;
   // The cluster status from the first responsive daemon that answers.
   // Errors: Unavailable when none answers.
-  Result<Json> ClusterStatus(Deadline deadline) const;
+  Result<Json> ClusterStatus(Deadline deadline);
 
   const ClusterOptions& options() const { return options_; }
   // "127.0.0.1:PORT" of node `id`.
@@ -73,9 +71,8 @@ class LocalCluster {
   explicit LocalCluster(ClusterOptions options) : options_(std::move(options)) {}
 
   ClusterOptions options_;
-  boost::asio::io_context io_;
   std::map<int, uint16_t> ports_;
-  std::map<int, std::unique_ptr<ChildProcess>> daemons_;
+  std::map<int, std::unique_ptr<SyncChild>> daemons_;
   std::set<int> paused_;
 };
 

@@ -13,7 +13,7 @@ struct Named {
 constexpr Named kNames[] = {
     {FaultKind::kKillWorker, "kill-worker"},
     {FaultKind::kKillDaemon, "kill-daemon"},
-    {FaultKind::kKillDetector, "kill-detector"},
+    {FaultKind::kKillLeader, "kill-leader"},
     {FaultKind::kKillTwoDaemons, "kill-two-daemons"},
     {FaultKind::kStopDaemon, "stop-daemon"},
     {FaultKind::kStopWorker, "stop-worker"},
@@ -51,7 +51,7 @@ Result<std::vector<FaultKind>> ParseFaultKinds(std::string_view list) {
                                  [&](const Named& n) { return n.name == name; });
     if (it == std::end(kNames))
       return InvalidArgument("--faults: unknown fault '" + std::string(name) +
-                             "' (kill-worker, kill-daemon, kill-detector, kill-two-daemons, "
+                             "' (kill-worker, kill-daemon, kill-leader, kill-two-daemons, "
                              "stop-daemon, stop-worker, kill-in-shard-write, "
                              "kill-in-manifest-write, disk-full, flip-byte or all)");
     if (std::find(kinds.begin(), kinds.end(), it->kind) == kinds.end()) kinds.push_back(it->kind);

@@ -15,8 +15,8 @@ namespace rt::chaos {
 enum class FaultKind {
   kKillWorker,            // kill -9 of one worker process
   kKillDaemon,            // kill -9 of one daemon (its workers die with it); restarted later
-  kKillDetector,          // kill -9 of the ring predecessor of the last killed daemon: the member
-                          // that detected it (status does not say who led the view change)
+  kKillLeader,            // kill -9 of the daemon that led the newest view change (status
+                          // `led_view`); restarted later
   kKillTwoDaemons,        // kill -9 of two daemons at once; both restarted later
   kStopDaemon,            // SIGSTOP of a daemon for a while (a hang), then SIGCONT
   kStopWorker,            // SIGSTOP of a worker for a while, then SIGCONT

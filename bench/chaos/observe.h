@@ -26,7 +26,7 @@ struct WorkerInfo {
 class Observer {
  public:
   // `hang_limit_ms`: how long one status call may take at most.
-  Observer(const LocalCluster& cluster, int64_t hang_limit_ms)
+  Observer(LocalCluster& cluster, int64_t hang_limit_ms)
       : cluster_(cluster), call_ms_(std::min<int64_t>(hang_limit_ms, 10'000)) {}
 
   // The training generation of the newest progress ("" when none), its step, the view's
@@ -63,7 +63,7 @@ class Observer {
   Result<Json> Until(const std::string& what, Deadline deadline,
                      const std::function<bool(const Json&)>& done);
 
-  const LocalCluster& cluster_;
+  LocalCluster& cluster_;
   int64_t call_ms_;
 };
 

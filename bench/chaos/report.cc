@@ -29,6 +29,7 @@ const RecoveryLine* LineOf(const CampaignResult& r, const std::string& generatio
 Summary Summarize(const CampaignResult& r) {
   Summary s;
   std::vector<double> recoveries, rejoins;
+  std::map<std::string, std::vector<double>> by_kind;
   double recovering = 0;
   for (const FaultRecord& f : r.faults) {
     const std::string name(FaultName(f.kind));
@@ -40,6 +41,7 @@ Summary Summarize(const CampaignResult& r) {
     if (f.hang) ++s.hangs;
     if (f.recovery_s >= 0) {
       recoveries.push_back(f.recovery_s);
+      by_kind[name].push_back(f.recovery_s);
       recovering += f.recovery_s;
     }
     if (f.rejoin_s >= 0) rejoins.push_back(f.rejoin_s);
@@ -51,9 +53,12 @@ Summary Summarize(const CampaignResult& r) {
     }
     ++s.restarts;
     const int64_t resumed = line->first_step - 1;
+    if (f.corrupted_step >= 0 && resumed < f.corrupted_step) ++s.flips_fell_back;
     s.committed_steps_lost += std::max<int64_t>(0, f.committed_before - resumed);
     s.steps_repeated += std::max<int64_t>(0, f.step_before - resumed);
   }
+  for (const auto& [name, times] : by_kind)
+    s.recovery_by_kind[name] = {Percentile(times, 50), Percentile(times, 100)};
   s.recoveries = static_cast<int>(recoveries.size());
   s.recovery_median_s = Percentile(recoveries, 50);
   s.recovery_p95_s = Percentile(recoveries, 95);
@@ -109,6 +114,9 @@ std::string SummaryText(const CampaignResult& r, const Summary& s) {
       "daemons median {:.2f} s, max {:.2f} s\n",
       s.recoveries, s.recovery_median_s, s.recovery_p95_s, s.recovery_max_s, s.rejoin_median_s,
       s.rejoin_max_s);
+  for (const auto& [name, times] : s.recovery_by_kind)
+    out += fmt::format("  {:<23} median {:.2f} s, max {:.2f} s\n", name, times.first,
+                       times.second);
   out += fmt::format("hangs (no progress within the limit): {}\n", s.hangs);
   out += fmt::format(
       "restarts from a checkpoint: {} ({} without a recovery line); committed steps lost: {}; "
@@ -116,11 +124,12 @@ std::string SummaryText(const CampaignResult& r, const Summary& s) {
       s.restarts, s.unmatched, s.committed_steps_lost, s.steps_repeated);
   out += fmt::format(
       "checkpoints: {} committed at the end, {} verified, {} refused (corrupted by the "
-      "campaign: {}); flipped bytes detected by ringckpt verify at once: {}/{}; resumes from a "
-      "corrupted step: {}; corrupt checkpoints accepted: {}\n",
+      "campaign: {}); flipped bytes refused by ringckpt verify at once: {}/{}; resumes right "
+      "after a flip that fell back past it: {}; resumes from a corrupted step: {}; corrupt "
+      "checkpoints accepted: {}\n",
       r.verified.size(), s.checkpoints_verified, s.checkpoints_refused, r.corrupted.size(),
-      r.flips_detected, r.flips_detected + r.flips_undetected, r.corrupt_resumes.size(),
-      s.corrupt_accepted);
+      r.flips_detected, r.flips_detected + r.flips_undetected, s.flips_fell_back,
+      r.corrupt_resumes.size(), s.corrupt_accepted);
   out += fmt::format(
       "throughput: {:.0f}% of fault-free over the run, {:.0f}% after removing recovery time\n",
       100 * s.throughput_share, 100 * s.throughput_share_net);
@@ -148,13 +157,15 @@ daemon::Json SummaryJson(const CampaignResult& r, const Summary& s) {
           {"chaos_wall_s", r.chaos_wall_s}, {"faults_injected", injected},
           {"injected", s.injected}, {"skipped", s.skipped}, {"recoveries", s.recoveries},
           {"recovery_median_s", s.recovery_median_s}, {"recovery_p95_s", s.recovery_p95_s},
-          {"recovery_max_s", s.recovery_max_s}, {"hangs", s.hangs}, {"restarts", s.restarts},
+          {"recovery_max_s", s.recovery_max_s}, {"recovery_by_kind", s.recovery_by_kind},
+          {"hangs", s.hangs}, {"restarts", s.restarts},
           {"unmatched_restarts", s.unmatched}, {"committed_steps_lost", s.committed_steps_lost},
           {"steps_repeated", s.steps_repeated},
           {"checkpoints_committed", r.verified.size()},
           {"checkpoints_verified", s.checkpoints_verified},
           {"checkpoints_refused", s.checkpoints_refused},
-          {"flips_detected", r.flips_detected}, {"flips_undetected", r.flips_undetected},
+          {"flips_detected", r.flips_detected}, {"flips_fell_back", s.flips_fell_back},
+          {"flips_undetected", r.flips_undetected},
           {"corrupt_resumes", r.corrupt_resumes}, {"corrupt_accepted", s.corrupt_accepted},
           {"throughput_share", s.throughput_share},
           {"throughput_share_net", s.throughput_share_net},

@@ -155,6 +155,8 @@ TEST(SummaryTest, FiguresFromRecords) {
   EXPECT_DOUBLE_EQ(s.recovery_median_s, 2);
   EXPECT_DOUBLE_EQ(s.recovery_p95_s, 4);
   EXPECT_DOUBLE_EQ(s.recovery_max_s, 4);
+  EXPECT_EQ(s.recovery_by_kind.at("kill-daemon"), (std::pair<double, double>{4, 4}));
+  EXPECT_FALSE(s.recovery_by_kind.contains("stop-daemon"));  // hung: no recovery time
   EXPECT_EQ(s.hangs, 1);
   EXPECT_EQ(s.restarts, 2);
   EXPECT_EQ(s.committed_steps_lost, 10);
