@@ -81,6 +81,17 @@ Status Node::Init() {
   server_options.name = "ringtraind " + name;
   server_ = net::RpcServer::Create(io_.get_executor(), server_options);
   RegisterHandlers();
+  SnapshotServiceOptions snapshot_options;
+  snapshot_options.self = static_cast<uint64_t>(config_.id);
+  snapshot_options.secret = secret_;
+  snapshot_options.members = [this] {
+    std::vector<SnapshotPeer> peers;
+    for (const elastic::Member& m : membership_->CurrentView().members)
+      peers.push_back({m.id, m.address});
+    return peers;
+  };
+  snapshots_ = SnapshotService::Create(io_.get_executor(), std::move(snapshot_options));
+  snapshots_->Register(*server_);
   RETURN_IF_ERROR(StartWeb());
 
   comm::TcpStoreServerOptions store_options;
@@ -160,6 +171,7 @@ Status Node::Stop(bool leave, Deadline deadline) {
         if (observe_wake_) observe_wake_->cancel();
         co_await StopWorkers("the daemon stops");
         ReleaseWatchers();
+        snapshots_->Close();
       },
       asio::use_future);
   stopped.get();
@@ -366,7 +378,8 @@ Json Node::LocalReport() const {
                  {"led_view", led_view_.load()},
                  {"generation", running_ ? running_->ToString() : ""},
                  {"plan", plan_text_},
-                 {"workers", std::move(workers)}};
+                 {"workers", std::move(workers)},
+                 {"memory_tier", snapshots_->Report()}};
   if (http_) report["http"] = config_.http_listen.substr(0, config_.http_listen.rfind(':') + 1) +
                               std::to_string(http_port_);
   if (last_checkpoint_)

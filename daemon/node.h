@@ -29,6 +29,7 @@
 #include "daemon/daemon.h"
 #include "daemon/web/node_metrics.h"
 #include "daemon/web/progress_history.h"
+#include "daemon/snapshot_service.h"
 #include "elastic/planner.h"
 
 namespace rt::daemon {
@@ -174,6 +175,7 @@ class Node : public Daemon {
   std::unique_ptr<comm::TcpStoreServer> rendezvous_;
   std::string rendezvous_address_;
   std::unique_ptr<elastic::MembershipService> membership_;
+  std::shared_ptr<SnapshotService> snapshots_;  // the memory tier (its handlers: io thread)
   uint16_t port_ = 0;
   std::atomic<bool> stopped_{false};
   MetricsRegistry metrics_registry_;

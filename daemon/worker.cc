@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
@@ -19,6 +20,7 @@
 #include "base/net/auth.h"
 #include "daemon/control_api.h"
 #include "daemon/node_config.h"
+#include "daemon/snapshot_storage.h"
 #include "ckpt/catalog.h"
 #include "parallel/config.h"
 #include "parallel/trainer.h"
@@ -133,13 +135,33 @@ class DaemonLink {
   std::atomic<int64_t> stop_at_{INT64_MAX};
 };
 
-// True when `config` names a ckpt.dir that holds a committed checkpoint: the generation then
-// resumes from the newest one (every rank decides alike from the same storage).
-Result<bool> HasCommittedCheckpoint(const RunConfig& config) {
+// True when `config` names a ckpt.dir that holds a committed checkpoint, or the memory tier
+// holds a committed snapshot: the generation then resumes from the newest one (every rank
+// decides alike from the same storages).
+Result<bool> HasCommittedCheckpoint(const RunConfig& config,
+                                    const std::shared_ptr<ckpt::Storage>& memory) {
+  if (memory != nullptr) {
+    Result<std::vector<int64_t>> in_memory = ckpt::ListCommitted(*memory);
+    if (in_memory.ok() && !in_memory->empty()) return true;
+  }
   if (config.ckpt.dir.empty()) return false;
   ASSIGN_OR_RETURN(std::shared_ptr<ckpt::Storage> storage, ckpt::OpenStorage(config.ckpt.dir));
   ASSIGN_OR_RETURN(std::vector<int64_t> steps, ckpt::ListCommitted(*storage));
   return !steps.empty();
+}
+
+// The memory tier of the worker's job (the first number of its generation "job.view.epoch")
+// through its daemon, when the run config asks for one (ckpt.memory_every > 0); else null.
+Result<std::shared_ptr<ckpt::Storage>> OpenMemoryTier(
+    const RunConfig& config, const WorkerOptions& options,
+    std::shared_ptr<const net::ClusterSecret> secret) {
+  if (config.ckpt.memory_every <= 0) return std::shared_ptr<ckpt::Storage>();
+  uint64_t job = 0;
+  const std::string& g = options.generation;
+  auto [end, ec] = std::from_chars(g.data(), g.data() + g.size(), job);
+  if (ec != std::errc() || end == g.data() + g.size() || *end != '.')
+    return InvalidArgument("worker: --generation '" + g + "' is not JOB.VIEW.EPOCH");
+  return OpenSnapshotStorage(options.daemon, std::move(secret), job);
 }
 
 }  // namespace
@@ -154,7 +176,8 @@ Status RunWorker(WorkerOptions options, const std::string& executable) {
   RETURN_IF_ERROR(link.Start(secret));
   options.train.generation = options.generation;
   ASSIGN_OR_RETURN(RunConfig config, LoadRunConfig(options.train.config, {}));
-  ASSIGN_OR_RETURN(options.train.resume, HasCommittedCheckpoint(config));
+  ASSIGN_OR_RETURN(options.train.memory, OpenMemoryTier(config, options, secret));
+  ASSIGN_OR_RETURN(options.train.resume, HasCommittedCheckpoint(config, options.train.memory));
   LOG_INFO("worker: generation {} rank {}/{} layout {}, {}", options.generation,
            options.train.rank, options.train.ranks, options.train.layout,
            options.train.resume ? "resuming from the newest committed checkpoint"

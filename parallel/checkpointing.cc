@@ -1,5 +1,6 @@
 #include "parallel/checkpointing.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <vector>
@@ -7,6 +8,7 @@
 #include "base/log.h"
 #include "ckpt/catalog.h"
 #include "ckpt/codec.h"
+#include "ckpt/manifest.h"
 #include "ckpt/reader.h"
 #include "kernels/ops.h"
 
@@ -33,7 +35,7 @@ Status OnDevice(Device device, void* bytes, size_t size, Op op) {
 }  // namespace
 
 RunCheckpoints::~RunCheckpoints() {
-  if (writer_ == nullptr) return;
+  if (writer_ == nullptr && memory_writer_ == nullptr) return;
   const Status s = Finish();
   if (!s.ok()) LOG_ERROR("{}", s.ToString());
 }
@@ -41,7 +43,8 @@ RunCheckpoints::~RunCheckpoints() {
 Result<std::unique_ptr<RunCheckpoints>> RunCheckpoints::Create(const RunConfig& config,
                                                                const std::string& layout,
                                                                comm::Communicator* world,
-                                                               Device device) {
+                                                               Device device,
+                                                               std::shared_ptr<ckpt::Storage> memory) {
   if (config.ckpt.dir.empty())
     return InvalidArgument("checkpoints need ckpt.dir (a folder, file://PATH or "
                            "ringfs://HOST:PORT/PATH)");
@@ -50,6 +53,7 @@ Result<std::unique_ptr<RunCheckpoints>> RunCheckpoints::Create(const RunConfig& 
   c->config_ = config;
   c->world_ = world;
   c->device_ = device;
+  c->memory_ = std::move(memory);
   ASSIGN_OR_RETURN(c->storage_, ckpt::OpenStorage(config.ckpt.dir));
   // One run id for every rank: rank 0's.
   std::string id = ckpt::NewRunId();
@@ -72,34 +76,77 @@ Result<std::unique_ptr<RunCheckpoints>> RunCheckpoints::Create(const RunConfig& 
     o.keep = config.ckpt.keep;
     o.codec = codec;
     o.async = config.ckpt.async;
-    ASSIGN_OR_RETURN(c->writer_, ckpt::CheckpointWriter::Create(std::move(o)));
+    ASSIGN_OR_RETURN(c->writer_, ckpt::CheckpointWriter::Create(o));
+  }
+  if (c->memory_ != nullptr && config.ckpt.memory_every > 0) {
+    // Only the newest snapshot is kept, uncompressed (memory is fast; the CPU is not).
+    ckpt::WriterOptions o;
+    o.storage = c->memory_;
+    o.rank = world != nullptr ? world->rank() : 0;
+    o.world = world != nullptr ? world->size() : 1;
+    o.run_id = id;
+    o.config_toml = DescribeRunConfig(config);
+    o.layout = layout;
+    o.keep = 1;
+    o.async = true;
+    ASSIGN_OR_RETURN(c->memory_writer_, ckpt::CheckpointWriter::Create(std::move(o)));
   }
   return c;
 }
 
 bool RunCheckpoints::Due(int64_t step, bool last) {
-  if (writer_ == nullptr || (step % config_.ckpt.every != 0 && !last)) return false;
-  if (step > skipped_up_to_) return true;
-  LOG_WARN("checkpoint of step {} not saved: the unloadable checkpoint of step {} in {} is still "
-           "the newest committed one; saves resume after that step", step, skipped_up_to_,
-           storage_->uri());
-  return false;
+  memory_due_ = memory_writer_ != nullptr && step % config_.ckpt.memory_every == 0;
+  durable_due_ = writer_ != nullptr && (step % config_.ckpt.every == 0 || last);
+  if (durable_due_ && step <= skipped_up_to_) {
+    LOG_WARN("checkpoint of step {} not saved: the unloadable checkpoint of step {} in {} is "
+             "still the newest committed one; saves resume after that step", step,
+             skipped_up_to_, storage_->uri());
+    durable_due_ = false;
+  }
+  return durable_due_ || memory_due_;
 }
 
 Status RunCheckpoints::Save(int64_t step, const ckpt::StateShards& shards,
                             const TrainerState& state) {
-  if (writer_ == nullptr) return FailedPrecondition("checkpoint save: ckpt.every is 0");
+  const bool durable = durable_due_ || !memory_due_;
+  durable_due_ = false;
+  if (durable && writer_ == nullptr) return FailedPrecondition("checkpoint save: ckpt.every is 0");
   const std::vector<std::byte> bytes = state.Serialize();
   std::string engine_state(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  if (memory_due_) {
+    memory_due_ = false;
+    const Status s = memory_writer_->Save(step, shards, engine_state);
+    if (!s.ok())
+      LOG_WARN("memory snapshot of step {} to {}: {} (the memory tier skips it)", step,
+               memory_->uri(), s.ToString());
+  }
+  if (!durable) return Status();
+  durable_step_ = step;
   return writer_->Save(step, shards, std::move(engine_state))
       .WithContext("checkpoint of step " + std::to_string(step) + " to " + storage_->uri());
 }
 
 Status RunCheckpoints::Finish() {
+  if (memory_writer_ != nullptr) {
+    const Status s = memory_writer_->Wait(Deadline::After(std::chrono::minutes(15)));
+    if (!s.ok()) LOG_WARN("memory snapshot to {}: {}", memory_->uri(), s.ToString());
+  }
   if (writer_ == nullptr) return Status();
   // The writer's own deadlines (commit timeout) bound the save; this one only backs them up.
   return writer_->Wait(Deadline::After(std::chrono::minutes(15)))
       .WithContext("checkpoint save to " + storage_->uri());
+}
+
+void RunCheckpoints::DropNewerMemorySnapshots(const std::vector<int64_t>& memory_steps,
+                                              int64_t step) {
+  if (memory_ == nullptr || (world_ != nullptr && world_->rank() != 0)) return;
+  if (memory_steps.empty() || memory_steps.front() <= step) return;
+  // `latest` first: without it the store takes the older steps the next snapshots write.
+  Status s = memory_->Remove(ckpt::kLatestFile);
+  for (int64_t newer : memory_steps)
+    if (s.ok() && newer > step) s = memory_->Remove(ckpt::StepDir(newer));
+  if (!s.ok()) LOG_WARN("memory tier {}: drop snapshots newer than step {}: {}", memory_->uri(),
+                        step, s.ToString());
 }
 
 Result<int64_t> RunCheckpoints::Reduce(int64_t value, comm::ReduceOp op) {
@@ -122,25 +169,49 @@ Result<TrainerState> RunCheckpoints::Resume(const ckpt::StateShards& dest) {
     return listed.status().WithContext("resume: list the checkpoints in " + where);
   if (listed_everywhere == 0)
     return Unavailable("resume: another rank could not list the checkpoints in " + where);
-  const std::vector<int64_t>& steps = *listed;
+  // The memory tier's snapshots join them; one that cannot be listed is only missed.
+  std::vector<int64_t> memory_steps;
+  if (memory_ != nullptr) {
+    Result<std::vector<int64_t>> in_memory = ckpt::ListCommitted(*memory_);
+    if (in_memory.ok()) {
+      memory_steps = *in_memory;
+    } else {
+      LOG_WARN("resume: list the memory snapshots in {}: {}", memory_->uri(),
+               in_memory.status().ToString());
+    }
+  }
+  // Candidates as 2 * step + (1 for the memory tier), newest first: of two of one step the
+  // memory snapshot (faster to load) comes first.
+  std::vector<int64_t> candidates;
+  for (int64_t step : *listed) candidates.push_back(2 * step);
+  for (int64_t step : memory_steps) candidates.push_back(2 * step + 1);
+  std::sort(candidates.rbegin(), candidates.rend());
+  auto describe = [&](int64_t candidate) {
+    return (candidate % 2 == 1 ? "memory snapshot " : "checkpoint ") +
+           std::to_string(candidate / 2) + " in " +
+           (candidate % 2 == 1 ? memory_->uri() : where);
+  };
   Status newest_error;
   for (size_t i = 0;; ++i) {
-    // Every rank tries the same step: the i-th newest, the same on all of them.
-    const int64_t mine = i < steps.size() ? steps[i] : -1;
+    // Every rank tries the same candidate: the i-th newest, the same on all of them.
+    const int64_t mine = i < candidates.size() ? candidates[i] : -1;
     ASSIGN_OR_RETURN(const int64_t low, Reduce(mine, comm::ReduceOp::kMin));
     ASSIGN_OR_RETURN(const int64_t high, Reduce(mine, comm::ReduceOp::kMax));
     if (low != high)
       return FailedPrecondition("resume from " + where + ": the ranks see different committed "
                                 "checkpoints (this rank's " + std::to_string(i + 1) +
-                                "-th newest is step " + std::to_string(mine) + ", others' " +
-                                std::to_string(mine == low ? high : low) + ")");
+                                "-th newest is " + (mine < 0 ? "none" : describe(mine)) +
+                                ", another's " +
+                                describe(mine == low ? high : low) + ")");
     if (mine < 0) {
       if (i == 0) return NotFound("resume: no committed checkpoint in " + where);
       return newest_error.WithContext("resume: no committed checkpoint in " + where + " loads");
     }
+    const int64_t step = mine / 2;
+    const bool from_memory = mine % 2 == 1;
     TrainerState state;
-    Result<std::unique_ptr<ckpt::CheckpointReader>> reader = ckpt::CheckpointReader::Open(
-        storage_, mine);
+    Result<std::unique_ptr<ckpt::CheckpointReader>> reader =
+        ckpt::CheckpointReader::Open(from_memory ? memory_ : storage_, step);
     Status s = reader.status();
     if (s.ok()) s = (*reader)->Load(dest);
     if (s.ok()) {
@@ -152,11 +223,13 @@ Result<TrainerState> RunCheckpoints::Resume(const ckpt::StateShards& dest) {
     }
     ASSIGN_OR_RETURN(const int64_t all_ok, Reduce(s.ok() ? 1 : 0, comm::ReduceOp::kMin));
     if (all_ok == 1) {
-      if (i > 0) skipped_up_to_ = steps.front();
-      if (state.step != mine)
-        LOG_WARN("checkpoint step {} in {} holds trainer state of step {}", mine, where,
-                 state.step);
-      LOG_INFO("resuming from checkpoint step {} in {} (written by layout {})", mine, where,
+      // Durable saves resume after the newest committed checkpoint this resume passed over.
+      for (int64_t durable : *listed)
+        if (durable > step) skipped_up_to_ = std::max(skipped_up_to_, durable);
+      DropNewerMemorySnapshots(memory_steps, step);
+      if (state.step != step)
+        LOG_WARN("{} holds trainer state of step {}", describe(mine), state.step);
+      LOG_INFO("resuming from {} (written by layout {})", describe(mine),
                (*reader)->manifest().layout);
       if (state.schedule_steps != config_.train.steps)
         LOG_WARN("train.steps is {} but the checkpoint's learning-rate schedule decays over {} "
@@ -165,15 +238,14 @@ Result<TrainerState> RunCheckpoints::Resume(const ckpt::StateShards& dest) {
       return state;
     }
     if (newest_error.ok())
-      newest_error = s.ok() ? Unavailable("step " + std::to_string(mine) +
-                                          " failed to load on another rank")
-                            : s.WithContext("step " + std::to_string(mine));
+      newest_error = s.ok() ? Unavailable(describe(mine) + " failed to load on another rank")
+                            : s.WithContext(describe(mine));
     if (s.ok()) {
-      LOG_WARN("checkpoint step {} in {} failed to load on another rank; all ranks fall back "
-               "to an older one", mine, where);
+      LOG_WARN("{} failed to load on another rank; all ranks fall back to an older one",
+               describe(mine));
     } else {
-      LOG_WARN("checkpoint step {} in {} cannot be loaded here ({}); all ranks fall back to an "
-               "older one", mine, where, s.ToString());
+      LOG_WARN("{} cannot be loaded here ({}); all ranks fall back to an older one",
+               describe(mine), s.ToString());
     }
   }
 }

@@ -2,7 +2,9 @@
 // ckpt/reader.h): a save every ckpt.every steps and after the last, written in the background
 // while training goes on (a step waits only while the previous save still runs, and the writer
 // logs that it waited); and resume — the newest committed checkpoint that every rank loads, the
-// ranks falling back together to an older one when any rank fails to load it.
+// ranks falling back together to an older one when any rank fails to load it. With a memory tier
+// (a second storage, the daemon's memory: docs/daemon.md "Memory tier") it also saves a snapshot
+// there every ckpt.memory_every steps, and resume takes the newest of both.
 #pragma once
 
 #include <cstdint>
@@ -25,22 +27,28 @@ class RunCheckpoints {
  public:
   // Opens ckpt.dir. `world` is the run's world communicator (nullptr for one process), whose
   // buffers live on `device`; with a world, Create is collective (rank 0's run id is broadcast).
-  // `layout` is the layout string recorded in the manifests. Errors: InvalidArgument when
-  // ckpt.dir is empty or ckpt.codec unknown; those of OpenStorage and comm.
-  static Result<std::unique_ptr<RunCheckpoints>> Create(const RunConfig& config,
-                                                        const std::string& layout,
-                                                        comm::Communicator* world, Device device);
+  // `layout` is the layout string recorded in the manifests. `memory` (may be null) is the
+  // memory tier: with ckpt.memory_every > 0 a snapshot is saved there every that many steps
+  // (asynchronously, only the newest kept; a failed one is logged, not fatal: ckpt.dir stays the
+  // durable copy). Errors: InvalidArgument when ckpt.dir is empty or ckpt.codec unknown; those
+  // of OpenStorage and comm.
+  static Result<std::unique_ptr<RunCheckpoints>> Create(
+      const RunConfig& config, const std::string& layout, comm::Communicator* world,
+      Device device, std::shared_ptr<ckpt::Storage> memory = nullptr);
   // Waits for a save still running (its own deadlines bound the wait).
   ~RunCheckpoints();
 
   // Whether the run saves after step `step` (1-based): ckpt.every > 0 and `step` a multiple of
   // it, or `last` — but not at or below a newer checkpoint that Resume fell back from
-  // (it stays committed; the writer only commits newer steps), which it logs.
+  // (it stays committed; the writer only commits newer steps), which it logs; or a memory
+  // snapshot is due (`step` a multiple of ckpt.memory_every).
   bool Due(int64_t step, bool last);
 
-  // Starts a save of `shards` and `state` as the checkpoint of `step` (waiting first, with a log
-  // line, while the previous save still runs). Errors: FailedPrecondition when ckpt.every is 0;
-  // those of the writer, including a previous background save's failure.
+  // Starts the saves that the last Due(step, ...) found due: of `shards` and `state` as the
+  // checkpoint of `step` (waiting first, with a log line, while the previous save still runs),
+  // and as the memory snapshot of `step`. Without a Due that found one due, the checkpoint (a
+  // planned stop's). Errors: FailedPrecondition when a checkpoint is to be saved and ckpt.every
+  // is 0; those of the durable writer, including a previous background save's failure.
   Status Save(int64_t step, const ckpt::StateShards& shards, const TrainerState& state);
 
   // Waits for the running save to commit (this rank's part of it). Errors: those of the save;
@@ -49,7 +57,9 @@ class RunCheckpoints {
 
   // Loads the newest committed checkpoint into `dest` (this rank's Shards() of an engine created
   // with WeightInit::kForLoad) and returns its trainer state, for the engine's Restore. Tries
-  // the committed checkpoints newest first; with a world every rank tries the same one and they
+  // the committed checkpoints newest first, those of ckpt.dir and of the memory tier together
+  // (the memory snapshot first of two of one step; rank 0 then drops memory snapshots newer than
+  // the one loaded, so that the next ones commit); with a world every rank tries the same one and they
   // agree (an all-reduce of an ok flag) before using it, falling back together and saying so
   // in the log. Collective with a world. Errors: NotFound when the storage holds no committed
   // checkpoint; those of listing it (Unavailable on the ranks that could list it); FailedPrecondition when the ranks see different checkpoints; the newest error
@@ -58,6 +68,8 @@ class RunCheckpoints {
 
   // Whether Save works (ckpt.every > 0).
   bool saves() const { return writer_ != nullptr; }
+  // The step of the newest checkpoint (not memory snapshot) Save started; -1 before any.
+  int64_t durable_step() const { return durable_step_; }
 
   // The minimum (kMin) or maximum (kMax) of `value` over the world (the value itself without
   // one). Collective. Errors: those of comm (DeadlineExceeded after 120 s).
@@ -65,12 +77,18 @@ class RunCheckpoints {
 
  private:
   RunCheckpoints() = default;
+  // Removes the memory tier's snapshots newer than `step` (and its `latest` when it names one).
+  void DropNewerMemorySnapshots(const std::vector<int64_t>& memory_steps, int64_t step);
 
   RunConfig config_;
   comm::Communicator* world_ = nullptr;
   Device device_ = Device::kCpu;
   std::shared_ptr<ckpt::Storage> storage_;
   std::unique_ptr<ckpt::CheckpointWriter> writer_;
+  std::shared_ptr<ckpt::Storage> memory_;                  // the memory tier, or null
+  std::unique_ptr<ckpt::CheckpointWriter> memory_writer_;  // with ckpt.memory_every > 0
+  bool durable_due_ = false, memory_due_ = false;          // what the last Due found due
+  int64_t durable_step_ = -1;
   int64_t skipped_up_to_ = -1;  // Resume fell back from committed checkpoints up to this step
 };
 

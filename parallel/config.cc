@@ -58,7 +58,7 @@ void BindRunConfig(RunConfig* c, ConfigSchema* s) {
           "codec of stored pieces (bgzstd: byte planes of each float, then zstd)");
   s->Bool("ckpt.async", &c->ckpt.async, "write checkpoints in the background while training");
   s->Int("ckpt.memory_every", &c->ckpt.memory_every, 0, int64_t{1} << 40,
-         "daemon: snapshot into a neighbour's memory every N steps (0 = with each checkpoint)");
+         "daemon: snapshot into the daemons' memory every N steps (0 = off)");
 }
 
 void RequireModelKeys(ConfigSchema* schema) {

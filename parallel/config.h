@@ -54,8 +54,8 @@ struct CkptConfig {
   int keep = 2;                // newest committed checkpoints kept; default 2
   std::string codec = "none";  // "none", "zstd" or "bgzstd" (byte planes, then zstd)
   bool async = true;           // write in the background while training goes on; default true
-  int64_t memory_every = 0;    // daemon: snapshot into a neighbour's memory every N steps,
-                               // 0 = only with each saved checkpoint; default 0
+  int64_t memory_every = 0;    // daemon: snapshot into the daemons' memory (the memory tier,
+                               // docs/daemon.md) every N steps, 0 = off; default 0
 };
 
 // Everything one run reads from its config file.

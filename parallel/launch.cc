@@ -101,9 +101,9 @@ Status RunWorker(const DistTrainOptions& o) {
   if (o.stop_at && config.ckpt.every <= 0)
     return InvalidArgument("a worker that stops for planned changes needs ckpt.dir and "
                            "ckpt.every > 0 (it saves a checkpoint where it stops)");
-  if (o.resume || config.ckpt.every > 0) {
+  if (o.resume || config.ckpt.every > 0 || o.memory != nullptr) {
     ASSIGN_OR_RETURN(checkpoints, RunCheckpoints::Create(config, DescribeLayout(layout),
-                                                         world.get(), device));
+                                                         world.get(), device, o.memory));
   }
   const bool lead = o.rank == 0;
   if (o.resume) {
@@ -128,7 +128,6 @@ Status RunWorker(const DistTrainOptions& o) {
     ASSIGN_OR_RETURN(StepStats s, engine->Step());
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (o.on_step) o.on_step(s, seconds);
     const bool last = s.step == config.train.steps;
     const bool evaluate =
         config.eval.every > 0 && (s.step % config.eval.every == 0 || last);
@@ -136,8 +135,11 @@ Status RunWorker(const DistTrainOptions& o) {
     if (evaluate) {
       ASSIGN_OR_RETURN(val, engine->Evaluate(val_tokens, config.eval.batches));
     }
-    const bool saved = checkpoints && checkpoints->Due(s.step, last);
-    if (saved) RETURN_IF_ERROR(checkpoints->Save(s.step, engine->Shards(), engine->state()));
+    if (checkpoints && checkpoints->Due(s.step, last))
+      RETURN_IF_ERROR(checkpoints->Save(s.step, engine->Shards(), engine->state()));
+    // Reported after Save, which waits for the previous save to commit: a step is reported only
+    // once the one before it is saved (when every step is), so a loss costs at most one step.
+    if (o.on_step) o.on_step(s, seconds);
     if (lead) {
       const double tokens_per_s = static_cast<double>(s.tokens) / seconds;
       nlohmann::ordered_json line = {{"step", s.step},           {"loss", s.loss},
@@ -162,7 +164,8 @@ Status RunWorker(const DistTrainOptions& o) {
     // A planned stop: every rank takes the same decision from the same all-reduced step.
     ASSIGN_OR_RETURN(const int64_t stop_at, checkpoints->Reduce(o.stop_at(), comm::ReduceOp::kMin));
     if (stop_at > s.step) continue;
-    if (!saved) RETURN_IF_ERROR(checkpoints->Save(s.step, engine->Shards(), engine->state()));
+    if (checkpoints->durable_step() != s.step)
+      RETURN_IF_ERROR(checkpoints->Save(s.step, engine->Shards(), engine->state()));
     RETURN_IF_ERROR(checkpoints->Finish().WithContext("planned stop after step " +
                                                       std::to_string(s.step)));
     if (lead)

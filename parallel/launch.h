@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,9 @@
 
 namespace rt {
 struct StepStats;
+}
+namespace rt::ckpt {
+class Storage;
 }
 
 namespace rt::parallel {
@@ -39,13 +43,17 @@ struct DistTrainOptions {
   // Arguments the workers get before their options: the subcommand words of the executable
   // (e.g. {"train"} for `ringtrain train`); empty for ringtrain_dist.
   std::vector<std::string> command;
-  // Worker mode: called on this rank's thread after each of its steps with the step's stats and
+  // Worker mode: called on this rank's thread after each of its steps (and the saves due after
+  // it, ckpt/checkpointing.h: the previous save has then committed) with the step's stats and
   // seconds (the daemon's workers report progress through it); empty = none.
   std::function<void(const StepStats& stats, double seconds)> on_step;
   // Worker mode: recorded as "generation" in every metrics line (the daemon's training
   // generation, so that a metrics file every generation appends to says which wrote a line);
   // "" = not recorded.
   std::string generation;
+  // Worker mode: the memory tier (the daemon's memory, daemon/snapshot_storage.h) that snapshots
+  // go to every ckpt.memory_every steps and that resume also looks in; null = none.
+  std::shared_ptr<ckpt::Storage> memory;
   // Worker mode, a planned stop (docs/daemon.md "Planned changes lose nothing"): called on this
   // rank's thread after each step; returns the step after which the run should stop
   // (INT64_MAX: none known here). The ranks agree on the smallest answer in a min all-reduce
