@@ -23,12 +23,6 @@ constexpr auto kReconcilePeriod = std::chrono::seconds(1);
 constexpr auto kKillWait = std::chrono::seconds(10);
 constexpr auto kFarFuture = std::chrono::hours(24);
 
-int64_t UnixMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 // The run config a worker reads: the job's TOML without [job] and [elastic], with the plan's
 // micro-batch count. (toml++ writes it back; values keep their exact text representation.)
 Result<std::string> WorkerRunConfig(const std::string& job_text, const std::string& source,

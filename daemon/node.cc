@@ -19,16 +19,9 @@ namespace {
 
 using namespace asio::experimental::awaitable_operators;
 
-constexpr auto kPeerCallTimeout = std::chrono::milliseconds(1500);
 constexpr auto kProposeTimeout = std::chrono::seconds(10);
 constexpr auto kWatchHold = std::chrono::minutes(5);
 constexpr int kCasAttempts = 20;
-
-int64_t UnixMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 // Wraps a JSON handler as an RPC handler.
 net::RpcHandler JsonHandler(std::function<asio::awaitable<Result<Json>>(Json)> handler,

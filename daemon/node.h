@@ -6,6 +6,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <deque>
 #include <map>
 #include <memory>
@@ -35,6 +36,16 @@
 namespace rt::daemon {
 
 namespace asio = boost::asio;
+
+// How long a daemon waits for one RPC to another member (status fan-out, progress, commits).
+inline constexpr auto kPeerCallTimeout = std::chrono::milliseconds(1500);
+
+// Milliseconds since the Unix epoch (the times in the cluster state and the reports).
+inline int64_t UnixMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
 
 // A training generation: the job, the view generation and the replicated epoch.
 struct GenerationKey {

@@ -24,16 +24,9 @@ namespace {
 constexpr auto kPlannedStopTimeout = std::chrono::seconds(15);
 // How long a generation whose ranks stopped for a planned change waits for that change.
 constexpr auto kStoppedIdleLimit = std::chrono::seconds(45);
-constexpr auto kPeerCallTimeout = std::chrono::milliseconds(1500);
 // stop_at = newest reported step + this: a step no rank has finished yet (ranks run at most
 // about one step apart, and the answer reaches rank 0 with its next report).
 constexpr int64_t kStopAhead = 2;
-
-int64_t UnixMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 // The job's ckpt.dir when it checkpoints (ckpt.dir set and ckpt.every > 0).
 Result<std::string> CheckpointDir(const JobEntry& job) {
