@@ -12,6 +12,7 @@
 #include "base/version.h"
 #include "daemon/daemon.h"
 #include "daemon/worker.h"
+#include "kernels/gemm_kernels.h"
 
 namespace {
 
@@ -56,6 +57,13 @@ int RunDaemon(const std::string& config_path, const std::string& executable) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // First, before OpenBLAS is used and any thread starts: may re-execute this binary with the
+  // chosen kernel set (kernels/gemm_kernels.h). The daemon's workers inherit it through the
+  // environment, so they compute with the same kernels as `ringtrain train` on this machine.
+  if (rt::Status s = rt::SelectGemmKernels(argv); !s.ok()) {
+    std::fprintf(stderr, "ringtraind: error: %s\n", s.ToString().c_str());
+    return 1;
+  }
   CLI::App app{"ringtraind: the ringtrain node daemon"};
   app.set_version_flag("--version", std::string(rt::kRingtrainVersion));
   std::string config, level = "info";
@@ -79,6 +87,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ringtraind: %s\n", s.ToString().c_str());
     return 2;
   }
+  rt::LogGemmKernels();
   const std::string executable = SelfExecutable(argv[0]);
   if (*w) {
     rt::Status s = rt::daemon::RunWorker(worker, executable);
