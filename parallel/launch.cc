@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -122,13 +123,14 @@ Status RunWorker(const DistTrainOptions& o) {
       if (!metrics) return ErrnoStatus(errno, "open metrics file '" + config.metrics.path + "'");
     }
   }
-  while (engine->state().step < config.train.steps) {
+  const int64_t end = EndStep(config, o.stop_after);
+  while (engine->state().step < end) {
     RETURN_IF_ERROR(RT_FAULT_POINT("parallel.train.before_step"));
     const auto start = std::chrono::steady_clock::now();
     ASSIGN_OR_RETURN(StepStats s, engine->Step());
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    const bool last = s.step == config.train.steps;
+    const bool last = s.step == end;
     const bool evaluate =
         config.eval.every > 0 && (s.step % config.eval.every == 0 || last);
     double val = 0;
@@ -176,6 +178,10 @@ Status RunWorker(const DistTrainOptions& o) {
     return Status();
   }
   if (checkpoints) RETURN_IF_ERROR(checkpoints->Finish());
+  if (lead && end < config.train.steps)
+    std::printf("ringtrain_dist: stopped after step %lld (--stop-after; train.steps is %lld: "
+                "--resume continues)\n", static_cast<long long>(engine->state().step),
+                static_cast<long long>(config.train.steps));
   return Status();
 }
 
@@ -220,12 +226,17 @@ Status WaitWorkers(std::vector<pid_t> pids) {
 
 }  // namespace
 
+int64_t EndStep(const RunConfig& config, int64_t stop_after) {
+  return stop_after >= 1 ? std::min(stop_after, config.train.steps) : config.train.steps;
+}
+
 std::vector<std::string> WorkerArguments(const DistTrainOptions& o, int rank,
                                          const std::string& store) {
   std::vector<std::string> a = o.command;
   if (!o.config.empty()) a.insert(a.end(), {"--config", o.config});
   for (const std::string& s : o.sets) a.insert(a.end(), {"--set", s});
   if (o.steps >= 0) a.insert(a.end(), {"--steps", std::to_string(o.steps)});
+  if (o.stop_after >= 0) a.insert(a.end(), {"--stop-after", std::to_string(o.stop_after)});
   if (o.resume) a.push_back("--resume");
   a.insert(a.end(), {"--layout", o.layout, "--ranks", std::to_string(o.ranks), "--rank",
                      std::to_string(rank), "--store", store, "--job", o.job});

@@ -20,6 +20,7 @@
 #include "base/status.h"
 
 namespace rt {
+struct RunConfig;
 struct StepStats;
 }
 namespace rt::ckpt {
@@ -33,6 +34,10 @@ struct DistTrainOptions {
   std::string config;             // TOML config file ("" = defaults only)
   std::vector<std::string> sets;  // "key=value" overrides, applied in order
   int64_t steps = -1;             // overrides train.steps when ≥ 0
+  // When ≥ 1: stop after this step (saving its checkpoint when ckpt.every > 0) without
+  // changing train.steps, so the learning-rate schedule and data order stay those of the full
+  // run and a later --resume continues it bitwise (`ringtrain train --stop-after`).
+  int64_t stop_after = -1;
   std::string layout;             // e.g. "tp=1,pp=2,dp=2,zero=1,schedule=1f1b"
   int ranks = 1;                  // local worker processes; must equal the layout's world size
   bool resume = false;            // continue from the newest committed checkpoint in ckpt.dir
@@ -72,6 +77,9 @@ struct DistTrainOptions {
 // Errors: InvalidArgument for bad options (naming them), those of the config, data, comm and
 // engine, and Internal naming the rank and exit status of a failed worker.
 Status RunDistributedTrain(const DistTrainOptions& options, const std::string& executable);
+
+// The step a run ends after: train.steps, or `stop_after` when it is ≥ 1 and smaller.
+int64_t EndStep(const RunConfig& config, int64_t stop_after);
 
 // The arguments (argv[1..]) that start rank `rank` of the run described by `options` against the
 // store at `store` ("host:port").

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "base/fault.h"
+#include "ckpt/manifest.h"
 #include "ckpt/reader.h"
 #include "ckpt/storage.h"
 #include "data/token_shard.h"
@@ -191,6 +192,30 @@ TEST_F(ResumeTest, DistributedKilledAndResumedIsBitwiseTheUninterruptedRun) {
     for (const ckpt::StoredPiece& p : t.pieces)
       EXPECT_EQ(p.codec, ckpt::Codec::kByteGroupedZstd) << t.name;
   EXPECT_EQ(Losses("run"), Losses("full"));
+}
+
+// `--stop-after 7` ends the run after step 7 with that step's checkpoint and without touching
+// train.steps, so `--resume` continues the full run: the same cosine schedule (warm-up 4 over
+// 20 steps) and data order, bitwise, in one process and on two ranks.
+TEST_F(ResumeTest, StopAfterThenResumeIsBitwiseTheUninterruptedRun) {
+  for (const auto& [layout, ranks] : {std::pair<std::string, int>{"", 1}, {"dp=2,zero=1", 2}}) {
+    std::filesystem::remove_all(dir_ / "ck");
+    std::filesystem::remove(dir_ / "run.jsonl");
+    extra_ = "";
+    const Exec full = RunRingtrain("", Train("full", layout, ranks, 0, false));
+    ASSERT_EQ(full.code, 0) << full.output;
+    extra_ = " --stop-after 7";
+    const Exec stopped = RunRingtrain("", Train("run", layout, ranks, 1000, false));
+    ASSERT_EQ(stopped.code, 0) << stopped.output;
+    EXPECT_NE(stopped.output.find("stopped after step 7 (--stop-after"), std::string::npos)
+        << stopped.output;
+    EXPECT_EQ(Losses("run").size(), 7u) << layout;
+    EXPECT_EQ(ReadAll(dir_ / "ck/latest"), ckpt::EncodeLatest({7})) << layout;
+    extra_ = "";
+    const Exec resumed = RunRingtrain("", Train("run", layout, ranks, 1000, true));
+    ASSERT_EQ(resumed.code, 0) << resumed.output;
+    EXPECT_EQ(Losses("run"), Losses("full")) << layout;
+  }
 }
 
 // Each move: killed under the first layout, resumed under the second; the losses after the

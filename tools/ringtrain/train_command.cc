@@ -1,5 +1,5 @@
-// `ringtrain train --config FILE [--set key=value ...] [--steps N] [--init-from W] [--out W]
-// [--resume]`, or with `--layout L --ranks N` on N local worker processes (parallel/launch.h).
+// `ringtrain train --config FILE [--set key=value ...] [--steps N] [--stop-after N]
+// [--init-from W] [--out W] [--resume]`, or with `--layout L --ranks N` on N local worker processes (parallel/launch.h).
 // [ckpt] dir and every save checkpoints as it trains (parallel/checkpointing.h); --resume starts
 // from the newest committed one in ckpt.dir, whatever layout wrote it. The fault point
 // "parallel.train.before_step" (test builds) is hit before each step.
@@ -29,6 +29,7 @@ struct TrainOptions {
   std::string config;
   std::vector<std::string> sets;
   int64_t steps = -1;
+  int64_t stop_after = -1;
   std::string init_from;
   std::string out;
   bool resume = false;
@@ -43,6 +44,7 @@ Status RunDistributedTrain(const TrainOptions& opt) {
   o.config = opt.config;
   o.sets = opt.sets;
   o.steps = opt.steps;
+  o.stop_after = opt.stop_after;
   o.resume = opt.resume;
   o.command = {"train"};
   return rt::parallel::RunDistributedTrain(o, "/proc/self/exe");
@@ -128,7 +130,8 @@ Status RunTrain(const TrainOptions& opt) {
   };
   using Clock = std::chrono::steady_clock;
   double train_seconds = 0;
-  while (trainer->state().step < config.train.steps) {
+  const int64_t end = parallel::EndStep(config, opt.stop_after);
+  while (trainer->state().step < end) {
     RETURN_IF_ERROR(RT_FAULT_POINT("parallel.train.before_step"));
     const auto start = Clock::now();
     ASSIGN_OR_RETURN(StepStats s, trainer->Step());
@@ -145,7 +148,7 @@ Status RunTrain(const TrainOptions& opt) {
     if (!std::isfinite(s.grad_norm)) line["grad_norm"] = nullptr;
     metrics.Write(line);
     progress.Step(s.step, s.loss, s.lr, tokens_per_s, train_seconds, s.skipped);
-    const bool last = s.step == config.train.steps;
+    const bool last = s.step == end;
     if (config.eval.every > 0 && (s.step % config.eval.every == 0 || last)) {
       RETURN_IF_ERROR(evaluate(s.step));
     }
@@ -154,6 +157,10 @@ Status RunTrain(const TrainOptions& opt) {
   }
   progress.Finish();
   if (checkpoints) RETURN_IF_ERROR(checkpoints->Finish());
+  if (end < config.train.steps)
+    std::printf("stopped after step %lld (--stop-after; train.steps is %lld: --resume "
+                "continues)\n", static_cast<long long>(trainer->state().step),
+                static_cast<long long>(config.train.steps));
   if (!opt.out.empty()) {
     RETURN_IF_ERROR(trainer->Export(opt.out, tokenizer));
     std::printf("wrote %s\n", opt.out.c_str());
@@ -171,6 +178,11 @@ void AddTrainCommand(CLI::App& app, Action* action) {
   train->add_option("--set", opt->sets, "override a config key: --set train.steps=100");
   train->add_option("--steps", opt->steps, "optimizer steps (overrides train.steps)")
       ->check(CLI::NonNegativeNumber);
+  train->add_option("--stop-after", opt->stop_after,
+                    "stop after this step, saving its checkpoint when ckpt.every > 0, without "
+                    "changing train.steps (schedule and data order stay the full run's; "
+                    "--resume continues it)")
+      ->check(CLI::PositiveNumber);
   train->add_option("--init-from", opt->init_from, "start from these safetensors weights");
   train->add_option("--out", opt->out, "write the final weights to this safetensors file");
   train->add_flag("--resume", opt->resume,
