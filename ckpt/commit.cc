@@ -130,7 +130,7 @@ Status CheckpointWriter::Commit(Job& job) {
   ASSIGN_OR_RETURN(std::vector<Fragment> fragments,
                    GatherFragments(storage, dir, options_.run_id, job.step, options_.world,
                                    Deadline::AfterMs(options_.commit_timeout_ms)));
-  RETURN_IF_ERROR(RT_FAULT_POINT("ckpt.commit.after_fragments"));
+  RETURN_IF_ERROR(FaultPoint("commit.after_fragments"));
   Manifest m;
   m.step = job.step;
   m.run_id = options_.run_id;
@@ -141,7 +141,7 @@ Status CheckpointWriter::Commit(Job& job) {
   RETURN_IF_ERROR(
       Merge(std::move(fragments), m).WithContext("checkpoint step " + std::to_string(job.step)));
   RETURN_IF_ERROR(storage.WriteFile(JoinPath(dir, kManifestFile), EncodeManifest(m)));
-  RETURN_IF_ERROR(RT_FAULT_POINT("ckpt.commit.after_manifest"));
+  RETURN_IF_ERROR(FaultPoint("commit.after_manifest"));
   // The commit point: `latest` lists this step first, then the newest older committed ones.
   ASSIGN_OR_RETURN(std::vector<int64_t> committed, ListCommitted(storage));
   std::erase_if(committed, [&](int64_t step) { return step >= job.step; });
@@ -150,7 +150,7 @@ Status CheckpointWriter::Commit(Job& job) {
   const std::string latest = EncodeLatest(committed);
   RETURN_IF_ERROR(storage.WriteFile(
       kLatestFile, {reinterpret_cast<const uint8_t*>(latest.data()), latest.size()}));
-  RETURN_IF_ERROR(RT_FAULT_POINT("ckpt.commit.after_latest"));
+  RETURN_IF_ERROR(FaultPoint("commit.after_latest"));
   Status cleaned = Cleanup(storage, m, committed);
   if (!cleaned.ok())
     LOG_WARN("checkpoint step {} committed; cleanup incomplete (the next save retries): {}",

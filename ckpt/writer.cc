@@ -114,12 +114,17 @@ Status CheckpointWriter::Save(int64_t step, const StateShards& shards, std::stri
   return Status();
 }
 
+Status CheckpointWriter::FaultPoint([[maybe_unused]] std::string_view point) const {
+  return RT_FAULT_POINT(options_.fault_prefix + "." + std::string(point));
+}
+
 Status CheckpointWriter::Run(Job& job) {
   const double start = MonoSeconds();
   RETURN_IF_ERROR(WriteRankFiles(job));
   if (options_.rank == 0) {
     RETURN_IF_ERROR(Commit(job));
-    LOG_INFO("checkpoint step {} committed in {:.3f} s", job.step, MonoSeconds() - start);
+    LOG_INFO("checkpoint step {} committed to {} in {:.3f} s", job.step,
+             options_.storage->uri(), MonoSeconds() - start);
   } else if (!options_.async) {
     RETURN_IF_ERROR(WaitCommitted(job.step));
   }
@@ -127,7 +132,7 @@ Status CheckpointWriter::Run(Job& job) {
 }
 
 Status CheckpointWriter::WriteRankFiles(Job& job) {
-  RETURN_IF_ERROR(RT_FAULT_POINT("ckpt.save.before_data"));
+  RETURN_IF_ERROR(FaultPoint("save.before_data"));
   Storage& storage = *options_.storage;
   // Rewriting a committed step in place could mix its files with new ones.
   ASSIGN_OR_RETURN(std::vector<int64_t> committed, ListCommitted(storage));
@@ -194,7 +199,7 @@ Status CheckpointWriter::WriteRankFiles(Job& job) {
     }
   }
   RETURN_IF_ERROR(file->Commit());
-  RETURN_IF_ERROR(RT_FAULT_POINT("ckpt.save.after_data"));
+  RETURN_IF_ERROR(FaultPoint("save.after_data"));
   for (size_t i = 0; i < job.pieces.size(); ++i) {
     const SnapshotPiece& p = job.pieces[i];
     auto it =
@@ -213,7 +218,7 @@ Status CheckpointWriter::WriteRankFiles(Job& job) {
   }
   RETURN_IF_ERROR(
       storage.WriteFile(JoinPath(dir, FragmentFile(options_.rank)), EncodeFragment(fragment)));
-  return RT_FAULT_POINT("ckpt.save.after_fragment");
+  return FaultPoint("save.after_fragment");
 }
 
 Status CheckpointWriter::WaitCommitted(int64_t step) {

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "base/deadline.h"
 #include "base/status.h"
@@ -39,6 +40,11 @@ struct WriterOptions {
   int encode_threads = 2;              // threads compressing pieces in parallel
   int64_t commit_timeout_ms = 600000;  // rank 0's wait for the other ranks' fragments; and a
                                        // synchronous save's wait for the commit
+  // The first part of the names of the fault points this writer hits (base/fault.h): PREFIX
+  // .save.before_data, .save.after_data, .save.after_fragment, .commit.after_fragments,
+  // .commit.after_manifest, .commit.after_latest. The memory tier's writer uses "ckpt.memory",
+  // so that faults armed for durable saves leave its snapshots alone.
+  std::string fault_prefix = "ckpt";
 };
 
 // Saves checkpoints of one rank. Save and Wait from one thread; the background work runs on a
@@ -69,6 +75,8 @@ class CheckpointWriter {
   Status WriteRankFiles(Job& job);
   // Rank 0: wait for fragments, write the manifest and `latest`, clean up.
   Status Commit(Job& job);
+  // Hits the fault point named fault_prefix + "." + `point`.
+  Status FaultPoint(std::string_view point) const;
   // Ranks > 0 of a synchronous save: wait until `latest` names the step or a later one.
   Status WaitCommitted(int64_t step);
 

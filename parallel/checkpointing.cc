@@ -89,6 +89,7 @@ Result<std::unique_ptr<RunCheckpoints>> RunCheckpoints::Create(const RunConfig& 
     o.layout = layout;
     o.keep = 1;
     o.async = true;
+    o.fault_prefix = "ckpt.memory";
     ASSIGN_OR_RETURN(c->memory_writer_, ckpt::CheckpointWriter::Create(std::move(o)));
   }
   return c;

@@ -18,6 +18,7 @@
 #include "bench/chaos/ckpt_files.h"
 #include "bench/chaos/job.h"
 #include "bench/chaos/observe.h"
+#include "bench/chaos/replay.h"
 
 namespace rt::chaos {
 namespace {
@@ -359,6 +360,29 @@ std::string UtcNow() {
   return text;
 }
 
+// Fills the replay fields of `r`: the final checkpoint in `ckpt_dir` against a fault-free
+// replay of the chaos job's layout history (bench/chaos/replay.h).
+void CompareWithReplay(const CampaignOptions& o, const std::string& ckpt_dir, CampaignResult& r) {
+  const std::vector<TrainedGeneration> gens =
+      ReadGenerations(o.cluster.dir, o.cluster.nodes, "chaos");
+  Result<std::vector<HistorySegment>> history = LayoutHistory(gens, r.final_step, ckpt_dir);
+  if (!history.ok()) {
+    r.replay_error = history.status().ToString();
+    return;
+  }
+  for (const HistorySegment& s : *history)
+    r.replayed.push_back(fmt::format("{} {} {}..{}", s.generation, s.layout, s.from, s.to));
+  LOG_INFO("chaos: replaying the layout history without faults ({} generations)",
+           history->size());
+  Result<ReplayOutcome> replay = ReplayHistory(*history, o.ringtrain, o.ringckpt,
+                                               o.cluster.dir + "/replay", ckpt_dir, r.final_step);
+  if (!replay.ok()) {
+    r.replay_error = replay.status().ToString();
+    return;
+  }
+  r.final_max_abs_difference = replay->max_abs_difference;
+}
+
 }  // namespace
 
 Result<CampaignResult> RunCampaign(const CampaignOptions& o) {
@@ -387,7 +411,7 @@ Result<CampaignResult> RunCampaign(const CampaignOptions& o) {
   // The fault-free reference: steps per second of the same cluster and job.
   const std::string baseline_dir = dir + "/ckpt/baseline";
   RETURN_IF_ERROR(SubmitJob(*cluster, ChaosJob("baseline", dir + "/data", baseline_dir,
-                                               int64_t{1} << 40, o.ckpt_every)));
+                                               int64_t{1} << 40, o.ckpt_every, o.memory_every)));
   ASSIGN_OR_RETURN(r.baseline_steps_per_s,
                    observer.MeasureRate(co.nodes, o.baseline_seconds, Deadline::AfterMs(
                                             300'000)));
@@ -402,7 +426,7 @@ Result<CampaignResult> RunCampaign(const CampaignOptions& o) {
 
   const std::string ckpt_dir = dir + "/ckpt/chaos";
   RETURN_IF_ERROR(SubmitJob(*cluster, ChaosJob("chaos", dir + "/data", ckpt_dir, r.job_steps,
-                                               o.ckpt_every)));
+                                               o.ckpt_every, o.memory_every)));
   RETURN_IF_ERROR(observer.WaitStep(1, Deadline::AfterMs(300'000)).status());
   const MonoTime chaos_start = MonoClock::now();
   Campaign campaign(o, *cluster, ckpt_dir);
@@ -426,6 +450,7 @@ Result<CampaignResult> RunCampaign(const CampaignOptions& o) {
     if (!v.passed) v.output = out.ok() ? out->output : out.status().ToString();
     r.verified.push_back(std::move(v));
   }
+  if (r.finished && !o.ringtrain.empty()) CompareWithReplay(o, ckpt_dir, r);
   return r;
 }
 

@@ -17,7 +17,8 @@ namespace rt::chaos {
 // How a campaign runs. Times in milliseconds unless named otherwise.
 struct CampaignOptions {
   ClusterOptions cluster;        // dir, ringtraind, nodes (default 5), slots (default 1)
-  std::string ringckpt;          // the ringckpt binary (`ringckpt verify`)
+  std::string ringckpt;          // the ringckpt binary (`ringckpt verify`, `ringckpt diff`)
+  std::string ringtrain;         // the ringtrain binary (the fault-free replay); "" = no replay
   uint64_t seed = 1;             // the fault schedule's seed
   std::vector<FaultKind> kinds;  // the faults to draw from (default: all)
   double baseline_seconds = 20;  // fault-free job first: its steps per second are the reference
@@ -27,6 +28,7 @@ struct CampaignOptions {
   int64_t job_steps = 0;         // > 0: exactly this many steps instead
   int max_faults = 0;            // > 0: no more faults after this many
   int64_t ckpt_every = 10;       // the job's [ckpt] every (steps)
+  int64_t memory_every = 1;      // the job's [ckpt] memory_every (steps; 0 = no memory tier)
   int64_t pause_min_ms = 1000;   // quiet time between a recovery and the next fault
   int64_t pause_max_ms = 3000;
   int64_t hang_min_ms = 3000;    // how long a SIGSTOP lasts
@@ -91,6 +93,12 @@ struct CampaignResult {
   std::vector<std::string> corrupt_resumes;  // generations that resumed from a corrupted step
   int unexpected_exits = 0;        // daemons that died without being killed
   std::string disk_full_off;       // why disk-full could not run ("" = it could)
+  // The final checkpoint against a fault-free replay of the job's layout history
+  // (bench/chaos/replay.h): the generations replayed, and the largest absolute difference over
+  // every tensor (-1: not compared; `replay_error` says why).
+  std::vector<std::string> replayed;  // "GEN LAYOUT FROM..TO" per segment, oldest first
+  double final_max_abs_difference = -1;
+  std::string replay_error;
 };
 
 // Runs a campaign in `options.cluster.dir` (made if absent; it must be empty). Errors: a

@@ -3,7 +3,8 @@
 // seeded schedule, and prints one summary.
 //   ringchaos [--seed N] [--nodes N] [--seconds S] [--faults LIST] [--json FILE] [--dir DIR]
 // Exit status: 0 when the invariants held (the job finished, no committed step lost, no
-// corrupt checkpoint accepted, no hang), 1 when one did not, 2 for bad arguments or a
+// corrupt checkpoint accepted, no hang, final weights within 1e-5 of a fault-free replay of the
+// layout history), 1 when one did not, 2 for bad arguments or a
 // campaign that could not run.
 #include <unistd.h>
 
@@ -22,6 +23,8 @@ int main(int argc, char** argv) {
   rt::chaos::CampaignOptions o;
   o.cluster.ringtraind = RINGTRAIND_BIN;
   o.ringckpt = RINGCKPT_BIN;
+  o.ringtrain = RINGTRAIN_BIN;
+  bool no_replay = false;
   std::string faults = "all", json_path, log_level = "info", dir;
   bool keep = false;
   double hang_limit_s = 60;
@@ -43,6 +46,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--ckpt-every", o.ckpt_every, "the job's checkpoint interval in steps")
       ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--memory-every", o.memory_every,
+                 "the job's memory-tier snapshot interval in steps (0: no memory tier)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_flag("--no-replay", no_replay,
+               "skip the fault-free replay of the layout history and the final-weights check");
   int64_t pause_ms = o.pause_min_ms, hang_ms = o.hang_min_ms;
   app.add_option("--pause-ms", pause_ms, "quiet time between faults: MIN..3*MIN ms")
       ->capture_default_str()->check(CLI::NonNegativeNumber);
@@ -58,6 +66,8 @@ int main(int argc, char** argv) {
   app.add_option("--ringtraind", o.cluster.ringtraind, "the daemon binary")
       ->capture_default_str();
   app.add_option("--ringckpt", o.ringckpt, "the ringckpt binary")->capture_default_str();
+  app.add_option("--ringtrain", o.ringtrain, "the ringtrain binary (the replay)")
+      ->capture_default_str();
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
@@ -72,6 +82,7 @@ int main(int argc, char** argv) {
   }
   o.kinds = *kinds;
   o.hang_limit_ms = static_cast<int64_t>(hang_limit_s * 1000);
+  if (no_replay) o.ringtrain.clear();
   o.pause_min_ms = pause_ms;
   o.pause_max_ms = 3 * pause_ms;
   o.hang_min_ms = hang_ms;
@@ -99,7 +110,11 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  // The final weights equal the replay's within 1e-5 (when a replay was asked for).
+  const bool weights_held =
+      o.ringtrain.empty() ||
+      (r->final_max_abs_difference >= 0 && r->final_max_abs_difference <= 1e-5);
   const bool held = r->finished && s.committed_steps_lost == 0 && s.corrupt_accepted == 0 &&
-                    s.hangs == 0;
+                    s.hangs == 0 && weights_held;
   return held ? 0 : 1;
 }

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "bench/chaos/observe.h"
 
@@ -136,8 +137,17 @@ std::string SummaryText(const CampaignResult& r, const Summary& s) {
   out += fmt::format("daemons that died without being killed: {}\n", r.unexpected_exits);
   if (!r.disk_full_off.empty()) out += "disk-full: " + r.disk_full_off + "\n";
   out += "partitions: not run (not built)\n";
-  out += "final weights vs a fault-free run with the same layout history: not checked (no "
-         "fault-free replay of the layout history is built)\n";
+  if (r.final_max_abs_difference >= 0) {
+    out += fmt::format(
+        "final weights vs a fault-free replay of the same layout history ({} generations: {}): "
+        "largest absolute difference {:.3g}{}\n",
+        r.replayed.size(), fmt::join(r.replayed, ", "), r.final_max_abs_difference,
+        r.final_max_abs_difference == 0 ? " (bitwise equal)" : "");
+  } else {
+    out += "final weights vs a fault-free replay of the same layout history: not compared (" +
+           (r.replay_error.empty() ? std::string("no replay asked for") : r.replay_error) +
+           ")\n";
+  }
   return out;
 }
 
@@ -170,7 +180,8 @@ daemon::Json SummaryJson(const CampaignResult& r, const Summary& s) {
           {"throughput_share", s.throughput_share},
           {"throughput_share_net", s.throughput_share_net},
           {"unexpected_exits", r.unexpected_exits}, {"disk_full_off", r.disk_full_off},
-          {"faults", std::move(faults)}};
+          {"replayed", r.replayed}, {"final_max_abs_difference", r.final_max_abs_difference},
+          {"replay_error", r.replay_error}, {"faults", std::move(faults)}};
 }
 
 }  // namespace rt::chaos

@@ -1,6 +1,8 @@
 // The short chaos campaign: ringchaos with a fixed seed against a real local cluster of 5
 // ringtraind daemons, every fault kind at least once (>= 10 faults), then its invariants:
-// the job finished, no committed step lost, no corrupt checkpoint accepted, no hang. The
+// the job finished, no committed step lost, no corrupt checkpoint accepted, no hang, and the
+// final weights equal (<= 1e-5; in practice bitwise) those of a fault-free replay of the job's
+// layout history. The
 // recovery bound is the tool's hang limit (60 s), generous for a loaded 2-core machine; the
 // real recovery times are printed, not asserted.
 #include <unistd.h>
@@ -45,6 +47,12 @@ TEST(ChaosCampaignTest, TenFaultsLoseNoCommittedStepAndAcceptNoCorruptCheckpoint
   EXPECT_GE(s["flips_detected"].get<int>(), 1) << s.dump(2);
   EXPECT_EQ(s["flips_undetected"].get<int>(), 0) << s.dump(2);
   EXPECT_GE(s["checkpoints_verified"].get<int>(), 1) << s.dump(2);
+  // The replay followed at least the generations the restarts made.
+  EXPECT_EQ(s["replay_error"].get<std::string>(), "") << s.dump(2);
+  EXPECT_GE(s["replayed"].size(), 2u) << s.dump(2);
+  const double diff = s["final_max_abs_difference"].get<double>();
+  EXPECT_GE(diff, 0) << s.dump(2);
+  EXPECT_LE(diff, 1e-5) << s.dump(2);
   EXPECT_EQ(run->exit_code, 0) << run->output;
 }
 

@@ -1,0 +1,155 @@
+#include "bench/chaos/replay.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+#include "base/deadline.h"
+#include "base/subprocess.h"
+
+namespace rt::chaos {
+namespace fs = std::filesystem;
+
+namespace {
+
+// "worker: generation G rank 0/N layout L, ..." (daemon/worker.cc).
+const std::regex kWorkerLine(R"(worker: generation (\S+) rank 0/(\d+) layout ([^,\s]+(,[^,\s]+)*),)");
+// "resuming from checkpoint S in URI (written by ..." or "... from memory snapshot S in URI ..."
+// (parallel/checkpointing.cc).
+const std::regex kResumeLine(R"(resuming from (?:memory snapshot|checkpoint) (\d+) in (\S+) \()");
+// "checkpoint step S committed to URI in T s" (ckpt/writer.cc).
+const std::regex kCommitLine(R"(checkpoint step (\d+) committed to (\S+) in )");
+
+// The time stamp a log line starts with ("YYYY-MM-DD HH:MM:SS.mmm"), "" when none.
+std::string LogTime(const std::string& line) {
+  return line.size() >= 23 && line[4] == '-' && line[10] == ' ' ? line.substr(0, 23) : "";
+}
+
+}  // namespace
+
+std::vector<TrainedGeneration> ReadGenerations(const std::string& dir, int nodes,
+                                               const std::string& job) {
+  std::vector<TrainedGeneration> out;
+  const std::string prefix = job + "-";
+  for (int id = 1; id <= nodes; ++id) {
+    const fs::path jobs = fs::path(dir) / ("node" + std::to_string(id)) / "jobs";
+    std::error_code ec;
+    for (const fs::directory_entry& e : fs::directory_iterator(jobs, ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind(prefix, 0) != 0) continue;
+      std::ifstream log(e.path() / "rank-0.log");
+      if (!log) continue;
+      TrainedGeneration g;
+      g.folder = e.path().string();
+      for (std::string line; std::getline(log, line);) {
+        std::smatch m;
+        if (g.layout.empty() && std::regex_search(line, m, kWorkerLine)) {
+          g.generation = m[1].str();
+          g.ranks = std::stoi(m[2].str());
+          g.layout = m[3].str();
+        } else if (g.resumed_from < 0 && std::regex_search(line, m, kResumeLine)) {
+          g.resumed_from = std::stoll(m[1].str());
+          g.resumed_uri = m[2].str();
+          g.resumed_at = LogTime(line);
+        } else if (std::regex_search(line, m, kCommitLine)) {
+          g.commits.push_back({std::stoll(m[1].str()), m[2].str(), LogTime(line)});
+        }
+      }
+      if (!g.layout.empty()) out.push_back(std::move(g));
+    }
+  }
+  return out;
+}
+
+Result<std::vector<HistorySegment>> LayoutHistory(const std::vector<TrainedGeneration>& gens,
+                                                  int64_t final_step,
+                                                  const std::string& final_uri) {
+  // The generation that last committed `step` to `uri` before `before` ("" = any time).
+  auto writer_of = [&](int64_t step, const std::string& uri,
+                       const std::string& before) -> const TrainedGeneration* {
+    const TrainedGeneration* best = nullptr;
+    std::string best_at;
+    for (const TrainedGeneration& g : gens)
+      for (const TrainedGeneration::Commit& c : g.commits)
+        if (c.step == step && c.uri == uri && (before.empty() || c.at < before) &&
+            (best == nullptr || c.at > best_at)) {
+          best = &g;
+          best_at = c.at;
+        }
+    return best;
+  };
+  std::vector<HistorySegment> chain;
+  const TrainedGeneration* g = writer_of(final_step, final_uri, "");
+  if (g == nullptr)
+    return NotFound("no generation's rank 0 logged the commit of step " +
+                    std::to_string(final_step) + " to " + final_uri);
+  int64_t to = final_step;
+  for (size_t links = 0; links <= gens.size(); ++links) {
+    chain.push_back({g->generation, g->folder + "/run.toml", g->layout, g->ranks,
+                     std::max<int64_t>(g->resumed_from, 0), to});
+    if (g->resumed_from < 0) {
+      std::reverse(chain.begin(), chain.end());
+      return chain;
+    }
+    const TrainedGeneration* from = writer_of(g->resumed_from, g->resumed_uri, g->resumed_at);
+    if (from == nullptr)
+      return NotFound("generation " + g->generation + " resumed from step " +
+                      std::to_string(g->resumed_from) + " in " + g->resumed_uri +
+                      ", whose commit no generation's rank 0 logged before");
+    to = g->resumed_from;
+    g = from;
+  }
+  return Internal("the layout history of step " + std::to_string(final_step) + " loops");
+}
+
+Result<ReplayOutcome> ReplayHistory(const std::vector<HistorySegment>& history,
+                                    const std::string& ringtrain, const std::string& ringckpt,
+                                    const std::string& work_dir, const std::string& ckpt_uri,
+                                    int64_t final_step) {
+  ReplayOutcome out;
+  out.history = history;
+  const std::string ckpt = work_dir + "/ckpt";
+  std::error_code ec;
+  fs::create_directories(ckpt, ec);
+  if (ec) return Status(StatusCode::kIoError, "create " + ckpt + ": " + ec.message());
+  const std::vector<std::string> env = EnvironmentWithout({"RINGTRAIN_FAULTS"});
+  for (const HistorySegment& s : history) {
+    std::vector<std::string> argv = {
+        ringtrain, "--log-level", "warn", "train", "--config", s.run_config, "--layout",
+        s.layout, "--ranks", std::to_string(s.ranks), "--stop-after", std::to_string(s.to),
+        // Saves only where it stops (and synchronously): the next segment resumes from there.
+        "--set", "ckpt.dir=" + ckpt, "--set", "ckpt.every=1000000000", "--set",
+        "ckpt.memory_every=0", "--set", "ckpt.async=false", "--set", "ckpt.keep=2"};
+    if (s.from > 0) argv.push_back("--resume");
+    const std::string what = "replay of generation " + s.generation + " (" + s.layout +
+                             ", steps " + std::to_string(s.from + 1) + ".." +
+                             std::to_string(s.to) + ")";
+    ASSIGN_OR_RETURN(ProcessOutcome run, RunProcess(argv, env, Deadline::AfterMs(1'800'000)));
+    std::ofstream(work_dir + "/" + s.generation + ".log") << run.output;
+    if (!run.exited || run.exit_code != 0)
+      return Internal(what + " failed: " + run.Describe() + "\n" + run.output);
+    const std::string said = "resumed from the checkpoint of step " + std::to_string(s.from);
+    if (s.from > 0 && run.output.find(said) == std::string::npos)
+      return Internal(what + " did not resume from step " + std::to_string(s.from) + ":\n" +
+                      run.output);
+  }
+  const std::string step = std::to_string(final_step);
+  ASSIGN_OR_RETURN(ProcessOutcome diff,
+                   RunProcess({ringckpt, "diff", ckpt_uri, ckpt, "--step-a", step, "--step-b",
+                               step},
+                              env, Deadline::AfterMs(300'000)));
+  out.diff = diff.output;
+  if (!diff.exited || diff.exit_code != 0)
+    return Internal("ringckpt diff of the final checkpoints failed: " + diff.output);
+  if (out.diff.find("only in") != std::string::npos ||
+      out.diff.find("shapes differ") != std::string::npos)
+    return Internal("the final checkpoints hold different tensors:\n" + out.diff);
+  const std::string largest = "largest absolute difference ";
+  const size_t at = out.diff.find(largest);
+  if (at == std::string::npos) return Internal("ringckpt diff said no difference:\n" + out.diff);
+  out.max_abs_difference = std::stod(out.diff.substr(at + largest.size()));
+  return out;
+}
+
+}  // namespace rt::chaos
