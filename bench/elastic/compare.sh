@@ -68,7 +68,8 @@ teardown() {
   local g p
   for g in "${GROUPS_[@]}"; do kill -9 -- "-$g" 2>/dev/null || true; done
   for p in "${PIDS_[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  for p in "${GROUPS_[@]}" "${PIDS_[@]}"; do wait "$p" 2>/dev/null || true; done
+  # (Braces: bash reports a killed job on the shell's stderr, not on wait's.)
+  for p in "${GROUPS_[@]}" "${PIDS_[@]}"; do { wait "$p"; } 2>/dev/null || true; done
   GROUPS_=()
   PIDS_=()
 }

@@ -26,6 +26,7 @@ import torch.distributed as dist
 import torch.nn.functional  # noqa: F401 (Gpt uses it)
 from torch.nn.parallel import DistributedDataParallel
 
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "step"))
 from train_step_torch import Gpt  # noqa: E402
 
