@@ -2,11 +2,12 @@
 # Smoke test of bench/elastic/compare.sh (ctest bench.elastic_compare_smoke): one run of the
 # worker-kill scenario with ringtraind and with torchrun, then checks that each run recovered
 # (a step of a new generation came), measured a detection and the steps lost, and that the
-# table has a row per system. No timing is asserted. Exit 77 (skip) without python3-torch.
+# table has a row per system. No timing is asserted. Exit 77 (skip) without python3-torch
+# (for TORCH_PY, default /usr/bin/python3, which compare.sh uses too).
 #   elastic_compare_smoke.sh SOURCE_DIR BUILD_DIR WORK_DIR
 set -euo pipefail
 SOURCE=$1 BUILD=$2 WORK=$3
-if ! /usr/bin/python3 -c 'import torch' 2>/dev/null; then
+if ! "${TORCH_PY:-/usr/bin/python3}" -c 'import torch' 2>/dev/null; then
   echo "SKIP: Debian's python3-torch is not installed (apt-get install python3-torch)"
   exit 77
 fi
