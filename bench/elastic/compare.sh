@@ -103,6 +103,12 @@ for line in open(sys.argv[1]):
          and j.get("world", 4) == 4
 print(n)' "$1" "$2"
 }
+# The generation of the last step line in the stamped file $1 (fails when there is none).
+last_generation() {
+  tail -1 "$1" | python3 -c '
+import json, sys
+print(json.loads(sys.stdin.read().partition(" ")[2])["generation"])'
+}
 
 # --- ours ------------------------------------------------------------------------------------
 ours_ctl() { "$RINGCTL" --daemon "127.0.0.1:${OURS_PORT[1]}" --timeout-ms 20000 "$@"; }
@@ -193,7 +199,7 @@ ours_run() {  # SCENARIO RUN_DIR
   wait_until "$RECOVERY_S" "[ \$(steps_seen $dir/stamped.txt '') -ge $WARM ]" "$WARM steps"
   victim=$(ours_victim_node "$scenario")
   local before
-  before=$(tail -1 "$dir/stamped.txt" | python3 -c 'import json,sys; print(json.loads(sys.stdin.read().partition(" ")[2])["generation"])')
+  before=$(last_generation "$dir/stamped.txt")
   if [ "$scenario" = worker ]; then
     kill_t=$(now)
     kill -9 "$victim"
@@ -248,7 +254,7 @@ torch_run() {  # SCENARIO RUN_DIR
   torch_start "$dir"
   # WARM steps of one generation on all 4 workers (agent 2 may join after agent 1 started).
   wait_until "$RECOVERY_S" "torch_warm $dir/stamped.txt" "$WARM steps on 4 workers"
-  before=$(tail -1 "$dir/stamped.txt" | python3 -c 'import json,sys; print(json.loads(sys.stdin.read().partition(" ")[2])["generation"])')
+  before=$(last_generation "$dir/stamped.txt")
   [ "$scenario" = leader ] && victim=1 survivor=2
   kill_t=$(now)
   if [ "$scenario" = worker ]; then
@@ -264,7 +270,7 @@ torch_run() {  # SCENARIO RUN_DIR
 }
 torch_warm() {
   local last
-  last=$(tail -1 "$1" 2>/dev/null | python3 -c 'import json,sys; print(json.loads(sys.stdin.read().partition(" ")[2]).get("generation",""))' 2>/dev/null) || return 1
+  last=$(last_generation "$1" 2>/dev/null) || return 1
   [ -n "$last" ] && [ "$(steps_seen "$1" "$last")" -ge "$WARM" ]
 }
 torch_over() {  # RUN_DIR GENERATION KILL_T
