@@ -28,6 +28,13 @@ std::string LogTime(const std::string& line) {
 
 }  // namespace
 
+std::string StoreOf(const std::string& uri) {
+  const std::string scheme = "memtier://";
+  if (uri.rfind(scheme, 0) != 0) return uri;
+  const size_t slash = uri.find('/', scheme.size());
+  return slash == std::string::npos ? uri : scheme + uri.substr(slash + 1);
+}
+
 std::vector<TrainedGeneration> ReadGenerations(const std::string& dir, int nodes,
                                                const std::string& job) {
   std::vector<TrainedGeneration> out;
@@ -72,7 +79,7 @@ Result<std::vector<HistorySegment>> LayoutHistory(const std::vector<TrainedGener
     std::string best_at;
     for (const TrainedGeneration& g : gens)
       for (const TrainedGeneration::Commit& c : g.commits)
-        if (c.step == step && c.uri == uri && (before.empty() || c.at < before) &&
+        if (c.step == step && StoreOf(c.uri) == StoreOf(uri) && (before.empty() || c.at < before) &&
             (best == nullptr || c.at > best_at)) {
           best = &g;
           best_at = c.at;

@@ -48,6 +48,11 @@ struct HistorySegment {
   int64_t to = 0;
 };
 
+// The store a checkpoint URI names, for comparing URIs: the memory tier's
+// `memtier://HOST:PORT/job-N` names job N's snapshots through one daemon, and every daemon reaches
+// the same snapshots, so the address is dropped ("memtier://job-N"); other URIs are unchanged.
+std::string StoreOf(const std::string& uri);
+
 // The chain of generations that produced the state of step `final_step` saved in `final_uri`,
 // oldest first: the last generation that committed it there, the generation that last
 // committed (before that one resumed) the state it resumed from, and so on back to a

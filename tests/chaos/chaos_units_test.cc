@@ -10,6 +10,7 @@
 
 #include "bench/chaos/ckpt_files.h"
 #include "bench/chaos/faults.h"
+#include "bench/chaos/replay.h"
 #include "bench/chaos/report.h"
 
 namespace rt::chaos {
@@ -170,6 +171,38 @@ TEST(SummaryTest, FiguresFromRecords) {
   EXPECT_NE(text.find("committed steps lost: 10"), std::string::npos) << text;
   EXPECT_NE(text.find("partitions: not run (not built)"), std::string::npos) << text;
   EXPECT_EQ(SummaryJson(r, s)["faults_injected"], 4);
+}
+
+// The layout history follows resumes back through the memory tier even when the writer and the
+// resumer reached it through different daemons (memtier://ADDRESS/job-N names one store), and
+// through the durable checkpoints; a resume whose source nobody committed is NotFound.
+TEST(ChaosReplay, LayoutHistoryFollowsResumesThroughAnyDaemonsMemoryTier) {
+  const std::string disk = "/tmp/c/ckpt/chaos";
+  std::vector<TrainedGeneration> gens(3);
+  gens[0] = {"2.1.1", "/n1/jobs/chaos-2.1.1", "tp=1,dp=3", 3, -1, "", "",
+             {{10, disk, "2026-11-27 04:00:01.000"},
+              {12, "memtier://127.0.0.1:4001/job-2", "2026-11-27 04:00:02.000"}}};
+  gens[1] = {"2.2.2", "/n2/jobs/chaos-2.2.2", "tp=1,dp=2", 2, 12,
+             "memtier://127.0.0.1:4002/job-2", "2026-11-27 04:00:03.000",
+             {{20, disk, "2026-11-27 04:00:05.000"}}};
+  gens[2] = {"2.3.3", "/n1/jobs/chaos-2.3.3", "tp=1,dp=3", 3, 20, disk,
+             "2026-11-27 04:00:06.000", {{30, disk, "2026-11-27 04:00:09.000"}}};
+  Result<std::vector<HistorySegment>> h = LayoutHistory(gens, 30, disk);
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  ASSERT_EQ(h->size(), 3u);
+  EXPECT_EQ((*h)[0].generation, "2.1.1");
+  EXPECT_EQ((*h)[0].to, 12);
+  EXPECT_EQ((*h)[1].layout, "tp=1,dp=2");
+  EXPECT_EQ((*h)[1].from, 12);
+  EXPECT_EQ((*h)[2].from, 20);
+  EXPECT_EQ((*h)[2].to, 30);
+  EXPECT_EQ(StoreOf("memtier://127.0.0.1:4002/job-2"), "memtier://job-2");
+  EXPECT_EQ(StoreOf(disk), disk);
+  gens[1].resumed_from = 11;  // committed by nobody
+  h = LayoutHistory(gens, 30, disk);
+  ASSERT_FALSE(h.ok());
+  EXPECT_EQ(h.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(h.status().message().find("step 11"), std::string::npos) << h.status().ToString();
 }
 
 }  // namespace
