@@ -45,7 +45,6 @@ Result<NodeEntry> DecodeNode(const Json& j) {
   ASSIGN_OR_RETURN(n.id, Unsigned(j, "id", "node", UINT64_MAX));
   if (n.id == 0) return Bad("node id 0");
   ASSIGN_OR_RETURN(const uint64_t slots, Unsigned(j, "slots", "node", 1024));
-  if (slots == 0) return Bad("node " + std::to_string(n.id) + " has 0 slots");
   n.slots = static_cast<int>(slots);
   ASSIGN_OR_RETURN(n.rendezvous, Text(j, "rendezvous", "node"));
   return n;

@@ -34,7 +34,8 @@ void BindNodeKeys(NodeConfig* c, ConfigSchema* s) {
   s->String("node.advertise", &c->advertise, "host:port peers reach this node at; \"\" = listen");
   s->String("node.state_dir", &c->state_dir, "membership state and worker logs (required)");
   s->Require("node.state_dir");
-  s->Int("node.slots", &c->slots, 1, 1024, "worker processes this node may run");
+  s->Int("node.slots", &c->slots, 0, 1024,
+         "worker processes this node may run; 0 = a witness (votes, holds snapshots, runs none)");
   s->String("node.rendezvous_host", &c->rendezvous_host,
             "address this node's rendezvous store binds and is reached at");
   s->String("cluster.seeds", &c->seeds, "host:port,host:port of peers to join through");

@@ -160,7 +160,7 @@ TEST(ClusterStateTest, MalformedBlobsAreCorruptionNamingTheProblem) {
       {replace("\"epoch\":12", "\"epoch\":\"12\""), "epoch"},
       {replace("\"id\":1,", "\"id\":0,"), "node id 0"},
       {replace("\"id\":1,", "\"id\":9,"), "sorted"},
-      {replace("\"slots\":4", "\"slots\":0"), "0 slots"},
+      {replace("\"slots\":4", "\"slots\":1025"), "slots"},
       {replace("\"desire\":\"stop\"", "\"desire\":\"pause\""), "pause"},
       {replace("[2,5]", "[5,2]"), "drained"},
       {replace("\"max_nodes\":2", "\"max_nodes\":99999"), "max_nodes"},

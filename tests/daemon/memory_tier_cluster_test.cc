@@ -121,5 +121,40 @@ TEST_F(MemoryTierCluster, RecoversFromTheDurableCheckpointWithoutTheMemoryTier) 
   EXPECT_TRUE(resumed == 21 || resumed == 41) << cost.recovery;
 }
 
+// Two training nodes and a witness (node.slots = 0: a member that votes and keeps memory-tier
+// copies but runs no rank): kill -9 of one training node leaves a majority of the view, and the
+// job goes on on the other from the memory tier. The witness never runs a worker.
+TEST_F(MemoryTierCluster, TwoNodesAndAWitnessSurviveTheLossOfOne) {
+  StartNode(1, 2);
+  StartNode(2, 2);
+  StartNode(3, 0);
+  WaitFor(1, "a view of 3 members", [](const Json& s) { return Members(s) == 3; });
+  ProcessOutcome submitted = Ctl({"submit", JobFile("memory_every = 1\n")});
+  ASSERT_EQ(submitted.exit_code, 0) << submitted.output;
+  Json s = WaitFor(1, "training tp=2 dp=2 on nodes 1 and 2 past step 5", [](const Json& s) {
+    return Step(s) >= 5 && WorkerPids(s, 1).size() == 2 && WorkerPids(s, 2).size() == 2;
+  });
+  EXPECT_TRUE(WorkerPids(s, 3).empty()) << s.dump();
+  const std::string gen_before = Generation(s);
+  ASSERT_TRUE(nodes_[2]->Signal(SIGKILL).ok());
+  s = WaitFor(1, "training on node 1 alone in a view with the witness", [&](const Json& s) {
+    return Members(s) == 2 && Generation(s) != gen_before && Step(s) >= 1 &&
+           Generation(s).find("." + std::to_string(s["view"]["generation"].get<int64_t>()) +
+                              ".") != std::string::npos &&
+           WorkerPids(s, 1).size() == 2;
+  });
+  EXPECT_TRUE(WorkerPids(s, 3).empty()) << s.dump();
+  bool from_memory = false;
+  for (auto& entry : std::filesystem::recursive_directory_iterator(dir_)) {
+    if (entry.path().filename() != "rank-0.log") continue;
+    std::ifstream in(entry.path());
+    const std::string text((std::istreambuf_iterator<char>(in)), {});
+    from_memory |= text.find("resuming from memory snapshot") != std::string::npos;
+  }
+  EXPECT_TRUE(from_memory) << Logs();
+  ProcessOutcome stopped = Ctl({"stop"});
+  EXPECT_EQ(stopped.exit_code, 0) << stopped.output;
+}
+
 }  // namespace
 }  // namespace rt::daemon

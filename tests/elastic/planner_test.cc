@@ -58,6 +58,8 @@ TEST(Planner, Table) {
   interleaved.schedule = "interleaved";
   ElasticPolicy small_micro = Policy(1, 1);
   small_micro.micro_rows = 1;
+  ElasticPolicy at_least_two = Policy(1, 1);
+  at_least_two.min_nodes = 2;
   ElasticPolicy at_least_three = Policy(1, 1);
   at_least_three.min_nodes = 3;
   ElasticPolicy two_nodes = Policy(2, 1);
@@ -83,6 +85,10 @@ TEST(Planner, Table) {
        "tp=2,pp=1,dp=2,zero=0,sp=0,schedule=1f1b", 1, "3,3,5,5", ""},
       {"nodes too small for tp are skipped", {{1, 1}, {2, 2}, {3, 2}}, Policy(2, 1),
        "tp=2,pp=1,dp=2,zero=0,sp=0,schedule=1f1b", 1, "2,2,3,3", ""},
+      {"a witness (0 slots) runs no rank", {{1, 2}, {2, 0}, {3, 2}}, Policy(1, 1),
+       "tp=1,pp=1,dp=4,zero=0,sp=0,schedule=1f1b", 1, "1,1,3,3", ""},
+      {"a witness does not count for min_nodes", {{1, 2}, {2, 0}}, at_least_two, "", 0, "",
+       "1 live"},
       {"min_nodes not met", Nodes(2, 4), at_least_three, "", 0, "", "elastic.min_nodes = 3"},
       {"tp larger than every node", Nodes(4, 2), Policy(4, 1), "", 0, "", "min_nodes"},
       {"tp does not divide the heads", Nodes(2, 3), Policy(3, 1), "", 0, "",
