@@ -15,7 +15,6 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,8 +23,7 @@
 #include "ckpt/catalog.h"
 #include "ckpt/manifest.h"
 #include "ckpt/storage.h"
-#include "data/token_shard.h"
-#include "tests/parallel/test_util.h"
+#include "tests/tools/run_folder.h"
 #include "tests/tools/shell_run.h"
 
 namespace rt {
@@ -47,11 +45,7 @@ class FailedSaveTest : public ::testing::Test {
     dir_ = std::filesystem::temp_directory_path() /
            ("ringtrain_failed_save_" + std::to_string(getpid()) + "_" +
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_ / "data");
-    auto tokens = rt::testing::PatternTokens(20000, 97, 3);
-    ASSERT_TRUE(WriteTokenShard((dir_ / "data/train_000.bin").string(), *tokens, 256).ok());
-    ASSERT_TRUE(WriteTokenShard((dir_ / "data/val.bin").string(), *tokens, 256).ok());
+    ASSERT_TRUE(rt::testing::MakeRunFolder(dir_).ok());
   }
   void TearDown() override {
     if (mounted_) std::system(("umount -l " + (dir_ / "ck").string()).c_str());
@@ -59,7 +53,8 @@ class FailedSaveTest : public ::testing::Test {
   }
 
   // `ringtrain train` of the tiny config for kSteps steps on `ranks` ranks (dp), metrics under
-  // `name`, checkpoints in ck/ every `every` steps (none when 0) with `extra` arguments.
+  // `name`, checkpoints in ck/ every `every` steps (none when 0) with `extra` arguments (which
+  // may end with a redirection of the output).
   ::rt::testing::ShellOutcome Train(const std::string& env, const std::string& name, int every,
                                     const std::string& extra, int ranks = 2) const {
     std::string a = "env " + env + " " + RINGTRAIN_BIN + " --log-level info train --config " +
@@ -77,13 +72,7 @@ class FailedSaveTest : public ::testing::Test {
 
   // Per step, the last loss the metrics file `name` recorded for it (a resumed run appends).
   std::map<int, double> Losses(const std::string& name) const {
-    std::map<int, double> out;
-    std::ifstream in(dir_ / (name + ".jsonl"));
-    for (std::string line; std::getline(in, line);) {
-      const auto j = nlohmann::json::parse(line);
-      if (j.contains("loss")) out[j["step"].get<int>()] = j["loss"].get<double>();
-    }
-    return out;
+    return rt::testing::StepLosses(dir_ / (name + ".jsonl"));
   }
 
   // The committed steps of ck/, newest first.
@@ -198,17 +187,9 @@ TEST_F(FailedSaveTest, FullDiskFailsSavesUntilSpaceIsBack) {
     for (uint64_t written = 0; written + 65536 < free_bytes; written += block.size()) out << block;
   }
   const std::string log = (dir_ / "run.log").string();
-  const std::string cmd = "env RINGTRAIN_FAULTS=parallel.train.before_step=delay:10000@5 " +
-                          std::string(RINGTRAIN_BIN) + " --log-level info train --config " +
-                          RINGTRAIN_SOURCE_DIR + "/configs/tiny.toml --set data.dir=" +
-                          (dir_ / "data").string() +
-                          " --set eval.every=0 --set train.micro_batches=2"
-                          " --set optim.warmup_steps=4 --steps " + std::to_string(kSteps) +
-                          " --set metrics.path=" + (dir_ / "run.jsonl").string() +
-                          " --set ckpt.dir=" + ck + " --set ckpt.every=2 --set ckpt.async=false"
-                          " --set ckpt.max_failed_saves=0 --layout dp=2 --ranks 2";
   std::thread runner([&] {
-    const auto run = ::rt::testing::RunShell(cmd + " >" + log, 300);
+    const auto run = Train("RINGTRAIN_FAULTS=parallel.train.before_step=delay:10000@5", "run", 2,
+                           "--set ckpt.async=false --set ckpt.max_failed_saves=0 >" + log);
     EXPECT_EQ(run.exit_code, 0) << run.output;
   });
   auto read_log = [&] {
