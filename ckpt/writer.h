@@ -7,7 +7,8 @@
 // and committed checkpoints beyond `keep`. A crash at any instant leaves the previous checkpoint
 // committed and the new one either committed or ignored. A save that fails leaves nothing that
 // looks complete: a rank removes its own data file and fragment, and rank 0, when its commit
-// fails or is abandoned, removes the step's folder (RemoveFailedSave) (docs/formats/checkpoint.md "Failed saves").
+// fails or is abandoned, removes the step's folder (RemoveFailedSave; docs/formats/checkpoint.md
+// "Failed saves").
 //
 // Fault points (base/fault.h), in order: ckpt.save.before_data, ckpt.save.after_data,
 // ckpt.save.after_fragment, ckpt.commit.after_fragments (rank 0), ckpt.commit.after_manifest,

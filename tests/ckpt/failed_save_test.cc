@@ -19,7 +19,7 @@ using testing::TempDir;
 
 // One writer per rank of `layout`; rank r's fault points are named "test.rank<r>".
 std::vector<std::unique_ptr<CheckpointWriter>> Writers(std::shared_ptr<Storage> storage,
-                                                        const SynthLayout& layout) {
+                                                       const SynthLayout& layout) {
   std::vector<std::unique_ptr<CheckpointWriter>> writers;
   for (int r = 0; r < layout.world(); ++r) {
     WriterOptions o;
@@ -86,8 +86,7 @@ TEST_F(WriterFailureTest, OneProcessFailureRemovesItsFolder) {
   testing::SynthRank rank = testing::MakeRank(one, 0, true);
   ASSERT_TRUE(writers[0]->Save(20, rank.shards, testing::EngineStateOf(20)).ok());
   const Status s = writers[0]->Wait(Deadline::AfterMs(120000));
-  EXPECT_NE(s.ToString().find("test.rank0.save.after_fragment"), std::string::npos)
-      << s.ToString();
+  EXPECT_NE(s.ToString().find("test.rank0.save.after_fragment"), std::string::npos) << s.ToString();
   EXPECT_FALSE(Exists(StepDir(20)));
   EXPECT_EQ(ListCommitted(*storage_).value(), std::vector<int64_t>{10});
 }

@@ -57,16 +57,17 @@ class FailedSaveTest : public ::testing::Test {
   // may end with a redirection of the output).
   ::rt::testing::ShellOutcome Train(const std::string& env, const std::string& name, int every,
                                     const std::string& extra, int ranks = 2) const {
-    std::string a = "env " + env + " " + RINGTRAIN_BIN + " --log-level info train --config " +
-                    RINGTRAIN_SOURCE_DIR + "/configs/tiny.toml --set data.dir=" +
-                    (dir_ / "data").string() +
-                    " --set eval.every=0 --set train.micro_batches=2 --set optim.warmup_steps=4"
-                    " --steps " + std::to_string(kSteps) +
-                    " --set metrics.path=" + (dir_ / (name + ".jsonl")).string();
+    std::string a =
+        "env " + env + " " + RINGTRAIN_BIN + " --log-level info train --config " +
+        RINGTRAIN_SOURCE_DIR + "/configs/tiny.toml --set data.dir=" + (dir_ / "data").string() +
+        " --set eval.every=0 --set train.micro_batches=2 --set optim.warmup_steps=4"
+        " --steps " +
+        std::to_string(kSteps) + " --set metrics.path=" + (dir_ / (name + ".jsonl")).string();
     if (every > 0)
-      a += " --set ckpt.dir=" + (dir_ / "ck").string() + " --set ckpt.every=" +
-           std::to_string(every);
-    if (ranks > 1) a += " --layout dp=" + std::to_string(ranks) + " --ranks " + std::to_string(ranks);
+      a += " --set ckpt.dir=" + (dir_ / "ck").string() +
+           " --set ckpt.every=" + std::to_string(every);
+    if (ranks > 1)
+      a += " --layout dp=" + std::to_string(ranks) + " --ranks " + std::to_string(ranks);
     return ::rt::testing::RunShell(a + " " + extra, 300);
   }
 
@@ -86,8 +87,8 @@ class FailedSaveTest : public ::testing::Test {
   std::filesystem::path StepDir(int64_t step) const { return dir_ / "ck" / ckpt::StepDir(step); }
 
   ::rt::testing::ShellOutcome Verify(int64_t step) const {
-    return ::rt::testing::RunShell(std::string(RINGCKPT_BIN) + " verify " +
-                                   (dir_ / "ck").string() + " --step " + std::to_string(step));
+    return ::rt::testing::RunShell(std::string(RINGCKPT_BIN) + " verify " + (dir_ / "ck").string() +
+                                   " --step " + std::to_string(step));
   }
 
   std::filesystem::path dir_;
@@ -153,8 +154,9 @@ TEST_F(FailedSaveTest, ConsecutiveFailuresStopTheRunAtTheLimit) {
     const auto run = Train("RINGTRAIN_FAULTS=ckpt.save.before_data=error", "run", 5,
                            "--set ckpt.max_failed_saves=2", ranks);
     EXPECT_EQ(run.exit_code, 1) << run.output;
-    EXPECT_NE(run.output.find("the last 2 checkpoint saves failed (steps 5, 10; the last on rank 0"),
-              std::string::npos)
+    EXPECT_NE(
+        run.output.find("the last 2 checkpoint saves failed (steps 5, 10; the last on rank 0"),
+        std::string::npos)
         << run.output;
     EXPECT_NE(run.output.find("ckpt.max_failed_saves = 2"), std::string::npos) << run.output;
     EXPECT_NE(run.output.find("is none"), std::string::npos) << run.output;
