@@ -134,7 +134,11 @@ Result<StartedChild> StartChild(const SpawnOptions& options) {
   Fd in(::open("/dev/null", O_RDONLY | O_CLOEXEC));
   if (in.get() < 0) return ErrnoStatus(errno, what + ": open /dev/null");
   Fd out, err;
-  if (options.output_fd >= 0) {
+  if (options.inherit_output) {
+    out = Fd(::fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3));
+    err = Fd(::fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 3));
+    if (out.get() < 0 || err.get() < 0) return ErrnoStatus(errno, what + ": dup stdout, stderr");
+  } else if (options.output_fd >= 0) {
     out = Fd(::fcntl(options.output_fd, F_DUPFD_CLOEXEC, 3));
     err = Fd(::fcntl(options.output_fd, F_DUPFD_CLOEXEC, 3));
     if (out.get() < 0 || err.get() < 0) return ErrnoStatus(errno, what + ": dup the output fd");

@@ -41,6 +41,9 @@ struct SpawnOptions {
   // When >= 0: the child's stdout and stderr both go to this descriptor (e.g. a pipe's write
   // end), and the two paths above are not used. The caller keeps ownership.
   int output_fd = -1;
+  // True: the child writes to this process's stdout and stderr, whatever they are (a terminal,
+  // a pipe, a file); the two paths and `output_fd` are not used.
+  bool inherit_output = false;
 };
 
 // A child started by StartChild: its pid (also its process group id) and a pidfd on it, which

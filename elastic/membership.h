@@ -181,7 +181,9 @@ class MembershipService {
 
   // Leaves the cluster gracefully: proposes a view without this node and returns once it is
   // installed (the others stop watching it at once; no suspicion delay). The node then stops
-  // asking to rejoin. Errors: DeadlineExceeded when no majority accepted in time.
+  // asking to rejoin. A node that is (or, as the others leave, becomes) the only member has
+  // nothing to leave: OK at once, staying the member of its one-node view. Errors:
+  // DeadlineExceeded when no majority accepted in time.
   virtual boost::asio::awaitable<Status> Leave(Deadline deadline) = 0;
 
   // Stops without leaving (the others detect it): refuses new calls, fails waiting ones with

@@ -230,16 +230,22 @@ Status RunCheckpoints::Finish() {
                             NewestCommitted());
 }
 
-void RunCheckpoints::DropNewerMemorySnapshots(const std::vector<int64_t>& memory_steps,
-                                              int64_t step) {
-  if (memory_ == nullptr || (world_ != nullptr && world_->rank() != 0)) return;
-  if (memory_steps.empty() || memory_steps.front() <= step) return;
-  // `latest` first: without it the store takes the older steps the next snapshots write.
-  Status s = memory_->Remove(ckpt::kLatestFile);
-  for (int64_t newer : memory_steps)
-    if (s.ok() && newer > step) s = memory_->Remove(ckpt::StepDir(newer));
-  if (!s.ok()) LOG_WARN("memory tier {}: drop snapshots newer than step {}: {}", memory_->uri(),
-                        step, s.ToString());
+Status RunCheckpoints::DropNewerMemorySnapshots(const std::vector<int64_t>& memory_steps,
+                                                int64_t step) {
+  if (memory_ == nullptr) return Status();
+  if (world_ == nullptr || world_->rank() == 0) {
+    Status s;
+    // `latest` first: without it the store takes the older steps the next snapshots write.
+    if (!memory_steps.empty() && memory_steps.front() > step) s = memory_->Remove(ckpt::kLatestFile);
+    Result<std::vector<int64_t>> folders = ckpt::ListStepDirs(*memory_);
+    if (s.ok()) s = folders.status();
+    if (s.ok())
+      for (int64_t newer : *folders)
+        if (s.ok() && newer > step) s = memory_->Remove(ckpt::StepDir(newer));
+    if (!s.ok()) LOG_WARN("memory tier {}: drop snapshots newer than step {}: {}", memory_->uri(),
+                          step, s.ToString());
+  }
+  return Reduce(0, comm::ReduceOp::kMin).status();
 }
 
 Result<int64_t> RunCheckpoints::Reduce(int64_t value, comm::ReduceOp op) {
@@ -320,7 +326,7 @@ Result<TrainerState> RunCheckpoints::Resume(const ckpt::StateShards& dest) {
       // Durable saves resume after the newest committed checkpoint this resume passed over.
       for (int64_t durable : *listed)
         if (durable > step) skipped_up_to_ = std::max(skipped_up_to_, durable);
-      DropNewerMemorySnapshots(memory_steps, step);
+      RETURN_IF_ERROR(DropNewerMemorySnapshots(memory_steps, step));
       if (state.step != step)
         LOG_WARN("{} holds trainer state of step {}", describe(mine), state.step);
       LOG_INFO("resuming from {} (written by layout {})", describe(mine),

@@ -114,8 +114,12 @@ class RunCheckpoints {
   Status SettleMemory();
   // "step N" of the newest committed checkpoint, or "none".
   std::string NewestCommitted() const;
-  // Removes the memory tier's snapshots newer than `step` (and its `latest` when it names one).
-  void DropNewerMemorySnapshots(const std::vector<int64_t>& memory_steps, int64_t step);
+  // Rank 0 removes every memory-tier step folder newer than `step`, committed or not (and
+  // `latest` first when it names one), then all ranks meet in an all-reduce so that no rank
+  // writes a newer snapshot before the removal is done. A leftover of an unfinished snapshot can
+  // sit on a member that the next writer of that step does not reach, and would be read in place
+  // of the fresh file (the commit then waits for a fragment of its own run forever).
+  Status DropNewerMemorySnapshots(const std::vector<int64_t>& memory_steps, int64_t step);
 
   RunConfig config_;
   comm::Communicator* world_ = nullptr;

@@ -1,9 +1,6 @@
 #include "parallel/launch.h"
 
 #include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -11,12 +8,17 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
-#include <thread>
 
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <nlohmann/json.hpp>
 
-#include "comm/communicator.h"
 #include "base/fault.h"
+#include "base/process.h"
+#include "base/subprocess.h"
+#include "comm/communicator.h"
 #include "comm/store.h"
 #include "parallel/checkpointing.h"
 #include "parallel/config.h"
@@ -27,10 +29,10 @@
 #include "kernels/cuda/device.h"
 #endif
 
-extern char** environ;
-
 namespace rt::parallel {
 namespace {
+
+namespace asio = boost::asio;
 
 constexpr auto kBootstrapTimeout = std::chrono::seconds(60);
 
@@ -201,42 +203,52 @@ Status RunWorker(const DistTrainOptions& o) {
   return Status();
 }
 
-// Waits for every child; on the first failure stops the others (SIGTERM, then SIGKILL after 5 s).
-Status WaitWorkers(std::vector<pid_t> pids) {
-  Status first;
-  std::vector<bool> live(pids.size(), true);
-  size_t left = pids.size();
-  bool killing = false;
-  std::chrono::steady_clock::time_point kill_at{};
-  while (left > 0) {
-    int status = 0;
-    const pid_t pid = waitpid(-1, &status, WNOHANG);
-    if (pid < 0 && errno != EINTR) return ErrnoStatus(errno, "waitpid for the workers");
-    if (pid <= 0) {
-      if (killing && std::chrono::steady_clock::now() > kill_at) {
-        for (size_t i = 0; i < pids.size(); ++i)
-          if (live[i]) kill(pids[i], SIGKILL);
-        killing = false;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      continue;
-    }
-    for (size_t i = 0; i < pids.size(); ++i) {
-      if (pids[i] != pid || !live[i]) continue;
-      live[i] = false;
-      --left;
-      const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-      if (!ok && first.ok()) {
-        first = Internal("worker rank " + std::to_string(i) + " failed (" +
-                         (WIFEXITED(status) ? "exit status " + std::to_string(WEXITSTATUS(status))
-                                            : "signal " + std::to_string(WTERMSIG(status))) + ")");
-        for (size_t j = 0; j < pids.size(); ++j)
-          if (live[j]) kill(pids[j], SIGTERM);
-        killing = true;
-        kill_at = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-      }
-    }
+// Starts the N workers (writing to this process's stdout and stderr; each in its own process
+// group and killed when this launcher dies, so none trains on as an orphan) and waits for all of
+// them. When one fails the others get SIGTERM and, 5 s later, SIGKILL. Returns the first failure,
+// naming its rank.
+Status RunWorkers(const DistTrainOptions& o, const std::string& executable,
+                  const std::string& store) {
+  asio::io_context io;
+  std::vector<std::unique_ptr<ChildProcess>> workers;
+  for (int r = 0; r < o.ranks; ++r) {
+    SpawnOptions spawn;
+    spawn.argv = WorkerArguments(o, r, store);
+    spawn.argv.insert(spawn.argv.begin(), executable);
+    spawn.env = EnvironmentWithout({});
+    spawn.inherit_output = true;
+    Result<std::unique_ptr<ChildProcess>> child =
+        ChildProcess::Spawn(io.get_executor(), std::move(spawn));
+    // Returning destroys the workers started so far, which kills and reaps them.
+    if (!child.ok()) return child.status().WithContext("start worker rank " + std::to_string(r));
+    workers.push_back(std::move(*child));
   }
+  Status first;
+  size_t running = workers.size();
+  asio::steady_timer kill_timer(io);
+  auto watch = [&](size_t rank) -> asio::awaitable<void> {
+    // A run may last longer than any one deadline; the workers bound their own waits.
+    Result<ChildExit> exit = co_await workers[rank]->Wait(Deadline::After(std::chrono::hours(1)));
+    while (!exit.ok() && exit.status().code() == StatusCode::kDeadlineExceeded)
+      exit = co_await workers[rank]->Wait(Deadline::After(std::chrono::hours(1)));
+    if (--running == 0) kill_timer.cancel();
+    Status failed = !exit.ok() ? exit.status()
+                    : exit->ok() ? Status()
+                                 : Internal("worker rank " + std::to_string(rank) + " failed (" +
+                                            exit->Describe() + ")");
+    if (failed.ok() || !first.ok()) co_return;
+    first = std::move(failed);
+    for (const auto& w : workers)
+      if (!w->exit()) (void)w->Signal(SIGTERM);
+    kill_timer.expires_after(std::chrono::seconds(5));
+    kill_timer.async_wait([&](boost::system::error_code ec) {
+      if (ec) return;
+      for (const auto& w : workers)
+        if (!w->exit()) (void)w->Signal(SIGKILL);
+    });
+  };
+  for (size_t r = 0; r < workers.size(); ++r) asio::co_spawn(io, watch(r), asio::detached);
+  io.run();
   return first;
 }
 
@@ -277,23 +289,7 @@ Status RunDistributedTrain(const DistTrainOptions& o, const std::string& executa
     return InvalidArgument("--resume needs ckpt.dir: the folder or URI of the checkpoints");
   ASSIGN_OR_RETURN(std::unique_ptr<comm::TcpStoreServer> server, comm::TcpStoreServer::Start({}));
   const std::string store = "127.0.0.1:" + std::to_string(server->port());
-  std::vector<pid_t> pids;
-  for (int r = 0; r < o.ranks; ++r) {
-    std::vector<std::string> args = WorkerArguments(o, r, store);
-    args.insert(args.begin(), executable);
-    std::vector<char*> argv;
-    for (std::string& s : args) argv.push_back(s.data());
-    argv.push_back(nullptr);
-    pid_t pid = 0;
-    const int err = posix_spawn(&pid, executable.c_str(), nullptr, nullptr, argv.data(), environ);
-    if (err != 0) {
-      for (pid_t p : pids) kill(p, SIGTERM);
-      (void)WaitWorkers(pids);
-      return ErrnoStatus(err, "start worker rank " + std::to_string(r) + " (" + executable + ")");
-    }
-    pids.push_back(pid);
-  }
-  Status s = WaitWorkers(pids);
+  Status s = RunWorkers(o, executable, store);
   server->Stop();
   return s;
 }

@@ -368,13 +368,14 @@ class Service final : public MembershipService {
   }
 
   asio::awaitable<Status> LeaveHere(Deadline deadline) {
-    if (machine_->IsMember() && machine_->view().members.size() == 1)
-      co_return FailedPrecondition("node " + std::to_string(options_.node_id) +
-                                   " is the only member and cannot leave");
+    // The only member has no one to agree to its leaving, and nothing to leave.
+    if (machine_->IsMember() && machine_->view().members.size() == 1) co_return Status();
     machine_->RequestLeave();
     AfterMachine();
     while (machine_->IsMember()) {
       if (stopping_) co_return Aborted("membership service is shut down");
+      // The others left first (a whole cluster stopping): the last member has nothing to leave.
+      if (machine_->view().members.size() == 1) co_return Status();
       if (deadline.Expired())
         co_return DeadlineExceeded("node " + std::to_string(options_.node_id) +
                                    ": no majority accepted its leaving in time; view is " +

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -107,6 +108,37 @@ TEST(ProcessTest, SeparateStderrFileAndWorkingDirectory) {
   EXPECT_TRUE(e->ok());
   EXPECT_EQ(ReadAll(out), "/tmp\n");
   EXPECT_EQ(ReadAll(err), "oops\n");
+  std::filesystem::remove(out);
+  std::filesystem::remove(err);
+}
+
+// inherit_output: the child writes to whatever this process's stdout and stderr are.
+TEST(ProcessTest, InheritedOutputGoesToThisProcesssStdoutAndStderr) {
+  const std::string out = TempPath("process_test_io"), err = TempPath("process_test_ie");
+  const int out_fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  const int err_fd = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ASSERT_GE(out_fd, 0);
+  ASSERT_GE(err_fd, 0);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const int saved_out = ::dup(STDOUT_FILENO), saved_err = ::dup(STDERR_FILENO);
+  ::dup2(out_fd, STDOUT_FILENO);
+  ::dup2(err_fd, STDERR_FILENO);
+  SpawnOptions o = Shell("echo to-stdout; echo to-stderr >&2");
+  o.stdout_path = TempPath("process_test_unused");  // ignored with inherit_output
+  o.inherit_output = true;
+  Result<StartedChild> child = StartChild(o);
+  ::dup2(saved_out, STDOUT_FILENO);
+  ::dup2(saved_err, STDERR_FILENO);
+  for (int fd : {saved_out, saved_err, out_fd, err_fd}) ::close(fd);
+  ASSERT_TRUE(child.ok()) << child.status().ToString();
+  Result<ChildExit> e = ReapChild(child->pidfd);
+  ::close(child->pidfd);
+  ASSERT_TRUE(e.ok());
+  EXPECT_TRUE(e->ok()) << e->Describe();
+  EXPECT_EQ(ReadAll(out), "to-stdout\n");
+  EXPECT_EQ(ReadAll(err), "to-stderr\n");
+  EXPECT_FALSE(std::filesystem::exists(TempPath("process_test_unused")));
   std::filesystem::remove(out);
   std::filesystem::remove(err);
 }

@@ -360,6 +360,21 @@ TEST_F(MemoryTierResumeTest, FallsBackToTheDurableCheckpointWhenTheSnapshotIsInc
   EXPECT_TRUE(ckpt::ListCommitted(*Open(2)).value().empty());
 }
 
+// An unfinished snapshot of a newer step (here a fragment of another run, held by daemons 2 and
+// 3) is removed on every member by the resume, not only the committed ones: otherwise a daemon
+// asked for that file may serve the leftover in place of the fresh copy a writer of the step puts
+// elsewhere, and the commit waits for a fragment of its own run until its deadline — every
+// generation again (seen in a chaos campaign after a daemon restart).
+TEST_F(MemoryTierResumeTest, ResumeRemovesUnfinishedNewerSnapshotsOnEveryMember) {
+  SaveThreeSteps();
+  const std::vector<uint8_t> stale(64, 0x5a);
+  ASSERT_TRUE(Open(2)->WriteFile(ckpt::StepDir(4) + "/" + ckpt::FragmentFile(0), stale).ok());
+  EXPECT_EQ(ckpt::ListStepDirs(*Open(1)).value(), (std::vector<int64_t>{3, 4}));
+  EXPECT_EQ(Resume(1), 3);
+  // A listing merges every live member's files.
+  EXPECT_EQ(ckpt::ListStepDirs(*Open(3)).value(), std::vector<int64_t>{3});
+}
+
 TEST_F(MemoryTierResumeTest, FallsBackWhenTheHolderAndItsSuccessorDie) {
   SaveThreeSteps();
   Kill(1);

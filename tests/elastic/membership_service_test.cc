@@ -103,6 +103,32 @@ TEST_F(MembershipServiceTest, CompareAndSetIsDecidedOnceAndSeenEverywhere) {
     EXPECT_TRUE(n->Shutdown(Deadline::AfterMs(5'000)).ok());
 }
 
+// Every node of a cluster leaves at once (all daemons get SIGTERM): each Leave returns without
+// an error — the last one left in the view has nothing to leave — and none waits out its
+// deadline (it used to wait the whole deadline and fail with "no majority accepted its leaving").
+TEST_F(MembershipServiceTest, AWholeClusterLeavingAtOnceEndsAtOnce) {
+  auto n1 = StartNode(1, {}, secret_);
+  auto n2 = StartNode(2, {n1->address()}, secret_);
+  auto n3 = StartNode(3, {n1->address()}, secret_);
+  for (auto* n : {n1.get(), n2.get(), n3.get()}) {
+    auto view = Await(n->AwaitView([](const View& v) { return HasMembers(v, 3); },
+                                 Deadline::AfterMs(30'000)));
+    ASSERT_TRUE(view.ok()) << view.status().ToString();
+  }
+  const Deadline deadline = Deadline::AfterMs(60'000);
+  std::vector<std::future<Status>> leaving;
+  for (auto* n : {n1.get(), n2.get(), n3.get()})
+    leaving.push_back(std::async(std::launch::async,
+                                 [n, deadline] { return Await(n->Leave(deadline)); }));
+  for (auto& left : leaving) {
+    const Status s = left.get();
+    EXPECT_TRUE(s.ok()) << s.ToString();
+  }
+  EXPECT_FALSE(deadline.Expired()) << "a Leave waited out its deadline";
+  for (auto* n : {n1.get(), n2.get(), n3.get()})
+    EXPECT_TRUE(n->Shutdown(Deadline::AfterMs(5'000)).ok());
+}
+
 TEST_F(MembershipServiceTest, SharedServerSecretAndDeadlines) {
   auto n1 = StartNode(1, {}, secret_);
   auto n2 = StartNode(2, {n1->address()}, secret_);

@@ -2,15 +2,20 @@
 // store and the CPU backend, rank 0's metrics against the single-process Trainer, and bad input
 // (including more CUDA ranks than GPUs).
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "base/process.h"
 #include "parallel/config.h"
 #include "data/data_loader.h"
 #include "data/token_shard.h"
@@ -136,6 +141,97 @@ void CliTest::ExpectMetricsMatchOneProcess(const std::vector<std::string>& sets,
   }
   EXPECT_EQ(steps, 5);
   EXPECT_TRUE(evaluated);
+}
+
+// The whole file, or "" when it cannot be read.
+std::string ReadFileOrEmpty(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// The live (not zombie) children of `parent`, from /proc/*/stat.
+std::vector<pid_t> LiveChildrenOf(pid_t parent) {
+  std::vector<pid_t> children;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    std::ifstream in(entry.path() / "stat");
+    std::string line;
+    if (!std::getline(in, line)) continue;
+    const size_t close = line.rfind(')');  // the command name may hold spaces
+    if (close == std::string::npos) continue;
+    char state = 0;
+    long ppid = 0;
+    if (std::sscanf(line.c_str() + close + 1, " %c %ld", &state, &ppid) != 2) continue;
+    if (ppid == parent && state != 'Z' && state != 'X')
+      children.push_back(static_cast<pid_t>(std::stol(entry.path().filename().string())));
+  }
+  return children;
+}
+
+// True while `pid` exists and is not a zombie.
+bool Alive(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(in, line)) return false;
+  const size_t close = line.rfind(')');
+  return close != std::string::npos && close + 2 < line.size() && line[close + 2] != 'Z' &&
+         line[close + 2] != 'X';
+}
+
+// Starts a long `ringtrain_dist --layout dp=2 --ranks 2` run (output to `log`) and waits until
+// both workers run; returns the launcher and the workers' pids.
+std::pair<StartedChild, std::vector<pid_t>> StartLongRun(const std::string& sets,
+                                                         const std::filesystem::path& log) {
+  SpawnOptions spawn;
+  spawn.argv = {"/bin/sh", "-c",
+                "exec " + std::string(RINGTRAIN_DIST_BIN) + " " + sets +
+                    " --layout dp=2 --ranks 2 --steps 1000000 >" + log.string() + " 2>&1"};
+  spawn.env = {"PATH=/usr/bin:/bin"};
+  Result<StartedChild> launcher = StartChild(spawn);
+  EXPECT_TRUE(launcher.ok()) << launcher.status().ToString();
+  if (!launcher.ok()) return {};
+  std::vector<pid_t> workers;
+  for (int i = 0; i < 3000 && workers.size() < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    workers = LiveChildrenOf(launcher->pid);
+  }
+  EXPECT_EQ(workers.size(), 2u);
+  return {*launcher, workers};
+}
+
+// Waits (at most 60 s) for the child behind `launcher` to exit and reaps it.
+Result<ChildExit> AwaitExit(const StartedChild& launcher) {
+  pollfd p{launcher.pidfd, POLLIN, 0};
+  if (::poll(&p, 1, 60'000) != 1) return DeadlineExceeded("the launcher still runs after 60 s");
+  Result<ChildExit> exit = ReapChild(launcher.pidfd);
+  ::close(launcher.pidfd);
+  return exit;
+}
+
+// kill -9 of the launcher takes its workers with it (they are tied to it by PR_SET_PDEATHSIG): no
+// rank trains on as an orphan.
+TEST_F(CliTest, KillNineOfTheLauncherLeavesNoWorkerRunning) {
+  auto [launcher, workers] = StartLongRun(Sets(), dir_ / "run.log");
+  ASSERT_EQ(workers.size(), 2u) << ReadFileOrEmpty(dir_ / "run.log");
+  ASSERT_EQ(::kill(launcher.pid, SIGKILL), 0);
+  ASSERT_TRUE(AwaitExit(launcher).ok());
+  for (int i = 0; i < 500 && (Alive(workers[0]) || Alive(workers[1])); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_FALSE(Alive(workers[0]));
+  EXPECT_FALSE(Alive(workers[1]));
+}
+
+// kill -9 of one worker ends the run: the launcher stops the other one and exits with an error
+// naming the rank that failed and how.
+TEST_F(CliTest, KillNineOfAWorkerEndsTheRunNamingTheRank) {
+  auto [launcher, workers] = StartLongRun(Sets(), dir_ / "run.log");
+  ASSERT_EQ(workers.size(), 2u) << ReadFileOrEmpty(dir_ / "run.log");
+  ASSERT_EQ(::kill(workers[1], SIGKILL), 0);
+  Result<ChildExit> exit = AwaitExit(launcher);
+  ASSERT_TRUE(exit.ok()) << exit.status().ToString();
+  EXPECT_TRUE(exit->exited && exit->exit_code != 0) << exit->Describe();
+  const std::string log = ReadFileOrEmpty(dir_ / "run.log");
+  EXPECT_NE(log.find("failed (signal 9"), std::string::npos) << log;
+  EXPECT_FALSE(Alive(workers[0]));
 }
 
 TEST_F(CliTest, BadInputGivesAClearErrorAndNonZeroExit) {

@@ -163,8 +163,8 @@ Status LocalCluster::KillNode(int id) {
 
 Status LocalCluster::Stop(Deadline deadline) {
   // One at a time, highest id first, so each leave is agreed by the members that remain. The
-  // last member has no one left to agree to its leaving: it stops its workers and exits 1
-  // ("the only member and cannot leave"), or gets SIGKILL after kLastMemberGrace.
+  // last member has nothing to leave: it stops its workers and exits, or gets SIGKILL after
+  // kLastMemberGrace.
   constexpr std::chrono::milliseconds kLastMemberGrace{3'000};
   std::string failed;
   while (!daemons_.empty()) {
