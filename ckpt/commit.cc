@@ -1,5 +1,6 @@
 // Rank 0's side of a save: gather the fragments, write the manifest, move `latest`, clean up.
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <set>
 #include <thread>
@@ -13,10 +14,17 @@
 namespace rt::ckpt {
 namespace {
 
-// Reads every rank's fragment of (run, step), polling until `deadline`.
+// Aborted: the save of `step` was abandoned because another rank failed its part.
+Status AbandonedError(int64_t step) {
+  return Aborted("checkpoint step " + std::to_string(step) +
+                 " abandoned: another rank failed to write its part");
+}
+
+// Reads every rank's fragment of (run, step), polling until `deadline` or until `abandoned`.
 Result<std::vector<Fragment>> GatherFragments(Storage& storage, const std::string& dir,
                                               const std::string& run_id, int64_t step, int world,
-                                              Deadline deadline) {
+                                              Deadline deadline,
+                                              const std::atomic<bool>& abandoned) {
   std::vector<std::optional<Fragment>> got(static_cast<size_t>(world));
   for (;;) {
     // One listing per poll; only fragments that appeared are read.
@@ -44,6 +52,7 @@ Result<std::vector<Fragment>> GatherFragments(Storage& storage, const std::strin
       got[r] = std::move(f);
     }
     if (missing.empty()) break;
+    if (abandoned) return AbandonedError(step);
     if (deadline.Expired()) {
       std::string ranks;
       for (int r : missing) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
@@ -129,8 +138,9 @@ Status CheckpointWriter::Commit(Job& job) {
   const std::string dir = StepDir(job.step);
   ASSIGN_OR_RETURN(std::vector<Fragment> fragments,
                    GatherFragments(storage, dir, options_.run_id, job.step, options_.world,
-                                   Deadline::AfterMs(options_.commit_timeout_ms)));
+                                   Deadline::AfterMs(options_.commit_timeout_ms), job.abandoned));
   RETURN_IF_ERROR(FaultPoint("commit.after_fragments"));
+  if (job.abandoned) return AbandonedError(job.step);
   Manifest m;
   m.step = job.step;
   m.run_id = options_.run_id;

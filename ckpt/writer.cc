@@ -52,6 +52,19 @@ Status CheckpointWriter::Wait(Deadline deadline) {
   return s;
 }
 
+Status CheckpointWriter::WaitWritten(Deadline deadline) {
+  if (!job_) return Status();
+  std::unique_lock lock(job_->mu);
+  if (!job_->cv.wait_until(lock, deadline.when(), [&] { return job_->written; }))
+    return DeadlineExceeded("checkpoint save of step " + std::to_string(job_->step) +
+                            ": this rank's files still being written at the deadline");
+  return job_->write_status;
+}
+
+void CheckpointWriter::Abandon() {
+  if (job_) job_->abandoned = true;
+}
+
 Status CheckpointWriter::Save(int64_t step, const StateShards& shards, std::string engine_state) {
   if (step < 0) return InvalidArgument("checkpoint step " + std::to_string(step) + " < 0");
   if (job_) {
@@ -103,8 +116,6 @@ Status CheckpointWriter::Save(int64_t step, const StateShards& shards, std::stri
   job_ = std::move(job);
   raw->thread = std::thread([this, raw] {
     Status s = Run(*raw);
-    if (!s.ok())
-      LOG_ERROR("checkpoint step {} (rank {}) failed: {}", raw->step, options_.rank, s.ToString());
     std::lock_guard lock(raw->mu);
     raw->status = std::move(s);
     raw->done = true;
@@ -120,9 +131,25 @@ Status CheckpointWriter::FaultPoint([[maybe_unused]] std::string_view point) con
 
 Status CheckpointWriter::Run(Job& job) {
   const double start = MonoSeconds();
-  RETURN_IF_ERROR(WriteRankFiles(job));
+  Status written = WriteRankFiles(job);
+  if (!written.ok()) {
+    // Best effort: what is left is removed by rank 0 or by the next commit's cleanup.
+    const std::string dir = StepDir(job.step);
+    (void)options_.storage->Remove(JoinPath(dir, FragmentFile(options_.rank)));
+    (void)options_.storage->Remove(JoinPath(dir, DataFile(options_.rank)));
+  }
+  {
+    std::lock_guard lock(job.mu);
+    job.written = true;
+    job.write_status = written;
+    job.cv.notify_all();
+  }
+  // With other ranks, they may still write into the folder: Abandon or the caller removes it.
+  if (options_.world == 1 && !written.ok()) return DropFailedCommit(job.step, std::move(written));
+  RETURN_IF_ERROR(written);
   if (options_.rank == 0) {
-    RETURN_IF_ERROR(Commit(job));
+    Status committed = Commit(job);
+    if (!committed.ok()) RETURN_IF_ERROR(DropFailedCommit(job.step, std::move(committed)));
     LOG_INFO("checkpoint step {} committed to {} in {:.3f} s", job.step,
              options_.storage->uri(), MonoSeconds() - start);
   } else if (!options_.async) {
@@ -219,6 +246,33 @@ Status CheckpointWriter::WriteRankFiles(Job& job) {
   RETURN_IF_ERROR(
       storage.WriteFile(JoinPath(dir, FragmentFile(options_.rank)), EncodeFragment(fragment)));
   return FaultPoint("save.after_fragment");
+}
+
+bool CheckpointWriter::RemoveFailedSave(int64_t step) {
+  Storage& storage = *options_.storage;
+  Result<std::vector<int64_t>> committed = ListCommitted(storage);
+  if (!committed.ok()) {
+    LOG_WARN("checkpoint step {}: its failed save is left to the next commit's cleanup: {}", step,
+             committed.status().ToString());
+    return false;
+  }
+  if (std::find(committed->begin(), committed->end(), step) != committed->end()) return true;
+  // Only a folder newer than every committed checkpoint is this save's alone (an older step is
+  // refused before anything is written, and its folder is the next commit's to clean).
+  if (committed->empty() || committed->front() < step) {
+    const Status removed = storage.Remove(StepDir(step));
+    if (!removed.ok())
+      LOG_WARN("checkpoint step {}: removing the folder of the failed save: {} (the next commit "
+               "removes it)", step, removed.ToString());
+  }
+  return false;
+}
+
+Status CheckpointWriter::DropFailedCommit(int64_t step, Status failure) {
+  if (!RemoveFailedSave(step)) return failure;
+  LOG_WARN("checkpoint step {} is committed; what failed after its commit point: {}", step,
+           failure.ToString());
+  return Status();
 }
 
 Status CheckpointWriter::WaitCommitted(int64_t step) {

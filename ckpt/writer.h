@@ -5,7 +5,10 @@
 // fragment of this run and step, writes the MANIFEST, then the atomic `latest` pointer, and
 // finally removes leftovers (files of this folder no manifest names, uncommitted older folders)
 // and committed checkpoints beyond `keep`. A crash at any instant leaves the previous checkpoint
-// committed and the new one either committed or ignored.
+// committed and the new one either committed or ignored. A save that fails leaves nothing that
+// looks complete: a rank removes its own data file and fragment, and rank 0, when its commit
+// fails or is abandoned, removes the step's folder (RemoveFailedSave; docs/formats/checkpoint.md
+// "Failed saves").
 //
 // Fault points (base/fault.h), in order: ckpt.save.before_data, ckpt.save.after_data,
 // ckpt.save.after_fragment, ckpt.commit.after_fragments (rank 0), ckpt.commit.after_manifest,
@@ -65,6 +68,20 @@ class CheckpointWriter {
   // Waits until the running save (if any) finished and returns its status (reported once; OK
   // when none ran). Errors: DeadlineExceeded when it has not finished by `deadline`.
   Status Wait(Deadline deadline);
+  // Waits until this rank's files of the running save (data file and fragment) are written or
+  // failed, and returns how that went (OK when no save runs); rank 0's commit may still be
+  // running. Does not report the save's status (Wait still does). Errors: those of writing
+  // (naming the file and the cause); DeadlineExceeded when not done by `deadline`.
+  Status WaitWritten(Deadline deadline);
+  // Tells the running save not to commit (a rank failed its part): rank 0 stops waiting for
+  // fragments, fails with Aborted and removes the step's folder. No effect on a save past its
+  // fragments or on ranks other than 0. Call once every rank finished writing (WaitWritten).
+  void Abandon();
+  // Removes the folder of `step`, a save that failed, unless `latest` lists it (returns true
+  // then) or it is not newer than the newest committed checkpoint. Best effort: a failure is
+  // logged and the next commit's cleanup removes the folder. Call once no rank writes to it
+  // (rank 0's own write failed: the others are not waited for, so the caller removes it).
+  bool RemoveFailedSave(int64_t step);
 
  private:
   struct Job;
@@ -77,6 +94,9 @@ class CheckpointWriter {
   Status Commit(Job& job);
   // Hits the fault point named fault_prefix + "." + `point`.
   Status FaultPoint(std::string_view point) const;
+  // Rank 0 after a failed or abandoned commit: OK when `latest` lists the step all the same
+  // (the failure came after the commit point); otherwise RemoveFailedSave and `failure`.
+  Status DropFailedCommit(int64_t step, Status failure);
   // Ranks > 0 of a synchronous save: wait until `latest` names the step or a later one.
   Status WaitCommitted(int64_t step);
 

@@ -2,6 +2,7 @@
 // commit). Internal to ckpt/.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <mutex>
 #include <string>
@@ -31,9 +32,12 @@ struct CheckpointWriter::Job {
   std::thread thread;
   std::mutex mu;
   std::condition_variable cv;
-  bool done = false;      // GUARDED_BY(mu)
-  Status status;          // GUARDED_BY(mu)
-  bool reported = false;  // the status was returned by Save or Wait
+  bool written = false;                // this rank's files are written or failed; GUARDED_BY(mu)
+  Status write_status;                 // of writing them; GUARDED_BY(mu)
+  bool done = false;                   // GUARDED_BY(mu)
+  Status status;                       // GUARDED_BY(mu)
+  std::atomic<bool> abandoned{false};  // Abandon(): rank 0 must not commit this save
+  bool reported = false;               // the status was returned by Save or Wait
 };
 
 }  // namespace rt::ckpt

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "base/deadline.h"
 #include "base/log.h"
 #include "ckpt/catalog.h"
 #include "ckpt/codec.h"
@@ -35,9 +36,13 @@ Status OnDevice(Device device, void* bytes, size_t size, Op op) {
 }  // namespace
 
 RunCheckpoints::~RunCheckpoints() {
-  if (writer_ == nullptr && memory_writer_ == nullptr) return;
-  const Status s = Finish();
-  if (!s.ok()) LOG_ERROR("{}", s.ToString());
+  // Only after a failure (Finish settles the saves otherwise): no collective here, only this
+  // rank's waits, each bounded by the writer's own deadlines.
+  for (ckpt::CheckpointWriter* w : {writer_.get(), memory_writer_.get()}) {
+    if (w == nullptr) continue;
+    const Status s = w->Wait(Deadline::After(std::chrono::minutes(15)));
+    if (!s.ok()) LOG_ERROR("checkpoint save at exit: {}", s.ToString());
+  }
 }
 
 Result<std::unique_ptr<RunCheckpoints>> RunCheckpoints::Create(const RunConfig& config,
@@ -75,8 +80,11 @@ Result<std::unique_ptr<RunCheckpoints>> RunCheckpoints::Create(const RunConfig& 
     o.layout = layout;
     o.keep = config.ckpt.keep;
     o.codec = codec;
-    o.async = config.ckpt.async;
+    o.async = true;  // ckpt.async = false: Save settles the save at once
     ASSIGN_OR_RETURN(c->writer_, ckpt::CheckpointWriter::Create(o));
+    // For the failure messages only ("the newest complete checkpoint is ...").
+    Result<std::vector<int64_t>> committed = ckpt::ListCommitted(*c->storage_);
+    if (committed.ok() && !committed->empty()) c->newest_committed_ = committed->front();
   }
   if (c->memory_ != nullptr && config.ckpt.memory_every > 0) {
     // Only the newest snapshot is kept, uncompressed (memory is fast; the CPU is not).
@@ -116,26 +124,110 @@ Status RunCheckpoints::Save(int64_t step, const ckpt::StateShards& shards,
   std::string engine_state(reinterpret_cast<const char*>(bytes.data()), bytes.size());
   if (memory_due_) {
     memory_due_ = false;
-    const Status s = memory_writer_->Save(step, shards, engine_state);
-    if (!s.ok())
-      LOG_WARN("memory snapshot of step {} to {}: {} (the memory tier skips it)", step,
-               memory_->uri(), s.ToString());
+    RETURN_IF_ERROR(SettleMemory());
+    Start(*memory_writer_, memory_pending_, step, shards, engine_state);
   }
   if (!durable) return Status();
+  const double start = MonoSeconds();
+  const int64_t previous = durable_pending_.step;
+  RETURN_IF_ERROR(SettleDurable());
+  if (const double waited = MonoSeconds() - start; waited > 0.01)
+    LOG_INFO("checkpoint step {}: waited {:.3f} s for the save of step {}", step, waited, previous);
   durable_step_ = step;
-  return writer_->Save(step, shards, std::move(engine_state))
-      .WithContext("checkpoint of step " + std::to_string(step) + " to " + storage_->uri());
+  Start(*writer_, durable_pending_, step, shards, std::move(engine_state));
+  return config_.ckpt.async ? Status() : SettleDurable();
+}
+
+void RunCheckpoints::Start(ckpt::CheckpointWriter& writer, PendingSave& pending, int64_t step,
+                           const ckpt::StateShards& shards, std::string engine_state) {
+  pending.active = true;
+  pending.step = step;
+  pending.started = writer.Save(step, shards, std::move(engine_state));
+}
+
+Result<int64_t> RunCheckpoints::Settle(ckpt::CheckpointWriter& writer, PendingSave& pending,
+                                       Status* cause) {
+  const int64_t world = world_ != nullptr ? world_->size() : 1;
+  const int64_t rank = world_ != nullptr ? world_->rank() : 0;
+  if (!pending.active) return world;
+  pending.active = false;
+  // The writer's own deadlines (commit timeout, storage calls) bound these waits; this one
+  // only backs them up.
+  const Deadline deadline = Deadline::After(std::chrono::minutes(15));
+  Status mine = pending.started.ok() ? writer.WaitWritten(deadline) : pending.started;
+  ASSIGN_OR_RETURN(const int64_t first, Reduce(mine.ok() ? world : rank, comm::ReduceOp::kMin));
+  if (first < world) writer.Abandon();
+  // Rank 0: the commit's outcome; the others: their own part, already known.
+  const Status outcome = writer.Wait(deadline);
+  int64_t verdict = world;
+  if (rank == 0 && !outcome.ok()) verdict = first < world ? first : 0;
+  ASSIGN_OR_RETURN(verdict, Reduce(verdict, comm::ReduceOp::kMin));
+  // Every rank is done writing: rank 0 removes what the failed save left (if its own write
+  // failed, its writer could not wait for the others).
+  if (verdict < world && rank == 0 && world > 1) writer.RemoveFailedSave(pending.step);
+  if (verdict == rank) *cause = mine.ok() ? outcome : mine;
+  if (verdict == world && !mine.ok())
+    LOG_WARN("checkpoint step {}: rank {} failed after its part was durable ({}); the step is "
+             "committed", pending.step, rank, mine.ToString());
+  return verdict;
+}
+
+std::string RunCheckpoints::NewestCommitted() const {
+  return newest_committed_ < 0 ? std::string("none")
+                               : "step " + std::to_string(newest_committed_);
+}
+
+Status RunCheckpoints::SettleDurable() {
+  if (!durable_pending_.active) return Status();
+  const int64_t step = durable_pending_.step;
+  Status cause;
+  ASSIGN_OR_RETURN(const int64_t failed_on, Settle(*writer_, durable_pending_, &cause));
+  if (failed_on == (world_ != nullptr ? world_->size() : 1)) {
+    newest_committed_ = std::max(newest_committed_, step);
+    failed_in_a_row_.clear();
+    return Status();
+  }
+  ++failed_saves_;
+  failed_in_a_row_.push_back(step);
+  last_failure_ = "on rank " + std::to_string(failed_on) + ": " +
+                  (cause.ok() ? std::string("its log names the cause") : cause.ToString());
+  if (!cause.ok())
+    LOG_ERROR("checkpoint step {} failed {}; training continues, the newest complete checkpoint "
+              "in {} is {}", step, last_failure_, storage_->uri(), NewestCommitted());
+  const int limit = config_.ckpt.max_failed_saves;
+  if (limit == 0 || failed_in_a_row_.size() < static_cast<size_t>(limit)) return Status();
+  std::string steps;
+  for (int64_t s : failed_in_a_row_) steps += (steps.empty() ? "" : ", ") + std::to_string(s);
+  return FailedPrecondition("the last " + std::to_string(limit) + " checkpoint saves failed " +
+                            "(steps " + steps + "; the last " + last_failure_ +
+                            "): stopping the run (ckpt.max_failed_saves = " +
+                            std::to_string(limit) + ", 0 = never stop); the newest complete "
+                            "checkpoint in " + storage_->uri() + " is " + NewestCommitted());
+}
+
+Status RunCheckpoints::SettleMemory() {
+  if (memory_writer_ == nullptr || !memory_pending_.active) return Status();
+  const int64_t step = memory_pending_.step;
+  Status cause;
+  ASSIGN_OR_RETURN(const int64_t failed_on, Settle(*memory_writer_, memory_pending_, &cause));
+  if (!cause.ok())
+    LOG_WARN("memory snapshot of step {} to {} failed on rank {}: {} (the memory tier skips it; "
+             "ckpt.dir keeps the durable checkpoints)", step, memory_->uri(), failed_on,
+             cause.ToString());
+  return Status();
 }
 
 Status RunCheckpoints::Finish() {
-  if (memory_writer_ != nullptr) {
-    const Status s = memory_writer_->Wait(Deadline::After(std::chrono::minutes(15)));
-    if (!s.ok()) LOG_WARN("memory snapshot to {}: {}", memory_->uri(), s.ToString());
-  }
-  if (writer_ == nullptr) return Status();
-  // The writer's own deadlines (commit timeout) bound the save; this one only backs them up.
-  return writer_->Wait(Deadline::After(std::chrono::minutes(15)))
-      .WithContext("checkpoint save to " + storage_->uri());
+  RETURN_IF_ERROR(SettleMemory());
+  if (writer_ == nullptr || !durable_pending_.active) return Status();
+  const int64_t step = durable_pending_.step;
+  const int64_t failed_before = failed_saves_;
+  RETURN_IF_ERROR(SettleDurable());
+  if (failed_saves_ == failed_before) return Status();
+  return FailedPrecondition("the checkpoint of step " + std::to_string(step) +
+                            ", the last of this run, failed " + last_failure_ +
+                            "; the newest complete checkpoint in " + storage_->uri() + " is " +
+                            NewestCommitted());
 }
 
 Status RunCheckpoints::DropNewerMemorySnapshots(const std::vector<int64_t>& memory_steps,
@@ -230,6 +322,7 @@ Result<TrainerState> RunCheckpoints::Resume(const ckpt::StateShards& dest) {
     }
     ASSIGN_OR_RETURN(const int64_t all_ok, Reduce(s.ok() ? 1 : 0, comm::ReduceOp::kMin));
     if (all_ok == 1) {
+      if (!listed->empty()) newest_committed_ = listed->front();
       // Durable saves resume after the newest committed checkpoint this resume passed over.
       for (int64_t durable : *listed)
         if (durable > step) skipped_up_to_ = std::max(skipped_up_to_, durable);

@@ -5,11 +5,19 @@
 // ranks falling back together to an older one when any rank fails to load it. With a memory tier
 // (a second storage, the daemon's memory: docs/daemon.md "Memory tier") it also saves a snapshot
 // there every ckpt.memory_every steps, and resume takes the newest of both.
+//
+// A save that fails on any rank is dropped by every rank together (docs/formats/checkpoint.md
+// "Failed saves"): before the next save starts (or at once for ckpt.async = false, or in
+// Finish) the ranks agree on the first rank that failed to write its files, rank 0 abandons
+// the commit and removes the step's folder, the first failing rank logs the step, the file and
+// the cause once, and training goes on; the next save tries again. After ckpt.max_failed_saves
+// consecutive failed saves the run stops with an error.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 #include "ckpt/shard.h"
@@ -47,12 +55,17 @@ class RunCheckpoints {
   // Starts the saves that the last Due(step, ...) found due: of `shards` and `state` as the
   // checkpoint of `step` (waiting first, with a log line, while the previous save still runs),
   // and as the memory snapshot of `step`. Without a Due that found one due, the checkpoint (a
-  // planned stop's). Errors: FailedPrecondition when a checkpoint is to be saved and ckpt.every
-  // is 0; those of the durable writer, including a previous background save's failure.
+  // planned stop's). First settles the previous saves (collective with a world: every rank
+  // calls Save for the same steps): a failed one is dropped and logged, not returned.
+  // Errors: FailedPrecondition when a checkpoint is to be saved and ckpt.every is 0, or when
+  // ckpt.max_failed_saves consecutive saves failed (naming their steps and the last cause);
+  // those of comm.
   Status Save(int64_t step, const ckpt::StateShards& shards, const TrainerState& state);
 
-  // Waits for the running save to commit (this rank's part of it). Errors: those of the save;
-  // DeadlineExceeded after ckpt's commit timeout.
+  // Waits for the running saves and settles them (collective with a world). Errors: the failure
+  // of the last checkpoint save, which leaves the end of the run without its checkpoint
+  // (FailedPrecondition naming the step, the failing rank and the newest complete checkpoint);
+  // those of comm.
   Status Finish();
 
   // Loads the newest committed checkpoint into `dest` (this rank's Shards() of an engine created
@@ -70,13 +83,37 @@ class RunCheckpoints {
   bool saves() const { return writer_ != nullptr; }
   // The step of the newest checkpoint (not memory snapshot) Save started; -1 before any.
   int64_t durable_step() const { return durable_step_; }
+  // How many checkpoint saves (not memory snapshots) of this run failed and were dropped.
+  int64_t failed_saves() const { return failed_saves_; }
 
   // The minimum (kMin) or maximum (kMax) of `value` over the world (the value itself without
   // one). Collective. Errors: those of comm (DeadlineExceeded after 120 s).
   Result<int64_t> Reduce(int64_t value, comm::ReduceOp op);
 
  private:
+  // A save started by Save and not settled yet.
+  struct PendingSave {
+    bool active = false;
+    int64_t step = -1;
+    Status started;  // the writer's Save: an error means this rank wrote nothing
+  };
   RunCheckpoints() = default;
+  // Starts `writer`'s save of `step`, to be settled by Settle.
+  void Start(ckpt::CheckpointWriter& writer, PendingSave& pending, int64_t step,
+             const ckpt::StateShards& shards, std::string engine_state);
+  // Settles `pending` (nothing when not active), collectively: waits for this rank's files,
+  // agrees with the other ranks on the first one that failed (rank 0 then abandons the commit),
+  // waits for rank 0's commit and agrees on its outcome. Returns the rank the save failed on
+  // (the world size when it committed or none was pending); `cause` receives the error on that
+  // rank (empty elsewhere). Errors: those of comm.
+  Result<int64_t> Settle(ckpt::CheckpointWriter& writer, PendingSave& pending, Status* cause);
+  // Settles the durable save and applies ckpt.max_failed_saves. Errors: FailedPrecondition
+  // when the last `max_failed_saves` saves failed; those of Settle.
+  Status SettleDurable();
+  // Settles the memory snapshot (a failure is only logged: ckpt.dir stays the durable copy).
+  Status SettleMemory();
+  // "step N" of the newest committed checkpoint, or "none".
+  std::string NewestCommitted() const;
   // Rank 0 removes every memory-tier step folder newer than `step`, committed or not (and
   // `latest` first when it names one), then all ranks meet in an all-reduce so that no rank
   // writes a newer snapshot before the removal is done. A leftover of an unfinished snapshot can
@@ -94,6 +131,11 @@ class RunCheckpoints {
   bool durable_due_ = false, memory_due_ = false;          // what the last Due found due
   int64_t durable_step_ = -1;
   int64_t skipped_up_to_ = -1;  // Resume fell back from committed checkpoints up to this step
+  PendingSave durable_pending_, memory_pending_;
+  int64_t newest_committed_ = -1;  // newest committed checkpoint in ckpt.dir known; -1 none
+  int64_t failed_saves_ = 0;       // failed checkpoint saves of this run
+  std::vector<int64_t> failed_in_a_row_;  // steps of the consecutive failed saves up to now
+  std::string last_failure_;       // how the last failed save failed (for the policy's error)
 };
 
 }  // namespace rt::parallel

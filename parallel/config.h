@@ -56,6 +56,10 @@ struct CkptConfig {
   bool async = true;           // write in the background while training goes on; default true
   int64_t memory_every = 0;    // daemon: snapshot into the daemons' memory (the memory tier,
                                // docs/daemon.md) every N steps, 0 = off; default 0
+  int max_failed_saves = 3;    // the run stops with an error after this many consecutive failed
+                               // checkpoint saves (each failed one is dropped and training goes
+                               // on: docs/formats/checkpoint.md "Failed saves"), 0 = never;
+                               // default 3
 };
 
 // Everything one run reads from its config file.

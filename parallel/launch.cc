@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 
 #include <boost/asio/co_spawn.hpp>
@@ -68,7 +69,22 @@ Result<RunConfig> LoadConfig(const DistTrainOptions& o) {
   return LoadRunConfig(o.config, sets);
 }
 
+// RINGTRAIN_FAULTS_RANK=R: RINGTRAIN_FAULTS applies to the worker of rank R only; the others
+// disarm every point before any is hit. Errors: InvalidArgument for a value that is not a rank.
+Status ScopeFaultsToRank(int rank, int ranks) {
+  const char* only = std::getenv("RINGTRAIN_FAULTS_RANK");
+  if (only == nullptr) return Status();
+  char* end = nullptr;
+  const long r = std::strtol(only, &end, 10);
+  if (*only == '\0' || *end != '\0' || r < 0 || r >= ranks)
+    return InvalidArgument("RINGTRAIN_FAULTS_RANK='" + std::string(only) + "' is not a rank of " +
+                           std::to_string(ranks));
+  if (r != rank) fault::DisarmAll();
+  return Status();
+}
+
 Status RunWorker(const DistTrainOptions& o) {
+  RETURN_IF_ERROR(ScopeFaultsToRank(o.rank, o.ranks));
   ASSIGN_OR_RETURN(RunConfig config, LoadConfig(o));
   ASSIGN_OR_RETURN(ParallelLayout layout, ParseLayout(o.layout));
   ASSIGN_OR_RETURN(auto host_port, ParseHostPort(o.store));

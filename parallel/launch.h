@@ -8,7 +8,8 @@
 // With [ckpt] dir and every, the ranks save checkpoints together (parallel/checkpointing.h); with
 // resume they start from the newest committed one that every rank loads, whatever layout wrote
 // it, and append to the metrics file. Each rank hits the fault point "parallel.train.before_step"
-// (test builds) before each step.
+// (test builds) before each step. In test builds, RINGTRAIN_FAULTS_RANK=R arms the fault points
+// of RINGTRAIN_FAULTS (base/fault.h) in the worker of rank R only.
 #pragma once
 
 #include <cstdint>

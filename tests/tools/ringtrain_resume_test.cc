@@ -26,8 +26,7 @@
 #include "ckpt/manifest.h"
 #include "ckpt/reader.h"
 #include "ckpt/storage.h"
-#include "data/token_shard.h"
-#include "tests/parallel/test_util.h"
+#include "tests/tools/run_folder.h"
 
 namespace rt {
 namespace {
@@ -65,11 +64,7 @@ class ResumeTest : public ::testing::Test {
     dir_ = std::filesystem::temp_directory_path() /
            ("ringtrain_resume_" + std::to_string(getpid()) + "_" +
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_ / "data");
-    auto tokens = rt::testing::PatternTokens(20000, 97, 3);
-    ASSERT_TRUE(WriteTokenShard((dir_ / "data/train_000.bin").string(), *tokens, 256).ok());
-    ASSERT_TRUE(WriteTokenShard((dir_ / "data/val.bin").string(), *tokens, 256).ok());
+    ASSERT_TRUE(rt::testing::MakeRunFolder(dir_).ok());
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
@@ -93,13 +88,7 @@ class ResumeTest : public ::testing::Test {
 
   // Per step, the last loss the metrics file `name` recorded for it (a resumed run appends).
   std::map<int, double> Losses(const std::string& name) const {
-    std::map<int, double> out;
-    std::ifstream in(dir_ / (name + ".jsonl"));
-    for (std::string line; std::getline(in, line);) {
-      const auto j = nlohmann::json::parse(line);
-      if (j.contains("loss")) out[j["step"].get<int>()] = j["loss"].get<double>();
-    }
-    return out;
+    return rt::testing::StepLosses(dir_ / (name + ".jsonl"));
   }
 
   // Runs `layout` (one process when empty) with checkpoints every 5 steps (in the background
