@@ -136,6 +136,11 @@ struct CommOptions {
   // CPU backend: address to listen on for peers and to advertise (default loopback; set the
   // host's address for multi-host jobs).
   std::string listen_address = "127.0.0.1";
+  // CPU backend: the secret each rank-to-rank connection proves in both directions before its
+  // hello (the handshake of base/net/auth.h); a connection that fails it is logged with its
+  // address and dropped, and bootstrap goes on waiting for the real peers. Every rank of a
+  // communicator must have the same secret or none. Null (default): no authentication.
+  std::shared_ptr<const net::ClusterSecret> secret = nullptr;
   // CPU backend: bytes of each shared-memory ring (one per ordered same-host pair). Default 4 MiB.
   size_t shm_ring_bytes = 4u << 20;
   // CPU backend: all-reduces of at most this many bytes use recursive doubling (over TCP) or

@@ -21,6 +21,10 @@
 #include "base/deadline.h"
 #include "base/status.h"
 
+namespace rt::net {
+class ClusterSecret;
+}
+
 namespace rt::comm {
 
 using Bytes = std::vector<std::byte>;
@@ -78,6 +82,10 @@ struct TcpStoreServerOptions {
   uint16_t port = 0;
   // Largest key + value accepted, in bytes (default 16 MiB).
   uint32_t max_payload = 16u << 20;
+  // The cluster (or run) secret every client must prove it holds (base/net/auth.h); a client
+  // without it gets an Unauthenticated error and a log line naming its address. Null (default):
+  // no authentication, loopback addresses only.
+  std::shared_ptr<const net::ClusterSecret> secret = nullptr;
 };
 
 // A standalone TCP store server: one io_context thread serving the store protocol
@@ -100,6 +108,9 @@ struct TcpStoreClientOptions {
   // How long a server-side wait may be left waiting for a key beyond the caller's deadline
   // before the client gives up on the response (network slack).
   std::chrono::milliseconds response_slack{500};
+  // The secret to prove to the server (TcpStoreServerOptions::secret); null (default) for a
+  // server without one. A wrong or missing secret fails the connect with Unauthenticated.
+  std::shared_ptr<const net::ClusterSecret> secret = nullptr;
 };
 
 // Connects to a TCP store server, retrying until `deadline`. The client has its own

@@ -89,6 +89,7 @@ Status Node::Init() {
 
   comm::TcpStoreServerOptions store_options;
   store_options.bind_address = config_.rendezvous_host;
+  store_options.secret = secret_;
   ASSIGN_OR_RETURN(rendezvous_, comm::TcpStoreServer::Start(store_options));
   rendezvous_address_ = config_.rendezvous_host + ":" + std::to_string(rendezvous_->port());
 

@@ -175,6 +175,8 @@ Status RunWorker(WorkerOptions options, const std::string& executable) {
   DaemonLink link(options);
   RETURN_IF_ERROR(link.Start(secret));
   options.train.generation = options.generation;
+  // The job's store and rank links are authenticated with the cluster secret.
+  options.train.secret_file = options.secret_file;
   ASSIGN_OR_RETURN(RunConfig config, LoadRunConfig(options.train.config, {}));
   ASSIGN_OR_RETURN(options.train.memory, OpenMemoryTier(config, options, secret));
   ASSIGN_OR_RETURN(options.train.resume, HasCommittedCheckpoint(config, options.train.memory));

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 
 #include <boost/asio/co_spawn.hpp>
@@ -16,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/fault.h"
+#include "base/net/auth.h"
 #include "base/process.h"
 #include "base/subprocess.h"
 #include "comm/communicator.h"
@@ -88,11 +90,18 @@ Status RunWorker(const DistTrainOptions& o) {
   ASSIGN_OR_RETURN(RunConfig config, LoadConfig(o));
   ASSIGN_OR_RETURN(ParallelLayout layout, ParseLayout(o.layout));
   ASSIGN_OR_RETURN(auto host_port, ParseHostPort(o.store));
+  std::shared_ptr<const net::ClusterSecret> secret;
+  if (!o.secret_file.empty()) {
+    ASSIGN_OR_RETURN(secret, net::ClusterSecret::Load(o.secret_file));
+  }
   const Deadline boot = Deadline::After(kBootstrapTimeout);
+  comm::TcpStoreClientOptions store_options;
+  store_options.secret = secret;
   ASSIGN_OR_RETURN(std::shared_ptr<comm::Store> store,
-                   comm::ConnectTcpStore(host_port.first, host_port.second, boot));
+                   comm::ConnectTcpStore(host_port.first, host_port.second, boot, store_options));
   comm::CommOptions co;
   co.store = store;
+  co.secret = secret;
   co.job = o.job;
   co.rank = o.rank;
   co.size = o.ranks;
@@ -268,7 +277,27 @@ std::vector<std::string> WorkerArguments(const DistTrainOptions& o, int rank,
   if (o.resume) a.push_back("--resume");
   a.insert(a.end(), {"--layout", o.layout, "--ranks", std::to_string(o.ranks), "--rank",
                      std::to_string(rank), "--store", store, "--job", o.job});
+  if (!o.secret_file.empty()) a.insert(a.end(), {"--secret-file", o.secret_file});
   return a;
+}
+
+RunSecret::~RunSecret() {
+  if (dir_.empty()) return;
+  std::error_code ignored;
+  std::filesystem::remove_all(dir_, ignored);
+}
+
+Result<std::unique_ptr<RunSecret>> RunSecret::Create() {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string templ = std::string(tmp && *tmp ? tmp : "/tmp") + "/ringtrain-run-XXXXXX";
+  if (mkdtemp(templ.data()) == nullptr)
+    return ErrnoStatus(errno, "create a folder for the run's secret under '" + templ + "'");
+  std::unique_ptr<RunSecret> run(new RunSecret());
+  run->dir_ = templ;  // mode 0700 (mkdtemp); removed by the destructor from here on
+  run->path_ = templ + "/secret";
+  RETURN_IF_ERROR(net::ClusterSecret::Create(run->path_));
+  ASSIGN_OR_RETURN(run->secret_, net::ClusterSecret::Load(run->path_));
+  return run;
 }
 
 Status RunDistributedTrain(const DistTrainOptions& o, const std::string& executable) {
@@ -287,9 +316,16 @@ Status RunDistributedTrain(const DistTrainOptions& o, const std::string& executa
   if (device == Device::kCuda) RETURN_IF_ERROR(SelectRankGpu(-1, o.ranks));
   if (o.resume && config.ckpt.dir.empty())
     return InvalidArgument("--resume needs ckpt.dir: the folder or URI of the checkpoints");
-  ASSIGN_OR_RETURN(std::unique_ptr<comm::TcpStoreServer> server, comm::TcpStoreServer::Start({}));
+  // The store and the rank links accept only this run's processes.
+  ASSIGN_OR_RETURN(std::unique_ptr<RunSecret> secret, RunSecret::Create());
+  comm::TcpStoreServerOptions store_options;
+  store_options.secret = secret->secret();
+  ASSIGN_OR_RETURN(std::unique_ptr<comm::TcpStoreServer> server,
+                   comm::TcpStoreServer::Start(store_options));
   const std::string store = "127.0.0.1:" + std::to_string(server->port());
-  Status s = RunWorkers(o, executable, store);
+  DistTrainOptions workers = o;
+  workers.secret_file = secret->path();
+  Status s = RunWorkers(workers, executable, store);
   server->Stop();
   return s;
 }

@@ -7,9 +7,11 @@
 // (per step: step, loss, lr, tokens_per_s, grad_norm, skipped; per evaluation: step, val_loss).
 // With [ckpt] dir and every, the ranks save checkpoints together (parallel/checkpointing.h); with
 // resume they start from the newest committed one that every rank loads, whatever layout wrote
-// it, and append to the metrics file. Each rank hits the fault point "parallel.train.before_step"
-// (test builds) before each step. In test builds, RINGTRAIN_FAULTS_RANK=R arms the fault points
-// of RINGTRAIN_FAULTS (base/fault.h) in the worker of rank R only.
+// it, and append to the metrics file. The store and the rank-to-rank links are authenticated
+// with a secret made for the run (RunSecret), so no other process can join or read them. Each
+// rank hits the fault point "parallel.train.before_step" (test builds) before each step. In test
+// builds, RINGTRAIN_FAULTS_RANK=R arms the fault points of RINGTRAIN_FAULTS (base/fault.h) in the
+// worker of rank R only.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +28,9 @@ struct StepStats;
 }
 namespace rt::ckpt {
 class Storage;
+}
+namespace rt::net {
+class ClusterSecret;
 }
 
 namespace rt::parallel {
@@ -46,6 +51,10 @@ struct DistTrainOptions {
   int rank = -1;                  // this worker's rank; -1 = launcher
   std::string store;              // rendezvous store "host:port"
   std::string job = "train";      // job name scoping the store keys
+  // Worker mode: the secret file (base/net/auth.h) that the run's store and rank-to-rank links
+  // are authenticated with; "" = none. The launcher ignores it: it creates a secret file of its
+  // own for each run (mode 0600, removed when the run ends) and passes that to its workers.
+  std::string secret_file;
   // Arguments the workers get before their options: the subcommand words of the executable
   // (e.g. {"train"} for `ringtrain train`); empty for ringtrain_dist.
   std::vector<std::string> command;
@@ -78,6 +87,29 @@ struct DistTrainOptions {
 // Errors: InvalidArgument for bad options (naming them), those of the config, data, comm and
 // engine, and Internal naming the rank and exit status of a failed worker.
 Status RunDistributedTrain(const DistTrainOptions& options, const std::string& executable);
+
+// A secret for one local run (`ringtrain train --ranks N`): 32 random bytes in a file of mode
+// 0600 inside a fresh folder of mode 0700 under $TMPDIR (default /tmp); the destructor removes
+// both. Only this run's workers are given the path (an argument, never the secret itself).
+class RunSecret {
+ public:
+  // Creates the folder and the secret file. Errors: IoError naming the path.
+  static Result<std::unique_ptr<RunSecret>> Create();
+  ~RunSecret();
+  RunSecret(const RunSecret&) = delete;
+  RunSecret& operator=(const RunSecret&) = delete;
+
+  // The secret file's path.
+  const std::string& path() const { return path_; }
+  // The secret, loaded.
+  const std::shared_ptr<const net::ClusterSecret>& secret() const { return secret_; }
+
+ private:
+  RunSecret() = default;
+  std::string dir_;
+  std::string path_;
+  std::shared_ptr<const net::ClusterSecret> secret_;
+};
 
 // The step a run ends after: train.steps, or `stop_after` when it is ≥ 1 and smaller.
 int64_t EndStep(const RunConfig& config, int64_t stop_after);

@@ -206,6 +206,17 @@ asio::awaitable<Status> WriteFrame(tcp::socket& socket, uint16_t type, uint32_t 
   co_return Status();
 }
 
+asio::awaitable<Status> WaitReadable(tcp::socket& socket, Deadline deadline, std::string_view peer) {
+  asio::steady_timer timer(co_await asio::this_coro::executor);
+  timer.expires_at(deadline.when());
+  auto r = co_await (socket.async_wait(tcp::socket::wait_read, as_tuple(use_awaitable)) ||
+                     timer.async_wait(as_tuple(use_awaitable)));
+  if (r.index() == 1) co_return DeadlineStatus("waiting for data from", peer);
+  auto [ec] = std::get<0>(r);
+  if (ec) co_return IoStatus(ec, "waiting for data from", peer);
+  co_return Status();
+}
+
 asio::awaitable<void> SleepUntil(Deadline deadline) {
   asio::steady_timer timer(co_await asio::this_coro::executor);
   timer.expires_at(deadline.when());

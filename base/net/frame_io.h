@@ -114,6 +114,11 @@ struct ConnectOptions {
 asio::awaitable<Result<tcp::socket>> Connect(std::string host, uint16_t port, Deadline deadline,
                                              ConnectOptions options = {});
 
+// Waits until `socket` has bytes to read or its peer closed it (a read then returns at once),
+// without reading anything. Errors: DeadlineExceeded naming `peer` when nothing arrived before
+// `deadline`; Aborted if the socket was closed locally.
+asio::awaitable<Status> WaitReadable(tcp::socket& socket, Deadline deadline, std::string_view peer);
+
 // Sleeps on the current executor until `deadline` (a cancellable pause for retry loops).
 asio::awaitable<void> SleepUntil(Deadline deadline);
 

@@ -4,6 +4,7 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
@@ -28,6 +29,8 @@ using ErrorCode = boost::system::error_code;
 
 // How long a refused (over the connection limit) client gets to take its 503.
 constexpr std::chrono::milliseconds kRefuseTimeout{1'000};
+// How long the accept loop pauses after a failed accept (e.g. out of file descriptors).
+constexpr std::chrono::milliseconds kAcceptErrorPause{100};
 
 std::string PeerName(const tcp::socket& socket) {
   ErrorCode ec;
@@ -116,7 +119,11 @@ asio::awaitable<void> HttpServer::AcceptLoop() {
     auto [ec, socket] = co_await acceptor_->async_accept(as_tuple(use_awaitable));
     if (ec) {
       if (ec == asio::error::operation_aborted || stopping_) break;
+      // Out of descriptors (EMFILE) and the like: pause instead of spinning on the error.
       LOG_WARN("{}: accept failed: {}", options_.name, ec.message());
+      asio::steady_timer pause(executor_);
+      pause.expires_after(kAcceptErrorPause);
+      co_await pause.async_wait(as_tuple(use_awaitable));
       continue;
     }
     auto connection = std::make_shared<Connection>(std::move(socket));

@@ -23,6 +23,9 @@ using asio::use_awaitable;
 using ErrorCode = boost::system::error_code;
 
 Deadline Forever() { return Deadline::At(MonoTime::max()); }
+
+// How long the accept loop pauses after a failed accept (e.g. out of file descriptors).
+constexpr std::chrono::milliseconds kAcceptErrorPause{100};
 }  // namespace
 
 std::vector<std::byte> EncodeRpcError(const Status& status) {
@@ -47,13 +50,28 @@ Status DecodeRpcError(std::span<const std::byte> payload, std::string_view peer)
 // ---------------------------------------------------------------------------------------------
 // Server
 
+// The address part of a connected socket's remote end ("10.0.0.7"), or "unconnected".
+std::string RemoteAddress(const tcp::socket& socket) {
+  ErrorCode ec;
+  auto ep = socket.remote_endpoint(ec);
+  return ec ? "unconnected" : ep.address().to_string();
+}
+
 struct RpcServer::Connection {
-  explicit Connection(tcp::socket s) : socket(std::move(s)), peer(RemoteName(socket)) {
+  explicit Connection(tcp::socket s)
+      : socket(std::move(s)),
+        peer(RemoteName(socket)),
+        address(RemoteAddress(socket)),
+        slot(socket.get_executor()) {
     writer = std::make_shared<FrameWriter>(socket, peer);
   }
   tcp::socket socket;
   std::string peer;
+  std::string address;  // the peer's address without the port (the per-peer limit's key)
   std::shared_ptr<FrameWriter> writer;
+  // The read loop sleeps on it while max_requests_per_connection handlers run; a finishing
+  // handler cancels it.
+  asio::steady_timer slot;
   int active = 0;          // handlers running for this connection
   bool reading = true;     // the read loop is still running
   void CloseIfIdle() {
@@ -149,13 +167,15 @@ asio::awaitable<void> RpcServer::AcceptLoop() {
     auto [ec, socket] = co_await acceptor_->async_accept(as_tuple(use_awaitable));
     if (ec) {
       if (ec == asio::error::operation_aborted || stopping_) break;
+      // Out of descriptors (EMFILE) and the like: pause instead of spinning on the error.
       LOG_WARN("{}: accept failed: {}", options_.name, ec.message());
+      co_await SleepUntil(Deadline::After(kAcceptErrorPause));
       continue;
     }
     ErrorCode ignored;
     socket.set_option(tcp::no_delay(true), ignored);
     auto connection = std::make_shared<Connection>(std::move(socket));
-    connections_.insert(connection);
+    if (!Admit(connection)) continue;
     asio::co_spawn(executor_,
                    [self = shared_from_this(), connection] { return self->ServeConnection(connection); },
                    asio::detached);
@@ -171,19 +191,35 @@ asio::awaitable<void> RpcServer::ServeConnection(std::shared_ptr<Connection> con
              connection->peer, auth.ToString());
     connection->reading = false;
     connection->CloseIfIdle();
-    connections_.erase(connection);
+    Forget(connection);
     co_return;
   }
   while (!stopping_) {
+    if (connection->active >= options_.max_requests_per_connection) {
+      connection->slot.expires_at(MonoTime::max());
+      co_await connection->slot.async_wait(as_tuple(use_awaitable));
+      continue;
+    }
+    if (Status next = co_await AwaitNextFrame(*connection); !next.ok()) {
+      if (next.code() == StatusCode::kDeadlineExceeded)
+        LOG_WARN("{}: {} was silent for {} ms; closing the connection", options_.name,
+                 connection->peer, options_.idle_timeout.count());
+      break;
+    }
+    if (stopping_) break;
+    // The frame has begun: all of it must arrive by this deadline (slowloris).
+    const Deadline frame_deadline = Deadline::After(options_.frame_timeout);
     auto request = std::make_shared<Request>();
     Status status;
-    Result<FrameHeader> header = co_await ReadFrameHeader(connection->socket, options_.max_payload,
-                                                          Forever(), connection->peer);
+    Result<FrameHeader> header = co_await ReadFrameHeader(
+        connection->socket, options_.max_payload, frame_deadline, connection->peer);
     if (header.ok()) {
       request->header = *header;
       request->payload = TakePayload(header->length, &request->capacity);
-      status = co_await ReadExactlyBatched(connection->socket, {request->payload.get(), header->length},
-                                           options_.payload_read_batch, Forever(), connection->peer);
+      status = co_await ReadExactlyBatched(connection->socket,
+                                           {request->payload.get(), header->length},
+                                           options_.payload_read_batch, frame_deadline,
+                                           connection->peer);
       if (status.ok() && !(header->flags & kFrameUncheckedPayload))
         status = VerifyFramePayload(*header, request->bytes())
                      .WithContext("frame from " + connection->peer);
@@ -191,8 +227,12 @@ asio::awaitable<void> RpcServer::ServeConnection(std::shared_ptr<Connection> con
       status = header.status();
     }
     if (!status.ok()) {
-      if (status.code() != StatusCode::kUnavailable && status.code() != StatusCode::kAborted)
-        LOG_WARN("{}: dropping connection: {}", options_.name, status.ToString());
+      if (status.code() == StatusCode::kDeadlineExceeded)
+        LOG_WARN("{}: {} took more than {} ms to send one frame; closing the connection",
+                 options_.name, connection->peer, options_.frame_timeout.count());
+      else if (status.code() != StatusCode::kUnavailable && status.code() != StatusCode::kAborted)
+        LOG_WARN("{}: dropping the connection from {}: {}", options_.name, connection->peer,
+                 status.ToString());
       break;
     }
     if (stopping_) break;
@@ -211,7 +251,45 @@ asio::awaitable<void> RpcServer::ServeConnection(std::shared_ptr<Connection> con
   }
   connection->reading = false;
   connection->CloseIfIdle();
-  if (connection->active == 0) connections_.erase(connection);
+  if (connection->active == 0) Forget(connection);
+}
+
+asio::awaitable<Status> RpcServer::AwaitNextFrame(Connection& connection) {
+  while (true) {
+    const Deadline idle = options_.idle_timeout.count() > 0
+                              ? Deadline::After(options_.idle_timeout)
+                              : Forever();
+    Status readable = co_await WaitReadable(connection.socket, idle, connection.peer);
+    // A connection waiting for its own requests' answers is not idle.
+    if (readable.code() == StatusCode::kDeadlineExceeded && connection.active > 0) continue;
+    co_return readable;
+  }
+}
+
+bool RpcServer::Admit(const std::shared_ptr<Connection>& connection) {
+  int& from_peer = connections_per_peer_[connection->address];
+  std::string over;
+  if (static_cast<int>(connections_.size()) >= options_.max_connections)
+    over = std::to_string(connections_.size()) + " connections open (max_connections)";
+  else if (from_peer >= options_.max_connections_per_peer)
+    over = std::to_string(from_peer) + " connections open from " + connection->address +
+           " (max_connections_per_peer)";
+  if (over.empty()) {
+    ++from_peer;
+    connections_.insert(connection);
+    return true;
+  }
+  if (from_peer == 0) connections_per_peer_.erase(connection->address);
+  LOG_WARN("{}: refusing the connection from {}: {}", options_.name, connection->peer, over);
+  ErrorCode ignored;
+  connection->socket.close(ignored);
+  return false;
+}
+
+void RpcServer::Forget(const std::shared_ptr<Connection>& connection) {
+  if (connections_.erase(connection) == 0) return;
+  auto it = connections_per_peer_.find(connection->address);
+  if (it != connections_per_peer_.end() && --it->second <= 0) connections_per_peer_.erase(it);
 }
 
 asio::awaitable<void> RpcServer::ServeRequest(std::shared_ptr<Connection> connection,
@@ -251,14 +329,18 @@ asio::awaitable<void> RpcServer::ServeRequest(std::shared_ptr<Connection> connec
   RecyclePayload(std::move(request->payload), request->capacity);
   --connection->active;
   --active_;
+  connection->slot.cancel();
   connection->CloseIfIdle();
-  if (!connection->reading && connection->active == 0) connections_.erase(connection);
+  if (!connection->reading && connection->active == 0) Forget(connection);
 }
 
 void RpcServer::CloseAll() {
   ErrorCode ignored;
   if (acceptor_) acceptor_->close(ignored);
-  for (auto& c : connections_) c->writer->Fail(Aborted(options_.name + " aborted"));
+  for (auto& c : connections_) {
+    c->writer->Fail(Aborted(options_.name + " aborted"));
+    c->slot.cancel();
+  }
 }
 
 Status RpcServer::Shutdown(Deadline deadline) {

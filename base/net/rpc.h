@@ -7,6 +7,13 @@
 // connection are pipelined: the server runs one coroutine per request, so responses may come
 // back in any order and the client matches them by request id.
 //
+// Limits (RpcServerOptions): a server serves at most max_connections connections, at most
+// max_connections_per_peer from one address (one more is closed at once), and runs at most
+// max_requests_per_connection requests of one connection at a time (it stops reading that
+// connection until one finishes); a frame must arrive whole within frame_timeout of its first
+// byte, and a connection silent for idle_timeout with nothing running is closed. Every refusal
+// or drop is logged naming the client's address; the other connections are served on.
+//
 // Threading: an RpcServer or RpcClient lives on one executor (an io_context run by one thread,
 // or a strand) and its coroutines must be awaited there. Shutdown(), Abort() and Close() are
 // the exceptions: they may be called from any thread.
@@ -95,6 +102,24 @@ struct RpcServerOptions {
   std::shared_ptr<const ClusterSecret> secret = nullptr;
   // How long a client may take to complete the handshake.
   std::chrono::milliseconds auth_timeout{5'000};
+  // How long one request frame (header and payload) may take to arrive once its first byte has
+  // come: a client that dribbles a frame (slowloris) is dropped at this deadline.
+  std::chrono::milliseconds frame_timeout{60'000};
+  // How long a connection may stay silent while none of its requests is running before it is
+  // dropped. 0 (default): no limit, because long-lived clients (workers, membership links, the
+  // memory tier) keep a connection open between rare calls and do not reconnect.
+  std::chrono::milliseconds idle_timeout{0};
+  // Most connections open at once (counted from accept, authenticated or not); one more is
+  // closed at once with a log line naming its address.
+  int max_connections = 1024;
+  // Most connections open at once from one peer address (all of a host's processes share one);
+  // one more is closed at once with a log line naming the address.
+  int max_connections_per_peer = 256;
+  // Most requests of one connection handled at once; with this many running, the server reads
+  // nothing more from that connection until one finishes (the client's further requests wait in
+  // the socket buffers; its writes are throttled by TCP). Bounds a connection's request memory to
+  // this many payloads.
+  int max_requests_per_connection = 256;
 };
 
 // Accepts connections and runs a coroutine per connection that reads requests and spawns a
@@ -143,6 +168,13 @@ class RpcServer : public std::enable_shared_from_this<RpcServer> {
   asio::awaitable<void> ServeRequest(std::shared_ptr<Connection> connection,
                                      std::shared_ptr<Request> request);
   void CloseAll();
+  // Admits an accepted connection, or logs and closes it when a connection limit is reached.
+  bool Admit(const std::shared_ptr<Connection>& connection);
+  // Forgets a finished connection (its slot counts toward the limits no more).
+  void Forget(const std::shared_ptr<Connection>& connection);
+  // Waits until the next frame of `connection` starts to arrive. Errors: DeadlineExceeded after
+  // idle_timeout of silence with no request running; the read error when the socket fails.
+  asio::awaitable<Status> AwaitNextFrame(Connection& connection);
   // A buffer for a request payload of `length` bytes (a spare one if it fits); `capacity`
   // receives its size. On the executor only.
   std::unique_ptr<std::byte[]> TakePayload(uint32_t length, size_t* capacity);
@@ -155,6 +187,7 @@ class RpcServer : public std::enable_shared_from_this<RpcServer> {
   std::map<uint16_t, RpcBulkHandler> bulk_handlers_;
   std::unique_ptr<tcp::acceptor> acceptor_;
   std::set<std::shared_ptr<Connection>> connections_;  // on the executor only
+  std::map<std::string, int> connections_per_peer_;    // by address; on the executor only
   std::atomic<uint16_t> port_{0};
   std::atomic<int64_t> active_{0};
   std::atomic<bool> stopping_{false};

@@ -50,6 +50,7 @@ class Server final : public TcpStoreServer {
     o.port = options_.port;
     o.max_payload = options_.max_payload;
     o.name = "store server";
+    o.secret = options_.secret;
     rpc_ = net::RpcServer::Create(io_.get_executor(), o);
     rpc_->Handle(kSet, [this](RpcRequest r) { return OnSet(r); });
     rpc_->Handle(kGet, [this](RpcRequest r) { return OnGet(r); });
@@ -248,6 +249,7 @@ class Client final : public Store {
     net::RpcClientOptions o;
     o.peer_name = name_;
     o.max_payload = 64u << 20;
+    o.secret = options_.secret;
     ASSIGN_OR_RETURN(rpc_, net::BlockOn(io_.get_executor(),
                                         net::RpcClient::Connect(host, port, deadline, o)));
     return Status();

@@ -18,6 +18,8 @@
 #include <sstream>
 #include <vector>
 
+#include "base/log.h"
+#include "base/net/auth.h"
 #include "base/net/frame_io.h"
 #include "comm/store.h"
 
@@ -48,6 +50,9 @@ Result<Bytes> GetAbortable(Store& store, const std::string& key, Deadline deadli
       return r.status().WithContext("bootstrap: store key " + key);
   }
 }
+
+// How long an accepted connection may take to authenticate and say hello.
+constexpr std::chrono::milliseconds kVetTimeout{10'000};
 
 // What a rank publishes under addr/<rank>.
 struct PeerAddr {
@@ -149,42 +154,52 @@ Status BootstrapMesh(const CommOptions& options, const std::string& scope, Mesh&
   auto fail = [&](Status s) {
     if (failure.ok()) failure = std::move(s);
   };
+  // Each accepted connection is vetted in its own coroutine (handshake, then hello), so a stray
+  // or hostile one that stays silent delays no real peer.
+  int accepted = 0;
+  auto admit = [&](tcp::socket sock) -> asio::awaitable<void> {
+    const std::string who = "a connecting peer at " + net::RemoteName(sock);
+    const Deadline vet = Deadline::After(kVetTimeout).Min(deadline);
+    if (Status auth = co_await net::AuthenticateServer(sock, options.secret.get(), vet, who);
+        !auth.ok()) {
+      LOG_WARN("bootstrap of rank {}: dropping {}: {}", me, who, auth.ToString());
+      co_return;
+    }
+    Result<Frame> f = co_await net::ReadFrame(sock, 1024, vet, who);
+    if (!f.ok() || f->header.type != kHello) co_return;  // not one of ours: drop it
+    Result<Hello> h = DecodeHello(f->payload);
+    if (!h.ok() || h->nonce != nonce || h->rank <= static_cast<uint32_t>(me) ||
+        h->rank >= static_cast<uint32_t>(n))
+      co_return;  // another generation or communicator: never mix
+    if (h->purpose >= kData + conns) {
+      fail(Status(StatusCode::kProtocolError,
+                  "bootstrap: " + RankName(h->rank) + " opened data connection " +
+                      std::to_string(h->purpose - kData) + " of " + std::to_string(conns)));
+      co_return;
+    }
+    auto& slot = h->purpose >= kData ? data[h->rank][h->purpose - kData] : ctrl[h->rank];
+    if (slot) {
+      fail(Status(StatusCode::kProtocolError,
+                  "bootstrap: two connections from " + RankName(h->rank)));
+      co_return;
+    }
+    boost::system::error_code ignored;
+    sock.set_option(tcp::no_delay(true), ignored);
+    slot.emplace(std::move(sock));
+    ++accepted;
+    --pending;
+  };
   asio::co_spawn(
       io,
       [&]() -> asio::awaitable<void> {
-        for (int i = 0; i < expected_in && failure.ok(); ++i) {
+        while (accepted < expected_in && failure.ok()) {
           auto [aec, sock] = co_await acceptor.async_accept(asio::as_tuple(asio::use_awaitable));
           if (aec) {
-            fail(Status(StatusCode::kIoError, "bootstrap: accept: " + aec.message()));
+            if (aec != asio::error::operation_aborted)
+              fail(Status(StatusCode::kIoError, "bootstrap: accept: " + aec.message()));
             co_return;
           }
-          Result<Frame> f = co_await net::ReadFrame(sock, 1024, deadline, "a connecting peer");
-          if (!f.ok() || f->header.type != kHello) {
-            --i;  // not one of ours (a stray or stale connection): drop it
-            continue;
-          }
-          Result<Hello> h = DecodeHello(f->payload);
-          if (!h.ok() || h->nonce != nonce || h->rank <= static_cast<uint32_t>(me) ||
-              h->rank >= static_cast<uint32_t>(n)) {
-            --i;  // another generation or communicator: never mix
-            continue;
-          }
-          if (h->purpose >= kData + conns) {
-            fail(Status(StatusCode::kProtocolError,
-                        "bootstrap: " + RankName(h->rank) + " opened data connection " +
-                            std::to_string(h->purpose - kData) + " of " + std::to_string(conns)));
-            co_return;
-          }
-          auto& slot = h->purpose >= kData ? data[h->rank][h->purpose - kData] : ctrl[h->rank];
-          if (slot) {
-            fail(Status(StatusCode::kProtocolError,
-                        "bootstrap: two connections from " + RankName(h->rank)));
-            co_return;
-          }
-          boost::system::error_code ignored;
-          sock.set_option(tcp::no_delay(true), ignored);
-          slot.emplace(std::move(sock));
-          --pending;
+          asio::co_spawn(io, admit(std::move(sock)), asio::detached);
         }
       },
       asio::detached);
@@ -199,6 +214,12 @@ Status BootstrapMesh(const CommOptions& options, const std::string& scope, Mesh&
             if (!sock.ok()) {
               fail(Status(StatusCode::kPeerFailed, "bootstrap: cannot reach " + RankName(r) + ": " +
                                                        sock.status().ToString()));
+              co_return;
+            }
+            if (Status auth = co_await net::AuthenticateClient(*sock, options.secret.get(),
+                                                               deadline, RankName(r));
+                !auth.ok()) {
+              fail(auth.WithContext("bootstrap: connecting to " + RankName(r)));
               co_return;
             }
             auto hello = EncodeHello(Hello{nonce, static_cast<uint32_t>(me), purpose});

@@ -1,6 +1,7 @@
 // ringtrain_dist and `ringtrain train --layout` end to end: ranks as local processes over the TCP
 // store and the CPU backend, rank 0's metrics against the single-process Trainer, and bad input
-// (including more CUDA ranks than GPUs).
+// (including more CUDA ranks than GPUs), and the run's own secret: the same losses as workers
+// over a store without one, the secret file removed at the end, an outsider refused.
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
@@ -15,7 +16,9 @@
 #include <thread>
 #include <vector>
 
+#include "base/net/auth.h"
 #include "base/process.h"
+#include "comm/store.h"
 #include "parallel/config.h"
 #include "data/data_loader.h"
 #include "data/token_shard.h"
@@ -96,6 +99,59 @@ TEST_F(CliTest, InterleavedFp16ProcessesMatchOneProcess) {
   // fp16 differs from one process by its rounding of differently-ordered sums
   // (precision_test.cc).
   ExpectMetricsMatchOneProcess({"train.precision=fp16"}, 2e-3);
+}
+
+// The metrics lines of `path` without the wall-clock field (tokens_per_s).
+std::vector<nlohmann::json> MetricsWithoutTimings(const std::filesystem::path& path) {
+  std::vector<nlohmann::json> lines;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line);
+    j.erase("tokens_per_s");
+    lines.push_back(std::move(j));
+  }
+  return lines;
+}
+
+TEST_F(CliTest, RunWithItsOwnSecretTrainsExactlyAsWorkersWithoutOne) {
+  const std::string args = Sets() + " --set train.micro_batches=2 --layout dp=2 --ranks 2 --steps 5";
+  // The launcher: a secret of its own under TMPDIR, gone when the run ends.
+  const auto tmp = dir_ / "tmp";
+  std::filesystem::create_directories(tmp);
+  const Exec secured = ExecuteBinary("TMPDIR=" + tmp.string() + " " + RINGTRAIN_BIN,
+                                     "--log-level warn train " + args);
+  ASSERT_EQ(secured.code, 0) << secured.output;
+  EXPECT_TRUE(std::filesystem::is_empty(tmp)) << "the run's secret folder was left behind";
+  const auto with_secret = MetricsWithoutTimings(dir_ / "m.jsonl");
+  std::filesystem::remove(dir_ / "m.jsonl");
+  // The reference: the same two workers over a store without a secret, started by hand.
+  auto server = comm::TcpStoreServer::Start({});
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  const std::string worker = std::string(RINGTRAIN_BIN) + " --log-level warn train " + args +
+                             " --store 127.0.0.1:" + std::to_string((*server)->port()) +
+                             " --rank ";
+  const Exec plain = ExecuteBinary("(" + worker + "0 2>&1 & p0=$!; " + worker + "1 2>&1 & p1=$!;",
+                                   "wait $p0 && wait $p1)");
+  ASSERT_EQ(plain.code, 0) << plain.output;
+  const auto without_secret = MetricsWithoutTimings(dir_ / "m.jsonl");
+  ASSERT_EQ(with_secret.size(), 6u);  // 5 steps and the evaluation
+  EXPECT_EQ(with_secret, without_secret);  // bitwise: losses, grad norms, validation loss
+}
+
+TEST_F(CliTest, AWorkerWithoutTheRunSecretIsRefusedByTheStore) {
+  comm::TcpStoreServerOptions o;
+  o.secret = net::ClusterSecret::FromKey("0123456789abcdef0123456789abcdef");
+  auto server = comm::TcpStoreServer::Start(o);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  const Exec e = ExecuteBinary(RINGTRAIN_BIN, "--log-level warn train " + Sets() +
+                                                  " --layout dp=2 --ranks 2 --rank 1 --steps 5"
+                                                  " --store 127.0.0.1:" +
+                                                  std::to_string((*server)->port()));
+  EXPECT_NE(e.code, 0) << e.output;
+  EXPECT_NE(e.output.find("Unauthenticated"), std::string::npos) << e.output;
+  EXPECT_NE(e.output.find("requires the cluster secret"), std::string::npos) << e.output;
+  EXPECT_EQ((*server)->size(), 0u);  // it wrote nothing
 }
 
 void CliTest::ExpectMetricsMatchOneProcess(const std::vector<std::string>& sets, double tolerance) {

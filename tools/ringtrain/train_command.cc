@@ -198,6 +198,9 @@ void AddTrainCommand(CLI::App& app, Action* action) {
   train->add_option("--store", opt->dist.store, "worker mode: rendezvous store host:port")
       ->group("");
   train->add_option("--job", opt->dist.job, "worker mode: job name")->group("");
+  train->add_option("--secret-file", opt->dist.secret_file,
+                    "worker mode: the run's secret file (store and rank links)")
+      ->group("");
   train->callback([=] {
     const bool distributed = !opt->dist.layout.empty() || opt->dist.ranks > 1;
     *action = [=] { return distributed ? RunDistributedTrain(*opt) : RunTrain(*opt); };
