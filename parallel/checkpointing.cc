@@ -116,7 +116,16 @@ Status RunCheckpoints::Save(int64_t step, const ckpt::StateShards& shards,
   std::string engine_state(reinterpret_cast<const char*>(bytes.data()), bytes.size());
   if (memory_due_) {
     memory_due_ = false;
-    const Status s = memory_writer_->Save(step, shards, engine_state);
+    Status s = memory_writer_->Save(step, shards, engine_state);
+    if (!s.ok()) {
+      // The previous snapshot failed, and Save reported that without starting this one: this
+      // step's is taken now and waited for, so that the step is reported only once a snapshot
+      // at most memory_every steps old is committed (rank 0's wait covers the commit).
+      LOG_WARN("memory snapshot to {}: {}; the snapshot of step {} is taken now and waited for",
+               memory_->uri(), s.ToString(), step);
+      s = memory_writer_->Save(step, shards, engine_state);
+      if (s.ok()) s = memory_writer_->Wait(Deadline::After(kAgreeTimeout));
+    }
     if (!s.ok())
       LOG_WARN("memory snapshot of step {} to {}: {} (the memory tier skips it)", step,
                memory_->uri(), s.ToString());

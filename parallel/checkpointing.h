@@ -47,7 +47,9 @@ class RunCheckpoints {
   // Starts the saves that the last Due(step, ...) found due: of `shards` and `state` as the
   // checkpoint of `step` (waiting first, with a log line, while the previous save still runs),
   // and as the memory snapshot of `step`. Without a Due that found one due, the checkpoint (a
-  // planned stop's). Errors: FailedPrecondition when a checkpoint is to be saved and ckpt.every
+  // planned stop's). When the previous memory snapshot failed, this step's is waited for (this
+  // rank's part; on rank 0 its commit), so that once Save returns the newest committed memory
+  // snapshot is at most ckpt.memory_every steps old unless that one failed too (logged). Errors: FailedPrecondition when a checkpoint is to be saved and ckpt.every
   // is 0; those of the durable writer, including a previous background save's failure.
   Status Save(int64_t step, const ckpt::StateShards& shards, const TrainerState& state);
 
