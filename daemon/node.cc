@@ -345,14 +345,23 @@ asio::awaitable<Result<Json>> Node::HandleWorkerReport(Json r) {
     recovery_logged_ = true;
     const double seconds =
         std::chrono::duration<double>(MonoClock::now() - generation_started_).count();
-    const int64_t lost = std::max<int64_t>(0, last_step_ - (p.step - 1));
+    // The last step rank 0 reported before: here, or (when rank 0 ran on another node since)
+    // as this node last fetched it from that node, whichever report is newer.
+    int64_t before = last_step_;
+    std::string where = "here";
+    if (peer_progress_ && peer_progress_->unix_ms > last_step_unix_ms_) {
+      before = peer_progress_->step;
+      where = "on rank 0's previous node";
+    }
+    const int64_t lost = std::max<int64_t>(0, before - (p.step - 1));
     LOG_INFO("recovery: {}; generation {}; plan {}; resumed at step {}, steps lost {} (the "
-             "last step reported here was {}); first step done {:.2f} s after the generation "
+             "last step reported {} was {}); first step done {:.2f} s after the generation "
              "started",
-             recovery_cause_, generation, plan_text_, p.step, lost, last_step_, seconds);
+             recovery_cause_, generation, plan_text_, p.step, lost, where, before, seconds);
     NoteFirstStep(p, lost, seconds);
   }
   last_step_ = p.step;
+  last_step_unix_ms_ = p.unix_ms;
   progress_ = p;
   NoteProgress(p);
   // A planned stop of this generation: rank 0 learns its step here.

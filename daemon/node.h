@@ -219,6 +219,7 @@ class Node : public Daemon {
   MonoTime generation_started_{};
   bool recovery_logged_ = true;
   int64_t last_step_ = 0;  // the last step rank 0 reported here (any generation)
+  int64_t last_step_unix_ms_ = 0;  // and when (the report's unix_ms)
   std::optional<elastic::JobPlan> plan_;  // the running generation's plan
   std::string recovery_label_;            // RecoveryLabel of the generation being timed
   size_t generation_members_ = 0;         // view members when the running generation started

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 
+#include "base/fault.h"
 #include "base/log.h"
 #include "ckpt/manifest.h"
 #include "ckpt/storage/backends.h"
@@ -152,6 +153,9 @@ asio::awaitable<Result<SnapshotService::Payload>> SnapshotService::HandlePut(
     upload_bytes_ -= it->second.data.size();
     it = uploads_.erase(it);
   }
+  // A member that takes copies from others: `crash` kills it while a put is being forwarded to
+  // it, `error` makes it refuse copies (unreachable while still in the view).
+  if (!ref.any) CO_RETURN_IF_ERROR(RT_FAULT_POINT("daemon.snapshot.replica_put"));
   const std::string key = upload + "/" + std::to_string(ref.job) + "/" + ref.path;
   Upload& u = uploads_[key];
   u.touched = now;
@@ -174,19 +178,33 @@ asio::awaitable<Result<SnapshotService::Payload>> SnapshotService::HandlePut(
   upload_bytes_ -= bytes->size();
   uploads_.erase(key);
   CO_RETURN_IF_ERROR(store_.Put(ref.job, ref.path, bytes));
-  if (ref.any) {
-    const std::vector<SnapshotPeer> others = Others();
-    if (IsSharedSnapshotFile(ref.path)) {
-      // Every member gets it; one that cannot be reached is leaving the view.
-      for (const SnapshotPeer& peer : others) {
-        Status s = co_await Replicate(peer, ref.job, ref.path, bytes);
-        if (!s.ok()) LOG_WARN("{}", s.ToString());
-      }
-    } else if (!others.empty()) {
-      CO_RETURN_IF_ERROR(co_await Replicate(others.front(), ref.job, ref.path, bytes));
-    }
-  }
+  if (ref.any) CO_RETURN_IF_ERROR(co_await CopyToOthers(ref.job, ref.path, bytes));
   co_return EncodeSnapshotMessage(Json::object());
+}
+
+asio::awaitable<Status> SnapshotService::CopyToOthers(uint64_t job, const std::string& path,
+                                                      SnapshotBytes bytes) {
+  const std::vector<SnapshotPeer> others = Others();
+  if (others.empty()) co_return Status();  // a view of one: its memory is all there is
+  const bool shared = IsSharedSnapshotFile(path);
+  Status first_error;
+  size_t copies = 0;
+  for (const SnapshotPeer& peer : others) {
+    Status s = co_await Replicate(peer, job, path, bytes);
+    if (s.ok()) {
+      ++copies;
+      // A file of one rank needs one copy: on the successor, or on the next member after it
+      // when it cannot be reached (it died, and the view does not know yet).
+      if (!shared) break;
+      continue;
+    }
+    LOG_WARN("{}{}", s.ToString(), shared ? "" : "; trying the next member");
+    if (first_error.ok()) first_error = s;
+  }
+  if (copies == 0)
+    co_return first_error.WithContext("memory tier: no other live member holds job " +
+                                      std::to_string(job) + " file " + path);
+  co_return Status();
 }
 
 asio::awaitable<Result<SnapshotService::Payload>> SnapshotService::HandleGet(

@@ -3,8 +3,10 @@
 // server (authenticated with the cluster secret like every other call there).
 //
 // - A put from a worker ("origin") is stored here and, before the reply, forwarded to the
-//   successor in the ring (the next member by id); a shared file (`latest`) goes to every
-//   member. A put from a member ("replica") is only stored.
+//   successor in the ring (the next member by id; when it cannot be reached, the next live one
+//   after it); a shared file (`latest`) goes to every member. The put succeeds only once another
+//   member holds a copy (or this daemon is the only member). A put from a member ("replica") is
+//   only stored. Fault point: daemon.snapshot.replica_put (a member receiving a copy).
 // - A get or list from a worker ("any") is answered from this store and, for files it does not
 //   hold, from the other members (asked in ring order, "local" scope); `latest` is the newest
 //   any member holds, so every worker sees the same one; a remove goes everywhere.
@@ -79,6 +81,13 @@ class SnapshotService : public std::enable_shared_from_this<SnapshotService> {
   // The `latest` of `job` that names the newest step among `mine` and the other members' (null
   // when none holds one).
   boost::asio::awaitable<Result<SnapshotBytes>> NewestLatest(uint64_t job, SnapshotBytes mine);
+  // Copies a file a worker put here to the other members: a shared file (`latest`) to every
+  // member, any other file to the first member in ring order that takes it (the successor, or
+  // the next one when the successor cannot be reached). Errors: when no other member took a
+  // copy (the first error, naming its member): the put then fails, since this daemon's memory
+  // alone does not survive its loss. OK without other members.
+  boost::asio::awaitable<Status> CopyToOthers(uint64_t job, const std::string& path,
+                                              SnapshotBytes bytes);
   // Sends `bytes` as `path` of `job` to member `peer` ("replica" puts, piece by piece).
   boost::asio::awaitable<Status> Replicate(const SnapshotPeer& peer, uint64_t job,
                                            const std::string& path, SnapshotBytes bytes);

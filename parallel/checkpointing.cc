@@ -124,8 +124,11 @@ Status RunCheckpoints::Save(int64_t step, const ckpt::StateShards& shards,
   std::string engine_state(reinterpret_cast<const char*>(bytes.data()), bytes.size());
   if (memory_due_) {
     memory_due_ = false;
-    RETURN_IF_ERROR(SettleMemory());
+    ASSIGN_OR_RETURN(const bool previous_failed, SettleMemory());
     Start(*memory_writer_, memory_pending_, step, shards, engine_state);
+    // After a failed snapshot this step's is waited for, so that the step is reported only once
+    // a snapshot at most memory_every steps old is committed (unless this one fails too: logged).
+    if (previous_failed) RETURN_IF_ERROR(SettleMemory().status());
   }
   if (!durable) return Status();
   const double start = MonoSeconds();
@@ -205,8 +208,8 @@ Status RunCheckpoints::SettleDurable() {
                             "checkpoint in " + storage_->uri() + " is " + NewestCommitted());
 }
 
-Status RunCheckpoints::SettleMemory() {
-  if (memory_writer_ == nullptr || !memory_pending_.active) return Status();
+Result<bool> RunCheckpoints::SettleMemory() {
+  if (memory_writer_ == nullptr || !memory_pending_.active) return false;
   const int64_t step = memory_pending_.step;
   Status cause;
   ASSIGN_OR_RETURN(const int64_t failed_on, Settle(*memory_writer_, memory_pending_, &cause));
@@ -214,11 +217,11 @@ Status RunCheckpoints::SettleMemory() {
     LOG_WARN("memory snapshot of step {} to {} failed on rank {}: {} (the memory tier skips it; "
              "ckpt.dir keeps the durable checkpoints)", step, memory_->uri(), failed_on,
              cause.ToString());
-  return Status();
+  return failed_on < (world_ != nullptr ? world_->size() : 1);
 }
 
 Status RunCheckpoints::Finish() {
-  RETURN_IF_ERROR(SettleMemory());
+  RETURN_IF_ERROR(SettleMemory().status());
   if (writer_ == nullptr || !durable_pending_.active) return Status();
   const int64_t step = durable_pending_.step;
   const int64_t failed_before = failed_saves_;

@@ -56,10 +56,12 @@ class RunCheckpoints {
   // checkpoint of `step` (waiting first, with a log line, while the previous save still runs),
   // and as the memory snapshot of `step`. Without a Due that found one due, the checkpoint (a
   // planned stop's). First settles the previous saves (collective with a world: every rank
-  // calls Save for the same steps): a failed one is dropped and logged, not returned.
-  // Errors: FailedPrecondition when a checkpoint is to be saved and ckpt.every is 0, or when
-  // ckpt.max_failed_saves consecutive saves failed (naming their steps and the last cause);
-  // those of comm.
+  // calls Save for the same steps): a failed one is dropped and logged, not returned. When the
+  // previous memory snapshot failed, this step's is waited for as well, so that once Save
+  // returns the newest committed memory snapshot is at most ckpt.memory_every steps old unless
+  // that one failed too (logged). Errors: FailedPrecondition when a checkpoint is to be saved
+  // and ckpt.every is 0, or when ckpt.max_failed_saves consecutive saves failed (naming their
+  // steps and the last cause); those of comm.
   Status Save(int64_t step, const ckpt::StateShards& shards, const TrainerState& state);
 
   // Waits for the running saves and settles them (collective with a world). Errors: the failure
@@ -111,7 +113,8 @@ class RunCheckpoints {
   // when the last `max_failed_saves` saves failed; those of Settle.
   Status SettleDurable();
   // Settles the memory snapshot (a failure is only logged: ckpt.dir stays the durable copy).
-  Status SettleMemory();
+  // Returns whether it failed (the same on every rank). Errors: those of Settle.
+  Result<bool> SettleMemory();
   // "step N" of the newest committed checkpoint, or "none".
   std::string NewestCommitted() const;
   // Rank 0 removes every memory-tier step folder newer than `step`, committed or not (and

@@ -37,13 +37,6 @@ using std::chrono::milliseconds;
 constexpr int kNodes = 4;
 constexpr double kTolerance = 1e-5;
 
-// One metrics line: the generation that wrote it, its step and loss.
-struct StepLoss {
-  std::string generation;
-  int64_t step = 0;
-  double loss = 0;
-};
-
 // The lines one generation wrote, in order.
 struct Segment {
   std::string generation;
@@ -99,46 +92,13 @@ class FaultsTest : public LocalCluster {
     });
   }
 
-  // The (generation, step, loss) lines of a metrics file in order; a line a killed rank 0 left
-  // half written is skipped.
-  static std::vector<StepLoss> ReadLosses(const std::filesystem::path& path) {
-    std::vector<StepLoss> out;
-    std::ifstream in(path);
-    for (std::string line; std::getline(in, line);) {
-      const Json j = Json::parse(line, nullptr, /*allow_exceptions=*/false);
-      if (j.is_discarded() || !j.is_object() || !j.contains("loss")) continue;
-      out.push_back({j.value("generation", ""), j["step"].get<int64_t>(), j["loss"].get<double>()});
-    }
-    return out;
-  }
-
-  // The folder of `generation`'s rank 0 (on whichever node ran it), or "" when none.
-  std::filesystem::path RankZeroDir(const std::string& generation) const {
-    for (int id = 1; id <= 5; ++id) {
-      const auto d = dir_ / ("node" + std::to_string(id)) / "jobs" / ("tiny-" + generation);
-      if (std::filesystem::exists(d / "rank-0.log")) return d;
-    }
-    return "";
-  }
-
   // Runs the reference of `segment`: its generation's run config and layout, from the committed
   // checkpoint of the step before its first line (copied alone into a folder of its own) or
   // from the start, up to its last step; returns the reference's loss per step.
   std::map<int64_t, double> Reference(const Segment& segment) {
-    const std::filesystem::path gen = RankZeroDir(segment.generation);
+    const std::filesystem::path gen = RankZeroDir("tiny", segment.generation);
     EXPECT_FALSE(gen.empty()) << "no rank-0 folder for generation " << segment.generation;
-    std::ifstream log(gen / "rank-0.log");
-    // "worker: generation G rank 0/N layout L, resuming ..." (daemon/worker.cc).
-    std::string layout, ranks;
-    for (std::string line; std::getline(log, line);) {
-      const size_t at = line.find(" rank 0/"), named = line.find(" layout "),
-                   end = line.find(", ", named == std::string::npos ? 0 : named);
-      if (at == std::string::npos || named == std::string::npos || end == std::string::npos)
-        continue;
-      ranks = line.substr(at + 8, named - at - 8);
-      layout = line.substr(named + 8, end - named - 8);
-      break;
-    }
+    const auto [layout, ranks] = ReadWorkerLayout(gen / "rank-0.log");
     EXPECT_FALSE(layout.empty()) << "no layout line in " << (gen / "rank-0.log").string();
     const std::filesystem::path ref = dir_ / ("reference-" + segment.generation);
     std::filesystem::create_directories(ref / "ckpt");

@@ -35,6 +35,44 @@ namespace rt::daemon {
 
 namespace asio = boost::asio;
 
+// One line of a job's metrics file: the generation that wrote it, its step and loss.
+struct StepLoss {
+  std::string generation;
+  int64_t step = 0;
+  double loss = 0;
+};
+
+// The (generation, step, loss) lines of a metrics file in order; a line a killed rank 0 left
+// half written is skipped.
+inline std::vector<StepLoss> ReadLosses(const std::filesystem::path& path) {
+  std::vector<StepLoss> out;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    const Json j = Json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("loss")) continue;
+    out.push_back({j.value("generation", ""), j["step"].get<int64_t>(), j["loss"].get<double>()});
+  }
+  return out;
+}
+
+// The layout and world size a worker ran, from its log's "worker: generation G rank 0/N layout
+// L, ..." line (daemon/worker.cc); empty when the log has none.
+struct WorkerLayout {
+  std::string layout;
+  std::string ranks;
+};
+inline WorkerLayout ReadWorkerLayout(const std::filesystem::path& log_path) {
+  std::ifstream log(log_path);
+  for (std::string line; std::getline(log, line);) {
+    const size_t at = line.find(" rank 0/"), named = line.find(" layout "),
+                 end = line.find(", ", named == std::string::npos ? 0 : named);
+    if (at == std::string::npos || named == std::string::npos || end == std::string::npos)
+      continue;
+    return {line.substr(named + 8, end - named - 8), line.substr(at + 8, named - at - 8)};
+  }
+  return {};
+}
+
 // A loopback port that was free a moment ago.
 inline uint16_t FreePort() {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -169,6 +207,16 @@ class LocalCluster : public ::testing::Test {
     for (std::string line; std::getline(log, line);)
       if (line.find(text) != std::string::npos) lines.push_back(line);
     return lines;
+  }
+
+  // The folder of job `job`'s generation `generation` whose rank 0 ran on one of nodes 1..5,
+  // or "" when none.
+  std::filesystem::path RankZeroDir(const std::string& job, const std::string& generation) const {
+    for (int id = 1; id <= 5; ++id) {
+      const auto d = dir_ / ("node" + std::to_string(id)) / "jobs" / (job + "-" + generation);
+      if (std::filesystem::exists(d / "rank-0.log")) return d;
+    }
+    return "";
   }
 
   static size_t Members(const Json& s) { return s["view"]["members"].size(); }
