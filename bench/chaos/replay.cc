@@ -6,6 +6,7 @@
 #include <regex>
 
 #include "base/deadline.h"
+#include "base/log.h"
 #include "base/subprocess.h"
 
 namespace rt::chaos {
@@ -84,6 +85,22 @@ Result<std::vector<HistorySegment>> LayoutHistory(const std::vector<TrainedGener
           best = &g;
           best_at = c.at;
         }
+    if (best != nullptr || before.empty()) return best;
+    // A worker killed between its commit and the log line (kill -9 right after `latest` was
+    // written) leaves a commit nobody logged. Its writer is the generation that trained up to
+    // it: the one whose last logged commit of an earlier step, from a start before that step,
+    // came last before the resume.
+    for (const TrainedGeneration& g : gens)
+      for (const TrainedGeneration::Commit& c : g.commits)
+        if (c.step < step && g.resumed_from < step && c.at < before &&
+            (best == nullptr || c.at > best_at)) {
+          best = &g;
+          best_at = c.at;
+        }
+    if (best != nullptr)
+      LOG_WARN("chaos replay: no rank 0 logged the commit of step {} to {}; taking generation {} "
+               "(its last logged commit before the resume at {} was at {})", step, uri,
+               best->generation, before, best_at);
     return best;
   };
   std::vector<HistorySegment> chain;

@@ -56,7 +56,9 @@ std::string StoreOf(const std::string& uri);
 // The chain of generations that produced the state of step `final_step` saved in `final_uri`,
 // oldest first: the last generation that committed it there, the generation that last
 // committed (before that one resumed) the state it resumed from, and so on back to a
-// generation that started afresh. Errors: NotFound naming the step whose writer is unknown.
+// generation that started afresh. A commit no rank 0 logged (killed right after it) is taken
+// as the work of the generation whose last logged commit of an earlier step came last before
+// the resume (logged as a warning). Errors: NotFound naming the step whose writer is unknown.
 Result<std::vector<HistorySegment>> LayoutHistory(const std::vector<TrainedGeneration>& gens,
                                                   int64_t final_step,
                                                   const std::string& final_uri);
