@@ -5,6 +5,7 @@
 
 #include <future>
 #include <thread>
+#include <vector>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
@@ -57,20 +58,33 @@ class MembershipServiceTest : public ::testing::Test {
     return service.ok() ? std::move(*service) : nullptr;
   }
 
+  // Starts nodes 1, 2 and 3 (2 and 3 join through 1) and waits until each sees all three.
+  std::vector<std::unique_ptr<MembershipService>> StartThreeNodes() {
+    std::vector<std::unique_ptr<MembershipService>> nodes;
+    nodes.push_back(StartNode(1, {}, secret_));
+    if (nodes[0] == nullptr) return {};
+    for (NodeId id : {2, 3}) nodes.push_back(StartNode(id, {nodes[0]->address()}, secret_));
+    for (const auto& n : nodes) {
+      if (n == nullptr) return {};
+      auto view = Await(n->AwaitView([](const View& v) { return HasMembers(v, 3); },
+                                   Deadline::AfterMs(30'000)));
+      EXPECT_TRUE(view.ok()) << view.status().ToString();
+      if (!view.ok()) return {};
+    }
+    return nodes;
+  }
+
   TempDir dir_;
   std::shared_ptr<const net::ClusterSecret> secret_ =
       net::ClusterSecret::FromKey("membership-test-secret-0123456789");
 };
 
 TEST_F(MembershipServiceTest, CompareAndSetIsDecidedOnceAndSeenEverywhere) {
-  auto n1 = StartNode(1, {}, secret_);
-  auto n2 = StartNode(2, {n1->address()}, secret_);
-  auto n3 = StartNode(3, {n1->address()}, secret_);
-  for (auto* n : {n1.get(), n2.get(), n3.get()}) {
-    auto view = Await(n->AwaitView([](const View& v) { return HasMembers(v, 3); },
-                                 Deadline::AfterMs(30'000)));
-    ASSERT_TRUE(view.ok()) << view.status().ToString();
-  }
+  auto nodes = StartThreeNodes();
+  ASSERT_EQ(nodes.size(), 3u);
+  auto& n1 = nodes[0];
+  auto& n2 = nodes[1];
+  auto& n3 = nodes[2];
   auto first = Await(n2->ProposeState(0, "job-a", Deadline::AfterMs(10'000)));
   ASSERT_TRUE(first.ok()) << first.status().ToString();
   EXPECT_EQ(*first, 1u);
@@ -107,26 +121,20 @@ TEST_F(MembershipServiceTest, CompareAndSetIsDecidedOnceAndSeenEverywhere) {
 // an error — the last one left in the view has nothing to leave — and none waits out its
 // deadline (it used to wait the whole deadline and fail with "no majority accepted its leaving").
 TEST_F(MembershipServiceTest, AWholeClusterLeavingAtOnceEndsAtOnce) {
-  auto n1 = StartNode(1, {}, secret_);
-  auto n2 = StartNode(2, {n1->address()}, secret_);
-  auto n3 = StartNode(3, {n1->address()}, secret_);
-  for (auto* n : {n1.get(), n2.get(), n3.get()}) {
-    auto view = Await(n->AwaitView([](const View& v) { return HasMembers(v, 3); },
-                                 Deadline::AfterMs(30'000)));
-    ASSERT_TRUE(view.ok()) << view.status().ToString();
-  }
+  auto nodes = StartThreeNodes();
+  ASSERT_EQ(nodes.size(), 3u);
   const Deadline deadline = Deadline::AfterMs(60'000);
   std::vector<std::future<Status>> leaving;
-  for (auto* n : {n1.get(), n2.get(), n3.get()})
-    leaving.push_back(std::async(std::launch::async,
-                                 [n, deadline] { return Await(n->Leave(deadline)); }));
+  for (const auto& node : nodes)
+    leaving.push_back(std::async(std::launch::async, [n = node.get(), deadline] {
+      return Await(n->Leave(deadline));
+    }));
   for (auto& left : leaving) {
     const Status s = left.get();
     EXPECT_TRUE(s.ok()) << s.ToString();
   }
   EXPECT_FALSE(deadline.Expired()) << "a Leave waited out its deadline";
-  for (auto* n : {n1.get(), n2.get(), n3.get()})
-    EXPECT_TRUE(n->Shutdown(Deadline::AfterMs(5'000)).ok());
+  for (const auto& n : nodes) EXPECT_TRUE(n->Shutdown(Deadline::AfterMs(5'000)).ok());
 }
 
 TEST_F(MembershipServiceTest, SharedServerSecretAndDeadlines) {
