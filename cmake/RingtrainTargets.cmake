@@ -23,7 +23,10 @@ function(ringtrain_executable name)
 endfunction()
 
 # ringtrain_test(NAME SOURCES... DEPS ... [LABELS ...] [TIMEOUT s]): one GoogleTest binary
-# registered with ctest (each test case a ctest test, so failures are named).
+# registered with ctest (each test case a ctest test, so failures are named). Listing the cases
+# loads every linked library (cuBLAS alone is hundreds of MiB), which takes seconds from a cold page
+# cache on a fresh machine: hence a discovery timeout far above CMake's default of 5 s.
+set(RINGTRAIN_TEST_DISCOVERY_TIMEOUT 120)
 include(GoogleTest)
 function(ringtrain_test name)
   cmake_parse_arguments(ARG "" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
@@ -32,6 +35,7 @@ function(ringtrain_test name)
   endif()
   ringtrain_executable(${name} SOURCES ${ARG_SOURCES} DEPS ${ARG_DEPS} GTest::gtest GTest::gtest_main)
   gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST
+    DISCOVERY_TIMEOUT ${RINGTRAIN_TEST_DISCOVERY_TIMEOUT}
     PROPERTIES TIMEOUT ${ARG_TIMEOUT} LABELS "${ARG_LABELS}"
     WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
 endfunction()
