@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -93,22 +94,40 @@ TEST(ChaosCampaignTest, SigtermRemovesTheNamespacesTheBridgeAndTheMount) {
   auto ip = [](std::vector<std::string> args) {
     args.insert(args.begin(), ::access("/usr/sbin/ip", X_OK) == 0 ? "/usr/sbin/ip" : "/sbin/ip");
     Result<ProcessOutcome> r = RunProcess(args, EnvironmentWithout({}), Deadline::AfterMs(15'000));
-    return r.ok() ? r->output : "";
+    return r.ok() && r->exited && r->exit_code == 0 ? r->output : std::string();
   };
   // Until a daemon runs in the last node's namespace.
   const Deadline started = Deadline::AfterMs(120'000);
   while (ip({"netns", "pids", "rtc-" + tag + "-4"}).empty() && !started.Expired())
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   ASSERT_FALSE(ip({"netns", "pids", "rtc-" + tag + "-4"}).empty()) << "no daemon started";
+  EXPECT_NE(ip({"netns", "list"}).find("rtc-" + tag + "-1"), std::string::npos);
+  EXPECT_NE(ip({"-o", "link", "show"}).find("rtcb" + tag), std::string::npos);
+  auto mounted = [&] {
+    std::ifstream mounts("/proc/mounts");
+    const std::string all((std::istreambuf_iterator<char>(mounts)), {});
+    return all.find(dir + "/ckpt") != std::string::npos;
+  };
+  EXPECT_TRUE(mounted());
+  std::vector<pid_t> daemons;
+  std::istringstream pids(ip({"netns", "pids", "rtc-" + tag + "-4"}));
+  for (pid_t pid = 0; pids >> pid;) daemons.push_back(pid);
   ASSERT_TRUE((*chaos)->Signal(SIGTERM).ok());
   const std::optional<ChildExit> exit = (*chaos)->WaitExit(Deadline::AfterMs(60'000));
   ASSERT_TRUE(exit.has_value()) << "ringchaos did not exit after SIGTERM";
   EXPECT_EQ(exit->exit_code, 128 + SIGTERM) << exit->Describe();
   EXPECT_EQ(ip({"netns", "list"}).find("rtc-" + tag + "-"), std::string::npos);
   EXPECT_EQ(ip({"-o", "link", "show"}).find("rtcb" + tag), std::string::npos);
-  std::ifstream mounts("/proc/mounts");
-  const std::string all((std::istreambuf_iterator<char>(mounts)), {});
-  EXPECT_EQ(all.find(dir + "/ckpt"), std::string::npos);
+  EXPECT_FALSE(mounted());
+  // What ran in the namespaces is gone (killed, then reaped by init).
+  const Deadline reaped = Deadline::AfterMs(10'000);
+  auto gone = [&] {
+    for (pid_t pid : daemons)
+      if (::kill(pid, 0) == 0) return false;
+    return true;
+  };
+  while (!gone() && !reaped.Expired()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_TRUE(gone());
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
   std::filesystem::remove(dir + ".log", ec);
