@@ -14,6 +14,7 @@
 #include "tests/iofs/io_util.h"
 #include "tests/iofs/process_util.h"
 #include "tests/iofs/ringfsd_cluster.h"
+#include "tests/tools/shell_run.h"
 
 namespace rt::iofs {
 namespace {
@@ -45,10 +46,29 @@ Result<std::shared_ptr<Client>> ConnectWith(Io& io, uint16_t port,
   return io.Run(Client::Connect("127.0.0.1", port, Secs(10), options));
 }
 
-// Runs a shell command; its exit code and output (stdout and stderr).
-std::pair<int, std::string> Shell(const std::string& command, const std::string& out_file) {
-  const int rc = std::system((command + " > " + out_file + " 2>&1").c_str());
-  return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, testing::ReadText(out_file)};
+// Runs a shell command line (killed after 60 s); its exit code and output (stdout and stderr).
+std::pair<int, std::string> Shell(const std::string& command) {
+  const ::rt::testing::ShellOutcome run = ::rt::testing::RunShell(command, 60);
+  return {run.exit_code, run.output};
+}
+
+// Expects the files DIR/f0 ... DIR/f<files - 1> to hold Content(i, version, ...) as PutFiles
+// wrote them.
+void ExpectFiles(Io& io, Client& client, const std::string& dir, uint64_t version, int files) {
+  for (int i = 0; i < files; ++i) {
+    auto got = GetFile(io, client, dir + "/f" + std::to_string(i));
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    EXPECT_EQ(*got, Content(i, version, 200000 + 50000 * i)) << i;
+  }
+}
+
+// Writes DIR/f0 ... DIR/f<files - 1>, of different lengths, through `client`.
+void PutFiles(Io& io, Client& client, const std::string& dir, uint64_t version, int files,
+              const std::string& logs_if_failed) {
+  for (int i = 0; i < files; ++i) {
+    Status s = PutFile(io, client, dir + "/f" + std::to_string(i), Content(i, version, 200000 + 50000 * i));
+    ASSERT_TRUE(s.ok()) << "file " << i << ": " << s.ToString() << "\n" << logs_if_failed;
+  }
 }
 
 // Waits up to 10 s for `text` to appear in the file `path` (a log another process writes).
@@ -98,22 +118,20 @@ TEST(RingfsdAuthTest, OnlyClientsWithTheSecretAreServed) {
 
   // The CLI: nothing without --secret-file, put/get/fsck with it.
   const std::string cli = std::string(RINGFS) + " --server " + server_name + " ";
-  const std::string out = dir.path() + "/out.txt";
   {
     std::ofstream f(dir.path() + "/in.bin", std::ios::binary);
     f.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size()));
   }
-  auto [rc, text] = Shell(cli + "ls /", out);
+  auto [rc, text] = Shell(cli + "ls /");
   EXPECT_EQ(rc, 1) << text;
   EXPECT_NE(text.find("Unauthenticated: ringfsd at " + server_name), std::string::npos) << text;
   const std::string with = cli + "--secret-file " + dir.path() + "/secret ";
-  std::tie(rc, text) = Shell(with + "put " + dir.path() + "/in.bin /cli/in.bin", out);
+  std::tie(rc, text) = Shell(with + "put " + dir.path() + "/in.bin /cli/in.bin");
   ASSERT_EQ(rc, 0) << text;
   std::tie(rc, text) = Shell(with + "get /cli/in.bin " + dir.path() + "/back.bin && cmp " + dir.path() +
-                                 "/back.bin " + dir.path() + "/in.bin",
-                             out);
+                                 "/back.bin " + dir.path() + "/in.bin");
   EXPECT_EQ(rc, 0) << text;
-  std::tie(rc, text) = Shell(with + "fsck", out);
+  std::tie(rc, text) = Shell(with + "fsck");
   EXPECT_EQ(rc, 0) << text;
   EXPECT_NE(text.find("files 2, folders 2, chunks 4, orphan chunks 0, problems 0"), std::string::npos) << text;
   EXPECT_NE(text.find("clean"), std::string::npos) << text;
@@ -123,11 +141,9 @@ TEST(RingfsdAuthTest, OnlyClientsWithTheSecretAreServed) {
 
 TEST(RingfsdAuthTest, WithoutASecretOnlyLoopbackIsServedAndItSaysSo) {
   TempDir dir("auth-nosecret");
-  const std::string out = dir.path() + "/out.txt";
-  // `timeout`: were the bind accepted, the server would run until stopped.
-  auto [rc, text] = Shell("timeout 60 " + std::string(RINGFSD) + " --state " + dir.path() +
-                              "/wide --host 0.0.0.0 --port 0",
-                          out);
+  // (Were the bind accepted, the server would run until Shell's timeout kills it.)
+  auto [rc, text] = Shell(std::string(RINGFSD) + " --state " + dir.path() +
+                              "/wide --host 0.0.0.0 --port 0");
   EXPECT_EQ(rc, 1) << text;
   EXPECT_NE(text.find("refusing to listen on 0.0.0.0 without a cluster secret"), std::string::npos) << text;
   const std::string log = dir.path() + "/server.log";
@@ -149,18 +165,11 @@ TEST(RingfsdAuthTest, ThreeNodeRf3ClusterWithTheSecretReplicatesToEveryNode) {
   auto client = ConnectWith(io, cluster.port(2), secret);  // any node will do
   ASSERT_TRUE(client.ok()) << client.status().ToString() << cluster.Logs();
   constexpr int kFiles = 6;
-  for (int i = 0; i < kFiles; ++i) {
-    Status s = PutFile(io, **client, "/rf3/f" + std::to_string(i), Content(i, 2, 200000 + 50000 * i));
-    ASSERT_TRUE(s.ok()) << "file " << i << ": " << s.ToString() << "\n" << cluster.Logs();
-  }
+  ASSERT_NO_FATAL_FAILURE(PutFiles(io, **client, "/rf3", 2, kFiles, cluster.Logs()));
   // Every node holds every chunk (node 1's contents are the reference).
   EXPECT_TRUE(WaitConverged(io, cluster, 2, 60, secret)) << cluster.Logs();
   EXPECT_TRUE(WaitConverged(io, cluster, 3, 60, secret)) << cluster.Logs();
-  for (int i = 0; i < kFiles; ++i) {
-    auto got = GetFile(io, **client, "/rf3/f" + std::to_string(i));
-    ASSERT_TRUE(got.ok()) << got.status().ToString();
-    EXPECT_EQ(*got, Content(i, 2, 200000 + 50000 * i)) << i;
-  }
+  ExpectFiles(io, **client, "/rf3", 2, kFiles);
   auto report = io.Run((*client)->Fsck(false, Secs(60)));
   ASSERT_TRUE(report.ok()) << report.status().ToString();
   EXPECT_TRUE(report->problems.empty()) << report->problems[0];
@@ -178,20 +187,13 @@ TEST(RingfsdAuthTest, ANodeWithoutTheSecretCannotJoin) {
   auto client = ConnectWith(io, cluster.port(1), secret);
   ASSERT_TRUE(client.ok()) << client.status().ToString() << cluster.Logs();
   constexpr int kFiles = 6;
-  for (int i = 0; i < kFiles; ++i) {
-    Status s = PutFile(io, **client, "/out/f" + std::to_string(i), Content(i, 3, 200000 + 50000 * i));
-    ASSERT_TRUE(s.ok()) << "file " << i << ": " << s.ToString() << "\n" << cluster.Logs();
-  }
+  ASSERT_NO_FATAL_FAILURE(PutFiles(io, **client, "/out", 3, kFiles, cluster.Logs()));
   EXPECT_TRUE(WaitConverged(io, cluster, 2, 60, secret)) << cluster.Logs();
   // Node 3 (no secret: asked without one) got nothing.
   auto outsider = NodeContents(io, cluster.port(3));
   ASSERT_TRUE(outsider.ok()) << outsider.status().ToString();
   EXPECT_TRUE(outsider->empty()) << outsider->size() << " chunks on node 3\n" << cluster.Logs();
-  for (int i = 0; i < kFiles; ++i) {
-    auto got = GetFile(io, **client, "/out/f" + std::to_string(i));
-    ASSERT_TRUE(got.ok()) << got.status().ToString();
-    EXPECT_EQ(*got, Content(i, 3, 200000 + 50000 * i)) << i;
-  }
+  ExpectFiles(io, **client, "/out", 3, kFiles);
 }
 
 }  // namespace
