@@ -45,7 +45,8 @@ Result<std::shared_ptr<Storage>> OpenStorage(const std::string& uri) {
   return OpenStorage(uri, StorageOptions{});
 }
 
-Result<std::shared_ptr<Storage>> OpenStorage(const std::string& uri, const StorageOptions& options) {
+Result<std::shared_ptr<Storage>> OpenStorage(const std::string& uri,
+                                             const StorageOptions& options) {
   constexpr std::string_view kFile = "file://";
   constexpr std::string_view kRingfs = "ringfs://";
   constexpr std::string_view kMem = "mem://";

@@ -40,9 +40,10 @@ class Client : public std::enable_shared_from_this<Client> {
   // authenticated with options.secret when set. Errors: Unauthenticated naming the node when
   // it requires a secret this client does not have, or does not hold the same one; Unavailable
   // or DeadlineExceeded when it cannot be reached.
-  static boost::asio::awaitable<Result<std::shared_ptr<Client>>> Connect(std::string host, uint16_t port,
-                                                                          Deadline deadline,
-                                                                          ClientOptions options);
+  static boost::asio::awaitable<Result<std::shared_ptr<Client>>> Connect(std::string host,
+                                                                         uint16_t port,
+                                                                         Deadline deadline,
+                                                                         ClientOptions options);
   // The same without a secret. (Not a default argument: GCC 12 miscompiles coroutine parameters
   // initialised from default arguments with non-trivial types.)
   static boost::asio::awaitable<Result<std::shared_ptr<Client>>> Connect(std::string host, uint16_t port,

@@ -45,12 +45,9 @@ RunCheckpoints::~RunCheckpoints() {
   }
 }
 
-Result<std::unique_ptr<RunCheckpoints>> RunCheckpoints::Create(const RunConfig& config,
-                                                               const std::string& layout,
-                                                               comm::Communicator* world,
-                                                               Device device,
-                                                               std::shared_ptr<ckpt::Storage> memory,
-                                                               const ckpt::StorageOptions& storage) {
+Result<std::unique_ptr<RunCheckpoints>> RunCheckpoints::Create(
+    const RunConfig& config, const std::string& layout, comm::Communicator* world, Device device,
+    std::shared_ptr<ckpt::Storage> memory, const ckpt::StorageOptions& storage) {
   if (config.ckpt.dir.empty())
     return InvalidArgument("checkpoints need ckpt.dir (a folder, file://PATH or "
                            "ringfs://HOST:PORT/PATH)");

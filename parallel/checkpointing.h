@@ -42,9 +42,8 @@ class RunCheckpoints {
   // URI). Errors: InvalidArgument when ckpt.dir is empty or ckpt.codec unknown; those of
   // OpenStorage and comm.
   static Result<std::unique_ptr<RunCheckpoints>> Create(
-      const RunConfig& config, const std::string& layout, comm::Communicator* world,
-      Device device, std::shared_ptr<ckpt::Storage> memory = nullptr,
-      const ckpt::StorageOptions& storage = {});
+      const RunConfig& config, const std::string& layout, comm::Communicator* world, Device device,
+      std::shared_ptr<ckpt::Storage> memory = nullptr, const ckpt::StorageOptions& storage = {});
   // Waits for a save still running (its own deadlines bound the wait).
   ~RunCheckpoints();
 

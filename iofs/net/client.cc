@@ -90,7 +90,8 @@ awaitable<Result<std::shared_ptr<Client>>> Client::Connect(std::string host, uin
   co_return co_await Connect(std::move(host), port, deadline, ClientOptions{});
 }
 
-awaitable<Result<std::shared_ptr<Client>>> Client::Connect(std::string host, uint16_t port, Deadline deadline,
+awaitable<Result<std::shared_ptr<Client>>> Client::Connect(std::string host, uint16_t port,
+                                                           Deadline deadline,
                                                            ClientOptions options) {
   net::RpcClientOptions o;
   o.max_payload = wire::kMaxPayload;

@@ -356,16 +356,17 @@ Status ServerImpl::Init() {
       "engine.capacity_bytes={} engine.queue_depth={} engine.io_buffers={} timing.tick_ms={} "
       "timing.heartbeat_ms={} timing.down_after={} timing.collect_ms={}",
       o.self, o.state_dir, o.listen_host, o.secret_file.empty() ? "(none)" : o.secret_file,
-      o.replication, o.chains, o.file_chunk_size,
-      o.engine.chunk_size, o.engine.small_chunk_size, o.engine.slots_per_file,
-      o.engine.capacity_bytes, o.engine.queue_depth, o.engine.io_buffers, o.tick_ms, o.heartbeat_ms,
-      o.down_after, o.collect_ms);
+      o.replication, o.chains, o.file_chunk_size, o.engine.chunk_size, o.engine.small_chunk_size,
+      o.engine.slots_per_file, o.engine.capacity_bytes, o.engine.queue_depth, o.engine.io_buffers,
+      o.tick_ms, o.heartbeat_ms, o.down_after, o.collect_ms);
   LOG_INFO("ringfsd node {} serving on {}:{} ({} nodes, replication {}, {} chains, state {}){}", o.self,
            o.listen_host, port, o.nodes.size(), o.replication, o.chains, o.state_dir,
            is_meta() ? ", metadata node" : "");
   if (!secret_)
-    LOG_WARN("ringfsd node {}: NO CLUSTER SECRET ([auth] secret_file, --secret-file): clients and "
-             "peers are not authenticated, so only loopback addresses are served", o.self);
+    LOG_WARN(
+        "ringfsd node {}: NO CLUSTER SECRET ([auth] secret_file, --secret-file): clients and "
+        "peers are not authenticated, so only loopback addresses are served",
+        o.self);
   return Status();
 }
 

@@ -4,11 +4,12 @@
 // work (put, get, fsck); without a secret ringfsd refuses to listen beyond loopback; a 3-node RF 3
 // cluster with the secret replicates every chunk to every node, while a node without it takes no
 // part (the two others serve the files; it holds no chunk).
+#include "base/net/auth.h"
+
 #include <gtest/gtest.h>
 
 #include <fstream>
 
-#include "base/net/auth.h"
 #include "iofs/client.h"
 #include "iofs/net/wire.h"
 #include "tests/iofs/io_util.h"
@@ -66,7 +67,8 @@ void ExpectFiles(Io& io, Client& client, const std::string& dir, uint64_t versio
 void PutFiles(Io& io, Client& client, const std::string& dir, uint64_t version, int files,
               const std::string& logs_if_failed) {
   for (int i = 0; i < files; ++i) {
-    Status s = PutFile(io, client, dir + "/f" + std::to_string(i), Content(i, version, 200000 + 50000 * i));
+    Status s = PutFile(io, client, dir + "/f" + std::to_string(i),
+                       Content(i, version, 200000 + 50000 * i));
     ASSERT_TRUE(s.ok()) << "file " << i << ": " << s.ToString() << "\n" << logs_if_failed;
   }
 }
@@ -89,16 +91,18 @@ TEST(RingfsdAuthTest, OnlyClientsWithTheSecretAreServed) {
   const std::string server_name = "127.0.0.1:" + std::to_string(port);
   const std::string log = dir.path() + "/server.log";
   Process server;
-  ASSERT_TRUE(server.Start({RINGFSD, "--state", dir.path() + "/state", "--port", std::to_string(port),
-                            "--secret-file", dir.path() + "/secret"},
+  ASSERT_TRUE(server.Start({RINGFSD, "--state", dir.path() + "/state", "--port",
+                            std::to_string(port), "--secret-file", dir.path() + "/secret"},
                            {}, log));
   Io io;
   // Without the secret: refused at the first request, and the server names the client.
   auto refused = ConnectWith(io, port, nullptr);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), StatusCode::kUnauthenticated) << refused.status().ToString();
-  EXPECT_NE(refused.status().message().find(server_name), std::string::npos) << refused.status().ToString();
-  EXPECT_TRUE(WaitForText(log, "authentication failed, closing the connection from 127.0.0.1:")) << testing::ReadText(log);
+  EXPECT_NE(refused.status().message().find(server_name), std::string::npos)
+      << refused.status().ToString();
+  EXPECT_TRUE(WaitForText(log, "authentication failed, closing the connection from 127.0.0.1:"))
+      << testing::ReadText(log);
   // The peer-to-peer messages are behind the same handshake as the file operations.
   auto keys = testing::RawCall(io, port, wire::kChunkKeys, {});
   EXPECT_EQ(keys.status().code(), StatusCode::kUnauthenticated) << keys.status().ToString();
@@ -106,7 +110,8 @@ TEST(RingfsdAuthTest, OnlyClientsWithTheSecretAreServed) {
   auto wrong = ConnectWith(io, port, other);
   ASSERT_FALSE(wrong.ok());
   EXPECT_EQ(wrong.status().code(), StatusCode::kUnauthenticated) << wrong.status().ToString();
-  EXPECT_NE(wrong.status().message().find(server_name), std::string::npos) << wrong.status().ToString();
+  EXPECT_NE(wrong.status().message().find(server_name), std::string::npos)
+      << wrong.status().ToString();
   // With the secret everything works.
   auto client = ConnectWith(io, port, secret);
   ASSERT_TRUE(client.ok()) << client.status().ToString() << testing::ReadText(log);
@@ -128,12 +133,14 @@ TEST(RingfsdAuthTest, OnlyClientsWithTheSecretAreServed) {
   const std::string with = cli + "--secret-file " + dir.path() + "/secret ";
   std::tie(rc, text) = Shell(with + "put " + dir.path() + "/in.bin /cli/in.bin");
   ASSERT_EQ(rc, 0) << text;
-  std::tie(rc, text) = Shell(with + "get /cli/in.bin " + dir.path() + "/back.bin && cmp " + dir.path() +
-                                 "/back.bin " + dir.path() + "/in.bin");
+  std::tie(rc, text) = Shell(with + "get /cli/in.bin " + dir.path() + "/back.bin && cmp " +
+                             dir.path() + "/back.bin " + dir.path() + "/in.bin");
   EXPECT_EQ(rc, 0) << text;
   std::tie(rc, text) = Shell(with + "fsck");
   EXPECT_EQ(rc, 0) << text;
-  EXPECT_NE(text.find("files 2, folders 2, chunks 4, orphan chunks 0, problems 0"), std::string::npos) << text;
+  EXPECT_NE(text.find("files 2, folders 2, chunks 4, orphan chunks 0, problems 0"),
+            std::string::npos)
+      << text;
   EXPECT_NE(text.find("clean"), std::string::npos) << text;
   const int status = server.Stop(std::chrono::seconds(15));
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
@@ -142,10 +149,11 @@ TEST(RingfsdAuthTest, OnlyClientsWithTheSecretAreServed) {
 TEST(RingfsdAuthTest, WithoutASecretOnlyLoopbackIsServedAndItSaysSo) {
   TempDir dir("auth-nosecret");
   // (Were the bind accepted, the server would run until Shell's timeout kills it.)
-  auto [rc, text] = Shell(std::string(RINGFSD) + " --state " + dir.path() +
-                              "/wide --host 0.0.0.0 --port 0");
+  auto [rc, text] =
+      Shell(std::string(RINGFSD) + " --state " + dir.path() + "/wide --host 0.0.0.0 --port 0");
   EXPECT_EQ(rc, 1) << text;
-  EXPECT_NE(text.find("refusing to listen on 0.0.0.0 without a cluster secret"), std::string::npos) << text;
+  EXPECT_NE(text.find("refusing to listen on 0.0.0.0 without a cluster secret"), std::string::npos)
+      << text;
   const std::string log = dir.path() + "/server.log";
   Process server;
   ASSERT_TRUE(server.Start({RINGFSD, "--state", dir.path() + "/state", "--port", "0"}, {}, log));

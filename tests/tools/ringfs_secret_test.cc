@@ -47,10 +47,11 @@ class RingfsSecretTest : public ::testing::Test {
 
   // `ringtrain train` of the tiny config for 10 steps, metrics under `name`, `more` appended.
   std::string Train(const std::string& name, const std::string& more) const {
-    return std::string(RINGTRAIN_BIN) + " --log-level warn train --config " +
-           RINGTRAIN_SOURCE_DIR + "/configs/tiny.toml --set data.dir=" + (dir_ / "data").string() +
+    return std::string(RINGTRAIN_BIN) + " --log-level warn train --config " + RINGTRAIN_SOURCE_DIR +
+           "/configs/tiny.toml --set data.dir=" + (dir_ / "data").string() +
            " --set eval.every=0 --set train.log_every=5 --set optim.warmup_steps=4 --steps 10"
-           " --set metrics.path=" + (dir_ / (name + ".jsonl")).string() + " " + more;
+           " --set metrics.path=" +
+           (dir_ / (name + ".jsonl")).string() + " " + more;
   }
 
   std::map<int, double> Losses(const std::string& name) const {
@@ -72,9 +73,11 @@ TEST_F(RingfsSecretTest, OneProcessSavesWithTheSecretAndRingckptVerifiesIt) {
   EXPECT_NE(refused.output.find("Unauthenticated"), std::string::npos) << refused.output;
   const Exec saved = Shell(Train("run", ckpt + " --secret-file " + secret_));
   ASSERT_EQ(saved.exit_code, 0) << saved.output << ServerLog();
-  const Exec verified = Shell(std::string(RINGCKPT_BIN) + " --secret-file " + secret_ + " verify " + Uri("one"));
+  const Exec verified =
+      Shell(std::string(RINGCKPT_BIN) + " --secret-file " + secret_ + " verify " + Uri("one"));
   EXPECT_EQ(verified.exit_code, 0) << verified.output;
-  const Exec inspected = Shell(std::string(RINGCKPT_BIN) + " --secret-file " + secret_ + " inspect " + Uri("one"));
+  const Exec inspected =
+      Shell(std::string(RINGCKPT_BIN) + " --secret-file " + secret_ + " inspect " + Uri("one"));
   EXPECT_NE(inspected.output.find("step       10"), std::string::npos) << inspected.output;
   const Exec without = Shell(std::string(RINGCKPT_BIN) + " verify " + Uri("one"));
   EXPECT_EQ(without.exit_code, 1) << without.output;
@@ -89,7 +92,8 @@ TEST_F(RingfsSecretTest, TwoRanksStoppedAndResumedFromRingfsAreBitwiseTheUninter
       layout + " --set ckpt.every=3 --set ckpt.dir=" + Uri("two") + " --secret-file " + secret_;
   const Exec stopped = Shell(Train("run", ckpt + " --stop-after 6"));
   ASSERT_EQ(stopped.exit_code, 0) << stopped.output << ServerLog();
-  const Exec verified = Shell(std::string(RINGCKPT_BIN) + " --secret-file " + secret_ + " verify " + Uri("two"));
+  const Exec verified =
+      Shell(std::string(RINGCKPT_BIN) + " --secret-file " + secret_ + " verify " + Uri("two"));
   EXPECT_EQ(verified.exit_code, 0) << verified.output;
   const Exec resumed = Shell(Train("run", ckpt + " --resume"));
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output << ServerLog();

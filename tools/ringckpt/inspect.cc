@@ -20,7 +20,8 @@ int Fail(const rt::Status& status) {
 }
 
 rt::Result<std::unique_ptr<CheckpointReader>> OpenSource(const Source& source) {
-  ASSIGN_OR_RETURN(std::shared_ptr<rt::ckpt::Storage> storage, rt::ckpt::OpenStorage(source.uri, source.storage));
+  ASSIGN_OR_RETURN(std::shared_ptr<rt::ckpt::Storage> storage,
+                   rt::ckpt::OpenStorage(source.uri, source.storage));
   int64_t step = source.step;
   if (step < 0) {
     ASSIGN_OR_RETURN(std::vector<int64_t> committed, rt::ckpt::ListCommitted(*storage));

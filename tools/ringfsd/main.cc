@@ -29,8 +29,9 @@ int main(int argc, char** argv) {
   app.add_option("--host", host, "embedded default: address to bind");
   app.add_option("--log-level", level, "trace, debug, info, warn, error");
   std::string secret_file;
-  app.add_option("--secret-file", secret_file,
-                 "the cluster secret (mode 0600; ringctl init-secret); replaces [auth] secret_file");
+  app.add_option(
+      "--secret-file", secret_file,
+      "the cluster secret (mode 0600; ringctl init-secret); replaces [auth] secret_file");
   int64_t collect_ms = 0;
   app.add_option("--collect-ms", collect_ms,
                  "period of the orphan collector (default 10000, or timing.collect_ms)")

@@ -105,9 +105,8 @@ Status RunTrain(const TrainOptions& opt) {
       ASSIGN_OR_RETURN(storage.secret, net::ClusterSecret::Load(opt.dist.secret_file));
     }
     ASSIGN_OR_RETURN(checkpoints,
-                     parallel::RunCheckpoints::Create(config, parallel::DescribeLayout({}),
-                                                      nullptr, trainer->model().device(), nullptr,
-                                                      storage));
+                     parallel::RunCheckpoints::Create(config, parallel::DescribeLayout({}), nullptr,
+                                                      trainer->model().device(), nullptr, storage));
   }
   if (opt.resume) {
     ASSIGN_OR_RETURN(TrainerState state, checkpoints->Resume(trainer->Shards()));
