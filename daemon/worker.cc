@@ -179,6 +179,10 @@ Status RunWorker(WorkerOptions options, const std::string& executable) {
   DaemonLink link(options);
   RETURN_IF_ERROR(link.Start(secret));
   options.train.generation = options.generation;
+  // The rank links listen on the daemon's host: loopback for a single-host cluster, the
+  // node's address when the daemon listens on one (other hosts, a network namespace).
+  ASSIGN_OR_RETURN(auto daemon_host, SplitHostPort(options.daemon, "--daemon"));
+  options.train.listen_address = daemon_host.first;
   // The job's store and rank links, and a ringfs:// ckpt.dir, are authenticated with the
   // cluster secret.
   options.train.secret_file = options.secret_file;

@@ -102,6 +102,7 @@ Status RunWorker(const DistTrainOptions& o) {
   comm::CommOptions co;
   co.store = store;
   co.secret = secret;
+  co.listen_address = o.listen_address;
   co.job = o.job;
   co.rank = o.rank;
   co.size = o.ranks;

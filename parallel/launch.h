@@ -51,6 +51,9 @@ struct DistTrainOptions {
   int rank = -1;                  // this worker's rank; -1 = launcher
   std::string store;              // rendezvous store "host:port"
   std::string job = "train";      // job name scoping the store keys
+  // Worker mode: the address this rank's links to the other ranks listen on and advertise
+  // (comm/communicator.h CommOptions::listen_address); default loopback.
+  std::string listen_address = "127.0.0.1";
   // The secret file (base/net/auth.h) that the run's store and rank-to-rank links, and a
   // ringfs:// ckpt.dir, are authenticated with; "" = none. The launcher passes it to its
   // workers; given none, it creates a secret file of its own for the run (mode 0600, removed

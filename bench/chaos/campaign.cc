@@ -10,8 +10,12 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
+#include <set>
 #include <future>
 #include <thread>
+
+#include <fmt/ranges.h>
 
 #include "base/log.h"
 #include "base/subprocess.h"
@@ -19,6 +23,7 @@
 #include "bench/chaos/job.h"
 #include "bench/chaos/observe.h"
 #include "bench/chaos/replay.h"
+#include "bench/chaos/signals.h"
 
 namespace rt::chaos {
 namespace {
@@ -35,12 +40,14 @@ class TmpfsMount {
     const std::string data = "size=" + std::to_string(mib) + "m";
     if (::mount("tmpfs", dir.c_str(), "tmpfs", 0, data.c_str()) == 0) {
       mounted_ = true;
+      cleanup_ = AddSignalCleanup([d = dir_] { ::umount2(d.c_str(), MNT_DETACH); });
     } else {
       why_not_ = "mount -t tmpfs on " + dir + ": " + std::strerror(errno) +
                  (::geteuid() == 0 ? "" : " (needs root)");
     }
   }
   ~TmpfsMount() {
+    RemoveSignalCleanup(cleanup_);
     if (mounted_ && ::umount2(dir_.c_str(), MNT_DETACH) != 0)
       LOG_WARN("chaos: umount {}: {}", dir_, std::strerror(errno));
   }
@@ -51,13 +58,28 @@ class TmpfsMount {
   std::string dir_;
   bool mounted_ = false;
   std::string why_not_;
+  int cleanup_ = 0;  // its signal cleanup (bench/chaos/signals.h)
+};
+
+// Registers a signal cleanup (bench/chaos/signals.h) for as long as it lives.
+class ScopedSignalCleanup {
+ public:
+  explicit ScopedSignalCleanup(std::function<void()> cleanup)
+      : id_(AddSignalCleanup(std::move(cleanup))) {}
+  ~ScopedSignalCleanup() { RemoveSignalCleanup(id_); }
+
+ private:
+  int id_;
 };
 
 class Campaign {
  public:
-  Campaign(const CampaignOptions& o, LocalCluster& cluster, std::string ckpt_dir)
-      : o_(o), cluster_(cluster), ckpt_dir_(std::move(ckpt_dir)), schedule_(o.seed, o.kinds),
-        observer_(cluster, o.hang_limit_ms) {}
+  // `kinds`: the faults to draw from (o.kinds less those this machine cannot inject);
+  // `network`: the node network (null without: no partitions).
+  Campaign(const CampaignOptions& o, std::vector<FaultKind> kinds, LocalCluster& cluster,
+           NodeNetwork* network, std::string ckpt_dir)
+      : o_(o), cluster_(cluster), network_(network), ckpt_dir_(std::move(ckpt_dir)),
+        schedule_(o.seed, std::move(kinds)), observer_(cluster, o.hang_limit_ms) {}
 
   // Injects faults until the job finishes (or max_faults); fills `r`.
   void Run(CampaignResult& r) {
@@ -194,6 +216,126 @@ class Campaign {
     return id;
   }
 
+  // Polls the own report of every daemon in `side` (cut off from a majority) until `until`:
+  // counts in `f` a daemon that trains on, i.e. reports a step of a generation newer than
+  // `generation` (the one training at the split), or more than one step in that generation
+  // past the first step it reported after the split (a step in flight may finish). `max_step`
+  // grows to the newest step seen.
+  void WatchCutOff(FaultRecord& f, const std::vector<int>& side, const std::string& generation,
+                   MonoTime until, int64_t& max_step) {
+    std::set<int> trained;
+    std::map<int, int64_t> first_step;
+    do {
+      for (int id : side) {
+        if (trained.contains(id)) continue;
+        Result<Json> local = cluster_.Call(id, daemon::kCtlLocal, Json::object(),
+                                           Deadline::AfterMs(1000));
+        if (!local.ok() || !local->contains("progress")) continue;
+        const std::string g = Observer::Generation(*local);
+        const int64_t step = Observer::Step(*local);
+        max_step = std::max(max_step, step);
+        const bool newer = GenerationOrder(g) > GenerationOrder(generation);
+        if (!newer && g != generation) continue;
+        if (!newer && !first_step.contains(id)) first_step[id] = step;
+        if (newer || step > first_step[id] + 1) {
+          trained.insert(id);
+          ++f.minority_trained;
+          f.note += fmt::format("daemon {} cut off from a majority trained on: generation {} "
+                                "step {}; ", id, g, step);
+        }
+      }
+      SleepMs(200);
+    } while (MonoClock::now() < until);
+  }
+
+  // Splits the nodes, holds the split, heals it. With a majority on one side, that side must
+  // install a view without the other and train on (timed from the split); without one (2|2) no
+  // side may train and training goes on after the heal (timed from the heal). partition-flap
+  // splits and heals a few times within seconds before that. In every case the cut-off side
+  // must not train while cut off, and the whole cluster trains again after the heal (rejoin,
+  // timed from the heal).
+  void Partition(FaultRecord& f, FaultKind kind, std::vector<int> nodes) {
+    if (network_ == nullptr) {
+      f.skipped = r_->partitions_off;
+      return;
+    }
+    const int n = static_cast<int>(nodes.size());
+    const bool one = kind == FaultKind::kPartitionOne ||
+                     (kind == FaultKind::kPartitionFlap && schedule_.Pick(2) == 0);
+    std::vector<int> small;
+    for (int k = one ? 1 : n / 2; k > 0; --k) {
+      const int id = nodes[schedule_.Pick(nodes.size())];
+      small.push_back(id);
+      std::erase(nodes, id);
+    }
+    std::sort(small.begin(), small.end());
+    const std::vector<int>& large = nodes;
+    const bool majority = 2 * static_cast<int>(large.size()) > o_.cluster.nodes;
+    // The daemons that must not train while split: the small side, or both without a majority.
+    std::vector<int> cut_off = small;
+    if (!majority) cut_off.insert(cut_off.end(), large.begin(), large.end());
+    f.target = fmt::format("{} | {}", fmt::join(small, ","), fmt::join(large, ","));
+    int64_t max_step = f.step_before;
+    std::string generation = f.gen_before;  // training at the split
+    auto split = [&]() {
+      Status s = network_->Split(small, large);
+      if (!s.ok()) f.note += s.ToString() + "; ";
+      if (majority) cluster_.SetCutOff({small.begin(), small.end()});
+    };
+    auto heal = [&]() {
+      Status s = network_->Heal();
+      if (!s.ok()) f.note += s.ToString() + "; ";
+      cluster_.SetCutOff({});
+    };
+    if (kind == FaultKind::kPartitionFlap) {
+      f.target += fmt::format(", {} times", o_.partition_flaps);
+      for (int i = 0; i < o_.partition_flaps; ++i) {
+        // A heal may have let a new generation start, with the cut-off daemons in it.
+        if (Result<Json> now = cluster_.ClusterStatus(Deadline::AfterMs(2000)); now.ok())
+          generation = Observer::Generation(*now);
+        split();
+        WatchCutOff(f, cut_off, generation, MonoClock::now() + milliseconds(schedule_.Between(
+                                                o_.flap_min_ms, o_.flap_max_ms)), max_step);
+        heal();
+        SleepMs(schedule_.Between(o_.flap_min_ms, o_.flap_max_ms));
+      }
+    } else {
+      const int64_t hold = schedule_.Between(o_.partition_min_ms, o_.partition_max_ms);
+      f.target += fmt::format(" for {} ms", hold);
+      const MonoTime at = MonoClock::now();
+      split();
+      if (majority) AwaitRecovery(f, at, true);
+      WatchCutOff(f, cut_off, generation, at + milliseconds(hold), max_step);
+      heal();
+    }
+    const MonoTime healed = MonoClock::now();
+    if (kind == FaultKind::kPartitionFlap || !majority) {
+      // Training goes on after the heal, in any generation: timed from the heal, past the
+      // generation and step seen at the heal.
+      if (Result<Json> now = cluster_.ClusterStatus(Deadline::AfterMs(2000)); now.ok()) {
+        if (Observer::Generation(*now) != generation) max_step = 0;
+        generation = Observer::Generation(*now);
+        max_step = std::max(max_step, Observer::Step(*now));
+      }
+      Result<Json> s = observer_.WaitProgress(generation, max_step, false,
+                                              Deadline::After(milliseconds(o_.hang_limit_ms)));
+      if (!s.ok()) {
+        f.hang = true;
+        f.note += s.status().ToString() + "; ";
+      } else {
+        f.recovery_s = Since(healed);
+        f.gen_after = Observer::Generation(*s);
+      }
+    }
+    Result<Json> full = observer_.WaitHealthy(o_.cluster.nodes, Deadline::After(milliseconds(
+                                                                      o_.hang_limit_ms)));
+    if (full.ok()) {
+      f.rejoin_s = Since(healed);
+    } else {
+      f.note += "the cut-off daemons did not rejoin: " + full.status().ToString() + "; ";
+    }
+  }
+
   void Inject(FaultKind kind, const Json& s) {
     FaultRecord f;
     f.kind = kind;
@@ -301,6 +443,11 @@ class Campaign {
           f.note += "the job restarted (generation " + f.gen_after + "); ";
         break;
       }
+      case FaultKind::kPartitionHalves:
+      case FaultKind::kPartitionOne:
+      case FaultKind::kPartitionFlap:
+        Partition(f, kind, members);
+        break;
       case FaultKind::kFlipByte: {
         const int64_t step = f.committed_before;
         if (step < 0) {
@@ -345,6 +492,7 @@ class Campaign {
 
   const CampaignOptions& o_;
   LocalCluster& cluster_;
+  NodeNetwork* network_;
   std::string ckpt_dir_;
   FaultSchedule schedule_;
   Observer observer_;
@@ -400,7 +548,33 @@ Result<CampaignResult> RunCampaign(const CampaignOptions& o) {
   TmpfsMount tmpfs(dir + "/ckpt", o.tmpfs_mib);
   if (!tmpfs.mounted()) r.disk_full_off = "not run: " + tmpfs.why_not();
 
+  // The node network, when asked for and possible; without it no partition is drawn.
   ClusterOptions co = o.cluster;
+  std::unique_ptr<NodeNetwork> network;
+  if (o.netns) {
+    RemoveLeftoverNetworks();
+    Result<std::unique_ptr<NodeNetwork>> made = NodeNetwork::Create(co.nodes);
+    if (made.ok()) {
+      network = std::move(*made);
+    } else {
+      r.partitions_off = "not run: " + made.status().ToString();
+    }
+  } else {
+    r.partitions_off = "not run: --no-netns";
+  }
+  ScopedSignalCleanup remove_network([&network] {
+    if (network) network->Remove();
+  });
+  co.network = network.get();
+  std::vector<FaultKind> kinds = o.kinds;
+  if (!r.partitions_off.empty()) {
+    std::erase_if(kinds, IsPartition);
+    LOG_WARN("chaos: partitions {}; the campaign runs without partition faults",
+             r.partitions_off);
+    if (kinds.empty()) return FailedPrecondition("partitions " + r.partitions_off +
+                                                 " and no other fault was asked for");
+  }
+
   co.env.push_back("RINGTRAIN_FAULTS=ckpt.save.after_data=delay:" +
                    std::to_string(o.window_delay_ms) + ",ckpt.commit.after_fragments=delay:" +
                    std::to_string(o.window_delay_ms));
@@ -429,13 +603,14 @@ Result<CampaignResult> RunCampaign(const CampaignOptions& o) {
                                                o.ckpt_every, o.memory_every)));
   RETURN_IF_ERROR(observer.WaitStep(1, Deadline::AfterMs(300'000)).status());
   const MonoTime chaos_start = MonoClock::now();
-  Campaign campaign(o, *cluster, ckpt_dir);
+  Campaign campaign(o, std::move(kinds), *cluster, network.get(), ckpt_dir);
   campaign.Run(r);
   Result<Json> done = observer.WaitFinished(Deadline::AfterMs(o.hang_limit_ms));
   r.chaos_wall_s = std::chrono::duration<double>(MonoClock::now() - chaos_start).count();
   r.finished = done.ok();
   if (done.ok()) r.final_step = Observer::FinishedStep(*done);
   cluster.reset();  // every daemon and worker is gone before the checks read the files
+  if (network) network->Remove();
 
   r.recoveries = ReadRecoveryLines(dir, o.cluster.nodes);
   CheckCorruptResumes(r);

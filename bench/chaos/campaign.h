@@ -40,6 +40,14 @@ struct CampaignOptions {
   // RINGTRAIN_FAULTS), so that the kill -9 of the two checkpoint faults lands inside the window.
   int64_t window_delay_ms = 300;
   int64_t tmpfs_mib = 64;        // size of the tmpfs mounted on the checkpoint folder (root)
+  // Each daemon in its own network namespace (bench/chaos/netns.h) when the machine allows it;
+  // the partition faults need it and are left out of the schedule without it.
+  bool netns = true;
+  int64_t partition_min_ms = 3000;  // how long a partition is held
+  int64_t partition_max_ms = 6000;
+  int partition_flaps = 3;          // partition-flap: splits, each held and healed for
+  int64_t flap_min_ms = 300;        // flap_min_ms..flap_max_ms
+  int64_t flap_max_ms = 1500;
 };
 
 // What happened to one fault.
@@ -56,6 +64,9 @@ struct FaultRecord {
   bool hang = false;              // no progress within hang_limit_ms
   double rejoin_s = -1;           // restart of killed daemons → full cluster training again
   int64_t corrupted_step = -1;    // flip-byte: the committed step it corrupted
+  // Partitions: daemons cut off from a majority that trained on while cut off (a step of a
+  // newer generation, or more than one step of the one they had): the invariant is none.
+  int minority_trained = 0;
   std::string note;               // what else was seen
 };
 
@@ -93,6 +104,7 @@ struct CampaignResult {
   std::vector<std::string> corrupt_resumes;  // generations that resumed from a corrupted step
   int unexpected_exits = 0;        // daemons that died without being killed
   std::string disk_full_off;       // why disk-full could not run ("" = it could)
+  std::string partitions_off;      // why the partitions could not run ("" = they could)
   // The final checkpoint against a fault-free replay of the job's layout history
   // (bench/chaos/replay.h): the generations replayed, and the largest absolute difference over
   // every tensor (-1: not compared; `replay_error` says why).

@@ -11,6 +11,9 @@
 namespace rt::chaos {
 namespace {
 
+// The control port of a daemon in its own network namespace.
+constexpr uint16_t kNamespacePort = 7700;
+
 // A loopback port free at this moment (bound to port 0, then released).
 Result<uint16_t> FreePort() {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -32,8 +35,18 @@ Result<uint16_t> FreePort() {
 Result<std::unique_ptr<LocalCluster>> LocalCluster::Create(ClusterOptions options) {
   if (options.nodes < 1) return InvalidArgument("a cluster needs at least one node");
   std::unique_ptr<LocalCluster> cluster(new LocalCluster(std::move(options)));
+  if (cluster->options_.network != nullptr) {
+    const std::string path = cluster->options_.dir + "/cluster.secret";
+    RETURN_IF_ERROR(net::ClusterSecret::Create(path));
+    ASSIGN_OR_RETURN(cluster->secret_, net::ClusterSecret::Load(path));
+  }
   for (int id = 1; id <= cluster->options_.nodes; ++id) {
-    ASSIGN_OR_RETURN(cluster->ports_[id], FreePort());
+    // In a namespace of its own every daemon has the whole port space: a fixed port.
+    if (cluster->options_.network != nullptr) {
+      cluster->ports_[id] = kNamespacePort;
+    } else {
+      ASSIGN_OR_RETURN(cluster->ports_[id], FreePort());
+    }
     std::error_code ec;
     std::filesystem::create_directories(cluster->StateDir(id), ec);
     if (ec)
@@ -49,7 +62,8 @@ LocalCluster::~LocalCluster() {
 }
 
 std::string LocalCluster::Address(int id) const {
-  return "127.0.0.1:" + std::to_string(ports_.at(id));
+  const std::string host = options_.network ? options_.network->Address(id) : "127.0.0.1";
+  return host + ":" + std::to_string(ports_.at(id));
 }
 
 std::string LocalCluster::StateDir(int id) const {
@@ -66,13 +80,18 @@ Status LocalCluster::Start(int id) {
   {
     std::ofstream out(config);
     out << "[node]\nid = " << id << "\nlisten = \"" << Address(id) << "\"\nstate_dir = \""
-        << state << "\"\nslots = " << options_.slots << "\n[cluster]\nseeds = \""
-        << (id == 1 ? "" : Address(1)) << "\"\n[worker]\nstop_grace_ms = "
-        << options_.stop_grace_ms << "\nenv = \"OMP_NUM_THREADS=1\"\n";
+        << state << "\"\nslots = " << options_.slots << "\n";
+    if (options_.network != nullptr)
+      out << "rendezvous_host = \"" << options_.network->Address(id) << "\"\n[auth]\n"
+          << "secret_file = \"" << options_.dir << "/cluster.secret\"\n";
+    out << "[cluster]\nseeds = \"" << (id == 1 ? "" : Address(1))
+        << "\"\n[worker]\nstop_grace_ms = " << options_.stop_grace_ms
+        << "\nenv = \"OMP_NUM_THREADS=1\"\n";
     if (!out) return Status(StatusCode::kIoError, "write " + config);
   }
   SpawnOptions o;
-  o.argv = {options_.ringtraind, "--config", config};
+  if (options_.network != nullptr) o.argv = options_.network->ExecPrefix(id);
+  o.argv.insert(o.argv.end(), {options_.ringtraind, "--config", config});
   o.env = EnvironmentWithout({"RINGTRAIN_FAULTS"});
   o.env.insert(o.env.end(), options_.env.begin(), options_.env.end());
   o.stdout_path = state + "/daemon.log";
@@ -116,16 +135,18 @@ std::vector<int> LocalCluster::TakeUnexpectedExits() {
 }
 
 std::vector<int> LocalCluster::Responsive() {
-  std::vector<int> ids;
+  std::vector<int> ids, reachable;
   for (const auto& [id, child] : daemons_)
-    if (!child->WaitExit(Deadline::AfterMs(0)).has_value() && !paused_.contains(id))
+    if (!child->WaitExit(Deadline::AfterMs(0)).has_value() && !paused_.contains(id)) {
       ids.push_back(id);
-  return ids;
+      if (!cut_off_.contains(id)) reachable.push_back(id);
+    }
+  return reachable.empty() ? ids : reachable;
 }
 
 Result<Json> LocalCluster::Call(int id, uint16_t type, const Json& request,
                                 Deadline deadline) const {
-  return daemon::CallJsonBlocking(Address(id), nullptr, type, request, deadline);
+  return daemon::CallJsonBlocking(Address(id), secret_, type, request, deadline);
 }
 
 Result<Json> LocalCluster::ClusterStatus(Deadline deadline) {

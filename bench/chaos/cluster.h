@@ -1,5 +1,7 @@
-// A local cluster of real ringtraind processes on loopback for the chaos campaign: start,
-// kill -9, SIGSTOP/SIGCONT and restart daemons by node id, and ask any live one for the status.
+// A local cluster of real ringtraind processes for the chaos campaign: start, kill -9,
+// SIGSTOP/SIGCONT and restart daemons by node id, and ask any live one for the status. The
+// daemons run on loopback, or each in its own network namespace of a NodeNetwork
+// (bench/chaos/netns.h) with a cluster secret, so that partitions can cut the links between them.
 //
 // Threading: one thread drives a LocalCluster (the one that created it: the daemons' death
 // signal, PR_SET_PDEATHSIG, is tied to it).
@@ -16,7 +18,9 @@
 
 #include "base/deadline.h"
 #include "base/subprocess.h"
+#include "base/net/auth.h"
 #include "base/status.h"
+#include "bench/chaos/netns.h"
 #include "daemon/control_api.h"
 
 namespace rt::chaos {
@@ -32,12 +36,17 @@ struct ClusterOptions {
   int stop_grace_ms = 500;    // [worker] stop_grace_ms
   // Extra environment of every daemon (and so of its workers), "NAME=value".
   std::vector<std::string> env;
+  // Null: every daemon on loopback. Else daemon `id` runs in `network->Namespace(id)` and
+  // listens (control, rendezvous store, its workers' rank links) on `network->Address(id)`,
+  // with a cluster secret made in `dir` (a daemon refuses a non-loopback address without one).
+  // Not owned; it outlives the cluster.
+  NodeNetwork* network = nullptr;
 };
 
 class LocalCluster {
  public:
-  // Makes the folders and picks a free loopback port per node; starts nothing.
-  // Errors: IoError naming a folder that cannot be made.
+  // Makes the folders and picks a free loopback port per node (or, with a network, the secret
+  // file); starts nothing. Errors: IoError naming a folder or file that cannot be made.
   static Result<std::unique_ptr<LocalCluster>> Create(ClusterOptions options);
   // Kills every daemon still running (and, through PR_SET_PDEATHSIG, its workers).
   ~LocalCluster();
@@ -52,8 +61,12 @@ class LocalCluster {
   bool Running(int id);
   // Ids that were started and have exited without Kill (each reported once, then forgotten).
   std::vector<int> TakeUnexpectedExits();
-  // The ids of daemons that run and are not paused.
+  // The ids of daemons that run, are not paused and not cut off (all that run and are not
+  // paused when every one is cut off).
   std::vector<int> Responsive();
+  // Daemons whose status is not asked for (the minority side of a partition: its view is
+  // stale); empty = none.
+  void SetCutOff(std::set<int> ids) { cut_off_ = std::move(ids); }
 
   // Calls `type` with `request` on daemon `id`.
   Result<Json> Call(int id, uint16_t type, const Json& request, Deadline deadline) const;
@@ -62,7 +75,7 @@ class LocalCluster {
   Result<Json> ClusterStatus(Deadline deadline);
 
   const ClusterOptions& options() const { return options_; }
-  // "127.0.0.1:PORT" of node `id`.
+  // "127.0.0.1:PORT" of node `id`, or "ADDRESS:7700" in its network namespace.
   std::string Address(int id) const;
   // Node `id`'s state folder (its daemon.log is in it).
   std::string StateDir(int id) const;
@@ -74,6 +87,8 @@ class LocalCluster {
   std::map<int, uint16_t> ports_;
   std::map<int, std::unique_ptr<SyncChild>> daemons_;
   std::set<int> paused_;
+  std::set<int> cut_off_;
+  std::shared_ptr<const net::ClusterSecret> secret_;  // with a network; else null
 };
 
 }  // namespace rt::chaos

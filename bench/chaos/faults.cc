@@ -21,6 +21,9 @@ constexpr Named kNames[] = {
     {FaultKind::kKillDuringManifest, "kill-in-manifest-write"},
     {FaultKind::kDiskFull, "disk-full"},
     {FaultKind::kFlipByte, "flip-byte"},
+    {FaultKind::kPartitionHalves, "partition-halves"},
+    {FaultKind::kPartitionOne, "partition-one"},
+    {FaultKind::kPartitionFlap, "partition-flap"},
 };
 
 }  // namespace
@@ -40,6 +43,11 @@ std::string_view FaultName(FaultKind kind) {
   return "unknown";
 }
 
+bool IsPartition(FaultKind kind) {
+  return kind == FaultKind::kPartitionHalves || kind == FaultKind::kPartitionOne ||
+         kind == FaultKind::kPartitionFlap;
+}
+
 Result<std::vector<FaultKind>> ParseFaultKinds(std::string_view list) {
   if (list == "all") return AllFaultKinds();
   std::vector<FaultKind> kinds;
@@ -53,7 +61,8 @@ Result<std::vector<FaultKind>> ParseFaultKinds(std::string_view list) {
       return InvalidArgument("--faults: unknown fault '" + std::string(name) +
                              "' (kill-worker, kill-daemon, kill-leader, kill-two-daemons, "
                              "stop-daemon, stop-worker, kill-in-shard-write, "
-                             "kill-in-manifest-write, disk-full, flip-byte or all)");
+                             "kill-in-manifest-write, disk-full, flip-byte, partition-halves, "
+                             "partition-one, partition-flap or all)");
     if (std::find(kinds.begin(), kinds.end(), it->kind) == kinds.end()) kinds.push_back(it->kind);
   }
   if (kinds.empty()) return InvalidArgument("--faults: the list is empty");

@@ -3,9 +3,10 @@
 // seeded schedule, and prints one summary.
 //   ringchaos [--seed N] [--nodes N] [--seconds S] [--faults LIST] [--json FILE] [--dir DIR]
 // Exit status: 0 when the invariants held (the job finished, no committed step lost, no
-// corrupt checkpoint accepted, no hang, final weights within 1e-5 of a fault-free replay of the
-// layout history), 1 when one did not, 2 for bad arguments or a
-// campaign that could not run.
+// corrupt checkpoint accepted, no hang, no daemon cut off from a majority trained on, final
+// weights within 1e-5 of a fault-free replay of the layout history), 1 when one did not, 2 for
+// bad arguments or a campaign that could not run; 128 + N after signal N (SIGINT, SIGTERM),
+// with the namespaces and mounts it made removed.
 #include <unistd.h>
 
 #include <cstdio>
@@ -17,8 +18,10 @@
 #include "base/log.h"
 #include "bench/chaos/campaign.h"
 #include "bench/chaos/report.h"
+#include "bench/chaos/signals.h"
 
 int main(int argc, char** argv) {
+  rt::chaos::CatchTerminationSignals();  // before any thread: namespaces and mounts are removed
   CLI::App app{"ringchaos: a chaos campaign against a local ringtraind cluster"};
   rt::chaos::CampaignOptions o;
   o.cluster.ringtraind = RINGTRAIND_BIN;
@@ -58,6 +61,12 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--disk-full-ms", o.disk_full_ms, "how long the checkpoint tmpfs stays full")
       ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_flag("--netns,!--no-netns", o.netns,
+               "each daemon in its own network namespace (root; needed by the partitions)")
+      ->capture_default_str();
+  int64_t partition_ms = o.partition_min_ms;
+  app.add_option("--partition-ms", partition_ms, "how long a partition is held: MS..2*MS")
+      ->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--hang-limit", hang_limit_s, "seconds after which a recovery is a hang")
       ->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--dir", dir, "campaign folder, must be empty (default: a new one in /tmp)");
@@ -87,6 +96,8 @@ int main(int argc, char** argv) {
   o.pause_max_ms = 3 * pause_ms;
   o.hang_min_ms = hang_ms;
   o.hang_max_ms = 2 * hang_ms;
+  o.partition_min_ms = partition_ms;
+  o.partition_max_ms = 2 * partition_ms;
   if (dir.empty()) dir = "/tmp/ringchaos-" + std::to_string(::getpid());
   o.cluster.dir = dir;
 
@@ -115,6 +126,6 @@ int main(int argc, char** argv) {
       o.ringtrain.empty() ||
       (r->final_max_abs_difference >= 0 && r->final_max_abs_difference <= 1e-5);
   const bool held = r->finished && s.committed_steps_lost == 0 && s.corrupt_accepted == 0 &&
-                    s.hangs == 0 && weights_held;
+                    s.hangs == 0 && s.minority_trained == 0 && weights_held;
   return held ? 0 : 1;
 }

@@ -40,6 +40,7 @@ Summary Summarize(const CampaignResult& r) {
     }
     ++s.injected[name];
     if (f.hang) ++s.hangs;
+    s.minority_trained += f.minority_trained;
     if (f.recovery_s >= 0) {
       recoveries.push_back(f.recovery_s);
       by_kind[name].push_back(f.recovery_s);
@@ -136,7 +137,13 @@ std::string SummaryText(const CampaignResult& r, const Summary& s) {
       100 * s.throughput_share, 100 * s.throughput_share_net);
   out += fmt::format("daemons that died without being killed: {}\n", r.unexpected_exits);
   if (!r.disk_full_off.empty()) out += "disk-full: " + r.disk_full_off + "\n";
-  out += "partitions: not run (not built)\n";
+  if (r.partitions_off.empty()) {
+    out += fmt::format(
+        "partitions (daemons in network namespaces): daemons that trained on while cut off from "
+        "a majority: {}\n", s.minority_trained);
+  } else {
+    out += "partitions: " + r.partitions_off + "\n";
+  }
   if (r.final_max_abs_difference >= 0) {
     out += fmt::format(
         "final weights vs a fault-free replay of the same layout history ({} generations: {}): "
@@ -158,7 +165,8 @@ daemon::Json SummaryJson(const CampaignResult& r, const Summary& s) {
                       {"skipped", f.skipped}, {"gen_before", f.gen_before},
                       {"step_before", f.step_before}, {"committed_before", f.committed_before},
                       {"gen_after", f.gen_after}, {"recovery_s", f.recovery_s},
-                      {"hang", f.hang}, {"rejoin_s", f.rejoin_s}, {"note", f.note}});
+                      {"hang", f.hang}, {"rejoin_s", f.rejoin_s},
+                      {"minority_trained", f.minority_trained}, {"note", f.note}});
   int injected = 0;
   for (const auto& [name, n] : s.injected) injected += n;
   return {{"started", r.started}, {"seed", r.seed}, {"nodes", r.nodes},
@@ -180,6 +188,7 @@ daemon::Json SummaryJson(const CampaignResult& r, const Summary& s) {
           {"throughput_share", s.throughput_share},
           {"throughput_share_net", s.throughput_share_net},
           {"unexpected_exits", r.unexpected_exits}, {"disk_full_off", r.disk_full_off},
+          {"partitions_off", r.partitions_off}, {"minority_trained", s.minority_trained},
           {"replayed", r.replayed}, {"final_max_abs_difference", r.final_max_abs_difference},
           {"replay_error", r.replay_error}, {"faults", std::move(faults)}};
 }

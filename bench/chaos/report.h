@@ -30,6 +30,8 @@ struct Summary {
   int flips_fell_back = 0;              // flips whose next resume went past the corrupted step
   int corrupt_accepted = 0;             // corrupted ones passed, or intact ones refused, or
                                         // resumes from a corrupted step, or flips not detected
+  int minority_trained = 0;             // partitions: daemons cut off from a majority that
+                                        // trained on (FaultRecord::minority_trained)
   double throughput_share = 0;          // fault-free time of the job's steps / chaos wall time
   double throughput_share_net = 0;      // ... / (wall time − Σ recovery time)
 };

@@ -29,14 +29,18 @@ namespace {
 namespace asio = boost::asio;
 using asio::ip::tcp;
 
-// This host and boot (hostname/boot_id): ranks with the same id may share memory.
+// This host, boot and network namespace (hostname/boot_id/net:[inode]): ranks with the same id
+// may share memory. Ranks in different network namespaces stand for different hosts (containers,
+// the chaos campaign's partitions, docs/chaos.md), so their traffic goes over the network.
 std::string HostId() {
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
   std::ifstream f("/proc/sys/kernel/random/boot_id");
   std::string boot;
   std::getline(f, boot);
-  return std::string(host) + "/" + boot;
+  char netns[64] = {};
+  if (::readlink("/proc/self/ns/net", netns, sizeof(netns) - 1) < 0) netns[0] = '\0';
+  return std::string(host) + "/" + boot + "/" + netns;
 }
 
 // Get with short slices so that Abort() is noticed within ~100 ms.

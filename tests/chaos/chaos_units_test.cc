@@ -169,8 +169,48 @@ TEST(SummaryTest, FiguresFromRecords) {
   EXPECT_DOUBLE_EQ(s.throughput_share_net, 50.0 / 93.0);
   const std::string text = SummaryText(r, s);
   EXPECT_NE(text.find("committed steps lost: 10"), std::string::npos) << text;
-  EXPECT_NE(text.find("partitions: not run (not built)"), std::string::npos) << text;
+  EXPECT_NE(text.find("cut off from a majority: 0"), std::string::npos) << text;
   EXPECT_EQ(SummaryJson(r, s)["faults_injected"], 4);
+}
+
+// Partitions are counted by kind; daemons that trained while cut off are summed over the faults
+// and named in the summary; a campaign without namespaces says why it ran none.
+TEST(SummaryTest, CountsPartitionsByKindAndDaemonsThatTrainedWhileCutOff) {
+  CampaignResult r;
+  r.recoveries = {{"1.3.0", 41, "view change"}};
+  FaultRecord one;
+  one.kind = FaultKind::kPartitionOne;
+  one.gen_before = "1.2.0";
+  one.gen_after = "1.3.0";
+  one.step_before = 45;
+  one.committed_before = 40;
+  one.recovery_s = 2;
+  one.rejoin_s = 3;
+  FaultRecord halves = one;
+  halves.kind = FaultKind::kPartitionHalves;
+  halves.gen_after = "1.2.0";  // no majority: the same generation went on after the heal
+  halves.minority_trained = 2;
+  FaultRecord flap = halves;
+  flap.kind = FaultKind::kPartitionFlap;
+  flap.minority_trained = 0;
+  r.faults = {one, halves, flap, one};
+  const Summary s = Summarize(r);
+  EXPECT_EQ(s.injected.at("partition-one"), 2);
+  EXPECT_EQ(s.injected.at("partition-halves"), 1);
+  EXPECT_EQ(s.injected.at("partition-flap"), 1);
+  EXPECT_EQ(s.minority_trained, 2);
+  EXPECT_EQ(s.restarts, 2);               // the two partition-one faults: a new generation
+  EXPECT_EQ(s.committed_steps_lost, 0);   // resumed from 40 with 40 committed
+  EXPECT_EQ(s.steps_repeated, 2 * 5);
+  EXPECT_NE(SummaryText(r, s).find("cut off from a majority: 2"), std::string::npos);
+  const daemon::Json json = SummaryJson(r, s);
+  EXPECT_EQ(json["minority_trained"], 2);
+  EXPECT_EQ(json["faults"][1]["minority_trained"], 2);
+  r.partitions_off = "not run: network namespaces need root (ip netns add)";
+  EXPECT_NE(SummaryText(r, s).find("partitions: not run: network namespaces need root"),
+            std::string::npos);
+  EXPECT_TRUE(IsPartition(FaultKind::kPartitionFlap));
+  EXPECT_FALSE(IsPartition(FaultKind::kKillDaemon));
 }
 
 // The layout history follows resumes back through the memory tier even when the writer and the
