@@ -33,10 +33,11 @@ using std::chrono::milliseconds;
 
 void SleepMs(int64_t ms) { std::this_thread::sleep_for(milliseconds(ms)); }
 
-// Mounts a tmpfs of `mib` MiB on `dir` for as long as it lives (root only).
+// Mounts a tmpfs of `mib` MiB on `dir` for as long as it lives (root only); with `keep`, its
+// contents are copied to `dir`.kept before it is unmounted (the campaign's final checkpoints).
 class TmpfsMount {
  public:
-  TmpfsMount(const std::string& dir, int64_t mib) : dir_(dir) {
+  TmpfsMount(const std::string& dir, int64_t mib, bool keep) : dir_(dir), keep_(keep) {
     const std::string data = "size=" + std::to_string(mib) + "m";
     if (::mount("tmpfs", dir.c_str(), "tmpfs", 0, data.c_str()) == 0) {
       mounted_ = true;
@@ -48,6 +49,11 @@ class TmpfsMount {
   }
   ~TmpfsMount() {
     RemoveSignalCleanup(cleanup_);
+    if (mounted_ && keep_) {
+      std::error_code ec;
+      fs::copy(dir_, dir_ + ".kept", fs::copy_options::recursive, ec);
+      if (ec) LOG_WARN("chaos: keep a copy of {}: {}", dir_, ec.message());
+    }
     if (mounted_ && ::umount2(dir_.c_str(), MNT_DETACH) != 0)
       LOG_WARN("chaos: umount {}: {}", dir_, std::strerror(errno));
   }
@@ -56,6 +62,7 @@ class TmpfsMount {
 
  private:
   std::string dir_;
+  bool keep_;
   bool mounted_ = false;
   std::string why_not_;
   int cleanup_ = 0;  // its signal cleanup (bench/chaos/signals.h)
@@ -545,7 +552,7 @@ Result<CampaignResult> RunCampaign(const CampaignOptions& o) {
   fs::create_directories(dir + "/ckpt", ec);
   if (ec) return Status(StatusCode::kIoError, "create " + dir + "/ckpt: " + ec.message());
   RETURN_IF_ERROR(WriteChaosData(dir + "/data"));
-  TmpfsMount tmpfs(dir + "/ckpt", o.tmpfs_mib);
+  TmpfsMount tmpfs(dir + "/ckpt", o.tmpfs_mib, o.keep_checkpoints);
   if (!tmpfs.mounted()) r.disk_full_off = "not run: " + tmpfs.why_not();
 
   // The node network, when asked for and possible; without it no partition is drawn.

@@ -40,6 +40,7 @@ struct CampaignOptions {
   // RINGTRAIN_FAULTS), so that the kill -9 of the two checkpoint faults lands inside the window.
   int64_t window_delay_ms = 300;
   int64_t tmpfs_mib = 64;        // size of the tmpfs mounted on the checkpoint folder (root)
+  bool keep_checkpoints = false;  // copy the tmpfs's final contents to DIR/ckpt.kept at the end
   // Each daemon in its own network namespace (bench/chaos/netns.h) when the machine allows it;
   // the partition faults need it and are left out of the schedule without it.
   bool netns = true;

@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
   app.add_option("--hang-limit", hang_limit_s, "seconds after which a recovery is a hang")
       ->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--dir", dir, "campaign folder, must be empty (default: a new one in /tmp)");
-  app.add_flag("--keep", keep, "keep the campaign folder (logs, checkpoints) afterwards");
+  app.add_flag("--keep", keep, "keep the campaign folder (logs; the checkpoints copied to DIR/ckpt.kept) afterwards");
   app.add_option("--json", json_path, "also write the summary as JSON to this file");
   app.add_option("--ringtraind", o.cluster.ringtraind, "the daemon binary")
       ->capture_default_str();
@@ -100,6 +100,7 @@ int main(int argc, char** argv) {
   o.partition_max_ms = 2 * partition_ms;
   if (dir.empty()) dir = "/tmp/ringchaos-" + std::to_string(::getpid());
   o.cluster.dir = dir;
+  o.keep_checkpoints = keep;
 
   rt::Result<rt::chaos::CampaignResult> r = rt::chaos::RunCampaign(o);
   if (!keep) {
