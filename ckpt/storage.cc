@@ -42,6 +42,11 @@ Status CheckPath(const std::string& path, bool allow_root) {
 }  // namespace internal
 
 Result<std::shared_ptr<Storage>> OpenStorage(const std::string& uri) {
+  return OpenStorage(uri, StorageOptions{});
+}
+
+Result<std::shared_ptr<Storage>> OpenStorage(const std::string& uri,
+                                             const StorageOptions& options) {
   constexpr std::string_view kFile = "file://";
   constexpr std::string_view kRingfs = "ringfs://";
   constexpr std::string_view kMem = "mem://";
@@ -68,7 +73,8 @@ Result<std::shared_ptr<Storage>> OpenStorage(const std::string& uri) {
     std::string root = slash == std::string::npos ? "" : rest.substr(slash + 1);
     while (!root.empty() && root.back() == '/') root.pop_back();
     RETURN_IF_ERROR(internal::CheckPath(root, true).WithContext("storage URI '" + uri + "'"));
-    return internal::OpenRingfsStorage(host, static_cast<uint16_t>(port), root, uri);
+    return internal::OpenRingfsStorage(host, static_cast<uint16_t>(port), root, uri,
+                                       options.secret);
   }
   std::string dir = uri;
   if (uri.starts_with(kFile)) {

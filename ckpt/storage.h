@@ -12,6 +12,10 @@
 
 #include "base/status.h"
 
+namespace rt::net {
+class ClusterSecret;
+}
+
 namespace rt::ckpt {
 
 // A file being written: bytes appended in order, invisible under its final name until Commit.
@@ -54,11 +58,22 @@ class Storage {
   virtual std::string uri() const = 0;
 };
 
+// How OpenStorage reaches a storage behind a server.
+struct StorageOptions {
+  // The cluster secret proven to the ringfsd nodes of a ringfs:// URI (base/net/auth.h); null
+  // (default): none, for a cluster that runs without one. The other schemes ignore it.
+  std::shared_ptr<const net::ClusterSecret> secret = nullptr;
+};
+
 // Opens a storage: "DIR" or "file:///DIR" (a POSIX folder, created if missing),
-// "ringfs://HOST:PORT/PATH" (a folder on a ringfsd cluster, through the iofs client; connects
-// with a 10 s deadline), "mem://NAME" (process memory: every OpenStorage of the same NAME in one
-// process shares the files, which live until the process ends). Errors: InvalidArgument for a
-// malformed URI, IoError/Unavailable when the folder or server cannot be reached.
+// "ringfs://HOST:PORT/PATH" (a folder on a ringfsd cluster, through the iofs client, with
+// options.secret; connects with a 10 s deadline), "mem://NAME" (process memory: every
+// OpenStorage of the same NAME in one process shares the files, which live until the process
+// ends). Errors: InvalidArgument for a malformed URI, IoError/Unavailable when the folder or
+// server cannot be reached, Unauthenticated when the ringfsd requires a secret that `options`
+// lacks or holds another one.
+Result<std::shared_ptr<Storage>> OpenStorage(const std::string& uri, const StorageOptions& options);
+// The same without a secret.
 Result<std::shared_ptr<Storage>> OpenStorage(const std::string& uri);
 
 // Joins two relative paths with '/' (either may be empty).

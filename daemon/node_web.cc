@@ -118,8 +118,10 @@ asio::awaitable<void> Node::RefreshLastCheckpoint() {
   // Storage calls block (a folder, or a ringfsd cluster): off the event loop. (co_spawn's
   // result must be default-constructible: a Status and the steps rather than a Result.)
   using Listing = std::pair<Status, std::vector<int64_t>>;
-  auto list = [dir]() -> asio::awaitable<Listing> {
-    Result<std::shared_ptr<ckpt::Storage>> storage = ckpt::OpenStorage(dir);
+  ckpt::StorageOptions options;
+  options.secret = secret_;  // the cluster secret of a ringfs:// ckpt.dir
+  auto list = [dir, options]() -> asio::awaitable<Listing> {
+    Result<std::shared_ptr<ckpt::Storage>> storage = ckpt::OpenStorage(dir, options);
     if (!storage.ok()) co_return Listing{storage.status(), {}};
     Result<std::vector<int64_t>> steps = ckpt::ListCommitted(**storage);
     if (!steps.ok()) co_return Listing{steps.status(), {}};

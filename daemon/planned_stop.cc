@@ -38,8 +38,8 @@ Result<std::string> CheckpointDir(const JobEntry& job) {
 
 // The committed checkpoints of `uri`, newest first: step, bytes, the MANIFEST's time where the
 // storage is a local folder, URI. Blocking (storage I/O).
-Result<Json> ListCheckpoints(const std::string& uri) {
-  ASSIGN_OR_RETURN(std::shared_ptr<ckpt::Storage> storage, ckpt::OpenStorage(uri));
+Result<Json> ListCheckpoints(const std::string& uri, const ckpt::StorageOptions& options) {
+  ASSIGN_OR_RETURN(std::shared_ptr<ckpt::Storage> storage, ckpt::OpenStorage(uri, options));
   ASSIGN_OR_RETURN(std::vector<int64_t> steps, ckpt::ListCommitted(*storage));
   std::string local = storage->uri();
   if (local.rfind("file://", 0) == 0) local = local.substr(7);
@@ -247,8 +247,10 @@ asio::awaitable<Result<Json>> Node::HandleCheckpoints(Json) {
   // Storage I/O runs off the io thread. (std::optional: co_spawn's result must be
   // default-constructible, Result is not. The lambda is named and moved: GCC 12 destroys
   // temporaries of a co_await expression twice.)
-  auto list = [uri]() -> asio::awaitable<std::optional<Result<Json>>> {
-    co_return ListCheckpoints(uri);
+  ckpt::StorageOptions options;
+  options.secret = secret_;  // the cluster secret of a ringfs:// ckpt.dir
+  auto list = [uri, options]() -> asio::awaitable<std::optional<Result<Json>>> {
+    co_return ListCheckpoints(uri, options);
   };
   std::optional<Result<Json>> listed =
       co_await asio::co_spawn(blocking_.get_executor(), std::move(list), asio::use_awaitable);

@@ -137,15 +137,19 @@ class DaemonLink {
 
 // True when `config` names a ckpt.dir that holds a committed checkpoint, or the memory tier
 // holds a committed snapshot: the generation then resumes from the newest one (every rank
-// decides alike from the same storages).
+// decides alike from the same storages). A ringfs:// ckpt.dir is opened with `secret`.
 Result<bool> HasCommittedCheckpoint(const RunConfig& config,
-                                    const std::shared_ptr<ckpt::Storage>& memory) {
+                                    const std::shared_ptr<ckpt::Storage>& memory,
+                                    std::shared_ptr<const net::ClusterSecret> secret) {
   if (memory != nullptr) {
     Result<std::vector<int64_t>> in_memory = ckpt::ListCommitted(*memory);
     if (in_memory.ok() && !in_memory->empty()) return true;
   }
   if (config.ckpt.dir.empty()) return false;
-  ASSIGN_OR_RETURN(std::shared_ptr<ckpt::Storage> storage, ckpt::OpenStorage(config.ckpt.dir));
+  ckpt::StorageOptions options;
+  options.secret = std::move(secret);  // the cluster secret of a ringfs:// ckpt.dir
+  ASSIGN_OR_RETURN(std::shared_ptr<ckpt::Storage> storage,
+                   ckpt::OpenStorage(config.ckpt.dir, options));
   ASSIGN_OR_RETURN(std::vector<int64_t> steps, ckpt::ListCommitted(*storage));
   return !steps.empty();
 }
@@ -175,11 +179,13 @@ Status RunWorker(WorkerOptions options, const std::string& executable) {
   DaemonLink link(options);
   RETURN_IF_ERROR(link.Start(secret));
   options.train.generation = options.generation;
-  // The job's store and rank links are authenticated with the cluster secret.
+  // The job's store and rank links, and a ringfs:// ckpt.dir, are authenticated with the
+  // cluster secret.
   options.train.secret_file = options.secret_file;
   ASSIGN_OR_RETURN(RunConfig config, LoadRunConfig(options.train.config, {}));
   ASSIGN_OR_RETURN(options.train.memory, OpenMemoryTier(config, options, secret));
-  ASSIGN_OR_RETURN(options.train.resume, HasCommittedCheckpoint(config, options.train.memory));
+  ASSIGN_OR_RETURN(options.train.resume,
+                   HasCommittedCheckpoint(config, options.train.memory, secret));
   LOG_INFO("worker: generation {} rank {}/{} layout {}, {}", options.generation,
            options.train.rank, options.train.ranks, options.train.layout,
            options.train.resume ? "resuming from the newest committed checkpoint"

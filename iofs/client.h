@@ -18,6 +18,7 @@
 #include "iofs/file_system.h"
 
 namespace rt::net {
+class ClusterSecret;
 class RpcClient;
 }
 
@@ -26,9 +27,25 @@ namespace shm {
 class ClientRegion;
 }
 
+// How a Client connects.
+struct ClientOptions {
+  // The cluster secret proven to every ringfsd node this client connects to (base/net/auth.h);
+  // null (default) for a cluster that runs without one.
+  std::shared_ptr<const net::ClusterSecret> secret = nullptr;
+};
+
 class Client : public std::enable_shared_from_this<Client> {
  public:
-  // Connects to host:port, asks it for the cluster map and connects to the metadata node.
+  // Connects to host:port, asks it for the cluster map and connects to the metadata node, both
+  // authenticated with options.secret when set. Errors: Unauthenticated naming the node when
+  // it requires a secret this client does not have, or does not hold the same one; Unavailable
+  // or DeadlineExceeded when it cannot be reached.
+  static boost::asio::awaitable<Result<std::shared_ptr<Client>>> Connect(std::string host,
+                                                                         uint16_t port,
+                                                                         Deadline deadline,
+                                                                         ClientOptions options);
+  // The same without a secret. (Not a default argument: GCC 12 miscompiles coroutine parameters
+  // initialised from default arguments with non-trivial types.)
   static boost::asio::awaitable<Result<std::shared_ptr<Client>>> Connect(std::string host, uint16_t port,
                                                                           Deadline deadline);
   // Closes the connection; calls still in flight fail with Aborted.

@@ -14,6 +14,10 @@
 #include "base/status.h"
 #include "iofs/chunk_engine.h"
 
+namespace rt::net {
+class ClusterSecret;
+}
+
 namespace rt::iofs {
 
 // One node of a static cluster.
@@ -28,6 +32,10 @@ struct ServerOptions {
   uint32_t self = 1;                  // this node's id (one of `nodes`)
   std::string state_dir;              // engine data, metadata and manager state live here
   std::string listen_host = "127.0.0.1";  // address to bind ("0.0.0.0" for all)
+  // The cluster secret file ([auth] secret_file; base/net/auth.h): every client and every peer
+  // node must prove it holds the secret, and this node proves it to the peers it calls. ""
+  // (default): none, and only a loopback listen_host is accepted (said in a warning at start).
+  std::string secret_file;
   std::vector<NodeEndpoint> nodes;    // every node, this one included
   int replication = 1;                // replicas per chain, 1-3
   int chains = 8;                     // replication chains (chunks are striped over them)
@@ -71,7 +79,10 @@ struct ServerStats {
 // A running node. Thread-safe.
 class Server {
  public:
-  // Opens the engine, binds the port (0 picks one) and starts serving.
+  // Loads the cluster secret (options.secret_file), opens the engine, binds the port (0 picks
+  // one) and starts serving. Errors: those of ClusterSecret::Load (a missing file, one that group
+  // or others may access); FailedPrecondition for a listen_host that is not loopback without a
+  // secret; the engine's and the bind's.
   static Result<std::unique_ptr<Server>> Start(ServerOptions options);
   virtual ~Server() = default;
   // The bound port.

@@ -45,11 +45,9 @@ RunCheckpoints::~RunCheckpoints() {
   }
 }
 
-Result<std::unique_ptr<RunCheckpoints>> RunCheckpoints::Create(const RunConfig& config,
-                                                               const std::string& layout,
-                                                               comm::Communicator* world,
-                                                               Device device,
-                                                               std::shared_ptr<ckpt::Storage> memory) {
+Result<std::unique_ptr<RunCheckpoints>> RunCheckpoints::Create(
+    const RunConfig& config, const std::string& layout, comm::Communicator* world, Device device,
+    std::shared_ptr<ckpt::Storage> memory, const ckpt::StorageOptions& storage) {
   if (config.ckpt.dir.empty())
     return InvalidArgument("checkpoints need ckpt.dir (a folder, file://PATH or "
                            "ringfs://HOST:PORT/PATH)");
@@ -59,7 +57,7 @@ Result<std::unique_ptr<RunCheckpoints>> RunCheckpoints::Create(const RunConfig& 
   c->world_ = world;
   c->device_ = device;
   c->memory_ = std::move(memory);
-  ASSIGN_OR_RETURN(c->storage_, ckpt::OpenStorage(config.ckpt.dir));
+  ASSIGN_OR_RETURN(c->storage_, ckpt::OpenStorage(config.ckpt.dir, storage));
   // One run id for every rank: rank 0's.
   std::string id = ckpt::NewRunId();
   id.resize(kRunIdBytes, '0');

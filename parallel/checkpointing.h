@@ -38,11 +38,12 @@ class RunCheckpoints {
   // `layout` is the layout string recorded in the manifests. `memory` (may be null) is the
   // memory tier: with ckpt.memory_every > 0 a snapshot is saved there every that many steps
   // (asynchronously, only the newest kept; a failed one is logged, not fatal: ckpt.dir stays the
-  // durable copy). Errors: InvalidArgument when ckpt.dir is empty or ckpt.codec unknown; those
-  // of OpenStorage and comm.
+  // durable copy). `storage` says how ckpt.dir is opened (the cluster secret of a ringfs://
+  // URI). Errors: InvalidArgument when ckpt.dir is empty or ckpt.codec unknown; those of
+  // OpenStorage and comm.
   static Result<std::unique_ptr<RunCheckpoints>> Create(
-      const RunConfig& config, const std::string& layout, comm::Communicator* world,
-      Device device, std::shared_ptr<ckpt::Storage> memory = nullptr);
+      const RunConfig& config, const std::string& layout, comm::Communicator* world, Device device,
+      std::shared_ptr<ckpt::Storage> memory = nullptr, const ckpt::StorageOptions& storage = {});
   // Waits for a save still running (its own deadlines bound the wait).
   ~RunCheckpoints();
 

@@ -163,8 +163,10 @@ Status RunWorker(const DistTrainOptions& o) {
     return InvalidArgument("a worker that stops for planned changes needs ckpt.dir and "
                            "ckpt.every > 0 (it saves a checkpoint where it stops)");
   if (o.resume || config.ckpt.every > 0 || o.memory != nullptr) {
+    ckpt::StorageOptions storage;
+    storage.secret = secret;  // the cluster secret of a ringfs:// ckpt.dir
     ASSIGN_OR_RETURN(checkpoints, RunCheckpoints::Create(config, DescribeLayout(layout),
-                                                         world.get(), device, o.memory));
+                                                         world.get(), device, o.memory, storage));
   }
   const bool lead = o.rank == 0;
   TrainLoopOptions loop;
@@ -283,15 +285,23 @@ Status RunDistributedTrain(const DistTrainOptions& o, const std::string& executa
   if (device == Device::kCuda) RETURN_IF_ERROR(SelectRankGpu(-1, o.ranks));
   if (o.resume && config.ckpt.dir.empty())
     return InvalidArgument("--resume needs ckpt.dir: the folder or URI of the checkpoints");
-  // The store and the rank links accept only this run's processes.
-  ASSIGN_OR_RETURN(std::unique_ptr<RunSecret> secret, RunSecret::Create());
+  // The store and the rank links accept only this run's processes: those holding the secret
+  // file given (the cluster's, which a ringfs:// ckpt.dir needs too), else a fresh one.
+  std::unique_ptr<RunSecret> run_secret;
+  std::shared_ptr<const net::ClusterSecret> secret;
+  DistTrainOptions workers = o;
+  if (!o.secret_file.empty()) {
+    ASSIGN_OR_RETURN(secret, net::ClusterSecret::Load(o.secret_file));
+  } else {
+    ASSIGN_OR_RETURN(run_secret, RunSecret::Create());
+    secret = run_secret->secret();
+    workers.secret_file = run_secret->path();
+  }
   comm::TcpStoreServerOptions store_options;
-  store_options.secret = secret->secret();
+  store_options.secret = secret;
   ASSIGN_OR_RETURN(std::unique_ptr<comm::TcpStoreServer> server,
                    comm::TcpStoreServer::Start(store_options));
   const std::string store = "127.0.0.1:" + std::to_string(server->port());
-  DistTrainOptions workers = o;
-  workers.secret_file = secret->path();
   Status s = RunWorkers(workers, executable, store);
   server->Stop();
   return s;

@@ -51,9 +51,11 @@ struct DistTrainOptions {
   int rank = -1;                  // this worker's rank; -1 = launcher
   std::string store;              // rendezvous store "host:port"
   std::string job = "train";      // job name scoping the store keys
-  // Worker mode: the secret file (base/net/auth.h) that the run's store and rank-to-rank links
-  // are authenticated with; "" = none. The launcher ignores it: it creates a secret file of its
-  // own for each run (mode 0600, removed when the run ends) and passes that to its workers.
+  // The secret file (base/net/auth.h) that the run's store and rank-to-rank links, and a
+  // ringfs:// ckpt.dir, are authenticated with; "" = none. The launcher passes it to its
+  // workers; given none, it creates a secret file of its own for the run (mode 0600, removed
+  // when the run ends) for the store and the links (a ringfs:// ckpt.dir then needs a cluster
+  // without a secret).
   std::string secret_file;
   // Arguments the workers get before their options: the subcommand words of the executable
   // (e.g. {"train"} for `ringtrain train`); empty for ringtrain_dist.

@@ -192,11 +192,14 @@ class RingfsStorage : public Storage {
 
 }  // namespace
 
-Result<std::shared_ptr<Storage>> OpenRingfsStorage(const std::string& host, uint16_t port,
-                                                   const std::string& root, std::string uri) {
+Result<std::shared_ptr<Storage>> OpenRingfsStorage(
+    const std::string& host, uint16_t port, const std::string& root, std::string uri,
+    std::shared_ptr<const net::ClusterSecret> secret) {
   auto conn = std::make_shared<Connection>();
-  auto client =
-      conn->Run(iofs::Client::Connect(host, port, Deadline::After(std::chrono::seconds(10))));
+  iofs::ClientOptions options;
+  options.secret = std::move(secret);
+  auto client = conn->Run(
+      iofs::Client::Connect(host, port, Deadline::After(std::chrono::seconds(10)), options));
   RETURN_IF_ERROR(client.status().WithContext("connect to " + uri));
   conn->client() = std::move(*client);
   if (!root.empty()) {

@@ -87,8 +87,15 @@ Client::~Client() {
 }
 
 awaitable<Result<std::shared_ptr<Client>>> Client::Connect(std::string host, uint16_t port, Deadline deadline) {
+  co_return co_await Connect(std::move(host), port, deadline, ClientOptions{});
+}
+
+awaitable<Result<std::shared_ptr<Client>>> Client::Connect(std::string host, uint16_t port,
+                                                           Deadline deadline,
+                                                           ClientOptions options) {
   net::RpcClientOptions o;
   o.max_payload = wire::kMaxPayload;
+  o.secret = options.secret;
   o.peer_name = "ringfsd at " + host + ":" + std::to_string(port);
   auto first = co_await net::RpcClient::Connect(host, port, deadline, o);
   if (!first.ok()) co_return first.status();

@@ -23,6 +23,7 @@
 
 #include "base/fault.h"
 #include "base/log.h"
+#include "base/net/auth.h"
 #include "base/net/rpc.h"
 #include "iofs/chain/chain_manager.h"
 #include "iofs/chain/codec.h"
@@ -227,6 +228,9 @@ class ServerImpl final : public Server, public ChainTransport, public ChainRoute
   asio::thread_pool client_pool_;
   asio::thread_pool peer_pool_;
   std::shared_ptr<net::RpcServer> rpc_;
+  // The cluster secret (options_.secret_file): clients and peers prove it to rpc_, this node
+  // proves it to its peers (Peer). Null: none (loopback only).
+  std::shared_ptr<const net::ClusterSecret> secret_;
   // A client's shared region, usable only from its own TCP connection `peer`.
   struct SharedClient {
     std::unique_ptr<shm::Region> region;
@@ -274,6 +278,9 @@ Status ServerImpl::Init() {
   if (o.nodes.empty()) return InvalidArgument("ringfsd: the node list is empty");
   if (!Endpoint(o.self)) return InvalidArgument("ringfsd: node id " + std::to_string(o.self) + " is not in the node list");
   if (o.state_dir.empty()) return InvalidArgument("ringfsd: state folder is not set");
+  if (!o.secret_file.empty()) {
+    ASSIGN_OR_RETURN(secret_, net::ClusterSecret::Load(o.secret_file));
+  }
   meta_node_ = o.nodes[0].id;
   std::vector<chain::NodeId> ids;
   for (const auto& n : o.nodes) {
@@ -308,6 +315,7 @@ Status ServerImpl::Init() {
   ro.name = "ringfsd node " + std::to_string(o.self);
   ro.payload_read_batch = kPayloadReadBatch;
   ro.spare_payload_bytes = kSparePayloadBytes;
+  ro.secret = secret_;
   rpc_ = net::RpcServer::Create(io_.get_executor(), ro);
   RegisterHandlers();
   ASSIGN_OR_RETURN(uint16_t port, rpc_->Start());
@@ -340,19 +348,25 @@ Status ServerImpl::Init() {
   }
   asio::co_spawn(io_, TickLoop(), asio::detached);
   LOG_INFO(
-      "effective config: node.id={} node.state={} node.listen={} cluster.replication={} "
+      "effective config: node.id={} node.state={} node.listen={} auth.secret_file={} "
+      "cluster.replication={} "
       "cluster.chains={} "
       "cluster.file_chunk_size={} engine.chunk_size={} engine.small_chunk_size={} "
       "engine.slots_per_file={} "
       "engine.capacity_bytes={} engine.queue_depth={} engine.io_buffers={} timing.tick_ms={} "
       "timing.heartbeat_ms={} timing.down_after={} timing.collect_ms={}",
-      o.self, o.state_dir, o.listen_host, o.replication, o.chains, o.file_chunk_size,
-      o.engine.chunk_size, o.engine.small_chunk_size, o.engine.slots_per_file,
-      o.engine.capacity_bytes, o.engine.queue_depth, o.engine.io_buffers, o.tick_ms, o.heartbeat_ms,
-      o.down_after, o.collect_ms);
+      o.self, o.state_dir, o.listen_host, o.secret_file.empty() ? "(none)" : o.secret_file,
+      o.replication, o.chains, o.file_chunk_size, o.engine.chunk_size, o.engine.small_chunk_size,
+      o.engine.slots_per_file, o.engine.capacity_bytes, o.engine.queue_depth, o.engine.io_buffers,
+      o.tick_ms, o.heartbeat_ms, o.down_after, o.collect_ms);
   LOG_INFO("ringfsd node {} serving on {}:{} ({} nodes, replication {}, {} chains, state {}){}", o.self,
            o.listen_host, port, o.nodes.size(), o.replication, o.chains, o.state_dir,
            is_meta() ? ", metadata node" : "");
+  if (!secret_)
+    LOG_WARN(
+        "ringfsd node {}: NO CLUSTER SECRET ([auth] secret_file, --secret-file): clients and "
+        "peers are not authenticated, so only loopback addresses are served",
+        o.self);
   return Status();
 }
 
@@ -455,6 +469,7 @@ awaitable<Result<std::shared_ptr<net::RpcClient>>> ServerImpl::Peer(uint32_t id,
   co.max_payload = wire::kMaxPayload;
   co.peer_name = "ringfsd node " + std::to_string(id) + " at " + e->host + ":" + std::to_string(e->port);
   co.connect.max_backoff = std::chrono::milliseconds(100);
+  co.secret = secret_;
   auto client = co_await net::RpcClient::Connect(e->host, e->port, deadline, co);
   if (!client.ok()) co_return client.status();
   auto& slot = peers_[{id, lane}];

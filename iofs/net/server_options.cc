@@ -45,6 +45,8 @@ Result<ServerOptions> LoadServerOptions(const std::string& path) {
   schema.Int("node.id", &self, 1, UINT32_MAX, "this node's id, one of cluster.nodes");
   schema.String("node.state", &o.state_dir, "folder for chunk data, metadata and manager state");
   schema.String("node.listen", &o.listen_host, "address to bind");
+  schema.String("auth.secret_file", &o.secret_file,
+                "cluster secret file (ringctl init-secret); \"\" = none (loopback only)");
   schema.String("cluster.nodes", &nodes, "every node as ID@HOST:PORT, comma-separated");
   schema.Int("cluster.replication", &o.replication, 1, 3, "replicas per chain");
   schema.Int("cluster.chains", &o.chains, 1, 4096, "replication chains");

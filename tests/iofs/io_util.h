@@ -43,17 +43,42 @@ inline std::shared_ptr<Client> ConnectOrDie(Io& io, uint16_t port) {
   return *c;
 }
 
-// One raw RPC of `type` to the server on 127.0.0.1:`port` (a fresh connection); its reply payload.
-inline Result<std::vector<std::byte>> RawCall(Io& io, uint16_t port, uint16_t type, std::vector<std::byte> payload) {
-  return io.Run([](uint16_t port, uint16_t type, std::vector<std::byte> payload)
+// One raw RPC of `type` to the server on 127.0.0.1:`port` (a fresh connection, authenticated
+// with `secret` when set); its reply payload.
+inline Result<std::vector<std::byte>> RawCall(
+    Io& io, uint16_t port, uint16_t type, std::vector<std::byte> payload,
+    std::shared_ptr<const net::ClusterSecret> secret = nullptr) {
+  return io.Run([](uint16_t port, uint16_t type, std::vector<std::byte> payload,
+                   std::shared_ptr<const net::ClusterSecret> secret)
                     -> boost::asio::awaitable<Result<std::vector<std::byte>>> {
-    auto client = co_await net::RpcClient::Connect("127.0.0.1", port, Deadline::After(std::chrono::seconds(5)));
+    net::RpcClientOptions options;
+    options.secret = std::move(secret);
+    auto client = co_await net::RpcClient::Connect(
+        "127.0.0.1", port, Deadline::After(std::chrono::seconds(5)), options);
     if (!client.ok()) co_return client.status();
     auto reply = co_await (*client)->Call(type, payload, Deadline::After(std::chrono::seconds(10)));
     (*client)->Close();
     if (!reply.ok()) co_return reply.status();
     co_return std::move(reply->payload);
-  }(port, type, std::move(payload)));
+  }(port, type, std::move(payload), std::move(secret)));
+}
+
+// Writes a whole file through the client: create, parallel chunk writes, seal.
+inline Status PutFile(Io& io, Client& c, const std::string& path,
+                      const std::vector<std::byte>& data) {
+  auto created = io.Run(c.Create(path, Deadline::After(std::chrono::seconds(30))));
+  if (!created.ok()) return created.status();
+  RETURN_IF_ERROR(
+      io.Run(c.WriteParallel(path, 0, data, 4, Deadline::After(std::chrono::seconds(60)))));
+  return io.Run(c.Seal(path, Deadline::After(std::chrono::seconds(30))));
+}
+
+// Reads a whole file through the client.
+inline Result<std::vector<std::byte>> GetFile(Io& io, Client& c, const std::string& path) {
+  std::vector<std::byte> out;
+  RETURN_IF_ERROR(io.Run(
+      c.ReadParallel(path, 0, UINT64_MAX, 4, &out, Deadline::After(std::chrono::seconds(60)))));
+  return out;
 }
 
 }  // namespace rt::iofs::testing

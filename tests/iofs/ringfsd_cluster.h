@@ -4,10 +4,16 @@
 #pragma once
 
 #include <fstream>
+#include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "base/bytes.h"
+#include "base/net/auth.h"
+#include "iofs/net/wire.h"
+#include "tests/iofs/io_util.h"
 #include "tests/iofs/process_util.h"
 
 namespace rt::iofs::testing {
@@ -33,6 +39,10 @@ class RingfsdCluster {
     procs_.resize(nodes);
     for (auto& p : procs_) p = std::make_unique<Process>();
   }
+  // Gives node `n` the cluster secret file `path` ([auth] secret_file). Call before Start(n).
+  void UseSecret(int n, const std::string& path) {
+    std::ofstream(Config(n), std::ios::app) << "[auth]\nsecret_file = \"" << path << "\"\n";
+  }
   std::string Config(int n) const { return dir_ + "/node" + std::to_string(n) + ".toml"; }
   std::string Log(int n) const { return dir_ + "/node" + std::to_string(n) + ".log"; }
   bool Start(int n, const std::string& faults = "") {
@@ -54,5 +64,38 @@ class RingfsdCluster {
   std::vector<uint16_t> ports_;
   std::vector<std::unique_ptr<Process>> procs_;
 };
+
+// The keys the node on 127.0.0.1:`port` serves, with their data (asked with `secret`), or an
+// error while it is not serving them all.
+inline Result<std::map<uint64_t, std::vector<std::byte>>> NodeContents(
+    Io& io, uint16_t port, std::shared_ptr<const net::ClusterSecret> secret = nullptr) {
+  ASSIGN_OR_RETURN(auto keys_payload, RawCall(io, port, wire::kChunkKeys, {}, secret));
+  ByteReader r(keys_payload, "keys");
+  ASSIGN_OR_RETURN(uint64_t n, r.Get<uint64_t>());
+  std::map<uint64_t, std::vector<std::byte>> out;
+  for (uint64_t i = 0; i < n; ++i) {
+    ASSIGN_OR_RETURN(uint64_t key, r.Get<uint64_t>());
+    ByteWriter w;
+    w.Put<uint64_t>(key);
+    w.Put<uint64_t>(0);
+    w.Put<uint64_t>(UINT64_MAX);
+    ASSIGN_OR_RETURN(out[key], RawCall(io, port, wire::kChunkRead, w.Take(), secret));
+  }
+  return out;
+}
+
+// Waits up to `timeout_s` until node `n` serves exactly what node 1 serves, and that is not
+// nothing (its replication or resync finished).
+inline bool WaitConverged(Io& io, RingfsdCluster& cluster, int n, int timeout_s,
+                          std::shared_ptr<const net::ClusterSecret> secret = nullptr) {
+  const Deadline deadline = Deadline::After(std::chrono::seconds(timeout_s));
+  while (!deadline.Expired()) {
+    auto reference = NodeContents(io, cluster.port(1), secret);
+    auto mine = NodeContents(io, cluster.port(n), secret);
+    if (reference.ok() && mine.ok() && !reference->empty() && *reference == *mine) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return false;
+}
 
 }  // namespace rt::iofs::testing

@@ -30,50 +30,10 @@ using testing::TempDir;
 
 Deadline Secs(int s) { return Deadline::After(std::chrono::seconds(s)); }
 
-// Writes a whole file through the client: create, parallel chunk writes, seal.
-Status PutFile(Io& io, Client& c, const std::string& path, const std::vector<std::byte>& data) {
-  auto created = io.Run(c.Create(path, Secs(30)));
-  if (!created.ok()) return created.status();
-  RETURN_IF_ERROR(io.Run(c.WriteParallel(path, 0, data, 4, Secs(60))));
-  return io.Run(c.Seal(path, Secs(30)));
-}
-
-Result<std::vector<std::byte>> GetFile(Io& io, Client& c, const std::string& path) {
-  std::vector<std::byte> out;
-  RETURN_IF_ERROR(io.Run(c.ReadParallel(path, 0, UINT64_MAX, 4, &out, Secs(60))));
-  return out;
-}
-
-// The keys a node serves, with their data, or an error while it is not serving them all.
-Result<std::map<uint64_t, std::vector<std::byte>>> NodeContents(Io& io, uint16_t port) {
-  ASSIGN_OR_RETURN(auto keys_payload, RawCall(io, port, wire::kChunkKeys, {}));
-  ByteReader r(keys_payload, "keys");
-  ASSIGN_OR_RETURN(uint64_t n, r.Get<uint64_t>());
-  std::map<uint64_t, std::vector<std::byte>> out;
-  for (uint64_t i = 0; i < n; ++i) {
-    ASSIGN_OR_RETURN(uint64_t key, r.Get<uint64_t>());
-    ByteWriter w;
-    w.Put<uint64_t>(key);
-    w.Put<uint64_t>(0);
-    w.Put<uint64_t>(UINT64_MAX);
-    ASSIGN_OR_RETURN(out[key], RawCall(io, port, wire::kChunkRead, w.Take()));
-  }
-  return out;
-}
-
 using Cluster = testing::RingfsdCluster;
-
-// Waits until node `n` serves exactly what node 1 serves (its resync finished).
-bool WaitConverged(Io& io, Cluster& cluster, int n, int timeout_s) {
-  const Deadline deadline = Secs(timeout_s);
-  while (!deadline.Expired()) {
-    auto reference = NodeContents(io, cluster.port(1));
-    auto mine = NodeContents(io, cluster.port(n));
-    if (reference.ok() && mine.ok() && !reference->empty() && *reference == *mine) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  return false;
-}
+using testing::GetFile;
+using testing::PutFile;
+using testing::WaitConverged;
 
 void WriteStreamWithFailure(const std::string& faults_on_2, bool kill_3) {
   TempDir dir(kill_3 ? "srv-kill" : "srv-fault");

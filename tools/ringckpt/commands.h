@@ -8,6 +8,7 @@
 
 #include "base/status.h"
 #include "ckpt/reader.h"
+#include "ckpt/storage.h"
 #include "parallel/config.h"
 
 namespace ringckpt {
@@ -16,6 +17,7 @@ namespace ringckpt {
 struct Source {
   std::string uri;
   int64_t step = -1;
+  rt::ckpt::StorageOptions storage;  // how `uri` is opened (the cluster secret of ringfs://)
 };
 
 // Opens the storage and the checkpoint of `source` (the newest committed when step is -1).
@@ -49,6 +51,7 @@ struct ReshardOptions {
   std::string out;     // the destination storage URI
   std::string config;  // a run config file overriding the one recorded in the checkpoint
   std::string codec = "none";
+  rt::ckpt::StorageOptions storage;  // how `out` is opened (the cluster secret of ringfs://)
 };
 // `reshard`: writes the checkpoint laid out for the target layout (every target rank's pieces
 // stored as that rank holds them), so that loading it there is a straight read.

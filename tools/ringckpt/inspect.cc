@@ -20,7 +20,8 @@ int Fail(const rt::Status& status) {
 }
 
 rt::Result<std::unique_ptr<CheckpointReader>> OpenSource(const Source& source) {
-  ASSIGN_OR_RETURN(std::shared_ptr<rt::ckpt::Storage> storage, rt::ckpt::OpenStorage(source.uri));
+  ASSIGN_OR_RETURN(std::shared_ptr<rt::ckpt::Storage> storage,
+                   rt::ckpt::OpenStorage(source.uri, source.storage));
   int64_t step = source.step;
   if (step < 0) {
     ASSIGN_OR_RETURN(std::vector<int64_t> committed, rt::ckpt::ListCommitted(*storage));
@@ -116,7 +117,7 @@ int Inspect(const Source& source, bool json) {
     std::printf("%s\n", ManifestJson(m).dump(2).c_str());
     return 0;
   }
-  auto storage = rt::ckpt::OpenStorage(source.uri);
+  auto storage = rt::ckpt::OpenStorage(source.uri, source.storage);
   if (storage.ok()) {
     auto committed = rt::ckpt::ListCommitted(**storage);
     auto dirs = rt::ckpt::ListStepDirs(**storage);

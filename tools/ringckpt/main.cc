@@ -5,9 +5,12 @@
 //   ringckpt reshard URI --to LAYOUT --out DEST [--step N] [--config FILE] [--codec C]
 //   ringckpt export URI --out W.safetensors [--step N]
 //   ringckpt diff A B [--step-a N] [--step-b N]
+// --secret-file FILE (before the subcommand) proves the cluster secret to the ringfsd of a
+// ringfs:// storage.
 #include <CLI/CLI.hpp>
 
 #include "base/log.h"
+#include "base/net/auth.h"
 #include "tools/ringckpt/commands.h"
 
 int main(int argc, char** argv) {
@@ -15,6 +18,9 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   std::string log_level = "warn";
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off");
+  std::string secret_file;
+  app.add_option("--secret-file", secret_file,
+                 "the cluster secret, for ringfs:// storage on a cluster that has one");
   ringckpt::Source source, other;
   bool json = false;
   std::string out;
@@ -50,6 +56,11 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
   if (rt::Status s = rt::InitLogging(log_level, "ringckpt"); !s.ok()) return ringckpt::Fail(s);
+  if (!secret_file.empty()) {
+    auto secret = rt::net::ClusterSecret::Load(secret_file);
+    if (!secret.ok()) return ringckpt::Fail(secret.status());
+    source.storage.secret = other.storage.secret = reshard.storage.secret = *secret;
+  }
   if (*inspect) return ringckpt::Inspect(source, json);
   if (*verify) return ringckpt::Verify(source);
   if (*resh) return ringckpt::Reshard(source, reshard);

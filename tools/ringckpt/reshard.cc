@@ -47,7 +47,8 @@ rt::Status Run(const Source& source, const ReshardOptions& o) {
   ASSIGN_OR_RETURN(rt::Precision precision, rt::ParsePrecision(config.train.precision));
   ASSIGN_OR_RETURN(rt::parallel::ParallelLayout layout, rt::parallel::ParseLayout(o.to));
   ASSIGN_OR_RETURN(rt::ckpt::Codec codec, rt::ckpt::ParseCodec(o.codec));
-  ASSIGN_OR_RETURN(std::shared_ptr<rt::ckpt::Storage> dest, rt::ckpt::OpenStorage(o.out));
+  ASSIGN_OR_RETURN(std::shared_ptr<rt::ckpt::Storage> dest,
+                   rt::ckpt::OpenStorage(o.out, o.storage));
   const std::string run_id = rt::ckpt::NewRunId();
   const int world = layout.world();
   std::vector<std::unique_ptr<rt::ckpt::CheckpointWriter>> writers;

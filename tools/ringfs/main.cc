@@ -1,5 +1,5 @@
 // ringfs: the chunk-store command line. Talks to the local embedded server (127.0.0.1:7600)
-// unless --server HOST:PORT is given.
+// unless --server HOST:PORT is given; --secret-file proves the cluster secret to it.
 //   ringfs put LOCAL REMOTE | get REMOTE LOCAL | cat REMOTE | ls [PATH] | stat PATH |
 //          mv FROM TO | rm PATH | mkdir PATH | fsck [--repair] | bench [--size-mib N ...]
 #include <malloc.h>
@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "base/log.h"
+#include "base/net/auth.h"
 #include "base/version.h"
 #include "iofs/server.h"
 #include "tools/ringfs/session.h"
@@ -42,6 +43,8 @@ int main(int argc, char** argv) {
   int64_t timeout_s = 600;
   int parallel = 16;
   app.add_option("--server", server, "HOST:PORT of any ringfsd node");
+  std::string secret_file;
+  app.add_option("--secret-file", secret_file, "the cluster secret, for a cluster that has one");
   app.add_option("--timeout", timeout_s, "seconds before a command gives up");
   app.add_option("--parallel", parallel, "requests in flight for put/get/cat")->check(CLI::Range(1, 256));
   std::string a, b;
@@ -83,8 +86,15 @@ int main(int argc, char** argv) {
   if (port <= 0 || port > 65535) return Fail(rt::InvalidArgument("bad port in --server " + server));
   const Deadline deadline = Deadline::After(std::chrono::seconds(timeout_s));
 
+  rt::iofs::ClientOptions client_options;
+  if (!secret_file.empty()) {
+    auto secret = rt::net::ClusterSecret::Load(secret_file);
+    if (!secret.ok()) return Fail(secret.status());
+    client_options.secret = *secret;
+  }
   Session session;
-  auto client = session.Run(rt::iofs::Client::Connect(host, static_cast<uint16_t>(port), Deadline::AfterMs(5000)));
+  auto client = session.Run(rt::iofs::Client::Connect(host, static_cast<uint16_t>(port),
+                                                      Deadline::AfterMs(5000), client_options));
   if (!client.ok()) return Fail(client.status());
   session.client = *client;
   auto& c = **client;

@@ -1,5 +1,7 @@
 // ringfsd: a chunk-store node. `ringfsd --state DIR` runs the embedded default (one local node,
 // replication factor 1, on 127.0.0.1:7600); `ringfsd --config node.toml` joins a static cluster.
+// With a cluster secret (`[auth] secret_file` or --secret-file) every connection it accepts or
+// opens is authenticated; without one it serves loopback only.
 // Stops cleanly on SIGINT or SIGTERM.
 #include <malloc.h>
 
@@ -26,6 +28,10 @@ int main(int argc, char** argv) {
   app.add_option("--port", port, "embedded default: port to listen on (0 picks one)")->check(CLI::Range(0, 65535));
   app.add_option("--host", host, "embedded default: address to bind");
   app.add_option("--log-level", level, "trace, debug, info, warn, error");
+  std::string secret_file;
+  app.add_option(
+      "--secret-file", secret_file,
+      "the cluster secret (mode 0600; ringctl init-secret); replaces [auth] secret_file");
   int64_t collect_ms = 0;
   app.add_option("--collect-ms", collect_ms,
                  "period of the orphan collector (default 10000, or timing.collect_ms)")
@@ -55,6 +61,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (collect_ms > 0) options->collect_ms = collect_ms;
+  if (!secret_file.empty()) options->secret_file = secret_file;
   using ReadPath = rt::iofs::ServerOptions::ReadPath;
   options->read_path = read_path == "io-thread"     ? ReadPath::kIoThread
                        : read_path == "pool-engine" ? ReadPath::kPoolEngine

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "base/log.h"
+#include "base/net/auth.h"
 #include "data/data_loader.h"
 #include "data/data_prepare.h"
 #include "parallel/checkpointing.h"
@@ -107,9 +108,13 @@ Status RunTrain(const TrainOptions& opt) {
                                    opt.resume ? WeightInit::kForLoad : WeightInit::kFromSeed));
   std::unique_ptr<parallel::RunCheckpoints> checkpoints;
   if (opt.resume || config.ckpt.every > 0) {
+    ckpt::StorageOptions storage;  // the cluster secret of a ringfs:// ckpt.dir
+    if (!opt.dist.secret_file.empty()) {
+      ASSIGN_OR_RETURN(storage.secret, net::ClusterSecret::Load(opt.dist.secret_file));
+    }
     ASSIGN_OR_RETURN(checkpoints,
-                     parallel::RunCheckpoints::Create(config, parallel::DescribeLayout({}),
-                                                      nullptr, trainer->model().device()));
+                     parallel::RunCheckpoints::Create(config, parallel::DescribeLayout({}), nullptr,
+                                                      trainer->model().device(), nullptr, storage));
   }
   parallel::TrainLoopOptions loop;
   loop.stop_after = opt.stop_after;
@@ -162,8 +167,9 @@ void AddTrainCommand(CLI::App& app, Action* action) {
       ->group("");
   train->add_option("--job", opt->dist.job, "worker mode: job name")->group("");
   train->add_option("--secret-file", opt->dist.secret_file,
-                    "worker mode: the run's secret file (store and rank links)")
-      ->group("");
+                    "the cluster secret file: proven to the ringfsd of a ringfs:// ckpt.dir and, "
+                    "with --ranks, the run's secret for its store and rank links (else a fresh "
+                    "one is made for the run)");
   train->callback([=] {
     const bool distributed = !opt->dist.layout.empty() || opt->dist.ranks > 1;
     *action = [=] { return distributed ? RunDistributedTrain(*opt) : RunTrain(*opt); };

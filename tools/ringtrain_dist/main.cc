@@ -36,9 +36,10 @@ int main(int argc, char** argv) {
   app.add_option("--rank", o.rank, "worker mode: this worker's rank")->group("");
   app.add_option("--store", o.store, "worker mode: rendezvous store host:port")->group("");
   app.add_option("--job", o.job, "worker mode: job name")->group("");
-  app.add_option("--secret-file", o.secret_file,
-                 "worker mode: the run's secret file (store and rank links)")
-      ->group("");
+  app.add_option(
+      "--secret-file", o.secret_file,
+      "the cluster secret file: proven to the ringfsd of a ringfs:// ckpt.dir, and the "
+      "run's secret for its store and rank links (else a fresh one is made for the run)");
   CLI11_PARSE(app, argc, argv);
   char self[PATH_MAX];
   const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
