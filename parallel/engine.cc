@@ -551,8 +551,8 @@ Result<StepStats> DistTrainer::RunStep() {
   timings_.chunk_backward_s.assign(runners_.size(), 0.0);
   StepStats stats = StartStep(config_, state_);
   loader_->Next(inputs_, targets_);
-  RETURN_IF_ERROR(CheckTokenRange(inputs_, targets_, config_.model.vocab_size)
-                      .WithContext("training batch"));
+  RETURN_IF_ERROR(
+      CheckTokenRange(inputs_, targets_, config_.model.vocab_size).WithContext("training batch"));
   promoted_.assign(promoted_.size(), false);
   loss_sum_ = 0;
 

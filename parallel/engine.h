@@ -47,14 +47,14 @@
 #include <vector>
 
 #include "base/status.h"
+#include "ckpt/shard.h"
 #include "comm/communicator.h"
+#include "data/data_loader.h"
 #include "kernels/tensor.h"
 #include "parallel/config.h"
-#include "data/data_loader.h"
 #include "parallel/layout.h"
 #include "parallel/schedule.h"
 #include "parallel/shard_plan.h"
-#include "ckpt/shard.h"
 #include "parallel/stage_layout.h"
 #include "parallel/stage_runner.h"
 #include "parallel/trainer.h"

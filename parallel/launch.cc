@@ -2,15 +2,14 @@
 
 #include <signal.h>
 
-#include <chrono>
-#include <cstdio>
-#include <cstdlib>
-#include <filesystem>
-
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 
 #include "base/fault.h"
 #include "base/net/auth.h"
@@ -18,9 +17,9 @@
 #include "base/subprocess.h"
 #include "comm/communicator.h"
 #include "comm/store.h"
+#include "data/data_loader.h"
 #include "parallel/checkpointing.h"
 #include "parallel/config.h"
-#include "data/data_loader.h"
 #include "parallel/engine.h"
 #include "parallel/layout.h"
 #include "parallel/run_metrics.h"

@@ -10,10 +10,9 @@ namespace rt {
 Result<std::unique_ptr<DataLoader>> CreateTrainLoader(
     const RunConfig& config, std::shared_ptr<const std::vector<uint16_t>> tokens) {
   ASSIGN_OR_RETURN(DataOrder order, ParseDataOrder(config.data.order));
-  ASSIGN_OR_RETURN(DataLoader loader,
-                   DataLoader::Create(std::move(tokens), config.train.batch_size,
-                                      config.model.seq_len, order,
-                                      static_cast<uint64_t>(config.train.seed)));
+  ASSIGN_OR_RETURN(DataLoader loader, DataLoader::Create(std::move(tokens), config.train.batch_size,
+                                                         config.model.seq_len, order,
+                                                         static_cast<uint64_t>(config.train.seed)));
   return std::make_unique<DataLoader>(std::move(loader));
 }
 

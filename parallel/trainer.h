@@ -11,10 +11,10 @@
 
 #include "base/status.h"
 #include "ckpt/shard.h"
-#include "parallel/config.h"
 #include "data/data_loader.h"
 #include "model/gpt.h"
 #include "model/optimizer.h"
+#include "parallel/config.h"
 #include "parallel/training_engine.h"
 
 namespace rt {

@@ -10,8 +10,6 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <thread>
-
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -20,6 +18,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/fault.h"

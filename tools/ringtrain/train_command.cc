@@ -1,8 +1,9 @@
 // `ringtrain train --config FILE [--set key=value ...] [--steps N] [--stop-after N]
-// [--init-from W] [--out W] [--resume]`, or with `--layout L --ranks N` on N local worker processes (parallel/launch.h).
-// [ckpt] dir and every save checkpoints as it trains (parallel/checkpointing.h); --resume starts
-// from the newest committed one in ckpt.dir, whatever layout wrote it. The fault point
-// "parallel.train.before_step" (test builds) is hit before each step.
+// [--init-from W] [--out W] [--resume]`, or with `--layout L --ranks N` on N local worker processes
+// (parallel/launch.h). [ckpt] dir and every save checkpoints as it trains
+// (parallel/checkpointing.h); --resume starts from the newest committed one in ckpt.dir, whatever
+// layout wrote it. The fault point "parallel.train.before_step" (test builds) is hit before each
+// step.
 #include <cstdio>
 #include <memory>
 
@@ -10,12 +11,12 @@
 #include "base/net/auth.h"
 #include "data/data_loader.h"
 #include "data/data_prepare.h"
+#include "data/token_shard.h"
 #include "parallel/checkpointing.h"
 #include "parallel/launch.h"
 #include "parallel/layout.h"
 #include "parallel/run_metrics.h"
 #include "parallel/train_loop.h"
-#include "data/token_shard.h"
 #include "parallel/trainer.h"
 #include "tools/ringtrain/commands.h"
 #include "tools/ringtrain/progress.h"

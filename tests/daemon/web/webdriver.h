@@ -2,17 +2,15 @@
 // child process and drives a headless Chromium through its HTTP API with base/net's HTTP client.
 #pragma once
 
-#include <signal.h>
-
+#include <gtest/gtest.h>
 #include <openssl/evp.h>
+#include <signal.h>
 
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
-
-#include <gtest/gtest.h>
 
 #include "base/net/http_client.h"
 #include "base/subprocess.h"
