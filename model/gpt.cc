@@ -76,7 +76,7 @@ GptTensors ViewGptTensors(const ModelConfig& c, const Arena& arena) {
   return t;
 }
 
-bool IsDecayed(const Tensor& t) { return t.ndim() == 2; }
+bool IsDecayed(const Shape& shape) { return shape.ndim == 2; }
 
 Status CheckTokenRange(std::span<const int32_t> tokens, std::span<const int32_t> targets,
                        int32_t vocab_size) {

@@ -40,8 +40,9 @@ struct GptTensors {
 void AddGptTensors(const ModelConfig& config, DType dtype, Arena* arena);
 // Views of an allocated arena built by AddGptTensors.
 GptTensors ViewGptTensors(const ModelConfig& config, const Arena& arena);
-// True for the tensors AdamW decays: the 2-D weights (embeddings and Linear weights).
-bool IsDecayed(const Tensor& t);
+// True for the tensors AdamW decays, by their (global) shape: the 2-D weights (embeddings and
+// Linear weights).
+bool IsDecayed(const Shape& shape);
 // Checks every token and target (either may be empty) against the vocabulary. Errors:
 // InvalidArgument naming the first one outside [0, vocab_size) and its position.
 Status CheckTokenRange(std::span<const int32_t> tokens, std::span<const int32_t> targets,

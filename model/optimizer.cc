@@ -74,7 +74,8 @@ Status AdamWOptimizer::Update(double lr, float grad_scale, int64_t step) {
   const Arena& master_arena = master();
   for (int i = 0; i < master_arena.size(); ++i) {
     const Tensor param = master_arena.Get(i);
-    const AdamWParams hp = AdamWUpdateParams(config_, lr, grad_scale, step, IsDecayed(param));
+    const AdamWParams hp =
+        AdamWUpdateParams(config_, lr, grad_scale, step, IsDecayed(param.shape()));
     RETURN_IF_ERROR(rt::AdamW(param, grads_->Get(i), m_.Get(i), v_.Get(i),
                               has_master_ ? params_->Get(i) : Tensor(), hp)
                         .WithContext("AdamW on '" + master_arena.name(i) + "'"));

@@ -96,8 +96,6 @@ Result<std::unique_ptr<DistTrainer>> DistTrainer::Create(
   t->micro_ = micro;
   t->precision_ = precision;
   t->dt_ = ComputeDType(precision);
-  t->state_.loss_scale = precision == Precision::kFp16 ? config.train.loss_scale_init : 1.0;
-  t->state_.schedule_steps = config.train.steps;
   t->micro_rows_ = config.train.batch_size / (dp * micro);
   t->stage_ = BuildStageLayout(config.model, layout.pp, t->coords_.pp, layout.dp_shard, layout.tp,
                                t->coords_.tp, chunks);
@@ -113,13 +111,8 @@ Result<std::unique_ptr<DistTrainer>> DistTrainer::Create(
                                          device));
     t->runners_.push_back(std::move(runner));
   }
-  ASSIGN_OR_RETURN(DataOrder order, ParseDataOrder(config.data.order));
-  ASSIGN_OR_RETURN(DataLoader loader,
-                   DataLoader::Create(std::move(train_tokens), config.train.batch_size,
-                                      config.model.seq_len, order,
-                                      static_cast<uint64_t>(config.train.seed)));
-  t->loader_ = std::make_unique<DataLoader>(std::move(loader));
-  t->state_.loader = t->loader_->state();
+  ASSIGN_OR_RETURN(t->loader_, CreateTrainLoader(config, std::move(train_tokens)));
+  t->state_ = InitialTrainerState(config, precision == Precision::kFp16, *t->loader_);
   RETURN_IF_ERROR(t->Initialize(init));
   return t;
 }
@@ -556,15 +549,10 @@ Result<StepStats> DistTrainer::RunStep() {
   timings_ = StepTimings();
   timings_.chunk_forward_s.assign(runners_.size(), 0.0);
   timings_.chunk_backward_s.assign(runners_.size(), 0.0);
-  const int B = config_.train.batch_size, T = config_.model.seq_len;
-  StepStats stats;
-  stats.step = state_.step + 1;
-  stats.lr = LearningRate(config_.optim, state_.step, state_.schedule_steps);
-  stats.tokens = static_cast<int64_t>(B) * T;
+  StepStats stats = StartStep(config_, state_);
   loader_->Next(inputs_, targets_);
-  RETURN_IF_ERROR(CheckTokenRange(inputs_, targets_, config_.model.vocab_size)
-                      .WithContext("training batch"));
-  stats.loss_scale = state_.loss_scale;
+  RETURN_IF_ERROR(
+      CheckTokenRange(inputs_, targets_, config_.model.vocab_size).WithContext("training batch"));
   promoted_.assign(promoted_.size(), false);
   loss_sum_ = 0;
 
@@ -633,9 +621,7 @@ Result<StepStats> DistTrainer::RunStep() {
   const auto [loss_total, sumsq_total] = totals;
   stats.loss = loss_total / static_cast<double>(stats.tokens);
   RETURN_IF_ERROR(OptimizerStep(sumsq_total, &stats));
-  ++state_.step;
-  state_.tokens_seen += stats.tokens;
-  state_.loader = loader_->state();
+  CountStep(stats, *loader_, &state_);
   timings_.optimizer_s = Now() - opt_start;
   timings_.step_s = Now() - step_start;
   return stats;

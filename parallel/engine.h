@@ -47,17 +47,18 @@
 #include <vector>
 
 #include "base/status.h"
+#include "ckpt/shard.h"
 #include "comm/communicator.h"
+#include "data/data_loader.h"
 #include "kernels/tensor.h"
 #include "parallel/config.h"
-#include "data/data_loader.h"
 #include "parallel/layout.h"
 #include "parallel/schedule.h"
 #include "parallel/shard_plan.h"
-#include "ckpt/shard.h"
 #include "parallel/stage_layout.h"
 #include "parallel/stage_runner.h"
 #include "parallel/trainer.h"
+#include "parallel/training_engine.h"
 
 namespace rt::parallel {
 
@@ -91,7 +92,7 @@ struct StepTimings {
 comm::CommOptions EngineCommOptions(comm::CommOptions base);
 
 // One rank's engine. Not thread-safe (but for Abort); `world` must outlive it.
-class DistTrainer {
+class DistTrainer final : public TrainingEngine {
  public:
   // Builds the process groups (collective over `world`), the stage and its state, and
   // initialises the weights from train.seed exactly as the single-process Trainer does — or,
@@ -108,7 +109,7 @@ class DistTrainer {
       std::chrono::milliseconds wait_timeout = std::chrono::seconds(120),
       WeightInit init = WeightInit::kFromSeed);
 
-  ~DistTrainer();
+  ~DistTrainer() override;
 
   // One optimizer step over the global batch (train.batch_size rows). The returned loss and
   // grad_norm are the global ones, equal on every rank, as is the skip decision (fp16). The
@@ -116,7 +117,7 @@ class DistTrainer {
   // hits it to inf. Errors: comm failures (PeerFailed,
   // DeadlineExceeded naming the op), kernel errors; Aborted (with the op and the group that
   // failed) once Abort() was called; after an error the engine is unusable.
-  Result<StepStats> Step();
+  Result<StepStats> Step() override;
 
   // Fails every process group of this rank at once (world, tp, dp_shard, dp_replicate,
   // pp_forward, pp_backward, embedding): every blocked and later op fails with CommAborted
@@ -130,7 +131,8 @@ class DistTrainer {
   // `tokens`, forward only (as Trainer::Evaluate; equal on every rank). Collective over the world.
   // Errors: InvalidArgument for a token outside the vocabulary or a stream shorter than one
   // window; those of comm.
-  Result<double> Evaluate(std::shared_ptr<const std::vector<uint16_t>> tokens, int batches);
+  Result<double> Evaluate(std::shared_ptr<const std::vector<uint16_t>> tokens,
+                          int batches) override;
 
   // Benchmarks (ZeRO-0 only): runs the gradient all-reduces of one step again, with nothing to
   // overlap them, and returns their wall time — the communication DDP hides behind the backward.
@@ -148,7 +150,7 @@ class DistTrainer {
   // This rank's training state as shards of the named global tensors (shard.h): parameters (the
   // compute dtype: the fp32 master itself, or its bf16/fp16 copy), fp32 master weights, AdamW m
   // and v, and the step.
-  ckpt::StateShards Shards();
+  ckpt::StateShards Shards() override;
 
   // Continues from `state` (a checkpoint's TrainerState: step, loader position, loss scale, ...)
   // once every Shards() view of this rank was written in place: takes the position (the loader's
@@ -156,14 +158,14 @@ class DistTrainer {
   // from the fp32 master. The views hold all of this rank's parameters (ZeRO-1/2 ranks the full
   // stage, ZeRO-3 ranks their shard), so nothing needs gathering. Local: every rank calls it
   // with the same state. Errors: those of the conversion.
-  Status Restore(const TrainerState& state);
+  Status Restore(const TrainerState& state) override;
 
   // Index of the first row of the global batch this rank trains on (its data-parallel slice:
   // coords().dp · train.micro_batches · rows per micro-batch), and how many rows it takes.
   int64_t FirstBatchRow() const;
   int64_t BatchRows() const { return static_cast<int64_t>(micro_) * micro_rows_; }
 
-  const TrainerState& state() const { return state_; }
+  const TrainerState& state() const override { return state_; }
   const ParallelLayout& layout() const { return layout_; }
   const RankCoords& coords() const { return coords_; }
   const StageLayout& stage() const { return stage_; }

@@ -2,19 +2,14 @@
 
 #include <signal.h>
 
-#include <algorithm>
-#include <chrono>
-#include <cmath>
-#include <cstdio>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
-
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <nlohmann/json.hpp>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 
 #include "base/fault.h"
 #include "base/net/auth.h"
@@ -22,11 +17,13 @@
 #include "base/subprocess.h"
 #include "comm/communicator.h"
 #include "comm/store.h"
+#include "data/data_loader.h"
 #include "parallel/checkpointing.h"
 #include "parallel/config.h"
-#include "data/data_loader.h"
 #include "parallel/engine.h"
 #include "parallel/layout.h"
+#include "parallel/run_metrics.h"
+#include "parallel/train_loop.h"
 #if defined(RINGTRAIN_WITH_CUDA)
 #include "kernels/cuda/device.h"
 #endif
@@ -85,6 +82,41 @@ Status ScopeFaultsToRank(int rank, int ranks) {
   return Status();
 }
 
+// A worker's report of each step once its saves are done: the on_step hook, and on rank 0 the
+// progress lines ("step N/M  loss L  lr R  T tok/s" every train.log_every steps and after the
+// last; "step N: val_loss V") and the metrics file.
+class WorkerReporter final : public TrainLoopReporter {
+ public:
+  // Reports for the worker of `options` (rank 0 when `lead`); `config` and `options` must
+  // outlive the reporter.
+  WorkerReporter(const RunConfig& config, const DistTrainOptions& options, bool lead)
+      : config_(config), options_(options), lead_(lead) {}
+
+  // Opens the metrics file (rank 0), appending on resume. Errors: RunMetrics::Open's.
+  Status OpenMetrics(bool append) { return metrics_.Open(config_.metrics.path, append); }
+
+  void StepSaved(const StepReport& r) override {
+    const StepStats& s = r.stats;
+    if (options_.on_step) options_.on_step(s, r.seconds);
+    if (!lead_) return;
+    metrics_.WriteStep(s, r.tokens_per_s, config_.train.precision == "fp16", options_.generation);
+    if (r.last || config_.train.log_every <= 0 || s.step % config_.train.log_every == 0)
+      std::printf("step %lld/%lld  loss %.4f  lr %.2e  %.0f tok/s\n",
+                  static_cast<long long>(s.step), static_cast<long long>(config_.train.steps),
+                  s.loss, s.lr, r.tokens_per_s);
+    if (r.val_loss) {
+      std::printf("step %lld: val_loss %.4f\n", static_cast<long long>(s.step), *r.val_loss);
+      metrics_.WriteEval(s.step, *r.val_loss);
+    }
+  }
+
+ private:
+  const RunConfig& config_;
+  const DistTrainOptions& options_;
+  const bool lead_;
+  RunMetrics metrics_;
+};
+
 Status RunWorker(const DistTrainOptions& o) {
   RETURN_IF_ERROR(ScopeFaultsToRank(o.rank, o.ranks));
   ASSIGN_OR_RETURN(RunConfig config, LoadConfig(o));
@@ -137,82 +169,20 @@ Status RunWorker(const DistTrainOptions& o) {
                                                          world.get(), device, o.memory, storage));
   }
   const bool lead = o.rank == 0;
-  if (o.resume) {
-    ASSIGN_OR_RETURN(TrainerState state, checkpoints->Resume(engine->Shards()));
-    RETURN_IF_ERROR(engine->Restore(state));
-    if (lead)
-      std::printf("ringtrain_dist: resumed from the checkpoint of step %lld in %s\n",
-                  static_cast<long long>(state.step), config.ckpt.dir.c_str());
-  }
-  std::ofstream metrics;
+  TrainLoopOptions loop;
+  loop.stop_after = o.stop_after;
+  loop.print = lead;
+  loop.prefix = "ringtrain_dist: ";
+  loop.stop_at = o.stop_at;
+  loop.on_stopped = o.on_stopped;
+  if (o.resume) RETURN_IF_ERROR(ResumeTraining(config, *engine, *checkpoints, loop));
+  WorkerReporter reporter(config, o, lead);
   if (lead) {
     std::printf("ringtrain_dist: %s on %d ranks, %lld steps\n", DescribeLayout(layout).c_str(),
                 o.ranks, static_cast<long long>(config.train.steps));
-    if (!config.metrics.path.empty()) {
-      metrics.open(config.metrics.path, o.resume ? std::ios::app : std::ios::trunc);
-      if (!metrics) return ErrnoStatus(errno, "open metrics file '" + config.metrics.path + "'");
-    }
+    RETURN_IF_ERROR(reporter.OpenMetrics(o.resume));
   }
-  const int64_t end = EndStep(config, o.stop_after);
-  while (engine->state().step < end) {
-    RETURN_IF_ERROR(RT_FAULT_POINT("parallel.train.before_step"));
-    const auto start = std::chrono::steady_clock::now();
-    ASSIGN_OR_RETURN(StepStats s, engine->Step());
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    const bool last = s.step == end;
-    const bool evaluate =
-        config.eval.every > 0 && (s.step % config.eval.every == 0 || last);
-    double val = 0;
-    if (evaluate) {
-      ASSIGN_OR_RETURN(val, engine->Evaluate(val_tokens, config.eval.batches));
-    }
-    if (checkpoints && checkpoints->Due(s.step, last))
-      RETURN_IF_ERROR(checkpoints->Save(s.step, engine->Shards(), engine->state()));
-    // Reported after Save, which waits for the previous save to commit: a step is reported only
-    // once the one before it is saved (when every step is), so a loss costs at most one step.
-    if (o.on_step) o.on_step(s, seconds);
-    if (lead) {
-      const double tokens_per_s = static_cast<double>(s.tokens) / seconds;
-      nlohmann::ordered_json line = {{"step", s.step},           {"loss", s.loss},
-                                     {"lr", s.lr},               {"tokens_per_s", tokens_per_s},
-                                     {"grad_norm", s.grad_norm}, {"skipped", s.skipped}};
-      if (config.train.precision == "fp16") line["loss_scale"] = s.loss_scale;
-      if (!std::isfinite(s.grad_norm)) line["grad_norm"] = nullptr;
-      if (!o.generation.empty()) line["generation"] = o.generation;
-      if (metrics.is_open()) metrics << line.dump() << "\n" << std::flush;
-      if (last || config.train.log_every <= 0 || s.step % config.train.log_every == 0)
-        std::printf("step %lld/%lld  loss %.4f  lr %.2e  %.0f tok/s\n",
-                    static_cast<long long>(s.step), static_cast<long long>(config.train.steps),
-                    s.loss, s.lr, tokens_per_s);
-      if (evaluate) {
-        std::printf("step %lld: val_loss %.4f\n", static_cast<long long>(s.step), val);
-        if (metrics.is_open())
-          metrics << nlohmann::ordered_json({{"step", s.step}, {"val_loss", val}}).dump() << "\n"
-                  << std::flush;
-      }
-    }
-    if (!o.stop_at || last) continue;
-    // A planned stop: every rank takes the same decision from the same all-reduced step.
-    ASSIGN_OR_RETURN(const int64_t stop_at, checkpoints->Reduce(o.stop_at(), comm::ReduceOp::kMin));
-    if (stop_at > s.step) continue;
-    if (checkpoints->durable_step() != s.step)
-      RETURN_IF_ERROR(checkpoints->Save(s.step, engine->Shards(), engine->state()));
-    RETURN_IF_ERROR(checkpoints->Finish().WithContext("planned stop after step " +
-                                                      std::to_string(s.step)));
-    if (lead)
-      std::printf("ringtrain_dist: stopped after step %lld for a planned change (asked for step "
-                  "%lld); its checkpoint is committed\n", static_cast<long long>(s.step),
-                  static_cast<long long>(stop_at));
-    if (o.on_stopped) o.on_stopped(s.step);
-    return Status();
-  }
-  if (checkpoints) RETURN_IF_ERROR(checkpoints->Finish());
-  if (lead && end < config.train.steps)
-    std::printf("ringtrain_dist: stopped after step %lld (--stop-after; train.steps is %lld: "
-                "--resume continues)\n", static_cast<long long>(engine->state().step),
-                static_cast<long long>(config.train.steps));
-  return Status();
+  return RunTrainLoop(config, *engine, checkpoints.get(), val_tokens, loop, reporter);
 }
 
 // Starts the N workers (writing to this process's stdout and stderr; each in its own process
@@ -265,10 +235,6 @@ Status RunWorkers(const DistTrainOptions& o, const std::string& executable,
 }
 
 }  // namespace
-
-int64_t EndStep(const RunConfig& config, int64_t stop_after) {
-  return stop_after >= 1 ? std::min(stop_after, config.train.steps) : config.train.steps;
-}
 
 std::vector<std::string> WorkerArguments(const DistTrainOptions& o, int rank,
                                          const std::string& store) {

@@ -2,14 +2,14 @@
 // store on loopback and one worker process per rank (the same executable in worker mode); each
 // worker builds its world communicator over that store — CPU for train.device = "cpu", NCCL on
 // GPU `rank` for "cuda" (one GPU per rank; the launcher refuses more ranks than GPUs) — runs
-// the DistTrainer for its rank, and
-// rank 0 prints progress and writes the metrics file with the fields of a single-process run
-// (per step: step, loss, lr, tokens_per_s, grad_norm, skipped; per evaluation: step, val_loss).
-// With [ckpt] dir and every, the ranks save checkpoints together (parallel/checkpointing.h); with
-// resume they start from the newest committed one that every rank loads, whatever layout wrote
-// it, and append to the metrics file. The store and the rank-to-rank links are authenticated
-// with a secret made for the run (RunSecret), so no other process can join or read them. Each
-// rank hits the fault point "parallel.train.before_step" (test builds) before each step. In test
+// the DistTrainer for its rank in the training loop of every run (parallel/train_loop.h), and
+// rank 0 prints progress and writes the metrics file of a single-process run
+// (parallel/run_metrics.h). With [ckpt] dir and every, the ranks save checkpoints together
+// (parallel/checkpointing.h); with resume they start from the newest committed one that every
+// rank loads, whatever layout wrote it, and append to the metrics file. The store and the
+// rank-to-rank links are authenticated with a secret made for the run (RunSecret), so no other
+// process can join or read them. Each rank hits the fault point "parallel.train.before_step"
+// (test builds) before each step. In test
 // builds, RINGTRAIN_FAULTS_RANK=R arms the fault points of RINGTRAIN_FAULTS (base/fault.h) in the
 // worker of rank R only.
 #pragma once
@@ -115,9 +115,6 @@ class RunSecret {
   std::string path_;
   std::shared_ptr<const net::ClusterSecret> secret_;
 };
-
-// The step a run ends after: train.steps, or `stop_after` when it is ≥ 1 and smaller.
-int64_t EndStep(const RunConfig& config, int64_t stop_after);
 
 // The arguments (argv[1..]) that start rank `rank` of the run described by `options` against the
 // store at `store` ("host:port").

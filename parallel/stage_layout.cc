@@ -1,5 +1,7 @@
 #include "parallel/stage_layout.h"
 
+#include "model/gpt.h"
+
 namespace rt::parallel {
 
 int64_t StageLayout::num_params() const {
@@ -78,7 +80,7 @@ StageLayout BuildStageLayout(const ModelConfig& m, int stages, int stage, int sh
     t.offset = at;
     t.unit = static_cast<int>(l.units.size()) - 1;
     t.tied_copy = tied_copy;
-    t.decayed = global.ndim == 2;
+    t.decayed = IsDecayed(global);
     at += t.shape.numel();
     l.units.back().tensors.push_back(static_cast<int>(l.tensors.size()));
     l.tensors.push_back(std::move(t));

@@ -3,7 +3,41 @@
 #include <algorithm>
 #include <cmath>
 
+#include "model/optimizer.h"
+
 namespace rt {
+
+Result<std::unique_ptr<DataLoader>> CreateTrainLoader(
+    const RunConfig& config, std::shared_ptr<const std::vector<uint16_t>> tokens) {
+  ASSIGN_OR_RETURN(DataOrder order, ParseDataOrder(config.data.order));
+  ASSIGN_OR_RETURN(DataLoader loader, DataLoader::Create(std::move(tokens), config.train.batch_size,
+                                                         config.model.seq_len, order,
+                                                         static_cast<uint64_t>(config.train.seed)));
+  return std::make_unique<DataLoader>(std::move(loader));
+}
+
+TrainerState InitialTrainerState(const RunConfig& config, bool fp16, const DataLoader& loader) {
+  TrainerState state;
+  state.loader = loader.state();
+  state.loss_scale = fp16 ? config.train.loss_scale_init : 1.0;
+  state.schedule_steps = config.train.steps;
+  return state;
+}
+
+StepStats StartStep(const RunConfig& config, const TrainerState& state) {
+  StepStats stats;
+  stats.step = state.step + 1;
+  stats.lr = LearningRate(config.optim, state.step, state.schedule_steps);
+  stats.loss_scale = state.loss_scale;
+  stats.tokens = static_cast<int64_t>(config.train.batch_size) * config.model.seq_len;
+  return stats;
+}
+
+void CountStep(const StepStats& stats, const DataLoader& loader, TrainerState* state) {
+  ++state->step;
+  state->tokens_seen += stats.tokens;
+  state->loader = loader.state();
+}
 
 float LossGradientScale(const TrainerState& state, int batch_size, int seq_len) {
   return static_cast<float>(state.loss_scale / (static_cast<double>(batch_size) * seq_len));

@@ -85,15 +85,8 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(
     RETURN_IF_ERROR(ImportWeights(file, t->optimizer_->master()));
   }
   RETURN_IF_ERROR(t->optimizer_->SyncParams());
-  ASSIGN_OR_RETURN(DataOrder order, ParseDataOrder(config.data.order));
-  ASSIGN_OR_RETURN(
-      DataLoader loader,
-      DataLoader::Create(std::move(train_tokens), config.train.batch_size, config.model.seq_len,
-                         order, static_cast<uint64_t>(config.train.seed)));
-  t->loader_ = std::make_unique<DataLoader>(std::move(loader));
-  t->state_.loader = t->loader_->state();
-  t->state_.loss_scale = precision == Precision::kFp16 ? config.train.loss_scale_init : 1.0;
-  t->state_.schedule_steps = config.train.steps;
+  ASSIGN_OR_RETURN(t->loader_, CreateTrainLoader(config, std::move(train_tokens)));
+  t->state_ = InitialTrainerState(config, precision == Precision::kFp16, *t->loader_);
   const size_t n = static_cast<size_t>(config.train.batch_size) * config.model.seq_len;
   t->inputs_.resize(n);
   t->targets_.resize(n);
@@ -143,12 +136,7 @@ ckpt::StateShards Trainer::Shards() {
 Result<StepStats> Trainer::Step() {
   const int B = config_.train.batch_size, T = config_.model.seq_len;
   const int micro = config_.train.micro_batches, rows = B / micro;
-  StepStats stats;
-  stats.step = state_.step + 1;
-  stats.lr = LearningRate(config_.optim, state_.step, state_.schedule_steps);
-  stats.loss_scale = state_.loss_scale;
-  stats.tokens = static_cast<int64_t>(B) * T;
-
+  StepStats stats = StartStep(config_, state_);
   loader_->Next(inputs_, targets_);
   RETURN_IF_ERROR(model_->ZeroGrads());
   const float dloss = LossGradientScale(state_, B, T);
@@ -171,9 +159,7 @@ Result<StepStats> Trainer::Step() {
       PlanUpdate(config_.optim, config_.train, model_->precision() == Precision::kFp16, sumsq,
                  &state_, &stats);
   if (grad_scale) RETURN_IF_ERROR(optimizer_->Update(stats.lr, *grad_scale, state_.adam_step));
-  ++state_.step;
-  state_.tokens_seen += stats.tokens;
-  state_.loader = loader_->state();
+  CountStep(stats, *loader_, &state_);
   return stats;
 }
 

@@ -11,10 +11,11 @@
 
 #include "base/status.h"
 #include "ckpt/shard.h"
-#include "parallel/config.h"
 #include "data/data_loader.h"
 #include "model/gpt.h"
 #include "model/optimizer.h"
+#include "parallel/config.h"
+#include "parallel/training_engine.h"
 
 namespace rt {
 
@@ -62,7 +63,7 @@ struct StepStats {
 
 // Owns the model, optimizer and loader. Not thread-safe. On a device, a step waits for the device
 // only at the host's copies: each micro-batch's tokens in and loss out, and the gradient norm.
-class Trainer {
+class Trainer final : public TrainingEngine {
  public:
   // Builds the model for `config` on train.device and initialises its weights from train.seed,
   // or, when `init_from` is non-empty, from that safetensors file, or not at all with
@@ -76,25 +77,26 @@ class Trainer {
 
   // Runs one optimizer step over train.batch_size rows in train.micro_batches micro-batches.
   // The fault point "parallel.trainer.grad_overflow" (test builds) turns a gradient into inf.
-  Result<StepStats> Step();
+  Result<StepStats> Step() override;
 
   // Mean loss over `batches` sequential batches of train.batch_size rows from the start of
   // `tokens` (forward only; no state changes besides activations).
-  Result<double> Evaluate(std::shared_ptr<const std::vector<uint16_t>> tokens, int batches);
+  Result<double> Evaluate(std::shared_ptr<const std::vector<uint16_t>> tokens,
+                          int batches) override;
 
   // Writes the fp32 master weights as safetensors, recording `tokenizer` in the metadata.
   Status Export(const std::string& path, const std::string& tokenizer) const;
 
-  const TrainerState& state() const { return state_; }
+  const TrainerState& state() const override { return state_; }
   // Continues from `state` (e.g. a checkpoint's) after the master weights and AdamW moments were
   // written in place (Shards() views, or optimizer()): takes the position and rebuilds the
   // bf16/fp16 parameters from the fp32 master. Errors: those of the conversion.
-  Status Restore(const TrainerState& state);
+  Status Restore(const TrainerState& state) override;
   // The whole training state as shards of the named global tensors (ckpt/shard.h), the same
   // contract as DistTrainer::Shards with the one-rank layout: full boxes of the parameter
   // (compute dtype), master, AdamW m and v arenas, and the step. Views stay valid while the
   // trainer lives.
-  ckpt::StateShards Shards();
+  ckpt::StateShards Shards() override;
   const RunConfig& config() const { return config_; }
   Gpt& model() { return *model_; }
   const AdamWOptimizer& optimizer() const { return *optimizer_; }

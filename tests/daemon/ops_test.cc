@@ -6,6 +6,7 @@
 // the table.
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <unistd.h>
 
 #include <optional>
 #include <set>

@@ -6,7 +6,6 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
-#include <spawn.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,12 +16,11 @@
 
 #include "base/crc32c.h"
 #include "base/fault.h"
+#include "base/subprocess.h"
 #include "iofs/engine/block_crc.h"
 #include "iofs/engine/chunk_record.h"
 #include "tests/iofs/engine_crash_common.h"
 #include "tests/iofs/test_util.h"
-
-extern char** environ;
 
 namespace rt::iofs {
 namespace {
@@ -372,21 +370,19 @@ TEST(ChunkEngineTest, FullEngineGivesNoSpaceAndCorruptsNothing) {
   EXPECT_TRUE(engine->Check().empty());
 }
 
-// Runs the crash child; returns its wait status.
-int RunChild(const std::string& dir, int first, int rounds, const std::string& faults) {
-  std::string first_s = std::to_string(first), rounds_s = std::to_string(rounds);
-  std::vector<std::string> env_strings;
-  for (char** e = environ; *e; ++e)
-    if (std::string_view(*e).rfind("RINGTRAIN_FAULTS=", 0) != 0) env_strings.emplace_back(*e);
-  if (!faults.empty()) env_strings.push_back("RINGTRAIN_FAULTS=" + faults);
-  std::vector<char*> envp;
-  for (auto& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  const char* argv[] = {IOFS_ENGINE_CHILD, dir.c_str(), first_s.c_str(), rounds_s.c_str(), nullptr};
-  pid_t pid = 0;
-  if (posix_spawn(&pid, IOFS_ENGINE_CHILD, nullptr, nullptr, const_cast<char**>(argv), envp.data()) != 0)
-    return -2;
-  return testing::WaitChild(pid, std::chrono::seconds(60));
+// Runs the crash child (RINGTRAIN_FAULTS = `faults`) for at most 60 s; returns how it ended.
+// Errors: those of starting it; DeadlineExceeded when it still ran after 60 s (it is killed).
+Result<ChildExit> RunChild(const std::string& dir, int first, int rounds,
+                           const std::string& faults) {
+  SpawnOptions spawn;
+  spawn.argv = {IOFS_ENGINE_CHILD, dir, std::to_string(first), std::to_string(rounds)};
+  spawn.env = EnvironmentWithout({"RINGTRAIN_FAULTS"});
+  if (!faults.empty()) spawn.env.push_back("RINGTRAIN_FAULTS=" + faults);
+  spawn.inherit_output = true;
+  ASSIGN_OR_RETURN(std::unique_ptr<SyncChild> child, SyncChild::Start(spawn));
+  const std::optional<ChildExit> exit = child->WaitExit(Deadline::After(std::chrono::seconds(60)));
+  if (!exit) return DeadlineExceeded("the engine crash child still ran after 60 s");
+  return *exit;
 }
 
 // After a crash in round `crash_round`, every chunk must be at `crash_round - 1` or (only if
@@ -420,13 +416,16 @@ TEST_P(ChunkEngineCrashTest, Kill9AtFaultPointLeavesOldOrNew) {
   if (!fault::Enabled()) GTEST_SKIP() << "built without RINGTRAIN_FAULT_INJECTION";
   TempDir dir("engine-crash");
   // Rounds 1 and 2 complete; the third hit of the point (round 3) kills the child.
-  const int status = RunChild(dir.path(), 1, 5, std::string(GetParam().point) + "=crash@3");
-  ASSERT_TRUE(WIFSIGNALED(status)) << "child status " << status;
-  EXPECT_EQ(WTERMSIG(status), SIGKILL);
+  const Result<ChildExit> crashed =
+      RunChild(dir.path(), 1, 5, std::string(GetParam().point) + "=crash@3");
+  ASSERT_TRUE(crashed.ok()) << crashed.status().ToString();
+  ASSERT_FALSE(crashed->exited) << crashed->Describe();
+  EXPECT_EQ(crashed->signal, SIGKILL);
   VerifyAfterCrash(dir.path(), 3, GetParam().new_version_survives);
   // The engine keeps working after the crash: a clean child finishes more rounds.
-  const int again = RunChild(dir.path(), 10, 2, "");
-  ASSERT_TRUE(WIFEXITED(again) && WEXITSTATUS(again) == 0) << again;
+  const Result<ChildExit> again = RunChild(dir.path(), 10, 2, "");
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  ASSERT_TRUE(again->ok()) << again->Describe();
   VerifyAfterCrash(dir.path(), 12, false);
 }
 
@@ -447,13 +446,14 @@ TEST(ChunkEngineCrashTest, Kill9AtRandomMomentsLeavesOldOrNew) {
   bool written = false;  // whether an earlier attempt found the first round committed
   for (int attempt = 0; attempt < 4; ++attempt) {
     const int first = 100 * (attempt + 1);
-    std::string first_s = std::to_string(first);
-    const char* argv[] = {IOFS_ENGINE_CHILD, dir.path().c_str(), first_s.c_str(), "1000", nullptr};
-    pid_t pid = 0;
-    ASSERT_EQ(posix_spawn(&pid, IOFS_ENGINE_CHILD, nullptr, nullptr, const_cast<char**>(argv), environ), 0);
+    SpawnOptions spawn;
+    spawn.argv = {IOFS_ENGINE_CHILD, dir.path(), std::to_string(first), "1000"};
+    spawn.env = EnvironmentWithout({});
+    spawn.inherit_output = true;
+    Result<std::unique_ptr<SyncChild>> child = SyncChild::Start(spawn);
+    ASSERT_TRUE(child.ok()) << child.status().ToString();
     std::this_thread::sleep_for(std::chrono::milliseconds(150 + 40 * attempt));  // kill "at random"
-    kill(pid, SIGKILL);
-    testing::WaitChild(pid, std::chrono::seconds(30));
+    (*child)->Kill();
     auto engine = OpenOrDie(testing::CrashEngineOptions(dir.path()));
     std::set<uint64_t> versions;
     uint64_t missing = 0;

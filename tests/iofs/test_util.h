@@ -1,5 +1,5 @@
 // Helpers shared by the iofs tests: temp folders on a real filesystem (O_DIRECT needs one; the
-// tests run from the build folder), deterministic chunk contents, and child processes.
+// tests run from the build folder) and deterministic chunk contents.
 #pragma once
 
 #include <signal.h>
@@ -49,23 +49,6 @@ inline std::vector<std::byte> Content(uint64_t id, uint64_t version, size_t leng
     for (size_t j = 0; j < 8 && i + j < length; ++j) out[i + j] = std::byte(v >> (8 * j));
   }
   return out;
-}
-
-// Waits for `pid` to exit until `timeout`; returns its wait status, or -1 on timeout (after
-// which the child is killed).
-inline int WaitChild(pid_t pid, std::chrono::milliseconds timeout) {
-  const auto end = std::chrono::steady_clock::now() + timeout;
-  for (;;) {
-    int status = 0;
-    pid_t r = waitpid(pid, &status, WNOHANG);
-    if (r == pid) return status;
-    if (std::chrono::steady_clock::now() >= end) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      return -1;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
 }
 
 }  // namespace rt::iofs::testing

@@ -10,8 +10,6 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <thread>
-
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -20,9 +18,11 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/fault.h"
+#include "base/subprocess.h"
 #include "ckpt/manifest.h"
 #include "ckpt/reader.h"
 #include "ckpt/storage.h"
@@ -144,23 +144,18 @@ TEST_F(ResumeTest, DistributedRunKilledFromOutsideResumesBitwise) {
                           "parallel.train.before_step=delay:600000@13 " + RINGTRAIN_BIN + " --log-level warn " +
                           Train("run", "tp=2,dp=2,zero=3", 4, 5, false) + " >" +
                           (dir_ / "killed.log").string() + " 2>&1";
-  const pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    setpgid(0, 0);
-    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  setpgid(pid, pid);
+  SpawnOptions spawn;
+  spawn.argv = {"/bin/sh", "-c", cmd};
+  spawn.env = EnvironmentWithout({});
+  Result<std::unique_ptr<SyncChild>> child = SyncChild::Start(spawn);  // its own process group
+  ASSERT_TRUE(child.ok()) << child.status().ToString();
   // Until rank 0 logged step 12 and some checkpoint is committed (at most 120 s).
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
   while (std::chrono::steady_clock::now() < deadline &&
          !(Losses("run").count(12) && std::filesystem::exists(dir_ / "ck/latest")))
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  ASSERT_EQ(kill(-pid, SIGKILL), 0);
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  EXPECT_TRUE(WIFSIGNALED(status)) << ReadAll(dir_ / "killed.log");
+  const ChildExit exit = (*child)->Kill();  // the launcher and every worker at once
+  EXPECT_FALSE(exit.exited) << exit.Describe() << ": " << ReadAll(dir_ / "killed.log");
   ASSERT_EQ(Losses("run").rbegin()->first, 12) << ReadAll(dir_ / "killed.log");
   const Exec resumed = RunRingtrain("", Train("run", "tp=2,dp=2,zero=3", 4, 5, true));
   ASSERT_EQ(resumed.code, 0) << resumed.output;

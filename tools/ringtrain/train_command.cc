@@ -1,24 +1,22 @@
 // `ringtrain train --config FILE [--set key=value ...] [--steps N] [--stop-after N]
-// [--init-from W] [--out W] [--resume]`, or with `--layout L --ranks N` on N local worker processes (parallel/launch.h).
-// [ckpt] dir and every save checkpoints as it trains (parallel/checkpointing.h); --resume starts
-// from the newest committed one in ckpt.dir, whatever layout wrote it. The fault point
-// "parallel.train.before_step" (test builds) is hit before each step.
-#include <chrono>
-#include <cmath>
+// [--init-from W] [--out W] [--resume]`, or with `--layout L --ranks N` on N local worker processes
+// (parallel/launch.h). [ckpt] dir and every save checkpoints as it trains
+// (parallel/checkpointing.h); --resume starts from the newest committed one in ckpt.dir, whatever
+// layout wrote it. The fault point "parallel.train.before_step" (test builds) is hit before each
+// step.
 #include <cstdio>
-#include <fstream>
 #include <memory>
-#include <nlohmann/json.hpp>
 
-#include "base/fault.h"
 #include "base/log.h"
 #include "base/net/auth.h"
 #include "data/data_loader.h"
 #include "data/data_prepare.h"
+#include "data/token_shard.h"
 #include "parallel/checkpointing.h"
 #include "parallel/launch.h"
 #include "parallel/layout.h"
-#include "data/token_shard.h"
+#include "parallel/run_metrics.h"
+#include "parallel/train_loop.h"
 #include "parallel/trainer.h"
 #include "tools/ringtrain/commands.h"
 #include "tools/ringtrain/progress.h"
@@ -54,24 +52,35 @@ Status RunDistributedTrain(const TrainOptions& opt) {
 // The tokenizer a data folder was prepared with, from its vocabulary size.
 std::string TokenizerOfVocab(uint32_t vocab) { return vocab == 256 ? "byte" : "gpt2"; }
 
-// Appends JSON lines to the metrics file, if one is configured.
-class Metrics {
+// The output of `ringtrain train` in one process: the progress (tools/ringtrain/progress.h) and
+// evaluation lines as each step and evaluation ends, and the metrics file.
+class ProgressReporter final : public parallel::TrainLoopReporter {
  public:
-  // Opens `path` (nothing when empty), appending to it when `append` is set.
-  Status Open(const std::string& path, bool append) {
-    if (path.empty()) return Status();
-    out_.open(path, append ? std::ios::app : std::ios::trunc);
-    if (!out_) return ErrnoStatus(errno, "open metrics file '" + path + "'");
-    return Status();
+  // Reports the run of `config`, which must outlive the reporter.
+  explicit ProgressReporter(const RunConfig& config)
+      : config_(config), progress_(config.train.steps, config.train.log_every) {}
+
+  // Opens the metrics file, appending on resume. Errors: RunMetrics::Open's.
+  Status OpenMetrics(bool append) { return metrics_.Open(config_.metrics.path, append); }
+
+  void StepTaken(const parallel::StepReport& r) override {
+    const StepStats& s = r.stats;
+    metrics_.WriteStep(s, r.tokens_per_s, config_.train.precision == "fp16", "");
+    progress_.Step(s.step, s.loss, s.lr, r.tokens_per_s, r.train_seconds, s.skipped);
   }
-  void Write(const nlohmann::ordered_json& line) {
-    if (!out_.is_open()) return;
-    out_ << line.dump() << "\n";
-    out_.flush();
+  void Evaluated(int64_t step, double val_loss) override {
+    char line[128];
+    std::snprintf(line, sizeof(line), "step %lld: val_loss %.4f", static_cast<long long>(step),
+                  val_loss);
+    progress_.Line(line);
+    metrics_.WriteEval(step, val_loss);
   }
+  void Finished() override { progress_.Finish(); }
 
  private:
-  std::ofstream out_;
+  const RunConfig& config_;
+  Progress progress_;
+  parallel::RunMetrics metrics_;
 };
 
 Status RunTrain(const TrainOptions& opt) {
@@ -108,64 +117,19 @@ Status RunTrain(const TrainOptions& opt) {
                      parallel::RunCheckpoints::Create(config, parallel::DescribeLayout({}), nullptr,
                                                       trainer->model().device(), nullptr, storage));
   }
-  if (opt.resume) {
-    ASSIGN_OR_RETURN(TrainerState state, checkpoints->Resume(trainer->Shards()));
-    RETURN_IF_ERROR(trainer->Restore(state));
-    std::printf("resumed from the checkpoint of step %lld in %s\n",
-                static_cast<long long>(state.step), config.ckpt.dir.c_str());
-  }
+  parallel::TrainLoopOptions loop;
+  loop.stop_after = opt.stop_after;
+  if (opt.resume) RETURN_IF_ERROR(parallel::ResumeTraining(config, *trainer, *checkpoints, loop));
   LOG_INFO(
       "model: {} parameters, {} layers, {} channels, {} heads, context {}, vocabulary {} ({}), "
       "precision {}; {} training tokens",
       trainer->model().num_params(), config.model.n_layer, config.model.n_embd, config.model.n_head,
       config.model.seq_len, config.model.vocab_size, tokenizer, config.train.precision,
       train_tokens->size());
-  Metrics metrics;
-  RETURN_IF_ERROR(metrics.Open(config.metrics.path, opt.resume));
-  Progress progress(config.train.steps, config.train.log_every);
-
-  const auto evaluate = [&](int64_t step) -> Status {
-    ASSIGN_OR_RETURN(double val, trainer->Evaluate(val_tokens, config.eval.batches));
-    char line[128];
-    std::snprintf(line, sizeof(line), "step %lld: val_loss %.4f", static_cast<long long>(step),
-                  val);
-    progress.Line(line);
-    metrics.Write({{"step", step}, {"val_loss", val}});
-    return Status();
-  };
-  using Clock = std::chrono::steady_clock;
-  double train_seconds = 0;
-  const int64_t end = parallel::EndStep(config, opt.stop_after);
-  while (trainer->state().step < end) {
-    RETURN_IF_ERROR(RT_FAULT_POINT("parallel.train.before_step"));
-    const auto start = Clock::now();
-    ASSIGN_OR_RETURN(StepStats s, trainer->Step());
-    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    train_seconds += seconds;
-    const double tokens_per_s = static_cast<double>(s.tokens) / seconds;
-    nlohmann::ordered_json line = {{"step", s.step},
-                                   {"loss", s.loss},
-                                   {"lr", s.lr},
-                                   {"tokens_per_s", tokens_per_s},
-                                   {"grad_norm", s.grad_norm},
-                                   {"skipped", s.skipped}};
-    if (config.train.precision == "fp16") line["loss_scale"] = s.loss_scale;
-    if (!std::isfinite(s.grad_norm)) line["grad_norm"] = nullptr;
-    metrics.Write(line);
-    progress.Step(s.step, s.loss, s.lr, tokens_per_s, train_seconds, s.skipped);
-    const bool last = s.step == end;
-    if (config.eval.every > 0 && (s.step % config.eval.every == 0 || last)) {
-      RETURN_IF_ERROR(evaluate(s.step));
-    }
-    if (checkpoints && checkpoints->Due(s.step, last))
-      RETURN_IF_ERROR(checkpoints->Save(s.step, trainer->Shards(), trainer->state()));
-  }
-  progress.Finish();
-  if (checkpoints) RETURN_IF_ERROR(checkpoints->Finish());
-  if (end < config.train.steps)
-    std::printf("stopped after step %lld (--stop-after; train.steps is %lld: --resume "
-                "continues)\n", static_cast<long long>(trainer->state().step),
-                static_cast<long long>(config.train.steps));
+  ProgressReporter reporter(config);
+  RETURN_IF_ERROR(reporter.OpenMetrics(opt.resume));
+  RETURN_IF_ERROR(
+      parallel::RunTrainLoop(config, *trainer, checkpoints.get(), val_tokens, loop, reporter));
   if (!opt.out.empty()) {
     RETURN_IF_ERROR(trainer->Export(opt.out, tokenizer));
     std::printf("wrote %s\n", opt.out.c_str());

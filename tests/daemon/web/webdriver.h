@@ -2,21 +2,18 @@
 // child process and drives a headless Chromium through its HTTP API with base/net's HTTP client.
 #pragma once
 
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
+#include <gtest/gtest.h>
 #include <openssl/evp.h>
+#include <signal.h>
 
 #include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 
-#include <gtest/gtest.h>
-
 #include "base/net/http_client.h"
+#include "base/subprocess.h"
 #include "tests/base/net/loop.h"
 
 namespace rt::web {
@@ -33,20 +30,16 @@ class ChromeDriver {
                                               "127.0.0.1"), 0));
       port_ = probe.local_endpoint().port();
     }
-    const std::string port_flag = "--port=" + std::to_string(port_);
-    char* argv[] = {const_cast<char*>(chromedriver_path.c_str()),
-                    const_cast<char*>(port_flag.c_str()), nullptr};
-    posix_spawnattr_t attr;
-    posix_spawnattr_init(&attr);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
-    posix_spawnattr_setpgroup(&attr, 0);
-    const int spawned = posix_spawn(&pid_, argv[0], nullptr, &attr, argv, environ);
-    posix_spawnattr_destroy(&attr);
-    if (spawned != 0) {
-      error_ = "cannot start " + chromedriver_path + ": " + std::strerror(spawned);
-      pid_ = -1;
+    SpawnOptions spawn;
+    spawn.argv = {chromedriver_path, "--port=" + std::to_string(port_)};
+    spawn.env = EnvironmentWithout({});
+    spawn.inherit_output = true;
+    Result<std::unique_ptr<SyncChild>> driver = SyncChild::Start(spawn);
+    if (!driver.ok()) {
+      error_ = "cannot start " + chromedriver_path + ": " + driver.status().ToString();
       return;
     }
+    driver_ = std::move(*driver);
     // Ready when /status says so.
     const Deadline deadline = Deadline::AfterMs(30'000);
     while (!deadline.Expired()) {
@@ -56,19 +49,11 @@ class ChromeDriver {
     }
     error_ = "chromedriver on port " + std::to_string(port_) + " not ready within 30 s";
   }
+  // SIGTERM to chromedriver's group (its browsers too), SIGKILL after 10 s.
   ~ChromeDriver() {
-    if (pid_ <= 0) return;
-    kill(-pid_, SIGTERM);
-    int status = 0;
-    const Deadline deadline = Deadline::AfterMs(10'000);
-    while (waitpid(pid_, &status, WNOHANG) == 0) {
-      if (deadline.Expired()) {
-        kill(-pid_, SIGKILL);
-        waitpid(pid_, &status, 0);
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
+    if (!driver_) return;
+    (void)driver_->Signal(SIGTERM);
+    if (!driver_->WaitExit(Deadline::AfterMs(10'000))) driver_->Kill();
   }
   bool ok() const { return error_.empty(); }
   const std::string& error() const { return error_; }
@@ -94,7 +79,7 @@ class ChromeDriver {
  private:
   net::Loop& loop_;
   uint16_t port_ = 0;
-  pid_t pid_ = -1;
+  std::unique_ptr<SyncChild> driver_;
   std::string error_;
 };
 

@@ -1,0 +1,91 @@
+// The training loop of every run, written once: `ringtrain train` in one process, and each
+// worker of `ringtrain train --layout`, `ringtrain_dist` and the daemon (parallel/launch.h). It
+// steps a TrainingEngine until the run's end, evaluating every eval.every steps and after the
+// last, saving checkpoints when due (parallel/checkpointing.h: failed saves,
+// ckpt.max_failed_saves), stopping early after --stop-after or a planned stop, and tells a
+// TrainLoopReporter what happened at fixed points of each step (the callers differ only in what
+// they print). The fault point "parallel.train.before_step" (test builds) is hit before each step.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "parallel/config.h"
+#include "parallel/trainer.h"
+#include "parallel/training_engine.h"
+
+namespace rt::parallel {
+
+class RunCheckpoints;
+
+// One step as the loop saw it.
+struct StepReport {
+  StepStats stats;           // what the engine's Step returned
+  double seconds = 0;        // the Step call's wall time
+  double tokens_per_s = 0;   // stats.tokens over `seconds`
+  double train_seconds = 0;  // the wall time of this run's Step calls so far, this one included
+  bool last = false;         // the run's last step (train.steps or --stop-after)
+  std::optional<double> val_loss;  // the evaluation after this step (in StepSaved; when due)
+};
+
+// What a caller reports as its run trains: each method is called on the loop's thread at its
+// point of the step. The defaults do nothing.
+class TrainLoopReporter {
+ public:
+  virtual ~TrainLoopReporter() = default;
+  // Right after the step, before its evaluation and saves (`report.val_loss` is empty).
+  virtual void StepTaken(const StepReport& /*report*/) {}
+  // Right after the evaluation due after step `step`.
+  virtual void Evaluated(int64_t /*step*/, double /*val_loss*/) {}
+  // After the step, its evaluation and the saves due after it. A save first waits for the one
+  // before to commit, so when every step is saved a step is reported here only once the one
+  // before it is saved.
+  virtual void StepSaved(const StepReport& /*report*/) {}
+  // After the last step (not after a planned stop), before the checkpoints finish.
+  virtual void Finished() {}
+};
+
+// How a run ends, and what the loop prints.
+struct TrainLoopOptions {
+  // When ≥ 1: stop after this step (train.steps stays the schedule's), see EndStep.
+  int64_t stop_after = -1;
+  // Whether this process prints the loop's lines ("stopped after step ..."): rank 0 only.
+  bool print = true;
+  // What the loop's lines start with ("" for `ringtrain train`, "ringtrain_dist: " for workers).
+  std::string prefix;
+  // A planned stop (parallel/launch.h DistTrainOptions::stop_at): called after each step but
+  // the last; the ranks agree on the smallest answer (a min all-reduce through the
+  // checkpoints), and once it is at or below the step just done every rank saves that step's
+  // checkpoint synchronously, calls `on_stopped` and the loop returns OK. Needs checkpoints that
+  // save (ckpt.every > 0). Empty = never (and no extra collective).
+  std::function<int64_t()> stop_at;
+  // Called on every rank after a planned stop's checkpoint of `step` finished.
+  std::function<void(int64_t step)> on_stopped;
+};
+
+// The step a run ends after: train.steps, or `stop_after` when it is ≥ 1 and smaller.
+int64_t EndStep(const RunConfig& config, int64_t stop_after);
+
+// Continues `engine` (created with WeightInit::kForLoad) from the newest committed checkpoint of
+// `checkpoints` (RunCheckpoints::Resume, collective with a world) and, with options.print, says
+// which ("resumed from the checkpoint of step N in DIR"). Errors: those of Resume and Restore.
+Status ResumeTraining(const RunConfig& config, TrainingEngine& engine, RunCheckpoints& checkpoints,
+                      const TrainLoopOptions& options);
+
+// Trains `engine` from its state's step to EndStep(config, options.stop_after): before each
+// step the fault point; after it, an evaluation over `val_tokens` (eval.batches batches) when
+// eval.every > 0 and the step is a multiple of it or the last; then the checkpoint saves due
+// (with `checkpoints`, which may be null: none). After the last step the checkpoints finish
+// and, for --stop-after, the loop says that --resume continues. Errors: the first failure of
+// the fault point, the engine, the evaluation, the checkpoints (a failed save is dropped unless
+// ckpt.max_failed_saves were in a row) and the planned stop's collective.
+Status RunTrainLoop(const RunConfig& config, TrainingEngine& engine, RunCheckpoints* checkpoints,
+                    std::shared_ptr<const std::vector<uint16_t>> val_tokens,
+                    const TrainLoopOptions& options, TrainLoopReporter& reporter);
+
+}  // namespace rt::parallel

@@ -1,0 +1,164 @@
+// The training loop (parallel/train_loop.h) over the real single-process Trainer and real
+// checkpoints in a folder: what it reports at which point of which step, which evaluations and
+// saves it makes, and --stop-after, each against a plain loop over a second Trainer (the
+// reference) and the cadence formulas of the run config.
+#include "parallel/train_loop.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "ckpt/catalog.h"
+#include "ckpt/storage.h"
+#include "parallel/checkpointing.h"
+#include "parallel/layout.h"
+#include "tests/parallel/test_util.h"
+
+namespace rt::parallel {
+namespace {
+
+using rt::testing::PatternTokens;
+using rt::testing::TinyConfig;
+
+// One reporter call, as "taken 3 loss=…", "eval 3 val=…", "saved 3 val=…" or "finished".
+class RecordingReporter final : public TrainLoopReporter {
+ public:
+  void StepTaken(const StepReport& r) override {
+    events.push_back("taken " + std::to_string(r.stats.step) + Last(r));
+    losses.push_back(r.stats.loss);
+    EXPECT_FALSE(r.val_loss.has_value());
+  }
+  void Evaluated(int64_t step, double val_loss) override {
+    events.push_back("eval " + std::to_string(step));
+    val_losses.push_back(val_loss);
+  }
+  void StepSaved(const StepReport& r) override {
+    events.push_back("saved " + std::to_string(r.stats.step) + Last(r) +
+                     (r.val_loss ? " val" : ""));
+  }
+  void Finished() override { events.push_back("finished"); }
+
+  std::vector<std::string> events;
+  std::vector<double> losses, val_losses;
+
+ private:
+  static std::string Last(const StepReport& r) { return r.last ? " last" : ""; }
+};
+
+// The tiny config over `steps` steps, evaluating every 3 and saving every 2 into `dir` (every
+// checkpoint kept).
+RunConfig LoopConfig(int64_t steps, const std::string& dir) {
+  RunConfig c = TinyConfig();
+  c.train.steps = steps;
+  c.eval.every = 3;
+  c.eval.batches = 1;
+  c.ckpt.dir = dir;
+  c.ckpt.every = 2;
+  c.ckpt.keep = 100;
+  return c;
+}
+
+// What RunTrainLoop should report for steps 1..`end` of `config`: the formulas of eval.every
+// (and the last step) for evaluations.
+std::vector<std::string> ExpectedEvents(const RunConfig& config, int64_t end) {
+  std::vector<std::string> e;
+  for (int64_t s = 1; s <= end; ++s) {
+    const std::string last = s == end ? " last" : "";
+    const bool eval = s % config.eval.every == 0 || s == end;
+    e.push_back("taken " + std::to_string(s) + last);
+    if (eval) e.push_back("eval " + std::to_string(s));
+    e.push_back("saved " + std::to_string(s) + last + (eval ? " val" : ""));
+  }
+  e.push_back("finished");
+  return e;
+}
+
+class TrainLoopTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = ::testing::TempDir() + "/train_loop_" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  // Runs the loop over a fresh Trainer of `config` with checkpoints, stopping after
+  // `stop_after`; returns what it reported.
+  RecordingReporter RunLoop(const RunConfig& config, int64_t stop_after) {
+    RecordingReporter reporter;
+    Result<std::unique_ptr<Trainer>> trainer = Trainer::Create(config, tokens_, "");
+    EXPECT_TRUE(trainer.ok()) << trainer.status().ToString();
+    if (!trainer.ok()) return reporter;
+    Result<std::unique_ptr<RunCheckpoints>> checkpoints =
+        RunCheckpoints::Create(config, DescribeLayout({}), nullptr, (*trainer)->model().device());
+    EXPECT_TRUE(checkpoints.ok()) << checkpoints.status().ToString();
+    if (!checkpoints.ok()) return reporter;
+    TrainLoopOptions options;
+    options.stop_after = stop_after;
+    options.print = false;
+    const Status s = RunTrainLoop(config, **trainer, checkpoints->get(), val_, options, reporter);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    EXPECT_EQ((*trainer)->state().step, EndStep(config, stop_after));
+    return reporter;
+  }
+
+  // The reference: `steps` plain steps of a fresh Trainer, evaluated after every third and the
+  // last; fills the losses and validation losses.
+  void Reference(const RunConfig& config, int64_t steps, std::vector<double>* losses,
+                 std::vector<double>* val_losses) {
+    Result<std::unique_ptr<Trainer>> trainer = Trainer::Create(config, tokens_, "");
+    ASSERT_TRUE(trainer.ok()) << trainer.status().ToString();
+    for (int64_t s = 1; s <= steps; ++s) {
+      Result<StepStats> stats = (*trainer)->Step();
+      ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+      losses->push_back(stats->loss);
+      if (s % config.eval.every != 0 && s != steps) continue;
+      Result<double> val = (*trainer)->Evaluate(val_, config.eval.batches);
+      ASSERT_TRUE(val.ok()) << val.status().ToString();
+      val_losses->push_back(*val);
+    }
+  }
+
+  // The committed checkpoints in the run's folder, newest first.
+  std::vector<int64_t> Committed() {
+    Result<std::shared_ptr<ckpt::Storage>> storage = ckpt::OpenStorage(dir_);
+    EXPECT_TRUE(storage.ok()) << storage.status().ToString();
+    if (!storage.ok()) return {};
+    Result<std::vector<int64_t>> steps = ckpt::ListCommitted(**storage);
+    EXPECT_TRUE(steps.ok()) << steps.status().ToString();
+    return steps.ok() ? *steps : std::vector<int64_t>();
+  }
+
+  std::string dir_;
+  std::shared_ptr<const std::vector<uint16_t>> tokens_ = PatternTokens(4000, 97, 5);
+  std::shared_ptr<const std::vector<uint16_t>> val_ = PatternTokens(1000, 89, 6);
+};
+
+TEST_F(TrainLoopTest, ReportsEvaluatesAndSavesOnTheConfiguredSteps) {
+  const RunConfig config = LoopConfig(7, dir_);
+  const RecordingReporter got = RunLoop(config, -1);
+  EXPECT_EQ(got.events, ExpectedEvents(config, 7));
+  std::vector<double> losses, val_losses;
+  Reference(config, 7, &losses, &val_losses);
+  EXPECT_EQ(got.losses, losses);
+  EXPECT_EQ(got.val_losses, val_losses);
+  // Every ckpt.every steps and after the last.
+  EXPECT_EQ(Committed(), (std::vector<int64_t>{7, 6, 4, 2}));
+}
+
+TEST_F(TrainLoopTest, StopAfterEndsAtThatStepWithItsEvaluationAndCheckpoint) {
+  const RunConfig config = LoopConfig(7, dir_);
+  const RecordingReporter got = RunLoop(config, 5);
+  EXPECT_EQ(got.events, ExpectedEvents(config, 5));
+  std::vector<double> losses, val_losses;
+  Reference(config, 5, &losses, &val_losses);
+  EXPECT_EQ(got.losses, losses);
+  EXPECT_EQ(got.val_losses, val_losses);
+  EXPECT_EQ(Committed(), (std::vector<int64_t>{5, 4, 2}));
+}
+
+}  // namespace
+}  // namespace rt::parallel
