@@ -29,7 +29,7 @@ inline constexpr uint16_t kCtlDrain = 0x0E05;    // {node, undrain} → {}
 inline constexpr uint16_t kCtlCheckpoint = 0x0E06;   // {} → {step, uri}
 inline constexpr uint16_t kCtlCheckpoints = 0x0E07;  // {} → {job, uri, checkpoints: [...]}
 inline constexpr uint16_t kWorkerWatch = 0x0E10;   // {generation, rank, pid} → {} when told
-// {generation, rank, step, loss, ..., stopped_at?} → {stop_at?}
+// {generation, rank, step, loss, ..., stopped_at? | finished_at?} → {stop_at?}
 inline constexpr uint16_t kWorkerReport = 0x0E11;
 
 // Largest JSON payload a request or response may have.

@@ -331,6 +331,10 @@ asio::awaitable<Result<Json>> Node::HandleWorkerReport(Json r) {
     CO_RETURN_IF_ERROR(co_await RecordCommitted(generation, step));
     co_return Json::object();
   }
+  if (r.contains("finished_at")) {  // rank 0's last word: the job's final step
+    CO_ASSIGN_OR_RETURN(last_step_, IntField(r, "finished_at", 0, INT64_MAX, "report"));
+    co_return Json::object();
+  }
   Progress p;
   p.generation = generation;
   CO_ASSIGN_OR_RETURN(p.step, IntField(r, "step", 0, INT64_MAX, "report"));

@@ -23,6 +23,7 @@
 #include "daemon/snapshot_storage.h"
 #include "ckpt/catalog.h"
 #include "parallel/config.h"
+#include "parallel/train_loop.h"
 #include "parallel/trainer.h"
 
 namespace rt::daemon {
@@ -99,20 +100,30 @@ class DaemonLink {
 
   // Tells the daemon that the ranks stopped after `step` with its checkpoint committed, and waits
   // for the answer. Errors: those of the call.
-  Status ReportStopped(int64_t step) {
+  Status ReportStopped(int64_t step) { return ReportEnd("stopped_at", step, "report the stop"); }
+
+  // Tells the daemon that the run finished at `step` (its last step: the progress reports are
+  // fire and forget, and a generation that resumed at the end reports none), and waits for the
+  // answer. Errors: those of the call.
+  Status ReportFinished(int64_t step) {
+    return ReportEnd("finished_at", step, "report the end of the run");
+  }
+
+ private:
+  // Sends {generation, rank, step, `key`: step} and waits for the answer.
+  Status ReportEnd(const char* key, int64_t step, const char* what) {
     const Json report = {{"generation", options_.generation},
                          {"rank", options_.train.rank},
                          {"step", step},
-                         {"stopped_at", step}};
+                         {key, step}};
     auto call = [this, report]() -> asio::awaitable<Status> {
       Result<Json> r = co_await CallJson(*client_, kWorkerReport, report,
                                          Deadline::After(kStoppedReportTimeout));
       co_return r.status();
     };
-    return asio::co_spawn(io_, call, asio::use_future).get().WithContext("report the stop");
+    return asio::co_spawn(io_, call, asio::use_future).get().WithContext(what);
   }
 
- private:
   // Long-polls the daemon; any answer but "keep waiting" ends the process.
   asio::awaitable<void> Watch() {
     const Json request = {{"generation", options_.generation},
@@ -209,7 +220,10 @@ Status RunWorker(WorkerOptions options, const std::string& executable) {
     };
   }
   RETURN_IF_ERROR(parallel::RunDistributedTrain(options.train, executable));
-  if (!stopped) return Status();
+  if (!stopped) {
+    if (options.train.rank != 0) return Status();
+    return link.ReportFinished(parallel::EndStep(config, options.train.stop_after));
+  }
   RETURN_IF_ERROR(report_status);
   LOG_INFO("worker: generation {} rank {} stopped after step {} for a planned change",
            options.generation, options.train.rank, *stopped);

@@ -218,6 +218,19 @@ Result<bool> RunCheckpoints::SettleMemory() {
   return failed_on < (world_ != nullptr ? world_->size() : 1);
 }
 
+Status RunCheckpoints::SaveLast(int64_t step, const ckpt::StateShards& shards,
+                                const TrainerState& state) {
+  if (writer_ == nullptr || state.step != step) return Status();
+  const bool missing = newest_committed_ < step && durable_step_ < step;
+  ASSIGN_OR_RETURN(const int64_t any, Reduce(missing ? 1 : 0, comm::ReduceOp::kMax));
+  if (any == 0) return Status();
+  LOG_INFO("checkpoint step {}: the run's last step has no checkpoint in {} (resumed at the end "
+           "from a memory snapshot); saving it", step, storage_->uri());
+  durable_due_ = true;
+  memory_due_ = false;
+  return Save(step, shards, state);
+}
+
 Status RunCheckpoints::Finish() {
   RETURN_IF_ERROR(SettleMemory().status());
   if (writer_ == nullptr || !durable_pending_.active) return Status();

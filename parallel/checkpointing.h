@@ -65,6 +65,13 @@ class RunCheckpoints {
   // steps and the last cause); those of comm.
   Status Save(int64_t step, const ckpt::StateShards& shards, const TrainerState& state);
 
+  // Saves the checkpoint of `step`, the run's last, when ckpt.dir holds none of it and no save
+  // of it started: a run that resumed at its last step from a memory snapshot trains no step, so
+  // the loop saved nothing, yet a finished run must end with its final state durable.
+  // Collective with a world (the ranks agree by a max all-reduce). Nothing to do with
+  // ckpt.every = 0 or when `state` is not at `step`. Errors: those of Save.
+  Status SaveLast(int64_t step, const ckpt::StateShards& shards, const TrainerState& state);
+
   // Waits for the running saves and settles them (collective with a world). Errors: the failure
   // of the last checkpoint save, which leaves the end of the run without its checkpoint
   // (FailedPrecondition naming the step, the failing rank and the newest complete checkpoint);

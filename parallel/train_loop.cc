@@ -75,7 +75,10 @@ Status RunTrainLoop(const RunConfig& config, TrainingEngine& engine, RunCheckpoi
     if (stop_at <= step) return StopAsPlanned(*checkpoints, engine, step, stop_at, options);
   }
   reporter.Finished();
-  if (checkpoints) RETURN_IF_ERROR(checkpoints->Finish());
+  if (checkpoints) {
+    RETURN_IF_ERROR(checkpoints->SaveLast(end, engine.Shards(), engine.state()));
+    RETURN_IF_ERROR(checkpoints->Finish());
+  }
   if (options.print && end < config.train.steps)
     std::printf(
         "%sstopped after step %lld (--stop-after; train.steps is %lld: --resume "

@@ -30,12 +30,13 @@ struct DaemonKillCost {
 
 class MemoryTierCluster : public LocalCluster {
  protected:
-  // The job: config tiny, tp=2, a checkpoint every 20 steps, then `extra` lines of [ckpt].
-  std::string JobFile(const std::string& extra) {
+  // The job: config tiny, tp=2, `steps` steps, a checkpoint every 20, then `extra` lines of
+  // [ckpt].
+  std::string JobFile(const std::string& extra, int64_t steps = 1000000) {
     const std::string path = (dir_ / "job.toml").string();
     std::ofstream(path) << "[job]\nname = \"tiny\"\n[elastic]\ntp = 2\nmin_nodes = 1\n"
                         << "[model]\nn_layer = 2\nn_embd = 64\nn_head = 4\nseq_len = 32\n"
-                        << "[train]\nbatch_size = 12\nsteps = 1000000\nlog_every = 1000\n"
+                        << "[train]\nbatch_size = 12\nsteps = " << steps << "\nlog_every = 1000\n"
                         << "[data]\ndir = \"" << (dir_ / "data").string() << "\"\n"
                         << "[eval]\nevery = 0\n"
                         << "[metrics]\npath = \"" << (dir_ / "metrics.jsonl").string() << "\"\n"
@@ -289,6 +290,41 @@ TEST_F(MemoryTierCluster, TwoNodesAndAWitnessSurviveTheLossOfOne) {
   EXPECT_TRUE(from_memory) << Logs();
   ProcessOutcome stopped = Ctl({"stop"});
   EXPECT_EQ(stopped.exit_code, 0) << stopped.output;
+}
+
+// Rank 0 dies (a fault point: kill -9 of itself) in the data write of the final step's durable
+// checkpoint, after that step's memory snapshot committed (the durable save waits 3 s first):
+// the next generation resumes from the snapshot at the last step and trains none. It must still
+// leave the final checkpoint in ckpt.dir, and the job must be recorded finished at its last
+// step — before, the run ended with ckpt.dir one save behind and the job "finished" at the last
+// step a fire-and-forget progress report had delivered.
+TEST_F(MemoryTierCluster, ARunThatEndsOnAMemorySnapshotSavesItsLastCheckpointDurably) {
+  const std::vector<std::string> faults = {
+      "RINGTRAIN_FAULTS_RANK=0",
+      "RINGTRAIN_FAULTS=ckpt.save.before_data=delay:3000,ckpt.save.after_data=crash@2"};
+  for (int id = 1; id <= 3; ++id) StartNode(id, 2, "", faults);
+  WaitFor(1, "a view of 3 members", [](const Json& s) { return Members(s) == 3; });
+  ProcessOutcome submitted = Ctl({"submit", JobFile("memory_every = 1\n", 40)});
+  ASSERT_EQ(submitted.exit_code, 0) << submitted.output;
+  const Json s = WaitFor(1, "the job finished", [](const Json& s) {
+    return s.contains("job") && s["job"]["desire"] == "finished";
+  });
+  EXPECT_EQ(s["job"]["finished_step"].get<int64_t>(), 40) << s.dump();
+  auto durable = ckpt::OpenStorage((dir_ / "ckpt").string());
+  ASSERT_TRUE(durable.ok()) << durable.status().ToString();
+  auto committed = ckpt::ListCommitted(**durable);
+  ASSERT_TRUE(committed.ok()) << committed.status().ToString();
+  ASSERT_FALSE(committed->empty());
+  EXPECT_EQ(committed->front(), 40) << Logs();
+  // The path under test was taken: some rank 0 resumed from the memory snapshot of step 40.
+  bool resumed_at_end = false;
+  for (auto& entry : std::filesystem::recursive_directory_iterator(dir_)) {
+    if (entry.path().filename() != "rank-0.log") continue;
+    std::ifstream in(entry.path());
+    const std::string text((std::istreambuf_iterator<char>(in)), {});
+    resumed_at_end |= text.find("resuming from memory snapshot 40 ") != std::string::npos;
+  }
+  EXPECT_TRUE(resumed_at_end) << Logs();
 }
 
 }  // namespace
