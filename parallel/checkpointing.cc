@@ -336,6 +336,8 @@ Result<TrainerState> RunCheckpoints::Resume(const ckpt::StateShards& dest) {
     }
     ASSIGN_OR_RETURN(const int64_t all_ok, Reduce(s.ok() ? 1 : 0, comm::ReduceOp::kMin));
     if (all_ok == 1) {
+      resumed_from_ = (from_memory ? "memory snapshot of step " : "checkpoint of step ") +
+                      std::to_string(step) + " in " + (from_memory ? memory_->uri() : where);
       if (!listed->empty()) newest_committed_ = listed->front();
       // Durable saves resume after the newest committed checkpoint this resume passed over.
       for (int64_t durable : *listed)

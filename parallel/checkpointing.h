@@ -89,6 +89,10 @@ class RunCheckpoints {
   // (with the step) when none loads; those of comm.
   Result<TrainerState> Resume(const ckpt::StateShards& dest);
 
+  // What the last Resume loaded: "checkpoint of step N in URI" or "memory snapshot of step N in
+  // URI"; empty before.
+  const std::string& resumed_from() const { return resumed_from_; }
+
   // Whether Save works (ckpt.every > 0).
   bool saves() const { return writer_ != nullptr; }
   // The step of the newest checkpoint (not memory snapshot) Save started; -1 before any.
@@ -145,6 +149,7 @@ class RunCheckpoints {
   PendingSave durable_pending_, memory_pending_;
   int64_t newest_committed_ = -1;  // newest committed checkpoint in ckpt.dir known; -1 none
   int64_t failed_saves_ = 0;       // failed checkpoint saves of this run
+  std::string resumed_from_;       // resumed_from()
   std::vector<int64_t> failed_in_a_row_;  // steps of the consecutive failed saves up to now
   std::string last_failure_;       // how the last failed save failed (for the policy's error)
 };

@@ -175,7 +175,7 @@ Status RunWorker(const DistTrainOptions& o) {
   loop.prefix = "ringtrain_dist: ";
   loop.stop_at = o.stop_at;
   loop.on_stopped = o.on_stopped;
-  if (o.resume) RETURN_IF_ERROR(ResumeTraining(config, *engine, *checkpoints, loop));
+  if (o.resume) RETURN_IF_ERROR(ResumeTraining(*engine, *checkpoints, loop));
   WorkerReporter reporter(config, o, lead);
   if (lead) {
     std::printf("ringtrain_dist: %s on %d ranks, %lld steps\n", DescribeLayout(layout).c_str(),

@@ -33,13 +33,13 @@ int64_t EndStep(const RunConfig& config, int64_t stop_after) {
   return stop_after >= 1 ? std::min(stop_after, config.train.steps) : config.train.steps;
 }
 
-Status ResumeTraining(const RunConfig& config, TrainingEngine& engine, RunCheckpoints& checkpoints,
+Status ResumeTraining(TrainingEngine& engine, RunCheckpoints& checkpoints,
                       const TrainLoopOptions& options) {
   ASSIGN_OR_RETURN(TrainerState state, checkpoints.Resume(engine.Shards()));
   RETURN_IF_ERROR(engine.Restore(state));
   if (options.print)
-    std::printf("%sresumed from the checkpoint of step %lld in %s\n", options.prefix.c_str(),
-                static_cast<long long>(state.step), config.ckpt.dir.c_str());
+    std::printf("%sresumed from the %s\n", options.prefix.c_str(),
+                checkpoints.resumed_from().c_str());
   return Status();
 }
 

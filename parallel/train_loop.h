@@ -73,8 +73,9 @@ int64_t EndStep(const RunConfig& config, int64_t stop_after);
 
 // Continues `engine` (created with WeightInit::kForLoad) from the newest committed checkpoint of
 // `checkpoints` (RunCheckpoints::Resume, collective with a world) and, with options.print, says
-// which ("resumed from the checkpoint of step N in DIR"). Errors: those of Resume and Restore.
-Status ResumeTraining(const RunConfig& config, TrainingEngine& engine, RunCheckpoints& checkpoints,
+// which ("resumed from the checkpoint of step N in DIR", or "the memory snapshot of step N in
+// memtier://..."). Errors: those of Resume and Restore.
+Status ResumeTraining(TrainingEngine& engine, RunCheckpoints& checkpoints,
                       const TrainLoopOptions& options);
 
 // Trains `engine` from its state's step to EndStep(config, options.stop_after): before each

@@ -98,11 +98,26 @@ TEST(ChaosCampaignTest, SigtermRemovesTheNamespacesTheBridgeAndTheMount) {
     Result<ProcessOutcome> r = RunProcess(args, EnvironmentWithout({}), Deadline::AfterMs(15'000));
     return r.ok() && r->exited && r->exit_code == 0 ? r->output : std::string();
   };
+  // The ringtraind processes in the last node's namespace (not the short-lived `ip -n` commands
+  // that set the namespace up, which also show in `ip netns pids` while they run).
+  auto daemons_in_last = [&] {
+    std::vector<pid_t> out;
+    std::istringstream pids(ip({"netns", "pids", "rtc-" + tag + "-4"}));
+    for (pid_t pid = 0; pids >> pid;) {
+      std::ifstream comm("/proc/" + std::to_string(pid) + "/comm");
+      std::string name;
+      if (std::getline(comm, name) && name == "ringtraind") out.push_back(pid);
+    }
+    return out;
+  };
   // Until a daemon runs in the last node's namespace.
   const Deadline started = Deadline::AfterMs(120'000);
-  while (ip({"netns", "pids", "rtc-" + tag + "-4"}).empty() && !started.Expired())
+  std::vector<pid_t> daemons = daemons_in_last();
+  while (daemons.empty() && !started.Expired()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  ASSERT_FALSE(ip({"netns", "pids", "rtc-" + tag + "-4"}).empty()) << "no daemon started";
+    daemons = daemons_in_last();
+  }
+  ASSERT_FALSE(daemons.empty()) << "no daemon started";
   EXPECT_NE(ip({"netns", "list"}).find("rtc-" + tag + "-1"), std::string::npos);
   EXPECT_NE(ip({"-o", "link", "show"}).find("rtcb" + tag), std::string::npos);
   auto mounted = [&] {
@@ -111,9 +126,6 @@ TEST(ChaosCampaignTest, SigtermRemovesTheNamespacesTheBridgeAndTheMount) {
     return all.find(dir + "/ckpt") != std::string::npos;
   };
   EXPECT_TRUE(mounted());
-  std::vector<pid_t> daemons;
-  std::istringstream pids(ip({"netns", "pids", "rtc-" + tag + "-4"}));
-  for (pid_t pid = 0; pids >> pid;) daemons.push_back(pid);
   ASSERT_TRUE((*chaos)->Signal(SIGTERM).ok());
   const std::optional<ChildExit> exit = (*chaos)->WaitExit(Deadline::AfterMs(60'000));
   ASSERT_TRUE(exit.has_value()) << "ringchaos did not exit after SIGTERM";

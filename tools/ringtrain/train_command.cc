@@ -119,7 +119,7 @@ Status RunTrain(const TrainOptions& opt) {
   }
   parallel::TrainLoopOptions loop;
   loop.stop_after = opt.stop_after;
-  if (opt.resume) RETURN_IF_ERROR(parallel::ResumeTraining(config, *trainer, *checkpoints, loop));
+  if (opt.resume) RETURN_IF_ERROR(parallel::ResumeTraining(*trainer, *checkpoints, loop));
   LOG_INFO(
       "model: {} parameters, {} layers, {} channels, {} heads, context {}, vocabulary {} ({}), "
       "precision {}; {} training tokens",
