@@ -52,6 +52,17 @@ class MemoryTierCluster : public LocalCluster {
                                         int victim = 3,
                                         std::map<int, std::vector<std::string>> env = {});
 
+  // Whether any rank 0's log (of any generation) holds `text`.
+  bool SomeRankZeroLogSays(const std::string& text) const {
+    for (auto& entry : std::filesystem::recursive_directory_iterator(dir_)) {
+      if (entry.path().filename() != "rank-0.log") continue;
+      std::ifstream in(entry.path());
+      const std::string log((std::istreambuf_iterator<char>(in)), {});
+      if (log.find(text) != std::string::npos) return true;
+    }
+    return false;
+  }
+
   // The steps one generation's rank 0 wrote to the metrics file: first..last.
   struct Segment {
     std::string generation;
@@ -194,12 +205,7 @@ DaemonKillCost MemoryTierCluster::KillADaemonAfterStep25(
       cost.lost = std::atoll(line.c_str() + at + 11);
     }
   }
-  for (auto& entry : std::filesystem::recursive_directory_iterator(dir_)) {
-    if (entry.path().filename() != "rank-0.log") continue;
-    std::ifstream in(entry.path());
-    const std::string text((std::istreambuf_iterator<char>(in)), {});
-    cost.from_memory |= text.find("resuming from memory snapshot") != std::string::npos;
-  }
+  cost.from_memory = SomeRankZeroLogSays("resuming from memory snapshot");
   std::printf("%s: kill -9 of a daemon after step %lld: %.2f s until a step of generation %s "
               "was seen; %s\n", memory_tier ? "memory tier" : "durable only",
               static_cast<long long>(step_before), cost.seconds, Generation(s).c_str(),
@@ -280,14 +286,7 @@ TEST_F(MemoryTierCluster, TwoNodesAndAWitnessSurviveTheLossOfOne) {
            WorkerPids(s, 1).size() == 2;
   });
   EXPECT_TRUE(WorkerPids(s, 3).empty()) << s.dump();
-  bool from_memory = false;
-  for (auto& entry : std::filesystem::recursive_directory_iterator(dir_)) {
-    if (entry.path().filename() != "rank-0.log") continue;
-    std::ifstream in(entry.path());
-    const std::string text((std::istreambuf_iterator<char>(in)), {});
-    from_memory |= text.find("resuming from memory snapshot") != std::string::npos;
-  }
-  EXPECT_TRUE(from_memory) << Logs();
+  EXPECT_TRUE(SomeRankZeroLogSays("resuming from memory snapshot")) << Logs();
   ProcessOutcome stopped = Ctl({"stop"});
   EXPECT_EQ(stopped.exit_code, 0) << stopped.output;
 }
@@ -317,14 +316,7 @@ TEST_F(MemoryTierCluster, ARunThatEndsOnAMemorySnapshotSavesItsLastCheckpointDur
   ASSERT_FALSE(committed->empty());
   EXPECT_EQ(committed->front(), 40) << Logs();
   // The path under test was taken: some rank 0 resumed from the memory snapshot of step 40.
-  bool resumed_at_end = false;
-  for (auto& entry : std::filesystem::recursive_directory_iterator(dir_)) {
-    if (entry.path().filename() != "rank-0.log") continue;
-    std::ifstream in(entry.path());
-    const std::string text((std::istreambuf_iterator<char>(in)), {});
-    resumed_at_end |= text.find("resuming from memory snapshot 40 ") != std::string::npos;
-  }
-  EXPECT_TRUE(resumed_at_end) << Logs();
+  EXPECT_TRUE(SomeRankZeroLogSays("resuming from memory snapshot 40 ")) << Logs();
 }
 
 }  // namespace
