@@ -267,6 +267,7 @@ Status Node::SpawnWorker(const elastic::JobPlan& plan, int rank, const Generatio
             "--layout", parallel::DescribeLayout(plan.layout),
             "--ranks", std::to_string(plan.layout.world()),
             "--rank", std::to_string(rank),
+            "--gpu", std::to_string(worker->slot),
             "--store", rendezvous,
             "--job", "gen-" + key.ToString()};
   if (!config_.secret_file.empty()) o.argv.insert(o.argv.end(), {"--secret-file", config_.secret_file});

@@ -43,20 +43,36 @@ Result<std::pair<std::string, uint16_t>> ParseHostPort(const std::string& s) {
   return std::make_pair(s.substr(0, colon), static_cast<uint16_t>(port));
 }
 
-// train.device = "cuda": one GPU per rank (every rank is local: device = rank). Checks that this
-// machine has `ranks` devices and, for a worker (rank ≥ 0), makes device `rank` its current one.
-Status SelectRankGpu(int rank, int ranks) {
+// train.device = "cuda" for the launcher: one GPU per rank, every rank on this machine. Checks
+// that the machine has `ranks` devices before any worker starts.
+Status CheckLocalGpus(int ranks) {
 #if defined(RINGTRAIN_WITH_CUDA)
   ASSIGN_OR_RETURN(const int devices, CudaDeviceCount());
   if (devices < ranks)
     return InvalidArgument("train.device = \"cuda\" with --ranks " + std::to_string(ranks) +
                            " needs one GPU per rank, but this machine has " +
                            std::to_string(devices) + " (NCCL refuses two ranks on one GPU)");
-  if (rank >= 0) RETURN_IF_ERROR(SetCudaDevice(rank).WithContext("select the rank's GPU"));
   return Status();
 #else
-  (void)rank;
   (void)ranks;
+  return Unimplemented("train.device = \"cuda\": no CUDA backend in this build (configure with "
+                       "-DRINGTRAIN_CUDA=ON)");
+#endif
+}
+
+// train.device = "cuda" for a worker: makes WorkerGpu(o) its current device, after checking
+// that this machine has it.
+Status SelectWorkerGpu(const DistTrainOptions& o) {
+#if defined(RINGTRAIN_WITH_CUDA)
+  const int gpu = WorkerGpu(o);
+  ASSIGN_OR_RETURN(const int devices, CudaDeviceCount());
+  if (gpu >= devices)
+    return InvalidArgument("train.device = \"cuda\": rank " + std::to_string(o.rank) +
+                           " computes on GPU " + std::to_string(gpu) + ", but this machine has " +
+                           std::to_string(devices) + " (one GPU per rank or slot)");
+  return SetCudaDevice(gpu).WithContext("select GPU " + std::to_string(gpu));
+#else
+  (void)o;
   return Unimplemented("train.device = \"cuda\": no CUDA backend in this build (configure with "
                        "-DRINGTRAIN_CUDA=ON)");
 #endif
@@ -142,7 +158,7 @@ Status RunWorker(const DistTrainOptions& o) {
   ASSIGN_OR_RETURN(const Device device, TrainDevice(config.train));
   std::unique_ptr<comm::Communicator> world;
   if (device == Device::kCuda) {
-    RETURN_IF_ERROR(SelectRankGpu(o.rank, o.ranks));
+    RETURN_IF_ERROR(SelectWorkerGpu(o));
     ASSIGN_OR_RETURN(world, comm::NewNcclCommunicator(EngineCommOptions(co), o.rank));
   } else {
     ASSIGN_OR_RETURN(world, comm::NewCpuCommunicator(EngineCommOptions(co)));
@@ -282,7 +298,7 @@ Status RunDistributedTrain(const DistTrainOptions& o, const std::string& executa
   // worker starts.
   ASSIGN_OR_RETURN(RunConfig config, LoadConfig(o));
   ASSIGN_OR_RETURN(const Device device, TrainDevice(config.train));
-  if (device == Device::kCuda) RETURN_IF_ERROR(SelectRankGpu(-1, o.ranks));
+  if (device == Device::kCuda) RETURN_IF_ERROR(CheckLocalGpus(o.ranks));
   if (o.resume && config.ckpt.dir.empty())
     return InvalidArgument("--resume needs ckpt.dir: the folder or URI of the checkpoints");
   // The store and the rank links accept only this run's processes: those holding the secret

@@ -1,7 +1,7 @@
 // `ringtrain_dist`: distributed training on one machine. The launcher starts a TCP rendezvous
 // store on loopback and one worker process per rank (the same executable in worker mode); each
 // worker builds its world communicator over that store — CPU for train.device = "cpu", NCCL on
-// GPU `rank` for "cuda" (one GPU per rank; the launcher refuses more ranks than GPUs) — runs
+// GPU WorkerGpu() for "cuda" (one GPU per rank; the launcher refuses more ranks than GPUs) — runs
 // the DistTrainer for its rank in the training loop of every run (parallel/train_loop.h), and
 // rank 0 prints progress and writes the metrics file of a single-process run
 // (parallel/run_metrics.h). With [ckpt] dir and every, the ranks save checkpoints together
@@ -49,6 +49,10 @@ struct DistTrainOptions {
   bool resume = false;            // continue from the newest committed checkpoint in ckpt.dir
   // Worker mode (the launcher passes these to its children).
   int rank = -1;                  // this worker's rank; -1 = launcher
+  // Worker mode, train.device = "cuda": the index of the GPU this rank computes on; -1 = the
+  // one numbered as its rank (every rank on one machine, as `--ranks N` starts them). The
+  // daemon passes its slot: rank 9 of a job may be the second GPU of its node.
+  int gpu = -1;
   std::string store;              // rendezvous store "host:port"
   std::string job = "train";      // job name scoping the store keys
   // Worker mode: the address this rank's links to the other ranks listen on and advertise
@@ -115,6 +119,12 @@ class RunSecret {
   std::string path_;
   std::shared_ptr<const net::ClusterSecret> secret_;
 };
+
+// The GPU a worker computes on with train.device = "cuda": options.gpu when given (≥ 0), else
+// the one numbered as its rank.
+inline int WorkerGpu(const DistTrainOptions& options) {
+  return options.gpu >= 0 ? options.gpu : options.rank;
+}
 
 // The arguments (argv[1..]) that start rank `rank` of the run described by `options` against the
 // store at `store` ("host:port").

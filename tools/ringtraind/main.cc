@@ -79,6 +79,7 @@ int main(int argc, char** argv) {
   w->add_option("--layout", worker.train.layout)->required();
   w->add_option("--ranks", worker.train.ranks)->required();
   w->add_option("--rank", worker.train.rank)->required();
+  w->add_option("--gpu", worker.train.gpu);  // the slot: its GPU with train.device = "cuda"
   w->add_option("--store", worker.train.store)->required();
   w->add_option("--job", worker.train.job)->required();
   w->add_option("--log-level", level);
