@@ -49,8 +49,8 @@ void Mesh::Abort() {
   aborted_.store(true);
   uint64_t one = 1;
   if (abort_fd_ >= 0) (void)!write(abort_fd_, &one, sizeof(one));
-  if (own_segment_) {
-    auto* h = Header(own_segment_->base);
+  if (ShmSegment* own = abort_segment_.load(std::memory_order_acquire)) {
+    auto* h = Header(own->base);
     h->doorbell.fetch_add(1);
     FutexWake(&h->doorbell);
   }

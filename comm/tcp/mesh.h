@@ -126,7 +126,12 @@ class Mesh {
   int size() const { return size_; }
   std::vector<Peer>& peers() { return peers_; }
   ShmSegment* own_segment() { return own_segment_.get(); }
-  void set_own_segment(std::unique_ptr<ShmSegment> s) { own_segment_ = std::move(s); }
+  // Set once, at bootstrap; Abort() may run on another thread meanwhile and rings the new
+  // segment's doorbell only once it is published.
+  void set_own_segment(std::unique_ptr<ShmSegment> s) {
+    own_segment_ = std::move(s);
+    abort_segment_.store(own_segment_.get(), std::memory_order_release);
+  }
   size_t ring_bytes() const { return ring_bytes_; }
   void set_ring_bytes(size_t b) { ring_bytes_ = b; }
   void set_arena_bytes(size_t b) { arena_bytes_ = b; }
@@ -276,6 +281,8 @@ class Mesh {
   std::chrono::microseconds yield_window_{200};
   int abort_fd_ = -1;  // eventfd
   std::atomic<bool> aborted_{false};
+  // own_segment_ as Abort() sees it from another thread (published by set_own_segment).
+  std::atomic<ShmSegment*> abort_segment_{nullptr};
 };
 
 }  // namespace rt::comm::tcp
