@@ -1,6 +1,7 @@
 #include "parallel/launch.h"
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -8,6 +9,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <cstdio>
+#include <cerrno>
 #include <cstdlib>
 #include <filesystem>
 
@@ -272,9 +274,30 @@ RunSecret::~RunSecret() {
   std::filesystem::remove_all(dir_, ignored);
 }
 
+namespace {
+
+// Removes `parent`/ringtrain-run-PID-* folders whose launcher PID no longer runs. A folder of a
+// live process (or one this user may not signal) stays; errors are ignored: it is tidying.
+void RemoveFoldersOfGoneLaunchers(const std::string& parent) {
+  const std::string prefix = "ringtrain-run-";
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(parent, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(prefix, 0) != 0) continue;
+    const long pid = std::strtol(name.c_str() + prefix.size(), nullptr, 10);
+    if (pid <= 0 || ::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+    std::error_code ignored;
+    std::filesystem::remove_all(entry.path(), ignored);
+  }
+}
+
+}  // namespace
+
 Result<std::unique_ptr<RunSecret>> RunSecret::Create() {
   const char* tmp = std::getenv("TMPDIR");
-  std::string templ = std::string(tmp && *tmp ? tmp : "/tmp") + "/ringtrain-run-XXXXXX";
+  const std::string parent = tmp && *tmp ? tmp : "/tmp";
+  RemoveFoldersOfGoneLaunchers(parent);
+  std::string templ = parent + "/ringtrain-run-" + std::to_string(::getpid()) + "-XXXXXX";
   if (mkdtemp(templ.data()) == nullptr)
     return ErrnoStatus(errno, "create a folder for the run's secret under '" + templ + "'");
   std::unique_ptr<RunSecret> run(new RunSecret());

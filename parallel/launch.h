@@ -98,11 +98,13 @@ struct DistTrainOptions {
 Status RunDistributedTrain(const DistTrainOptions& options, const std::string& executable);
 
 // A secret for one local run (`ringtrain train --ranks N`): 32 random bytes in a file of mode
-// 0600 inside a fresh folder of mode 0700 under $TMPDIR (default /tmp); the destructor removes
-// both. Only this run's workers are given the path (an argument, never the secret itself).
+// 0600 inside a fresh folder of mode 0700 under $TMPDIR (default /tmp), named after the
+// launcher's pid (ringtrain-run-PID-XXXXXX); the destructor removes both. Only this run's workers
+// are given the path (an argument, never the secret itself).
 class RunSecret {
  public:
-  // Creates the folder and the secret file. Errors: IoError naming the path.
+  // Removes the folders of launchers that are gone (killed with -9: no destructor ran), then
+  // creates the folder and the secret file. Errors: IoError naming the path.
   static Result<std::unique_ptr<RunSecret>> Create();
   ~RunSecret();
   RunSecret(const RunSecret&) = delete;

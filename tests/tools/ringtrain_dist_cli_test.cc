@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -137,6 +138,32 @@ TEST_F(CliTest, RunWithItsOwnSecretTrainsExactlyAsWorkersWithoutOne) {
   const auto without_secret = MetricsWithoutTimings(dir_ / "m.jsonl");
   ASSERT_EQ(with_secret.size(), 6u);  // 5 steps and the evaluation
   EXPECT_EQ(with_secret, without_secret);  // bitwise: losses, grad norms, validation loss
+}
+
+TEST_F(CliTest, TheSecretFolderOfAKilledLauncherIsRemovedByTheNextRun) {
+  const auto tmp = dir_ / "tmp";
+  std::filesystem::create_directories(tmp);
+  // A folder named after a live launcher (this test's process) and an unrelated one stay.
+  const auto live = tmp / ("ringtrain-run-" + std::to_string(::getpid()) + "-live00");
+  std::filesystem::create_directories(live);
+  std::filesystem::create_directories(tmp / "ringtrain-other");
+  const std::string env = "TMPDIR=" + tmp.string() + " ";
+  // A long run whose launcher is killed with -9 once its secret folder exists.
+  const Exec killed = ExecuteBinary(
+      "(" + env + RINGTRAIN_BIN,
+      "--log-level warn train " + Sets() + " --layout dp=2 --ranks 2 --steps 100000 >/dev/null "
+      "2>&1 & p=$!; for i in $(seq 600); do ls -d " + tmp.string() + "/ringtrain-run-$p-* "
+      ">/dev/null 2>&1 && break; sleep 0.05; done; kill -9 $p; wait $p; ls -d " + tmp.string() +
+      "/ringtrain-run-$p-*)");
+  ASSERT_EQ(killed.code, 0) << "the killed launcher's folder was not there: " << killed.output;
+  const Exec next = ExecuteBinary(env + RINGTRAIN_BIN, "--log-level warn train " + Sets() +
+                                                           " --layout dp=2 --ranks 2 --steps 2");
+  ASSERT_EQ(next.code, 0) << next.output;
+  std::vector<std::string> left;
+  for (const auto& e : std::filesystem::directory_iterator(tmp))
+    left.push_back(e.path().filename().string());
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{"ringtrain-other", live.filename().string()}));
 }
 
 TEST_F(CliTest, AWorkerWithoutTheRunSecretIsRefusedByTheStore) {
