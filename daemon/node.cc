@@ -5,11 +5,14 @@
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/deferred.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/experimental/parallel_group.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/use_future.hpp>
+#include <boost/asio/this_coro.hpp>
 
 #include "base/log.h"
 #include "elastic/job.h"
@@ -398,6 +401,35 @@ Json Node::LocalReport() const {
   return report;
 }
 
+asio::awaitable<Json> Node::PeerReport(elastic::Member member) {
+  Result<Json> local = co_await CallJsonOnce(member.address, secret_, kCtlLocal, Json::object(),
+                                             Deadline::After(kPeerCallTimeout));
+  if (!local.ok()) co_return Json{{"node", member.id}, {"error", local.status().ToString()}};
+  co_return std::move(*local);
+}
+
+asio::awaitable<Json> Node::MemberReports(const elastic::View& view) {
+  auto executor = co_await asio::this_coro::executor;
+  using Call = decltype(asio::co_spawn(executor, PeerReport({}), asio::deferred));
+  std::vector<Call> calls;
+  for (const elastic::Member& m : view.members)
+    if (m.id != static_cast<uint64_t>(config_.id))
+      calls.push_back(asio::co_spawn(executor, PeerReport(m), asio::deferred));
+  std::vector<Json> peers;
+  if (!calls.empty()) {
+    auto [order, exceptions, reports] =
+        co_await asio::experimental::make_parallel_group(std::move(calls))
+            .async_wait(asio::experimental::wait_for_all(), asio::use_awaitable);
+    peers = std::move(reports);
+  }
+  Json nodes = Json::array();
+  size_t next_peer = 0;
+  for (const elastic::Member& m : view.members)
+    nodes.push_back(m.id == static_cast<uint64_t>(config_.id) ? LocalReport()
+                                                              : std::move(peers[next_peer++]));
+  co_return nodes;
+}
+
 asio::awaitable<Result<Json>> Node::HandleStatus() {
   const elastic::View view = membership_->CurrentView();
   const elastic::ReplicatedState replicated = membership_->CurrentState();
@@ -415,33 +447,21 @@ asio::awaitable<Result<Json>> Node::HandleStatus() {
     status["job"] = {{"id", state.job->id}, {"name", state.job->name},
                      {"desire", JobDesireName(state.job->desire)},
                      {"finished_step", state.job->finished_step}};
-  // Every member's own report (this one's without a call).
-  Json nodes = Json::array();
+  // Every member's own report (this one's without a call), the others asked all at once so that
+  // members cut off from this one cost one call timeout in all, not one each.
+  Json nodes = co_await MemberReports(view);
   Json best_progress;
   Json best_checkpoint;
-  for (const elastic::Member& m : view.members) {
-    // (No co_await inside a conditional expression: GCC 12 miscompiles it.)
-    Result<Json> local = Json::object();
-    if (m.id == static_cast<uint64_t>(config_.id)) {
-      local = LocalReport();
-    } else {
-      local = co_await CallJsonOnce(m.address, secret_, kCtlLocal, Json::object(),
-                                    Deadline::After(kPeerCallTimeout));
-    }
-    if (!local.ok()) {
-      nodes.push_back({{"node", m.id}, {"error", local.status().ToString()}});
-      continue;
-    }
-    if (local->contains("checkpoint") &&
+  for (const Json& local : nodes) {
+    if (local.contains("checkpoint") &&
         (best_checkpoint.is_null() ||
-         (*local)["checkpoint"].value("step", 0) > best_checkpoint.value("step", 0)))
-      best_checkpoint = (*local)["checkpoint"];
-    if (local->contains("progress")) {
-      const Json& p = (*local)["progress"];
+         local["checkpoint"].value("step", 0) > best_checkpoint.value("step", 0)))
+      best_checkpoint = local["checkpoint"];
+    if (local.contains("progress")) {
+      const Json& p = local["progress"];
       if (best_progress.is_null() || p.value("unix_ms", 0) > best_progress.value("unix_ms", 0))
         best_progress = p;
     }
-    nodes.push_back(std::move(*local));
   }
   status["nodes"] = std::move(nodes);
   if (!best_progress.is_null()) status["progress"] = best_progress;

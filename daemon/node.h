@@ -99,6 +99,11 @@ class Node : public Daemon {
   // node.cc: RPC handlers.
   void RegisterHandlers();
   asio::awaitable<Result<Json>> HandleStatus();
+  // Every member's local report in view order: this node's own, the others' asked in parallel
+  // (each within kPeerCallTimeout; one that fails is {"node": id, "error": "..."}).
+  asio::awaitable<Json> MemberReports(const elastic::View& view);
+  // `member`'s local report, or {"node": id, "error": "..."} when the call fails.
+  asio::awaitable<Json> PeerReport(elastic::Member member);
   Json LocalReport() const;
   asio::awaitable<Result<Json>> HandleSubmit(Json request);
   asio::awaitable<Result<Json>> HandleStop(Json request);

@@ -139,5 +139,25 @@ TEST_F(ClusterTest, TrainsAndRecoversFromKilledWorkersAndDaemons) {
           [](const Json& s) { return WorkerPids(s, 1).empty(); });
 }
 
+// `ringctl status` asks the other members in parallel: with four of five daemons stopped
+// (SIGSTOP: connections open, no answers) it answers within one peer-call timeout (1.5 s), not
+// four, so a client with a 5 s deadline gets every member's entry, the stopped ones as errors.
+TEST_F(ClusterTest, StatusAsksTheMembersInParallel) {
+  for (int id = 1; id <= 5; ++id) StartNode(id, 0);
+  WaitFor(1, "a view of 5 members", [](const Json& s) { return Members(s) == 5; });
+  for (int id = 2; id <= 5; ++id) ASSERT_TRUE(nodes_[id]->Signal(SIGSTOP).ok());
+  Result<Json> s = Status(1);  // deadline 5 s
+  for (int id = 2; id <= 5; ++id) ASSERT_TRUE(nodes_[id]->Signal(SIGCONT).ok());
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  const Json& nodes = (*s)["nodes"];
+  ASSERT_EQ(nodes.size(), 5u) << s->dump();
+  EXPECT_EQ(nodes[0]["node"], 1);
+  EXPECT_FALSE(nodes[0].contains("error")) << nodes[0].dump();
+  for (int i = 1; i < 5; ++i) {
+    EXPECT_EQ(nodes[i]["node"], i + 1) << nodes[i].dump();
+    EXPECT_TRUE(nodes[i].contains("error")) << nodes[i].dump();
+  }
+}
+
 }  // namespace
 }  // namespace rt::daemon
