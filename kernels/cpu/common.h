@@ -11,9 +11,9 @@
 
 #include "kernels/impl/storage.h"
 
-// GCC only: clang 14 cannot clone function templates.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
-    !defined(__SANITIZE_ADDRESS__) && !defined(RT_NO_CLONES)
+// GCC only (clang 14 cannot clone templates); not under ASan or TSan (ifunc resolvers run first).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(RT_NO_CLONES) && \
+    !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
 #define RT_CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define RT_CPU_CLONES
