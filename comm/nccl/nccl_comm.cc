@@ -496,8 +496,8 @@ class NcclCommunicator final : public Communicator {
       const cudaError_t e =
           cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, CurrentStream());
       if (e != cudaSuccess) {
-        s = CudaStatus(e, std::string(OpKindName(kind)) + " on " + RankName(rank()) +
-                              " (nccl, one rank)");
+        s = CudaStatus(
+            e, std::string(OpKindName(kind)) + " on " + RankName(rank()) + " (nccl, one rank)");
         st_->Fail(s);
         return Done(s);
       }

@@ -178,7 +178,8 @@ TEST_F(NcclTest, OneRankOpsAreDoneAtOnceAndOrderedOnTheCallersStream) {
         {"all_reduce",
          [&] { return c.AllReduce(src.data(), dst.data(), n, DType::kF32, ReduceOp::kSum); }, true},
         {"all_reduce in place",
-         [&] { return c.AllReduce(dst.data(), dst.data(), n, DType::kF32, ReduceOp::kAvg); }, false},
+         [&] { return c.AllReduce(dst.data(), dst.data(), n, DType::kF32, ReduceOp::kAvg); },
+         false},
         {"all_gather", [&] { return c.AllGather(src.data(), dst.data(), n, DType::kF32); }, true},
         {"reduce_scatter",
          [&] { return c.ReduceScatter(src.data(), dst.data(), n, DType::kF32, ReduceOp::kMax); },
@@ -196,7 +197,8 @@ TEST_F(NcclTest, OneRankOpsAreDoneAtOnceAndOrderedOnTheCallersStream) {
     EXPECT_EQ(c.stats()[OpKind::kBarrier].ops, 1u);
     // An aborted one-rank communicator fails its ops as any other does.
     c.Abort();
-    const Status s = c.AllGather(src.data(), dst.data(), n, DType::kF32)->Wait(Deadline::AfterMs(10'000));
+    const Status s =
+        c.AllGather(src.data(), dst.data(), n, DType::kF32)->Wait(Deadline::AfterMs(10'000));
     EXPECT_EQ(s.code(), StatusCode::kCommAborted) << s.ToString();
     ASSERT_TRUE(SynchronizeCurrentStream().ok());
   }
