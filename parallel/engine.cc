@@ -741,8 +741,9 @@ Status DistTrainer::OptimizerStep(double sumsq, StepStats* stats) {
                               hp)
                         .WithContext("AdamW on '" + t.name + "'"));
   }
-  if (zero == 1 || zero == 2) {
-    // Every rank updated its shard of each unit; gather the units back.
+  // Every rank updated its shard of each unit; gather the units back (one shard: AdamW
+  // updated the whole units, parameters and any low-precision copy, in place).
+  if ((zero == 1 || zero == 2) && shards_ > 1) {
     std::vector<comm::WorkHandle> works;
     for (size_t u = 0; u < stage_.units.size(); ++u) {
       const StageUnit& su = stage_.units[u];
