@@ -10,7 +10,10 @@
 //     reduction for large messages, recursive doubling for small all-reduces, a binomial tree
 //     for small broadcast/reduce, pairwise exchange for all-to-all. bf16/fp16 reduce in fp32.
 //   - NCCL (comm/nccl/, built when RINGTRAIN_CUDA is ON): device buffers, one CUDA stream per
-//     communicator, completion through CUDA events.
+//     communicator, completion through CUDA events. A communicator of one rank calls no NCCL op:
+//     an op is at most a device copy on the calling thread's current CUDA stream
+//     (kernels/cuda/stream.h) and its Work is done at once, so later work on that stream, not
+//     the host, sees the result (host reads go through a copy on that stream, as always).
 //
 // Semantics shared by every backend:
 //   - Every op is non-blocking and returns a Work handle; buffers must stay valid and

@@ -20,17 +20,20 @@ namespace {
 constexpr auto kAgreeTimeout = std::chrono::seconds(120);
 constexpr size_t kRunIdBytes = 32;
 
-// Runs `op` on `bytes` host bytes staged through a buffer on `device` (NCCL takes device
-// memory), copying the result back.
+// Runs `op` on `bytes` host bytes staged through `*staging` on `device` (NCCL takes device
+// memory), copying the result back. `*staging` is allocated when smaller than `size` and kept
+// for the next call: freeing device memory (cudaFree) would wait for the whole device.
 template <typename Op>
-Status OnDevice(Device device, void* bytes, size_t size, Op op) {
+Status OnDevice(Device device, Buffer* staging, void* bytes, size_t size, Op op) {
   if (device == Device::kCpu) return op(bytes);
-  ASSIGN_OR_RETURN(Buffer staging, Buffer::Allocate(device, size));
+  if (staging->size() < size) {
+    ASSIGN_OR_RETURN(*staging, Buffer::Allocate(device, size));
+  }
   const int64_t n = static_cast<int64_t>(size);
   const Tensor host(bytes, DType::kU8, Shape{n});
-  RETURN_IF_ERROR(Copy(staging.View(DType::kU8, Shape{n}), host));
-  RETURN_IF_ERROR(op(staging.data()));
-  return Copy(host, staging.View(DType::kU8, Shape{n}));
+  RETURN_IF_ERROR(Copy(staging->View(DType::kU8, Shape{n}), host));
+  RETURN_IF_ERROR(op(staging->data()));
+  return Copy(host, staging->View(DType::kU8, Shape{n}));
 }
 
 }  // namespace
@@ -62,7 +65,7 @@ Result<std::unique_ptr<RunCheckpoints>> RunCheckpoints::Create(
   std::string id = ckpt::NewRunId();
   id.resize(kRunIdBytes, '0');
   if (world != nullptr && world->size() > 1) {
-    RETURN_IF_ERROR(OnDevice(device, id.data(), kRunIdBytes, [&](void* data) {
+    RETURN_IF_ERROR(OnDevice(device, &c->agree_staging_, id.data(), kRunIdBytes, [&](void* data) {
       return world->Broadcast(data, data, kRunIdBytes, DType::kU8, 0)
           ->Wait(Deadline::After(kAgreeTimeout))
           .WithContext("broadcast of the checkpoint run id");
@@ -264,7 +267,7 @@ Status RunCheckpoints::DropNewerMemorySnapshots(const std::vector<int64_t>& memo
 
 Result<int64_t> RunCheckpoints::Reduce(int64_t value, comm::ReduceOp op) {
   if (world_ == nullptr || world_->size() == 1) return value;
-  RETURN_IF_ERROR(OnDevice(device_, &value, sizeof(value), [&](void* data) {
+  RETURN_IF_ERROR(OnDevice(device_, &agree_staging_, &value, sizeof(value), [&](void* data) {
     return world_->AllReduce(data, data, 1, DType::kI64, op)
         ->Wait(Deadline::After(kAgreeTimeout))
         .WithContext("checkpoint agreement all-reduce");

@@ -152,6 +152,9 @@ class RunCheckpoints {
   std::string resumed_from_;       // resumed_from()
   std::vector<int64_t> failed_in_a_row_;  // steps of the consecutive failed saves up to now
   std::string last_failure_;       // how the last failed save failed (for the policy's error)
+  // On a device: the staging of the agreement collectives (Reduce, the run id's broadcast),
+  // kept between them (the stop_at agreement runs every step).
+  Buffer agree_staging_;
 };
 
 }  // namespace rt::parallel

@@ -121,6 +121,7 @@ Status DistTrainer::Initialize(WeightInit init) {
   const int zero = layout_.zero;
   const size_t units = stage_.units.size();
   ownership_ = PlanOwnership(stage_, zero, shards_, shard_);
+  norm_ranges_ = PlanNormRanges(stage_, ownership_, zero, coords_, device_ != Device::kCpu);
 
   const size_t f = sizeof(float);
   const int64_t owned = ownership_.total;
@@ -128,6 +129,10 @@ Status DistTrainer::Initialize(WeightInit init) {
   ASSIGN_OR_RETURN(grads_, Buffer::Allocate(device_, (zero < 2 ? stage_.total : owned) * f));
   ASSIGN_OR_RETURN(m_, Buffer::Allocate(device_, ownership_.total * f));
   ASSIGN_OR_RETURN(v_, Buffer::Allocate(device_, ownership_.total * f));
+  const size_t world = static_cast<size_t>(groups_.world->size());
+  if (device_ != Device::kCpu && world > 1) {
+    ASSIGN_OR_RETURN(sums_staging_, Buffer::Allocate(device_, (world + 1) * 2 * sizeof(int64_t)));
+  }
   gathered_.resize(units);
   gather_work_.resize(units);
   unit_grads_.resize(units);
@@ -601,17 +606,11 @@ Result<StepStats> DistTrainer::RunStep() {
   // fp16: every copy is checked for inf/NaN too, so an overflow anywhere skips the step
   // everywhere (the sum over the world is then not finite on every rank).
   const bool check_copies = precision_ == Precision::kFp16;
-  const float* g = grads_.View(DType::kF32, Shape{1}).data_as<float>();
-  for (const Piece& pc : ownership_.norm) {
-    const StageTensor& t = stage_.tensors[static_cast<size_t>(pc.tensor)];
-    // Count every element once: one replica group, not the tied copy, and replicated tensors
-    // on tp rank 0 only.
-    const bool counted =
-        coords_.dp_replicate == 0 && !t.tied_copy && (t.tp_sharded || coords_.tp == 0);
-    if (!counted && !check_copies) continue;
-    const float* at = layout_.zero < 2 ? g + pc.flat : g + pc.own;
-    ASSIGN_OR_RETURN(double s, SumOfSquares(F32(const_cast<float*>(at), pc.count)));
-    if (counted) {
+  float* g = grads_.View(DType::kF32, Shape{1}).data_as<float>();
+  for (const NormRange& r : norm_ranges_) {
+    if (!r.counted && !check_copies) continue;
+    ASSIGN_OR_RETURN(double s, SumOfSquares(F32(g + r.begin, r.count)));
+    if (r.counted) {
       sumsq += s;
     } else if (!std::isfinite(s)) {
       sumsq = INFINITY;
@@ -655,6 +654,8 @@ Result<std::pair<double, double>> DistTrainer::SumOverWorld(double sumsq) {
   const double loss_part = coords_.tp == 0 ? loss_sum_ : 0.0;
   int64_t mine[2] = {std::bit_cast<int64_t>(loss_part), std::bit_cast<int64_t>(sumsq)};
   comm::Communicator& world = *groups_.world;
+  // One rank: the totals are its own (no collective, no copies to and from the device).
+  if (world.size() == 1) return std::make_pair(loss_part, sumsq);
   const int64_t n = static_cast<int64_t>(world.size()) * 2;
   std::vector<int64_t> all(static_cast<size_t>(n));
   const std::string what = "loss and gradient-norm all-gather";
@@ -662,9 +663,8 @@ Result<std::pair<double, double>> DistTrainer::SumOverWorld(double sumsq) {
     RETURN_IF_ERROR(WaitFor(world.AllGather(mine, all.data(), 2, DType::kI64), WaitDeadline(), what));
   } else {
     // NCCL takes device buffers: stage the 16 bytes per rank through one.
-    ASSIGN_OR_RETURN(Buffer staging, Buffer::Allocate(device_, static_cast<size_t>(n + 2) * 8));
-    const Tensor send = staging.View(DType::kI64, Shape{2});
-    const Tensor recv = staging.View(DType::kI64, Shape{n}, 16);
+    const Tensor send = sums_staging_.View(DType::kI64, Shape{2});
+    const Tensor recv = sums_staging_.View(DType::kI64, Shape{n}, 16);
     RETURN_IF_ERROR(Copy(send, Tensor(mine, DType::kI64, Shape{2})));
     RETURN_IF_ERROR(WaitFor(world.AllGather(send.data(), recv.data(), 2, DType::kI64),
                             WaitDeadline(), what));
@@ -741,8 +741,9 @@ Status DistTrainer::OptimizerStep(double sumsq, StepStats* stats) {
                               hp)
                         .WithContext("AdamW on '" + t.name + "'"));
   }
-  if (zero == 1 || zero == 2) {
-    // Every rank updated its shard of each unit; gather the units back.
+  // Every rank updated its shard of each unit; gather the units back (one shard: AdamW
+  // updated the whole units, parameters and any low-precision copy, in place).
+  if ((zero == 1 || zero == 2) && shards_ > 1) {
     std::vector<comm::WorkHandle> works;
     for (size_t u = 0; u < stage_.units.size(); ++u) {
       const StageUnit& su = stage_.units[u];

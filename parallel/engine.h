@@ -256,6 +256,12 @@ class DistTrainer final : public TrainingEngine {
   // the owned buffers (m, v, and the ZeRO-2/3 gradient and ZeRO-3 parameter shards); the
   // pieces it updates and counts in the gradient norm.
   Ownership ownership_;
+  // The gradient norm's ranges: one per piece on the CPU (the single-process summation order),
+  // merged where they touch on a device (one synchronisation instead of one per tensor).
+  std::vector<NormRange> norm_ranges_;
+  // Device: the loss and gradient-norm all-gather's staging (2 int64 per rank, then the rank's
+  // own 2); allocated once, since cudaFree would wait for the whole device every step.
+  Buffer sums_staging_;
 
   Buffer params_, grads_, m_, v_;          // see memory(): full or shard sized by ZeRO stage
   Precision precision_ = Precision::kFp32;

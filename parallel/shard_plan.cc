@@ -42,6 +42,23 @@ Ownership PlanOwnership(const StageLayout& stage, int zero, int shards, int shar
   return o;
 }
 
+std::vector<NormRange> PlanNormRanges(const StageLayout& stage, const Ownership& ownership,
+                                      int zero, const RankCoords& coords, bool merge) {
+  std::vector<NormRange> out;
+  for (const OwnedPiece& pc : ownership.norm) {
+    const StageTensor& t = stage.tensors[static_cast<size_t>(pc.tensor)];
+    const NormRange r{zero < 2 ? pc.flat : pc.own, pc.count,
+                      coords.dp_replicate == 0 && !t.tied_copy && (t.tp_sharded || coords.tp == 0)};
+    if (merge && !out.empty() && out.back().counted == r.counted &&
+        out.back().begin + out.back().count == r.begin) {
+      out.back().count += r.count;
+    } else {
+      out.push_back(r);
+    }
+  }
+  return out;
+}
+
 std::vector<PlannedShard> PlanRankShards(const StageLayout& stage, const Ownership& ownership,
                                          const ParallelLayout& layout, const RankCoords& coords,
                                          DType compute, int world_rank) {

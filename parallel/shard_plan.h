@@ -38,6 +38,25 @@ struct Ownership {
 // The ownership of shard `shard` of `shards` (the dp_shard group) under ZeRO stage `zero`.
 Ownership PlanOwnership(const StageLayout& stage, int zero, int shards, int shard);
 
+// A range of a rank's fp32 gradient buffer that the global gradient norm sums in one reduction.
+struct NormRange {
+  // First element in the gradient buffer: the stage's flat layout under ZeRO-0/1, the owned
+  // buffer under ZeRO-2/3.
+  int64_t begin = 0;
+  int64_t count = 0;
+  // Counted in the norm. False for copies that another rank counts (replica groups but the
+  // first, the tied wte's copy, tensors replicated on tensor-parallel ranks but the first);
+  // these are only checked for inf/NaN (fp16).
+  bool counted = true;
+};
+
+// The gradient norm's ranges of the rank at `coords` with `ownership` (its norm pieces, in
+// order). With `merge`, pieces that follow each other in the buffer with the same `counted` form
+// one range — one reduction (and on a device one host synchronisation) instead of one per
+// tensor, at the price of another summation order; without it, one range per piece.
+std::vector<NormRange> PlanNormRanges(const StageLayout& stage, const Ownership& ownership,
+                                      int zero, const RankCoords& coords, bool merge);
+
 // Which of the engine's buffers a planned shard's elements live in.
 enum class ShardSource : uint8_t {
   kParams = 0,        // the fp32 parameters (the master weights): full stage or ZeRO-3 shard

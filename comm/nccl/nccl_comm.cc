@@ -10,6 +10,12 @@
 //    completed op_timeout after it was issued aborts the communicator (ncclCommAbort) and fails
 //    with PeerFailed. Abort() calls ncclCommAbort from any thread, on this communicator and on
 //    every communicator Split from it that is still alive (and theirs).
+//  - a communicator of one rank calls no NCCL op and records no event: every collective is the
+//    identity, so an op is at most a device copy (out of place) enqueued on the calling thread's
+//    current stream (kernels/cuda/stream.h), and its Work is done at once. Waiting on it costs no
+//    host synchronisation; later work on that stream sees the result. Send/Recv to itself still
+//    go through NCCL. (This also keeps ncclAvg's one-rank path away: NCCL 2.28.3 left the last
+//    element of a float average of 4097 elements unwritten, seen on an H100.)
 //  - NCCL does not say which peer failed: errors name this rank, the op and NCCL's last error.
 //  - byte accounting follows the ring volume formulas (NCCL does not report bytes).
 //  - tags of Send/Recv are not carried by NCCL (ordering alone matches them).
@@ -23,6 +29,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "kernels/cuda/stream.h"
 
 namespace rt::comm {
 namespace {
@@ -66,18 +73,6 @@ ncclRedOp_t NcclOp(ReduceOp op) {
     case ReduceOp::kMin: return ncclMin;
   }
   return ncclSum;
-}
-
-// The average over a one-rank communicator is a copy. NCCL 2.28.3's one-rank path leaves the
-// last element of a float ncclAvg of 4097 elements unwritten (seen on an H100; sum, max and min
-// are right), so ops with kAvg on one rank copy on the communicator's stream instead.
-bool OneRankAverage(ReduceOp op, int size) { return op == ReduceOp::kAvg && size == 1; }
-
-ncclResult_t CopyOnStream(void* dst, const void* src, size_t bytes, cudaStream_t stream) {
-  if (dst == src || bytes == 0) return ncclSuccess;
-  return cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream) == cudaSuccess
-             ? ncclSuccess
-             : ncclUnhandledCudaError;
 }
 
 // Waits until a non-blocking NCCL call on `comm` leaves ncclInProgress.
@@ -336,21 +331,22 @@ class NcclCommunicator final : public Communicator {
   }
 
   WorkHandle AllReduce(const void* s, void* r, size_t count, DType dt, ReduceOp op) override {
+    if (size() == 1) return IssueAlone(OpKind::kAllReduce, r, s, count * DTypeSize(dt));
     const int n = size();
     uint64_t b = 2ull * (n - 1) * count * DTypeSize(dt) / n;
     return Issue(OpKind::kAllReduce, b, b, [&](ncclComm_t c, cudaStream_t st) {
-      if (OneRankAverage(op, n)) return CopyOnStream(r, s, count * DTypeSize(dt), st);
       return ncclAllReduce(s, r, count, NcclType(dt), NcclOp(op), c, st);
     });
   }
   WorkHandle ReduceScatter(const void* s, void* r, size_t rc, DType dt, ReduceOp op) override {
+    if (size() == 1) return IssueAlone(OpKind::kReduceScatter, r, s, rc * DTypeSize(dt));
     uint64_t b = uint64_t(size() - 1) * rc * DTypeSize(dt);
     return Issue(OpKind::kReduceScatter, b, b, [&](ncclComm_t c, cudaStream_t st) {
-      if (OneRankAverage(op, size())) return CopyOnStream(r, s, rc * DTypeSize(dt), st);
       return ncclReduceScatter(s, r, rc, NcclType(dt), NcclOp(op), c, st);
     });
   }
   WorkHandle AllGather(const void* s, void* r, size_t sc, DType dt) override {
+    if (size() == 1) return IssueAlone(OpKind::kAllGather, r, s, sc * DTypeSize(dt));
     uint64_t b = uint64_t(size() - 1) * sc * DTypeSize(dt);
     return Issue(OpKind::kAllGather, b, b, [&](ncclComm_t c, cudaStream_t st) {
       return ncclAllGather(s, r, sc, NcclType(dt), c, st);
@@ -358,6 +354,7 @@ class NcclCommunicator final : public Communicator {
   }
   WorkHandle AllGatherV(const void* s, void* r, std::span<const size_t> counts, DType dt) override {
     if (counts.size() != static_cast<size_t>(size())) return Done(InvalidArgument("AllGatherV: counts size"));
+    if (size() == 1) return IssueAlone(OpKind::kAllGather, r, s, counts[0] * DTypeSize(dt));
     size_t total = 0;
     for (size_t c : counts) total += c;
     const size_t es = DTypeSize(dt);
@@ -375,18 +372,20 @@ class NcclCommunicator final : public Communicator {
     });
   }
   WorkHandle Broadcast(const void* s, void* r, size_t count, DType dt, int root) override {
+    if (size() == 1) return IssueAlone(OpKind::kBroadcast, r, s, count * DTypeSize(dt));
     uint64_t b = count * DTypeSize(dt);
     return Issue(OpKind::kBroadcast, rank() == root ? b : 0, rank() == root ? 0 : b,
                  [&](ncclComm_t c, cudaStream_t st) { return ncclBroadcast(s, r, count, NcclType(dt), root, c, st); });
   }
   WorkHandle Reduce(const void* s, void* r, size_t count, DType dt, ReduceOp op, int root) override {
+    if (size() == 1) return IssueAlone(OpKind::kReduce, r, s, count * DTypeSize(dt));
     uint64_t b = count * DTypeSize(dt);
     return Issue(OpKind::kReduce, b, b, [&](ncclComm_t c, cudaStream_t st) {
-      if (OneRankAverage(op, size())) return CopyOnStream(r, s, count * DTypeSize(dt), st);
       return ncclReduce(s, r, count, NcclType(dt), NcclOp(op), root, c, st);
     });
   }
   WorkHandle Gather(const void* s, void* r, size_t sc, DType dt, int root) override {
+    if (size() == 1) return IssueAlone(OpKind::kGather, r, s, sc * DTypeSize(dt));
     const size_t b = sc * DTypeSize(dt);
     const bool is_root = rank() == root;
     return Issue(OpKind::kGather, is_root ? 0 : b, is_root ? b * (size() - 1) : 0, [&](ncclComm_t c, cudaStream_t st) {
@@ -405,6 +404,7 @@ class NcclCommunicator final : public Communicator {
     });
   }
   WorkHandle Scatter(const void* s, void* r, size_t rc, DType dt, int root) override {
+    if (size() == 1) return IssueAlone(OpKind::kScatter, r, s, rc * DTypeSize(dt));
     const size_t b = rc * DTypeSize(dt);
     const bool is_root = rank() == root;
     return Issue(OpKind::kScatter, is_root ? b * (size() - 1) : 0, is_root ? 0 : b, [&](ncclComm_t c, cudaStream_t st) {
@@ -423,6 +423,7 @@ class NcclCommunicator final : public Communicator {
     });
   }
   WorkHandle AllToAll(const void* s, void* r, size_t cpr, DType dt) override {
+    if (size() == 1) return IssueAlone(OpKind::kAllToAll, r, s, cpr * DTypeSize(dt));
     const size_t b = cpr * DTypeSize(dt);
     return Issue(OpKind::kAllToAll, b * (size() - 1), b * (size() - 1), [&](ncclComm_t c, cudaStream_t st) {
       ncclResult_t res = ncclGroupStart();
@@ -445,6 +446,7 @@ class NcclCommunicator final : public Communicator {
     });
   }
   WorkHandle Barrier() override {
+    if (size() == 1) return IssueAlone(OpKind::kBarrier, nullptr, nullptr, 0);
     return Issue(OpKind::kBarrier, 0, 0, [&](ncclComm_t c, cudaStream_t st) {
       return ncclAllReduce(st_->scratch, st_->scratch, 1, ncclInt32, ncclSum, c, st);
     });
@@ -478,6 +480,30 @@ class NcclCommunicator final : public Communicator {
 
  private:
   static WorkHandle Done(Status s) { return std::make_shared<DoneWork>(std::move(s)); }
+
+  // An op of a one-rank communicator: `bytes` copied from `src` to `dst` (nothing when they are
+  // the same) on the calling thread's current stream; the Work is done at once, with the
+  // communicator's error if it has failed (Abort() included) or bootstrap did.
+  WorkHandle IssueAlone(OpKind kind, void* dst, const void* src, size_t bytes) {
+    Status s = WaitReady(Deadline::After(st_->opts.bootstrap_timeout));
+    {
+      std::lock_guard lock(st_->mu);
+      ++st_->stats.per_op[static_cast<size_t>(kind)].ops;
+    }
+    if (!s.ok()) return Done(s);
+    if (dst != src && bytes > 0) {
+      cudaSetDevice(st_->device);
+      const cudaError_t e =
+          cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, CurrentStream());
+      if (e != cudaSuccess) {
+        s = CudaStatus(
+            e, std::string(OpKindName(kind)) + " on " + RankName(rank()) + " (nccl, one rank)");
+        st_->Fail(s);
+        return Done(s);
+      }
+    }
+    return Done(Status());
+  }
 
   template <typename Fn>
   WorkHandle Issue(OpKind kind, uint64_t sent, uint64_t received, Fn&& fn) {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <functional>
 #include <numeric>
 #include <string_view>
 #include <thread>
@@ -13,6 +14,8 @@
 #include "kernels/ops.h"
 #include "kernels/tensor.h"
 #if defined(RINGTRAIN_WITH_CUDA)
+#include <cuda_runtime.h>
+
 #include "kernels/cuda/stream.h"
 #endif
 
@@ -146,6 +149,62 @@ TEST_F(NcclTest, OneRankWorldRunsEveryCollective) {
             std::string::npos)
       << sub_s.ToString();
 }
+
+#if defined(RINGTRAIN_WITH_CUDA)
+// A one-rank communicator costs no host synchronisation: its ops are done as soon as they are
+// issued, and an out-of-place op's copy runs on the caller's current stream (here a
+// non-blocking one, which orders with no other stream), so the caller's next copy on that
+// stream reads the result.
+TEST_F(NcclTest, OneRankOpsAreDoneAtOnceAndOrderedOnTheCallersStream) {
+  auto made = NewNcclCommunicator(Options(NewMemoryStore(), 0, 1, "nccl-alone"));
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  Communicator& c = **made;
+  ASSERT_TRUE(c.WaitReady(Deadline::AfterMs(20'000)).ok()) << c.status().ToString();
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  {
+    StreamGuard guard(stream);
+    // 64 MiB: a copy that takes the GPU a while, so an op waited for on the host would not be
+    // done the moment it is issued.
+    const size_t n = size_t{1} << 24;
+    const std::vector<float> in = Iota(n, 1.0f);
+    Buffer src = DeviceFloats(in), dst = DeviceFloats(std::vector<float>(n, 0.0f));
+    struct Op {
+      const char* name;
+      std::function<WorkHandle()> issue;
+      bool copies;  // writes `in` into dst
+    };
+    const Op ops[] = {
+        {"all_reduce",
+         [&] { return c.AllReduce(src.data(), dst.data(), n, DType::kF32, ReduceOp::kSum); }, true},
+        {"all_reduce in place",
+         [&] { return c.AllReduce(dst.data(), dst.data(), n, DType::kF32, ReduceOp::kAvg); },
+         false},
+        {"all_gather", [&] { return c.AllGather(src.data(), dst.data(), n, DType::kF32); }, true},
+        {"reduce_scatter",
+         [&] { return c.ReduceScatter(src.data(), dst.data(), n, DType::kF32, ReduceOp::kMax); },
+         true},
+        {"barrier", [&] { return c.Barrier(); }, false},
+    };
+    for (const Op& op : ops) {
+      ASSERT_TRUE(Zero(dst.View(DType::kF32, Shape{static_cast<int64_t>(n)})).ok());
+      const WorkHandle w = op.issue();
+      EXPECT_TRUE(w->Done()) << op.name;
+      ASSERT_TRUE(w->Wait(Deadline::AfterMs(10'000)).ok()) << op.name;
+      if (op.copies) ExpectSame(HostFloats(dst, n), in, op.name);
+    }
+    EXPECT_EQ(c.stats()[OpKind::kAllReduce].ops, 2u);
+    EXPECT_EQ(c.stats()[OpKind::kBarrier].ops, 1u);
+    // An aborted one-rank communicator fails its ops as any other does.
+    c.Abort();
+    const Status s =
+        c.AllGather(src.data(), dst.data(), n, DType::kF32)->Wait(Deadline::AfterMs(10'000));
+    EXPECT_EQ(s.code(), StatusCode::kCommAborted) << s.ToString();
+    ASSERT_TRUE(SynchronizeCurrentStream().ok());
+  }
+  cudaStreamDestroy(stream);
+}
+#endif
 
 // NCCL refuses two ranks of one communicator on the same GPU ("duplicate GPU"); either way the
 // ranks must not hang: they both bootstrap and sum correctly, or both report an error in time.

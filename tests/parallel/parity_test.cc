@@ -259,6 +259,32 @@ TEST(FormulaTest, NoSyncDuringGradientAccumulation) {
   }
 }
 
+// A one-rank layout at ZeRO-0/1 has nothing to communicate: its steps issue no collective on
+// any of its groups (on a device each would cost a host synchronisation), the world's loss and
+// gradient-norm all-gather and ZeRO-1's parameter all-gather included: the groups count as many
+// ops after two steps as after none (those that built them). ZeRO-2/3 keep their one-rank unit
+// collectives (the reduce-scatter moves the unit gradients into the owned buffer).
+TEST(FormulaTest, OneRankIssuesNoCollectivePerStep) {
+  // Each group's op count, in the order of ProcessGroups' members.
+  auto ops = [](const DistRun& run) {
+    const ProcessGroups& g = run.engines[0]->groups();
+    std::vector<uint64_t> out;
+    for (const comm::Communicator* group :
+         {g.world, g.tp.get(), g.dp_shard.get(), g.dp_replicate.get(), g.pp_forward.get(),
+          g.pp_backward.get()})
+      out.push_back(group->stats().Total().ops);
+    return out;
+  };
+  for (const char* spec : {"", "zero=1"}) {
+    std::unique_ptr<DistRun> none = RunLayout(Config(2), Layout(spec), Tokens(), 0);
+    std::unique_ptr<DistRun> two = RunLayout(Config(2), Layout(spec), Tokens(), 2);
+    ASSERT_TRUE(none->status.ok()) << spec << ": " << none->status.ToString();
+    ASSERT_TRUE(two->status.ok()) << spec << ": " << two->status.ToString();
+    EXPECT_EQ(ops(*two), ops(*none))
+        << spec << ": ops per group (world, tp, dp_shard, dp_replicate, pp_forward, pp_backward)";
+  }
+}
+
 // Tensor parallel's per-layer collectives: per micro-batch of N = rows·T tokens, forward one
 // all-reduce of N·C for the embedding and two per block, backward two per block and one for the
 // head; the vocabulary-parallel cross-entropy adds N (row maxima) and 2N (sums) — each a ring

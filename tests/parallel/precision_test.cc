@@ -57,6 +57,15 @@ TEST(PrecisionParityTest, Bf16AndFp16MatchOneProcessAndZeroStagesAreBitwiseEqual
   }
 }
 
+// ZeRO-1/2 on one shard: AdamW updates the whole units in place (no parameter all-gather), the
+// low-precision copy included.
+TEST(PrecisionParityTest, OneShardZeroStagesMatchOneProcess) {
+  for (const char* spec : {"zero=1", "zero=2"}) {
+    CheckParity(spec, 2);
+    CheckParity(spec, Config(2, 2, "bf16"), Tolerance("bf16"));
+  }
+}
+
 TEST(PrecisionParityTest, Fp16OverflowOnOneRankSkipsTheStepEverywhere) {
   if (!fault::Enabled()) GTEST_SKIP() << "needs a build with fault injection";
   const RunConfig config = Config(2, 2, "fp16");

@@ -99,6 +99,61 @@ TEST(ShardPlanTest, PlanEqualsTheEngineShardsForEveryLayoutKind) {
   }
 }
 
+// The gradient norm's ranges against its definition, element by element: every element of the
+// rank's norm pieces once, counted unless a replica group but the first, the tied copy or a
+// tensor-parallel rank but the first holds it. Unmerged, one range per piece; merged, the same
+// elements in fewer ranges, none of which could join its successor; one rank's whole stage
+// (packed tensors) is one range.
+TEST(ShardPlanTest, NormRangesCoverTheNormPiecesOnceMergedOrNot) {
+  const char* specs[] = {"",     "dp=2",      "dp=2,zero=2",      "dp=4,zero=3,hsdp_shard=2",
+                         "tp=2", "tp=2,pp=2", "pp=2,dp=2,zero=1", "pp=2,schedule=interleaved"};
+  const RunConfig config = Config(1, 4);
+  for (const char* spec : specs) {
+    const ParallelLayout layout = Layout(spec);
+    for (int rank = 0; rank < layout.world(); ++rank) {
+      const std::string what = std::string(spec) + " rank " + std::to_string(rank);
+      const RankCoords c = CoordsOf(layout, rank);
+      const StageLayout stage = BuildStageLayout(config.model, layout.pp, c.pp, layout.dp_shard,
+                                                 layout.tp, c.tp, layout.virtual_stages);
+      const Ownership o = PlanOwnership(stage, layout.zero, layout.dp_shard, c.dp_shard);
+      // Buffer element → counted, from the definition.
+      std::map<int64_t, bool> want;
+      for (const OwnedPiece& pc : o.norm) {
+        const StageTensor& t = stage.tensors[static_cast<size_t>(pc.tensor)];
+        const bool counted = c.dp_replicate == 0 && !t.tied_copy && (t.tp_sharded || c.tp == 0);
+        const int64_t begin = layout.zero < 2 ? pc.flat : pc.own;
+        for (int64_t e = begin; e < begin + pc.count; ++e)
+          ASSERT_TRUE(want.emplace(e, counted).second) << what << ": element " << e << " twice";
+      }
+      for (const bool merge : {false, true}) {
+        const std::vector<NormRange> ranges = PlanNormRanges(stage, o, layout.zero, c, merge);
+        if (!merge) {
+          ASSERT_EQ(ranges.size(), o.norm.size()) << what;
+        }
+        std::map<int64_t, bool> got;
+        for (size_t i = 0; i < ranges.size(); ++i) {
+          const NormRange& r = ranges[i];
+          for (int64_t e = r.begin; e < r.begin + r.count; ++e)
+            ASSERT_TRUE(got.emplace(e, r.counted).second) << what << ": element " << e << " twice";
+          if (merge && i + 1 < ranges.size()) {
+            EXPECT_FALSE(r.begin + r.count == ranges[i + 1].begin &&
+                         r.counted == ranges[i + 1].counted)
+                << what << ": ranges " << i << " and " << i + 1 << " could be one";
+          }
+        }
+        EXPECT_EQ(got, want) << what << (merge ? " merged" : " unmerged");
+      }
+    }
+  }
+  const StageLayout whole = BuildStageLayout(config.model, 1, 0, 1);
+  const std::vector<NormRange> one =
+      PlanNormRanges(whole, PlanOwnership(whole, 0, 1, 0), 0, RankCoords{}, true);
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_EQ(one[0].begin, 0);
+  EXPECT_EQ(one[0].count, whole.total);
+  EXPECT_TRUE(one[0].counted);
+}
+
 TEST(ShardPlanTest, RefusesRanksAndLayoutsThatDoNotFit) {
   const RunConfig config = Config(1);
   EXPECT_FALSE(PlanStateShards(config.model, Precision::kFp32, Layout("dp=2"), 2).ok());
