@@ -150,7 +150,9 @@ Status CheckpointWriter::Commit(Job& job) {
   m.world = options_.world;
   RETURN_IF_ERROR(
       Merge(std::move(fragments), m).WithContext("checkpoint step " + std::to_string(job.step)));
-  RETURN_IF_ERROR(storage.WriteFile(JoinPath(dir, kManifestFile), EncodeManifest(m)));
+  const std::vector<uint8_t> manifest = EncodeManifest(m);
+  RETURN_IF_ERROR(storage.WriteFile(JoinPath(dir, kManifestFile), manifest));
+  job.manifest_bytes = manifest.size();
   RETURN_IF_ERROR(FaultPoint("commit.after_manifest"));
   // The commit point: `latest` lists this step first, then the newest older committed ones.
   ASSIGN_OR_RETURN(std::vector<int64_t> committed, ListCommitted(storage));

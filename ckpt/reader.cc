@@ -63,7 +63,8 @@ Result<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(std::shared_ptr
   ASSIGN_OR_RETURN(Manifest m, DecodeManifest(bytes, storage->uri() + "/" + path));
   if (m.step != step)
     return Corruption(storage->uri() + "/" + path + " holds step " + std::to_string(m.step));
-  return std::unique_ptr<CheckpointReader>(new CheckpointReader(std::move(storage), std::move(m)));
+  return std::unique_ptr<CheckpointReader>(
+      new CheckpointReader(std::move(storage), std::move(m), bytes.size()));
 }
 
 std::string CheckpointReader::Where(const TensorEntry& t, const StoredPiece& p) const {
@@ -82,6 +83,7 @@ Result<std::vector<uint8_t>> CheckpointReader::ReadPiece(const TensorEntry& t,
   std::vector<uint8_t> stored(p.length);
   const std::string path = JoinPath(StepDir(manifest_.step), manifest_.files[p.file]);
   RETURN_IF_ERROR(storage_->ReadRange(path, p.offset, stored).WithContext(Where(t, p)));
+  bytes_read_.fetch_add(stored.size(), std::memory_order_relaxed);
   const uint32_t crc = Crc32c(stored.data(), stored.size());
   if (crc != p.crc32c)
     return Corruption(Where(t, p) + ": CRC32C mismatch (stored " + std::to_string(p.crc32c) +

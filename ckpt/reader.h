@@ -3,6 +3,7 @@
 // (boxes x flat ranges); only those pieces are read, each verified against its CRC32C.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -37,19 +38,24 @@ class CheckpointReader {
   // Reads, verifies and decodes one stored piece of `tensor` (raw bytes of its elements).
   Result<std::vector<uint8_t>> ReadPiece(const TensorEntry& tensor, const StoredPiece& piece);
 
+  // Bytes read from the storage so far: the MANIFEST and every stored piece read (as stored,
+  // before decoding). Thread-safe.
+  uint64_t bytes_read() const { return bytes_read_.load(std::memory_order_relaxed); }
+
   // Checks the whole checkpoint: every piece's CRC32C and encoding, every tensor element stored
   // exactly once, no file in the folder that the manifest does not name. Returns the problems
   // found (empty: clean). Errors: only those of listing the folder.
   Result<std::vector<std::string>> Verify();
 
  private:
-  CheckpointReader(std::shared_ptr<Storage> storage, Manifest manifest)
-      : storage_(std::move(storage)), manifest_(std::move(manifest)) {}
+  CheckpointReader(std::shared_ptr<Storage> storage, Manifest manifest, uint64_t manifest_bytes)
+      : storage_(std::move(storage)), manifest_(std::move(manifest)), bytes_read_(manifest_bytes) {}
   // "<uri>/step-.../rank-00001.data bytes [a, b) (adam_m 'wte' box ... )" for errors.
   std::string Where(const TensorEntry& tensor, const StoredPiece& piece) const;
 
   std::shared_ptr<Storage> storage_;
   Manifest manifest_;
+  std::atomic<uint64_t> bytes_read_;
 };
 
 // Loads the newest committed checkpoint that opens and loads (logging why any newer one was

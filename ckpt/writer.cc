@@ -46,6 +46,8 @@ Status CheckpointWriter::Wait(Deadline deadline) {
                               " still running at the deadline");
   }
   job_->thread.join();
+  last_save_ = {job_->step, job_->data_bytes + job_->manifest_bytes,
+                job_->finished - job_->started};
   Status s = job_->reported ? Status() : job_->status;
   job_->reported = true;
   job_.reset();
@@ -84,6 +86,7 @@ Status CheckpointWriter::Save(int64_t step, const StateShards& shards, std::stri
   ASSIGN_OR_RETURN(std::vector<PlannedPiece> plan, PlanWrites(shards, options_.piece_bytes));
   auto job = std::make_unique<Job>();
   job->step = step;
+  job->started = MonoSeconds();
   job->engine_state = std::move(engine_state);
   size_t total = 0;
   for (const PlannedPiece& p : plan) {
@@ -116,6 +119,7 @@ Status CheckpointWriter::Save(int64_t step, const StateShards& shards, std::stri
   job_ = std::move(job);
   raw->thread = std::thread([this, raw] {
     Status s = Run(*raw);
+    raw->finished = MonoSeconds();
     std::lock_guard lock(raw->mu);
     raw->status = std::move(s);
     raw->done = true;
@@ -226,6 +230,7 @@ Status CheckpointWriter::WriteRankFiles(Job& job) {
     }
   }
   RETURN_IF_ERROR(file->Commit());
+  job.data_bytes = offset;
   RETURN_IF_ERROR(FaultPoint("save.after_data"));
   for (size_t i = 0; i < job.pieces.size(); ++i) {
     const SnapshotPiece& p = job.pieces[i];

@@ -50,6 +50,18 @@ struct WriterOptions {
   std::string fault_prefix = "ckpt";
 };
 
+// What one finished save of a rank wrote (CheckpointWriter::last_save).
+struct SaveFootprint {
+  int64_t step = -1;  // the save's step; -1 = no save finished yet
+  // Bytes of this rank's files that the committed checkpoint keeps: its data file and, on rank
+  // 0, the MANIFEST (fragments are removed at the commit). Those written before a failure when
+  // the save failed.
+  uint64_t bytes = 0;
+  // From Save (the snapshot) until this rank's part ended: on rank 0 the commit, on the other
+  // ranks their fragment written (or, for a synchronous save, the commit seen).
+  double seconds = 0;
+};
+
 // Saves checkpoints of one rank. Save and Wait from one thread; the background work runs on a
 // thread of its own.
 class CheckpointWriter {
@@ -83,6 +95,10 @@ class CheckpointWriter {
   // (rank 0's own write failed: the others are not waited for, so the caller removes it).
   bool RemoveFailedSave(int64_t step);
 
+  // The footprint of the save the last Wait (or Save's wait for the previous save) finished,
+  // successful or not; step -1 before any.
+  const SaveFootprint& last_save() const { return last_save_; }
+
  private:
   struct Job;
   explicit CheckpointWriter(WriterOptions options);
@@ -106,6 +122,7 @@ class CheckpointWriter {
   // copies): not zero-filled, since every byte in use is copied in.
   std::unique_ptr<uint8_t[]> snapshot_;
   size_t snapshot_bytes_ = 0;
+  SaveFootprint last_save_;
 };
 
 // A fresh random run id (32 hex digits).

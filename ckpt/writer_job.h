@@ -27,6 +27,7 @@ struct SnapshotPiece {
 
 struct CheckpointWriter::Job {
   int64_t step = 0;
+  double started = 0;  // MonoSeconds() when Save took the snapshot
   std::string engine_state;
   std::vector<SnapshotPiece> pieces;
   std::thread thread;
@@ -38,6 +39,10 @@ struct CheckpointWriter::Job {
   Status status;                       // GUARDED_BY(mu)
   std::atomic<bool> abandoned{false};  // Abandon(): rank 0 must not commit this save
   bool reported = false;               // the status was returned by Save or Wait
+  // Written by the save's thread, read once it is done (Wait joins it first).
+  uint64_t data_bytes = 0;      // this rank's data file, once written
+  uint64_t manifest_bytes = 0;  // the MANIFEST (rank 0), once written
+  double finished = 0;          // MonoSeconds() when the save's thread ended
 };
 
 }  // namespace rt::ckpt

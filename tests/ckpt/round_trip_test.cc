@@ -105,6 +105,48 @@ TEST(RoundTripTest, ReplicatedPiecesAreWrittenOnceAndSpreadOverReplicas) {
   EXPECT_TRUE(LoadAndCheck(storage, {.tp = 2, .dp = 1}, 2).ok());
 }
 
+// What the writers say they wrote is what the committed folder holds (data files, and rank 0's
+// MANIFEST), and a reader that needs every piece reads exactly the folder's bytes.
+TEST(RoundTripTest, FootprintsAddUpToTheStepFolder) {
+  TempDir dir("footprint");
+  auto storage = Posix(dir);
+  const SynthLayout layout{.tp = 2, .dp = 2};
+  std::vector<testing::SynthRank> ranks;
+  std::vector<std::unique_ptr<CheckpointWriter>> writers;
+  for (int r = 0; r < layout.world(); ++r) {
+    ranks.push_back(testing::MakeRank(layout, r, true));
+    WriterOptions o = Options(storage, "footprint", r, layout.world());
+    o.codec = Codec::kZstd;  // stored bytes differ from the raw ones
+    o.piece_bytes = 100;
+    writers.push_back(CheckpointWriter::Create(o).value());
+    EXPECT_EQ(writers.back()->last_save().step, -1);
+  }
+  for (int r = 0; r < layout.world(); ++r)
+    ASSERT_TRUE(writers[r]->Save(7, ranks[r].shards, testing::EngineStateOf(7)).ok());
+  uint64_t written = 0;
+  for (auto& w : writers) {
+    ASSERT_TRUE(w->Wait(Deadline::AfterMs(60000)).ok());
+    EXPECT_EQ(w->last_save().step, 7);
+    EXPECT_GE(w->last_save().seconds, 0);
+    written += w->last_save().bytes;
+  }
+  uint64_t folder = 0;
+  for (const auto& f : std::filesystem::directory_iterator(dir.path() + "/" + StepDir(7)))
+    folder += f.file_size();
+  EXPECT_EQ(written, folder);
+  const uint64_t manifest =
+      std::filesystem::file_size(dir.path() + "/" + StepDir(7) + "/" + kManifestFile);
+  EXPECT_EQ(
+      writers[0]->last_save().bytes,
+      manifest + std::filesystem::file_size(dir.path() + "/" + StepDir(7) + "/" + DataFile(0)));
+
+  auto reader = CheckpointReader::Open(storage, 7).value();
+  EXPECT_EQ(reader->bytes_read(), manifest);
+  testing::SynthRank whole = testing::MakeRank({.tp = 1, .dp = 1}, 0, false);
+  ASSERT_TRUE(reader->Load(whole.shards).ok());
+  EXPECT_EQ(reader->bytes_read(), folder);
+}
+
 TEST(RoundTripTest, RetentionKeepsNewestAndCleansFragments) {
   TempDir dir("keep");
   auto storage = Posix(dir);
