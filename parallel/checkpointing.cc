@@ -176,6 +176,22 @@ Result<int64_t> RunCheckpoints::Settle(ckpt::CheckpointWriter& writer, PendingSa
   return verdict;
 }
 
+void RunCheckpoints::NoteSettled(const ckpt::CheckpointWriter& writer, bool memory, int64_t step,
+                                 int64_t verdict) {
+  CheckpointTransfer t{.memory = memory, .step = step};
+  // A save the writer refused to start (its previous one failed) has no footprint of its own.
+  if (const ckpt::SaveFootprint& f = writer.last_save(); f.step == step) {
+    t.bytes = f.bytes;
+    t.seconds = f.seconds;
+  }
+  if (verdict == (world_ != nullptr ? world_->size() : 1)) {
+    transfers_.saves.push_back(t);
+  } else {
+    t.bytes = 0;
+    transfers_.failed.push_back(t);
+  }
+}
+
 std::string RunCheckpoints::NewestCommitted() const {
   return newest_committed_ < 0 ? std::string("none")
                                : "step " + std::to_string(newest_committed_);
@@ -186,6 +202,7 @@ Status RunCheckpoints::SettleDurable() {
   const int64_t step = durable_pending_.step;
   Status cause;
   ASSIGN_OR_RETURN(const int64_t failed_on, Settle(*writer_, durable_pending_, &cause));
+  NoteSettled(*writer_, /*memory=*/false, step, failed_on);
   if (failed_on == (world_ != nullptr ? world_->size() : 1)) {
     newest_committed_ = std::max(newest_committed_, step);
     failed_in_a_row_.clear();
@@ -214,6 +231,7 @@ Result<bool> RunCheckpoints::SettleMemory() {
   const int64_t step = memory_pending_.step;
   Status cause;
   ASSIGN_OR_RETURN(const int64_t failed_on, Settle(*memory_writer_, memory_pending_, &cause));
+  NoteSettled(*memory_writer_, /*memory=*/true, step, failed_on);
   if (!cause.ok())
     LOG_WARN("memory snapshot of step {} to {} failed on rank {}: {} (the memory tier skips it; "
              "ckpt.dir keeps the durable checkpoints)", step, memory_->uri(), failed_on,
@@ -277,6 +295,8 @@ Result<int64_t> RunCheckpoints::Reduce(int64_t value, comm::ReduceOp op) {
 
 Result<TrainerState> RunCheckpoints::Resume(const ckpt::StateShards& dest) {
   const std::string where = storage_->uri();
+  const double started = MonoSeconds();
+  uint64_t bytes_read = 0;  // by every candidate tried
   // A rank that cannot list says so to the others, so that none waits for it in the agreement.
   Result<std::vector<int64_t>> listed = ckpt::ListCommitted(*storage_);
   ASSIGN_OR_RETURN(const int64_t listed_everywhere, Reduce(listed.ok() ? 1 : 0,
@@ -330,6 +350,7 @@ Result<TrainerState> RunCheckpoints::Resume(const ckpt::StateShards& dest) {
         ckpt::CheckpointReader::Open(from_memory ? memory_ : storage_, step);
     Status s = reader.status();
     if (s.ok()) s = (*reader)->Load(dest);
+    if (reader.ok()) bytes_read += (*reader)->bytes_read();
     if (s.ok()) {
       const std::string& bytes = (*reader)->manifest().engine_state;
       Result<TrainerState> decoded = TrainerState::Deserialize(
@@ -346,6 +367,10 @@ Result<TrainerState> RunCheckpoints::Resume(const ckpt::StateShards& dest) {
       for (int64_t durable : *listed)
         if (durable > step) skipped_up_to_ = std::max(skipped_up_to_, durable);
       RETURN_IF_ERROR(DropNewerMemorySnapshots(memory_steps, step));
+      transfers_.loads.push_back({.memory = from_memory,
+                                  .step = step,
+                                  .bytes = bytes_read,
+                                  .seconds = MonoSeconds() - started});
       if (state.step != step)
         LOG_WARN("{} holds trainer state of step {}", describe(mine), state.step);
       LOG_INFO("resuming from {} (written by layout {})", describe(mine),

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -26,6 +27,7 @@
 #include "comm/communicator.h"
 #include "kernels/tensor.h"
 #include "parallel/config.h"
+#include "parallel/rank_activity.h"
 #include "parallel/trainer.h"
 
 namespace rt::parallel {
@@ -93,6 +95,10 @@ class RunCheckpoints {
   // URI"; empty before.
   const std::string& resumed_from() const { return resumed_from_; }
 
+  // The saves settled (committed or dropped) and the load of Resume since the last call; the
+  // running saves are not in it until a later Save, Finish or SaveLast settles them.
+  CheckpointTransfers TakeTransfers() { return std::exchange(transfers_, {}); }
+
   // Whether Save works (ckpt.every > 0).
   bool saves() const { return writer_ != nullptr; }
   // The step of the newest checkpoint (not memory snapshot) Save started; -1 before any.
@@ -121,6 +127,10 @@ class RunCheckpoints {
   // (the world size when it committed or none was pending); `cause` receives the error on that
   // rank (empty elsewhere). Errors: those of comm.
   Result<int64_t> Settle(ckpt::CheckpointWriter& writer, PendingSave& pending, Status* cause);
+  // Records the save of `step` that Settle just settled on `writer` (verdict: the world size
+  // when it committed) in transfers_.
+  void NoteSettled(const ckpt::CheckpointWriter& writer, bool memory, int64_t step,
+                   int64_t verdict);
   // Settles the durable save and applies ckpt.max_failed_saves. Errors: FailedPrecondition
   // when the last `max_failed_saves` saves failed; those of Settle.
   Status SettleDurable();
@@ -155,6 +165,7 @@ class RunCheckpoints {
   // On a device: the staging of the agreement collectives (Reduce, the run id's broadcast),
   // kept between them (the stop_at agreement runs every step).
   Buffer agree_staging_;
+  CheckpointTransfers transfers_;  // TakeTransfers
 };
 
 }  // namespace rt::parallel

@@ -24,6 +24,7 @@
 #include "parallel/config.h"
 #include "parallel/engine.h"
 #include "parallel/layout.h"
+#include "parallel/rank_activity.h"
 #include "parallel/run_metrics.h"
 #include "parallel/train_loop.h"
 #if defined(RINGTRAIN_WITH_CUDA)
@@ -105,16 +106,18 @@ Status ScopeFaultsToRank(int rank, int ranks) {
 // last; "step N: val_loss V") and the metrics file.
 class WorkerReporter final : public TrainLoopReporter {
  public:
-  // Reports for the worker of `options` (rank 0 when `lead`); `config` and `options` must
-  // outlive the reporter.
-  WorkerReporter(const RunConfig& config, const DistTrainOptions& options, bool lead)
-      : config_(config), options_(options), lead_(lead) {}
+  // Reports for the worker of `options` (rank 0 when `lead`), calling `note_activity` before
+  // the on_step hook; `config` and `options` must outlive the reporter.
+  WorkerReporter(const RunConfig& config, const DistTrainOptions& options, bool lead,
+                 std::function<void()> note_activity)
+      : config_(config), options_(options), lead_(lead), note_activity_(std::move(note_activity)) {}
 
   // Opens the metrics file (rank 0), appending on resume. Errors: RunMetrics::Open's.
   Status OpenMetrics(bool append) { return metrics_.Open(config_.metrics.path, append); }
 
   void StepSaved(const StepReport& r) override {
     const StepStats& s = r.stats;
+    note_activity_();
     if (options_.on_step) options_.on_step(s, r.seconds);
     if (!lead_) return;
     metrics_.WriteStep(s, r.tokens_per_s, config_.train.precision == "fp16", options_.generation);
@@ -132,6 +135,7 @@ class WorkerReporter final : public TrainLoopReporter {
   const RunConfig& config_;
   const DistTrainOptions& options_;
   const bool lead_;
+  const std::function<void()> note_activity_;
   RunMetrics metrics_;
 };
 
@@ -192,15 +196,30 @@ Status RunWorker(const DistTrainOptions& o) {
   loop.print = lead;
   loop.prefix = "ringtrain_dist: ";
   loop.stop_at = o.stop_at;
-  loop.on_stopped = o.on_stopped;
+  // What the rank did since the last call, to the on_activity hook.
+  auto note_activity = [&o, &engine, &checkpoints] {
+    if (!o.on_activity) return;
+    RankActivity activity;
+    if (checkpoints) activity.checkpoints = checkpoints->TakeTransfers();
+    activity.comm = GroupTraffic(engine->groups());
+    o.on_activity(activity);
+  };
+  if (o.on_stopped)
+    loop.on_stopped = [&o, &note_activity](int64_t step) {
+      note_activity();
+      o.on_stopped(step);
+    };
   if (o.resume) RETURN_IF_ERROR(ResumeTraining(*engine, *checkpoints, loop));
-  WorkerReporter reporter(config, o, lead);
+  WorkerReporter reporter(config, o, lead, note_activity);
   if (lead) {
     std::printf("ringtrain_dist: %s on %d ranks, %lld steps\n", DescribeLayout(layout).c_str(),
                 o.ranks, static_cast<long long>(config.train.steps));
     RETURN_IF_ERROR(reporter.OpenMetrics(o.resume));
   }
-  return RunTrainLoop(config, *engine, checkpoints.get(), val_tokens, loop, reporter);
+  const Status trained =
+      RunTrainLoop(config, *engine, checkpoints.get(), val_tokens, loop, reporter);
+  note_activity();
+  return trained;
 }
 
 // Starts the N workers (writing to this process's stdout and stderr; each in its own process

@@ -35,6 +35,8 @@ class ClusterSecret;
 
 namespace rt::parallel {
 
+struct RankActivity;
+
 // Command-line options of a distributed run.
 struct DistTrainOptions {
   std::string config;             // TOML config file ("" = defaults only)
@@ -71,6 +73,12 @@ struct DistTrainOptions {
   // it, ckpt/checkpointing.h: the previous save has then committed) with the step's stats and
   // seconds (the daemon's workers report progress through it); empty = none.
   std::function<void(const StepStats& stats, double seconds)> on_step;
+  // Worker mode: called on this rank's thread with what the rank did (parallel/rank_activity.h:
+  // the checkpoint saves and loads settled since the previous call, its process groups' byte
+  // totals) after each step's saves (before on_step), after a planned stop's checkpoint
+  // finished (before on_stopped), and once more when the training loop returned (also after a
+  // failure: best effort); empty = none.
+  std::function<void(const RankActivity& activity)> on_activity;
   // Worker mode: recorded as "generation" in every metrics line (the daemon's training
   // generation, so that a metrics file every generation appends to says which wrote a line);
   // "" = not recorded.

@@ -10,7 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "base/fault.h"
 #include "ckpt/catalog.h"
+#include "ckpt/manifest.h"
 #include "ckpt/storage.h"
 #include "parallel/checkpointing.h"
 #include "parallel/layout.h"
@@ -132,6 +134,14 @@ class TrainLoopTest : public ::testing::Test {
     return steps.ok() ? *steps : std::vector<int64_t>();
   }
 
+  // The bytes of the files in the folder of checkpoint `step` of `dir`.
+  static uint64_t FolderBytes(const std::string& dir, int64_t step) {
+    uint64_t bytes = 0;
+    for (const auto& f : std::filesystem::directory_iterator(dir + "/" + ckpt::StepDir(step)))
+      bytes += f.file_size();
+    return bytes;
+  }
+
   std::string dir_;
   std::shared_ptr<const std::vector<uint16_t>> tokens_ = PatternTokens(4000, 97, 5);
   std::shared_ptr<const std::vector<uint16_t>> val_ = PatternTokens(1000, 89, 6);
@@ -158,6 +168,63 @@ TEST_F(TrainLoopTest, StopAfterEndsAtThatStepWithItsEvaluationAndCheckpoint) {
   EXPECT_EQ(got.losses, losses);
   EXPECT_EQ(got.val_losses, val_losses);
   EXPECT_EQ(Committed(), (std::vector<int64_t>{5, 4, 2}));
+}
+
+// The transfers a run's checkpoints list: every committed save with the bytes its folder holds
+// (one process writes the whole folder), the load of a resume with the bytes of the checkpoint
+// it read, and a save that a fault made fail among the failed ones.
+TEST_F(TrainLoopTest, TransfersListSavesAndLoadsWithTheBytesOfTheirFolders) {
+  const RunConfig config = LoopConfig(7, dir_);
+  std::unique_ptr<Trainer> trainer = Trainer::Create(config, tokens_, "").value();
+  std::unique_ptr<RunCheckpoints> checkpoints =
+      RunCheckpoints::Create(config, DescribeLayout({}), nullptr, trainer->model().device())
+          .value();
+  TrainLoopOptions options;
+  options.print = false;
+  RecordingReporter reporter;
+  ASSERT_TRUE(RunTrainLoop(config, *trainer, checkpoints.get(), val_, options, reporter).ok());
+  const CheckpointTransfers saved = checkpoints->TakeTransfers();
+  std::vector<int64_t> steps;
+  for (const CheckpointTransfer& t : saved.saves) {
+    steps.push_back(t.step);
+    EXPECT_FALSE(t.memory);
+    EXPECT_EQ(t.bytes, FolderBytes(dir_, t.step)) << "step " << t.step;
+    EXPECT_GE(t.seconds, 0);
+  }
+  EXPECT_EQ(steps, (std::vector<int64_t>{2, 4, 6, 7}));
+  EXPECT_TRUE(saved.failed.empty());
+  EXPECT_TRUE(saved.loads.empty());
+  EXPECT_TRUE(checkpoints->TakeTransfers().empty());
+
+  std::unique_ptr<Trainer> resumed = Trainer::Create(config, tokens_, "").value();
+  std::unique_ptr<RunCheckpoints> again =
+      RunCheckpoints::Create(config, DescribeLayout({}), nullptr, resumed->model().device())
+          .value();
+  ASSERT_TRUE(ResumeTraining(*resumed, *again, options).ok());
+  const CheckpointTransfers loaded = again->TakeTransfers();
+  ASSERT_EQ(loaded.loads.size(), 1u);
+  EXPECT_EQ(loaded.loads[0].step, 7);
+  EXPECT_EQ(loaded.loads[0].bytes, FolderBytes(dir_, 7));
+  EXPECT_GE(loaded.loads[0].seconds, 0);
+  EXPECT_TRUE(loaded.saves.empty());
+
+  if (!fault::Enabled()) GTEST_SKIP() << "no fault points in this build";
+  const std::string failing = dir_ + "/failing";
+  const RunConfig four = LoopConfig(4, failing);
+  std::unique_ptr<Trainer> third = Trainer::Create(four, tokens_, "").value();
+  std::unique_ptr<RunCheckpoints> faulty =
+      RunCheckpoints::Create(four, DescribeLayout({}), nullptr, third->model().device()).value();
+  fault::Arm("ckpt.save.before_data", {.on_hit = 1});  // the save of step 2
+  const Status run = RunTrainLoop(four, *third, faulty.get(), val_, options, reporter);
+  fault::DisarmAll();
+  ASSERT_TRUE(run.ok()) << run.ToString();
+  const CheckpointTransfers settled = faulty->TakeTransfers();
+  ASSERT_EQ(settled.failed.size(), 1u);
+  EXPECT_EQ(settled.failed[0].step, 2);
+  EXPECT_EQ(settled.failed[0].bytes, 0u);
+  ASSERT_EQ(settled.saves.size(), 1u);
+  EXPECT_EQ(settled.saves[0].step, 4);
+  EXPECT_EQ(settled.saves[0].bytes, FolderBytes(failing, 4));
 }
 
 }  // namespace
