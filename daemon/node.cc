@@ -328,7 +328,14 @@ asio::awaitable<Result<Json>> Node::HandleWorkerWatch(Json request) {
 
 asio::awaitable<Result<Json>> Node::HandleWorkerReport(Json r) {
   CO_ASSIGN_OR_RETURN(std::string generation, StringField(r, "generation", "report"));
+  CO_ASSIGN_OR_RETURN(const WorkerCounters counters, ParseCounters(r));
+  if (r.contains("step")) CO_RETURN_IF_ERROR(IntField(r, "step", 0, INT64_MAX, "report").status());
+  // Counters count what this node's workers did, in whichever generation.
+  NoteWorkerCounters(counters);
   if (!running_ || running_->ToString() != generation) co_return Json::object();  // stale
+  // The other ranks report only counters.
+  if (!r.contains("step") && !r.contains("stopped_at") && !r.contains("finished_at"))
+    co_return Json::object();
   if (r.contains("stopped_at")) {
     CO_ASSIGN_OR_RETURN(const int64_t step, IntField(r, "stopped_at", 1, INT64_MAX, "report"));
     CO_RETURN_IF_ERROR(co_await RecordCommitted(generation, step));

@@ -30,6 +30,7 @@
 #include "daemon/daemon.h"
 #include "daemon/web/node_metrics.h"
 #include "daemon/web/progress_history.h"
+#include "daemon/worker_counters.h"
 #include "daemon/snapshot_service.h"
 #include "elastic/planner.h"
 
@@ -138,6 +139,8 @@ class Node : public Daemon {
   // running_ changes.
   std::string RecoveryLabel(const GenerationKey& key, const elastic::View& view,
                             const ClusterState& state);
+  // A worker's report carried counters: its checkpoint saves and loads and comm bytes.
+  void NoteWorkerCounters(const WorkerCounters& counters);
   // A worker process is started for `key`: counts a restart when this node ran the job before.
   void NoteWorkerStarted(const GenerationKey& key);
 

@@ -212,6 +212,26 @@ std::string Node::RecoveryLabel(const GenerationKey& key, const elastic::View& v
   return web::kCausePlanned;
 }
 
+void Node::NoteWorkerCounters(const WorkerCounters& c) {
+  auto tier = [](const parallel::CheckpointTransfer& t) -> std::vector<std::string> {
+    return {t.memory ? web::kTierMemory : web::kTierStore};
+  };
+  for (const parallel::CheckpointTransfer& t : c.saves) {
+    metrics_.checkpoint_saved_bytes->With(tier(t)).Increment(static_cast<double>(t.bytes));
+    if (t.seconds >= 0) metrics_.checkpoint_save_seconds->With(tier(t)).Observe(t.seconds);
+  }
+  for (const parallel::CheckpointTransfer& t : c.failed)
+    metrics_.checkpoint_failed_saves->With(tier(t)).Increment();
+  for (const parallel::CheckpointTransfer& t : c.loads) {
+    metrics_.checkpoint_loaded_bytes->With(tier(t)).Increment(static_cast<double>(t.bytes));
+    if (t.seconds >= 0) metrics_.checkpoint_load_seconds->With(tier(t)).Observe(t.seconds);
+  }
+  for (const parallel::GroupBytes& g : c.comm) {
+    metrics_.comm_sent_bytes->With({g.group}).Increment(static_cast<double>(g.sent));
+    metrics_.comm_received_bytes->With({g.group}).Increment(static_cast<double>(g.received));
+  }
+}
+
 void Node::NoteWorkerStarted(const GenerationKey& key) {
   const std::string generation = key.ToString();
   if (worker_generation_ != generation) {

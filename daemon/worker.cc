@@ -21,8 +21,10 @@
 #include "daemon/control_api.h"
 #include "daemon/node_config.h"
 #include "daemon/snapshot_storage.h"
+#include "daemon/worker_counters.h"
 #include "ckpt/catalog.h"
 #include "parallel/config.h"
+#include "parallel/rank_activity.h"
 #include "parallel/train_loop.h"
 #include "parallel/trainer.h"
 
@@ -34,6 +36,9 @@ constexpr auto kConnectTimeout = std::chrono::seconds(10);
 constexpr auto kWatchPeriod = std::chrono::minutes(10);
 constexpr auto kReportTimeout = std::chrono::seconds(2);
 constexpr auto kStoppedReportTimeout = std::chrono::seconds(10);
+// How often a rank other than 0 sends counters that are only comm bytes (rank 0's step reports
+// carry them every step; checkpoint transfers are sent at once).
+constexpr double kCountersPeriodSeconds = 1.0;
 
 [[noreturn]] void ExitOrphaned(const std::string& why) {
   LOG_ERROR("worker: {}: exiting", why);
@@ -45,7 +50,7 @@ constexpr auto kStoppedReportTimeout = std::chrono::seconds(10);
 class DaemonLink {
  public:
   explicit DaemonLink(const WorkerOptions& options)
-      : options_(options) {}
+      : options_(options), counters_(options.train.rank == 0) {}
   ~DaemonLink() {
     guard_.reset();
     io_.stop();
@@ -70,7 +75,41 @@ class DaemonLink {
     return asio::co_spawn(io_, connect, asio::use_future).get().WithContext("worker");
   }
 
-  // Sends a progress report (fire and forget; a lost report is only a late status line).
+  // Takes what the rank did (its checkpoint transfers and comm bytes) into the next report; on
+  // ranks other than 0, sends it at once (fire and forget) when it holds checkpoint transfers
+  // or kCountersPeriodSeconds passed since the last one. The rank's thread only.
+  void Note(const parallel::RankActivity& activity) {
+    counters_.Add(activity);
+    if (options_.train.rank == 0) return;
+    const bool transfers = !activity.checkpoints.empty();
+    if (!transfers && MonoSeconds() - counters_sent_ < kCountersPeriodSeconds) return;
+    WorkerCounters pending = counters_.Take();
+    if (pending.empty()) return;
+    counters_sent_ = MonoSeconds();
+    Json report = {{"generation", options_.generation}, {"rank", options_.train.rank}};
+    AddCounters(pending, &report);
+    asio::co_spawn(
+        io_,
+        [this, report = std::move(report)]() -> asio::awaitable<void> {
+          Result<Json> r =
+              co_await CallJson(*client_, kWorkerReport, report, Deadline::After(kReportTimeout));
+          if (!r.ok()) LOG_WARN("worker: counters report: {}", r.status().ToString());
+        },
+        asio::detached);
+  }
+
+  // Sends the counters still pending and waits for the answer (a rank other than 0 at its end;
+  // rank 0's last report carries them). Errors: those of the call.
+  Status FlushCounters() {
+    WorkerCounters pending = counters_.Take();
+    if (pending.empty()) return Status();
+    Json report = {{"generation", options_.generation}, {"rank", options_.train.rank}};
+    AddCounters(pending, &report);
+    return Call(std::move(report), "report the counters");
+  }
+
+  // Sends a progress report with the pending counters (fire and forget; a lost report is only a
+  // late status line, and its counters missing from the daemon's metrics).
   void Report(const StepStats& s, double seconds) {
     Json report = {{"generation", options_.generation},
                    {"rank", options_.train.rank},
@@ -80,6 +119,7 @@ class DaemonLink {
                    {"unix_ms", std::chrono::duration_cast<std::chrono::milliseconds>(
                                    std::chrono::system_clock::now().time_since_epoch())
                                    .count()}};
+    AddCounters(counters_.Take(), &report);
     asio::co_spawn(
         io_,
         [this, report = std::move(report)]() -> asio::awaitable<void> {
@@ -110,13 +150,20 @@ class DaemonLink {
   }
 
  private:
-  // Sends {generation, rank, step, `key`: step} and waits for the answer.
+  // Sends {generation, rank, step, `key`: step} with the pending counters and waits for the
+  // answer.
   Status ReportEnd(const char* key, int64_t step, const char* what) {
-    const Json report = {{"generation", options_.generation},
-                         {"rank", options_.train.rank},
-                         {"step", step},
-                         {key, step}};
-    auto call = [this, report]() -> asio::awaitable<Status> {
+    Json report = {{"generation", options_.generation},
+                   {"rank", options_.train.rank},
+                   {"step", step},
+                   {key, step}};
+    AddCounters(counters_.Take(), &report);
+    return Call(std::move(report), what);
+  }
+
+  // Sends `report` and waits for the answer. Errors: those of the call, with `what`.
+  Status Call(Json report, const char* what) {
+    auto call = [this, report = std::move(report)]() -> asio::awaitable<Status> {
       Result<Json> r = co_await CallJson(*client_, kWorkerReport, report,
                                          Deadline::After(kStoppedReportTimeout));
       co_return r.status();
@@ -144,6 +191,8 @@ class DaemonLink {
   std::shared_ptr<net::RpcClient> client_;
   std::thread thread_;
   std::atomic<int64_t> stop_at_{INT64_MAX};
+  CounterDeltas counters_;    // the rank's thread only
+  double counters_sent_ = 0;  // MonoSeconds() of the last counters-only report
 };
 
 // True when `config` names a ckpt.dir that holds a committed checkpoint, or the memory tier
@@ -205,6 +254,7 @@ Status RunWorker(WorkerOptions options, const std::string& executable) {
            options.train.rank, options.train.ranks, options.train.layout,
            options.train.resume ? "resuming from the newest committed checkpoint"
                                 : "from the start (no committed checkpoint)");
+  options.train.on_activity = [&link](const parallel::RankActivity& a) { link.Note(a); };
   if (options.train.rank == 0)
     options.train.on_step = [&link](const StepStats& s, double seconds) {
       link.Report(s, seconds);
@@ -216,10 +266,20 @@ Status RunWorker(WorkerOptions options, const std::string& executable) {
     options.train.stop_at = [&link] { return link.stop_at(); };
     options.train.on_stopped = [&](int64_t step) {
       stopped = step;
-      if (options.train.rank == 0) report_status = link.ReportStopped(step);
+      if (options.train.rank == 0) {
+        report_status = link.ReportStopped(step);
+      } else if (Status flushed = link.FlushCounters(); !flushed.ok()) {
+        LOG_WARN("worker: {}", flushed.ToString());  // only the metrics miss them
+      }
     };
   }
-  RETURN_IF_ERROR(parallel::RunDistributedTrain(options.train, executable));
+  const Status trained = parallel::RunDistributedTrain(options.train, executable);
+  // The counters of the last saves (best effort after a failure: the daemon may be gone).
+  if (options.train.rank != 0 || !trained.ok()) {
+    const Status flushed = link.FlushCounters();
+    if (!flushed.ok()) LOG_WARN("worker: {}", flushed.ToString());
+  }
+  RETURN_IF_ERROR(trained);
   if (!stopped) {
     if (options.train.rank != 0) return Status();
     return link.ReportFinished(parallel::EndStep(config, options.train.stop_after));

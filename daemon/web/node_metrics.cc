@@ -59,6 +59,10 @@ Result<NodeMetrics> RegisterNodeMetrics(MetricsRegistry& r) {
                    r.AddCounter("ringtrain_checkpoint_loaded_bytes_total",
                                 "Checkpoint bytes read by this node's workers, by tier.",
                                 {"tier"}));
+  ASSIGN_OR_RETURN(
+      m.checkpoint_failed_saves,
+      r.AddCounter("ringtrain_checkpoint_failed_saves_total",
+                   "Checkpoint saves dropped because a rank failed, by tier.", {"tier"}));
   ASSIGN_OR_RETURN(m.checkpoint_last_step,
                    r.AddGauge("ringtrain_checkpoint_last_step",
                               "Step of the newest committed checkpoint."));
@@ -74,12 +78,15 @@ Result<NodeMetrics> RegisterNodeMetrics(MetricsRegistry& r) {
   ASSIGN_OR_RETURN(m.chunkstore_used_bytes,
                    r.AddGauge("ringtrain_chunkstore_used_bytes",
                               "Bytes of chunk data the embedded chunk server holds."));
-  ASSIGN_OR_RETURN(m.comm_sent_bytes,
-                   r.AddCounter("ringtrain_comm_sent_bytes_total",
-                                "Bytes this node's workers sent in collectives."));
-  ASSIGN_OR_RETURN(m.comm_received_bytes,
-                   r.AddCounter("ringtrain_comm_received_bytes_total",
-                                "Bytes this node's workers received in collectives."));
+  ASSIGN_OR_RETURN(
+      m.comm_sent_bytes,
+      r.AddCounter("ringtrain_comm_sent_bytes_total",
+                   "Bytes this node's workers sent in collectives, by process group.", {"group"}));
+  ASSIGN_OR_RETURN(
+      m.comm_received_bytes,
+      r.AddCounter("ringtrain_comm_received_bytes_total",
+                   "Bytes this node's workers received in collectives, by process group.",
+                   {"group"}));
   return m;
 }
 

@@ -15,7 +15,8 @@ inline constexpr char kCauseNodeLost[] = "node_lost";         // a member left t
 inline constexpr char kCauseWorkerExited[] = "worker_exited";  // a worker died on a live node
 inline constexpr char kCausePlanned[] = "planned";            // scale, drain, join or stop
 
-// Checkpoint tiers, the values of the `tier` label.
+// Checkpoint tiers, the values of the `tier` label. (The `group` label of the comm metrics takes
+// the names of parallel/rank_activity.h kProcessGroupNames.)
 inline constexpr char kTierStore[] = "store";    // the chunk store (or a directory)
 inline constexpr char kTierMemory[] = "memory";  // the daemons' memory tier
 
@@ -37,13 +38,14 @@ struct NodeMetrics {
   MetricFamily<Histogram>* checkpoint_load_seconds;  // {tier}
   MetricFamily<Counter>* checkpoint_saved_bytes;     // {tier}
   MetricFamily<Counter>* checkpoint_loaded_bytes;    // {tier}
+  MetricFamily<Counter>* checkpoint_failed_saves;    // {tier}, counted by rank 0's daemon
   MetricFamily<Gauge>* checkpoint_last_step;         // newest committed checkpoint's step
   MetricFamily<Counter>* chunkstore_read_bytes;
   MetricFamily<Counter>* chunkstore_written_bytes;
   MetricFamily<Counter>* chunkstore_errors;          // {op}: read, write, sync
   MetricFamily<Gauge>* chunkstore_used_bytes;
-  MetricFamily<Counter>* comm_sent_bytes;            // by this node's workers
-  MetricFamily<Counter>* comm_received_bytes;
+  MetricFamily<Counter>* comm_sent_bytes;      // {group}: by this node's workers
+  MetricFamily<Counter>* comm_received_bytes;  // {group}
 };
 
 // Registers the catalogue in `registry` (build_info set to 1 for this version). Errors:

@@ -3,7 +3,8 @@
 // from the event loop, STOPPING on SIGTERM, in that order and in time), and a two-node cluster
 // training config tiny whose /metrics pass `promtool check metrics` and say what the cluster
 // does, whose status page works in a headless Chromium, and whose `ringctl top --once` prints
-// the table.
+// the table; and the workers' checkpoint and comm counters of a DDP job against the checkpoints
+// on disk and the all-reduce formula.
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -13,6 +14,10 @@
 #include <sstream>
 
 #include "base/net/http_client.h"
+#include "ckpt/catalog.h"
+#include "ckpt/manifest.h"
+#include "ckpt/storage.h"
+#include "parallel/stage_layout.h"
 #include "tests/base/net/loop.h"
 #include "tests/base/tool_path.h"
 #include "tests/daemon/local_cluster.h"
@@ -381,6 +386,120 @@ TEST_F(WebClusterTest, ServesMetricsStatusJsonAndTop) {
     last_step = Metrics(2).Get("ringtrain_checkpoint_last_step");
   }
   EXPECT_GE(last_step, static_cast<double>(checkpoint));
+}
+
+// The bytes of the files in `folder`.
+uint64_t FolderBytes(const std::filesystem::path& folder) {
+  uint64_t bytes = 0;
+  for (const auto& f : std::filesystem::directory_iterator(folder)) bytes += f.file_size();
+  return bytes;
+}
+
+// The workers' counters (docs/metrics.md "Checkpoints", "Chunk store and communication") of a
+// DDP job on 2 nodes x 2 slots (dp=4, ZeRO-0) that saves every 80 steps, stops once for
+// `ringctl checkpoint` and resumes from that checkpoint, then finishes: summed over the daemons,
+// the saved bytes are those of the committed step folders, one save duration per checkpoint,
+// the loaded bytes four times the folder resumed from (every DDP rank reads the whole state),
+// the dp_shard group's bytes the all-reduce formula 2Φ(n−1)/n per step and rank, and every
+// group's bytes sent equal the bytes received.
+TEST_F(WebClusterTest, CountsTheWorkersCheckpointsAndCommBytes) {
+  constexpr int64_t kSteps = 400, kEvery = 80;
+  StartWebNode(1);
+  StartWebNode(2);
+  WaitFor(1, "a view of 2 members", [](const Json& s) { return Members(s) == 2; });
+  const std::string job = (dir_ / "ddp.toml").string();
+  std::ofstream(job) << "[job]\nname = \"ddp\"\n[elastic]\nmin_nodes = 2\n"
+                     << "[model]\nn_layer = 2\nn_embd = 64\nn_head = 4\nseq_len = 32\n"
+                     << "[train]\nbatch_size = 12\nsteps = " << kSteps << "\nlog_every = 1000\n"
+                     << "[data]\ndir = \"" << (dir_ / "data").string() << "\"\n"
+                     << "[eval]\nevery = 0\n"
+                     << "[ckpt]\ndir = \"" << (dir_ / "ckpt").string() << "\"\nevery = " << kEvery
+                     << "\nkeep = 100\n";
+  ProcessOutcome submitted = Ctl({"submit", job});
+  ASSERT_EQ(submitted.exit_code, 0) << submitted.output;
+  Json s = WaitFor(1, "step 3 of dp=4", [](const Json& s) {
+    return Step(s) >= 3 && Plan(s, 1).find("dp=4,") != std::string::npos;
+  });
+  ProcessOutcome saved = Ctl({"checkpoint"}, 2);
+  ASSERT_EQ(saved.exit_code, 0) << saved.output;
+  const size_t at = saved.output.find("step ");
+  ASSERT_NE(at, std::string::npos) << saved.output;
+  const int64_t stopped = std::atoll(saved.output.c_str() + at + 5);
+  ASSERT_LT(stopped, kSteps) << "the job ended before the planned stop";
+  WaitFor(
+      1, "the job finished",
+      [](const Json& s) { return s.contains("job") && s["job"]["desire"] == "finished"; },
+      milliseconds(300'000));
+
+  // Every worker has exited (the others' last counters come before they exit).
+  std::map<int, Scrape> m;
+  const Deadline deadline = Deadline::AfterMs(30'000);
+  while (true) {
+    for (int id : {1, 2}) m[id] = Metrics(id);
+    if (m[1].Get("ringtrain_workers_running") == 0 && m[2].Get("ringtrain_workers_running") == 0)
+      break;
+    ASSERT_FALSE(deadline.Expired()) << m[1].text << m[2].text;
+    std::this_thread::sleep_for(milliseconds(200));
+  }
+  auto sum = [&m](const std::string& series) {
+    double total = 0;
+    for (const auto& [id, scrape] : m) total += std::max(0.0, scrape.Get(series));
+    return total;
+  };
+  std::printf("%s", m[1].text.c_str());
+
+  // Saves: the committed checkpoints' folders (every one kept), each timed once.
+  auto storage = ckpt::OpenStorage((dir_ / "ckpt").string());
+  ASSERT_TRUE(storage.ok()) << storage.status().ToString();
+  const std::vector<int64_t> committed = ckpt::ListCommitted(**storage).value();
+  std::vector<int64_t> expected;
+  for (int64_t step = kEvery; step <= kSteps; step += kEvery) expected.push_back(step);
+  if (stopped % kEvery != 0) expected.push_back(stopped);
+  std::sort(expected.rbegin(), expected.rend());
+  EXPECT_EQ(committed, expected);
+  uint64_t on_disk = 0;
+  for (int64_t step : committed) on_disk += FolderBytes(dir_ / "ckpt" / ckpt::StepDir(step));
+  const std::string store = "{tier=\"store\"}";
+  EXPECT_EQ(sum("ringtrain_checkpoint_saved_bytes_total" + store), static_cast<double>(on_disk));
+  EXPECT_EQ(sum("ringtrain_checkpoint_save_duration_seconds_count" + store),
+            static_cast<double>(committed.size()));
+  EXPECT_GT(sum("ringtrain_checkpoint_save_duration_seconds_sum" + store), 0);
+  EXPECT_EQ(sum("ringtrain_checkpoint_failed_saves_total" + store), 0);
+
+  // The load of the resume: four ranks, each reading the whole checkpoint.
+  EXPECT_EQ(sum("ringtrain_checkpoint_loaded_bytes_total" + store),
+            4.0 * static_cast<double>(FolderBytes(dir_ / "ckpt" / ckpt::StepDir(stopped))));
+  EXPECT_EQ(sum("ringtrain_checkpoint_load_duration_seconds_count" + store), 1);
+
+  // Comm: DDP's all-reduce (reduce-scatter + all-gather) on dp_shard, 2Φ(n−1)/n fp32 elements
+  // per step and rank, Φ the padded parameter count, every step trained once.
+  ModelConfig model;
+  model.n_layer = 2;
+  model.n_embd = 64;
+  model.n_head = 4;
+  model.seq_len = 32;
+  const uint64_t phi =
+      static_cast<uint64_t>(parallel::BuildStageLayout(model, 1, 0, /*shards=*/4).total);
+  const uint64_t per_step = 2 * (phi * 3 / 4) * 4;
+  EXPECT_EQ(sum("ringtrain_comm_sent_bytes_total{group=\"dp_shard\"}"),
+            static_cast<double>(4 * kSteps * per_step));
+  for (const char* group : {"world", "dp_shard"}) {
+    const std::string labels = std::string("{group=\"") + group + "\"}";
+    EXPECT_GT(sum("ringtrain_comm_sent_bytes_total" + labels), 0) << group;
+    EXPECT_EQ(sum("ringtrain_comm_sent_bytes_total" + labels),
+              sum("ringtrain_comm_received_bytes_total" + labels))
+        << group;
+  }
+
+  const std::string promtool = FindTool("promtool");
+  if (promtool.empty()) {
+    ADD_FAILURE() << "promtool not found (Debian package prometheus; `tools/run setup`)";
+    return;
+  }
+  for (int id : {1, 2}) {
+    ProcessOutcome linted = web::Promtool(promtool, m[id].text);
+    EXPECT_TRUE(linted.exited && linted.exit_code == 0) << linted.Describe() << linted.output;
+  }
 }
 
 }  // namespace
