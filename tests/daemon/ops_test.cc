@@ -395,81 +395,125 @@ uint64_t FolderBytes(const std::filesystem::path& folder) {
   return bytes;
 }
 
-// The workers' counters (docs/metrics.md "Checkpoints", "Chunk store and communication") of a
-// DDP job on 2 nodes x 2 slots (dp=4, ZeRO-0) that saves every 80 steps, stops once for
-// `ringctl checkpoint` and resumes from that checkpoint, then finishes: summed over the daemons,
-// the saved bytes are those of the committed step folders, one save duration per checkpoint,
-// the loaded bytes four times the folder resumed from (every DDP rank reads the whole state),
-// the dp_shard group's bytes the all-reduce formula 2Φ(n−1)/n per step and rank, and every
-// group's bytes sent equal the bytes received.
-TEST_F(WebClusterTest, CountsTheWorkersCheckpointsAndCommBytes) {
-  constexpr int64_t kSteps = 400, kEvery = 80;
-  StartWebNode(1);
-  StartWebNode(2);
-  WaitFor(1, "a view of 2 members", [](const Json& s) { return Members(s) == 2; });
-  const std::string job = (dir_ / "ddp.toml").string();
-  std::ofstream(job) << "[job]\nname = \"ddp\"\n[elastic]\nmin_nodes = 2\n"
-                     << "[model]\nn_layer = 2\nn_embd = 64\nn_head = 4\nseq_len = 32\n"
-                     << "[train]\nbatch_size = 12\nsteps = " << kSteps << "\nlog_every = 1000\n"
-                     << "[data]\ndir = \"" << (dir_ / "data").string() << "\"\n"
-                     << "[eval]\nevery = 0\n"
-                     << "[ckpt]\ndir = \"" << (dir_ / "ckpt").string() << "\"\nevery = " << kEvery
-                     << "\nkeep = 100\n";
-  ProcessOutcome submitted = Ctl({"submit", job});
-  ASSERT_EQ(submitted.exit_code, 0) << submitted.output;
-  Json s = WaitFor(1, "step 3 of dp=4", [](const Json& s) {
-    return Step(s) >= 3 && Plan(s, 1).find("dp=4,") != std::string::npos;
-  });
-  ProcessOutcome saved = Ctl({"checkpoint"}, 2);
-  ASSERT_EQ(saved.exit_code, 0) << saved.output;
-  const size_t at = saved.output.find("step ");
-  ASSERT_NE(at, std::string::npos) << saved.output;
-  const int64_t stopped = std::atoll(saved.output.c_str() + at + 5);
-  ASSERT_LT(stopped, kSteps) << "the job ended before the planned stop";
-  WaitFor(
-      1, "the job finished",
-      [](const Json& s) { return s.contains("job") && s["job"]["desire"] == "finished"; },
-      milliseconds(300'000));
-
-  // Every worker has exited (the others' last counters come before they exit).
-  std::map<int, Scrape> m;
-  const Deadline deadline = Deadline::AfterMs(30'000);
-  while (true) {
-    for (int id : {1, 2}) m[id] = Metrics(id);
-    if (m[1].Get("ringtrain_workers_running") == 0 && m[2].Get("ringtrain_workers_running") == 0)
-      break;
-    ASSERT_FALSE(deadline.Expired()) << m[1].text << m[2].text;
-    std::this_thread::sleep_for(milliseconds(200));
+// A DDP job (tiny, dp=4 and ZeRO-0 on 2 nodes x 2 slots) that `ringctl checkpoint` stops once and
+// that then resumes and finishes; the daemons' metrics once every worker has exited.
+class WorkerCountersTest : public WebClusterTest {
+ protected:
+  // Runs `steps` steps with `ckpt` lines added to [ckpt] (dir and keep = 100 are set), stopping
+  // once for `ringctl checkpoint`; returns the step it stopped after (0 on failure).
+  int64_t RunWithAPlannedStop(int64_t steps, const std::string& ckpt) {
+    StartWebNode(1);
+    StartWebNode(2);
+    WaitFor(1, "a view of 2 members", [](const Json& s) { return Members(s) == 2; });
+    const std::string job = (dir_ / "ddp.toml").string();
+    std::ofstream(job) << "[job]\nname = \"ddp\"\n[elastic]\nmin_nodes = 2\n"
+                       << "[model]\nn_layer = 2\nn_embd = 64\nn_head = 4\nseq_len = 32\n"
+                       << "[train]\nbatch_size = 12\nsteps = " << steps << "\nlog_every = 1000\n"
+                       << "[data]\ndir = \"" << (dir_ / "data").string() << "\"\n"
+                       << "[eval]\nevery = 0\n"
+                       << "[ckpt]\ndir = \"" << (dir_ / "ckpt").string() << "\"\nkeep = 100\n"
+                       << ckpt;
+    ProcessOutcome submitted = Ctl({"submit", job});
+    EXPECT_EQ(submitted.exit_code, 0) << submitted.output;
+    WaitFor(1, "step 3 of dp=4", [](const Json& s) {
+      return Step(s) >= 3 && Plan(s, 1).find("dp=4,") != std::string::npos;
+    });
+    ProcessOutcome saved = Ctl({"checkpoint"}, 2);
+    EXPECT_EQ(saved.exit_code, 0) << saved.output;
+    const size_t at = saved.output.find("step ");
+    if (saved.exit_code != 0 || at == std::string::npos) return 0;
+    const int64_t stopped = std::atoll(saved.output.c_str() + at + 5);
+    EXPECT_LT(stopped, steps) << "the job ended before the planned stop";
+    WaitFor(
+        1, "the job finished",
+        [](const Json& s) { return s.contains("job") && s["job"]["desire"] == "finished"; },
+        milliseconds(300'000));
+    // Every worker has exited (the others' last counters come before they exit).
+    const Deadline deadline = Deadline::AfterMs(30'000);
+    while (true) {
+      for (int id : {1, 2}) scrapes_[id] = Metrics(id);
+      if (scrapes_[1].Get("ringtrain_workers_running") == 0 &&
+          scrapes_[2].Get("ringtrain_workers_running") == 0)
+        break;
+      if (deadline.Expired()) {
+        ADD_FAILURE() << "workers still run\n" << scrapes_[1].text << scrapes_[2].text;
+        return 0;
+      }
+      std::this_thread::sleep_for(milliseconds(200));
+    }
+    return stopped;
   }
-  auto sum = [&m](const std::string& series) {
+
+  // `series` summed over the daemons' last scrapes.
+  double Sum(const std::string& series) const {
     double total = 0;
-    for (const auto& [id, scrape] : m) total += std::max(0.0, scrape.Get(series));
+    for (const auto& [id, scrape] : scrapes_) total += std::max(0.0, scrape.Get(series));
     return total;
-  };
-  std::printf("%s", m[1].text.c_str());
+  }
+
+  // The bytes of the committed checkpoint of `step` in the job's ckpt.dir.
+  uint64_t CheckpointBytes(int64_t step) const {
+    return FolderBytes(dir_ / "ckpt" / ckpt::StepDir(step));
+  }
+
+  // The committed checkpoints in the job's ckpt.dir, newest first.
+  std::vector<int64_t> Committed() const {
+    auto storage = ckpt::OpenStorage((dir_ / "ckpt").string());
+    EXPECT_TRUE(storage.ok()) << storage.status().ToString();
+    if (!storage.ok()) return {};
+    return ckpt::ListCommitted(**storage).value();
+  }
+
+  // Both scrapes pass `promtool check metrics`.
+  void Lint() {
+    const std::string promtool = FindTool("promtool");
+    if (promtool.empty()) {
+      ADD_FAILURE() << "promtool not found (Debian package prometheus; `tools/run setup`)";
+      return;
+    }
+    for (const auto& [id, scrape] : scrapes_) {
+      ProcessOutcome linted = web::Promtool(promtool, scrape.text);
+      EXPECT_TRUE(linted.exited && linted.exit_code == 0) << linted.Describe() << linted.output;
+    }
+  }
+
+  std::map<int, Scrape> scrapes_;
+};
+
+const std::string kStore = "{tier=\"store\"}";
+const std::string kMemory = "{tier=\"memory\"}";
+
+// The workers' counters (docs/metrics.md "Checkpoints", "Chunk store and communication") of the
+// DDP job saving every 80 of 400 steps: summed over the daemons, the saved bytes are those of the
+// committed step folders, one save duration per checkpoint, the loaded bytes four times the
+// folder resumed from (every DDP rank reads the whole state), the dp_shard group's bytes the
+// all-reduce formula 2Φ(n−1)/n per step and rank, and every group's bytes sent equal the bytes
+// received.
+TEST_F(WorkerCountersTest, CountsTheWorkersCheckpointsAndCommBytes) {
+  constexpr int64_t kSteps = 400, kEvery = 80;
+  const int64_t stopped = RunWithAPlannedStop(kSteps, "every = " + std::to_string(kEvery) + "\n");
+  ASSERT_GT(stopped, 0);
+  std::printf("%s", scrapes_[1].text.c_str());
 
   // Saves: the committed checkpoints' folders (every one kept), each timed once.
-  auto storage = ckpt::OpenStorage((dir_ / "ckpt").string());
-  ASSERT_TRUE(storage.ok()) << storage.status().ToString();
-  const std::vector<int64_t> committed = ckpt::ListCommitted(**storage).value();
+  const std::vector<int64_t> committed = Committed();
   std::vector<int64_t> expected;
   for (int64_t step = kEvery; step <= kSteps; step += kEvery) expected.push_back(step);
   if (stopped % kEvery != 0) expected.push_back(stopped);
   std::sort(expected.rbegin(), expected.rend());
   EXPECT_EQ(committed, expected);
   uint64_t on_disk = 0;
-  for (int64_t step : committed) on_disk += FolderBytes(dir_ / "ckpt" / ckpt::StepDir(step));
-  const std::string store = "{tier=\"store\"}";
-  EXPECT_EQ(sum("ringtrain_checkpoint_saved_bytes_total" + store), static_cast<double>(on_disk));
-  EXPECT_EQ(sum("ringtrain_checkpoint_save_duration_seconds_count" + store),
+  for (int64_t step : committed) on_disk += CheckpointBytes(step);
+  EXPECT_EQ(Sum("ringtrain_checkpoint_saved_bytes_total" + kStore), static_cast<double>(on_disk));
+  EXPECT_EQ(Sum("ringtrain_checkpoint_save_duration_seconds_count" + kStore),
             static_cast<double>(committed.size()));
-  EXPECT_GT(sum("ringtrain_checkpoint_save_duration_seconds_sum" + store), 0);
-  EXPECT_EQ(sum("ringtrain_checkpoint_failed_saves_total" + store), 0);
+  EXPECT_GT(Sum("ringtrain_checkpoint_save_duration_seconds_sum" + kStore), 0);
+  EXPECT_EQ(Sum("ringtrain_checkpoint_failed_saves_total" + kStore), 0);
 
   // The load of the resume: four ranks, each reading the whole checkpoint.
-  EXPECT_EQ(sum("ringtrain_checkpoint_loaded_bytes_total" + store),
-            4.0 * static_cast<double>(FolderBytes(dir_ / "ckpt" / ckpt::StepDir(stopped))));
-  EXPECT_EQ(sum("ringtrain_checkpoint_load_duration_seconds_count" + store), 1);
+  EXPECT_EQ(Sum("ringtrain_checkpoint_loaded_bytes_total" + kStore),
+            4.0 * static_cast<double>(CheckpointBytes(stopped)));
+  EXPECT_EQ(Sum("ringtrain_checkpoint_load_duration_seconds_count" + kStore), 1);
 
   // Comm: DDP's all-reduce (reduce-scatter + all-gather) on dp_shard, 2Φ(n−1)/n fp32 elements
   // per step and rank, Φ the padded parameter count, every step trained once.
@@ -481,25 +525,38 @@ TEST_F(WebClusterTest, CountsTheWorkersCheckpointsAndCommBytes) {
   const uint64_t phi =
       static_cast<uint64_t>(parallel::BuildStageLayout(model, 1, 0, /*shards=*/4).total);
   const uint64_t per_step = 2 * (phi * 3 / 4) * 4;
-  EXPECT_EQ(sum("ringtrain_comm_sent_bytes_total{group=\"dp_shard\"}"),
+  EXPECT_EQ(Sum("ringtrain_comm_sent_bytes_total{group=\"dp_shard\"}"),
             static_cast<double>(4 * kSteps * per_step));
   for (const char* group : {"world", "dp_shard"}) {
     const std::string labels = std::string("{group=\"") + group + "\"}";
-    EXPECT_GT(sum("ringtrain_comm_sent_bytes_total" + labels), 0) << group;
-    EXPECT_EQ(sum("ringtrain_comm_sent_bytes_total" + labels),
-              sum("ringtrain_comm_received_bytes_total" + labels))
+    EXPECT_GT(Sum("ringtrain_comm_sent_bytes_total" + labels), 0) << group;
+    EXPECT_EQ(Sum("ringtrain_comm_sent_bytes_total" + labels),
+              Sum("ringtrain_comm_received_bytes_total" + labels))
         << group;
   }
+  Lint();
+}
 
-  const std::string promtool = FindTool("promtool");
-  if (promtool.empty()) {
-    ADD_FAILURE() << "promtool not found (Debian package prometheus; `tools/run setup`)";
-    return;
-  }
-  for (int id : {1, 2}) {
-    ProcessOutcome linted = web::Promtool(promtool, m[id].text);
-    EXPECT_TRUE(linted.exited && linted.exit_code == 0) << linted.Describe() << linted.output;
-  }
+// The memory tier's counters: the job snapshots every step (ckpt.memory_every = 1) and saves
+// durably only where it stops and at its end, so it resumes from the memory snapshot of the
+// step it stopped after. A snapshot holds what a durable checkpoint of the same state holds
+// (uncompressed both): each of the 60 is as large as the final checkpoint's folder, the resume
+// read it four times.
+TEST_F(WorkerCountersTest, CountsTheMemoryTiersSnapshotsAndItsLoad) {
+  constexpr int64_t kSteps = 60;
+  const int64_t stopped = RunWithAPlannedStop(kSteps, "every = 1000\nmemory_every = 1\n");
+  ASSERT_GT(stopped, 0);
+  EXPECT_EQ(Committed(), (std::vector<int64_t>{kSteps, stopped}));
+  const double snapshot = static_cast<double>(CheckpointBytes(kSteps));
+  EXPECT_EQ(Sum("ringtrain_checkpoint_save_duration_seconds_count" + kMemory), kSteps);
+  EXPECT_EQ(Sum("ringtrain_checkpoint_saved_bytes_total" + kMemory), kSteps * snapshot);
+  EXPECT_EQ(Sum("ringtrain_checkpoint_load_duration_seconds_count" + kMemory), 1);
+  EXPECT_EQ(Sum("ringtrain_checkpoint_loaded_bytes_total" + kMemory), 4 * snapshot);
+  EXPECT_EQ(Sum("ringtrain_checkpoint_loaded_bytes_total" + kStore), 0);
+  EXPECT_EQ(Sum("ringtrain_checkpoint_save_duration_seconds_count" + kStore), 2);
+  EXPECT_EQ(Sum("ringtrain_checkpoint_saved_bytes_total" + kStore),
+            static_cast<double>(CheckpointBytes(kSteps) + CheckpointBytes(stopped)));
+  Lint();
 }
 
 }  // namespace
