@@ -397,7 +397,7 @@ uint64_t FolderBytes(const std::filesystem::path& folder) {
 
 // A DDP job (tiny, dp=4 and ZeRO-0 on 2 nodes x 2 slots) that `ringctl checkpoint` stops once and
 // that then resumes and finishes; the daemons' metrics once every worker has exited.
-class WorkerCountersTest : public WebClusterTest {
+class WorkerMetricsTest : public WebClusterTest {
  protected:
   // Runs `steps` steps with `ckpt` lines added to [ckpt] (dir and keep = 100 are set), stopping
   // once for `ringctl checkpoint`; returns the step it stopped after (0 on failure).
@@ -489,7 +489,7 @@ const std::string kMemory = "{tier=\"memory\"}";
 // folder resumed from (every DDP rank reads the whole state), the dp_shard group's bytes the
 // all-reduce formula 2Φ(n−1)/n per step and rank, and every group's bytes sent equal the bytes
 // received.
-TEST_F(WorkerCountersTest, CountsTheWorkersCheckpointsAndCommBytes) {
+TEST_F(WorkerMetricsTest, CountsTheWorkersCheckpointsAndCommBytes) {
   constexpr int64_t kSteps = 400, kEvery = 80;
   const int64_t stopped = RunWithAPlannedStop(kSteps, "every = " + std::to_string(kEvery) + "\n");
   ASSERT_GT(stopped, 0);
@@ -542,7 +542,7 @@ TEST_F(WorkerCountersTest, CountsTheWorkersCheckpointsAndCommBytes) {
 // step it stopped after. A snapshot holds what a durable checkpoint of the same state holds
 // (uncompressed both): each of the 60 is as large as the final checkpoint's folder, the resume
 // read it four times.
-TEST_F(WorkerCountersTest, CountsTheMemoryTiersSnapshotsAndItsLoad) {
+TEST_F(WorkerMetricsTest, CountsTheMemoryTiersSnapshotsAndItsLoad) {
   constexpr int64_t kSteps = 60;
   const int64_t stopped = RunWithAPlannedStop(kSteps, "every = 1000\nmemory_every = 1\n");
   ASSERT_GT(stopped, 0);
