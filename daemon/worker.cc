@@ -98,11 +98,11 @@ class DaemonLink {
         asio::detached);
   }
 
-  // Sends the counters still pending and waits for the answer (a rank other than 0 at its end;
-  // rank 0's last report carries them). Errors: those of the call.
+  // Sends the counters still pending (maybe none) and waits for the answer (a rank other than 0
+  // at its end; rank 0's last report carries them): the frames go out in order, so every
+  // earlier report is then on the wire too. Errors: those of the call.
   Status FlushCounters() {
     WorkerCounters pending = counters_.Take();
-    if (pending.empty()) return Status();
     Json report = {{"generation", options_.generation}, {"rank", options_.train.rank}};
     AddCounters(pending, &report);
     return Call(std::move(report), "report the counters");
