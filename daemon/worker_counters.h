@@ -20,6 +20,7 @@ struct WorkerCounters {
   std::vector<parallel::CheckpointTransfer> saves, loads;
   std::vector<parallel::CheckpointTransfer> failed;  // failed saves (rank 0's reports only)
   std::vector<parallel::GroupBytes> comm;  // bytes per process group since the last report
+  // Nothing to report.
   bool empty() const { return saves.empty() && loads.empty() && failed.empty() && comm.empty(); }
 };
 

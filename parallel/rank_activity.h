@@ -31,6 +31,7 @@ struct CheckpointTransfers {
   std::vector<CheckpointTransfer> saves;   // committed (every rank that took part lists them)
   std::vector<CheckpointTransfer> failed;  // dropped saves (failed on some rank)
   std::vector<CheckpointTransfer> loads;   // Resume's load
+  // None of them.
   bool empty() const { return saves.empty() && failed.empty() && loads.empty(); }
 };
 
