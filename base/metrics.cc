@@ -203,7 +203,8 @@ Result<MetricFamily<Histogram>*> MetricsRegistry::AddHistogram(
 std::string MetricsRegistry::Exposition() const {
   std::string out;
   std::lock_guard lock(mu_);
-  for (const auto& [name, entry] : families_) {
+  for (const auto& [family_name, entry] : families_) {
+    const std::string& name = family_name;  // a lambda below uses it (clang 14: no binding captures)
     static constexpr const char* kTypeNames[] = {"counter", "gauge", "histogram"};
     out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, EscapeHelp(entry->help), name,
                        kTypeNames[static_cast<int>(entry->type)]);
