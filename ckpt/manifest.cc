@@ -321,6 +321,9 @@ std::string StepDir(int64_t step) {
 
 std::optional<int64_t> ParseStepDir(const std::string& name) {
   if (name.size() != 17 || !name.starts_with("step-")) return std::nullopt;
+  // Twelve digits: from_chars alone would take a sign ("step--00000000000" as step 0).
+  for (size_t i = 5; i < name.size(); ++i)
+    if (name[i] < '0' || name[i] > '9') return std::nullopt;
   int64_t step = 0;
   auto [end, ec] = std::from_chars(name.data() + 5, name.data() + name.size(), step);
   if (ec != std::errc() || end != name.data() + name.size() || step < 0) return std::nullopt;

@@ -225,6 +225,10 @@ TEST(ManifestTest, FragmentAndLatestRoundTrip) {
   EXPECT_FALSE(DecodeLatest(bytes("step-000000000005\nstep-000000000005\n")).ok());
   EXPECT_EQ(ParseStepDir(StepDir(7)).value(), 7);
   EXPECT_FALSE(ParseStepDir("step-00000000000x").has_value());
+  // Found by libFuzzer: a signed number was taken as a step (and re-encoded differently).
+  EXPECT_FALSE(ParseStepDir("step--00000000000").has_value());
+  EXPECT_FALSE(ParseStepDir("step-+00000000007").has_value());
+  EXPECT_FALSE(DecodeLatest(bytes("step--00000000000\n")).ok());
 }
 
 void ExerciseStorage(Storage& s) {
