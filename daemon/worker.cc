@@ -100,12 +100,13 @@ class DaemonLink {
 
   // Sends the counters still pending (maybe none) and waits for the answer (a rank other than 0
   // at its end; rank 0's last report carries them): the frames go out in order, so every
-  // earlier report is then on the wire too. Errors: those of the call.
+  // earlier report is then on the wire too; waits at most kReportTimeout (only the daemon's
+  // metrics miss the counters when it does not answer). Errors: those of the call.
   Status FlushCounters() {
     WorkerCounters pending = counters_.Take();
     Json report = {{"generation", options_.generation}, {"rank", options_.train.rank}};
     AddCounters(pending, &report);
-    return Call(std::move(report), "report the counters");
+    return Call(std::move(report), "report the counters", kReportTimeout);
   }
 
   // Sends a progress report with the pending counters (fire and forget; a lost report is only a
@@ -162,10 +163,11 @@ class DaemonLink {
   }
 
   // Sends `report` and waits for the answer. Errors: those of the call, with `what`.
-  Status Call(Json report, const char* what) {
-    auto call = [this, report = std::move(report)]() -> asio::awaitable<Status> {
-      Result<Json> r = co_await CallJson(*client_, kWorkerReport, report,
-                                         Deadline::After(kStoppedReportTimeout));
+  Status Call(Json report, const char* what,
+              std::chrono::milliseconds timeout = kStoppedReportTimeout) {
+    auto call = [this, report = std::move(report), timeout]() -> asio::awaitable<Status> {
+      Result<Json> r =
+          co_await CallJson(*client_, kWorkerReport, report, Deadline::After(timeout));
       co_return r.status();
     };
     return asio::co_spawn(io_, call, asio::use_future).get().WithContext(what);
