@@ -19,7 +19,7 @@ namespace rt {
 class ByteWriter {
  public:
   template <typename T>
-    requires std::is_arithmetic_v<T>
+  requires std::is_arithmetic_v<T>
   void Put(T value) {
     const size_t at = bytes_.size();
     bytes_.resize(at + sizeof(T));
@@ -50,8 +50,7 @@ class ByteReader {
       : bytes_(bytes), what_(std::move(what)) {}
 
   template <typename T>
-    requires std::is_arithmetic_v<T>
-  Result<T> Get() {
+  requires std::is_arithmetic_v<T> Result<T> Get() {
     RETURN_IF_ERROR(Need(sizeof(T)));
     T value;
     std::memcpy(&value, bytes_.data() + pos_, sizeof(T));

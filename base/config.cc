@@ -1,13 +1,13 @@
 #include "base/config.h"
 
-#include <toml++/toml.h>
-
 #include <charconv>
-#include <cstdio>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <set>
 #include <sstream>
+
+#include <toml++/toml.h>
 
 namespace rt {
 
@@ -30,11 +30,21 @@ std::string TomlQuoted(std::string_view text) {
   std::string out = "\"";
   for (char c : text) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
           char escape[8];
@@ -62,13 +72,20 @@ std::string LineOf(const toml::node& node) {
 
 std::string TypeName(const toml::node& node) {
   switch (node.type()) {
-    case toml::node_type::string: return "a string";
-    case toml::node_type::integer: return "an integer";
-    case toml::node_type::floating_point: return "a float";
-    case toml::node_type::boolean: return "a boolean";
-    case toml::node_type::table: return "a table";
-    case toml::node_type::array: return "an array";
-    default: return "a date/time";
+    case toml::node_type::string:
+      return "a string";
+    case toml::node_type::integer:
+      return "an integer";
+    case toml::node_type::floating_point:
+      return "a float";
+    case toml::node_type::boolean:
+      return "a boolean";
+    case toml::node_type::table:
+      return "a table";
+    case toml::node_type::array:
+      return "an array";
+    default:
+      return "a date/time";
   }
 }
 
@@ -118,7 +135,8 @@ Status ConfigFile::ApplyOverride(std::string_view assignment) {
   size_t start = 0;
   while (true) {
     size_t dot = key.find('.', start);
-    std::string part = key.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    std::string part =
+        key.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
     if (part.empty()) return InvalidArgument("override '" + key + "': empty key part");
     if (dot == std::string::npos) {
       table->insert_or_assign(part, *parsed.get("v"));
@@ -150,12 +168,17 @@ struct ConfigSchema::Field {
 
   std::string ValueText() const {
     switch (kind) {
-      case FieldKind::kInt64: return std::to_string(*static_cast<int64_t*>(field));
-      case FieldKind::kInt32: return std::to_string(*static_cast<int*>(field));
-      case FieldKind::kDouble: return TomlDouble(*static_cast<double*>(field));
-      case FieldKind::kBool: return *static_cast<bool*>(field) ? "true" : "false";
+      case FieldKind::kInt64:
+        return std::to_string(*static_cast<int64_t*>(field));
+      case FieldKind::kInt32:
+        return std::to_string(*static_cast<int*>(field));
+      case FieldKind::kDouble:
+        return TomlDouble(*static_cast<double*>(field));
+      case FieldKind::kBool:
+        return *static_cast<bool*>(field) ? "true" : "false";
       case FieldKind::kString:
-      case FieldKind::kEnum: return TomlQuoted(*static_cast<std::string*>(field));
+      case FieldKind::kEnum:
+        return TomlQuoted(*static_cast<std::string*>(field));
     }
     return "";
   }
@@ -178,15 +201,20 @@ struct ConfigSchema::Field {
         int64_t v = node.as_integer()->get();
         if (static_cast<double>(v) < min || static_cast<double>(v) > max)
           return range(std::to_string(v));
-        if (kind == FieldKind::kInt64) *static_cast<int64_t*>(field) = v;
-        else *static_cast<int*>(field) = static_cast<int>(v);
+        if (kind == FieldKind::kInt64)
+          *static_cast<int64_t*>(field) = v;
+        else
+          *static_cast<int*>(field) = static_cast<int>(v);
         return Status();
       }
       case FieldKind::kDouble: {
         double v;
-        if (node.is_floating_point()) v = node.as_floating_point()->get();
-        else if (node.is_integer()) v = static_cast<double>(node.as_integer()->get());
-        else return wrong("a number");
+        if (node.is_floating_point())
+          v = node.as_floating_point()->get();
+        else if (node.is_integer())
+          v = static_cast<double>(node.as_integer()->get());
+        else
+          return wrong("a number");
         if (!std::isfinite(v) || v < min || v > max) {
           std::ostringstream text;
           text << v;
@@ -214,7 +242,8 @@ struct ConfigSchema::Field {
         }
         std::string list;
         for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
-        return InvalidArgument(where + ": key '" + key + "' = \"" + v + "\" is not one of: " + list);
+        return InvalidArgument(where + ": key '" + key + "' = \"" + v +
+                               "\" is not one of: " + list);
       }
     }
     return Internal("unknown field kind");
@@ -291,8 +320,10 @@ void CollectLeaves(const toml::table& table, const std::string& prefix,
                    std::vector<std::pair<std::string, const toml::node*>>* out) {
   for (const auto& [k, v] : table) {
     std::string key = prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
-    if (v.is_table()) CollectLeaves(*v.as_table(), key, out);
-    else out->emplace_back(key, &v);
+    if (v.is_table())
+      CollectLeaves(*v.as_table(), key, out);
+    else
+      out->emplace_back(key, &v);
   }
 }
 }  // namespace

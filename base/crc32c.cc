@@ -29,7 +29,7 @@ constexpr Tables kTables;
 
 #if defined(__x86_64__)
 __attribute__((target("sse4.2"))) uint32_t ExtendHardware(uint32_t crc, const uint8_t* p,
-                                                           size_t n) {
+                                                          size_t n) {
   uint64_t c = ~crc;
   while (n >= 8) {
     uint64_t word;

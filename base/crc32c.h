@@ -14,7 +14,9 @@ uint32_t Crc32cExtend(uint32_t crc, const void* data, size_t n);
 
 // The CRC32C of `data[0, n)`.
 inline uint32_t Crc32c(const void* data, size_t n) { return Crc32cExtend(0, data, n); }
-inline uint32_t Crc32c(std::span<const std::byte> bytes) { return Crc32c(bytes.data(), bytes.size()); }
+inline uint32_t Crc32c(std::span<const std::byte> bytes) {
+  return Crc32c(bytes.data(), bytes.size());
+}
 
 // The portable implementation, exposed so tests compare it with the hardware one.
 uint32_t Crc32cExtendSoftware(uint32_t crc, const void* data, size_t n);

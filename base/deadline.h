@@ -10,11 +10,14 @@ namespace rt {
 using MonoClock = std::chrono::steady_clock;
 using MonoTime = MonoClock::time_point;
 
-// A point on the monotonic clock by which an operation must finish. Value type, thread-safe to copy.
+// A point on the monotonic clock by which an operation must finish. Value type, thread-safe to
+// copy.
 class Deadline {
  public:
   // A deadline `timeout` from now.
-  static Deadline After(std::chrono::nanoseconds timeout) { return Deadline(MonoClock::now() + timeout); }
+  static Deadline After(std::chrono::nanoseconds timeout) {
+    return Deadline(MonoClock::now() + timeout);
+  }
   // A deadline `ms` milliseconds from now.
   static Deadline AfterMs(int64_t ms) { return After(std::chrono::milliseconds(ms)); }
   // A deadline at an absolute monotonic time.

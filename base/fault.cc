@@ -22,7 +22,7 @@ struct Point {
 struct Registry {
   std::mutex mu;
   std::map<std::string, Point, std::less<>> points;  // GUARDED_BY(mu)
-  bool env_loaded = false;                          // GUARDED_BY(mu)
+  bool env_loaded = false;                           // GUARDED_BY(mu)
   // True once the environment was read and while no point is armed: Hit returns at once,
   // without the lock (points sit on hot paths such as every block of a collective).
   std::atomic<bool> idle{false};

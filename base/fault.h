@@ -25,8 +25,8 @@ enum class Action { kError, kCrash, kDelay };
 // How an armed point behaves.
 struct Spec {
   Action action = Action::kError;
-  int64_t delay_ms = 0;   // for kDelay
-  int64_t on_hit = 0;     // fire only on this hit (1-based); 0 = every hit
+  int64_t delay_ms = 0;  // for kDelay
+  int64_t on_hit = 0;    // fire only on this hit (1-based); 0 = every hit
 };
 
 // True when this build compiles fault points in.

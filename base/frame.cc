@@ -57,8 +57,8 @@ Result<FrameHeader> DecodeFrameHeader(std::span<const std::byte> header, uint32_
 
 Status VerifyFramePayload(const FrameHeader& header, std::span<const std::byte> payload) {
   if (payload.size() != header.length)
-    return Corruption("frame payload is " + std::to_string(payload.size()) + " bytes, header says " +
-                      std::to_string(header.length));
+    return Corruption("frame payload is " + std::to_string(payload.size()) +
+                      " bytes, header says " + std::to_string(header.length));
   if (Crc32c(payload) != header.crc) return Corruption("frame payload checksum mismatch");
   return Status();
 }

@@ -23,11 +23,11 @@ inline constexpr uint32_t kDefaultMaxFramePayload = 64u << 20;
 
 // The decoded fixed header of a frame.
 struct FrameHeader {
-  uint16_t type = 0;         // protocol-defined message type
-  uint32_t flags = 0;        // protocol-defined flags
-  uint32_t request_id = 0;   // matches a response to its request
-  uint32_t length = 0;       // payload bytes
-  uint32_t crc = 0;          // CRC32C of the payload
+  uint16_t type = 0;        // protocol-defined message type
+  uint32_t flags = 0;       // protocol-defined flags
+  uint32_t request_id = 0;  // matches a response to its request
+  uint32_t length = 0;      // payload bytes
+  uint32_t crc = 0;         // CRC32C of the payload
 };
 
 // Encodes the header for a payload (computes length and crc).
@@ -55,7 +55,6 @@ std::vector<std::byte> EncodeFrame(uint16_t type, uint32_t flags, uint32_t reque
 // Decodes one frame from the front of `bytes`; sets *consumed to the bytes used. Returns
 // NotFound-free semantics: an incomplete buffer is OutOfRange (need more bytes), any invalid
 // frame is Corruption/ProtocolError. Used by the fuzz target and by tests.
-Result<Frame> DecodeFrame(std::span<const std::byte> bytes, uint32_t max_payload,
-                          size_t* consumed);
+Result<Frame> DecodeFrame(std::span<const std::byte> bytes, uint32_t max_payload, size_t* consumed);
 
 }  // namespace rt

@@ -1,8 +1,8 @@
 #include "base/log.h"
 
-#include <spdlog/sinks/stdout_color_sinks.h>
-
 #include <string>
+
+#include <spdlog/sinks/stdout_color_sinks.h>
 
 namespace rt {
 

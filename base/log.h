@@ -3,9 +3,9 @@
 //     LOG_INFO("chunk {} written in {} us", id, us);
 #pragma once
 
-#include <spdlog/spdlog.h>
-
 #include <string_view>
+
+#include <spdlog/spdlog.h>
 
 #include "base/status.h"
 

@@ -1,10 +1,10 @@
 #include "base/metrics.h"
 
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <cmath>
 #include <set>
+
+#include <fmt/format.h>
 
 namespace rt {
 namespace {
@@ -44,8 +44,8 @@ std::string LabelSet(const std::vector<std::string>& names, const std::vector<st
                      std::string_view extra = "") {
   std::string out;
   for (size_t i = 0; i < names.size(); ++i)
-    out += fmt::format("{}{}=\"{}\"", out.empty() ? "" : ",", names[i],
-                       EscapeLabelValue(values[i]));
+    out +=
+        fmt::format("{}{}=\"{}\"", out.empty() ? "" : ",", names[i], EscapeLabelValue(values[i]));
   if (!extra.empty()) out += fmt::format("{}{}", out.empty() ? "" : ",", extra);
   return out.empty() ? "" : "{" + out + "}";
 }
@@ -149,8 +149,8 @@ Status MetricsRegistry::CheckNew(const std::string& name, MetricType type,
     if (!seen.insert(label).second)
       return InvalidArgument("metric '" + name + "': label '" + label + "' repeated");
   }
-  if (families_.count(name)) return Status(StatusCode::kAlreadyExists, "metric '" + name +
-                                                                           "' already registered");
+  if (families_.count(name))
+    return Status(StatusCode::kAlreadyExists, "metric '" + name + "' already registered");
   return Status();
 }
 
@@ -190,8 +190,7 @@ Result<MetricFamily<Histogram>*> MetricsRegistry::AddHistogram(
     if (!std::isfinite(bounds[i]) || (i > 0 && bounds[i] <= bounds[i - 1]))
       return InvalidArgument("histogram '" + name +
                              "': bucket bounds must be finite and strictly increasing");
-  auto entry =
-      std::make_unique<Entry>(Entry{MetricType::kHistogram, std::move(help), {}, {}, {}});
+  auto entry = std::make_unique<Entry>(Entry{MetricType::kHistogram, std::move(help), {}, {}, {}});
   const bool unlabelled = label_names.empty();
   entry->histogram.reset(new MetricFamily<Histogram>(std::move(label_names), std::move(bounds)));
   if (unlabelled) entry->histogram->Get();
@@ -204,7 +203,8 @@ std::string MetricsRegistry::Exposition() const {
   std::string out;
   std::lock_guard lock(mu_);
   for (const auto& [family_name, entry] : families_) {
-    const std::string& name = family_name;  // a lambda below uses it (clang 14: no binding captures)
+    const std::string& name =
+        family_name;  // a lambda below uses it (clang 14: no binding captures)
     static constexpr const char* kTypeNames[] = {"counter", "gauge", "histogram"};
     out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, EscapeHelp(entry->help), name,
                        kTypeNames[static_cast<int>(entry->type)]);

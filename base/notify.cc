@@ -1,13 +1,13 @@
 #include "base/notify.h"
 
-#include <systemd/sd-daemon.h>
+#include <cstdlib>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <cstdlib>
+#include <systemd/sd-daemon.h>
 
 #include "base/log.h"
 
@@ -55,8 +55,8 @@ Status SystemdNotifier::Stopping(std::string_view status) {
 
 void SystemdNotifier::StartWatchdog() {
   if (watchdog_timeout_.count() == 0 || watchdog_on_.exchange(true)) return;
-  asio::co_spawn(executor_, [self = shared_from_this()] { return self->WatchdogLoop(); },
-                 asio::detached);
+  asio::co_spawn(
+      executor_, [self = shared_from_this()] { return self->WatchdogLoop(); }, asio::detached);
 }
 
 void SystemdNotifier::StopWatchdog() {

@@ -67,7 +67,7 @@ class SystemdNotifier : public std::enable_shared_from_this<SystemdNotifier> {
   const bool enabled_;
   const std::chrono::microseconds watchdog_timeout_;
   boost::asio::steady_timer timer_;  // on the executor only
-  std::mutex watchdog_mu_;  // held while a keep-alive is sent and while stopping them
+  std::mutex watchdog_mu_;           // held while a keep-alive is sent and while stopping them
   std::atomic<bool> watchdog_on_{false};
   std::atomic<int64_t> pings_{0};
 };

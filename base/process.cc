@@ -1,8 +1,8 @@
 #include "base/process.h"
 
 #include <fcntl.h>
-#include <sys/syscall.h>  // pidfd_open: glibc 2.36's sys/pidfd.h lacks extern "C"
 #include <sys/prctl.h>
+#include <sys/syscall.h>  // pidfd_open: glibc 2.36's sys/pidfd.h lacks extern "C"
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -49,8 +49,9 @@ class Fd {
 };
 
 Result<Fd> OpenOutput(const std::string& path) {
-  const int fd = path.empty() ? ::open("/dev/null", O_WRONLY | O_CLOEXEC)
-                              : ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  const int fd = path.empty()
+                     ? ::open("/dev/null", O_WRONLY | O_CLOEXEC)
+                     : ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoStatus(errno, "open the child's output file '" + path + "'");
   return Fd(fd);
 }
@@ -91,11 +92,16 @@ std::vector<char*> Pointers(std::vector<std::string>& strings) {
 
 const char* ChildStepName(int step) {
   switch (step) {
-    case 1: return "setpgid";
-    case 2: return "prctl(PR_SET_PDEATHSIG)";
-    case 3: return "dup2";
-    case 4: return "chdir";
-    default: return "execve";
+    case 1:
+      return "setpgid";
+    case 2:
+      return "prctl(PR_SET_PDEATHSIG)";
+    case 3:
+      return "dup2";
+    case 4:
+      return "chdir";
+    default:
+      return "execve";
   }
 }
 
@@ -163,8 +169,8 @@ Result<StartedChild> StartChild(const SpawnOptions& options) {
   const pid_t pid = ::fork();
   if (pid < 0) return ErrnoStatus(errno, what + ": fork");
   if (pid == 0) {
-    ExecChild(parent, options.death_signal, in.get(), out.get(), err.get(), report_write.get(),
-              cwd, argv.data(), envp.data());
+    ExecChild(parent, options.death_signal, in.get(), out.get(), err.get(), report_write.get(), cwd,
+              argv.data(), envp.data());
   }
   // Also set the group here, so a signal right after the start reaches it (a race setpgid allows).
   ::setpgid(pid, pid);
@@ -202,7 +208,7 @@ Result<ChildExit> ReapChild(int pidfd) {
 }
 
 Result<std::unique_ptr<ChildProcess>> ChildProcess::Spawn(asio::any_io_executor executor,
-                                                           SpawnOptions options) {
+                                                          SpawnOptions options) {
   ASSIGN_OR_RETURN(const StartedChild child, StartChild(options));
   auto impl = std::make_unique<Impl>(executor, child.pidfd);
   return std::unique_ptr<ChildProcess>(new ChildProcess(child.pid, std::move(impl)));
@@ -214,7 +220,8 @@ ChildProcess::~ChildProcess() {
   ::kill(pid_, SIGKILL);  // in case it left its group
   siginfo_t info{};
   while (::waitid(static_cast<idtype_t>(P_PIDFD), impl_->descriptor.native_handle(), &info,
-                  WEXITED) < 0 && errno == EINTR) {
+                  WEXITED) < 0 &&
+         errno == EINTR) {
   }
 }
 
@@ -224,10 +231,9 @@ asio::awaitable<Result<ChildExit>> ChildProcess::Wait(Deadline deadline) {
   impl_->waiting = true;
   asio::steady_timer timer(co_await asio::this_coro::executor);
   timer.expires_at(deadline.when());
-  auto r = co_await (
-      impl_->descriptor.async_wait(asio::posix::descriptor_base::wait_read,
-                                   asio::as_tuple(asio::use_awaitable)) ||
-      timer.async_wait(asio::as_tuple(asio::use_awaitable)));
+  auto r = co_await (impl_->descriptor.async_wait(asio::posix::descriptor_base::wait_read,
+                                                  asio::as_tuple(asio::use_awaitable)) ||
+                     timer.async_wait(asio::as_tuple(asio::use_awaitable)));
   impl_->waiting = false;
   if (exit_) co_return *exit_;
   if (r.index() == 1) co_return DeadlineExceeded("pid " + std::to_string(pid_) + " still runs");
@@ -240,8 +246,9 @@ asio::awaitable<Result<ChildExit>> ChildProcess::Wait(Deadline deadline) {
                   WEXITED | WNOHANG);
   } while (rc < 0 && errno == EINTR);
   if (rc < 0) co_return ErrnoStatus(errno, "reap pid " + std::to_string(pid_));
-  if (info.si_pid == 0) co_return Internal("pidfd of pid " + std::to_string(pid_) +
-                                           " readable but the child has not exited");
+  if (info.si_pid == 0)
+    co_return Internal("pidfd of pid " + std::to_string(pid_) +
+                       " readable but the child has not exited");
   impl_->reaped = true;
   exit_ = FromSiginfo(info);
   co_return *exit_;
@@ -250,8 +257,8 @@ asio::awaitable<Result<ChildExit>> ChildProcess::Wait(Deadline deadline) {
 Status ChildProcess::Signal(int signal) {
   if (impl_->reaped) return Status();
   if (::kill(-pid_, signal) != 0 && errno != ESRCH)
-    return ErrnoStatus(errno, "signal " + std::to_string(signal) + " to pid " +
-                                  std::to_string(pid_));
+    return ErrnoStatus(errno,
+                       "signal " + std::to_string(signal) + " to pid " + std::to_string(pid_));
   return Status();
 }
 

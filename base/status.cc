@@ -9,37 +9,68 @@ namespace rt {
 
 std::string_view StatusCodeName(StatusCode code) {
   switch (code) {
-    case StatusCode::kOk: return "OK";
-    case StatusCode::kInvalidArgument: return "InvalidArgument";
-    case StatusCode::kNotFound: return "NotFound";
-    case StatusCode::kAlreadyExists: return "AlreadyExists";
-    case StatusCode::kOutOfRange: return "OutOfRange";
-    case StatusCode::kDeadlineExceeded: return "DeadlineExceeded";
-    case StatusCode::kAborted: return "Aborted";
-    case StatusCode::kUnavailable: return "Unavailable";
-    case StatusCode::kCorruption: return "Corruption";
-    case StatusCode::kIoError: return "IoError";
-    case StatusCode::kNoSpace: return "NoSpace";
-    case StatusCode::kFailedPrecondition: return "FailedPrecondition";
-    case StatusCode::kUnimplemented: return "Unimplemented";
-    case StatusCode::kInternal: return "Internal";
-    case StatusCode::kCancelled: return "Cancelled";
-    case StatusCode::kResourceExhausted: return "ResourceExhausted";
-    case StatusCode::kUnauthenticated: return "Unauthenticated";
-    case StatusCode::kShapeMismatch: return "ShapeMismatch";
-    case StatusCode::kDTypeMismatch: return "DTypeMismatch";
-    case StatusCode::kDeviceMismatch: return "DeviceMismatch";
-    case StatusCode::kCudaError: return "CudaError";
-    case StatusCode::kCublasError: return "CublasError";
-    case StatusCode::kPeerFailed: return "PeerFailed";
-    case StatusCode::kCommAborted: return "CommAborted";
-    case StatusCode::kProtocolError: return "ProtocolError";
-    case StatusCode::kNcclError: return "NcclError";
-    case StatusCode::kChecksumMismatch: return "ChecksumMismatch";
-    case StatusCode::kStaleVersion: return "StaleVersion";
-    case StatusCode::kNotServing: return "NotServing";
-    case StatusCode::kRocksDbError: return "RocksDbError";
-    case StatusCode::kStaleGeneration: return "StaleGeneration";
+    case StatusCode::kOk:
+      return "OK";
+    case StatusCode::kInvalidArgument:
+      return "InvalidArgument";
+    case StatusCode::kNotFound:
+      return "NotFound";
+    case StatusCode::kAlreadyExists:
+      return "AlreadyExists";
+    case StatusCode::kOutOfRange:
+      return "OutOfRange";
+    case StatusCode::kDeadlineExceeded:
+      return "DeadlineExceeded";
+    case StatusCode::kAborted:
+      return "Aborted";
+    case StatusCode::kUnavailable:
+      return "Unavailable";
+    case StatusCode::kCorruption:
+      return "Corruption";
+    case StatusCode::kIoError:
+      return "IoError";
+    case StatusCode::kNoSpace:
+      return "NoSpace";
+    case StatusCode::kFailedPrecondition:
+      return "FailedPrecondition";
+    case StatusCode::kUnimplemented:
+      return "Unimplemented";
+    case StatusCode::kInternal:
+      return "Internal";
+    case StatusCode::kCancelled:
+      return "Cancelled";
+    case StatusCode::kResourceExhausted:
+      return "ResourceExhausted";
+    case StatusCode::kUnauthenticated:
+      return "Unauthenticated";
+    case StatusCode::kShapeMismatch:
+      return "ShapeMismatch";
+    case StatusCode::kDTypeMismatch:
+      return "DTypeMismatch";
+    case StatusCode::kDeviceMismatch:
+      return "DeviceMismatch";
+    case StatusCode::kCudaError:
+      return "CudaError";
+    case StatusCode::kCublasError:
+      return "CublasError";
+    case StatusCode::kPeerFailed:
+      return "PeerFailed";
+    case StatusCode::kCommAborted:
+      return "CommAborted";
+    case StatusCode::kProtocolError:
+      return "ProtocolError";
+    case StatusCode::kNcclError:
+      return "NcclError";
+    case StatusCode::kChecksumMismatch:
+      return "ChecksumMismatch";
+    case StatusCode::kStaleVersion:
+      return "StaleVersion";
+    case StatusCode::kNotServing:
+      return "NotServing";
+    case StatusCode::kRocksDbError:
+      return "RocksDbError";
+    case StatusCode::kStaleGeneration:
+      return "StaleGeneration";
   }
   return "Unknown";
 }
@@ -91,9 +122,7 @@ Status FailedPrecondition(std::string m) {
 }
 Status Internal(std::string m) { return Status(StatusCode::kInternal, std::move(m)); }
 Status Unimplemented(std::string m) { return Status(StatusCode::kUnimplemented, std::move(m)); }
-Status Unauthenticated(std::string m) {
-  return Status(StatusCode::kUnauthenticated, std::move(m));
-}
+Status Unauthenticated(std::string m) { return Status(StatusCode::kUnauthenticated, std::move(m)); }
 
 namespace {
 std::string Location(const SourceLocation& where) {
@@ -108,16 +137,40 @@ Status ErrnoStatus(int err, std::string_view what, SourceLocation where) {
   StatusCode code = StatusCode::kIoError;
   bool retryable = false;
   switch (err) {
-    case ENOSPC: case EDQUOT: code = StatusCode::kNoSpace; break;
-    case ETIMEDOUT: code = StatusCode::kDeadlineExceeded; retryable = true; break;
-    case ECONNRESET: case EPIPE: case ECONNREFUSED: case ECONNABORTED: case EHOSTUNREACH:
-      code = StatusCode::kUnavailable; retryable = true; break;
-    case ENOENT: code = StatusCode::kNotFound; break;
-    case EEXIST: code = StatusCode::kAlreadyExists; break;
-    case EINVAL: code = StatusCode::kInvalidArgument; break;
-    case ENOMEM: code = StatusCode::kResourceExhausted; break;
-    case EAGAIN: case EINTR: retryable = true; break;
-    default: break;
+    case ENOSPC:
+    case EDQUOT:
+      code = StatusCode::kNoSpace;
+      break;
+    case ETIMEDOUT:
+      code = StatusCode::kDeadlineExceeded;
+      retryable = true;
+      break;
+    case ECONNRESET:
+    case EPIPE:
+    case ECONNREFUSED:
+    case ECONNABORTED:
+    case EHOSTUNREACH:
+      code = StatusCode::kUnavailable;
+      retryable = true;
+      break;
+    case ENOENT:
+      code = StatusCode::kNotFound;
+      break;
+    case EEXIST:
+      code = StatusCode::kAlreadyExists;
+      break;
+    case EINVAL:
+      code = StatusCode::kInvalidArgument;
+      break;
+    case ENOMEM:
+      code = StatusCode::kResourceExhausted;
+      break;
+    case EAGAIN:
+    case EINTR:
+      retryable = true;
+      break;
+    default:
+      break;
   }
   std::string message(what);
   message += ": ";

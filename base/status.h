@@ -18,40 +18,40 @@ namespace rt {
 enum class StatusCode : uint16_t {
   kOk = 0,
   // base: 1-99
-  kInvalidArgument = 1,    // bad input from a caller, a file or a command line
-  kNotFound = 2,           // a named thing does not exist
-  kAlreadyExists = 3,      // a named thing exists and must not
-  kOutOfRange = 4,         // an index, offset or value beyond its bounds
-  kDeadlineExceeded = 5,   // a wait ran past its deadline
-  kAborted = 6,            // the operation was aborted (by Abort() or shutdown)
-  kUnavailable = 7,        // a peer or service cannot be reached now
-  kCorruption = 8,         // stored or received data failed a check (magic, CRC, length)
-  kIoError = 9,            // an operating-system I/O call failed
-  kNoSpace = 10,           // a device or allocator is full (ENOSPC)
+  kInvalidArgument = 1,      // bad input from a caller, a file or a command line
+  kNotFound = 2,             // a named thing does not exist
+  kAlreadyExists = 3,        // a named thing exists and must not
+  kOutOfRange = 4,           // an index, offset or value beyond its bounds
+  kDeadlineExceeded = 5,     // a wait ran past its deadline
+  kAborted = 6,              // the operation was aborted (by Abort() or shutdown)
+  kUnavailable = 7,          // a peer or service cannot be reached now
+  kCorruption = 8,           // stored or received data failed a check (magic, CRC, length)
+  kIoError = 9,              // an operating-system I/O call failed
+  kNoSpace = 10,             // a device or allocator is full (ENOSPC)
   kFailedPrecondition = 11,  // the system is not in a state where the call is allowed
-  kUnimplemented = 12,     // the operation is not supported by this backend
-  kInternal = 13,          // a bug or an unexpected state
-  kCancelled = 14,         // the caller gave up on the operation
-  kResourceExhausted = 15,  // memory or another resource ran out
-  kUnauthenticated = 16,   // the peer did not prove that it holds the cluster secret
+  kUnimplemented = 12,       // the operation is not supported by this backend
+  kInternal = 13,            // a bug or an unexpected state
+  kCancelled = 14,           // the caller gave up on the operation
+  kResourceExhausted = 15,   // memory or another resource ran out
+  kUnauthenticated = 16,     // the peer did not prove that it holds the cluster secret
   // kernels: 100-199
-  kShapeMismatch = 100,    // tensor shapes do not fit the operation
-  kDTypeMismatch = 101,    // tensor dtypes do not fit the operation
-  kDeviceMismatch = 102,   // tensors on different devices
-  kCudaError = 110,        // a CUDA runtime or driver call failed
-  kCublasError = 111,      // a cuBLAS/cuBLASLt call failed
+  kShapeMismatch = 100,   // tensor shapes do not fit the operation
+  kDTypeMismatch = 101,   // tensor dtypes do not fit the operation
+  kDeviceMismatch = 102,  // tensors on different devices
+  kCudaError = 110,       // a CUDA runtime or driver call failed
+  kCublasError = 111,     // a cuBLAS/cuBLASLt call failed
   // comm: 200-299
-  kPeerFailed = 200,       // a peer rank died, closed its connection or fell silent
-  kCommAborted = 201,      // the communicator was aborted
-  kProtocolError = 202,    // a peer broke the wire protocol (bad frame, mismatched op)
-  kNcclError = 210,        // an NCCL call failed
+  kPeerFailed = 200,     // a peer rank died, closed its connection or fell silent
+  kCommAborted = 201,    // the communicator was aborted
+  kProtocolError = 202,  // a peer broke the wire protocol (bad frame, mismatched op)
+  kNcclError = 210,      // an NCCL call failed
   // iofs: 300-399
   kChecksumMismatch = 300,  // a chunk or block checksum did not verify
   kStaleVersion = 301,      // a chunk or chain version is older than required
   kNotServing = 302,        // a replica is syncing or has left its chain
   kRocksDbError = 310,      // a RocksDB call failed
   // ckpt: 400-499, parallel: 500-599, elastic: 600-699, daemon: 700-799
-  kStaleGeneration = 600,   // a message from an old membership generation
+  kStaleGeneration = 600,  // a message from an old membership generation
 };
 
 // Returns the name of a code, e.g. "InvalidArgument".
@@ -141,7 +141,7 @@ Status ForeignError(StatusCode code, std::string_view what,
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : data_(std::in_place_index<1>, std::move(value)) {}  // NOLINT: implicit
+  Result(T value) : data_(std::in_place_index<1>, std::move(value)) {}        // NOLINT: implicit
   Result(Status status) : data_(std::in_place_index<0>, std::move(status)) {  // NOLINT
     if (std::get<0>(data_).ok()) AbortOkStatusInResult();
   }
@@ -192,24 +192,24 @@ void Result<T>::AbortNoValue() const {
 #define RT_CONCAT(a, b) RT_CONCAT_INNER(a, b)
 
 // Returns the Status from the enclosing function if `expr` (a Status or Result) is an error.
-#define RETURN_IF_ERROR(expr)                                          \
-  do {                                                                 \
-    ::rt::Status rt_status_ = ::rt::internal::AsStatus((expr));        \
-    if (!rt_status_.ok()) return rt_status_;                           \
+#define RETURN_IF_ERROR(expr)                                   \
+  do {                                                          \
+    ::rt::Status rt_status_ = ::rt::internal::AsStatus((expr)); \
+    if (!rt_status_.ok()) return rt_status_;                    \
   } while (0)
 
 // `lhs = value of expr` when `expr` (a Result) is OK, else returns its Status.
 #define ASSIGN_OR_RETURN(lhs, expr) \
-  RT_ASSIGN_OR_RETURN_IMPL(RT_CONCAT(rt_result_, __LINE__), lhs, expr, return)
+  RT_ASSIGN_OR_RETURN_IMPL(RT_CONCAT(rt_result_, __LINE__), lhs, expr, return )
 
 // Coroutine twins: co_return instead of return.
-#define CO_RETURN_IF_ERROR(expr)                                       \
-  do {                                                                 \
-    ::rt::Status rt_status_ = ::rt::internal::AsStatus((expr));        \
-    if (!rt_status_.ok()) co_return rt_status_;                        \
+#define CO_RETURN_IF_ERROR(expr)                                \
+  do {                                                          \
+    ::rt::Status rt_status_ = ::rt::internal::AsStatus((expr)); \
+    if (!rt_status_.ok()) co_return rt_status_;                 \
   } while (0)
 #define CO_ASSIGN_OR_RETURN(lhs, expr) \
-  RT_ASSIGN_OR_RETURN_IMPL(RT_CONCAT(rt_result_, __LINE__), lhs, expr, co_return)
+  RT_ASSIGN_OR_RETURN_IMPL(RT_CONCAT(rt_result_, __LINE__), lhs, expr, co_return )
 
 #define RT_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr, ret) \
   auto tmp = (expr);                                  \
@@ -218,8 +218,9 @@ void Result<T>::AbortNoValue() const {
 
 // Aborts the process with a message if `cond` is false. Only for broken invariants,
 // never for bad input (STYLE.md rule 4).
-#define RT_CHECK(cond)                                                                  \
-  do {                                                                                  \
-    if (!(cond)) ::rt::internal::AbortWithMessage(std::string("CHECK failed: " #cond " at ") + \
-                                                  __FILE__ + ":" + std::to_string(__LINE__)); \
+#define RT_CHECK(cond)                                                                         \
+  do {                                                                                         \
+    if (!(cond))                                                                               \
+      ::rt::internal::AbortWithMessage(std::string("CHECK failed: " #cond " at ") + __FILE__ + \
+                                       ":" + std::to_string(__LINE__));                        \
   } while (0)

@@ -10,7 +10,6 @@
 #include <cstring>
 #include <string_view>
 
-
 extern char** environ;
 
 namespace rt {
@@ -107,8 +106,8 @@ SyncChild::~SyncChild() {
 Status SyncChild::Signal(int signal) {
   if (exit_) return Status();
   if (::kill(-pid_, signal) != 0 && errno != ESRCH)
-    return ErrnoStatus(errno, "signal " + std::to_string(signal) + " to pid " +
-                                  std::to_string(pid_));
+    return ErrnoStatus(errno,
+                       "signal " + std::to_string(signal) + " to pid " + std::to_string(pid_));
   return Status();
 }
 

@@ -30,11 +30,16 @@ enum class StateKind : uint8_t {
 // "param", "master", "adam_m", "adam_v", "step".
 inline const char* StateKindName(StateKind kind) {
   switch (kind) {
-    case StateKind::kParam: return "param";
-    case StateKind::kMaster: return "master";
-    case StateKind::kAdamM: return "adam_m";
-    case StateKind::kAdamV: return "adam_v";
-    case StateKind::kStep: return "step";
+    case StateKind::kParam:
+      return "param";
+    case StateKind::kMaster:
+      return "master";
+    case StateKind::kAdamM:
+      return "adam_m";
+    case StateKind::kAdamV:
+      return "adam_v";
+    case StateKind::kStep:
+      return "step";
   }
   return "?";
 }
@@ -42,15 +47,15 @@ inline const char* StateKindName(StateKind kind) {
 // One piece of one named global tensor held by this rank.
 struct TensorShard {
   StateKind kind = StateKind::kParam;
-  std::string name;       // DESIGN.md tensor name ("wte", "h.0.ln_1.weight", ...) or "step"
-  Shape global_shape;     // shape of the whole tensor
+  std::string name;    // DESIGN.md tensor name ("wte", "h.0.ln_1.weight", ...) or "step"
+  Shape global_shape;  // shape of the whole tensor
   DType dtype = DType::kF32;
-  Shape box_offset;       // per dimension: first index of the box (ndim as global_shape)
-  Shape box_size;         // per dimension: extent of the box
+  Shape box_offset;             // per dimension: first index of the box (ndim as global_shape)
+  Shape box_size;               // per dimension: extent of the box
   bool has_flat_range = false;  // whether [flat_begin, flat_end) narrows the box
   int64_t flat_begin = 0;       // first element of the box held (row-major in the box)
   int64_t flat_end = 0;         // one past the last element held
-  int replica = 0;        // 0 for the primary copy, 1, 2, ... for further copies
+  int replica = 0;              // 0 for the primary copy, 1, 2, ... for further copies
   int replica_count = 1;  // how many ranks hold this same piece (`replica` is this rank's index
                           // among them); the checkpoint writer has each of them store a
                           // 1/replica_count flat slice. Copies with replica >= replica_count

@@ -154,8 +154,8 @@ Status CheckpointWriter::Run(Job& job) {
   if (options_.rank == 0) {
     Status committed = Commit(job);
     if (!committed.ok()) RETURN_IF_ERROR(DropFailedCommit(job.step, std::move(committed)));
-    LOG_INFO("checkpoint step {} committed to {} in {:.3f} s", job.step,
-             options_.storage->uri(), MonoSeconds() - start);
+    LOG_INFO("checkpoint step {} committed to {} in {:.3f} s", job.step, options_.storage->uri(),
+             MonoSeconds() - start);
   } else if (!options_.async) {
     RETURN_IF_ERROR(WaitCommitted(job.step));
   }
@@ -267,8 +267,10 @@ bool CheckpointWriter::RemoveFailedSave(int64_t step) {
   if (committed->empty() || committed->front() < step) {
     const Status removed = storage.Remove(StepDir(step));
     if (!removed.ok())
-      LOG_WARN("checkpoint step {}: removing the folder of the failed save: {} (the next commit "
-               "removes it)", step, removed.ToString());
+      LOG_WARN(
+          "checkpoint step {}: removing the folder of the failed save: {} (the next commit "
+          "removes it)",
+          step, removed.ToString());
   }
   return false;
 }

@@ -214,8 +214,7 @@ class Communicator {
   virtual WorkHandle Scatter(const void* send, void* recv, size_t recv_count, DType dtype,
                              int root) = 0;
   // Block j of send (count_per_rank elements) goes to rank j; block i of recv comes from rank i.
-  virtual WorkHandle AllToAll(const void* send, void* recv, size_t count_per_rank,
-                              DType dtype) = 0;
+  virtual WorkHandle AllToAll(const void* send, void* recv, size_t count_per_rank, DType dtype) = 0;
   // Point to point. Matching sends and receives agree on tag, count and dtype.
   virtual WorkHandle Send(const void* buffer, size_t count, DType dtype, int peer,
                           uint32_t tag) = 0;

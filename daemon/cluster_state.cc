@@ -12,14 +12,11 @@ constexpr std::string_view kFormat = "ringtrain.cluster_state";
 constexpr int kVersion = 2;  // version 1 (no stop_at, committed) still decodes
 constexpr size_t kMaxNodes = 4096;
 
-Status Bad(std::string_view what) {
-  return Corruption("cluster state: " + std::string(what));
-}
+Status Bad(std::string_view what) { return Corruption("cluster state: " + std::string(what)); }
 
 Result<const Json*> Field(const Json& object, const char* key, std::string_view where) {
   auto it = object.find(key);
-  if (it == object.end())
-    return Bad(std::string(where) + " has no '" + key + "'");
+  if (it == object.end()) return Bad(std::string(where) + " has no '" + key + "'");
   return &*it;
 }
 
@@ -114,9 +111,12 @@ Result<Committed> DecodeCommitted(const Json& j) {
 
 std::string_view JobDesireName(JobDesire desire) {
   switch (desire) {
-    case JobDesire::kRun: return "run";
-    case JobDesire::kStop: return "stop";
-    case JobDesire::kFinished: return "finished";
+    case JobDesire::kRun:
+      return "run";
+    case JobDesire::kStop:
+      return "stop";
+    case JobDesire::kFinished:
+      return "finished";
   }
   return "?";
 }
@@ -158,11 +158,12 @@ std::string EncodeClusterState(const ClusterState& s) {
   j["cause"] = {{"what", s.cause.what}, {"at_unix_ms", s.cause.at_unix_ms}};
   j["stop_at"] = nullptr;
   if (s.stop_at)
-    j["stop_at"] = {{"generation", s.stop_at->generation}, {"step", s.stop_at->step},
-                    {"why", s.stop_at->why}};
+    j["stop_at"] = {
+        {"generation", s.stop_at->generation}, {"step", s.stop_at->step}, {"why", s.stop_at->why}};
   j["committed"] = nullptr;
   if (s.committed)
-    j["committed"] = {{"generation", s.committed->generation}, {"step", s.committed->step},
+    j["committed"] = {{"generation", s.committed->generation},
+                      {"step", s.committed->step},
                       {"uri", s.committed->uri}};
   return j.dump();
 }

@@ -26,9 +26,9 @@ enum class JobDesire { kRun, kStop, kFinished };
 
 // The submitted job.
 struct JobEntry {
-  uint64_t id = 0;      // grows with every submit; scopes worker rendezvous keys
-  std::string name;     // [job] name
-  std::string text;     // the job file's TOML text (parsed by every daemon alike)
+  uint64_t id = 0;   // grows with every submit; scopes worker rendezvous keys
+  std::string name;  // [job] name
+  std::string text;  // the job file's TOML text (parsed by every daemon alike)
   JobDesire desire = JobDesire::kRun;
   int64_t finished_step = 0;  // kFinished: the last step
   bool operator==(const JobEntry&) const = default;
@@ -36,7 +36,7 @@ struct JobEntry {
 
 // Why the newest generation was started (for the recovery log line).
 struct ChangeCause {
-  std::string what;       // "worker rank 3 on node 2 exited: signal 9 (Killed)"
+  std::string what;        // "worker rank 3 on node 2 exited: signal 9 (Killed)"
   int64_t at_unix_ms = 0;  // when the daemon that saw it noticed
   bool operator==(const ChangeCause&) const = default;
 };
@@ -66,10 +66,10 @@ struct ClusterState {
   // Bumped for every restart of the job's workers that is not a view change (a worker died,
   // scale, drain, a resubmit); with the view generation it names a training generation.
   uint64_t epoch = 0;
-  int max_nodes = 0;             // ringctl scale --nodes N; 0 = the job's own elastic.max_nodes
+  int max_nodes = 0;              // ringctl scale --nodes N; 0 = the job's own elastic.max_nodes
   std::vector<uint64_t> drained;  // ringctl drain NODE: sorted, unique
   ChangeCause cause;
-  std::optional<StopAt> stop_at;      // the pending planned stop, if any (version 2)
+  std::optional<StopAt> stop_at;       // the pending planned stop, if any (version 2)
   std::optional<Committed> committed;  // the newest planned-stop checkpoint (version 2)
   bool operator==(const ClusterState&) const = default;
 

@@ -72,9 +72,9 @@ asio::awaitable<Result<Json>> CallJsonOnce(std::string address,
   net::RpcClientOptions options;
   options.secret = std::move(secret);
   options.peer_name = "daemon at " + address;
-  CO_ASSIGN_OR_RETURN(std::shared_ptr<net::RpcClient> client,
-                      co_await net::RpcClient::Connect(host_port.first, host_port.second,
-                                                       deadline, options));
+  CO_ASSIGN_OR_RETURN(
+      std::shared_ptr<net::RpcClient> client,
+      co_await net::RpcClient::Connect(host_port.first, host_port.second, deadline, options));
   Result<Json> reply = co_await CallJson(*client, type, request, deadline);
   client->Close();
   co_return reply;

@@ -20,15 +20,15 @@ namespace rt::daemon {
 using Json = nlohmann::json;
 
 // Frame types (0x0E00..0x0E1F; membership uses 0x0D00..0x0D0F on the same port).
-inline constexpr uint16_t kCtlStatus = 0x0E00;   // {} → the cluster's status (fan-out)
-inline constexpr uint16_t kCtlLocal = 0x0E01;    // {} → this daemon's own report
-inline constexpr uint16_t kCtlSubmit = 0x0E02;   // {text, source} → {job_id}
-inline constexpr uint16_t kCtlStop = 0x0E03;     // {} → {}
-inline constexpr uint16_t kCtlScale = 0x0E04;    // {nodes} → {}
-inline constexpr uint16_t kCtlDrain = 0x0E05;    // {node, undrain} → {}
+inline constexpr uint16_t kCtlStatus = 0x0E00;       // {} → the cluster's status (fan-out)
+inline constexpr uint16_t kCtlLocal = 0x0E01;        // {} → this daemon's own report
+inline constexpr uint16_t kCtlSubmit = 0x0E02;       // {text, source} → {job_id}
+inline constexpr uint16_t kCtlStop = 0x0E03;         // {} → {}
+inline constexpr uint16_t kCtlScale = 0x0E04;        // {nodes} → {}
+inline constexpr uint16_t kCtlDrain = 0x0E05;        // {node, undrain} → {}
 inline constexpr uint16_t kCtlCheckpoint = 0x0E06;   // {} → {step, uri}
 inline constexpr uint16_t kCtlCheckpoints = 0x0E07;  // {} → {job, uri, checkpoints: [...]}
-inline constexpr uint16_t kWorkerWatch = 0x0E10;   // {generation, rank, pid} → {} when told
+inline constexpr uint16_t kWorkerWatch = 0x0E10;     // {generation, rank, pid} → {} when told
 // {generation, rank, step, loss, ..., stopped_at? | finished_at?} → {stop_at?}
 inline constexpr uint16_t kWorkerReport = 0x0E11;
 

@@ -202,25 +202,22 @@ asio::awaitable<Status> Node::StartGeneration(const elastic::View& view, const C
   Result<elastic::JobPlan> plan = elastic::PlanJob(nodes, *spec);
   if (!plan.ok()) {
     plan_text_ = "waiting: " + plan.status().ToString();
-    LOG_WARN("generation {}: job {} waits: {}", key.ToString(), job.name,
-             plan.status().ToString());
+    LOG_WARN("generation {}: job {} waits: {}", key.ToString(), job.name, plan.status().ToString());
     co_return Status();
   }
   plan_text_ = plan->Describe();
   plan_ = *plan;
   running_lead_ = plan->ranks[0].node;
   const NodeEntry* lead = state.FindNode(plan->ranks[0].node);
-  const std::string job_dir =
-      config_.state_dir + "/jobs/" + job.name + "-" + key.ToString();
+  const std::string job_dir = config_.state_dir + "/jobs/" + job.name + "-" + key.ToString();
   std::vector<int> mine;
   for (size_t r = 0; r < plan->ranks.size(); ++r)
     if (plan->ranks[r].node == self) mine.push_back(static_cast<int>(r));
-  LOG_INFO("generation {}: {}; this node runs rank(s) {}", key.ToString(), plan_text_,
-           [&] {
-             std::string s;
-             for (int r : mine) s += (s.empty() ? "" : ",") + std::to_string(r);
-             return s.empty() ? std::string("none") : s;
-           }());
+  LOG_INFO("generation {}: {}; this node runs rank(s) {}", key.ToString(), plan_text_, [&] {
+    std::string s;
+    for (int r : mine) s += (s.empty() ? "" : ",") + std::to_string(r);
+    return s.empty() ? std::string("none") : s;
+  }());
   if (plan->ranks[0].node == self) {
     recovery_cause_ = cause;
     recovery_label_ = recovery_label;
@@ -261,19 +258,28 @@ Status Node::SpawnWorker(const elastic::JobPlan& plan, int rank, const Generatio
   SpawnOptions o;
   o.argv = {options_.executable,
             "worker",
-            "--daemon", host + ":" + std::to_string(port_),
-            "--generation", key.ToString(),
-            "--config", job_dir + "/run.toml",
-            "--layout", parallel::DescribeLayout(plan.layout),
-            "--ranks", std::to_string(plan.layout.world()),
-            "--rank", std::to_string(rank),
-            "--gpu", std::to_string(worker->slot),
-            "--store", rendezvous,
-            "--job", "gen-" + key.ToString()};
-  if (!config_.secret_file.empty()) o.argv.insert(o.argv.end(), {"--secret-file", config_.secret_file});
+            "--daemon",
+            host + ":" + std::to_string(port_),
+            "--generation",
+            key.ToString(),
+            "--config",
+            job_dir + "/run.toml",
+            "--layout",
+            parallel::DescribeLayout(plan.layout),
+            "--ranks",
+            std::to_string(plan.layout.world()),
+            "--rank",
+            std::to_string(rank),
+            "--gpu",
+            std::to_string(worker->slot),
+            "--store",
+            rendezvous,
+            "--job",
+            "gen-" + key.ToString()};
+  if (!config_.secret_file.empty())
+    o.argv.insert(o.argv.end(), {"--secret-file", config_.secret_file});
   o.env = EnvironmentWithout({});
-  for (const std::string& e : SplitCommaList(config_.worker_env))
-    o.env.push_back(e);
+  for (const std::string& e : SplitCommaList(config_.worker_env)) o.env.push_back(e);
   o.env.push_back("RINGTRAIN_SLOT=" + std::to_string(worker->slot));
   o.stdout_path = worker->log_path;
   ASSIGN_OR_RETURN(worker->process, ChildProcess::Spawn(io_.get_executor(), std::move(o)));
@@ -304,8 +310,8 @@ asio::awaitable<void> Node::Supervise(std::shared_ptr<Worker> worker) {
     co_return;
   }
   if (exit->exited && exit->exit_code == kWorkerStoppedExit) {
-    LOG_INFO("generation {}: rank {} stopped for a planned change",
-             worker->generation.ToString(), worker->rank);
+    LOG_INFO("generation {}: rank {} stopped for a planned change", worker->generation.ToString(),
+             worker->rank);
     if (worker->rank == 0) co_await WatchStoppedGeneration(worker->generation);
     co_return;
   }

@@ -14,9 +14,7 @@ int64_t SnapshotStepOf(const std::string& path) {
   return step ? *step : -1;
 }
 
-bool IsSharedSnapshotFile(const std::string& path) {
-  return path.find('/') == std::string::npos;
-}
+bool IsSharedSnapshotFile(const std::string& path) { return path.find('/') == std::string::npos; }
 
 Status MemoryStore::Put(uint64_t job, const std::string& path, SnapshotBytes bytes) {
   RETURN_IF_ERROR(ckpt::internal::CheckPath(path, false).WithContext("memory tier put"));

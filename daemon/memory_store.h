@@ -27,8 +27,9 @@ using SnapshotBytes = std::shared_ptr<const std::vector<uint8_t>>;
 class MemoryStore {
  public:
   // Stores `bytes` as `path` of `job`, replacing a file there; `latest` evicts the step folders
-  // older than the step it names first. Errors: InvalidArgument for a malformed path; FailedPrecondition when `path` lies
-  // in a step folder older than the job's newest complete snapshot (a late write, dropped).
+  // older than the step it names first. Errors: InvalidArgument for a malformed path;
+  // FailedPrecondition when `path` lies in a step folder older than the job's newest complete
+  // snapshot (a late write, dropped).
   Status Put(uint64_t job, const std::string& path, SnapshotBytes bytes);
   // The file, or nullptr when this store does not hold it.
   SnapshotBytes Get(uint64_t job, const std::string& path) const;

@@ -7,12 +7,12 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/deferred.hpp>
 #include <boost/asio/detached.hpp>
-#include <boost/asio/experimental/parallel_group.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/experimental/parallel_group.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/use_future.hpp>
-#include <boost/asio/this_coro.hpp>
 
 #include "base/log.h"
 #include "elastic/job.h"
@@ -29,9 +29,8 @@ constexpr int kCasAttempts = 20;
 // Wraps a JSON handler as an RPC handler.
 net::RpcHandler JsonHandler(std::function<asio::awaitable<Result<Json>>(Json)> handler,
                             std::string what) {
-  return [handler = std::move(handler),
-          what = std::move(what)](net::RpcRequest request)
-             -> asio::awaitable<Result<std::vector<std::byte>>> {
+  return [handler = std::move(handler), what = std::move(what)](
+             net::RpcRequest request) -> asio::awaitable<Result<std::vector<std::byte>>> {
     CO_ASSIGN_OR_RETURN(Json body, DecodeJsonObject(request.payload, what));
     CO_ASSIGN_OR_RETURN(Json reply, co_await handler(std::move(body)));
     co_return EncodeJson(reply);
@@ -109,8 +108,8 @@ Status Node::Init() {
     if (n.kind == elastic::MembershipNotification::Kind::kViewInstalled && n.led)
       led_view_ = n.view.generation;
     if (n.kind == elastic::MembershipNotification::Kind::kSuspected)
-      LOG_WARN("{}: suspects node {} ({} ms after its last sign of life)",
-               "membership", n.node, n.detected_after.count());
+      LOG_WARN("{}: suspects node {} ({} ms after its last sign of life)", "membership", n.node,
+               n.detected_after.count());
     asio::post(io_, [this] {
       Wake();
       if (observe_wake_) observe_wake_->cancel();
@@ -118,8 +117,8 @@ Status Node::Init() {
   };
   ASSIGN_OR_RETURN(membership_, elastic::StartMembershipService(std::move(m)));
   ASSIGN_OR_RETURN(port_, server_->Start());
-  LOG_INFO("ringtraind {}: control and membership on {}, rendezvous store on {}, {} slot(s)",
-           name, config_.AdvertisedAddress(), rendezvous_address_, config_.slots);
+  LOG_INFO("ringtraind {}: control and membership on {}, rendezvous store on {}, {} slot(s)", name,
+           config_.AdvertisedAddress(), rendezvous_address_, config_.slots);
   asio::co_spawn(io_, ControlLoop(), asio::detached);
   asio::co_spawn(io_, ObserveLoop(), asio::detached);
   notifier_->StartWatchdog();
@@ -156,7 +155,10 @@ Status Node::Stop(bool leave, Deadline deadline) {
   // The last member has no view to leave (and systemd must not see that as a failure).
   if (leave && membership_ && membership_->CurrentView().members.size() > 1) {
     auto left = asio::co_spawn(
-        io_, [this, deadline]() -> asio::awaitable<Status> { co_return co_await membership_->Leave(deadline); },
+        io_,
+        [this, deadline]() -> asio::awaitable<Status> {
+          co_return co_await membership_->Leave(deadline);
+        },
         asio::use_future);
     note(left.get(), "leave the view");
   }
@@ -185,11 +187,10 @@ Status Node::Stop(bool leave, Deadline deadline) {
 
 void Node::RegisterHandlers() {
   server_->Handle(kCtlStatus, JsonHandler([this](Json) { return HandleStatus(); }, "status"));
-  server_->Handle(kCtlLocal, JsonHandler(
-                                 [this](Json) -> asio::awaitable<Result<Json>> {
-                                   co_return LocalReport();
-                                 },
-                                 "local status"));
+  server_->Handle(
+      kCtlLocal,
+      JsonHandler([this](Json) -> asio::awaitable<Result<Json>> { co_return LocalReport(); },
+                  "local status"));
   server_->Handle(kCtlSubmit,
                   JsonHandler([this](Json r) { return HandleSubmit(std::move(r)); }, "submit"));
   server_->Handle(kCtlStop,
@@ -198,18 +199,18 @@ void Node::RegisterHandlers() {
                   JsonHandler([this](Json r) { return HandleScale(std::move(r)); }, "scale"));
   server_->Handle(kCtlDrain,
                   JsonHandler([this](Json r) { return HandleDrain(std::move(r)); }, "drain"));
-  server_->Handle(kCtlCheckpoint, JsonHandler(
-                                      [this](Json r) { return HandleCheckpoint(std::move(r)); },
-                                      "checkpoint"));
-  server_->Handle(kCtlCheckpoints, JsonHandler(
-                                       [this](Json r) { return HandleCheckpoints(std::move(r)); },
-                                       "checkpoints"));
-  server_->Handle(kWorkerWatch, JsonHandler(
-                                    [this](Json r) { return HandleWorkerWatch(std::move(r)); },
-                                    "worker watch"));
-  server_->Handle(kWorkerReport, JsonHandler(
-                                     [this](Json r) { return HandleWorkerReport(std::move(r)); },
-                                     "worker report"));
+  server_->Handle(
+      kCtlCheckpoint,
+      JsonHandler([this](Json r) { return HandleCheckpoint(std::move(r)); }, "checkpoint"));
+  server_->Handle(
+      kCtlCheckpoints,
+      JsonHandler([this](Json r) { return HandleCheckpoints(std::move(r)); }, "checkpoints"));
+  server_->Handle(
+      kWorkerWatch,
+      JsonHandler([this](Json r) { return HandleWorkerWatch(std::move(r)); }, "worker watch"));
+  server_->Handle(
+      kWorkerReport,
+      JsonHandler([this](Json r) { return HandleWorkerReport(std::move(r)); }, "worker report"));
 }
 
 // The StateChange functions below are named locals moved into UpdateState, never temporaries
@@ -245,8 +246,8 @@ asio::awaitable<Result<Json>> Node::HandleDrain(Json request) {
   CO_ASSIGN_OR_RETURN(const int64_t node, IntField(request, "node", 1, INT64_MAX, "drain"));
   CO_ASSIGN_OR_RETURN(const int64_t undrain, IntField(request, "undrain", 0, 1, "drain", 0));
   const int64_t at = UnixMs();
-  const std::string why = std::string("ringctl ") + (undrain ? "undrain" : "drain") + " node " +
-                          std::to_string(node);
+  const std::string why =
+      std::string("ringctl ") + (undrain ? "undrain" : "drain") + " node " + std::to_string(node);
   StateChange change = [node, undrain, at, why](ClusterState* s) -> Result<bool> {
     auto& d = s->drained;
     const uint64_t id = static_cast<uint64_t>(node);
@@ -313,8 +314,7 @@ asio::awaitable<Result<Json>> Node::HandleSubmit(Json request) {
 
 asio::awaitable<Result<Json>> Node::HandleWorkerWatch(Json request) {
   CO_ASSIGN_OR_RETURN(std::string generation, StringField(request, "generation", "watch"));
-  if (stopping_ || !running_ || running_->ToString() != generation)
-    co_return Json{{"stop", true}};
+  if (stopping_ || !running_ || running_->ToString() != generation) co_return Json{{"stop", true}};
   // generation_over_ never expires; it is cancelled when the generation ends, which wakes every
   // watcher of it. Otherwise the worker is told to keep waiting after a while (a new call).
   auto over = generation_over_;
@@ -368,10 +368,11 @@ asio::awaitable<Result<Json>> Node::HandleWorkerReport(Json r) {
       where = "on rank 0's previous node";
     }
     const int64_t lost = std::max<int64_t>(0, before - (p.step - 1));
-    LOG_INFO("recovery: {}; generation {}; plan {}; resumed at step {}, steps lost {} (the "
-             "last step reported {} was {}); first step done {:.2f} s after the generation "
-             "started",
-             recovery_cause_, generation, plan_text_, p.step, lost, where, before, seconds);
+    LOG_INFO(
+        "recovery: {}; generation {}; plan {}; resumed at step {}, steps lost {} (the "
+        "last step reported {} was {}); first step done {:.2f} s after the generation "
+        "started",
+        recovery_cause_, generation, plan_text_, p.step, lost, where, before, seconds);
     NoteFirstStep(p, lost, seconds);
   }
   last_step_ = p.step;
@@ -389,21 +390,24 @@ asio::awaitable<Result<Json>> Node::HandleWorkerReport(Json r) {
 Json Node::LocalReport() const {
   Json workers = Json::array();
   for (const auto& [rank, w] : workers_)
-    workers.push_back({{"rank", rank}, {"slot", w->slot}, {"pid", w->process->pid()},
-                       {"log", w->log_path}});
+    workers.push_back(
+        {{"rank", rank}, {"slot", w->slot}, {"pid", w->process->pid()}, {"log", w->log_path}});
   Json report = {{"node", config_.id},
                  {"led_view", led_view_.load()},
                  {"generation", running_ ? running_->ToString() : ""},
                  {"plan", plan_text_},
                  {"workers", std::move(workers)},
                  {"memory_tier", snapshots_->Report()}};
-  if (http_) report["http"] = config_.http_listen.substr(0, config_.http_listen.rfind(':') + 1) +
-                              std::to_string(http_port_);
+  if (http_)
+    report["http"] = config_.http_listen.substr(0, config_.http_listen.rfind(':') + 1) +
+                     std::to_string(http_port_);
   if (last_checkpoint_)
     report["checkpoint"] = {{"step", last_checkpoint_->first}, {"uri", last_checkpoint_->second}};
   if (progress_)
-    report["progress"] = {{"generation", progress_->generation}, {"step", progress_->step},
-                          {"loss", progress_->loss}, {"tokens_per_s", progress_->tokens_per_s},
+    report["progress"] = {{"generation", progress_->generation},
+                          {"step", progress_->step},
+                          {"loss", progress_->loss},
+                          {"tokens_per_s", progress_->tokens_per_s},
                           {"unix_ms", progress_->unix_ms}};
   return report;
 }
@@ -442,7 +446,8 @@ asio::awaitable<Result<Json>> Node::HandleStatus() {
   const elastic::ReplicatedState replicated = membership_->CurrentState();
   CO_ASSIGN_OR_RETURN(ClusterState state, DecodeClusterState(replicated.blob));
   Json members = Json::array();
-  for (const elastic::Member& m : view.members) members.push_back({{"id", m.id}, {"address", m.address}});
+  for (const elastic::Member& m : view.members)
+    members.push_back({{"id", m.id}, {"address", m.address}});
   Json status = {{"answered_by", config_.id},
                  {"view", {{"generation", view.generation}, {"members", std::move(members)}}},
                  {"state_version", replicated.version},
@@ -451,7 +456,8 @@ asio::awaitable<Result<Json>> Node::HandleStatus() {
                  {"drained", state.drained},
                  {"cause", state.cause.what}};
   if (state.job)
-    status["job"] = {{"id", state.job->id}, {"name", state.job->name},
+    status["job"] = {{"id", state.job->id},
+                     {"name", state.job->name},
                      {"desire", JobDesireName(state.job->desire)},
                      {"finished_step", state.job->finished_step}};
   // Every member's own report (this one's without a call), the others asked all at once so that

@@ -28,10 +28,10 @@
 #include "daemon/cluster_state.h"
 #include "daemon/control_api.h"
 #include "daemon/daemon.h"
+#include "daemon/snapshot_service.h"
 #include "daemon/web/node_metrics.h"
 #include "daemon/web/progress_history.h"
 #include "daemon/worker_counters.h"
-#include "daemon/snapshot_service.h"
 #include "elastic/planner.h"
 
 namespace rt::daemon {
@@ -70,13 +70,13 @@ struct Worker {
 
 // A recovery as the daemon of rank 0 saw it (the status page's `recoveries`).
 struct RecoveryRecord {
-  double time = 0;          // Unix seconds when the new generation started
-  std::string cause;        // the `cause` label: node_lost, worker_exited, planned
-  std::string what;         // what happened, in words
-  std::string generation;   // the new training generation
-  std::string layout;       // its plan
-  int64_t steps_lost = 0;   // steps trained again
-  double recovery_s = 0;    // generation start to its first step, seconds
+  double time = 0;         // Unix seconds when the new generation started
+  std::string cause;       // the `cause` label: node_lost, worker_exited, planned
+  std::string what;        // what happened, in words
+  std::string generation;  // the new training generation
+  std::string layout;      // its plan
+  int64_t steps_lost = 0;  // steps trained again
+  double recovery_s = 0;   // generation start to its first step, seconds
 };
 
 // The last progress report of rank 0 (from this node's worker).
@@ -213,11 +213,11 @@ class Node : public Daemon {
   bool stopping_ = false;
   bool dirty_ = true;
   asio::steady_timer wake_;
-  std::optional<GenerationKey> running_;  // the generation this node runs (or waits in)
-  std::string plan_text_;                 // its plan, or why the job waits
-  std::vector<elastic::NodeSlots> running_nodes_;  // the nodes of its plan (none: no plan)
-  uint64_t running_lead_ = 0;  // the node of its plan's rank 0
-  bool grow_pending_ = false;  // GrowAfterCheckpoint runs
+  std::optional<GenerationKey> running_;            // the generation this node runs (or waits in)
+  std::string plan_text_;                           // its plan, or why the job waits
+  std::vector<elastic::NodeSlots> running_nodes_;   // the nodes of its plan (none: no plan)
+  uint64_t running_lead_ = 0;                       // the node of its plan's rank 0
+  bool grow_pending_ = false;                       // GrowAfterCheckpoint runs
   std::map<int, std::shared_ptr<Worker>> workers_;  // by rank
   std::shared_ptr<asio::steady_timer> workers_changed_;
   std::shared_ptr<asio::steady_timer> generation_over_;  // cancelled when a generation ends
@@ -226,17 +226,17 @@ class Node : public Daemon {
   std::string recovery_cause_;
   MonoTime generation_started_{};
   bool recovery_logged_ = true;
-  int64_t last_step_ = 0;  // the last step rank 0 reported here (any generation)
-  int64_t last_step_unix_ms_ = 0;  // and when (the report's unix_ms)
-  std::optional<elastic::JobPlan> plan_;  // the running generation's plan
-  std::string recovery_label_;            // RecoveryLabel of the generation being timed
-  size_t generation_members_ = 0;         // view members when the running generation started
+  int64_t last_step_ = 0;                  // the last step rank 0 reported here (any generation)
+  int64_t last_step_unix_ms_ = 0;          // and when (the report's unix_ms)
+  std::optional<elastic::JobPlan> plan_;   // the running generation's plan
+  std::string recovery_label_;             // RecoveryLabel of the generation being timed
+  size_t generation_members_ = 0;          // view members when the running generation started
   std::optional<Progress> peer_progress_;  // rank 0's progress fetched from its daemon
   std::deque<RecoveryRecord> recoveries_;  // newest first, at most 20
   std::shared_ptr<asio::steady_timer> observe_wake_;  // cancelled to run ObserveLoop now
-  uint64_t worker_job_ = 0;         // NoteWorkerStarted: the job of the last worker started
-  std::string worker_generation_;   // and its generation
-  bool workers_restart_ = false;    // whether that generation's workers replace earlier ones
+  uint64_t worker_job_ = 0;        // NoteWorkerStarted: the job of the last worker started
+  std::string worker_generation_;  // and its generation
+  bool workers_restart_ = false;   // whether that generation's workers replace earlier ones
   MonoTime next_checkpoint_list_{};
   std::optional<std::pair<int64_t, std::string>> last_checkpoint_;  // step, where
   bool ready_sent_ = false;

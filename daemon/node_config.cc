@@ -48,15 +48,15 @@ void BindNodeKeys(NodeConfig* c, ConfigSchema* s) {
 }
 
 Result<std::pair<std::string, uint16_t>> SplitHostPort(std::string_view text,
-                                                      std::string_view what) {
+                                                       std::string_view what) {
   const size_t colon = text.rfind(':');
   const std::string quoted = std::string(what) + " '" + std::string(text) + "'";
   if (colon == std::string_view::npos || colon == 0)
     return InvalidArgument(quoted + " is not host:port");
   const std::string_view port_text = text.substr(colon + 1);
   unsigned port = 0;
-  const auto [end, err] = std::from_chars(port_text.data(), port_text.data() + port_text.size(),
-                                          port);
+  const auto [end, err] =
+      std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
   if (err != std::errc() || end != port_text.data() + port_text.size() || port > 65535)
     return InvalidArgument(quoted + " has a bad port");
   return std::make_pair(std::string(text.substr(0, colon)), static_cast<uint16_t>(port));
@@ -108,8 +108,8 @@ Result<NodeConfig> ParseNodeConfig(std::string_view text, const std::string& sou
 Result<NodeConfig> LoadNodeConfig(const std::string& path) {
   ASSIGN_OR_RETURN(ConfigFile file, ConfigFile::Load(path));
   ASSIGN_OR_RETURN(std::vector<std::byte> bytes, ReadFileBytes(path));
-  return ReadNodeConfig(
-      std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), file);
+  return ReadNodeConfig(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()),
+                        file);
 }
 
 }  // namespace rt::daemon

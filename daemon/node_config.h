@@ -13,11 +13,11 @@ namespace rt::daemon {
 // One daemon's config. Every field's default is given; `id` and `state_dir` are required.
 struct NodeConfig {
   // [node]
-  int64_t id = 0;                        // this node's id, unique in the cluster, ≥ 1 (required)
+  int64_t id = 0;                         // this node's id, unique in the cluster, ≥ 1 (required)
   std::string listen = "127.0.0.1:7700";  // control + membership RPC "host:port"
-  std::string advertise;                 // "host:port" peers reach this node at; "" = listen
-  std::string state_dir;                 // membership state, worker logs (required)
-  int slots = 1;                         // worker processes this node may run (GPUs, CPU ranks)
+  std::string advertise;                  // "host:port" peers reach this node at; "" = listen
+  std::string state_dir;                  // membership state, worker logs (required)
+  int slots = 1;                          // worker processes this node may run (GPUs, CPU ranks)
   std::string rendezvous_host = "127.0.0.1";  // address of this node's rendezvous store
   // [cluster]
   // "host:port,host:port": peers to join through; "" (or this node's own address first) starts
@@ -56,6 +56,6 @@ std::vector<std::string> SplitCommaList(std::string_view text);
 
 // Splits "host:port". Errors: InvalidArgument naming `what` and the text.
 Result<std::pair<std::string, uint16_t>> SplitHostPort(std::string_view text,
-                                                      std::string_view what);
+                                                       std::string_view what);
 
 }  // namespace rt::daemon

@@ -26,13 +26,16 @@ constexpr auto kCheckpointListPeriod = std::chrono::seconds(5);
 constexpr size_t kMaxRecoveries = 20;
 
 double UnixSeconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 Json LayoutJson(const parallel::ParallelLayout& l) {
-  return {{"pp", l.pp}, {"dp_replicate", l.dp_replicate}, {"dp_shard", l.dp_shard},
-          {"tp", l.tp}, {"world", l.world()}, {"zero", l.zero}};
+  return {{"pp", l.pp},
+          {"dp_replicate", l.dp_replicate},
+          {"dp_shard", l.dp_shard},
+          {"tp", l.tp},
+          {"world", l.world()},
+          {"zero", l.zero}};
 }
 
 }  // namespace
@@ -90,8 +93,7 @@ asio::awaitable<void> Node::FetchPeerProgress(const elastic::View& view) {
                                                Deadline::After(kPeerProgressTimeout));
     if (!local.ok() || !local->contains("progress")) co_return;
     const Json& j = (*local)["progress"];
-    if (j.value("generation", "") != generation || !running_ ||
-        running_->ToString() != generation)
+    if (j.value("generation", "") != generation || !running_ || running_->ToString() != generation)
       co_return;  // an older generation's, or ours changed meanwhile
     Progress p;
     p.generation = generation;
@@ -253,8 +255,10 @@ Json Node::LocalMembersJson(const elastic::View& view, const ClusterState* state
     return state && std::binary_search(state->drained.begin(), state->drained.end(), id);
   };
   for (const elastic::Member& m : view.members)
-    members[m.id] = {{"id", m.id}, {"address", m.address},
-                     {"state", drained(m.id) ? "draining" : "up"}, {"slots", slots_of(m.id)}};
+    members[m.id] = {{"id", m.id},
+                     {"address", m.address},
+                     {"state", drained(m.id) ? "draining" : "up"},
+                     {"slots", slots_of(m.id)}};
   if (state)
     for (const NodeEntry& n : state->nodes)
       if (!members.count(n.id))
@@ -276,26 +280,35 @@ Json Node::StatusPageJson() const {
   const elastic::View view = membership_->CurrentView();
   Result<ClusterState> state = DecodeClusterState(membership_->CurrentState().blob);
   const ClusterState* s = state.ok() ? &*state : nullptr;
-  Json status = {
-      {"version", 1},
-      {"node", {{"id", config_.id}, {"address", config_.AdvertisedAddress()},
-                {"version", std::string(kRingtrainVersion)}}},
-      {"time", UnixSeconds()},
-      {"cluster", {{"generation", view.generation}, {"epoch", s ? s->epoch : 0},
+  Json status = {{"version", 1},
+                 {"node",
+                  {{"id", config_.id},
+                   {"address", config_.AdvertisedAddress()},
+                   {"version", std::string(kRingtrainVersion)}}},
+                 {"time", UnixSeconds()},
+                 {"cluster",
+                  {{"generation", view.generation},
+                   {"epoch", s ? s->epoch : 0},
                    {"members", LocalMembersJson(view, s)}}},
-      {"job", nullptr},
-      {"recoveries", Json::array()},
-      {"checkpoints", Json::array()}};
+                 {"job", nullptr},
+                 {"recoveries", Json::array()},
+                 {"checkpoints", Json::array()}};
   if (s && s->job) {
     const JobEntry& job = *s->job;
     const std::optional<Progress>& p = progress_ ? progress_ : peer_progress_;
     const bool current = running_ && p && p->generation == running_->ToString();
     std::string job_state = "starting";
-    if (job.desire == JobDesire::kStop) job_state = "stopped";
-    else if (job.desire == JobDesire::kFinished) job_state = "finished";
-    else if (current) job_state = "running";
-    else if (!history_.Points().empty()) job_state = "recovering";
-    Json j = {{"id", std::to_string(job.id)}, {"name", job.name}, {"state", job_state},
+    if (job.desire == JobDesire::kStop)
+      job_state = "stopped";
+    else if (job.desire == JobDesire::kFinished)
+      job_state = "finished";
+    else if (current)
+      job_state = "running";
+    else if (!history_.Points().empty())
+      job_state = "recovering";
+    Json j = {{"id", std::to_string(job.id)},
+              {"name", job.name},
+              {"state", job_state},
               {"step", p ? p->step : (job.desire == JobDesire::kFinished ? job.finished_step : 0)},
               {"loss", p ? Json(p->loss) : Json()},
               {"tokens_per_second", p ? Json(p->tokens_per_s) : Json()},
@@ -304,13 +317,17 @@ Json Node::StatusPageJson() const {
     status["job"] = std::move(j);
   }
   if (last_checkpoint_)
-    status["checkpoints"].push_back(
-        {{"step", last_checkpoint_->first}, {"tier", web::kTierStore},
-         {"uri", last_checkpoint_->second}});
+    status["checkpoints"].push_back({{"step", last_checkpoint_->first},
+                                     {"tier", web::kTierStore},
+                                     {"uri", last_checkpoint_->second}});
   for (const RecoveryRecord& r : recoveries_)
-    status["recoveries"].push_back({{"time", r.time}, {"cause", r.cause}, {"what", r.what},
-                                    {"generation", r.generation}, {"layout", r.layout},
-                                    {"steps_lost", r.steps_lost}, {"recovery_s", r.recovery_s}});
+    status["recoveries"].push_back({{"time", r.time},
+                                    {"cause", r.cause},
+                                    {"what", r.what},
+                                    {"generation", r.generation},
+                                    {"layout", r.layout},
+                                    {"steps_lost", r.steps_lost},
+                                    {"recovery_s", r.recovery_s}});
   return status;
 }
 

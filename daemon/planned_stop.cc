@@ -126,16 +126,18 @@ asio::awaitable<Result<int64_t>> Node::CheckpointFirst(std::string why, Deadline
     co_return committed.status().WithContext("the checkpoint of the planned stop after step " +
                                              std::to_string(agreed.step));
   CO_ASSIGN_OR_RETURN(state, DecodeClusterState(committed->blob));
-  LOG_INFO("planned stop ({}): checkpoint of step {} committed in {}", why,
-           state.committed->step, state.committed->uri);
+  LOG_INFO("planned stop ({}): checkpoint of step {} committed in {}", why, state.committed->step,
+           state.committed->uri);
   co_return state.committed->step;
 }
 
 asio::awaitable<Status> Node::PlannedChange(std::string why, StateChange change) {
   Result<int64_t> saved = co_await CheckpointFirst(why, Deadline::After(kPlannedStopTimeout));
   if (!saved.ok())
-    LOG_WARN("planned change ({}): no checkpoint first ({}); the next generation resumes from "
-             "the newest committed checkpoint", why, saved.status().ToString());
+    LOG_WARN(
+        "planned change ({}): no checkpoint first ({}); the next generation resumes from "
+        "the newest committed checkpoint",
+        why, saved.status().ToString());
   StateChange apply = [change = std::move(change)](ClusterState* st) -> Result<bool> {
     ASSIGN_OR_RETURN(const bool changed, change(st));
     if (changed) st->stop_at.reset();
@@ -160,10 +162,9 @@ asio::awaitable<void> Node::GrowAfterCheckpoint(GenerationKey key, std::string j
 
 asio::awaitable<void> Node::CheckpointBeforeLeaving(Deadline deadline) {
   const uint64_t self = static_cast<uint64_t>(config_.id);
-  const bool in_plan =
-      running_ && running_lead_ != 0 &&
-      std::any_of(running_nodes_.begin(), running_nodes_.end(),
-                  [self](const elastic::NodeSlots& n) { return n.id == self; });
+  const bool in_plan = running_ && running_lead_ != 0 &&
+                       std::any_of(running_nodes_.begin(), running_nodes_.end(),
+                                   [self](const elastic::NodeSlots& n) { return n.id == self; });
   if (!in_plan) {
     LOG_INFO("node {} stops: it runs no part of the job; leaving at once", self);
     co_return;
@@ -173,8 +174,10 @@ asio::awaitable<void> Node::CheckpointBeforeLeaving(Deadline deadline) {
   if (saved.ok()) {
     LOG_INFO("node {} stops: checkpoint of step {} committed; leaving", self, *saved);
   } else {
-    LOG_WARN("node {} stops: no checkpoint first ({}); the next generation resumes from the "
-             "newest committed checkpoint", self, saved.status().ToString());
+    LOG_WARN(
+        "node {} stops: no checkpoint first ({}); the next generation resumes from the "
+        "newest committed checkpoint",
+        self, saved.status().ToString());
   }
 }
 
@@ -189,8 +192,8 @@ asio::awaitable<Status> Node::RecordCommitted(std::string generation, int64_t st
     return true;
   };
   CO_RETURN_IF_ERROR(co_await UpdateState(std::move(change)));
-  LOG_INFO("generation {}: stopped after step {}, its checkpoint committed in {}", generation,
-           step, uri);
+  LOG_INFO("generation {}: stopped after step {}, its checkpoint committed in {}", generation, step,
+           uri);
   co_return Status();
 }
 
@@ -199,8 +202,8 @@ asio::awaitable<void> Node::WatchStoppedGeneration(GenerationKey key) {
   idle.expires_after(kStoppedIdleLimit);
   co_await idle.async_wait(asio::as_tuple(asio::use_awaitable));
   if (stopping_ || !running_ || !(*running_ == key)) co_return;
-  const std::string what = "generation " + key.ToString() +
-                           " stopped for a planned change that did not follow";
+  const std::string what =
+      "generation " + key.ToString() + " stopped for a planned change that did not follow";
   LOG_WARN("{}: restarting it", what);
   const int64_t at = UnixMs();
   StateChange change = [key, what, at](ClusterState* st) -> Result<bool> {

@@ -35,8 +35,8 @@ Result<FileRef> ParseRef(const Json& head, const char* path_key, bool allow_root
   RETURN_IF_ERROR(ckpt::internal::CheckPath(ref.path, allow_root).WithContext(what));
   ASSIGN_OR_RETURN(const std::string scope, StringField(head, "scope", what));
   if (scope != any_scope && scope != local_scope)
-    return InvalidArgument(std::string(what) + ": scope '" + scope + "' is neither '" +
-                           any_scope + "' nor '" + local_scope + "'");
+    return InvalidArgument(std::string(what) + ": scope '" + scope + "' is neither '" + any_scope +
+                           "' nor '" + local_scope + "'");
   ref.any = scope == any_scope;
   return ref;
 }
@@ -70,8 +70,10 @@ void SnapshotService::Register(net::RpcServer& server) {
 }
 
 Json SnapshotService::Report() const {
-  return {{"bytes", store_.bytes()}, {"files", store_.files()},
-          {"uploads", uploads_.size()}, {"upload_bytes", upload_bytes_}};
+  return {{"bytes", store_.bytes()},
+          {"files", store_.files()},
+          {"uploads", uploads_.size()},
+          {"upload_bytes", upload_bytes_}};
 }
 
 void SnapshotService::Close() {
@@ -103,9 +105,9 @@ asio::awaitable<Result<SnapshotService::Payload>> SnapshotService::CallPeer(
     net::RpcClientOptions o;
     o.secret = options_.secret;
     o.peer_name = "node " + std::to_string(peer.id) + " at " + peer.address;
-    CO_ASSIGN_OR_RETURN(client, co_await net::RpcClient::Connect(
-                                    host_port.first, host_port.second,
-                                    Deadline::After(options_.connect_timeout), o));
+    CO_ASSIGN_OR_RETURN(
+        client, co_await net::RpcClient::Connect(host_port.first, host_port.second,
+                                                 Deadline::After(options_.connect_timeout), o));
     peers_[peer.address] = client;
   }
   CO_ASSIGN_OR_RETURN(Frame reply, co_await client->Call(type, payload, deadline));
@@ -113,20 +115,19 @@ asio::awaitable<Result<SnapshotService::Payload>> SnapshotService::CallPeer(
 }
 
 asio::awaitable<Status> SnapshotService::Replicate(const SnapshotPeer& peer, uint64_t job,
-                                                   const std::string& path,
-                                                   SnapshotBytes bytes) {
-  const std::string upload = "r" + std::to_string(options_.self) + "." +
-                             std::to_string(next_upload_++);
+                                                   const std::string& path, SnapshotBytes bytes) {
+  const std::string upload =
+      "r" + std::to_string(options_.self) + "." + std::to_string(next_upload_++);
   size_t offset = 0;
   do {
     const size_t n = std::min(kSnapshotPieceBytes, bytes->size() - offset);
-    Json head = {{"job", job}, {"path", path}, {"upload", upload}, {"offset", offset},
-                 {"total", bytes->size()}, {"scope", "replica"}};
+    Json head = {{"job", job},       {"path", path},           {"upload", upload},
+                 {"offset", offset}, {"total", bytes->size()}, {"scope", "replica"}};
     Result<Payload> r = co_await CallPeer(
         peer, kSnapshotPut, EncodeSnapshotMessage(std::move(head), AsBytes(*bytes, offset, n)));
-    CO_RETURN_IF_ERROR(r.status().WithContext("memory tier: replicate job " +
-                                              std::to_string(job) + " file " + path +
-                                              " to node " + std::to_string(peer.id)));
+    CO_RETURN_IF_ERROR(r.status().WithContext("memory tier: replicate job " + std::to_string(job) +
+                                              " file " + path + " to node " +
+                                              std::to_string(peer.id)));
     offset += n;
   } while (offset < bytes->size());
   co_return Status();
@@ -135,13 +136,13 @@ asio::awaitable<Status> SnapshotService::Replicate(const SnapshotPeer& peer, uin
 asio::awaitable<Result<SnapshotService::Payload>> SnapshotService::HandlePut(
     std::span<const std::byte> payload) {
   CO_ASSIGN_OR_RETURN(SnapshotMessage m, DecodeSnapshotMessage(payload, "snapshot put"));
-  CO_ASSIGN_OR_RETURN(FileRef ref, ParseRef(m.head, "path", false, "origin", "replica",
-                                            "snapshot put"));
+  CO_ASSIGN_OR_RETURN(FileRef ref,
+                      ParseRef(m.head, "path", false, "origin", "replica", "snapshot put"));
   CO_ASSIGN_OR_RETURN(std::string upload, StringField(m.head, "upload", "snapshot put"));
-  CO_ASSIGN_OR_RETURN(const int64_t offset, IntField(m.head, "offset", 0, kMaxSnapshotFile,
-                                                     "snapshot put"));
-  CO_ASSIGN_OR_RETURN(const int64_t total, IntField(m.head, "total", 0, kMaxSnapshotFile,
-                                                    "snapshot put"));
+  CO_ASSIGN_OR_RETURN(const int64_t offset,
+                      IntField(m.head, "offset", 0, kMaxSnapshotFile, "snapshot put"));
+  CO_ASSIGN_OR_RETURN(const int64_t total,
+                      IntField(m.head, "total", 0, kMaxSnapshotFile, "snapshot put"));
   // Forget uploads whose writer went away.
   const MonoTime now = MonoClock::now();
   for (auto it = uploads_.begin(); it != uploads_.end();) {
@@ -210,10 +211,9 @@ asio::awaitable<Status> SnapshotService::CopyToOthers(uint64_t job, const std::s
 asio::awaitable<Result<SnapshotService::Payload>> SnapshotService::HandleGet(
     std::span<const std::byte> payload) {
   CO_ASSIGN_OR_RETURN(SnapshotMessage m, DecodeSnapshotMessage(payload, "snapshot get"));
-  CO_ASSIGN_OR_RETURN(FileRef ref, ParseRef(m.head, "path", false, "any", "local",
-                                            "snapshot get"));
-  CO_ASSIGN_OR_RETURN(const int64_t offset, IntField(m.head, "offset", 0, kMaxSnapshotFile,
-                                                     "snapshot get"));
+  CO_ASSIGN_OR_RETURN(FileRef ref, ParseRef(m.head, "path", false, "any", "local", "snapshot get"));
+  CO_ASSIGN_OR_RETURN(const int64_t offset,
+                      IntField(m.head, "offset", 0, kMaxSnapshotFile, "snapshot get"));
   CO_ASSIGN_OR_RETURN(const int64_t length,
                       IntField(m.head, "length", 0, kSnapshotPieceBytes, "snapshot get"));
   const std::string file = "job " + std::to_string(ref.job) + " file " + ref.path;
@@ -233,8 +233,8 @@ asio::awaitable<Result<SnapshotService::Payload>> SnapshotService::HandleGet(
     }
   }
   if (bytes == nullptr)
-    co_return NotFound("memory tier: " + file + (ref.any ? " is held by no live member"
-                                                         : " is not held here"));
+    co_return NotFound("memory tier: " + file +
+                       (ref.any ? " is held by no live member" : " is not held here"));
   if (static_cast<uint64_t>(offset) > bytes->size())
     co_return OutOfRange("memory tier: " + file + " is " + std::to_string(bytes->size()) +
                          " bytes, a read at " + std::to_string(offset) + " runs past its end");
@@ -251,8 +251,11 @@ asio::awaitable<Result<SnapshotBytes>> SnapshotService::NewestLatest(uint64_t jo
     return steps.ok() && !steps->empty() ? steps->front() : -1;
   };
   SnapshotBytes best = std::move(mine);
-  Json head = {{"job", job}, {"path", ckpt::kLatestFile}, {"offset", 0},
-               {"length", kSnapshotPieceBytes}, {"scope", "local"}};
+  Json head = {{"job", job},
+               {"path", ckpt::kLatestFile},
+               {"offset", 0},
+               {"length", kSnapshotPieceBytes},
+               {"scope", "local"}};
   for (const SnapshotPeer& peer : Others()) {
     Result<Payload> r = co_await CallPeer(peer, kSnapshotGet, EncodeSnapshotMessage(head));
     if (!r.ok()) {
@@ -261,8 +264,8 @@ asio::awaitable<Result<SnapshotBytes>> SnapshotService::NewestLatest(uint64_t jo
                  r.status().ToString());
       continue;
     }
-    Result<SnapshotMessage> m = DecodeSnapshotMessage(*r, "latest from node " +
-                                                              std::to_string(peer.id));
+    Result<SnapshotMessage> m =
+        DecodeSnapshotMessage(*r, "latest from node " + std::to_string(peer.id));
     if (!m.ok()) {
       LOG_WARN("memory tier: {}", m.status().ToString());
       continue;
@@ -277,8 +280,7 @@ asio::awaitable<Result<SnapshotBytes>> SnapshotService::NewestLatest(uint64_t jo
 asio::awaitable<Result<SnapshotService::Payload>> SnapshotService::HandleList(
     std::span<const std::byte> payload) {
   CO_ASSIGN_OR_RETURN(SnapshotMessage m, DecodeSnapshotMessage(payload, "snapshot list"));
-  CO_ASSIGN_OR_RETURN(FileRef ref, ParseRef(m.head, "dir", true, "any", "local",
-                                            "snapshot list"));
+  CO_ASSIGN_OR_RETURN(FileRef ref, ParseRef(m.head, "dir", true, "any", "local", "snapshot list"));
   const std::vector<std::string> mine = store_.List(ref.job, ref.path);
   std::set<std::string> names(mine.begin(), mine.end());
   if (ref.any) {
@@ -300,15 +302,15 @@ asio::awaitable<Result<SnapshotService::Payload>> SnapshotService::HandleList(
         if (name.is_string()) names.insert(name.get<std::string>());
     }
   }
-  co_return EncodeSnapshotMessage({{"names", std::vector<std::string>(names.begin(),
-                                                                      names.end())}});
+  co_return EncodeSnapshotMessage(
+      {{"names", std::vector<std::string>(names.begin(), names.end())}});
 }
 
 asio::awaitable<Result<SnapshotService::Payload>> SnapshotService::HandleRemove(
     std::span<const std::byte> payload) {
   CO_ASSIGN_OR_RETURN(SnapshotMessage m, DecodeSnapshotMessage(payload, "snapshot remove"));
-  CO_ASSIGN_OR_RETURN(FileRef ref, ParseRef(m.head, "path", false, "any", "local",
-                                            "snapshot remove"));
+  CO_ASSIGN_OR_RETURN(FileRef ref,
+                      ParseRef(m.head, "path", false, "any", "local", "snapshot remove"));
   store_.Remove(ref.job, ref.path);
   if (ref.any) {
     Json head = m.head;

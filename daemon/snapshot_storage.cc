@@ -31,10 +31,14 @@ class DaemonChannel {
     thread_ = std::thread([this] { io_.run(); });
   }
   ~DaemonChannel() {
-    asio::co_spawn(io_, [this]() -> asio::awaitable<void> {
-      if (client_) client_->Close();
-      co_return;
-    }, asio::use_future).get();
+    asio::co_spawn(
+        io_,
+        [this]() -> asio::awaitable<void> {
+          if (client_) client_->Close();
+          co_return;
+        },
+        asio::use_future)
+        .get();
     guard_.reset();
     io_.stop();
     thread_.join();
@@ -54,9 +58,9 @@ class DaemonChannel {
         net::RpcClientOptions o;
         o.secret = secret_;
         o.peer_name = "daemon at " + address_;
-        CO_ASSIGN_OR_RETURN(client_, co_await net::RpcClient::Connect(
-                                         host_port.first, host_port.second,
-                                         Deadline::After(kConnectTimeout), o));
+        CO_ASSIGN_OR_RETURN(client_,
+                            co_await net::RpcClient::Connect(host_port.first, host_port.second,
+                                                             Deadline::After(kConnectTimeout), o));
       }
       CO_ASSIGN_OR_RETURN(Frame reply, co_await client_->Call(type, payload, deadline));
       CO_ASSIGN_OR_RETURN(SnapshotMessage m,
@@ -87,7 +91,9 @@ class SnapshotFileWriter : public ckpt::StorageFileWriter {
  public:
   SnapshotFileWriter(std::shared_ptr<DaemonChannel> channel, uint64_t job, std::string path,
                      std::string upload)
-      : channel_(std::move(channel)), job_(job), path_(std::move(path)),
+      : channel_(std::move(channel)),
+        job_(job),
+        path_(std::move(path)),
         upload_(std::move(upload)) {}
 
   Status Append(std::span<const uint8_t> bytes) override {
@@ -99,7 +105,7 @@ class SnapshotFileWriter : public ckpt::StorageFileWriter {
     size_t offset = 0;
     do {
       const size_t n = std::min(kSnapshotPieceBytes, data_.size() - offset);
-      nlohmann::json head = {{"job", job_}, {"path", path_}, {"upload", upload_},
+      nlohmann::json head = {{"job", job_},      {"path", path_},         {"upload", upload_},
                              {"offset", offset}, {"total", data_.size()}, {"scope", "origin"}};
       const std::span<const std::byte> piece(
           reinterpret_cast<const std::byte*>(data_.data()) + offset, n);
@@ -154,11 +160,10 @@ class SnapshotStorage : public ckpt::Storage {
       const size_t want = std::min(kSnapshotPieceBytes, out.size() - done);
       ASSIGN_OR_RETURN(const uint64_t size, Get(path, offset + done, want, &piece));
       if (offset > size || out.size() > size - offset)
-        return OutOfRange("file " + Name(path) + " is " + std::to_string(size) +
-                          " bytes: range [" + std::to_string(offset) + ", " +
-                          std::to_string(offset + out.size()) + ") runs past its end (truncated?)");
-      if (piece.size() != want)
-        return Internal("memory tier: " + Name(path) + ": a short piece");
+        return OutOfRange("file " + Name(path) + " is " + std::to_string(size) + " bytes: range [" +
+                          std::to_string(offset) + ", " + std::to_string(offset + out.size()) +
+                          ") runs past its end (truncated?)");
+      if (piece.size() != want) return Internal("memory tier: " + Name(path) + ": a short piece");
       std::copy(piece.begin(), piece.end(), out.begin() + static_cast<ptrdiff_t>(done));
       done += want;
     } while (done < out.size());
@@ -167,13 +172,14 @@ class SnapshotStorage : public ckpt::Storage {
 
   Result<std::vector<std::string>> List(const std::string& dir) override {
     RETURN_IF_ERROR(ckpt::internal::CheckPath(dir, true));
-    ASSIGN_OR_RETURN(nlohmann::json head,
-                     channel_->Call(kSnapshotList, EncodeSnapshotMessage(
-                                                       {{"job", job_}, {"dir", dir},
-                                                        {"scope", "any"}})));
+    ASSIGN_OR_RETURN(
+        nlohmann::json head,
+        channel_->Call(kSnapshotList,
+                       EncodeSnapshotMessage({{"job", job_}, {"dir", dir}, {"scope", "any"}})));
     auto names = head.find("names");
     if (names == head.end() || !names->is_array())
-      return Status(StatusCode::kProtocolError, "memory tier: list of " + Name(dir) + ": reply without names");
+      return Status(StatusCode::kProtocolError,
+                    "memory tier: list of " + Name(dir) + ": reply without names");
     std::vector<std::string> out;
     for (const auto& n : *names)
       if (n.is_string()) out.push_back(n.get<std::string>());
@@ -208,15 +214,17 @@ class SnapshotStorage : public ckpt::Storage {
   Result<uint64_t> Get(const std::string& path, uint64_t offset, size_t length,
                        std::vector<uint8_t>* piece) {
     RETURN_IF_ERROR(ckpt::internal::CheckPath(path, false));
-    ASSIGN_OR_RETURN(nlohmann::json head,
-                     channel_->Call(kSnapshotGet,
-                                    EncodeSnapshotMessage({{"job", job_}, {"path", path},
-                                                           {"offset", offset}, {"length", length},
-                                                           {"scope", "any"}}),
-                                    piece));
+    ASSIGN_OR_RETURN(nlohmann::json head, channel_->Call(kSnapshotGet,
+                                                         EncodeSnapshotMessage({{"job", job_},
+                                                                                {"path", path},
+                                                                                {"offset", offset},
+                                                                                {"length", length},
+                                                                                {"scope", "any"}}),
+                                                         piece));
     auto size = head.find("size");
     if (size == head.end() || !size->is_number_unsigned())
-      return Status(StatusCode::kProtocolError, "memory tier: get of " + Name(path) + ": reply without a size");
+      return Status(StatusCode::kProtocolError,
+                    "memory tier: get of " + Name(path) + ": reply without a size");
     return size->get<uint64_t>();
   }
 

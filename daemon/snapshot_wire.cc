@@ -5,8 +5,7 @@
 
 namespace rt::daemon {
 
-std::vector<std::byte> EncodeSnapshotMessage(nlohmann::json head,
-                                             std::span<const std::byte> body) {
+std::vector<std::byte> EncodeSnapshotMessage(nlohmann::json head, std::span<const std::byte> body) {
   head["v"] = kSnapshotWireVersion;
   const std::string text = head.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   const uint32_t length = static_cast<uint32_t>(text.size());
@@ -36,8 +35,7 @@ Result<SnapshotMessage> DecodeSnapshotMessage(std::span<const std::byte> payload
     return InvalidArgument(name + ": head is not a JSON object");
   auto v = m.head.find("v");
   if (v == m.head.end() || !v->is_number_integer() || v->get<int64_t>() != kSnapshotWireVersion)
-    return InvalidArgument(name + ": head version is not " +
-                           std::to_string(kSnapshotWireVersion));
+    return InvalidArgument(name + ": head version is not " + std::to_string(kSnapshotWireVersion));
   m.body = payload.subspan(4 + length);
   return m;
 }

@@ -17,9 +17,9 @@
 namespace rt::daemon {
 
 // Frame types, on the daemon's control port next to the control API (0x0E00..0x0E1F).
-inline constexpr uint16_t kSnapshotPut = 0x0E20;     // {job, path, upload, offset, total, scope}
-inline constexpr uint16_t kSnapshotGet = 0x0E21;     // {job, path, offset, length, scope} → {size}
-inline constexpr uint16_t kSnapshotList = 0x0E22;    // {job, dir, scope} → {names}
+inline constexpr uint16_t kSnapshotPut = 0x0E20;   // {job, path, upload, offset, total, scope}
+inline constexpr uint16_t kSnapshotGet = 0x0E21;   // {job, path, offset, length, scope} → {size}
+inline constexpr uint16_t kSnapshotList = 0x0E22;  // {job, dir, scope} → {names}
 inline constexpr uint16_t kSnapshotRemove = 0x0E23;  // {job, path, scope} → {}
 
 // The head's "v": the version of these messages.

@@ -18,11 +18,11 @@
 
 #include "base/log.h"
 #include "base/net/auth.h"
+#include "ckpt/catalog.h"
 #include "daemon/control_api.h"
 #include "daemon/node_config.h"
 #include "daemon/snapshot_storage.h"
 #include "daemon/worker_counters.h"
-#include "ckpt/catalog.h"
 #include "parallel/config.h"
 #include "parallel/rank_activity.h"
 #include "parallel/train_loop.h"
@@ -66,9 +66,9 @@ class DaemonLink {
       net::RpcClientOptions o;
       o.secret = secret;
       o.peer_name = "daemon at " + options_.daemon;
-      CO_ASSIGN_OR_RETURN(client_, co_await net::RpcClient::Connect(
-                                       host_port.first, host_port.second,
-                                       Deadline::After(kConnectTimeout), o));
+      CO_ASSIGN_OR_RETURN(client_,
+                          co_await net::RpcClient::Connect(host_port.first, host_port.second,
+                                                           Deadline::After(kConnectTimeout), o));
       asio::co_spawn(io_, Watch(), asio::detached);
       co_return Status();
     };
@@ -166,8 +166,7 @@ class DaemonLink {
   Status Call(Json report, const char* what,
               std::chrono::milliseconds timeout = kStoppedReportTimeout) {
     auto call = [this, report = std::move(report), timeout]() -> asio::awaitable<Status> {
-      Result<Json> r =
-          co_await CallJson(*client_, kWorkerReport, report, Deadline::After(timeout));
+      Result<Json> r = co_await CallJson(*client_, kWorkerReport, report, Deadline::After(timeout));
       co_return r.status();
     };
     return asio::co_spawn(io_, call, asio::use_future).get().WithContext(what);
@@ -252,8 +251,8 @@ Status RunWorker(WorkerOptions options, const std::string& executable) {
   ASSIGN_OR_RETURN(options.train.memory, OpenMemoryTier(config, options, secret));
   ASSIGN_OR_RETURN(options.train.resume,
                    HasCommittedCheckpoint(config, options.train.memory, secret));
-  LOG_INFO("worker: generation {} rank {}/{} layout {}, {}", options.generation,
-           options.train.rank, options.train.ranks, options.train.layout,
+  LOG_INFO("worker: generation {} rank {}/{} layout {}, {}", options.generation, options.train.rank,
+           options.train.ranks, options.train.layout,
            options.train.resume ? "resuming from the newest committed checkpoint"
                                 : "from the start (no committed checkpoint)");
   options.train.on_activity = [&link](const parallel::RankActivity& a) { link.Note(a); };

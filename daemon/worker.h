@@ -20,9 +20,10 @@ inline constexpr int kWorkerStoppedExit = 76;
 
 // A worker's orders, given on its command line by its daemon.
 struct WorkerOptions {
-  std::string daemon;       // "host:port" of its daemon's control port (its host: the rank links listen there too)
-  std::string secret_file;  // the cluster secret, "" = none
-  std::string generation;   // the training generation "job.view.epoch" it belongs to
+  std::string daemon;  // "host:port" of its daemon's control port (its host: the rank links listen
+                       // there too)
+  std::string secret_file;           // the cluster secret, "" = none
+  std::string generation;            // the training generation "job.view.epoch" it belongs to
   parallel::DistTrainOptions train;  // config, layout, ranks, rank, store, job scope
 };
 

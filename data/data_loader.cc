@@ -2,8 +2,8 @@
 
 #include "base/bytes.h"
 #include "data/data_prepare.h"
-#include "model/rng.h"
 #include "data/token_shard.h"
+#include "model/rng.h"
 
 namespace rt {
 

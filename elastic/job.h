@@ -17,16 +17,16 @@ namespace rt::elastic {
 // (train.batch_size) is the same at every size: only the data-parallel split and the number of
 // micro-batches change, so the loss curve does not depend on how many nodes there were.
 struct ElasticPolicy {
-  int tp = 1;               // tensor-parallel ranks, all on one node; default 1
-  int pp = 1;               // pipeline stages (the fewest when pp_max is set); default 1
-  int pp_max = 0;           // most pipeline stages, 0 = pp (fixed); default 0
-  int zero = 0;             // ZeRO stage 0 (DDP) to 3; default 0
-  int hsdp_shard = 0;       // HSDP: ranks that shard ZeRO state, 0 = every dp rank; default 0
+  int tp = 1;          // tensor-parallel ranks, all on one node; default 1
+  int pp = 1;          // pipeline stages (the fewest when pp_max is set); default 1
+  int pp_max = 0;      // most pipeline stages, 0 = pp (fixed); default 0
+  int zero = 0;        // ZeRO stage 0 (DDP) to 3; default 0
+  int hsdp_shard = 0;  // HSDP: ranks that shard ZeRO state, 0 = every dp rank; default 0
   bool sequence_parallel = false;  // sequence parallelism with tp > 1; default false
   std::string schedule = "1f1b";   // "gpipe", "1f1b" or "interleaved"; default "1f1b"
-  int vpp = 2;              // model chunks per pipeline rank (interleaved only); default 2
-  int min_nodes = 1;        // fewer live nodes than this: the job waits; default 1
-  int max_nodes = 0;        // use at most this many nodes (lowest ids first), 0 = all; default 0
+  int vpp = 2;                     // model chunks per pipeline rank (interleaved only); default 2
+  int min_nodes = 1;               // fewer live nodes than this: the job waits; default 1
+  int max_nodes = 0;  // use at most this many nodes (lowest ids first), 0 = all; default 0
   // Most rows (sequences) one rank runs in one micro-batch, 0 = train.batch_size /
   // train.micro_batches (what one process would run); default 0.
   int micro_rows = 0;

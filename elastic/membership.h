@@ -78,10 +78,10 @@ struct ReplicatedState {
 // What the service tells its owner (MembershipServiceOptions::on_notification).
 struct MembershipNotification {
   enum class Kind {
-    kViewInstalled,   // a new view was installed here (view holds it; self may be outside it)
-    kStateChanged,    // a new replicated state version was decided (state holds it)
-    kSuspected,       // this node suspects `node` (its successor) of having failed
-    kRemoved,         // this node is not a member of the newest view it knows (it asks to rejoin)
+    kViewInstalled,  // a new view was installed here (view holds it; self may be outside it)
+    kStateChanged,   // a new replicated state version was decided (state holds it)
+    kSuspected,      // this node suspects `node` (its successor) of having failed
+    kRemoved,        // this node is not a member of the newest view it knows (it asks to rejoin)
   };
   Kind kind;
   View view;              // the current view at the time of the notification
@@ -199,7 +199,6 @@ class MembershipService {
 // use AwaitView to wait for a view. Errors: InvalidArgument for bad options (node_id 0, no
 // state_dir, a malformed address), Corruption naming the file when the persisted state does not
 // verify, IoError naming what failed, the RPC server's errors when it cannot listen.
-Result<std::unique_ptr<MembershipService>> StartMembershipService(
-    MembershipServiceOptions options);
+Result<std::unique_ptr<MembershipService>> StartMembershipService(MembershipServiceOptions options);
 
 }  // namespace rt::elastic

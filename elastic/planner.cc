@@ -47,10 +47,10 @@ Result<JobPlan> PlanJob(std::span<const NodeSlots> nodes, const JobSpec& job) {
   if (e.max_nodes > 0 && eligible.size() > static_cast<size_t>(e.max_nodes))
     eligible.resize(static_cast<size_t>(e.max_nodes));
   if (eligible.size() < static_cast<size_t>(e.min_nodes))
-    return FailedPrecondition("job '" + job.name + "' waits: elastic.min_nodes = " +
-                              std::to_string(e.min_nodes) + " nodes with at least elastic.tp = " +
-                              std::to_string(e.tp) + " slots needed, " +
-                              std::to_string(eligible.size()) + " live");
+    return FailedPrecondition("job '" + job.name +
+                              "' waits: elastic.min_nodes = " + std::to_string(e.min_nodes) +
+                              " nodes with at least elastic.tp = " + std::to_string(e.tp) +
+                              " slots needed, " + std::to_string(eligible.size()) + " live");
   int groups = 0;  // tensor-parallel groups the nodes can hold
   for (const NodeSlots& n : eligible) groups += n.slots / e.tp;
 
@@ -108,7 +108,8 @@ Result<JobPlan> PlanJob(std::span<const NodeSlots> nodes, const JobSpec& job) {
   if (!best)
     return FailedPrecondition("job '" + job.name + "' waits: no layout fits " +
                               std::to_string(eligible.size()) + " node(s) with " +
-                              std::to_string(groups * e.tp) + " usable slots: " + std::string(last.message()));
+                              std::to_string(groups * e.tp) +
+                              " usable slots: " + std::string(last.message()));
   // Tensor-parallel groups fill the nodes in id order.
   const int world = best->layout.world();
   for (const NodeSlots& n : eligible) {

@@ -38,7 +38,8 @@ class ChainTransport {
   // Sends a message to message.to, best effort (the protocol retransmits what is lost).
   virtual void Send(const chain::Message& message) = 0;
   // Tells the chain manager that `node` finished syncing `chain` at `chain_version`.
-  virtual void ReportSyncComplete(chain::NodeId node, chain::ChainId chain, uint64_t chain_version) = 0;
+  virtual void ReportSyncComplete(chain::NodeId node, chain::ChainId chain,
+                                  uint64_t chain_version) = 0;
 };
 
 // Where a value written at a chain head (ChainNode::Write) comes from.
@@ -77,7 +78,8 @@ class ChainNode {
   Status Read(chain::ChunkKey key, uint64_t offset, uint64_t length, std::vector<std::byte>* out,
               uint64_t* version);
   // Read straight into `out` (up to out.size() bytes at `offset`); returns the bytes read.
-  Result<size_t> ReadInto(chain::ChunkKey key, uint64_t offset, std::span<std::byte> out, uint64_t* version);
+  Result<size_t> ReadInto(chain::ChunkKey key, uint64_t offset, std::span<std::byte> out,
+                          uint64_t* version);
   // ReadInto as a read the caller submits itself (ChunkEngine::PlanReadInto, FinishReadInto):
   // errors of the plan as ReadInto, plus FailedPrecondition when it cannot land straight in `out`.
   Result<PlannedRead> PlanReadInto(chain::ChunkKey key, uint64_t offset, std::span<std::byte> out);
@@ -104,10 +106,10 @@ class ChainNode {
   void Process(Slot& slot, std::unique_lock<std::mutex>& lock);  // REQUIRES lock on slot.mu
   void Emit(Slot& slot, chain::Output& out);                     // REQUIRES slot.mu
   // After a failed store: fails the waiting writers and reloads the machine from the disk.
-  void Recover(Slot& slot);                                      // REQUIRES slot.mu
+  void Recover(Slot& slot);  // REQUIRES slot.mu
   // Waits until the slot is not being recovered.
   void AwaitUsable(Slot& slot, std::unique_lock<std::mutex>& lock);
-  Status Reload(Slot& slot);      // REQUIRES slot.mu
+  Status Reload(Slot& slot);  // REQUIRES slot.mu
   Slot* Find(chain::ChainId chain);
   // OK if this node serves a committed, not deleted version of `key` (NotServing, NotFound).
   Status CheckReadable(chain::ChunkKey key);

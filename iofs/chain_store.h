@@ -30,7 +30,8 @@ class ChainRouter {
   virtual chain::ChainConfig Config(chain::ChainId chain) = 0;
   // ChainNode::Write at `node`.
   virtual Result<uint64_t> WriteAt(chain::NodeId node, chain::ChunkKey key,
-                                   std::optional<std::span<const std::byte>> data, Deadline deadline) = 0;
+                                   std::optional<std::span<const std::byte>> data,
+                                   Deadline deadline) = 0;
   // ChainNode::Read at `node`.
   virtual Status ReadAt(chain::NodeId node, chain::ChunkKey key, uint64_t offset, uint64_t length,
                         std::vector<std::byte>* out, Deadline deadline) = 0;

@@ -28,23 +28,23 @@ using ChunkId = uint64_t;
 
 // Engine configuration (TOML section [engine] in node.toml).
 struct ChunkEngineOptions {
-  std::string dir;                       // storage folder (required); data/ and meta/ inside
-  uint32_t chunk_size = 4u << 20;        // bytes, large class; multiple of 64 KiB
+  std::string dir;                         // storage folder (required); data/ and meta/ inside
+  uint32_t chunk_size = 4u << 20;          // bytes, large class; multiple of 64 KiB
   uint32_t small_chunk_size = 256u << 10;  // bytes, small class for tails; multiple of 64 KiB
-  uint32_t slots_per_file = 64;          // chunk slots per preallocated data file
-  uint64_t capacity_bytes = 64ull << 30;  // most bytes of data files the engine may create
-  int queue_depth = 32;                  // io_uring queue depth (ops in flight)
-  int io_buffers = 16;                   // registered buffers of chunk_size bytes each
-  int64_t io_timeout_ms = 30000;         // deadline for one batch of I/O
+  uint32_t slots_per_file = 64;            // chunk slots per preallocated data file
+  uint64_t capacity_bytes = 64ull << 30;   // most bytes of data files the engine may create
+  int queue_depth = 32;                    // io_uring queue depth (ops in flight)
+  int io_buffers = 16;                     // registered buffers of chunk_size bytes each
+  int64_t io_timeout_ms = 30000;           // deadline for one batch of I/O
 };
 
 // Metadata of one stored chunk.
 struct ChunkInfo {
   ChunkId id = 0;
-  uint64_t version = 0;   // caller-chosen, e.g. the chain version of the write
-  uint32_t length = 0;    // bytes of data
-  uint32_t crc = 0;       // CRC32C of the whole chunk
-  bool small = false;     // stored in the small class
+  uint64_t version = 0;  // caller-chosen, e.g. the chain version of the write
+  uint32_t length = 0;   // bytes of data
+  uint32_t crc = 0;      // CRC32C of the whole chunk
+  bool small = false;    // stored in the small class
 };
 
 // One write of a batch: the whole new content of a chunk.
@@ -56,11 +56,11 @@ struct ChunkWrite {
 
 // Space accounting, for tests, fsck and stats.
 struct EngineUsage {
-  uint64_t chunks = 0;          // committed chunks
-  uint64_t used_slots = 0;      // slots held by committed chunks
-  uint64_t total_slots = 0;     // slots in all data files
-  uint64_t file_bytes = 0;      // bytes of all data files
-  uint64_t data_bytes = 0;      // bytes of committed chunk data
+  uint64_t chunks = 0;       // committed chunks
+  uint64_t used_slots = 0;   // slots held by committed chunks
+  uint64_t total_slots = 0;  // slots in all data files
+  uint64_t file_bytes = 0;   // bytes of all data files
+  uint64_t data_bytes = 0;   // bytes of committed chunk data
 };
 
 // A read straight into caller memory that the caller submits itself (for example on an io_uring

@@ -20,7 +20,7 @@
 namespace rt::net {
 class ClusterSecret;
 class RpcClient;
-}
+}  // namespace rt::net
 
 namespace rt::iofs {
 namespace shm {
@@ -46,8 +46,9 @@ class Client : public std::enable_shared_from_this<Client> {
                                                                          ClientOptions options);
   // The same without a secret. (Not a default argument: GCC 12 miscompiles coroutine parameters
   // initialised from default arguments with non-trivial types.)
-  static boost::asio::awaitable<Result<std::shared_ptr<Client>>> Connect(std::string host, uint16_t port,
-                                                                          Deadline deadline);
+  static boost::asio::awaitable<Result<std::shared_ptr<Client>>> Connect(std::string host,
+                                                                         uint16_t port,
+                                                                         Deadline deadline);
   // Closes the connection; calls still in flight fail with Aborted.
   ~Client();
 
@@ -56,16 +57,16 @@ class Client : public std::enable_shared_from_this<Client> {
   boost::asio::awaitable<Result<FileStat>> Create(std::string path, Deadline deadline);
   boost::asio::awaitable<Status> Mkdir(std::string path, Deadline deadline);
   // Writes `data` at `offset` (one request; keep it at most a few chunks).
-  boost::asio::awaitable<Status> Write(std::string path, uint64_t offset, std::span<const std::byte> data,
-                                       Deadline deadline);
+  boost::asio::awaitable<Status> Write(std::string path, uint64_t offset,
+                                       std::span<const std::byte> data, Deadline deadline);
   // Reads up to `length` bytes at `offset` (at most 64 MiB per call).
   boost::asio::awaitable<Result<std::vector<std::byte>>> Read(std::string path, uint64_t offset,
                                                               uint64_t length, Deadline deadline);
   // Reads up to out.size() bytes (at most 64 MiB) at `offset` straight into `out` (zero-copy
   // receive); returns the bytes read. The data is checked against the server's CRC32C
   // (ChecksumMismatch if it was corrupted on the way).
-  boost::asio::awaitable<Result<size_t>> ReadInto(std::string path, uint64_t offset, std::span<std::byte> out,
-                                                  Deadline deadline);
+  boost::asio::awaitable<Result<size_t>> ReadInto(std::string path, uint64_t offset,
+                                                  std::span<std::byte> out, Deadline deadline);
   boost::asio::awaitable<Result<FileStat>> Stat(std::string path, Deadline deadline);
   boost::asio::awaitable<Result<std::vector<FileStat>>> List(std::string path, Deadline deadline);
   boost::asio::awaitable<Status> Rename(std::string from, std::string to, Deadline deadline);
@@ -80,7 +81,8 @@ class Client : public std::enable_shared_from_this<Client> {
   // Reads [offset, offset + length) as chunk-sized requests, `parallel` in flight, into `out`
   // (resized to what the file holds).
   boost::asio::awaitable<Status> ReadParallel(std::string path, uint64_t offset, uint64_t length,
-                                              int parallel, std::vector<std::byte>* out, Deadline deadline);
+                                              int parallel, std::vector<std::byte>* out,
+                                              Deadline deadline);
 
   // Shared-memory data path (iofs/net/shm.h), for a client on the metadata node's host: maps
   // `bytes` of memory shared with the server. Afterwards Write/ReadInto (and the parallel forms)
@@ -107,16 +109,18 @@ class Client : public std::enable_shared_from_this<Client> {
 
  private:
   Client() = default;
-  boost::asio::awaitable<Result<std::vector<std::byte>>> Call(uint16_t type, std::vector<std::byte> payload,
+  boost::asio::awaitable<Result<std::vector<std::byte>>> Call(uint16_t type,
+                                                              std::vector<std::byte> payload,
                                                               Deadline deadline);
   // Reads [offset, offset + out.size()) of a file that holds them into `out`.
-  boost::asio::awaitable<Status> ReadRange(std::string path, uint64_t offset, std::span<std::byte> out, int parallel,
+  boost::asio::awaitable<Status> ReadRange(std::string path, uint64_t offset,
+                                           std::span<std::byte> out, int parallel,
                                            Deadline deadline);
   // Write and ReadInto through the shared region.
-  boost::asio::awaitable<Status> WriteShared(std::string path, uint64_t offset, std::span<const std::byte> data,
-                                             Deadline deadline);
-  boost::asio::awaitable<Result<size_t>> ReadShared(std::string path, uint64_t offset, std::span<std::byte> out,
-                                                    Deadline deadline);
+  boost::asio::awaitable<Status> WriteShared(std::string path, uint64_t offset,
+                                             std::span<const std::byte> data, Deadline deadline);
+  boost::asio::awaitable<Result<size_t>> ReadShared(std::string path, uint64_t offset,
+                                                    std::span<std::byte> out, Deadline deadline);
   std::shared_ptr<net::RpcClient> rpc_;
   uint32_t chunk_size_ = 0;
   std::string server_;

@@ -48,8 +48,8 @@ struct FsckReport {
   uint64_t files = 0;
   uint64_t dirs = 0;
   uint64_t chunks = 0;
-  uint64_t orphan_chunks = 0;           // data objects of no file (removed when repair is set)
-  std::vector<std::string> problems;   // checksum errors, missing chunks... (empty = clean)
+  uint64_t orphan_chunks = 0;         // data objects of no file (removed when repair is set)
+  std::vector<std::string> problems;  // checksum errors, missing chunks... (empty = clean)
 };
 
 // One piece of a file read: `length` bytes at `offset` of data object `key`, for the bytes
@@ -129,7 +129,7 @@ class FileSystem {
   Status Load();
   Result<std::vector<std::byte>> EncodeLocked() const;  // REQUIRES mu_
   Status PutNamespace(std::span<const std::byte> bytes);
-  Status Persist();                                      // REQUIRES mu_
+  Status Persist();                                             // REQUIRES mu_
   Status CommitSizeChange(std::unique_lock<std::mutex>& lock);  // REQUIRES lock on mu_
   // Runs `change` on the in-memory namespace and persists the result; on an error from either
   // the namespace is restored to what it was. REQUIRES mu_.
@@ -138,8 +138,8 @@ class FileSystem {
   Status FileOf(std::string_view path, uint64_t* ino, uint64_t* size, uint32_t* chunk_size);
   Result<uint64_t> Lookup(std::string_view path) const;  // REQUIRES mu_
   Result<uint64_t> MakeParents(std::string_view path);   // REQUIRES mu_
-  std::string PathOf(uint64_t ino) const;                 // REQUIRES mu_
-  FileStat ToStat(const Inode& inode) const;              // REQUIRES mu_
+  std::string PathOf(uint64_t ino) const;                // REQUIRES mu_
+  FileStat ToStat(const Inode& inode) const;             // REQUIRES mu_
   Status DeleteChunks(uint64_t ino, uint64_t size, uint32_t chunk_size);
   // True if data object `key` is an orphan now (see Fsck). REQUIRES mu_.
   bool IsOrphanLocked(ObjectKey key) const;
@@ -157,9 +157,9 @@ class FileSystem {
   ObjectStore* const store_;
   const uint32_t chunk_size_;
   std::mutex mu_;
-  std::map<uint64_t, Inode> inodes_;                                // GUARDED_BY(mu_)
-  std::map<uint64_t, std::map<std::string, uint64_t>> children_;   // GUARDED_BY(mu_)
-  uint64_t next_ino_ = 2;                                           // GUARDED_BY(mu_)
+  std::map<uint64_t, Inode> inodes_;                              // GUARDED_BY(mu_)
+  std::map<uint64_t, std::map<std::string, uint64_t>> children_;  // GUARDED_BY(mu_)
+  uint64_t next_ino_ = 2;                                         // GUARDED_BY(mu_)
   // Group commit of size changes (Write): generations of the in-memory namespace.
   std::mutex persist_mu_;  // held while a namespace object is written; taken after mu_
   std::condition_variable persist_cv_;

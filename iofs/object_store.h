@@ -31,7 +31,8 @@ class ObjectStore {
   virtual Status Put(std::span<const ObjectPut> puts) = 0;
   // Reads `length` bytes at `offset` of an object (clamped to its size), checksums verified.
   // Errors: NotFound, OutOfRange, ChecksumMismatch.
-  virtual Status Get(ObjectKey key, uint64_t offset, uint64_t length, std::vector<std::byte>* out) = 0;
+  virtual Status Get(ObjectKey key, uint64_t offset, uint64_t length,
+                     std::vector<std::byte>* out) = 0;
   // Reads up to out.size() bytes at `offset` of an object straight into `out`; returns the bytes
   // read (fewer at the end of the object). Errors as Get. By default Get and a copy.
   virtual Result<size_t> GetInto(ObjectKey key, uint64_t offset, std::span<std::byte> out) {

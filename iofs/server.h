@@ -29,28 +29,28 @@ struct NodeEndpoint {
 
 // Configuration of a ringfsd node (node.toml; see LoadServerOptions).
 struct ServerOptions {
-  uint32_t self = 1;                  // this node's id (one of `nodes`)
-  std::string state_dir;              // engine data, metadata and manager state live here
+  uint32_t self = 1;                      // this node's id (one of `nodes`)
+  std::string state_dir;                  // engine data, metadata and manager state live here
   std::string listen_host = "127.0.0.1";  // address to bind ("0.0.0.0" for all)
   // The cluster secret file ([auth] secret_file; base/net/auth.h): every client and every peer
   // node must prove it holds the secret, and this node proves it to the peers it calls. ""
   // (default): none, and only a loopback listen_host is accepted (said in a warning at start).
   std::string secret_file;
-  std::vector<NodeEndpoint> nodes;    // every node, this one included
-  int replication = 1;                // replicas per chain, 1-3
-  int chains = 8;                     // replication chains (chunks are striped over them)
-  uint32_t file_chunk_size = 0;       // bytes per file chunk; 0 = the engine's chunk_size
-  ChunkEngineOptions engine;          // engine.dir is set to <state_dir>/engine
-  int64_t tick_ms = 100;              // retransmission period of the chain protocol
-  int64_t heartbeat_ms = 200;         // manager → node ping period
-  int down_after = 10;                // missed pings before a node leaves its chains (2 s)
+  std::vector<NodeEndpoint> nodes;  // every node, this one included
+  int replication = 1;              // replicas per chain, 1-3
+  int chains = 8;                   // replication chains (chunks are striped over them)
+  uint32_t file_chunk_size = 0;     // bytes per file chunk; 0 = the engine's chunk_size
+  ChunkEngineOptions engine;        // engine.dir is set to <state_dir>/engine
+  int64_t tick_ms = 100;            // retransmission period of the chain protocol
+  int64_t heartbeat_ms = 200;       // manager → node ping period
+  int down_after = 10;              // missed pings before a node leaves its chains (2 s)
   // Period of the metadata node's orphan collector (FileSystem::CollectOrphans), which also runs
   // once as the node starts: chunks of writes that can no longer complete are reclaimed within
   // this long of the restart (or of the failed write).
   int64_t collect_ms = 10000;
-  int client_threads = 16;            // threads for client requests (may wait on the network)
-  int peer_threads = 16;              // threads for replica messages (wait on the disk, never on the network)
-  bool shared_memory = true;          // accept shared regions of clients on this host (shm.h)
+  int client_threads = 16;  // threads for client requests (may wait on the network)
+  int peer_threads = 16;    // threads for replica messages (wait on the disk, never on the network)
+  bool shared_memory = true;  // accept shared regions of clients on this host (shm.h)
   // How shared-memory reads of chunks this node holds are served (ringfsd --read-path).
   enum class ReadPath {
     kPoolDirect,  // on a client-pool thread, one pread straight into the client's region
@@ -68,12 +68,17 @@ ServerOptions EmbeddedServerOptions(const std::string& state_dir, uint16_t port)
 
 // What a node holds in memory and how its staged values fared (Server::Stats).
 struct ServerStats {
-  uint64_t value_bytes_in_memory = 0;  // chunk values the chain node holds (ChainNode::ValueBytesInMemory)
-  uint64_t staged_values = 0;          // copies staged for writes sent to remote chain heads, running now
-  uint64_t staged_forwards_resent = 0;  // forwards this node sent again in full: the receiver no longer
-                                        // held the staged copy they named (NotFound)
-  uint64_t reads_on_io_thread = 0;      // shared-memory reads served on the I/O thread's ring
-  uint64_t reads_direct = 0;            // shared-memory reads served by one pread per chunk
+  // Chunk values the chain node holds (ChainNode::ValueBytesInMemory).
+  uint64_t value_bytes_in_memory = 0;
+  // Copies staged for writes sent to remote chain heads, running now.
+  uint64_t staged_values = 0;
+  // Forwards this node sent again in full: the receiver no longer held the staged copy they
+  // named (NotFound).
+  uint64_t staged_forwards_resent = 0;
+  // Shared-memory reads served on the I/O thread's ring.
+  uint64_t reads_on_io_thread = 0;
+  // Shared-memory reads served by one pread per chunk.
+  uint64_t reads_direct = 0;
 };
 
 // A running node. Thread-safe.

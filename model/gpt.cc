@@ -206,8 +206,8 @@ Result<double> Gpt::Forward(std::span<const int32_t> tokens, std::span<const int
   RETURN_IF_ERROR(EmbedForward(none, residual(0), tok, p_.wte, p_.wpe, 0, 0));
   const Tensor branch = ArenaView(acts_, branch_id_, {B, T, C});
   for (int l = 0; l < config_.n_layer; ++l) {
-    RETURN_IF_ERROR(BlockForward(p_.h[l], Acts(l, B, T), none, branch, residual(l + 1),
-                                 residual(l), config_.n_head));
+    RETURN_IF_ERROR(BlockForward(p_.h[l], Acts(l, B, T), none, branch, residual(l + 1), residual(l),
+                                 config_.n_head));
   }
   logits_ = ArenaView(acts_, logits_id_, {B, T, V});
   RETURN_IF_ERROR(HeadForward(none, Head(B, T), logits_, residual(config_.n_layer), p_.ln_f_w,
@@ -232,9 +232,9 @@ Status Gpt::Backward() {
   const int64_t C = config_.n_embd;
   const auto residual = [&](int l) { return ArenaView(acts_, residual_ids_[l], {B, T, C}); };
   const BlockGradScratch s{
-      ArenaView(acts_, dln_id_, {B, T, C}),           ArenaView(acts_, datty_id_, {B, T, C}),
-      ArenaView(acts_, dqkv_id_, {B, T, 3 * C}),
-      ArenaView(acts_, dfch_gelu_id_, {B, T, 4 * C}), ArenaView(acts_, branch_id_, {B, T, C})};
+      ArenaView(acts_, dln_id_, {B, T, C}), ArenaView(acts_, datty_id_, {B, T, C}),
+      ArenaView(acts_, dqkv_id_, {B, T, 3 * C}), ArenaView(acts_, dfch_gelu_id_, {B, T, 4 * C}),
+      ArenaView(acts_, branch_id_, {B, T, C})};
   const NoCollectives none;
   const Tensor dresidual = ArenaView(acts_, dresidual_id_, {B, T, C});
   RETURN_IF_ERROR(HeadBackward(none, Head(B, T), dresidual, g_.ln_f_w, g_.ln_f_b, g_.wte, logits_,

@@ -57,8 +57,8 @@ Result<double> AdamWOptimizer::GradSumOfSquares() const {
   return sum;
 }
 
-AdamWParams AdamWUpdateParams(const OptimConfig& config, double lr, float grad_scale,
-                              int64_t step, bool decayed) {
+AdamWParams AdamWUpdateParams(const OptimConfig& config, double lr, float grad_scale, int64_t step,
+                              bool decayed) {
   AdamWParams hp;
   hp.lr = static_cast<float>(lr);
   hp.beta1 = static_cast<float>(config.beta1);

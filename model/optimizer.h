@@ -21,8 +21,8 @@ double LearningRate(const OptimConfig& config, int64_t step, int64_t total_steps
 // The AdamW hyperparameters of update number `step` (1-based) of a tensor: `config`'s betas and
 // eps, its weight decay when `decayed` (IsDecayed: the 2-D weights) and 0 otherwise, gradients
 // multiplied by `grad_scale` first (clipping and 1/loss scale).
-AdamWParams AdamWUpdateParams(const OptimConfig& config, double lr, float grad_scale,
-                              int64_t step, bool decayed);
+AdamWParams AdamWUpdateParams(const OptimConfig& config, double lr, float grad_scale, int64_t step,
+                              bool decayed);
 
 // AdamW with decoupled weight decay on the 2-D weights only. Owns the master (only when the
 // parameters are not fp32; otherwise the parameters are their own master), m and v arenas, on

@@ -70,14 +70,14 @@ int AddBlockActivations(Arena* arena, const BlockShape& s, int64_t rows, int64_t
   return first;
 }
 
-BlockActivations ViewBlockActivations(const Arena& arena, int first, const BlockShape& s,
-                                      int64_t B, int64_t T) {
+BlockActivations ViewBlockActivations(const Arena& arena, int first, const BlockShape& s, int64_t B,
+                                      int64_t T) {
   const int64_t Tl = T / s.seq_split, C = s.n_embd, W = s.width;
   const auto at = [&](int k, Shape shape) { return ArenaView(arena, first + k, shape); };
-  return {at(0, {B, T, C}),      at(1, {B, Tl}),        at(2, {B, Tl}),
-          at(3, {B, T, 3 * W}),  at(4, {B, T, W}),      at(5, {B, s.heads, T, T}),
-          at(6, {B, Tl, C}),     at(7, {B, T, C}),      at(8, {B, Tl}),
-          at(9, {B, Tl}),        at(10, {B, T, 4 * W}), at(11, {B, T, 4 * W})};
+  return {at(0, {B, T, C}),     at(1, {B, Tl}),        at(2, {B, Tl}),
+          at(3, {B, T, 3 * W}), at(4, {B, T, W}),      at(5, {B, s.heads, T, T}),
+          at(6, {B, Tl, C}),    at(7, {B, T, C}),      at(8, {B, Tl}),
+          at(9, {B, Tl}),       at(10, {B, T, 4 * W}), at(11, {B, T, 4 * W})};
 }
 
 Tensor ArenaView(const Arena& arena, int id, Shape shape) {

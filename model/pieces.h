@@ -56,8 +56,8 @@ int AddBlockActivations(Arena* arena, const BlockShape& s, int64_t rows, int64_t
                         DType dtype);
 // Views of the activations added at `first`, for B ≤ rows and T ≤ seq_len (the first elements of
 // each tensor). The arena must be allocated.
-BlockActivations ViewBlockActivations(const Arena& arena, int first, const BlockShape& s,
-                                      int64_t B, int64_t T);
+BlockActivations ViewBlockActivations(const Arena& arena, int first, const BlockShape& s, int64_t B,
+                                      int64_t T);
 // The first shape.numel() elements of arena tensor `id`, seen as `shape` (which must fit).
 Tensor ArenaView(const Arena& arena, int id, Shape shape);
 

@@ -52,8 +52,9 @@ Result<std::unique_ptr<RunCheckpoints>> RunCheckpoints::Create(
     const RunConfig& config, const std::string& layout, comm::Communicator* world, Device device,
     std::shared_ptr<ckpt::Storage> memory, const ckpt::StorageOptions& storage) {
   if (config.ckpt.dir.empty())
-    return InvalidArgument("checkpoints need ckpt.dir (a folder, file://PATH or "
-                           "ringfs://HOST:PORT/PATH)");
+    return InvalidArgument(
+        "checkpoints need ckpt.dir (a folder, file://PATH or "
+        "ringfs://HOST:PORT/PATH)");
   ASSIGN_OR_RETURN(const ckpt::Codec codec, ckpt::ParseCodec(config.ckpt.codec));
   std::unique_ptr<RunCheckpoints> c(new RunCheckpoints());
   c->config_ = config;
@@ -108,9 +109,10 @@ bool RunCheckpoints::Due(int64_t step, bool last) {
   memory_due_ = memory_writer_ != nullptr && step % config_.ckpt.memory_every == 0;
   durable_due_ = writer_ != nullptr && (step % config_.ckpt.every == 0 || last);
   if (durable_due_ && step <= skipped_up_to_) {
-    LOG_WARN("checkpoint of step {} not saved: the unloadable checkpoint of step {} in {} is "
-             "still the newest committed one; saves resume after that step", step,
-             skipped_up_to_, storage_->uri());
+    LOG_WARN(
+        "checkpoint of step {} not saved: the unloadable checkpoint of step {} in {} is "
+        "still the newest committed one; saves resume after that step",
+        step, skipped_up_to_, storage_->uri());
     durable_due_ = false;
   }
   return durable_due_ || memory_due_;
@@ -171,8 +173,10 @@ Result<int64_t> RunCheckpoints::Settle(ckpt::CheckpointWriter& writer, PendingSa
   if (verdict < world && rank == 0 && world > 1) writer.RemoveFailedSave(pending.step);
   if (verdict == rank) *cause = mine.ok() ? outcome : mine;
   if (verdict == world && !mine.ok())
-    LOG_WARN("checkpoint step {}: rank {} failed after its part was durable ({}); the step is "
-             "committed", pending.step, rank, mine.ToString());
+    LOG_WARN(
+        "checkpoint step {}: rank {} failed after its part was durable ({}); the step is "
+        "committed",
+        pending.step, rank, mine.ToString());
   return verdict;
 }
 
@@ -193,8 +197,7 @@ void RunCheckpoints::NoteSettled(const ckpt::CheckpointWriter& writer, bool memo
 }
 
 std::string RunCheckpoints::NewestCommitted() const {
-  return newest_committed_ < 0 ? std::string("none")
-                               : "step " + std::to_string(newest_committed_);
+  return newest_committed_ < 0 ? std::string("none") : "step " + std::to_string(newest_committed_);
 }
 
 Status RunCheckpoints::SettleDurable() {
@@ -213,17 +216,21 @@ Status RunCheckpoints::SettleDurable() {
   last_failure_ = "on rank " + std::to_string(failed_on) + ": " +
                   (cause.ok() ? std::string("its log names the cause") : cause.ToString());
   if (!cause.ok())
-    LOG_ERROR("checkpoint step {} failed {}; training continues, the newest complete checkpoint "
-              "in {} is {}", step, last_failure_, storage_->uri(), NewestCommitted());
+    LOG_ERROR(
+        "checkpoint step {} failed {}; training continues, the newest complete checkpoint "
+        "in {} is {}",
+        step, last_failure_, storage_->uri(), NewestCommitted());
   const int limit = config_.ckpt.max_failed_saves;
   if (limit == 0 || failed_in_a_row_.size() < static_cast<size_t>(limit)) return Status();
   std::string steps;
   for (int64_t s : failed_in_a_row_) steps += (steps.empty() ? "" : ", ") + std::to_string(s);
-  return FailedPrecondition("the last " + std::to_string(limit) + " checkpoint saves failed " +
-                            "(steps " + steps + "; the last " + last_failure_ +
-                            "): stopping the run (ckpt.max_failed_saves = " +
-                            std::to_string(limit) + ", 0 = never stop); the newest complete "
-                            "checkpoint in " + storage_->uri() + " is " + NewestCommitted());
+  return FailedPrecondition(
+      "the last " + std::to_string(limit) + " checkpoint saves failed " + "(steps " + steps +
+      "; the last " + last_failure_ +
+      "): stopping the run (ckpt.max_failed_saves = " + std::to_string(limit) +
+      ", 0 = never stop); the newest complete "
+      "checkpoint in " +
+      storage_->uri() + " is " + NewestCommitted());
 }
 
 Result<bool> RunCheckpoints::SettleMemory() {
@@ -233,9 +240,10 @@ Result<bool> RunCheckpoints::SettleMemory() {
   ASSIGN_OR_RETURN(const int64_t failed_on, Settle(*memory_writer_, memory_pending_, &cause));
   NoteSettled(*memory_writer_, /*memory=*/true, step, failed_on);
   if (!cause.ok())
-    LOG_WARN("memory snapshot of step {} to {} failed on rank {}: {} (the memory tier skips it; "
-             "ckpt.dir keeps the durable checkpoints)", step, memory_->uri(), failed_on,
-             cause.ToString());
+    LOG_WARN(
+        "memory snapshot of step {} to {} failed on rank {}: {} (the memory tier skips it; "
+        "ckpt.dir keeps the durable checkpoints)",
+        step, memory_->uri(), failed_on, cause.ToString());
   return failed_on < (world_ != nullptr ? world_->size() : 1);
 }
 
@@ -245,8 +253,10 @@ Status RunCheckpoints::SaveLast(int64_t step, const ckpt::StateShards& shards,
   const bool missing = newest_committed_ < step && durable_step_ < step;
   ASSIGN_OR_RETURN(const int64_t any, Reduce(missing ? 1 : 0, comm::ReduceOp::kMax));
   if (any == 0) return Status();
-  LOG_INFO("checkpoint step {}: the run's last step has no checkpoint in {} (resumed at the end "
-           "from a memory snapshot); saving it", step, storage_->uri());
+  LOG_INFO(
+      "checkpoint step {}: the run's last step has no checkpoint in {} (resumed at the end "
+      "from a memory snapshot); saving it",
+      step, storage_->uri());
   durable_due_ = true;
   memory_due_ = false;
   return Save(step, shards, state);
@@ -271,14 +281,16 @@ Status RunCheckpoints::DropNewerMemorySnapshots(const std::vector<int64_t>& memo
   if (world_ == nullptr || world_->rank() == 0) {
     Status s;
     // `latest` first: without it the store takes the older steps the next snapshots write.
-    if (!memory_steps.empty() && memory_steps.front() > step) s = memory_->Remove(ckpt::kLatestFile);
+    if (!memory_steps.empty() && memory_steps.front() > step)
+      s = memory_->Remove(ckpt::kLatestFile);
     Result<std::vector<int64_t>> folders = ckpt::ListStepDirs(*memory_);
     if (s.ok()) s = folders.status();
     if (s.ok())
       for (int64_t newer : *folders)
         if (s.ok() && newer > step) s = memory_->Remove(ckpt::StepDir(newer));
-    if (!s.ok()) LOG_WARN("memory tier {}: drop snapshots newer than step {}: {}", memory_->uri(),
-                          step, s.ToString());
+    if (!s.ok())
+      LOG_WARN("memory tier {}: drop snapshots newer than step {}: {}", memory_->uri(), step,
+               s.ToString());
   }
   return Reduce(0, comm::ReduceOp::kMin).status();
 }
@@ -299,10 +311,9 @@ Result<TrainerState> RunCheckpoints::Resume(const ckpt::StateShards& dest) {
   uint64_t bytes_read = 0;  // by every candidate tried
   // A rank that cannot list says so to the others, so that none waits for it in the agreement.
   Result<std::vector<int64_t>> listed = ckpt::ListCommitted(*storage_);
-  ASSIGN_OR_RETURN(const int64_t listed_everywhere, Reduce(listed.ok() ? 1 : 0,
-                                                           comm::ReduceOp::kMin));
-  if (!listed.ok())
-    return listed.status().WithContext("resume: list the checkpoints in " + where);
+  ASSIGN_OR_RETURN(const int64_t listed_everywhere,
+                   Reduce(listed.ok() ? 1 : 0, comm::ReduceOp::kMin));
+  if (!listed.ok()) return listed.status().WithContext("resume: list the checkpoints in " + where);
   if (listed_everywhere == 0)
     return Unavailable("resume: another rank could not list the checkpoints in " + where);
   // The memory tier's snapshots join them; one that cannot be listed is only missed.
@@ -324,8 +335,7 @@ Result<TrainerState> RunCheckpoints::Resume(const ckpt::StateShards& dest) {
   std::sort(candidates.rbegin(), candidates.rend());
   auto describe = [&](int64_t candidate) {
     return (candidate % 2 == 1 ? "memory snapshot " : "checkpoint ") +
-           std::to_string(candidate / 2) + " in " +
-           (candidate % 2 == 1 ? memory_->uri() : where);
+           std::to_string(candidate / 2) + " in " + (candidate % 2 == 1 ? memory_->uri() : where);
   };
   Status newest_error;
   for (size_t i = 0;; ++i) {
@@ -334,10 +344,11 @@ Result<TrainerState> RunCheckpoints::Resume(const ckpt::StateShards& dest) {
     ASSIGN_OR_RETURN(const int64_t low, Reduce(mine, comm::ReduceOp::kMin));
     ASSIGN_OR_RETURN(const int64_t high, Reduce(mine, comm::ReduceOp::kMax));
     if (low != high)
-      return FailedPrecondition("resume from " + where + ": the ranks see different committed "
-                                "checkpoints (this rank's " + std::to_string(i + 1) +
-                                "-th newest is " + (mine < 0 ? "none" : describe(mine)) +
-                                ", another's " +
+      return FailedPrecondition("resume from " + where +
+                                ": the ranks see different committed "
+                                "checkpoints (this rank's " +
+                                std::to_string(i + 1) + "-th newest is " +
+                                (mine < 0 ? "none" : describe(mine)) + ", another's " +
                                 describe(mine == low ? high : low) + ")");
     if (mine < 0) {
       if (i == 0) return NotFound("resume: no committed checkpoint in " + where);
@@ -376,9 +387,10 @@ Result<TrainerState> RunCheckpoints::Resume(const ckpt::StateShards& dest) {
       LOG_INFO("resuming from {} (written by layout {})", describe(mine),
                (*reader)->manifest().layout);
       if (state.schedule_steps != config_.train.steps)
-        LOG_WARN("train.steps is {} but the checkpoint's learning-rate schedule decays over {} "
-                 "steps: the resumed run keeps the checkpoint's schedule", config_.train.steps,
-                 state.schedule_steps);
+        LOG_WARN(
+            "train.steps is {} but the checkpoint's learning-rate schedule decays over {} "
+            "steps: the resumed run keeps the checkpoint's schedule",
+            config_.train.steps, state.schedule_steps);
       return state;
     }
     if (newest_error.ok())
@@ -388,8 +400,8 @@ Result<TrainerState> RunCheckpoints::Resume(const ckpt::StateShards& dest) {
       LOG_WARN("{} failed to load on another rank; all ranks fall back to an older one",
                describe(mine));
     } else {
-      LOG_WARN("{} cannot be loaded here ({}); all ranks fall back to an older one",
-               describe(mine), s.ToString());
+      LOG_WARN("{} cannot be loaded here ({}); all ranks fall back to an older one", describe(mine),
+               s.ToString());
     }
   }
 }

@@ -84,11 +84,12 @@ class RunCheckpoints {
   // with WeightInit::kForLoad) and returns its trainer state, for the engine's Restore. Tries
   // the committed checkpoints newest first, those of ckpt.dir and of the memory tier together
   // (the memory snapshot first of two of one step; rank 0 then drops memory snapshots newer than
-  // the one loaded, so that the next ones commit); with a world every rank tries the same one and they
-  // agree (an all-reduce of an ok flag) before using it, falling back together and saying so
+  // the one loaded, so that the next ones commit); with a world every rank tries the same one and
+  // they agree (an all-reduce of an ok flag) before using it, falling back together and saying so
   // in the log. Collective with a world. Errors: NotFound when the storage holds no committed
-  // checkpoint; those of listing it (Unavailable on the ranks that could list it); FailedPrecondition when the ranks see different checkpoints; the newest error
-  // (with the step) when none loads; those of comm.
+  // checkpoint; those of listing it (Unavailable on the ranks that could list it);
+  // FailedPrecondition when the ranks see different checkpoints; the newest error (with the step)
+  // when none loads; those of comm.
   Result<TrainerState> Resume(const ckpt::StateShards& dest);
 
   // What the last Resume loaded: "checkpoint of step N in URI" or "memory snapshot of step N in
@@ -157,11 +158,11 @@ class RunCheckpoints {
   int64_t durable_step_ = -1;
   int64_t skipped_up_to_ = -1;  // Resume fell back from committed checkpoints up to this step
   PendingSave durable_pending_, memory_pending_;
-  int64_t newest_committed_ = -1;  // newest committed checkpoint in ckpt.dir known; -1 none
-  int64_t failed_saves_ = 0;       // failed checkpoint saves of this run
-  std::string resumed_from_;       // resumed_from()
+  int64_t newest_committed_ = -1;         // newest committed checkpoint in ckpt.dir known; -1 none
+  int64_t failed_saves_ = 0;              // failed checkpoint saves of this run
+  std::string resumed_from_;              // resumed_from()
   std::vector<int64_t> failed_in_a_row_;  // steps of the consecutive failed saves up to now
-  std::string last_failure_;       // how the last failed save failed (for the policy's error)
+  std::string last_failure_;  // how the last failed save failed (for the policy's error)
   // On a device: the staging of the agreement collectives (Reduce, the run id's broadcast),
   // kept between them (the stop_at agreement runs every step).
   Buffer agree_staging_;

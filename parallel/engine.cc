@@ -19,7 +19,7 @@ struct DistTrainer::Pending {
   int phase = 0;
   comm::WorkHandle first;  // ZeRO-0/1: the reduce-scatter (`work` follows it in issue order)
   comm::WorkHandle work;
-  Buffer scratch;          // ZeRO-0/1: the reduce-scatter output
+  Buffer scratch;  // ZeRO-0/1: the reduce-scatter output
 };
 
 namespace {
@@ -34,7 +34,8 @@ Status WaitFor(const comm::WorkHandle& work, Deadline deadline, const std::strin
 }
 
 // WaitFor that adds the seconds it waited to `*waited`.
-Status WaitTimed(const comm::WorkHandle& work, Deadline deadline, const std::string& what, double* waited) {
+Status WaitTimed(const comm::WorkHandle& work, Deadline deadline, const std::string& what,
+                 double* waited) {
   const double t0 = Now();
   Status s = WaitFor(work, deadline, what);
   *waited += Now() - t0;
@@ -58,10 +59,12 @@ Result<std::unique_ptr<DistTrainer>> DistTrainer::Create(
   if (config.model.n_head % layout.tp != 0 || config.model.vocab_size % layout.tp != 0)
     return InvalidArgument("layout tp=" + std::to_string(layout.tp) +
                            " must divide model.n_head (" + std::to_string(config.model.n_head) +
-                           ") and model.vocab_size (" + std::to_string(config.model.vocab_size) + ")");
+                           ") and model.vocab_size (" + std::to_string(config.model.vocab_size) +
+                           ")");
   if (layout.sequence_parallel && config.model.seq_len % layout.tp != 0)
     return InvalidArgument("layout sp=1: tp=" + std::to_string(layout.tp) +
-                           " must divide model.seq_len (" + std::to_string(config.model.seq_len) + ")");
+                           " must divide model.seq_len (" + std::to_string(config.model.seq_len) +
+                           ")");
   const int chunks = layout.virtual_stages;
   if (layout.schedule == PipelineSchedule::kInterleaved &&
       config.train.micro_batches % layout.pp != 0)
@@ -81,8 +84,8 @@ Result<std::unique_ptr<DistTrainer>> DistTrainer::Create(
                            ") must be divisible by dp (" + std::to_string(dp) +
                            ") × train.micro_batches (" + std::to_string(micro) + ")");
   if (layout.pp * chunks > config.model.n_layer + 2)
-    return InvalidArgument("layout pp=" + std::to_string(layout.pp) + " × vpp=" +
-                           std::to_string(chunks) + " exceeds model.n_layer + 2 (" +
+    return InvalidArgument("layout pp=" + std::to_string(layout.pp) +
+                           " × vpp=" + std::to_string(chunks) + " exceeds model.n_layer + 2 (" +
                            std::to_string(config.model.n_layer + 2) + ")");
   std::unique_ptr<DistTrainer> t(new DistTrainer());
   t->config_ = config;
@@ -104,11 +107,10 @@ Result<std::unique_ptr<DistTrainer>> DistTrainer::Create(
   const std::vector<int> slots = MaxInFlight(t->ops_, chunks);
   for (int c = 0; c < chunks; ++c) {
     ASSIGN_OR_RETURN(std::unique_ptr<StageRunner> runner,
-                     StageRunner::Create(config.model, t->stage_, c, t->micro_rows_,
-                                         slots[static_cast<size_t>(c)],
-                                         TpGroup{t->groups_.tp.get(), wait_timeout},
-                                         layout.sequence_parallel, config.train.recompute, t->dt_,
-                                         device));
+                     StageRunner::Create(
+                         config.model, t->stage_, c, t->micro_rows_, slots[static_cast<size_t>(c)],
+                         TpGroup{t->groups_.tp.get(), wait_timeout}, layout.sequence_parallel,
+                         config.train.recompute, t->dt_, device));
     t->runners_.push_back(std::move(runner));
   }
   ASSIGN_OR_RETURN(t->loader_, CreateTrainLoader(config, std::move(train_tokens)));
@@ -152,7 +154,8 @@ Status DistTrainer::Initialize(WeightInit init) {
   Arena full;
   AddGptTensors(config_.model, DType::kF32, &full);
   RETURN_IF_ERROR(full.Allocate(Device::kCpu).WithContext("initial weights"));
-  RETURN_IF_ERROR(Gpt::InitializeWeights(config_.model, static_cast<uint64_t>(config_.train.seed), full));
+  RETURN_IF_ERROR(
+      Gpt::InitializeWeights(config_.model, static_cast<uint64_t>(config_.train.seed), full));
   // This rank's local tensors (its tensor-parallel boxes), then its part of them.
   std::vector<float> local(static_cast<size_t>(stage_.total), 0.0f);
   for (const StageTensor& t : stage_.tensors) {
@@ -166,12 +169,14 @@ Status DistTrainer::Initialize(WeightInit init) {
     for (const TensorBox& b : t.boxes) {
       float* dst = local.data() + t.offset + b.local_begin;
       if (b.size.ndim <= 1) {
-        std::memcpy(dst, src + (b.size.ndim ? b.offset.dims[0] : 0), static_cast<size_t>(b.size.numel()) * f);
+        std::memcpy(dst, src + (b.size.ndim ? b.offset.dims[0] : 0),
+                    static_cast<size_t>(b.size.numel()) * f);
         continue;
       }
       const int64_t cols = t.global_shape.dims[1];
       for (int64_t row = 0; row < b.size.dims[0]; ++row)
-        std::memcpy(dst + row * b.size.dims[1], src + (b.offset.dims[0] + row) * cols + b.offset.dims[1],
+        std::memcpy(dst + row * b.size.dims[1],
+                    src + (b.offset.dims[0] + row) * cols + b.offset.dims[1],
                     static_cast<size_t>(b.size.dims[1]) * f);
     }
   }
@@ -256,8 +261,7 @@ Status DistTrainer::StartGather(int unit) {
   const int64_t size = stage_.units[u].size;
   ASSIGN_OR_RETURN(gathered_[u], Transient(static_cast<size_t>(size), dt_));
   // The compute-dtype parameters: the fp32 master itself, or its low-precision copy.
-  std::byte* shard =
-      Compute(lp() ? work_ : params_) + ownership_.offset[u] * DTypeSize(dt_);
+  std::byte* shard = Compute(lp() ? work_ : params_) + ownership_.offset[u] * DTypeSize(dt_);
   gather_work_[u] = groups_.dp_shard->AllGather(shard, gathered_[u].data(),
                                                 static_cast<size_t>(ownership_.size[u]), dt_);
   return Status();
@@ -313,24 +317,26 @@ Status DistTrainer::Forward(int chunk, int micro) {
   const int slot = micro % runner->slots();
   comm::WorkHandle& sent = send_forward_[static_cast<size_t>(chunk)][static_cast<size_t>(slot)];
   if (sent) {
-    RETURN_IF_ERROR(WaitTimed(sent, WaitDeadline(), "pipeline activation send", &timings_.send_wait_s));
+    RETURN_IF_ERROR(
+        WaitTimed(sent, WaitDeadline(), "pipeline activation send", &timings_.send_wait_s));
     sent.reset();
   }
   const int T = config_.model.seq_len;
   const size_t at = static_cast<size_t>(FirstBatchRow() + micro * micro_rows_) * T;
   if (ck.has_embedding)
-    RETURN_IF_ERROR(Copy(runner->tokens(slot),
-                         Tensor(inputs_.data() + at, DType::kI32, {micro_rows_, T})));
+    RETURN_IF_ERROR(
+        Copy(runner->tokens(slot), Tensor(inputs_.data() + at, DType::kI32, {micro_rows_, T})));
   if (ck.has_head)
-    RETURN_IF_ERROR(Copy(runner->targets(slot),
-                         Tensor(targets_.data() + at, DType::kI32, {micro_rows_, T})));
+    RETURN_IF_ERROR(
+        Copy(runner->targets(slot), Tensor(targets_.data() + at, DType::kI32, {micro_rows_, T})));
   const int prev = PrevStage(chunk), next = NextStage(chunk);
   if (prev >= 0) {
     const Tensor in = runner->input(slot);
-    RETURN_IF_ERROR(WaitTimed(groups_.pp_forward->Recv(in.data(), static_cast<size_t>(in.numel()), in.dtype(),
-                                                       prev, Tag(chunk, micro) - static_cast<uint32_t>(micro_)),
-                              WaitDeadline(), "pipeline activation receive from stage " + std::to_string(prev),
-                              &timings_.recv_wait_s));
+    RETURN_IF_ERROR(
+        WaitTimed(groups_.pp_forward->Recv(in.data(), static_cast<size_t>(in.numel()), in.dtype(),
+                                           prev, Tag(chunk, micro) - static_cast<uint32_t>(micro_)),
+                  WaitDeadline(), "pipeline activation receive from stage " + std::to_string(prev),
+                  &timings_.recv_wait_s));
   }
   const double t0 = Now();
   // The auxiliary units (wte, wpe, ln_f) serve the chunk with the embedding or the head.
@@ -351,18 +357,16 @@ Status DistTrainer::Forward(int chunk, int micro) {
   for (int j = 0; j < layers; ++j) {
     const int unit = first + j;
     if (j + 1 < layers) RETURN_IF_ERROR(StartGather(unit + 1));
-    ASSIGN_OR_RETURN(std::byte* p, AcquireParams(unit));
+    ASSIGN_OR_RETURN(std::byte * p, AcquireParams(unit));
     RETURN_IF_ERROR(runner->BlockForward(slot, j, BlockView(p, unit)));
     ReleaseParams(unit);
   }
   if (ck.has_head) {
     const size_t lnf = stage_.has_embedding ? 1 : 0;
-    const float dloss =
-        evaluating_ ? 0.0f : LossGradientScale(state_, config_.train.batch_size, T);
-    ASSIGN_OR_RETURN(double loss, runner->HeadForward(slot, View(rest, rest_t[lnf]),
-                                                       View(rest, rest_t[lnf + 1]),
-                                                       View(wte, stage_.units[0].tensors[0]),
-                                                       dloss));
+    const float dloss = evaluating_ ? 0.0f : LossGradientScale(state_, config_.train.batch_size, T);
+    ASSIGN_OR_RETURN(double loss,
+                     runner->HeadForward(slot, View(rest, rest_t[lnf]), View(rest, rest_t[lnf + 1]),
+                                         View(wte, stage_.units[0].tensors[0]), dloss));
     loss_sum_ += loss;
   }
   for (int u = 0; u < aux; ++u) ReleaseParams(u);
@@ -371,8 +375,8 @@ Status DistTrainer::Forward(int chunk, int micro) {
   timings_.chunk_forward_s[static_cast<size_t>(chunk)] += forward_s;
   if (next >= 0) {
     const Tensor out = runner->output(slot);
-    sent = groups_.pp_forward->Send(out.data(), static_cast<size_t>(out.numel()), out.dtype(),
-                                    next, Tag(chunk, micro));
+    sent = groups_.pp_forward->Send(out.data(), static_cast<size_t>(out.numel()), out.dtype(), next,
+                                    Tag(chunk, micro));
   }
   return Status();
 }
@@ -383,16 +387,18 @@ Status DistTrainer::Backward(int chunk, int micro, bool last) {
   const int slot = micro % runner->slots();
   comm::WorkHandle& sent = send_backward_[static_cast<size_t>(chunk)][static_cast<size_t>(slot)];
   if (sent) {
-    RETURN_IF_ERROR(WaitTimed(sent, WaitDeadline(), "pipeline gradient send", &timings_.send_wait_s));
+    RETURN_IF_ERROR(
+        WaitTimed(sent, WaitDeadline(), "pipeline gradient send", &timings_.send_wait_s));
     sent.reset();
   }
   const int prev = PrevStage(chunk), next = NextStage(chunk);
   if (next >= 0) {
     const Tensor d = runner->dout(slot);
-    RETURN_IF_ERROR(WaitTimed(groups_.pp_backward->Recv(d.data(), static_cast<size_t>(d.numel()), d.dtype(),
-                                                        next, Tag(chunk, micro) + static_cast<uint32_t>(micro_)),
-                              WaitDeadline(), "pipeline gradient receive from stage " + std::to_string(next),
-                              &timings_.recv_wait_s));
+    RETURN_IF_ERROR(WaitTimed(
+        groups_.pp_backward->Recv(d.data(), static_cast<size_t>(d.numel()), d.dtype(), next,
+                                  Tag(chunk, micro) + static_cast<uint32_t>(micro_)),
+        WaitDeadline(), "pipeline gradient receive from stage " + std::to_string(next),
+        &timings_.recv_wait_s));
   }
   double busy = Now();
   const int aux = ck.has_embedding || ck.has_head ? stage_.aux_units : 0;
@@ -411,14 +417,14 @@ Status DistTrainer::Backward(int chunk, int micro, bool last) {
   if (ck.has_head) {
     const size_t lnf = stage_.has_embedding ? 1 : 0;
     RETURN_IF_ERROR(runner->HeadBackward(slot, View(rest, rest_t[lnf]), View(wte, wte_t),
-                                          View(g_rest, rest_t[lnf]), View(g_rest, rest_t[lnf + 1]),
-                                          View(g_wte, wte_t)));
+                                         View(g_rest, rest_t[lnf]), View(g_rest, rest_t[lnf + 1]),
+                                         View(g_wte, wte_t)));
   }
   for (int j = layers - 1; j >= 0; --j) {
     const int unit = first + j;
     if (j > 0) RETURN_IF_ERROR(StartGather(unit - 1));
-    ASSIGN_OR_RETURN(std::byte* p, AcquireParams(unit));
-    ASSIGN_OR_RETURN(std::byte* g, UnitGrads(unit));
+    ASSIGN_OR_RETURN(std::byte * p, AcquireParams(unit));
+    ASSIGN_OR_RETURN(std::byte * g, UnitGrads(unit));
     RETURN_IF_ERROR(runner->BlockBackward(slot, j, BlockView(p, unit), BlockView(g, unit)));
     ReleaseParams(unit);
     if (last && overlap_reductions_) {
@@ -462,9 +468,10 @@ Status DistTrainer::StartReduce(int unit) {
     for (int ti : su.tensors) {
       const StageTensor& t = stage_.tensors[static_cast<size_t>(ti)];
       if (t.name != "wpe" && t.name.find("ln_") == std::string::npos) continue;
-      RETURN_IF_ERROR(TpAllReduce(TpGroup{groups_.tp.get(), wait_timeout_},
-                                  Tensor(g32 + (t.offset - su.begin), DType::kF32, t.shape, device_),
-                                  "sequence-parallel LayerNorm/wpe gradients"));
+      RETURN_IF_ERROR(
+          TpAllReduce(TpGroup{groups_.tp.get(), wait_timeout_},
+                      Tensor(g32 + (t.offset - su.begin), DType::kF32, t.shape, device_),
+                      "sequence-parallel LayerNorm/wpe gradients"));
     }
   }
   // One data-parallel rank (pipeline or tensor parallelism alone): ZeRO-0/1 gradients are
@@ -494,8 +501,8 @@ Status DistTrainer::StartReduce(int unit) {
       break;
     }
     default:
-      p.work = dp.ReduceScatter(g32, grads + ownership_.offset[u], k, DType::kF32,
-                                comm::ReduceOp::kSum);
+      p.work =
+          dp.ReduceScatter(g32, grads + ownership_.offset[u], k, DType::kF32, comm::ReduceOp::kSum);
       break;
   }
   pending_.push_back(std::move(p));
@@ -528,8 +535,8 @@ Status DistTrainer::AdvanceReductions(size_t max_pending) {
       }
       if (layout_.dp_replicate > 1) {
         p.phase = 1;
-        p.work = groups_.dp_replicate->AllReduce(shard, shard, static_cast<size_t>(k),
-                                                 DType::kF32, comm::ReduceOp::kSum);
+        p.work = groups_.dp_replicate->AllReduce(shard, shard, static_cast<size_t>(k), DType::kF32,
+                                                 comm::ReduceOp::kSum);
         if (!wait) break;
         RETURN_IF_ERROR(WaitFor(p.work, WaitDeadline(), what + " across replicas"));
       }
@@ -544,9 +551,9 @@ Status DistTrainer::SyncTiedEmbedding() {
   if (groups_.embedding == nullptr) return Status();
   ASSIGN_OR_RETURN(float* g, ReduceGrads(0));
   const int64_t n = stage_.tensors[static_cast<size_t>(stage_.units[0].tensors[0])].shape.numel();
-  return WaitFor(groups_.embedding->AllReduce(g, g, static_cast<size_t>(n), DType::kF32,
-                                              comm::ReduceOp::kSum),
-                 WaitDeadline(), "tied embedding gradient all-reduce between the end stages");
+  return WaitFor(
+      groups_.embedding->AllReduce(g, g, static_cast<size_t>(n), DType::kF32, comm::ReduceOp::kSum),
+      WaitDeadline(), "tied embedding gradient all-reduce between the end stages");
 }
 
 Result<StepStats> DistTrainer::RunStep() {
@@ -572,7 +579,8 @@ Result<StepStats> DistTrainer::RunStep() {
       // while its first gradient is still on the way.
       if (!zeroed) RETURN_IF_ERROR(ZeroGradients());
       zeroed = true;
-      RETURN_IF_ERROR(Backward(op.chunk, op.micro, ++backwards[static_cast<size_t>(op.chunk)] == micro_));
+      RETURN_IF_ERROR(
+          Backward(op.chunk, op.micro, ++backwards[static_cast<size_t>(op.chunk)] == micro_));
     }
   }
   timings_.pipeline_s = Now() - step_start;
@@ -636,7 +644,8 @@ Status DistTrainer::ZeroGradients() {
 Result<double> DistTrainer::TimeGradientSync() {
   if (layout_.zero != 0) return FailedPrecondition("TimeGradientSync: only for ZeRO-0 (DDP)");
   const double start = Now();
-  for (int u = static_cast<int>(stage_.units.size()) - 1; u >= 0; --u) RETURN_IF_ERROR(StartReduce(u));
+  for (int u = static_cast<int>(stage_.units.size()) - 1; u >= 0; --u)
+    RETURN_IF_ERROR(StartReduce(u));
   RETURN_IF_ERROR(AdvanceReductions(0));
   return Now() - start;
 }
@@ -660,14 +669,15 @@ Result<std::pair<double, double>> DistTrainer::SumOverWorld(double sumsq) {
   std::vector<int64_t> all(static_cast<size_t>(n));
   const std::string what = "loss and gradient-norm all-gather";
   if (device_ == Device::kCpu) {
-    RETURN_IF_ERROR(WaitFor(world.AllGather(mine, all.data(), 2, DType::kI64), WaitDeadline(), what));
+    RETURN_IF_ERROR(
+        WaitFor(world.AllGather(mine, all.data(), 2, DType::kI64), WaitDeadline(), what));
   } else {
     // NCCL takes device buffers: stage the 16 bytes per rank through one.
     const Tensor send = sums_staging_.View(DType::kI64, Shape{2});
     const Tensor recv = sums_staging_.View(DType::kI64, Shape{n}, 16);
     RETURN_IF_ERROR(Copy(send, Tensor(mine, DType::kI64, Shape{2})));
-    RETURN_IF_ERROR(WaitFor(world.AllGather(send.data(), recv.data(), 2, DType::kI64),
-                            WaitDeadline(), what));
+    RETURN_IF_ERROR(
+        WaitFor(world.AllGather(send.data(), recv.data(), 2, DType::kI64), WaitDeadline(), what));
     RETURN_IF_ERROR(Copy(Tensor(all.data(), DType::kI64, Shape{n}), recv));
   }
   double loss_total = 0, sumsq_total = 0;

@@ -69,22 +69,22 @@ struct MemoryStats {
   size_t grad_bytes = 0;       // fp32 gradients and any bf16/fp16 accumulation buffer
   size_t optimizer_bytes = 0;  // AdamW m and v (fp32 parameters are their own master)
   size_t activation_bytes = 0;
-  int activation_slots = 0;    // micro-batches whose activations can be alive at once
+  int activation_slots = 0;  // micro-batches whose activations can be alive at once
   size_t peak_transient_bytes = 0;
 };
 
 // Where the last step's time went on this rank.
 struct StepTimings {
-  double step_s = 0;          // wall time of the step
-  double compute_s = 0;       // forward and backward math (the stage's busy time)
+  double step_s = 0;     // wall time of the step
+  double compute_s = 0;  // forward and backward math (the stage's busy time)
   // Per model chunk of this rank (one unless interleaved): its forward and its backward math,
   // each summed over the step's micro-batches (together compute_s).
   std::vector<double> chunk_forward_s, chunk_backward_s;
-  double pipeline_s = 0;      // from the step's start to this stage's last pass (the schedule)
-  double recv_wait_s = 0;     // waiting for the neighbours' activations and gradients
-  double send_wait_s = 0;     // waiting for this stage's own sends to finish (buffer reuse)
-  double reduce_wait_s = 0;   // waiting for gradient reductions after the backward (exposed)
-  double optimizer_s = 0;     // clipping, AdamW and the ZeRO-1/2 parameter all-gather
+  double pipeline_s = 0;     // from the step's start to this stage's last pass (the schedule)
+  double recv_wait_s = 0;    // waiting for the neighbours' activations and gradients
+  double send_wait_s = 0;    // waiting for this stage's own sends to finish (buffer reuse)
+  double reduce_wait_s = 0;  // waiting for gradient reductions after the backward (exposed)
+  double optimizer_s = 0;    // clipping, AdamW and the ZeRO-1/2 parameter all-gather
 };
 
 // Communicator options for the engine's world: `base` with ring algorithms for every message
@@ -263,24 +263,24 @@ class DistTrainer final : public TrainingEngine {
   // own 2); allocated once, since cudaFree would wait for the whole device every step.
   Buffer sums_staging_;
 
-  Buffer params_, grads_, m_, v_;          // see memory(): full or shard sized by ZeRO stage
+  Buffer params_, grads_, m_, v_;  // see memory(): full or shard sized by ZeRO stage
   Precision precision_ = Precision::kFp32;
-  DType dt_ = DType::kF32;                 // parameters and activations
-  Buffer work_;      // bf16/fp16: the low-precision parameters (params_' layout and size)
-  Buffer lp_grads_;  // bf16/fp16, ZeRO-0/1: the low-precision gradients (grads_' layout)
-  std::vector<bool> promoted_;             // per unit: ReduceGrads ran this step
-  std::vector<Buffer> gathered_;           // ZeRO-3: gathered parameter units
+  DType dt_ = DType::kF32;  // parameters and activations
+  Buffer work_;             // bf16/fp16: the low-precision parameters (params_' layout and size)
+  Buffer lp_grads_;         // bf16/fp16, ZeRO-0/1: the low-precision gradients (grads_' layout)
+  std::vector<bool> promoted_;    // per unit: ReduceGrads ran this step
+  std::vector<Buffer> gathered_;  // ZeRO-3: gathered parameter units
   std::vector<comm::WorkHandle> gather_work_;
-  std::vector<Buffer> unit_grads_;         // ZeRO-2/3: full unit gradients during backward
-  std::vector<Pending> pending_;           // gradient reductions in flight, in issue order
+  std::vector<Buffer> unit_grads_;  // ZeRO-2/3: full unit gradients during backward
+  std::vector<Pending> pending_;    // gradient reductions in flight, in issue order
   size_t transient_bytes_ = 0, peak_transient_bytes_ = 0;
-  std::vector<Buffer> spare_transients_;   // device only: freed transients for reuse
+  std::vector<Buffer> spare_transients_;  // device only: freed transients for reuse
 
   std::vector<int32_t> inputs_, targets_;  // the global batch
   // Per chunk, per activation slot.
   std::vector<std::vector<comm::WorkHandle>> send_forward_, send_backward_;
   double loss_sum_ = 0;
-  bool evaluating_ = false;  // forward only: no loss gradient
+  bool evaluating_ = false;         // forward only: no loss gradient
   bool overlap_reductions_ = true;  // SetReductionOverlap
   StepTimings timings_;
   std::atomic<bool> aborted_{false};  // Abort() was called

@@ -7,10 +7,13 @@ void DistTrainer::Abort() {
   aborted_.store(true);
   // Aborting the world aborts every group Split from it; each is aborted here too, so a group
   // whose world is another communicator object (or a backend without that link) fails as well.
-  comm::Communicator* const groups[] = {
-      groups_.tp.get(),         groups_.dp_shard.get(),    groups_.dp_replicate.get(),
-      groups_.pp_forward.get(), groups_.pp_backward.get(), groups_.embedding.get(),
-      groups_.world};
+  comm::Communicator* const groups[] = {groups_.tp.get(),
+                                        groups_.dp_shard.get(),
+                                        groups_.dp_replicate.get(),
+                                        groups_.pp_forward.get(),
+                                        groups_.pp_backward.get(),
+                                        groups_.embedding.get(),
+                                        groups_.world};
   for (comm::Communicator* group : groups)
     if (group) group->Abort();
 }
@@ -20,8 +23,8 @@ Result<StepStats> DistTrainer::Step() {
     return Aborted("step " + std::to_string(state_.step + 1) + ": the engine was aborted");
   Result<StepStats> stats = RunStep();
   if (stats.ok() || !aborted_.load()) return stats;
-  return Aborted("step " + std::to_string(state_.step + 1) + " aborted by DistTrainer::Abort(): " +
-                 stats.status().ToString());
+  return Aborted("step " + std::to_string(state_.step + 1) +
+                 " aborted by DistTrainer::Abort(): " + stats.status().ToString());
 }
 
 }  // namespace rt::parallel

@@ -43,7 +43,8 @@ Result<float*> DistTrainer::ReduceGrads(int unit) {
   if (!promoted_[u]) {
     ASSIGN_OR_RETURN(std::byte * g, UnitGrads(unit));
     ASSIGN_OR_RETURN(Buffer wide, Transient(static_cast<size_t>(size)));
-    RETURN_IF_ERROR(Convert(wide.View(DType::kF32, Shape{size}), Tensor(g, dt_, Shape{size}, device_)));
+    RETURN_IF_ERROR(
+        Convert(wide.View(DType::kF32, Shape{size}), Tensor(g, dt_, Shape{size}, device_)));
     FreeTransient(&unit_grads_[u]);
     unit_grads_[u] = std::move(wide);
     promoted_[u] = true;
@@ -52,11 +53,13 @@ Result<float*> DistTrainer::ReduceGrads(int unit) {
 }
 
 Status DistTrainer::InjectOverflow() {
-  if (RT_FAULT_POINT("parallel.dist.grad_overflow").ok() || ownership_.norm.empty()) return Status();
+  if (RT_FAULT_POINT("parallel.dist.grad_overflow").ok() || ownership_.norm.empty())
+    return Status();
   const Piece& pc = ownership_.norm.front();
   float* g = grads_.View(DType::kF32, Shape{1}).data_as<float>();
   float inf = INFINITY;
-  return Copy(F32(g + (layout_.zero < 2 ? pc.flat : pc.own), 1), Tensor(&inf, DType::kF32, Shape{1}));
+  return Copy(F32(g + (layout_.zero < 2 ? pc.flat : pc.own), 1),
+              Tensor(&inf, DType::kF32, Shape{1}));
 }
 
 }  // namespace rt::parallel

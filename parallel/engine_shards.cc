@@ -11,11 +11,20 @@ ckpt::StateShards DistTrainer::Shards() {
     ckpt::TensorShard s = std::move(p.shard);
     const Buffer* buffer = nullptr;
     switch (p.source) {
-      case ShardSource::kParams: buffer = &params_; break;
-      case ShardSource::kLowPrecision: buffer = &work_; break;
-      case ShardSource::kAdamM: buffer = &m_; break;
-      case ShardSource::kAdamV: buffer = &v_; break;
-      case ShardSource::kStep: break;
+      case ShardSource::kParams:
+        buffer = &params_;
+        break;
+      case ShardSource::kLowPrecision:
+        buffer = &work_;
+        break;
+      case ShardSource::kAdamM:
+        buffer = &m_;
+        break;
+      case ShardSource::kAdamV:
+        buffer = &v_;
+        break;
+      case ShardSource::kStep:
+        break;
     }
     if (buffer == nullptr) {
       s.view = Tensor(&state_.adam_step, DType::kI64, Shape());

@@ -3,15 +3,16 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <chrono>
-#include <cstdio>
-#include <cerrno>
-#include <cstdlib>
-#include <filesystem>
 
 #include "base/fault.h"
 #include "base/net/auth.h"
@@ -40,7 +41,8 @@ constexpr auto kBootstrapTimeout = std::chrono::seconds(60);
 
 Result<std::pair<std::string, uint16_t>> ParseHostPort(const std::string& s) {
   const size_t colon = s.rfind(':');
-  if (colon == std::string::npos) return InvalidArgument("--store must be host:port, got '" + s + "'");
+  if (colon == std::string::npos)
+    return InvalidArgument("--store must be host:port, got '" + s + "'");
   const int port = std::atoi(s.c_str() + colon + 1);
   if (port <= 0 || port > 65535) return InvalidArgument("--store has a bad port: '" + s + "'");
   return std::make_pair(s.substr(0, colon), static_cast<uint16_t>(port));
@@ -58,8 +60,9 @@ Status CheckLocalGpus(int ranks) {
   return Status();
 #else
   (void)ranks;
-  return Unimplemented("train.device = \"cuda\": no CUDA backend in this build (configure with "
-                       "-DRINGTRAIN_CUDA=ON)");
+  return Unimplemented(
+      "train.device = \"cuda\": no CUDA backend in this build (configure with "
+      "-DRINGTRAIN_CUDA=ON)");
 #endif
 }
 
@@ -76,8 +79,9 @@ Status SelectWorkerGpu(const DistTrainOptions& o) {
   return SetCudaDevice(gpu).WithContext("select GPU " + std::to_string(gpu));
 #else
   (void)o;
-  return Unimplemented("train.device = \"cuda\": no CUDA backend in this build (configure with "
-                       "-DRINGTRAIN_CUDA=ON)");
+  return Unimplemented(
+      "train.device = \"cuda\": no CUDA backend in this build (configure with "
+      "-DRINGTRAIN_CUDA=ON)");
 #endif
 }
 
@@ -182,8 +186,9 @@ Status RunWorker(const DistTrainOptions& o) {
                                        o.resume ? WeightInit::kForLoad : WeightInit::kFromSeed));
   std::unique_ptr<RunCheckpoints> checkpoints;
   if (o.stop_at && config.ckpt.every <= 0)
-    return InvalidArgument("a worker that stops for planned changes needs ckpt.dir and "
-                           "ckpt.every > 0 (it saves a checkpoint where it stops)");
+    return InvalidArgument(
+        "a worker that stops for planned changes needs ckpt.dir and "
+        "ckpt.every > 0 (it saves a checkpoint where it stops)");
   if (o.resume || config.ckpt.every > 0 || o.memory != nullptr) {
     ckpt::StorageOptions storage;
     storage.secret = secret;  // the cluster secret of a ringfs:// ckpt.dir
@@ -251,7 +256,7 @@ Status RunWorkers(const DistTrainOptions& o, const std::string& executable,
     while (!exit.ok() && exit.status().code() == StatusCode::kDeadlineExceeded)
       exit = co_await workers[rank]->Wait(Deadline::After(std::chrono::hours(1)));
     if (--running == 0) kill_timer.cancel();
-    Status failed = !exit.ok() ? exit.status()
+    Status failed = !exit.ok()   ? exit.status()
                     : exit->ok() ? Status()
                                  : Internal("worker rank " + std::to_string(rank) + " failed (" +
                                             exit->Describe() + ")");
@@ -331,9 +336,11 @@ Status RunDistributedTrain(const DistTrainOptions& o, const std::string& executa
   ASSIGN_OR_RETURN(ParallelLayout layout, ParseLayout(o.layout));
   if (o.ranks != layout.world())
     return InvalidArgument("--ranks " + std::to_string(o.ranks) + " does not match the layout " +
-                           DescribeLayout(layout) + " (" + std::to_string(layout.world()) + " ranks)");
+                           DescribeLayout(layout) + " (" + std::to_string(layout.world()) +
+                           " ranks)");
   if (o.rank >= 0) {
-    if (o.rank >= o.ranks) return InvalidArgument("--rank " + std::to_string(o.rank) + " ≥ --ranks");
+    if (o.rank >= o.ranks)
+      return InvalidArgument("--rank " + std::to_string(o.rank) + " ≥ --ranks");
     return RunWorker(o).WithContext("rank " + std::to_string(o.rank));
   }
   // The config is validated here so that a bad one (or too few GPUs) fails once, before any

@@ -25,7 +25,7 @@
 namespace rt {
 struct RunConfig;
 struct StepStats;
-}
+}  // namespace rt
 namespace rt::ckpt {
 class Storage;
 }
@@ -46,17 +46,17 @@ struct DistTrainOptions {
   // changing train.steps, so the learning-rate schedule and data order stay those of the full
   // run and a later --resume continues it bitwise (`ringtrain train --stop-after`).
   int64_t stop_after = -1;
-  std::string layout;             // e.g. "tp=1,pp=2,dp=2,zero=1,schedule=1f1b"
-  int ranks = 1;                  // local worker processes; must equal the layout's world size
-  bool resume = false;            // continue from the newest committed checkpoint in ckpt.dir
+  std::string layout;   // e.g. "tp=1,pp=2,dp=2,zero=1,schedule=1f1b"
+  int ranks = 1;        // local worker processes; must equal the layout's world size
+  bool resume = false;  // continue from the newest committed checkpoint in ckpt.dir
   // Worker mode (the launcher passes these to its children).
-  int rank = -1;                  // this worker's rank; -1 = launcher
+  int rank = -1;  // this worker's rank; -1 = launcher
   // Worker mode, train.device = "cuda": the index of the GPU this rank computes on; -1 = the
   // one numbered as its rank (every rank on one machine, as `--ranks N` starts them). The
   // daemon passes its slot: rank 9 of a job may be the second GPU of its node.
   int gpu = -1;
-  std::string store;              // rendezvous store "host:port"
-  std::string job = "train";      // job name scoping the store keys
+  std::string store;          // rendezvous store "host:port"
+  std::string job = "train";  // job name scoping the store keys
   // Worker mode: the address this rank's links to the other ranks listen on and advertise
   // (comm/communicator.h CommOptions::listen_address); default loopback.
   std::string listen_address = "127.0.0.1";

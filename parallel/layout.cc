@@ -21,9 +21,12 @@ Result<int> ParsePositive(std::string_view key, std::string_view value, int min)
 
 std::string_view PipelineScheduleName(PipelineSchedule s) {
   switch (s) {
-    case PipelineSchedule::kGpipe: return "gpipe";
-    case PipelineSchedule::kOneFOneB: return "1f1b";
-    case PipelineSchedule::kInterleaved: return "interleaved";
+    case PipelineSchedule::kGpipe:
+      return "gpipe";
+    case PipelineSchedule::kOneFOneB:
+      return "1f1b";
+    case PipelineSchedule::kInterleaved:
+      return "interleaved";
   }
   return "?";
 }
@@ -50,7 +53,8 @@ Result<ParallelLayout> ParseLayout(std::string_view spec) {
       ASSIGN_OR_RETURN(hsdp_shard, ParsePositive(key, value, 1));
     } else if (key == "zero") {
       ASSIGN_OR_RETURN(l.zero, ParsePositive(key, value, 0));
-      if (l.zero > 3) return InvalidArgument("layout: 'zero' must be 0, 1, 2 or 3, got " + std::string(value));
+      if (l.zero > 3)
+        return InvalidArgument("layout: 'zero' must be 0, 1, 2 or 3, got " + std::string(value));
     } else if (key == "sp") {
       ASSIGN_OR_RETURN(int sp, ParsePositive(key, value, 0));
       if (sp > 1) return InvalidArgument("layout: 'sp' must be 0 or 1, got " + std::string(value));
@@ -106,9 +110,9 @@ std::string DescribeLayout(const ParallelLayout& l) {
 Status CheckLayoutFits(const RunConfig& config, const ParallelLayout& layout) {
   const ModelConfig& m = config.model;
   if (m.n_head % layout.tp != 0 || m.vocab_size % layout.tp != 0)
-    return InvalidArgument("layout tp=" + std::to_string(layout.tp) + " must divide model.n_head (" +
-                           std::to_string(m.n_head) + ") and model.vocab_size (" +
-                           std::to_string(m.vocab_size) + ")");
+    return InvalidArgument("layout tp=" + std::to_string(layout.tp) +
+                           " must divide model.n_head (" + std::to_string(m.n_head) +
+                           ") and model.vocab_size (" + std::to_string(m.vocab_size) + ")");
   if (layout.sequence_parallel && m.seq_len % layout.tp != 0)
     return InvalidArgument("layout sp=1: tp=" + std::to_string(layout.tp) +
                            " must divide model.seq_len (" + std::to_string(m.seq_len) + ")");
@@ -123,9 +127,9 @@ Status CheckLayoutFits(const RunConfig& config, const ParallelLayout& layout) {
                            ") must be divisible by dp (" + std::to_string(dp) +
                            ") × train.micro_batches (" + std::to_string(micro) + ")");
   if (layout.pp * layout.virtual_stages > m.n_layer + 2)
-    return InvalidArgument("layout pp=" + std::to_string(layout.pp) + " × vpp=" +
-                           std::to_string(layout.virtual_stages) + " exceeds model.n_layer + 2 (" +
-                           std::to_string(m.n_layer + 2) + ")");
+    return InvalidArgument("layout pp=" + std::to_string(layout.pp) +
+                           " × vpp=" + std::to_string(layout.virtual_stages) +
+                           " exceeds model.n_layer + 2 (" + std::to_string(m.n_layer + 2) + ")");
   return Status();
 }
 

@@ -81,12 +81,12 @@ int RankOf(const ParallelLayout& layout, const RankCoords& coords);
 // The communicators of one rank. Every group is ordered by its own coordinate, so a group's rank
 // is that coordinate (tp group rank = coords.tp, and so on).
 struct ProcessGroups {
-  comm::Communicator* world = nullptr;                 // borrowed; all ranks
-  std::unique_ptr<comm::Communicator> tp;              // same dp and pp coordinates
-  std::unique_ptr<comm::Communicator> dp_shard;        // same tp, dp_replicate and pp
-  std::unique_ptr<comm::Communicator> dp_replicate;    // same tp, dp_shard and pp
-  std::unique_ptr<comm::Communicator> pp_forward;      // same tp and dp: activations downstream
-  std::unique_ptr<comm::Communicator> pp_backward;     // same tp and dp: gradients upstream
+  comm::Communicator* world = nullptr;               // borrowed; all ranks
+  std::unique_ptr<comm::Communicator> tp;            // same dp and pp coordinates
+  std::unique_ptr<comm::Communicator> dp_shard;      // same tp, dp_replicate and pp
+  std::unique_ptr<comm::Communicator> dp_replicate;  // same tp, dp_shard and pp
+  std::unique_ptr<comm::Communicator> pp_forward;    // same tp and dp: activations downstream
+  std::unique_ptr<comm::Communicator> pp_backward;   // same tp and dp: gradients upstream
   // The first and last pipeline stages of one tp/dp position (tied embedding); nullptr on the
   // other stages and when pp = 1. Its rank 0 is the first stage.
   std::unique_ptr<comm::Communicator> embedding;

@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cmath>
+
 #include <nlohmann/json.hpp>
 
 #include "parallel/trainer.h"

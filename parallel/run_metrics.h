@@ -1,6 +1,7 @@
 // The metrics file of a run (metrics.path): JSON lines, appended to on resume. Per step: step,
 // loss, lr, tokens_per_s, grad_norm (null when not finite), skipped, loss_scale (fp16 only) and
-// generation (the daemon's, when set); per evaluation: step, val_loss (docs/formats/metrics_file.md).
+// generation (the daemon's, when set); per evaluation: step, val_loss
+// (docs/formats/metrics_file.md).
 #pragma once
 
 #include <cstdint>

@@ -18,7 +18,7 @@ namespace rt::parallel {
 
 // A run of elements of one stage tensor inside a unit's owned (or ZeRO shard) range.
 struct OwnedPiece {
-  int tensor = 0;    // index into StageLayout::tensors
+  int tensor = 0;  // index into StageLayout::tensors
   int unit = 0;
   int64_t flat = 0;  // first element in the stage's flat layout
   int64_t own = 0;   // first element in the rank's owned buffers (AdamW m, v, ZeRO-2/3 shards)
@@ -72,8 +72,8 @@ enum class ShardSource : uint8_t {
 struct PlannedShard {
   ckpt::TensorShard shard;  // `view` empty
   ShardSource source = ShardSource::kParams;
-  int64_t element = 0;      // first element in the source buffer
-  int64_t count = 0;        // elements held
+  int64_t element = 0;  // first element in the source buffer
+  int64_t count = 0;    // elements held
 };
 
 // The pieces of one rank, in the engine's Shards() order: parameters (bf16/fp16 only: fp32

@@ -25,22 +25,22 @@ struct TensorBox {
 
 // One tensor of the stage (this tensor-parallel rank's part of it).
 struct StageTensor {
-  std::string name;     // DESIGN.md name, e.g. "h.1.mlp.c_fc.weight"
-  Shape shape;          // the local shape (the global one when tp = 1 or replicated)
-  Shape global_shape;   // the whole tensor's shape
+  std::string name;              // DESIGN.md name, e.g. "h.1.mlp.c_fc.weight"
+  Shape shape;                   // the local shape (the global one when tp = 1 or replicated)
+  Shape global_shape;            // the whole tensor's shape
   std::vector<TensorBox> boxes;  // where the local tensor sits in the global one
   bool tp_sharded = false;       // split across tensor-parallel ranks (else replicated there)
-  int64_t offset = 0;   // first element in the stage's flat buffer
-  int unit = 0;         // the unit holding it
-  bool tied_copy = false;  // the last stage's copy of wte (pp > 1): a replica of stage 0's
-  bool decayed = false;    // AdamW weight decay applies (2-D weights)
+  int64_t offset = 0;            // first element in the stage's flat buffer
+  int unit = 0;                  // the unit holding it
+  bool tied_copy = false;        // the last stage's copy of wte (pp > 1): a replica of stage 0's
+  bool decayed = false;          // AdamW weight decay applies (2-D weights)
 };
 
 // A unit: a contiguous, padded range of the flat buffer.
 struct StageUnit {
-  int64_t begin = 0;   // first element
-  int64_t size = 0;    // elements including padding (a multiple of the shard count)
-  int layer = -1;      // the block index, or -1 for an auxiliary unit
+  int64_t begin = 0;         // first element
+  int64_t size = 0;          // elements including padding (a multiple of the shard count)
+  int layer = -1;            // the block index, or -1 for an auxiliary unit
   std::vector<int> tensors;  // indices into StageLayout::tensors, in order
   // Elements of shard r: [begin + r·shard_size(), begin + (r+1)·shard_size()).
   int64_t shard_size(int shards) const { return size / shards; }
@@ -52,24 +52,24 @@ struct StageChunk {
   int virtual_stage = 0;               // chunk c of rank s is virtual stage c·stages + s
   int first_layer = 0, end_layer = 0;  // blocks [first_layer, end_layer)
   int first_unit = 0;
-  bool has_embedding = false;          // the first virtual stage
-  bool has_head = false;               // the last virtual stage
+  bool has_embedding = false;  // the first virtual stage
+  bool has_head = false;       // the last virtual stage
   int layers() const { return end_layer - first_layer; }
 };
 
 // The layout of one stage (pipeline rank).
 struct StageLayout {
   int stage = 0, stages = 1;
-  std::vector<StageChunk> chunks;      // in order; one unless the schedule is interleaved
-  bool has_embedding = false;          // wte + wpe (the first stage)
-  bool has_head = false;               // ln_f + the logits through wte (the last stage)
-  int tp = 1, tp_rank = 0;             // tensor-parallel size and this rank's index
-  int shards = 1;                      // shard count every unit is padded for
+  std::vector<StageChunk> chunks;  // in order; one unless the schedule is interleaved
+  bool has_embedding = false;      // wte + wpe (the first stage)
+  bool has_head = false;           // ln_f + the logits through wte (the last stage)
+  int tp = 1, tp_rank = 0;         // tensor-parallel size and this rank's index
+  int shards = 1;                  // shard count every unit is padded for
   std::vector<StageTensor> tensors;
-  std::vector<StageUnit> units;        // aux_units auxiliary units, then one per block, chunk
-                                       // by chunk
-  int aux_units = 0;                   // 2 on the first and last stages, 0 in the middle
-  int64_t total = 0;                   // flat buffer elements (padded)
+  std::vector<StageUnit> units;  // aux_units auxiliary units, then one per block, chunk
+                                 // by chunk
+  int aux_units = 0;             // 2 on the first and last stages, 0 in the middle
+  int64_t total = 0;             // flat buffer elements (padded)
 
   // Blocks over all chunks.
   int layers() const;

@@ -101,8 +101,7 @@ SpScratch StageRunner::Sp() const {
 }
 
 Status StageRunner::EmbeddingForward(int slot, Tensor wte, Tensor wpe) {
-  return EmbedForward(*collectives_, input(slot), tokens(slot), wte, wpe, vocab_start_,
-                      pos_start_);
+  return EmbedForward(*collectives_, input(slot), tokens(slot), wte, wpe, vocab_start_, pos_start_);
 }
 
 Status StageRunner::BlockForward(int slot, int j, const BlockTensors& p) {
@@ -138,7 +137,7 @@ Result<double> StageRunner::HeadForward(int slot, Tensor ln_f_w, Tensor ln_f_b, 
 Status StageRunner::HeadBackward(int slot, Tensor ln_f_w, Tensor wte, Tensor g_ln_f_w,
                                  Tensor g_ln_f_b, Tensor g_wte) {
   return rt::HeadBackward(*collectives_, Head(slot), dout(slot), g_ln_f_w, g_ln_f_b, g_wte,
-                         Get(slot_ids_[slot].logits), output(slot), ln_f_w, wte, Get(dln_));
+                          Get(slot_ids_[slot].logits), output(slot), ln_f_w, wte, Get(dln_));
 }
 
 Status StageRunner::BlockBackward(int slot, int j, const BlockTensors& p, const BlockTensors& g) {

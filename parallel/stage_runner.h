@@ -14,15 +14,16 @@
 
 #include "base/status.h"
 #include "kernels/tensor.h"
+#include "model/gpt.h"
+#include "model/pieces.h"
 #include "parallel/config.h"
 #include "parallel/stage_layout.h"
 #include "parallel/tensor_parallel.h"
-#include "model/gpt.h"
-#include "model/pieces.h"
 
 namespace rt::parallel {
 
-// Activations and scratch of one model chunk of a stage for micro-batches of `rows` × seq_len tokens.
+// Activations and scratch of one model chunk of a stage for micro-batches of `rows` × seq_len
+// tokens.
 class StageRunner {
  public:
   // Allocates `slots` activation sets of model chunk `chunk` of `layout` (its blocks, and the
@@ -32,15 +33,13 @@ class StageRunner {
   // BlockBackward runs the block's forward again first. Activations are `dtype`, on `device`.
   // Errors: ResourceExhausted; those of allocation on `device`.
   static Result<std::unique_ptr<StageRunner>> Create(const ModelConfig& model,
-                                                     const StageLayout& layout, int chunk,
-                                                     int rows, int slots,
-                                                     TpGroup tp, bool sequence_parallel,
-                                                     bool recompute, DType dtype,
-                                                     Device device);
+                                                     const StageLayout& layout, int chunk, int rows,
+                                                     int slots, TpGroup tp, bool sequence_parallel,
+                                                     bool recompute, DType dtype, Device device);
 
   // (With sequence parallelism every [rows,T,C] of the residual stream below is this rank's
-  // [rows,T/tp,C].) The stage input [rows,T,C] of `slot` (the embedding output on the first stage; what the
-  // previous stage sent otherwise) and its output (what goes to the next stage).
+  // [rows,T/tp,C].) The stage input [rows,T,C] of `slot` (the embedding output on the first stage;
+  // what the previous stage sent otherwise) and its output (what goes to the next stage).
   Tensor input(int slot) const;
   Tensor output(int slot) const;
   // dL/d output [rows,T,C]: what the next stage sends back (or the head's backward writes).
@@ -89,16 +88,16 @@ class StageRunner {
   int layers_ = 0, rows_ = 0, slots_ = 0;
   int n_head_local_ = 0;
   int64_t vocab_start_ = 0;
-  bool sp_ = false;           // sequence parallelism
-  bool recompute_ = false;    // one shared set of block activations, rebuilt in the backward
-  int64_t pos_start_ = 0;     // first position of this rank's sequence part
+  bool sp_ = false;               // sequence parallelism
+  bool recompute_ = false;        // one shared set of block activations, rebuilt in the backward
+  int64_t pos_start_ = 0;         // first position of this rank's sequence part
   int sp_ids_[4] = {0, 0, 0, 0};  // SpScratch: full_a, full_b, local, staging
   SpScratch Sp() const;
   Arena acts_;
   // The blocks' collectives: tensor- or sequence-parallel over tp_ (none for a group of one).
   std::unique_ptr<BlockCollectives> collectives_;
   std::vector<SlotIds> slot_ids_;
-  BlockShape block_shape_;  // this rank's widths of the blocks' activations
+  BlockShape block_shape_;                   // this rank's widths of the blocks' activations
   std::vector<std::vector<int>> block_ids_;  // per slot, per block: the first activation id
   int logits32_ = -1;  // f32 logits for the vocabulary-parallel cross-entropy (tp > 1, not f32)
   int dln_ = 0, datty_ = 0, dqkv_ = 0, dfch_gelu_ = 0, branch_ = 0;

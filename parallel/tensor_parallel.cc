@@ -1,8 +1,8 @@
 #include "parallel/tensor_parallel.h"
 
 #include <algorithm>
-#include <cstddef>
 #include <cmath>
+#include <cstddef>
 #include <limits>
 #include <vector>
 
@@ -12,8 +12,9 @@ namespace rt::parallel {
 
 Status TpAllReduce(const TpGroup& g, Tensor x, const char* what) {
   if (g.size() == 1) return Status();
-  return g.comm->AllReduce(x.data(), x.data(), static_cast<size_t>(x.numel()), x.dtype(),
-                           comm::ReduceOp::kSum)
+  return g.comm
+      ->AllReduce(x.data(), x.data(), static_cast<size_t>(x.numel()), x.dtype(),
+                  comm::ReduceOp::kSum)
       ->Wait(Deadline::After(g.timeout))
       .WithContext(std::string("tensor-parallel all-reduce of ") + what);
 }
@@ -36,7 +37,8 @@ Status Permute(std::byte* full, std::byte* staging, int64_t B, int64_t T, int64_
       std::byte* f = full + (b * T + r * tl) * C;
       std::byte* st = staging + ((r * B + b) * tl) * C;
       if (device != Device::kCpu) {
-        const Tensor ft(f, DType::kU8, Shape{tl * C}, device), stt(st, DType::kU8, Shape{tl * C}, device);
+        const Tensor ft(f, DType::kU8, Shape{tl * C}, device),
+            stt(st, DType::kU8, Shape{tl * C}, device);
         RETURN_IF_ERROR((to_staging ? Copy(stt, ft) : Copy(ft, stt))
                             .WithContext("sequence-parallel permutation"));
       } else if (to_staging) {
@@ -68,8 +70,9 @@ Status HostAllReduce(const TpGroup& g, Device device, float* data, size_t count,
 
 Status SeqAllGather(const TpGroup& g, Tensor local, Tensor full, Tensor staging) {
   const int64_t B = full.dim(0), T = full.dim(1), C = full.dim(2);
-  RETURN_IF_ERROR(g.comm->AllGather(local.data(), staging.data(), static_cast<size_t>(local.numel()),
-                                    local.dtype())
+  RETURN_IF_ERROR(g.comm
+                      ->AllGather(local.data(), staging.data(), static_cast<size_t>(local.numel()),
+                                  local.dtype())
                       ->Wait(Deadline::After(g.timeout))
                       .WithContext("sequence-parallel all-gather"));
   return Permute(static_cast<std::byte*>(full.data()), static_cast<std::byte*>(staging.data()), B,
@@ -81,8 +84,9 @@ Status SeqReduceScatter(const TpGroup& g, Tensor full, Tensor local, Tensor stag
   RETURN_IF_ERROR(Permute(static_cast<std::byte*>(full.data()),
                           static_cast<std::byte*>(staging.data()), B, T, C, g.size(),
                           DTypeSize(full.dtype()), true, full.device()));
-  return g.comm->ReduceScatter(staging.data(), local.data(), static_cast<size_t>(local.numel()),
-                               local.dtype(), comm::ReduceOp::kSum)
+  return g.comm
+      ->ReduceScatter(staging.data(), local.data(), static_cast<size_t>(local.numel()),
+                      local.dtype(), comm::ReduceOp::kSum)
       ->Wait(Deadline::After(g.timeout))
       .WithContext("sequence-parallel reduce-scatter");
 }
@@ -101,8 +105,8 @@ Result<Tensor> SpCollectives::Reduce(Tensor partial, const char* what) const {
 Status VocabParallelCrossEntropy(const TpGroup& g, Tensor losses, Tensor logits, Tensor targets,
                                  int64_t vocab_start, int64_t vocab_size, float dloss) {
   if (logits.dtype() != DType::kF32)
-    return Status(StatusCode::kDTypeMismatch,
-                  "vocab-parallel cross-entropy: logits are " + logits.Describe() + ", expected f32");
+    return Status(StatusCode::kDTypeMismatch, "vocab-parallel cross-entropy: logits are " +
+                                                  logits.Describe() + ", expected f32");
   const int64_t n = logits.shape().rows(), v = logits.shape().last();
   const Device device = logits.device();
   // On a device the row statistics are computed on host copies of the logits, targets and
@@ -124,12 +128,13 @@ Status VocabParallelCrossEntropy(const TpGroup& g, Tensor losses, Tensor logits,
   }
   for (int64_t i = 0; i < n; ++i)
     if (t[i] < 0 || t[i] >= vocab_size)
-      return InvalidArgument("vocab-parallel cross-entropy: targets[" + std::to_string(i) + "] = " +
-                             std::to_string(t[i]) + " is outside the vocabulary");
+      return InvalidArgument("vocab-parallel cross-entropy: targets[" + std::to_string(i) +
+                             "] = " + std::to_string(t[i]) + " is outside the vocabulary");
   // Row maxima over the whole vocabulary.
   std::vector<float> mx(static_cast<size_t>(n), -std::numeric_limits<float>::infinity());
   for (int64_t i = 0; i < n; ++i)
-    for (int64_t j = 0; j < v; ++j) mx[static_cast<size_t>(i)] = std::max(mx[static_cast<size_t>(i)], x[i * v + j]);
+    for (int64_t j = 0; j < v; ++j)
+      mx[static_cast<size_t>(i)] = std::max(mx[static_cast<size_t>(i)], x[i * v + j]);
   const Deadline d = Deadline::After(g.timeout);
   RETURN_IF_ERROR(HostAllReduce(g, device, mx.data(), mx.size(), comm::ReduceOp::kMax, d,
                                 "vocab-parallel cross-entropy: row maxima"));

@@ -52,8 +52,8 @@ Result<TrainerState> TrainerState::Deserialize(std::span<const std::byte> bytes)
                       std::to_string(s.tokens_seen) + ", schedule_steps " +
                       std::to_string(s.schedule_steps) + ")");
   if (s.adam_step > s.step)
-    return Corruption("trainer state: adam_step " + std::to_string(s.adam_step) +
-                      " exceeds step " + std::to_string(s.step));
+    return Corruption("trainer state: adam_step " + std::to_string(s.adam_step) + " exceeds step " +
+                      std::to_string(s.step));
   if (!std::isfinite(s.loss_scale) || s.loss_scale < 1.0)
     return Corruption("trainer state: loss_scale " + std::to_string(s.loss_scale) +
                       " is not a finite value ≥ 1");
@@ -100,8 +100,8 @@ Status Trainer::Restore(const TrainerState& state) {
 }
 
 ckpt::StateShards Trainer::Shards() {
-  Result<std::vector<parallel::PlannedShard>> planned = parallel::PlanRankShardsOf(
-      config_.model, model_->precision(), parallel::ParallelLayout{}, 0);
+  Result<std::vector<parallel::PlannedShard>> planned =
+      parallel::PlanRankShardsOf(config_.model, model_->precision(), parallel::ParallelLayout{}, 0);
   RT_CHECK(planned.ok());
   auto find = [](const Arena& arena, const std::string& name) {
     for (int i = 0; i < arena.size(); ++i)
@@ -114,11 +114,20 @@ ckpt::StateShards Trainer::Shards() {
     ckpt::TensorShard s = std::move(p.shard);
     const Arena* arena = nullptr;
     switch (s.kind) {
-      case ckpt::StateKind::kParam: arena = &model_->params(); break;
-      case ckpt::StateKind::kMaster: arena = &optimizer_->master(); break;
-      case ckpt::StateKind::kAdamM: arena = &optimizer_->m(); break;
-      case ckpt::StateKind::kAdamV: arena = &optimizer_->v(); break;
-      case ckpt::StateKind::kStep: break;
+      case ckpt::StateKind::kParam:
+        arena = &model_->params();
+        break;
+      case ckpt::StateKind::kMaster:
+        arena = &optimizer_->master();
+        break;
+      case ckpt::StateKind::kAdamM:
+        arena = &optimizer_->m();
+        break;
+      case ckpt::StateKind::kAdamV:
+        arena = &optimizer_->v();
+        break;
+      case ckpt::StateKind::kStep:
+        break;
     }
     if (arena == nullptr) {
       s.view = Tensor(&state_.adam_step, DType::kI64, Shape());

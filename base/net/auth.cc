@@ -1,15 +1,16 @@
 #include "base/net/auth.h"
 
 #include <fcntl.h>
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
-#include <openssl/rand.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
 
 #include "base/file.h"
 #include "base/net/frame_io.h"
@@ -136,8 +137,9 @@ asio::awaitable<Status> AuthenticateClient(tcp::socket& socket, const ClusterSec
   if (challenge.header.flags & kRpcError) {
     const Status why = DecodeRpcError(challenge.payload, peer);
     if (why.code() == StatusCode::kUnimplemented)
-      co_return Unauthenticated(who + " has no cluster secret configured (or is not a ringtrain "
-                                      "server): it does not take the handshake");
+      co_return Unauthenticated(who +
+                                " has no cluster secret configured (or is not a ringtrain "
+                                "server): it does not take the handshake");
     co_return Unauthenticated("the handshake with " + who + " failed: " + why.ToString());
   }
   if (challenge.header.type != kAuthChallenge || challenge.payload.size() != kNonceSize + kMacSize)

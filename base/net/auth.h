@@ -29,7 +29,7 @@ namespace rt::net {
 inline constexpr uint16_t kAuthHello = 0xFFF0;      // client → server: version, client nonce
 inline constexpr uint16_t kAuthChallenge = 0xFFF1;  // server → client: server nonce, server MAC
 inline constexpr uint16_t kAuthProof = 0xFFF2;      // client → server: client MAC
-inline constexpr uint16_t kAuthAccepted = 0xFFF3;   // server → client: empty; the connection is open
+inline constexpr uint16_t kAuthAccepted = 0xFFF3;  // server → client: empty; the connection is open
 
 // The cluster secret: at least 16 bytes read from a file only its owner may read or write.
 // Immutable and thread-safe once loaded.

@@ -2,16 +2,17 @@
 
 #include <sys/socket.h>
 
+#include <array>
+#include <cstring>
+
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
-#include <array>
-#include <cstring>
 
 #include "base/crc32c.h"
 
@@ -42,7 +43,8 @@ Status DeadlineStatus(std::string_view what, std::string_view peer) {
 // Races an Asio async operation (given as a deferred awaitable) against `deadline`.
 // Returns the operation's error code, or std::nullopt when the deadline won.
 template <typename Awaitable>
-asio::awaitable<std::optional<std::tuple<ErrorCode, size_t>>> Race(Awaitable op, Deadline deadline) {
+asio::awaitable<std::optional<std::tuple<ErrorCode, size_t>>> Race(Awaitable op,
+                                                                   Deadline deadline) {
   asio::steady_timer timer(co_await asio::this_coro::executor);
   timer.expires_at(deadline.when());
   auto result = co_await (std::move(op) || timer.async_wait(as_tuple(use_awaitable)));
@@ -112,7 +114,8 @@ bool SetLowWater(tcp::socket& socket, int bytes) {
 }
 
 // ReadExactlyBatched's reads, without the deadline.
-asio::awaitable<std::tuple<ErrorCode, size_t>> ReadInBatches(tcp::socket& socket, std::span<std::byte> buffer,
+asio::awaitable<std::tuple<ErrorCode, size_t>> ReadInBatches(tcp::socket& socket,
+                                                             std::span<std::byte> buffer,
                                                              size_t batch) {
   size_t done = 0;
   int mark = 1;
@@ -143,9 +146,10 @@ asio::awaitable<std::tuple<ErrorCode, size_t>> ReadInBatches(tcp::socket& socket
 
 }  // namespace
 
-asio::awaitable<Status> ReadExactlyBatched(tcp::socket& socket, std::span<std::byte> buffer, size_t batch,
-                                           Deadline deadline, std::string_view peer) {
-  if (batch == 0 || buffer.size() <= batch) co_return co_await ReadExactly(socket, buffer, deadline, peer);
+asio::awaitable<Status> ReadExactlyBatched(tcp::socket& socket, std::span<std::byte> buffer,
+                                           size_t batch, Deadline deadline, std::string_view peer) {
+  if (batch == 0 || buffer.size() <= batch)
+    co_return co_await ReadExactly(socket, buffer, deadline, peer);
   auto r = co_await Race(ReadInBatches(socket, buffer, batch), deadline);
   if (!r) co_return DeadlineStatus("reading from", peer);
   auto [ec, n] = *r;
@@ -206,7 +210,8 @@ asio::awaitable<Status> WriteFrame(tcp::socket& socket, uint16_t type, uint32_t 
   co_return Status();
 }
 
-asio::awaitable<Status> WaitReadable(tcp::socket& socket, Deadline deadline, std::string_view peer) {
+asio::awaitable<Status> WaitReadable(tcp::socket& socket, Deadline deadline,
+                                     std::string_view peer) {
   asio::steady_timer timer(co_await asio::this_coro::executor);
   timer.expires_at(deadline.when());
   auto r = co_await (socket.async_wait(tcp::socket::wait_read, as_tuple(use_awaitable)) ||
@@ -230,9 +235,9 @@ asio::awaitable<Result<tcp::socket>> Connect(std::string host, uint16_t port, De
   tcp::resolver resolver(ex);
   asio::steady_timer timer(ex);
   timer.expires_at(deadline.when());
-  auto resolved = co_await (resolver.async_resolve(host, std::to_string(port),
-                                                   as_tuple(use_awaitable)) ||
-                            timer.async_wait(as_tuple(use_awaitable)));
+  auto resolved =
+      co_await (resolver.async_resolve(host, std::to_string(port), as_tuple(use_awaitable)) ||
+                timer.async_wait(as_tuple(use_awaitable)));
   if (resolved.index() == 1) co_return DeadlineStatus("resolving", name);
   auto [rec, endpoints] = std::get<0>(std::move(resolved));
   if (rec) co_return InvalidArgument("cannot resolve " + name + ": " + rec.message());
@@ -298,7 +303,8 @@ asio::awaitable<Status> FrameWriter::Send(uint16_t type, uint32_t flags, uint32_
   queue_.push_back(item);
   if (!draining_) {
     draining_ = true;
-    asio::co_spawn(ex, [self = shared_from_this()]() { return self->Drain(); }, asio::detached);
+    asio::co_spawn(
+        ex, [self = shared_from_this()]() { return self->Drain(); }, asio::detached);
   }
   // Wakes only when `done` is set (by Drain after the write ended, or by Fail while still
   // queued), so the caller's pieces are never used after this returns. co_spawn may run Drain

@@ -17,22 +17,23 @@
 // WriteFrame may be outstanding on a socket at a time (use FrameWriter to serialise writers).
 #pragma once
 
-#include <boost/asio/awaitable.hpp>
 #include <array>
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <cstdint>
 #include <deque>
 #include <exception>
 #include <future>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
 
 #include "base/deadline.h"
 #include "base/frame.h"
@@ -91,8 +92,8 @@ asio::awaitable<Status> ReadExactly(tcp::socket& socket, std::span<std::byte> bu
 // left of the buffer, if less) are queued (SO_RCVLOWAT), so megabytes arrive in a few large reads
 // instead of one per segment, with fewer wake-ups on both ends. The socket's low-water mark is 1
 // byte again when this returns. batch 0, or a buffer of at most `batch` bytes: ReadExactly.
-asio::awaitable<Status> ReadExactlyBatched(tcp::socket& socket, std::span<std::byte> buffer, size_t batch,
-                                           Deadline deadline, std::string_view peer);
+asio::awaitable<Status> ReadExactlyBatched(tcp::socket& socket, std::span<std::byte> buffer,
+                                           size_t batch, Deadline deadline, std::string_view peer);
 // Writes all of `buffer`.
 asio::awaitable<Status> WriteAll(tcp::socket& socket, std::span<const std::byte> buffer,
                                  Deadline deadline, std::string_view peer);
@@ -103,7 +104,8 @@ struct ConnectOptions {
   std::chrono::milliseconds initial_backoff{10};
   // Longest pause between attempts.
   std::chrono::milliseconds max_backoff{500};
-  // Set TCP_NODELAY on the connected socket (default true: our frames are small and latency counts).
+  // Set TCP_NODELAY on the connected socket (default true: our frames are small and latency
+  // counts).
   bool no_delay = true;
 };
 

@@ -1,5 +1,11 @@
 #include "base/net/http_server.h"
 
+#include <strings.h>
+
+#include <exception>
+#include <future>
+#include <thread>
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -11,10 +17,6 @@
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
-#include <exception>
-#include <future>
-#include <strings.h>
-#include <thread>
 
 #include "base/log.h"
 
@@ -109,8 +111,8 @@ Result<uint16_t> HttpServer::Start() {
                                             std::to_string(options_.port) + ": " + ec.message());
   port_ = acceptor->local_endpoint().port();
   acceptor_ = std::move(acceptor);
-  asio::co_spawn(executor_, [self = shared_from_this()] { return self->AcceptLoop(); },
-                 asio::detached);
+  asio::co_spawn(
+      executor_, [self = shared_from_this()] { return self->AcceptLoop(); }, asio::detached);
   return port_.load();
 }
 
@@ -128,16 +130,16 @@ asio::awaitable<void> HttpServer::AcceptLoop() {
     }
     auto connection = std::make_shared<Connection>(std::move(socket));
     if (open_.load() >= options_.max_connections) {
-      asio::co_spawn(executor_,
-                     [self = shared_from_this(), connection] { return self->Refuse(connection); },
-                     asio::detached);
+      asio::co_spawn(
+          executor_, [self = shared_from_this(), connection] { return self->Refuse(connection); },
+          asio::detached);
       continue;
     }
     ++open_;
     connections_.insert(connection);
-    asio::co_spawn(executor_,
-                   [self = shared_from_this(), connection] { return self->Serve(connection); },
-                   asio::detached);
+    asio::co_spawn(
+        executor_, [self = shared_from_this(), connection] { return self->Serve(connection); },
+        asio::detached);
   }
 }
 
@@ -161,8 +163,8 @@ asio::awaitable<HttpResponse> HttpServer::Dispatch(HttpRequest request) {
     std::string allowed;
     for (const auto& [method, unused] : path->second)
       allowed += (allowed.empty() ? "" : ", ") + method;
-    HttpResponse answer = HttpResponse::Text(405, request.method + " not allowed on " +
-                                                      request.path + "\n");
+    HttpResponse answer =
+        HttpResponse::Text(405, request.method + " not allowed on " + request.path + "\n");
     answer.headers.emplace_back("Allow", allowed);
     co_return answer;
   }

@@ -61,9 +61,9 @@ struct HttpRequest {
 
 // A response a handler returns.
 struct HttpResponse {
-  int status = 200;                                        // HTTP status code
-  std::string content_type = "text/plain; charset=utf-8";  // the Content-Type header
-  std::string body;                                        // sent as is, with Content-Length
+  int status = 200;                                          // HTTP status code
+  std::string content_type = "text/plain; charset=utf-8";    // the Content-Type header
+  std::string body;                                          // sent as is, with Content-Length
   std::vector<std::pair<std::string, std::string>> headers;  // extra headers
 
   // A response with `body` as `content_type`.

@@ -1,15 +1,16 @@
 #include "base/net/rpc.h"
 
+#include <cstdlib>
+#include <future>
+#include <optional>
+#include <thread>
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <cstdlib>
-#include <future>
-#include <optional>
-#include <thread>
 
 #include "base/bytes.h"
 #include "base/crc32c.h"
@@ -42,9 +43,9 @@ Status DecodeRpcError(std::span<const std::byte> payload, std::string_view peer)
   auto retryable = r.Get<uint8_t>();
   auto message = r.GetString(1 << 20);
   if (!code.ok() || !retryable.ok() || !message.ok() || *code == 0)
-    return Status(StatusCode::kProtocolError,
-                  "malformed error response from " + std::string(peer));
-  return Status(static_cast<StatusCode>(*code), std::string(peer) + ": " + *message, *retryable != 0);
+    return Status(StatusCode::kProtocolError, "malformed error response from " + std::string(peer));
+  return Status(static_cast<StatusCode>(*code), std::string(peer) + ": " + *message,
+                *retryable != 0);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -72,8 +73,8 @@ struct RpcServer::Connection {
   // The read loop sleeps on it while max_requests_per_connection handlers run; a finishing
   // handler cancels it.
   asio::steady_timer slot;
-  int active = 0;          // handlers running for this connection
-  bool reading = true;     // the read loop is still running
+  int active = 0;       // handlers running for this connection
+  bool reading = true;  // the read loop is still running
   void CloseIfIdle() {
     if (!reading && active == 0) writer->Fail(Aborted("connection from " + peer + " closed"));
   }
@@ -119,7 +120,8 @@ std::unique_ptr<std::byte[]> RpcServer::TakePayload(uint32_t length, size_t* cap
   // The smallest spare buffer that fits.
   auto best = spare_payloads_.end();
   for (auto it = spare_payloads_.begin(); it != spare_payloads_.end(); ++it)
-    if (it->first >= length && (best == spare_payloads_.end() || it->first < best->first)) best = it;
+    if (it->first >= length && (best == spare_payloads_.end() || it->first < best->first))
+      best = it;
   if (best != spare_payloads_.end()) {
     *capacity = best->first;
     std::unique_ptr<std::byte[]> buffer = std::move(best->second);
@@ -132,7 +134,9 @@ std::unique_ptr<std::byte[]> RpcServer::TakePayload(uint32_t length, size_t* cap
 }
 
 void RpcServer::RecyclePayload(std::unique_ptr<std::byte[]> buffer, size_t capacity) {
-  if (!buffer || capacity < kMinSparePayload || spare_bytes_ + capacity > options_.spare_payload_bytes) return;
+  if (!buffer || capacity < kMinSparePayload ||
+      spare_bytes_ + capacity > options_.spare_payload_bytes)
+    return;
   spare_bytes_ += capacity;
   spare_payloads_.emplace_back(capacity, std::move(buffer));
 }
@@ -157,8 +161,8 @@ Result<uint16_t> RpcServer::Start() {
                                             std::to_string(options_.port) + ": " + ec.message());
   port_ = acceptor->local_endpoint().port();
   acceptor_ = std::move(acceptor);
-  asio::co_spawn(executor_, [self = shared_from_this()] { return self->AcceptLoop(); },
-                 asio::detached);
+  asio::co_spawn(
+      executor_, [self = shared_from_this()] { return self->AcceptLoop(); }, asio::detached);
   return port_.load();
 }
 
@@ -176,16 +180,17 @@ asio::awaitable<void> RpcServer::AcceptLoop() {
     socket.set_option(tcp::no_delay(true), ignored);
     auto connection = std::make_shared<Connection>(std::move(socket));
     if (!Admit(connection)) continue;
-    asio::co_spawn(executor_,
-                   [self = shared_from_this(), connection] { return self->ServeConnection(connection); },
-                   asio::detached);
+    asio::co_spawn(
+        executor_,
+        [self = shared_from_this(), connection] { return self->ServeConnection(connection); },
+        asio::detached);
   }
 }
 
 asio::awaitable<void> RpcServer::ServeConnection(std::shared_ptr<Connection> connection) {
-  if (Status auth = co_await AuthenticateServer(connection->socket, options_.secret.get(),
-                                                Deadline::After(options_.auth_timeout),
-                                                connection->peer);
+  if (Status auth =
+          co_await AuthenticateServer(connection->socket, options_.secret.get(),
+                                      Deadline::After(options_.auth_timeout), connection->peer);
       !auth.ok()) {
     LOG_WARN("{}: authentication failed, closing the connection from {}: {}", options_.name,
              connection->peer, auth.ToString());
@@ -211,15 +216,14 @@ asio::awaitable<void> RpcServer::ServeConnection(std::shared_ptr<Connection> con
     const Deadline frame_deadline = Deadline::After(options_.frame_timeout);
     auto request = std::make_shared<Request>();
     Status status;
-    Result<FrameHeader> header = co_await ReadFrameHeader(
-        connection->socket, options_.max_payload, frame_deadline, connection->peer);
+    Result<FrameHeader> header = co_await ReadFrameHeader(connection->socket, options_.max_payload,
+                                                          frame_deadline, connection->peer);
     if (header.ok()) {
       request->header = *header;
       request->payload = TakePayload(header->length, &request->capacity);
-      status = co_await ReadExactlyBatched(connection->socket,
-                                           {request->payload.get(), header->length},
-                                           options_.payload_read_batch, frame_deadline,
-                                           connection->peer);
+      status = co_await ReadExactlyBatched(
+          connection->socket, {request->payload.get(), header->length}, options_.payload_read_batch,
+          frame_deadline, connection->peer);
       if (status.ok() && !(header->flags & kFrameUncheckedPayload))
         status = VerifyFramePayload(*header, request->bytes())
                      .WithContext("frame from " + connection->peer);
@@ -243,11 +247,12 @@ asio::awaitable<void> RpcServer::ServeConnection(std::shared_ptr<Connection> con
     }
     ++connection->active;
     ++active_;
-    asio::co_spawn(executor_,
-                   [self = shared_from_this(), connection, request]() mutable {
-                     return self->ServeRequest(connection, std::move(request));
-                   },
-                   asio::detached);
+    asio::co_spawn(
+        executor_,
+        [self = shared_from_this(), connection, request]() mutable {
+          return self->ServeRequest(connection, std::move(request));
+        },
+        asio::detached);
   }
   connection->reading = false;
   connection->CloseIfIdle();
@@ -256,9 +261,8 @@ asio::awaitable<void> RpcServer::ServeConnection(std::shared_ptr<Connection> con
 
 asio::awaitable<Status> RpcServer::AwaitNextFrame(Connection& connection) {
   while (true) {
-    const Deadline idle = options_.idle_timeout.count() > 0
-                              ? Deadline::After(options_.idle_timeout)
-                              : Forever();
+    const Deadline idle =
+        options_.idle_timeout.count() > 0 ? Deadline::After(options_.idle_timeout) : Forever();
     Status readable = co_await WaitReadable(connection.socket, idle, connection.peer);
     // A connection waiting for its own requests' answers is not idle.
     if (readable.code() == StatusCode::kDeadlineExceeded && connection.active > 0) continue;
@@ -296,8 +300,8 @@ asio::awaitable<void> RpcServer::ServeRequest(std::shared_ptr<Connection> connec
                                               std::shared_ptr<Request> request) {
   const FrameHeader& header = request->header;
   const RpcRequest call{header, request->bytes(), connection->peer};
-  Result<RpcBulkReply> reply = Unimplemented("no handler for request type " +
-                                             std::to_string(header.type));
+  Result<RpcBulkReply> reply =
+      Unimplemented("no handler for request type " + std::to_string(header.type));
   bool bulk = false;
   try {
     if (auto it = handlers_.find(header.type); it != handlers_.end()) {
@@ -407,8 +411,8 @@ asio::awaitable<Result<std::shared_ptr<RpcClient>>> RpcClient::Connect(std::stri
   CO_RETURN_IF_ERROR(
       co_await AuthenticateClient(socket, options.secret.get(), deadline, options.peer_name));
   auto client = std::shared_ptr<RpcClient>(new RpcClient(std::move(socket), std::move(options)));
-  asio::co_spawn(client->socket_.get_executor(), [client] { return client->ReadLoop(); },
-                 asio::detached);
+  asio::co_spawn(
+      client->socket_.get_executor(), [client] { return client->ReadLoop(); }, asio::detached);
   co_return client;
 }
 
@@ -444,8 +448,8 @@ asio::awaitable<Result<Frame>> RpcClient::CallInto(uint16_t type, Pieces pieces,
   pending->received = received;
   pending->wake.expires_at(deadline.when());
   pending_[id] = pending;
-  Status sent = co_await writer_->Send(type, flags & ~(kRpcResponse | kRpcError), id, pieces,
-                                       deadline);
+  Status sent =
+      co_await writer_->Send(type, flags & ~(kRpcResponse | kRpcError), id, pieces, deadline);
   if (!sent.ok() && !pending->result && !pending->filling) {
     pending_.erase(id);
     co_return sent;
@@ -504,16 +508,16 @@ asio::awaitable<Status> RpcClient::ReadResponse(const FrameHeader& header,
   Frame frame{header, std::vector<std::byte>(header.length)};
   CO_RETURN_IF_ERROR(co_await ReadExactly(socket_, frame.payload, Forever(), peer_));
   if (checked)
-    CO_RETURN_IF_ERROR(VerifyFramePayload(header, frame.payload).WithContext("frame from " + peer_));
+    CO_RETURN_IF_ERROR(
+        VerifyFramePayload(header, frame.payload).WithContext("frame from " + peer_));
   if (!pending || pending->result) co_return Status();  // the call gave up: drop the late answer
   if (error)
     pending->result = DecodeRpcError(frame.payload, peer_);
   else if (pending->sink)
-    pending->result = Status(StatusCode::kProtocolError,
-                             peer_ + ": response of " + std::to_string(header.length) +
-                                 " bytes exceeds the " +
-                                 std::to_string(pending->head.size() + pending->body.size()) +
-                                 "-byte buffer");
+    pending->result =
+        Status(StatusCode::kProtocolError,
+               peer_ + ": response of " + std::to_string(header.length) + " bytes exceeds the " +
+                   std::to_string(pending->head.size() + pending->body.size()) + "-byte buffer");
   else
     pending->result = std::move(frame);
   pending->wake.cancel();
@@ -523,7 +527,8 @@ asio::awaitable<Status> RpcClient::ReadResponse(const FrameHeader& header,
 asio::awaitable<void> RpcClient::ReadLoop() {
   auto self = shared_from_this();
   while (true) {
-    Result<FrameHeader> header = co_await ReadFrameHeader(socket_, options_.max_payload, Forever(), peer_);
+    Result<FrameHeader> header =
+        co_await ReadFrameHeader(socket_, options_.max_payload, Forever(), peer_);
     if (!header.ok()) {
       FailAll(header.status());
       co_return;

@@ -10,9 +10,9 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <future>
 #include <map>
 #include <set>
-#include <future>
 #include <thread>
 
 #include <fmt/ranges.h>
@@ -85,8 +85,12 @@ class Campaign {
   // `network`: the node network (null without: no partitions).
   Campaign(const CampaignOptions& o, std::vector<FaultKind> kinds, LocalCluster& cluster,
            NodeNetwork* network, std::string ckpt_dir)
-      : o_(o), cluster_(cluster), network_(network), ckpt_dir_(std::move(ckpt_dir)),
-        schedule_(o.seed, std::move(kinds)), observer_(cluster, o.hang_limit_ms) {}
+      : o_(o),
+        cluster_(cluster),
+        network_(network),
+        ckpt_dir_(std::move(ckpt_dir)),
+        schedule_(o.seed, std::move(kinds)),
+        observer_(cluster, o.hang_limit_ms) {}
 
   // Injects faults until the job finishes (or max_faults); fills `r`.
   void Run(CampaignResult& r) {
@@ -96,8 +100,8 @@ class Campaign {
         std::chrono::duration<double>(o_.work_seconds * 6 + 300)));
     while (!give_up.Expired()) {
       RestartUnexpectedExits();
-      Result<Json> healthy = observer_.WaitHealthy(o_.cluster.nodes, Deadline::AfterMs(
-                                                       o_.hang_limit_ms));
+      Result<Json> healthy =
+          observer_.WaitHealthy(o_.cluster.nodes, Deadline::AfterMs(o_.hang_limit_ms));
       if (healthy.ok() && observer_.Finished(*healthy)) break;
       if (o_.max_faults > 0 && static_cast<int>(r.faults.size()) >= o_.max_faults) {
         if (!healthy.ok()) RestartMissing();
@@ -174,8 +178,8 @@ class Campaign {
       if (!s.ok()) f.note += "restart: " + s.ToString();
     }
     if (2 * alive <= o_.cluster.nodes) AwaitRecovery(f, at, true);
-    Result<Json> full = observer_.WaitHealthy(o_.cluster.nodes, Deadline::After(milliseconds(
-                                                                      o_.hang_limit_ms)));
+    Result<Json> full =
+        observer_.WaitHealthy(o_.cluster.nodes, Deadline::After(milliseconds(o_.hang_limit_ms)));
     if (full.ok()) f.rejoin_s = Since(restarted);
   }
 
@@ -212,8 +216,8 @@ class Campaign {
       }
     if (leader != 0) {
       if (led != view)
-        f.note += "led view " + std::to_string(led) + ", not the current " +
-                  std::to_string(view) + " (its leader restarted since); ";
+        f.note += "led view " + std::to_string(led) + ", not the current " + std::to_string(view) +
+                  " (its leader restarted since); ";
       return leader;
     }
     int id = members.back();
@@ -235,8 +239,8 @@ class Campaign {
     do {
       for (int id : side) {
         if (trained.contains(id)) continue;
-        Result<Json> local = cluster_.Call(id, daemon::kCtlLocal, Json::object(),
-                                           Deadline::AfterMs(1000));
+        Result<Json> local =
+            cluster_.Call(id, daemon::kCtlLocal, Json::object(), Deadline::AfterMs(1000));
         if (!local.ok() || !local->contains("progress")) continue;
         const std::string g = Observer::Generation(*local);
         const int64_t step = Observer::Step(*local);
@@ -247,8 +251,10 @@ class Campaign {
         if (newer || step > first_step[id] + 1) {
           trained.insert(id);
           ++f.minority_trained;
-          f.note += fmt::format("daemon {} cut off from a majority trained on: generation {} "
-                                "step {}; ", id, g, step);
+          f.note += fmt::format(
+              "daemon {} cut off from a majority trained on: generation {} "
+              "step {}; ",
+              id, g, step);
         }
       }
       SleepMs(200);
@@ -301,8 +307,10 @@ class Campaign {
         if (Result<Json> now = cluster_.ClusterStatus(Deadline::AfterMs(2000)); now.ok())
           generation = Observer::Generation(*now);
         split();
-        WatchCutOff(f, cut_off, generation, MonoClock::now() + milliseconds(schedule_.Between(
-                                                o_.flap_min_ms, o_.flap_max_ms)), max_step);
+        WatchCutOff(
+            f, cut_off, generation,
+            MonoClock::now() + milliseconds(schedule_.Between(o_.flap_min_ms, o_.flap_max_ms)),
+            max_step);
         heal();
         SleepMs(schedule_.Between(o_.flap_min_ms, o_.flap_max_ms));
       }
@@ -334,8 +342,8 @@ class Campaign {
         f.gen_after = Observer::Generation(*s);
       }
     }
-    Result<Json> full = observer_.WaitHealthy(o_.cluster.nodes, Deadline::After(milliseconds(
-                                                                      o_.hang_limit_ms)));
+    Result<Json> full =
+        observer_.WaitHealthy(o_.cluster.nodes, Deadline::After(milliseconds(o_.hang_limit_ms)));
     if (full.ok()) {
       f.rejoin_s = Since(healed);
     } else {
@@ -428,16 +436,13 @@ class Campaign {
         Status st = FillDisk(ckpt_dir_ + "/..");
         SleepMs(o_.disk_full_ms);
         Status freed = FreeDisk(ckpt_dir_ + "/..");
-        if (!st.ok() || !freed.ok())
-          f.note += st.ToString() + "; " + freed.ToString() + "; ";
+        if (!st.ok() || !freed.ok()) f.note += st.ToString() + "; " + freed.ToString() + "; ";
         // Recovered when a checkpoint newer than any before the fill commits: saving works
         // again (the job may have restarted meanwhile; the note says so).
         const MonoTime freed_at = MonoClock::now();
-        const int64_t before = std::max(f.committed_before, NewestIntact(ckpt_dir_,
-                                                                         r_->corrupted));
+        const int64_t before = std::max(f.committed_before, NewestIntact(ckpt_dir_, r_->corrupted));
         const Deadline deadline = Deadline::AfterMs(o_.hang_limit_ms);
-        while (NewestIntact(ckpt_dir_, r_->corrupted) <= before && !deadline.Expired())
-          SleepMs(50);
+        while (NewestIntact(ckpt_dir_, r_->corrupted) <= before && !deadline.Expired()) SleepMs(50);
         if (NewestIntact(ckpt_dir_, r_->corrupted) <= before) {
           f.hang = true;
           f.note += "no checkpoint committed after the disk was freed; ";
@@ -461,9 +466,9 @@ class Campaign {
           f.skipped = "no committed checkpoint yet";
           break;
         }
-        Result<std::string> flipped = FlipByte(ckpt_dir_, step, schedule_.Pick(1 << 20),
-                                               static_cast<uint64_t>(schedule_.Between(
-                                                   0, int64_t{1} << 40)));
+        Result<std::string> flipped =
+            FlipByte(ckpt_dir_, step, schedule_.Pick(1 << 20),
+                     static_cast<uint64_t>(schedule_.Between(0, int64_t{1} << 40)));
         if (!flipped.ok()) {
           f.skipped = flipped.status().ToString();
           break;
@@ -527,8 +532,7 @@ void CompareWithReplay(const CampaignOptions& o, const std::string& ckpt_dir, Ca
   }
   for (const HistorySegment& s : *history)
     r.replayed.push_back(fmt::format("{} {} {}..{}", s.generation, s.layout, s.from, s.to));
-  LOG_INFO("chaos: replaying the layout history without faults ({} generations)",
-           history->size());
+  LOG_INFO("chaos: replaying the layout history without faults ({} generations)", history->size());
   Result<ReplayOutcome> replay = ReplayHistory(*history, o.ringtrain, o.ringckpt,
                                                o.cluster.dir + "/replay", ckpt_dir, r.final_step);
   if (!replay.ok()) {
@@ -576,15 +580,15 @@ Result<CampaignResult> RunCampaign(const CampaignOptions& o) {
   std::vector<FaultKind> kinds = o.kinds;
   if (!r.partitions_off.empty()) {
     std::erase_if(kinds, IsPartition);
-    LOG_WARN("chaos: partitions {}; the campaign runs without partition faults",
-             r.partitions_off);
-    if (kinds.empty()) return FailedPrecondition("partitions " + r.partitions_off +
-                                                 " and no other fault was asked for");
+    LOG_WARN("chaos: partitions {}; the campaign runs without partition faults", r.partitions_off);
+    if (kinds.empty())
+      return FailedPrecondition("partitions " + r.partitions_off +
+                                " and no other fault was asked for");
   }
 
-  co.env.push_back("RINGTRAIN_FAULTS=ckpt.save.after_data=delay:" +
-                   std::to_string(o.window_delay_ms) + ",ckpt.commit.after_fragments=delay:" +
-                   std::to_string(o.window_delay_ms));
+  co.env.push_back(
+      "RINGTRAIN_FAULTS=ckpt.save.after_data=delay:" + std::to_string(o.window_delay_ms) +
+      ",ckpt.commit.after_fragments=delay:" + std::to_string(o.window_delay_ms));
   ASSIGN_OR_RETURN(std::unique_ptr<LocalCluster> cluster, LocalCluster::Create(co));
   for (int id = 1; id <= co.nodes; ++id) RETURN_IF_ERROR(cluster->Start(id));
   Observer observer(*cluster, o.hang_limit_ms);
@@ -594,14 +598,14 @@ Result<CampaignResult> RunCampaign(const CampaignOptions& o) {
   RETURN_IF_ERROR(SubmitJob(*cluster, ChaosJob("baseline", dir + "/data", baseline_dir,
                                                int64_t{1} << 40, o.ckpt_every, o.memory_every)));
   ASSIGN_OR_RETURN(r.baseline_steps_per_s,
-                   observer.MeasureRate(co.nodes, o.baseline_seconds, Deadline::AfterMs(
-                                            300'000)));
+                   observer.MeasureRate(co.nodes, o.baseline_seconds, Deadline::AfterMs(300'000)));
   RETURN_IF_ERROR(StopJob(*cluster, observer));
   fs::remove_all(baseline_dir, ec);
-  r.job_steps = o.job_steps > 0 ? o.job_steps
-                                : std::max<int64_t>(2 * o.ckpt_every,
-                                                    static_cast<int64_t>(r.baseline_steps_per_s *
-                                                                         o.work_seconds));
+  r.job_steps =
+      o.job_steps > 0
+          ? o.job_steps
+          : std::max<int64_t>(2 * o.ckpt_every,
+                              static_cast<int64_t>(r.baseline_steps_per_s * o.work_seconds));
   LOG_INFO("chaos: fault-free {:.2f} steps/s on {} nodes; the chaos job trains {} steps",
            r.baseline_steps_per_s, co.nodes, r.job_steps);
 

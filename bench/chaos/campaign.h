@@ -25,29 +25,29 @@ struct CampaignOptions {
   // The chaos job's length as fault-free time: its steps = baseline steps/s × this. Faults are
   // injected until it finishes.
   double work_seconds = 120;
-  int64_t job_steps = 0;         // > 0: exactly this many steps instead
-  int max_faults = 0;            // > 0: no more faults after this many
-  int64_t ckpt_every = 10;       // the job's [ckpt] every (steps)
-  int64_t memory_every = 1;      // the job's [ckpt] memory_every (steps; 0 = no memory tier)
-  int64_t pause_min_ms = 1000;   // quiet time between a recovery and the next fault
+  int64_t job_steps = 0;        // > 0: exactly this many steps instead
+  int max_faults = 0;           // > 0: no more faults after this many
+  int64_t ckpt_every = 10;      // the job's [ckpt] every (steps)
+  int64_t memory_every = 1;     // the job's [ckpt] memory_every (steps; 0 = no memory tier)
+  int64_t pause_min_ms = 1000;  // quiet time between a recovery and the next fault
   int64_t pause_max_ms = 3000;
-  int64_t hang_min_ms = 3000;    // how long a SIGSTOP lasts
+  int64_t hang_min_ms = 3000;  // how long a SIGSTOP lasts
   int64_t hang_max_ms = 6000;
-  int64_t disk_full_ms = 4000;   // how long the checkpoint file system stays full
+  int64_t disk_full_ms = 4000;      // how long the checkpoint file system stays full
   int64_t restart_delay_ms = 1000;  // a killed daemon is started again after this
   int64_t hang_limit_ms = 60000;    // a recovery slower than this counts as a hang
   // Delay at the fault points ckpt.save.after_data and ckpt.commit.after_fragments (through
   // RINGTRAIN_FAULTS), so that the kill -9 of the two checkpoint faults lands inside the window.
   int64_t window_delay_ms = 300;
-  int64_t tmpfs_mib = 64;        // size of the tmpfs mounted on the checkpoint folder (root)
+  int64_t tmpfs_mib = 64;         // size of the tmpfs mounted on the checkpoint folder (root)
   bool keep_checkpoints = false;  // copy the tmpfs's final contents to DIR/ckpt.kept at the end
   // Each daemon in its own network namespace (bench/chaos/netns.h) when the machine allows it;
   // the partition faults need it and are left out of the schedule without it.
   bool netns = true;
   int64_t partition_min_ms = 3000;  // how long a partition is held
   int64_t partition_max_ms = 6000;
-  int partition_flaps = 3;          // partition-flap: splits, each held and healed for
-  int64_t flap_min_ms = 300;        // flap_min_ms..flap_max_ms
+  int partition_flaps = 3;    // partition-flap: splits, each held and healed for
+  int64_t flap_min_ms = 300;  // flap_min_ms..flap_max_ms
   int64_t flap_max_ms = 1500;
 };
 
@@ -68,15 +68,15 @@ struct FaultRecord {
   // Partitions: daemons cut off from a majority that trained on while cut off (a step of a
   // newer generation, or more than one step of the one they had): the invariant is none.
   int minority_trained = 0;
-  std::string note;               // what else was seen
+  std::string note;  // what else was seen
 };
 
 // One committed checkpoint checked by `ringckpt verify` at the end.
 struct VerifiedCheckpoint {
   int64_t step = 0;
-  bool passed = false;    // ringckpt verify exited 0
-  bool corrupted = false; // the campaign flipped a byte in it
-  std::string output;     // ringckpt's output when it failed
+  bool passed = false;     // ringckpt verify exited 0
+  bool corrupted = false;  // the campaign flipped a byte in it
+  std::string output;      // ringckpt's output when it failed
 };
 
 // A generation's first step as the rank-0 daemon logged it ("recovery: ...").
@@ -88,24 +88,24 @@ struct RecoveryLine {
 
 // Everything a campaign observed; the summary (report.h) is computed from it.
 struct CampaignResult {
-  std::string started;             // UTC date and time
+  std::string started;  // UTC date and time
   int nodes = 0;
   uint64_t seed = 0;
   double baseline_steps_per_s = 0;
   int64_t job_steps = 0;
-  double chaos_wall_s = 0;         // from the chaos job's first step to its end
-  bool finished = false;           // the job reached job_steps (desire "finished")
+  double chaos_wall_s = 0;  // from the chaos job's first step to its end
+  bool finished = false;    // the job reached job_steps (desire "finished")
   int64_t final_step = 0;
   std::vector<FaultRecord> faults;
   std::vector<RecoveryLine> recoveries;
   std::vector<VerifiedCheckpoint> verified;
-  std::set<int64_t> corrupted;     // steps the campaign flipped a byte in
-  int flips_detected = 0;          // ringckpt verify refused the checkpoint right after the flip
-  int flips_undetected = 0;        // ... or accepted it
+  std::set<int64_t> corrupted;  // steps the campaign flipped a byte in
+  int flips_detected = 0;       // ringckpt verify refused the checkpoint right after the flip
+  int flips_undetected = 0;     // ... or accepted it
   std::vector<std::string> corrupt_resumes;  // generations that resumed from a corrupted step
-  int unexpected_exits = 0;        // daemons that died without being killed
-  std::string disk_full_off;       // why disk-full could not run ("" = it could)
-  std::string partitions_off;      // why the partitions could not run ("" = they could)
+  int unexpected_exits = 0;                  // daemons that died without being killed
+  std::string disk_full_off;                 // why disk-full could not run ("" = it could)
+  std::string partitions_off;                // why the partitions could not run ("" = they could)
   // The final checkpoint against a fault-free replay of the job's layout history
   // (bench/chaos/replay.h): the generations replayed, and the largest absolute difference over
   // every tensor (-1: not compared; `replay_error` says why).

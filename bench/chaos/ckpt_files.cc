@@ -93,8 +93,7 @@ std::optional<SaveWindow> FindManifestWrite(const std::string& dir, int world) {
   return std::nullopt;
 }
 
-Result<std::string> FlipByte(const std::string& dir, int64_t step, size_t pick,
-                             uint64_t offset) {
+Result<std::string> FlipByte(const std::string& dir, int64_t step, size_t pick, uint64_t offset) {
   const std::string folder = dir + "/" + StepName(step);
   std::vector<std::string> files;
   std::error_code ec;

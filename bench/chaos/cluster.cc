@@ -79,8 +79,8 @@ Status LocalCluster::Start(int id) {
   const std::string config = state + "/node.toml";
   {
     std::ofstream out(config);
-    out << "[node]\nid = " << id << "\nlisten = \"" << Address(id) << "\"\nstate_dir = \""
-        << state << "\"\nslots = " << options_.slots << "\n";
+    out << "[node]\nid = " << id << "\nlisten = \"" << Address(id) << "\"\nstate_dir = \"" << state
+        << "\"\nslots = " << options_.slots << "\n";
     if (options_.network != nullptr)
       out << "rendezvous_host = \"" << options_.network->Address(id) << "\"\n[auth]\n"
           << "secret_file = \"" << options_.dir << "/cluster.secret\"\n";

@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "base/deadline.h"
-#include "base/subprocess.h"
 #include "base/net/auth.h"
 #include "base/status.h"
+#include "base/subprocess.h"
 #include "bench/chaos/netns.h"
 #include "daemon/control_api.h"
 
@@ -29,11 +29,11 @@ using Json = daemon::Json;
 
 // What the cluster is made of.
 struct ClusterOptions {
-  std::string dir;            // every daemon's state folder and log live below it
-  std::string ringtraind;     // the daemon binary
-  int nodes = 5;              // daemons, ids 1..nodes; node 1 bootstraps, the others join it
-  int slots = 1;              // CPU worker slots per daemon
-  int stop_grace_ms = 500;    // [worker] stop_grace_ms
+  std::string dir;          // every daemon's state folder and log live below it
+  std::string ringtraind;   // the daemon binary
+  int nodes = 5;            // daemons, ids 1..nodes; node 1 bootstraps, the others join it
+  int slots = 1;            // CPU worker slots per daemon
+  int stop_grace_ms = 500;  // [worker] stop_grace_ms
   // Extra environment of every daemon (and so of its workers), "NAME=value".
   std::vector<std::string> env;
   // Null: every daemon on loopback. Else daemon `id` runs in `network->Namespace(id)` and

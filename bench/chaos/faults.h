@@ -26,9 +26,9 @@ enum class FaultKind {
   kFlipByte,              // one byte flipped in a committed shard, then kill -9 of a worker
   // Network partitions (daemons in network namespaces, bench/chaos/netns.h), held for a while
   // and then healed:
-  kPartitionHalves,       // the nodes split in two halves (2|2 of 4, 2|3 of 5)
-  kPartitionOne,          // one node cut off from the others (3|1 of 4)
-  kPartitionFlap,         // a split (halves or one) made and healed a few times within seconds
+  kPartitionHalves,  // the nodes split in two halves (2|2 of 4, 2|3 of 5)
+  kPartitionOne,     // one node cut off from the others (3|1 of 4)
+  kPartitionFlap,    // a split (halves or one) made and healed a few times within seconds
 };
 
 // True for the three partition kinds.

@@ -42,9 +42,9 @@ std::string ChaosJob(const std::string& name, const std::string& data_dir,
 Status SubmitJob(LocalCluster& cluster, const std::string& job_text) {
   Status last = Unavailable("no daemon runs");
   for (int id : cluster.Responsive()) {
-    Result<Json> r = cluster.Call(id, daemon::kCtlSubmit,
-                                  Json{{"text", job_text}, {"source", "chaos job"}},
-                                  Deadline::AfterMs(30'000));
+    Result<Json> r =
+        cluster.Call(id, daemon::kCtlSubmit, Json{{"text", job_text}, {"source", "chaos job"}},
+                     Deadline::AfterMs(30'000));
     if (r.ok()) return Status();
     last = r.status();
   }
@@ -54,8 +54,7 @@ Status SubmitJob(LocalCluster& cluster, const std::string& job_text) {
 Status StopJob(LocalCluster& cluster, Observer& observer) {
   Status last = Unavailable("no daemon runs");
   for (int id : cluster.Responsive()) {
-    Result<Json> r = cluster.Call(id, daemon::kCtlStop, Json::object(),
-                                  Deadline::AfterMs(30'000));
+    Result<Json> r = cluster.Call(id, daemon::kCtlStop, Json::object(), Deadline::AfterMs(30'000));
     last = r.status();
     if (r.ok()) break;
   }

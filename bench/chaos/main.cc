@@ -33,47 +33,59 @@ int main(int argc, char** argv) {
   double hang_limit_s = 60;
   app.add_option("--seed", o.seed, "seed of the fault schedule")->capture_default_str();
   app.add_option("--nodes", o.cluster.nodes, "daemons (>= 4; 5 keeps a majority when two die)")
-      ->capture_default_str()->check(CLI::Range(4, 16));
+      ->capture_default_str()
+      ->check(CLI::Range(4, 16));
   app.add_option("--slots", o.cluster.slots, "CPU worker slots per daemon")
-      ->capture_default_str()->check(CLI::Range(1, 4));
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4));
   app.add_option("--seconds", o.work_seconds,
                  "the job's length as fault-free time (its steps = fault-free steps/s x this)")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--steps", o.job_steps, "the job's steps instead of --seconds")
       ->check(CLI::PositiveNumber);
   app.add_option("--baseline-seconds", o.baseline_seconds, "fault-free measurement first")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--max-faults", o.max_faults, "stop injecting after this many (0: no limit)")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
-  app.add_option("--faults", faults, "comma-separated fault kinds, or all")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--faults", faults, "comma-separated fault kinds, or all")->capture_default_str();
   app.add_option("--ckpt-every", o.ckpt_every, "the job's checkpoint interval in steps")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--memory-every", o.memory_every,
                  "the job's memory-tier snapshot interval in steps (0: no memory tier)")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_flag("--no-replay", no_replay,
                "skip the fault-free replay of the layout history and the final-weights check");
   int64_t pause_ms = o.pause_min_ms, hang_ms = o.hang_min_ms;
   app.add_option("--pause-ms", pause_ms, "quiet time between faults: MIN..3*MIN ms")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--hang-ms", hang_ms, "SIGSTOP length: MIN..2*MIN ms")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--disk-full-ms", o.disk_full_ms, "how long the checkpoint tmpfs stays full")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_flag("--netns,!--no-netns", o.netns,
                "each daemon in its own network namespace (root; needed by the partitions)")
       ->capture_default_str();
   int64_t partition_ms = o.partition_min_ms;
   app.add_option("--partition-ms", partition_ms, "how long a partition is held: MS..2*MS")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--hang-limit", hang_limit_s, "seconds after which a recovery is a hang")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--dir", dir, "campaign folder, must be empty (default: a new one in /tmp)");
-  app.add_flag("--keep", keep, "keep the campaign folder (logs; the checkpoints copied to DIR/ckpt.kept) afterwards");
+  app.add_flag(
+      "--keep", keep,
+      "keep the campaign folder (logs; the checkpoints copied to DIR/ckpt.kept) afterwards");
   app.add_option("--json", json_path, "also write the summary as JSON to this file");
-  app.add_option("--ringtraind", o.cluster.ringtraind, "the daemon binary")
-      ->capture_default_str();
+  app.add_option("--ringtraind", o.cluster.ringtraind, "the daemon binary")->capture_default_str();
   app.add_option("--ringckpt", o.ringckpt, "the ringckpt binary")->capture_default_str();
   app.add_option("--ringtrain", o.ringtrain, "the ringtrain binary (the replay)")
       ->capture_default_str();
@@ -123,9 +135,8 @@ int main(int argc, char** argv) {
     }
   }
   // The final weights equal the replay's within 1e-5 (when a replay was asked for).
-  const bool weights_held =
-      o.ringtrain.empty() ||
-      (r->final_max_abs_difference >= 0 && r->final_max_abs_difference <= 1e-5);
+  const bool weights_held = o.ringtrain.empty() || (r->final_max_abs_difference >= 0 &&
+                                                    r->final_max_abs_difference <= 1e-5);
   const bool held = r->finished && s.committed_steps_lost == 0 && s.corrupt_accepted == 0 &&
                     s.hangs == 0 && s.minority_trained == 0 && weights_held;
   return held ? 0 : 1;

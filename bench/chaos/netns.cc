@@ -143,7 +143,8 @@ Status NodeNetwork::Build() {
     const std::string host_end = "rtc" + tag_ + "h" + std::to_string(id);
     const std::string node_end = "rtc" + tag_ + "n" + std::to_string(id);
     RETURN_IF_ERROR(Ip({"netns", "add", ns}).status());
-    RETURN_IF_ERROR(Ip({"link", "add", host_end, "type", "veth", "peer", "name", node_end}).status());
+    RETURN_IF_ERROR(
+        Ip({"link", "add", host_end, "type", "veth", "peer", "name", node_end}).status());
     RETURN_IF_ERROR(Ip({"link", "set", node_end, "netns", ns}).status());
     RETURN_IF_ERROR(Ip({"link", "set", host_end, "master", bridge}).status());
     RETURN_IF_ERROR(Ip({"link", "set", host_end, "up"}).status());
@@ -187,7 +188,8 @@ Status NodeNetwork::Split(const std::vector<int>& a, const std::vector<int>& b) 
     for (int y : b)
       for (auto [from, to] : {std::pair{x, y}, std::pair{y, x}}) {
         RETURN_IF_ERROR(Ip({"-n", Namespace(from), "rule", "add", "pref", "500", "from",
-                            Address(to) + "/32", "blackhole"}).status());
+                            Address(to) + "/32", "blackhole"})
+                            .status());
         cut_.emplace_back(from, to);
       }
   return Status();
@@ -196,8 +198,9 @@ Status NodeNetwork::Split(const std::vector<int>& a, const std::vector<int>& b) 
 Status NodeNetwork::Heal() {
   Status first;
   for (auto [from, to] : cut_) {
-    Status s = Ip({"-n", Namespace(from), "rule", "del", "pref", "500", "from",
-                   Address(to) + "/32", "blackhole"}).status();
+    Status s = Ip({"-n", Namespace(from), "rule", "del", "pref", "500", "from", Address(to) + "/32",
+                   "blackhole"})
+                   .status();
     if (first.ok() && !s.ok()) first = s;
   }
   cut_.clear();

@@ -66,8 +66,8 @@ class NodeNetwork {
   Status Build();
 
   int nodes_;
-  int subnet_;  // X of 10.77.X.0/24
-  std::string tag_;  // this process's pid
+  int subnet_;                            // X of 10.77.X.0/24
+  std::string tag_;                       // this process's pid
   std::vector<std::pair<int, int>> cut_;  // (namespace of node, from address of node) dropped
   std::mutex remove_mu_;
   bool removed_ = false;

@@ -10,8 +10,7 @@ namespace rt::chaos {
 
 std::string Observer::Generation(const Json& s) {
   const auto it = s.find("progress");
-  return it != s.end() && it->contains("generation") ? (*it)["generation"].get<std::string>()
-                                                     : "";
+  return it != s.end() && it->contains("generation") ? (*it)["generation"].get<std::string>() : "";
 }
 
 int64_t Observer::Step(const Json& s) {
@@ -75,25 +74,25 @@ Result<Json> Observer::WaitProgress(const std::string& generation, int64_t step,
 Result<Json> Observer::WaitHealthy(int nodes, Deadline deadline) {
   std::string generation;
   int64_t first_step = -1;
-  return Until("a healthy cluster of " + std::to_string(nodes) + " training", deadline,
-               [&](const Json& s) {
-                 if (Finished(s)) return true;
-                 const std::string g = Generation(s);
-                 bool whole = static_cast<int>(MemberIds(s).size()) == nodes && !g.empty();
-                 for (const Json& n : s.value("nodes", Json::array()))
-                   whole = whole && n.value("generation", "") == g &&
-                           !n.value("workers", Json::array()).empty();
-                 if (!whole) {
-                   generation.clear();
-                   return false;
-                 }
-                 if (g != generation) {
-                   generation = g;
-                   first_step = Step(s);
-                   return false;
-                 }
-                 return Step(s) > first_step;
-               });
+  return Until(
+      "a healthy cluster of " + std::to_string(nodes) + " training", deadline, [&](const Json& s) {
+        if (Finished(s)) return true;
+        const std::string g = Generation(s);
+        bool whole = static_cast<int>(MemberIds(s).size()) == nodes && !g.empty();
+        for (const Json& n : s.value("nodes", Json::array()))
+          whole =
+              whole && n.value("generation", "") == g && !n.value("workers", Json::array()).empty();
+        if (!whole) {
+          generation.clear();
+          return false;
+        }
+        if (g != generation) {
+          generation = g;
+          first_step = Step(s);
+          return false;
+        }
+        return Step(s) > first_step;
+      });
 }
 
 Result<Json> Observer::WaitFinished(Deadline deadline) {
@@ -106,8 +105,7 @@ Result<Json> Observer::WaitStep(int64_t step, Deadline deadline) {
 }
 
 Status Observer::WaitNoWorkers(Deadline deadline) {
-  return Until("no workers", deadline, [](const Json& s) { return Workers(s).empty(); })
-      .status();
+  return Until("no workers", deadline, [](const Json& s) { return Workers(s).empty(); }).status();
 }
 
 Result<double> Observer::MeasureRate(int nodes, double seconds, Deadline deadline) {
@@ -128,8 +126,7 @@ Result<double> Observer::MeasureRate(int nodes, double seconds, Deadline deadlin
 
 std::pair<int64_t, int64_t> GenerationOrder(const std::string& generation) {
   long long job = 0, view = 0, epoch = 0;
-  if (std::sscanf(generation.c_str(), "%lld.%lld.%lld", &job, &view, &epoch) != 3)
-    return {-1, -1};
+  if (std::sscanf(generation.c_str(), "%lld.%lld.%lld", &job, &view, &epoch) != 3) return {-1, -1};
   return {view, epoch};
 }
 

@@ -15,7 +15,8 @@ namespace fs = std::filesystem;
 namespace {
 
 // "worker: generation G rank 0/N layout L, ..." (daemon/worker.cc).
-const std::regex kWorkerLine(R"(worker: generation (\S+) rank 0/(\d+) layout ([^,\s]+(,[^,\s]+)*),)");
+const std::regex kWorkerLine(
+    R"(worker: generation (\S+) rank 0/(\d+) layout ([^,\s]+(,[^,\s]+)*),)");
 // "resuming from checkpoint S in URI (written by ..." or "... from memory snapshot S in URI ..."
 // (parallel/checkpointing.cc).
 const std::regex kResumeLine(R"(resuming from (?:memory snapshot|checkpoint) (\d+) in (\S+) \()");
@@ -98,9 +99,10 @@ Result<std::vector<HistorySegment>> LayoutHistory(const std::vector<TrainedGener
           best_at = c.at;
         }
     if (best != nullptr)
-      LOG_WARN("chaos replay: no rank 0 logged the commit of step {} to {}; taking generation {} "
-               "(its last logged commit before the resume at {} was at {})", step, uri,
-               best->generation, before, best_at);
+      LOG_WARN(
+          "chaos replay: no rank 0 logged the commit of step {} to {}; taking generation {} "
+          "(its last logged commit before the resume at {} was at {})",
+          step, uri, best->generation, before, best_at);
     return best;
   };
   std::vector<HistorySegment> chain;
@@ -140,15 +142,14 @@ Result<ReplayOutcome> ReplayHistory(const std::vector<HistorySegment>& history,
   const std::vector<std::string> env = EnvironmentWithout({"RINGTRAIN_FAULTS"});
   for (const HistorySegment& s : history) {
     std::vector<std::string> argv = {
-        ringtrain, "--log-level", "warn", "train", "--config", s.run_config, "--layout",
-        s.layout, "--ranks", std::to_string(s.ranks), "--stop-after", std::to_string(s.to),
+        ringtrain, "--log-level", "warn", "train", "--config", s.run_config, "--layout", s.layout,
+        "--ranks", std::to_string(s.ranks), "--stop-after", std::to_string(s.to),
         // Saves only where it stops (and synchronously): the next segment resumes from there.
         "--set", "ckpt.dir=" + ckpt, "--set", "ckpt.every=1000000000", "--set",
         "ckpt.memory_every=0", "--set", "ckpt.async=false", "--set", "ckpt.keep=2"};
     if (s.from > 0) argv.push_back("--resume");
-    const std::string what = "replay of generation " + s.generation + " (" + s.layout +
-                             ", steps " + std::to_string(s.from + 1) + ".." +
-                             std::to_string(s.to) + ")";
+    const std::string what = "replay of generation " + s.generation + " (" + s.layout + ", steps " +
+                             std::to_string(s.from + 1) + ".." + std::to_string(s.to) + ")";
     ASSIGN_OR_RETURN(ProcessOutcome run, RunProcess(argv, env, Deadline::AfterMs(1'800'000)));
     std::ofstream(work_dir + "/" + s.generation + ".log") << run.output;
     if (!run.exited || run.exit_code != 0)
@@ -159,10 +160,9 @@ Result<ReplayOutcome> ReplayHistory(const std::vector<HistorySegment>& history,
                       run.output);
   }
   const std::string step = std::to_string(final_step);
-  ASSIGN_OR_RETURN(ProcessOutcome diff,
-                   RunProcess({ringckpt, "diff", ckpt_uri, ckpt, "--step-a", step, "--step-b",
-                               step},
-                              env, Deadline::AfterMs(300'000)));
+  ASSIGN_OR_RETURN(ProcessOutcome diff, RunProcess({ringckpt, "diff", ckpt_uri, ckpt, "--step-a",
+                                                    step, "--step-b", step},
+                                                   env, Deadline::AfterMs(300'000)));
   out.diff = diff.output;
   if (!diff.exited || diff.exit_code != 0)
     return Internal("ringckpt diff of the final checkpoints failed: " + diff.output);

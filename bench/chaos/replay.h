@@ -60,8 +60,7 @@ std::string StoreOf(const std::string& uri);
 // as the work of the generation whose last logged commit of an earlier step came last before
 // the resume (logged as a warning). Errors: NotFound naming the step whose writer is unknown.
 Result<std::vector<HistorySegment>> LayoutHistory(const std::vector<TrainedGeneration>& gens,
-                                                  int64_t final_step,
-                                                  const std::string& final_uri);
+                                                  int64_t final_step, const std::string& final_uri);
 
 // What the replay found.
 struct ReplayOutcome {

@@ -76,8 +76,8 @@ Summary Summarize(const CampaignResult& r) {
   if (r.chaos_wall_s > 0 && r.baseline_steps_per_s > 0) {
     const double fault_free_s = static_cast<double>(r.job_steps) / r.baseline_steps_per_s;
     s.throughput_share = fault_free_s / r.chaos_wall_s;
-    if (r.chaos_wall_s > recovering) s.throughput_share_net = fault_free_s / (r.chaos_wall_s -
-                                                                              recovering);
+    if (r.chaos_wall_s > recovering)
+      s.throughput_share_net = fault_free_s / (r.chaos_wall_s - recovering);
   }
   return s;
 }
@@ -96,11 +96,12 @@ std::string SummaryText(const CampaignResult& r, const Summary& s) {
     out += fmt::format(
         "{:>3} {:>7.1f} {:<23} {:<48} {:>9} {:>8} {:>9} {:>8}{}\n", ++i, f.at_s, FaultName(f.kind),
         f.skipped.empty() ? f.target.substr(0, 48) : "skipped: " + f.skipped.substr(0, 39),
-        f.hang ? "HANG" : f.recovery_s >= 0 ? fmt::format("{:.2f} s", f.recovery_s) : "-",
+        f.hang              ? "HANG"
+        : f.recovery_s >= 0 ? fmt::format("{:.2f} s", f.recovery_s)
+                            : "-",
         f.rejoin_s >= 0 ? fmt::format("{:.1f} s", f.rejoin_s) : "-",
         f.gen_after.empty() ? "-" : f.gen_after,
-        line != nullptr && f.gen_after != f.gen_before ? std::to_string(line->first_step - 1)
-                                                       : "-",
+        line != nullptr && f.gen_after != f.gen_before ? std::to_string(line->first_step - 1) : "-",
         f.note.empty() ? "" : "  (" + f.note + ")");
   }
   out += "faults injected:";
@@ -117,8 +118,7 @@ std::string SummaryText(const CampaignResult& r, const Summary& s) {
       s.recoveries, s.recovery_median_s, s.recovery_p95_s, s.recovery_max_s, s.rejoin_median_s,
       s.rejoin_max_s);
   for (const auto& [name, times] : s.recovery_by_kind)
-    out += fmt::format("  {:<23} median {:.2f} s, max {:.2f} s\n", name, times.first,
-                       times.second);
+    out += fmt::format("  {:<23} median {:.2f} s, max {:.2f} s\n", name, times.first, times.second);
   out += fmt::format("hangs (no progress within the limit): {}\n", s.hangs);
   out += fmt::format(
       "restarts from a checkpoint: {} ({} without a recovery line); committed steps lost: {}; "
@@ -140,7 +140,8 @@ std::string SummaryText(const CampaignResult& r, const Summary& s) {
   if (r.partitions_off.empty()) {
     out += fmt::format(
         "partitions (daemons in network namespaces): daemons that trained on while cut off from "
-        "a majority: {}\n", s.minority_trained);
+        "a majority: {}\n",
+        s.minority_trained);
   } else {
     out += "partitions: " + r.partitions_off + "\n";
   }
@@ -152,8 +153,7 @@ std::string SummaryText(const CampaignResult& r, const Summary& s) {
         r.final_max_abs_difference == 0 ? " (bitwise equal)" : "");
   } else {
     out += "final weights vs a fault-free replay of the same layout history: not compared (" +
-           (r.replay_error.empty() ? std::string("no replay asked for") : r.replay_error) +
-           ")\n";
+           (r.replay_error.empty() ? std::string("no replay asked for") : r.replay_error) + ")\n";
   }
   return out;
 }
@@ -161,36 +161,60 @@ std::string SummaryText(const CampaignResult& r, const Summary& s) {
 daemon::Json SummaryJson(const CampaignResult& r, const Summary& s) {
   daemon::Json faults = daemon::Json::array();
   for (const FaultRecord& f : r.faults)
-    faults.push_back({{"kind", FaultName(f.kind)}, {"target", f.target}, {"at_s", f.at_s},
-                      {"skipped", f.skipped}, {"gen_before", f.gen_before},
-                      {"step_before", f.step_before}, {"committed_before", f.committed_before},
-                      {"gen_after", f.gen_after}, {"recovery_s", f.recovery_s},
-                      {"hang", f.hang}, {"rejoin_s", f.rejoin_s},
-                      {"minority_trained", f.minority_trained}, {"note", f.note}});
+    faults.push_back({{"kind", FaultName(f.kind)},
+                      {"target", f.target},
+                      {"at_s", f.at_s},
+                      {"skipped", f.skipped},
+                      {"gen_before", f.gen_before},
+                      {"step_before", f.step_before},
+                      {"committed_before", f.committed_before},
+                      {"gen_after", f.gen_after},
+                      {"recovery_s", f.recovery_s},
+                      {"hang", f.hang},
+                      {"rejoin_s", f.rejoin_s},
+                      {"minority_trained", f.minority_trained},
+                      {"note", f.note}});
   int injected = 0;
   for (const auto& [name, n] : s.injected) injected += n;
-  return {{"started", r.started}, {"seed", r.seed}, {"nodes", r.nodes},
-          {"baseline_steps_per_s", r.baseline_steps_per_s}, {"job_steps", r.job_steps},
-          {"finished", r.finished}, {"final_step", r.final_step},
-          {"chaos_wall_s", r.chaos_wall_s}, {"faults_injected", injected},
-          {"injected", s.injected}, {"skipped", s.skipped}, {"recoveries", s.recoveries},
-          {"recovery_median_s", s.recovery_median_s}, {"recovery_p95_s", s.recovery_p95_s},
-          {"recovery_max_s", s.recovery_max_s}, {"recovery_by_kind", s.recovery_by_kind},
-          {"hangs", s.hangs}, {"restarts", s.restarts},
-          {"unmatched_restarts", s.unmatched}, {"committed_steps_lost", s.committed_steps_lost},
+  return {{"started", r.started},
+          {"seed", r.seed},
+          {"nodes", r.nodes},
+          {"baseline_steps_per_s", r.baseline_steps_per_s},
+          {"job_steps", r.job_steps},
+          {"finished", r.finished},
+          {"final_step", r.final_step},
+          {"chaos_wall_s", r.chaos_wall_s},
+          {"faults_injected", injected},
+          {"injected", s.injected},
+          {"skipped", s.skipped},
+          {"recoveries", s.recoveries},
+          {"recovery_median_s", s.recovery_median_s},
+          {"recovery_p95_s", s.recovery_p95_s},
+          {"recovery_max_s", s.recovery_max_s},
+          {"recovery_by_kind", s.recovery_by_kind},
+          {"hangs", s.hangs},
+          {"restarts", s.restarts},
+          {"unmatched_restarts", s.unmatched},
+          {"committed_steps_lost", s.committed_steps_lost},
           {"steps_repeated", s.steps_repeated},
           {"checkpoints_committed", r.verified.size()},
           {"checkpoints_verified", s.checkpoints_verified},
           {"checkpoints_refused", s.checkpoints_refused},
-          {"flips_detected", r.flips_detected}, {"flips_fell_back", s.flips_fell_back},
+          {"flips_detected", r.flips_detected},
+          {"flips_fell_back", s.flips_fell_back},
           {"flips_undetected", r.flips_undetected},
-          {"corrupt_resumes", r.corrupt_resumes}, {"corrupt_accepted", s.corrupt_accepted},
+          {"corrupt_resumes", r.corrupt_resumes},
+          {"corrupt_accepted", s.corrupt_accepted},
           {"throughput_share", s.throughput_share},
           {"throughput_share_net", s.throughput_share_net},
-          {"unexpected_exits", r.unexpected_exits}, {"disk_full_off", r.disk_full_off},
-          {"partitions_off", r.partitions_off}, {"minority_trained", s.minority_trained},
-          {"replayed", r.replayed}, {"final_max_abs_difference", r.final_max_abs_difference},
-          {"replay_error", r.replay_error}, {"faults", std::move(faults)}};
+          {"unexpected_exits", r.unexpected_exits},
+          {"disk_full_off", r.disk_full_off},
+          {"partitions_off", r.partitions_off},
+          {"minority_trained", s.minority_trained},
+          {"replayed", r.replayed},
+          {"final_max_abs_difference", r.final_max_abs_difference},
+          {"replay_error", r.replay_error},
+          {"faults", std::move(faults)}};
 }
 
 }  // namespace rt::chaos

@@ -17,23 +17,23 @@ struct Summary {
   std::map<std::string, int> skipped;   // by fault name
   // Recovery median and max by fault name (faults with a timed recovery).
   std::map<std::string, std::pair<double, double>> recovery_by_kind;
-  int recoveries = 0;                   // faults with a timed recovery
+  int recoveries = 0;  // faults with a timed recovery
   double recovery_median_s = 0, recovery_p95_s = 0, recovery_max_s = 0;
   double rejoin_median_s = 0, rejoin_max_s = 0;
-  int hangs = 0;                        // no progress within the hang limit
-  int restarts = 0;                     // faults after which training resumed from a checkpoint
-  int unmatched = 0;                    // restarts whose recovery log line was not found
-  int64_t committed_steps_lost = 0;     // Σ newest intact committed step − resumed step (≥ 0)
-  int64_t steps_repeated = 0;           // Σ newest step seen − resumed step (≥ 0)
-  int checkpoints_verified = 0;         // committed checkpoints that ringckpt verify passed
-  int checkpoints_refused = 0;          // ... refused, each one the campaign corrupted
-  int flips_fell_back = 0;              // flips whose next resume went past the corrupted step
-  int corrupt_accepted = 0;             // corrupted ones passed, or intact ones refused, or
-                                        // resumes from a corrupted step, or flips not detected
-  int minority_trained = 0;             // partitions: daemons cut off from a majority that
-                                        // trained on (FaultRecord::minority_trained)
-  double throughput_share = 0;          // fault-free time of the job's steps / chaos wall time
-  double throughput_share_net = 0;      // ... / (wall time − Σ recovery time)
+  int hangs = 0;                     // no progress within the hang limit
+  int restarts = 0;                  // faults after which training resumed from a checkpoint
+  int unmatched = 0;                 // restarts whose recovery log line was not found
+  int64_t committed_steps_lost = 0;  // Σ newest intact committed step − resumed step (≥ 0)
+  int64_t steps_repeated = 0;        // Σ newest step seen − resumed step (≥ 0)
+  int checkpoints_verified = 0;      // committed checkpoints that ringckpt verify passed
+  int checkpoints_refused = 0;       // ... refused, each one the campaign corrupted
+  int flips_fell_back = 0;           // flips whose next resume went past the corrupted step
+  int corrupt_accepted = 0;          // corrupted ones passed, or intact ones refused, or
+                                     // resumes from a corrupted step, or flips not detected
+  int minority_trained = 0;          // partitions: daemons cut off from a majority that
+                                     // trained on (FaultRecord::minority_trained)
+  double throughput_share = 0;       // fault-free time of the job's steps / chaos wall time
+  double throughput_share_net = 0;   // ... / (wall time − Σ recovery time)
 };
 
 // Computes the summary (percentiles by the nearest-rank method).

@@ -20,16 +20,17 @@
 #include <cblas.h>
 #include <sched.h>
 
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <map>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include "bench/ckpt/ckpt_bench.h"
 #include "ckpt/checkpoint.h"

@@ -23,8 +23,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <numeric>
 #include <cstring>
+#include <numeric>
 #include <string>
 #include <thread>
 #include <vector>
@@ -80,8 +80,10 @@ bool Parse(int argc, char** argv, Args* a) {
   for (int i = 1; i < argc; ++i) {
     std::string k = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
-    if (k == "--op") a->op = next();
-    else if (k == "--ranks") a->ranks = std::stoi(next());
+    if (k == "--op")
+      a->op = next();
+    else if (k == "--ranks")
+      a->ranks = std::stoi(next());
     else if (k == "--sizes") {
       std::string list = next();
       size_t pos = 0;
@@ -91,18 +93,30 @@ bool Parse(int argc, char** argv, Args* a) {
         if (comma > pos) a->sizes.push_back(ParseSize(list.substr(pos, comma - pos)));
         pos = comma + 1;
       }
-    } else if (k == "--json") a->json = true;
-    else if (k == "--transport") a->transport = next();
-    else if (k == "--iters") a->iters = std::stoi(next());
-    else if (k == "--arena-bytes") a->arena_bytes = static_cast<long>(ParseSize(next()));
-    else if (k == "--yield-us") a->yield_us = std::stol(next());
-    else if (k == "--small-bytes") a->small_bytes = static_cast<long>(ParseSize(next()));
-    else if (k == "--single-copy-bytes") a->single_copy_bytes = static_cast<long>(ParseSize(next()));
-    else if (k == "--bind") a->bind = next();
-    else if (k == "--tcp-conns") a->tcp_conns = std::stoi(next());
-    else if (k == "--worker-rank") a->worker_rank = std::stoi(next());
-    else if (k == "--store-port") a->store_port = static_cast<uint16_t>(std::stoi(next()));
-    else return false;
+    } else if (k == "--json")
+      a->json = true;
+    else if (k == "--transport")
+      a->transport = next();
+    else if (k == "--iters")
+      a->iters = std::stoi(next());
+    else if (k == "--arena-bytes")
+      a->arena_bytes = static_cast<long>(ParseSize(next()));
+    else if (k == "--yield-us")
+      a->yield_us = std::stol(next());
+    else if (k == "--small-bytes")
+      a->small_bytes = static_cast<long>(ParseSize(next()));
+    else if (k == "--single-copy-bytes")
+      a->single_copy_bytes = static_cast<long>(ParseSize(next()));
+    else if (k == "--bind")
+      a->bind = next();
+    else if (k == "--tcp-conns")
+      a->tcp_conns = std::stoi(next());
+    else if (k == "--worker-rank")
+      a->worker_rank = std::stoi(next());
+    else if (k == "--store-port")
+      a->store_port = static_cast<uint16_t>(std::stoi(next()));
+    else
+      return false;
   }
   return !a->sizes.empty() && a->ranks >= 1;
 }
@@ -135,27 +149,33 @@ int Worker(const Args& a) {
   if (a.small_bytes >= 0) o.small_message_bytes = static_cast<size_t>(a.small_bytes);
   if (a.single_copy_bytes >= 0) o.shm_single_copy_bytes = static_cast<size_t>(a.single_copy_bytes);
   if (a.tcp_conns > 0) o.tcp_connections_per_peer = a.tcp_conns;
-  o.transport = a.transport == "tcp" ? Transport::kTcp : a.transport == "shm" ? Transport::kShm : Transport::kAuto;
+  o.transport = a.transport == "tcp"   ? Transport::kTcp
+                : a.transport == "shm" ? Transport::kShm
+                                       : Transport::kAuto;
   auto comm = NewCpuCommunicator(o);
   if (!comm.ok()) return 4;
   Communicator& c = **comm;
   const int n = a.ranks;
   if (a.worker_rank == 0 && !a.json)
-    std::printf("# ringtrain cpu %s, %d ranks, transport %s, %s\n#%12s %12s %6s %12s %12s %12s %12s\n",
-                a.op.c_str(), n, a.transport.c_str(),
-                bound ? "rank r bound to cpu r" : "unbound", "size(B)", "count", "type", "time(us)",
-                "algbw(GB/s)", "busbw(GB/s)", "mean(us)");
+    std::printf(
+        "# ringtrain cpu %s, %d ranks, transport %s, %s\n#%12s %12s %6s %12s %12s %12s %12s\n",
+        a.op.c_str(), n, a.transport.c_str(), bound ? "rank r bound to cpu r" : "unbound",
+        "size(B)", "count", "type", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "mean(us)");
   for (size_t bytes : a.sizes) {
     size_t count = std::max<size_t>(1, bytes / 4);
     size_t per_rank = std::max<size_t>(1, count / n);
-    std::vector<float> send(count * (a.op == "all_to_all" || a.op == "reduce_scatter" ? 1 : 1), 1.0f),
+    std::vector<float> send(count * (a.op == "all_to_all" || a.op == "reduce_scatter" ? 1 : 1),
+                            1.0f),
         recv(count, 0.0f);
     auto issue = [&]() -> WorkHandle {
-      if (a.op == "all_reduce") return c.AllReduce(send.data(), recv.data(), count, DType::kF32, ReduceOp::kSum);
+      if (a.op == "all_reduce")
+        return c.AllReduce(send.data(), recv.data(), count, DType::kF32, ReduceOp::kSum);
       if (a.op == "all_gather") return c.AllGather(send.data(), recv.data(), per_rank, DType::kF32);
-      if (a.op == "reduce_scatter") return c.ReduceScatter(send.data(), recv.data(), per_rank, DType::kF32, ReduceOp::kSum);
+      if (a.op == "reduce_scatter")
+        return c.ReduceScatter(send.data(), recv.data(), per_rank, DType::kF32, ReduceOp::kSum);
       if (a.op == "broadcast") return c.Broadcast(send.data(), recv.data(), count, DType::kF32, 0);
-      if (a.op == "reduce") return c.Reduce(send.data(), recv.data(), count, DType::kF32, ReduceOp::kSum, 0);
+      if (a.op == "reduce")
+        return c.Reduce(send.data(), recv.data(), count, DType::kF32, ReduceOp::kSum, 0);
       if (a.op == "all_to_all") return c.AllToAll(send.data(), recv.data(), per_rank, DType::kF32);
       return nullptr;
     };
@@ -186,8 +206,12 @@ int Worker(const Args& a) {
       times.clear();
       if (!run(2, 1).ok()) return 5;
       double per = (times[0] + times[1]) / 2;
-      int32_t want = static_cast<int32_t>(std::clamp(0.3 / std::max(per, 1e-7), 5.0, kMaxIters)), agreed = 0;
-      if (!c.AllReduce(&want, &agreed, 1, DType::kI32, ReduceOp::kMax)->Wait(Deadline::AfterMs(60'000)).ok()) return 5;
+      int32_t want = static_cast<int32_t>(std::clamp(0.3 / std::max(per, 1e-7), 5.0, kMaxIters)),
+              agreed = 0;
+      if (!c.AllReduce(&want, &agreed, 1, DType::kI32, ReduceOp::kMax)
+               ->Wait(Deadline::AfterMs(60'000))
+               .ok())
+        return 5;
       iters = agreed;
     }
     const int batch = std::max(1, iters / kMaxSamples);
@@ -203,10 +227,13 @@ int Worker(const Args& a) {
     double busbw = algbw * BusFactor(a.op, n);
     if (a.worker_rank == 0) {
       if (a.json)
-        std::printf("{\"op\":\"%s\",\"ranks\":%d,\"bytes\":%zu,\"time_us\":%.2f,\"algbw_GBps\":%.3f,\"busbw_GBps\":%.3f,\"mean_us\":%.2f,\"iters\":%d}\n",
-                    a.op.c_str(), n, count * 4, us, algbw, busbw, mean_us, iters);
+        std::printf(
+            "{\"op\":\"%s\",\"ranks\":%d,\"bytes\":%zu,\"time_us\":%.2f,\"algbw_GBps\":%.3f,"
+            "\"busbw_GBps\":%.3f,\"mean_us\":%.2f,\"iters\":%d}\n",
+            a.op.c_str(), n, count * 4, us, algbw, busbw, mean_us, iters);
       else
-        std::printf(" %12zu %12zu %6s %12.2f %12.3f %12.3f %12.2f\n", count * 4, count, "float", us, algbw, busbw, mean_us);
+        std::printf(" %12zu %12zu %6s %12.2f %12.3f %12.3f %12.2f\n", count * 4, count, "float", us,
+                    algbw, busbw, mean_us);
       std::fflush(stdout);
     }
   }
@@ -236,7 +263,8 @@ int RunCommBench(int argc, char** argv, const std::vector<std::string>& relaunch
   for (int r = 0; r < a.ranks; ++r) {
     std::vector<std::string> args = relaunch;
     args.insert(args.end(), argv + 1, argv + argc);
-    args.insert(args.end(), {"--worker-rank", std::to_string(r), "--store-port", std::to_string((*server)->port())});
+    args.insert(args.end(), {"--worker-rank", std::to_string(r), "--store-port",
+                             std::to_string((*server)->port())});
     std::vector<char*> cargs;
     for (auto& s : args) cargs.push_back(s.data());
     cargs.push_back(nullptr);

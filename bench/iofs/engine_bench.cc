@@ -50,12 +50,14 @@ int main(int argc, char** argv) {
         const uint64_t first = next.fetch_add(static_cast<uint64_t>(batch));
         if (first >= chunks) return;
         std::vector<rt::iofs::ChunkWrite> writes;
-        for (uint64_t id = first; id < std::min(chunks, first + batch); ++id) writes.push_back({id, 1, data});
+        for (uint64_t id = first; id < std::min(chunks, first + batch); ++id)
+          writes.push_back({id, 1, data});
         if (!(*engine)->Write(writes).ok()) failed = true;
       }
     });
   for (auto& t : pool) t.join();
-  const double write_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double write_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   next = 0;
   pool.clear();
   start = std::chrono::steady_clock::now();
@@ -69,10 +71,13 @@ int main(int argc, char** argv) {
       }
     });
   for (auto& t : pool) t.join();
-  const double read_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double read_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const double mib = static_cast<double>(chunks) * chunk / (1 << 20);
-  std::printf("engine write %8.1f MiB/s  read %8.1f MiB/s  (%.0f MiB, %u KiB chunks, %d threads, batch %d)%s\n",
-              mib / write_s, mib / read_s, mib, chunk >> 10, threads, batch, failed ? "  FAILED" : "");
+  std::printf(
+      "engine write %8.1f MiB/s  read %8.1f MiB/s  (%.0f MiB, %u KiB chunks, %d threads, batch "
+      "%d)%s\n",
+      mib / write_s, mib / read_s, mib, chunk >> 10, threads, batch, failed ? "  FAILED" : "");
   engine->reset();
   std::filesystem::remove_all(dir);
   return failed ? 1 : 0;

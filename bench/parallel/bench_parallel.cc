@@ -26,7 +26,6 @@
 #include <cblas.h>
 #include <sched.h>
 
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -37,14 +36,16 @@
 #include <utility>
 #include <vector>
 
+#include <CLI/CLI.hpp>
+
 #include "bench/parallel/parallel_bench.h"
 #include "comm/communicator.h"
+#include "model/rng.h"
 #include "parallel/config.h"
 #include "parallel/engine.h"
 #include "parallel/layout.h"
 #include "parallel/local_ranks.h"
 #include "parallel/schedule.h"
-#include "model/rng.h"
 
 namespace rt::parallel {
 namespace {
@@ -59,9 +60,9 @@ struct RankTimes {
 
 // Per-layout results, averaged over the measured steps.
 struct Result_ {
-  double step_s = 0;   // slowest rank's step
-  double bubble = -1;       // pipeline: the busiest stage's idle fraction of the span
-  double mean_bubble = -1;  // pipeline: the stages' mean idle fraction (imbalance included)
+  double step_s = 0;             // slowest rank's step
+  double bubble = -1;            // pipeline: the busiest stage's idle fraction of the span
+  double mean_bubble = -1;       // pipeline: the stages' mean idle fraction (imbalance included)
   std::optional<double> hidden;  // DDP: hidden share of the all-reduce time (may be < 0: noise)
   // Pipeline: the same two bubbles of the schedule run with no overhead at all (IdealBubbles).
   double ideal_bubble = -1, ideal_mean_bubble = -1;
@@ -103,8 +104,8 @@ std::pair<double, double> IdealBubbles(const ParallelLayout& layout, int micro,
         if (!op.forward && vs + 1 < p * v) ready = backward_done[cell(vs + 1, op.micro)];
         if (ready < 0) break;
         const size_t c = static_cast<size_t>(op.chunk);
-        const double pass = (op.forward ? stage[si]->chunk_forward_s[c]
-                                        : stage[si]->chunk_backward_s[c]) / micro;
+        const double pass =
+            (op.forward ? stage[si]->chunk_forward_s[c] : stage[si]->chunk_backward_s[c]) / micro;
         free_at[si] = std::max(free_at[si], ready) + pass;
         busy[si] += pass;
         (op.forward ? forward_done : backward_done)[cell(vs, op.micro)] = free_at[si];

@@ -5,9 +5,10 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <thread>
+
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
-#include <thread>
 
 #include "base/deadline.h"
 #include "base/net/frame_io.h"

@@ -44,33 +44,44 @@ Status NcclStatus(ncclResult_t r, ncclComm_t comm, std::string_view what,
     if (last && *last) m += std::string(" (") + last + ")";
   }
   StatusCode code = r == ncclRemoteError || r == ncclSystemError ? StatusCode::kPeerFailed
-                                                                  : StatusCode::kNcclError;
+                                                                 : StatusCode::kNcclError;
   return ForeignError(code, m, where);
 }
 
 Status CudaStatus(cudaError_t e, std::string_view what,
                   SourceLocation where = SourceLocation::current()) {
-  return ForeignError(StatusCode::kCudaError, std::string(what) + ": " + cudaGetErrorString(e), where);
+  return ForeignError(StatusCode::kCudaError, std::string(what) + ": " + cudaGetErrorString(e),
+                      where);
 }
 
 ncclDataType_t NcclType(DType t) {
   switch (t) {
-    case DType::kF32: return ncclFloat32;
-    case DType::kBF16: return ncclBfloat16;
-    case DType::kF16: return ncclFloat16;
-    case DType::kI32: return ncclInt32;
-    case DType::kI64: return ncclInt64;
-    case DType::kU8: return ncclUint8;
+    case DType::kF32:
+      return ncclFloat32;
+    case DType::kBF16:
+      return ncclBfloat16;
+    case DType::kF16:
+      return ncclFloat16;
+    case DType::kI32:
+      return ncclInt32;
+    case DType::kI64:
+      return ncclInt64;
+    case DType::kU8:
+      return ncclUint8;
   }
   return ncclUint8;
 }
 
 ncclRedOp_t NcclOp(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return ncclSum;
-    case ReduceOp::kAvg: return ncclAvg;
-    case ReduceOp::kMax: return ncclMax;
-    case ReduceOp::kMin: return ncclMin;
+    case ReduceOp::kSum:
+      return ncclSum;
+    case ReduceOp::kAvg:
+      return ncclAvg;
+    case ReduceOp::kMax:
+      return ncclMax;
+    case ReduceOp::kMin:
+      return ncclMin;
   }
   return ncclSum;
 }
@@ -83,7 +94,8 @@ Status WaitNccl(ncclComm_t comm, Deadline deadline, std::string_view what) {
     if (r != ncclSuccess) return NcclStatus(r, comm, what);
     if (async == ncclSuccess) return Status();
     if (async != ncclInProgress) return NcclStatus(async, comm, what);
-    if (deadline.Expired()) return DeadlineExceeded(std::string(what) + ": not finished before the deadline");
+    if (deadline.Expired())
+      return DeadlineExceeded(std::string(what) + ": not finished before the deadline");
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
 }
@@ -110,8 +122,8 @@ struct State {
   cudaStream_t stream = nullptr;
   bool aborted_comm = false;
   CommStats stats;
-  void* scratch = nullptr;  // 4 bytes of device memory for Barrier
-  bool aborted = false;                         // AbortWith ran
+  void* scratch = nullptr;                     // 4 bytes of device memory for Barrier
+  bool aborted = false;                        // AbortWith ran
   std::vector<std::weak_ptr<State>> children;  // communicators Split from this one
 
   // "communicator world/tp (rank 1 of 2, generation 3)".
@@ -246,7 +258,8 @@ class NcclCommunicator final : public Communicator {
   NcclCommunicator(std::shared_ptr<State> st, bool /*split*/) : st_(std::move(st)) {
     thread_ = std::thread([st = st_] {
       Status s = cudaSetDevice(st->device) == cudaSuccess ? Status() : Internal("cudaSetDevice");
-      if (s.ok()) s = WaitNccl(st->comm, Deadline::After(st->opts.bootstrap_timeout), "ncclCommSplit");
+      if (s.ok())
+        s = WaitNccl(st->comm, Deadline::After(st->opts.bootstrap_timeout), "ncclCommSplit");
       if (s.ok()) s = CreateCommStream(&st->stream);
       if (s.ok() && cudaMalloc(&st->scratch, 4) != cudaSuccess) s = Internal("cudaMalloc");
       std::lock_guard lock(st->mu);
@@ -262,8 +275,9 @@ class NcclCommunicator final : public Communicator {
       if (!st_->aborted_comm && st_->failed.ok()) {
         if (st_->stream) cudaStreamSynchronize(st_->stream);
         ncclCommFinalize(st_->comm);
-        WaitNccl(st_->comm, Deadline::After(st_->opts.op_timeout), "ncclCommFinalize").ok() ? void()
-                                                                                            : void();
+        WaitNccl(st_->comm, Deadline::After(st_->opts.op_timeout), "ncclCommFinalize").ok()
+            ? void()
+            : void();
         ncclCommDestroy(st_->comm);
       } else if (!st_->aborted_comm) {
         ncclCommAbort(st_->comm);
@@ -285,14 +299,16 @@ class NcclCommunicator final : public Communicator {
       RETURN_IF_ERROR(store->Set("nccl_id", b, deadline));
     } else {
       ASSIGN_OR_RETURN(Bytes b, GetAbortable(*store, "nccl_id", deadline, st));
-      if (b.size() != sizeof(id)) return Status(StatusCode::kProtocolError, "bad ncclUniqueId in the store");
+      if (b.size() != sizeof(id))
+        return Status(StatusCode::kProtocolError, "bad ncclUniqueId in the store");
       std::memcpy(&id, b.data(), sizeof(id));
     }
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
     ncclComm_t comm = nullptr;
     ncclResult_t r = ncclCommInitRankConfig(&comm, st.opts.size, id, st.opts.rank, &config);
-    if (r != ncclSuccess && r != ncclInProgress) return NcclStatus(r, comm, "ncclCommInitRankConfig");
+    if (r != ncclSuccess && r != ncclInProgress)
+      return NcclStatus(r, comm, "ncclCommInitRankConfig");
     {
       std::lock_guard lock(st.mu);
       st.comm = comm;
@@ -353,31 +369,37 @@ class NcclCommunicator final : public Communicator {
     });
   }
   WorkHandle AllGatherV(const void* s, void* r, std::span<const size_t> counts, DType dt) override {
-    if (counts.size() != static_cast<size_t>(size())) return Done(InvalidArgument("AllGatherV: counts size"));
+    if (counts.size() != static_cast<size_t>(size()))
+      return Done(InvalidArgument("AllGatherV: counts size"));
     if (size() == 1) return IssueAlone(OpKind::kAllGather, r, s, counts[0] * DTypeSize(dt));
     size_t total = 0;
     for (size_t c : counts) total += c;
     const size_t es = DTypeSize(dt);
     uint64_t mine = counts[rank()] * es;
-    return Issue(OpKind::kAllGather, mine * (size() - 1), total * es - mine, [&](ncclComm_t c, cudaStream_t st) {
-      ncclResult_t res = ncclGroupStart();
-      size_t off = 0;
-      for (int k = 0; k < size() && res == ncclSuccess; ++k) {
-        res = ncclBroadcast(k == rank() ? s : nullptr, static_cast<std::byte*>(r) + off * es, counts[k],
-                            NcclType(dt), k, c, st);
-        off += counts[k];
-      }
-      ncclResult_t end = ncclGroupEnd();
-      return res != ncclSuccess ? res : end;
-    });
+    return Issue(OpKind::kAllGather, mine * (size() - 1), total * es - mine,
+                 [&](ncclComm_t c, cudaStream_t st) {
+                   ncclResult_t res = ncclGroupStart();
+                   size_t off = 0;
+                   for (int k = 0; k < size() && res == ncclSuccess; ++k) {
+                     res = ncclBroadcast(k == rank() ? s : nullptr,
+                                         static_cast<std::byte*>(r) + off * es, counts[k],
+                                         NcclType(dt), k, c, st);
+                     off += counts[k];
+                   }
+                   ncclResult_t end = ncclGroupEnd();
+                   return res != ncclSuccess ? res : end;
+                 });
   }
   WorkHandle Broadcast(const void* s, void* r, size_t count, DType dt, int root) override {
     if (size() == 1) return IssueAlone(OpKind::kBroadcast, r, s, count * DTypeSize(dt));
     uint64_t b = count * DTypeSize(dt);
     return Issue(OpKind::kBroadcast, rank() == root ? b : 0, rank() == root ? 0 : b,
-                 [&](ncclComm_t c, cudaStream_t st) { return ncclBroadcast(s, r, count, NcclType(dt), root, c, st); });
+                 [&](ncclComm_t c, cudaStream_t st) {
+                   return ncclBroadcast(s, r, count, NcclType(dt), root, c, st);
+                 });
   }
-  WorkHandle Reduce(const void* s, void* r, size_t count, DType dt, ReduceOp op, int root) override {
+  WorkHandle Reduce(const void* s, void* r, size_t count, DType dt, ReduceOp op,
+                    int root) override {
     if (size() == 1) return IssueAlone(OpKind::kReduce, r, s, count * DTypeSize(dt));
     uint64_t b = count * DTypeSize(dt);
     return Issue(OpKind::kReduce, b, b, [&](ncclComm_t c, cudaStream_t st) {
@@ -388,52 +410,60 @@ class NcclCommunicator final : public Communicator {
     if (size() == 1) return IssueAlone(OpKind::kGather, r, s, sc * DTypeSize(dt));
     const size_t b = sc * DTypeSize(dt);
     const bool is_root = rank() == root;
-    return Issue(OpKind::kGather, is_root ? 0 : b, is_root ? b * (size() - 1) : 0, [&](ncclComm_t c, cudaStream_t st) {
-      ncclResult_t res = ncclGroupStart();
-      if (is_root) {
-        for (int k = 0; k < size() && res == ncclSuccess; ++k) {
-          auto* dst = static_cast<std::byte*>(r) + k * b;
-          if (k == root) cudaMemcpyAsync(dst, s, b, cudaMemcpyDeviceToDevice, st);
-          else res = ncclRecv(dst, sc, NcclType(dt), k, c, st);
-        }
-      } else {
-        res = ncclSend(s, sc, NcclType(dt), root, c, st);
-      }
-      ncclResult_t end = ncclGroupEnd();
-      return res != ncclSuccess ? res : end;
-    });
+    return Issue(OpKind::kGather, is_root ? 0 : b, is_root ? b * (size() - 1) : 0,
+                 [&](ncclComm_t c, cudaStream_t st) {
+                   ncclResult_t res = ncclGroupStart();
+                   if (is_root) {
+                     for (int k = 0; k < size() && res == ncclSuccess; ++k) {
+                       auto* dst = static_cast<std::byte*>(r) + k * b;
+                       if (k == root)
+                         cudaMemcpyAsync(dst, s, b, cudaMemcpyDeviceToDevice, st);
+                       else
+                         res = ncclRecv(dst, sc, NcclType(dt), k, c, st);
+                     }
+                   } else {
+                     res = ncclSend(s, sc, NcclType(dt), root, c, st);
+                   }
+                   ncclResult_t end = ncclGroupEnd();
+                   return res != ncclSuccess ? res : end;
+                 });
   }
   WorkHandle Scatter(const void* s, void* r, size_t rc, DType dt, int root) override {
     if (size() == 1) return IssueAlone(OpKind::kScatter, r, s, rc * DTypeSize(dt));
     const size_t b = rc * DTypeSize(dt);
     const bool is_root = rank() == root;
-    return Issue(OpKind::kScatter, is_root ? b * (size() - 1) : 0, is_root ? 0 : b, [&](ncclComm_t c, cudaStream_t st) {
-      ncclResult_t res = ncclGroupStart();
-      if (is_root) {
-        for (int k = 0; k < size() && res == ncclSuccess; ++k) {
-          auto* src = static_cast<const std::byte*>(s) + k * b;
-          if (k == root) cudaMemcpyAsync(r, src, b, cudaMemcpyDeviceToDevice, st);
-          else res = ncclSend(src, rc, NcclType(dt), k, c, st);
-        }
-      } else {
-        res = ncclRecv(r, rc, NcclType(dt), root, c, st);
-      }
-      ncclResult_t end = ncclGroupEnd();
-      return res != ncclSuccess ? res : end;
-    });
+    return Issue(OpKind::kScatter, is_root ? b * (size() - 1) : 0, is_root ? 0 : b,
+                 [&](ncclComm_t c, cudaStream_t st) {
+                   ncclResult_t res = ncclGroupStart();
+                   if (is_root) {
+                     for (int k = 0; k < size() && res == ncclSuccess; ++k) {
+                       auto* src = static_cast<const std::byte*>(s) + k * b;
+                       if (k == root)
+                         cudaMemcpyAsync(r, src, b, cudaMemcpyDeviceToDevice, st);
+                       else
+                         res = ncclSend(src, rc, NcclType(dt), k, c, st);
+                     }
+                   } else {
+                     res = ncclRecv(r, rc, NcclType(dt), root, c, st);
+                   }
+                   ncclResult_t end = ncclGroupEnd();
+                   return res != ncclSuccess ? res : end;
+                 });
   }
   WorkHandle AllToAll(const void* s, void* r, size_t cpr, DType dt) override {
     if (size() == 1) return IssueAlone(OpKind::kAllToAll, r, s, cpr * DTypeSize(dt));
     const size_t b = cpr * DTypeSize(dt);
-    return Issue(OpKind::kAllToAll, b * (size() - 1), b * (size() - 1), [&](ncclComm_t c, cudaStream_t st) {
-      ncclResult_t res = ncclGroupStart();
-      for (int k = 0; k < size() && res == ncclSuccess; ++k) {
-        res = ncclSend(static_cast<const std::byte*>(s) + k * b, cpr, NcclType(dt), k, c, st);
-        if (res == ncclSuccess) res = ncclRecv(static_cast<std::byte*>(r) + k * b, cpr, NcclType(dt), k, c, st);
-      }
-      ncclResult_t end = ncclGroupEnd();
-      return res != ncclSuccess ? res : end;
-    });
+    return Issue(
+        OpKind::kAllToAll, b * (size() - 1), b * (size() - 1), [&](ncclComm_t c, cudaStream_t st) {
+          ncclResult_t res = ncclGroupStart();
+          for (int k = 0; k < size() && res == ncclSuccess; ++k) {
+            res = ncclSend(static_cast<const std::byte*>(s) + k * b, cpr, NcclType(dt), k, c, st);
+            if (res == ncclSuccess)
+              res = ncclRecv(static_cast<std::byte*>(r) + k * b, cpr, NcclType(dt), k, c, st);
+          }
+          ncclResult_t end = ncclGroupEnd();
+          return res != ncclSuccess ? res : end;
+        });
   }
   WorkHandle Send(const void* buf, size_t count, DType dt, int peer, uint32_t) override {
     return Issue(OpKind::kSend, count * DTypeSize(dt), 0, [&](ncclComm_t c, cudaStream_t st) {
@@ -458,7 +488,8 @@ class NcclCommunicator final : public Communicator {
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
     ncclComm_t sub = nullptr;
-    ncclResult_t r = ncclCommSplit(st_->comm, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &sub, &config);
+    ncclResult_t r =
+        ncclCommSplit(st_->comm, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &sub, &config);
     if (r != ncclSuccess && r != ncclInProgress) return NcclStatus(r, st_->comm, "ncclCommSplit");
     RETURN_IF_ERROR(WaitNccl(st_->comm, deadline, "ncclCommSplit"));
     if (color < 0 || sub == nullptr) return std::unique_ptr<Communicator>();
@@ -560,7 +591,8 @@ Result<std::unique_ptr<Communicator>> NewNcclCommunicator(CommOptions options, i
                            std::to_string(options.size));
   auto st = std::make_shared<State>();
   if (device < 0) {
-    if (cudaGetDevice(&device) != cudaSuccess) return Status(StatusCode::kCudaError, "no CUDA device");
+    if (cudaGetDevice(&device) != cudaSuccess)
+      return Status(StatusCode::kCudaError, "no CUDA device");
   }
   st->device = device;
   st->scope = StoreScope(options.job, options.generation) + "comm/" + options.name + "/nccl/";

@@ -44,7 +44,9 @@ class Scoped final : public Store {
                               std::span<const std::byte> desired, Deadline d) override {
     return base_->CompareAndSet(K(key), std::move(expected), desired, d);
   }
-  Result<bool> Delete(std::string_view key, Deadline d) override { return base_->Delete(K(key), d); }
+  Result<bool> Delete(std::string_view key, Deadline d) override {
+    return base_->Delete(K(key), d);
+  }
 
  private:
   std::string K(std::string_view key) const { return prefix_ + std::string(key); }

@@ -1,10 +1,11 @@
 // The TCP store: server and client of the store protocol (docs/formats/comm_store.md) on
 // base/net's RPC skeleton.
+#include <map>
+#include <thread>
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <map>
-#include <thread>
 
 #include "base/bytes.h"
 #include "base/log.h"
@@ -92,7 +93,9 @@ class Server final : public TcpStoreServer {
  private:
   using Reply = asio::awaitable<Result<Bytes>>;
 
-  ByteReader Reader(const RpcRequest& r) { return ByteReader(r.payload, "store request from " + r.peer); }
+  ByteReader Reader(const RpcRequest& r) {
+    return ByteReader(r.payload, "store request from " + r.peer);
+  }
 
   void Changed(const std::string& key) {
     auto [b, e] = waiters_.equal_range(key);
@@ -250,8 +253,8 @@ class Client final : public Store {
     o.peer_name = name_;
     o.max_payload = 64u << 20;
     o.secret = options_.secret;
-    ASSIGN_OR_RETURN(rpc_, net::BlockOn(io_.get_executor(),
-                                        net::RpcClient::Connect(host, port, deadline, o)));
+    ASSIGN_OR_RETURN(
+        rpc_, net::BlockOn(io_.get_executor(), net::RpcClient::Connect(host, port, deadline, o)));
     return Status();
   }
 
@@ -339,8 +342,7 @@ Result<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Start(TcpStoreServerOpti
 
 Result<std::shared_ptr<Store>> ConnectTcpStore(const std::string& host, uint16_t port,
                                                Deadline deadline, TcpStoreClientOptions options) {
-  auto client =
-      std::make_shared<Client>("store at " + host + ":" + std::to_string(port), options);
+  auto client = std::make_shared<Client>("store at " + host + ":" + std::to_string(port), options);
   RETURN_IF_ERROR(client->Connect(host, port, deadline));
   return std::shared_ptr<Store>(std::move(client));
 }

@@ -46,24 +46,25 @@ Status WaitAll(Mesh& mesh, OpCtx& ctx, Counter which, uint64_t step, const char*
 
 // Checks that the header `q` posted in `slot` equals ours (`ours`, the encoding of `h`):
 // ProtocolError naming both ranks otherwise.
-Status CheckHeader(const OpCtx& ctx, const DataHeader& h, const std::byte* ours, const ArenaSlot& slot,
-                   int q, int me) {
+Status CheckHeader(const OpCtx& ctx, const DataHeader& h, const std::byte* ours,
+                   const ArenaSlot& slot, int q, int me) {
   if (std::memcmp(slot.header, ours, kDataHeaderSize) == 0) return Status();
   std::span<const std::byte> hb(slot.header, kDataHeaderSize);
   Result<DataHeader> got = DecodeDataHeader(hb, UINT64_MAX);
   if (!got.ok())
-    return Status(StatusCode::kProtocolError,
-                  ctx.What() + ": " + RankName(q) + " posted a bad header: " + got.status().ToString());
-  return Status(StatusCode::kProtocolError,
-                ctx.What() + ": ranks disagree: " + RankName(q) + " sent " + DescribeHeader(*got) +
-                    ", " + RankName(me) + " expected " + DescribeHeader(h));
+    return Status(
+        StatusCode::kProtocolError,
+        ctx.What() + ": " + RankName(q) + " posted a bad header: " + got.status().ToString());
+  return Status(StatusCode::kProtocolError, ctx.What() + ": ranks disagree: " + RankName(q) +
+                                                " sent " + DescribeHeader(*got) + ", " +
+                                                RankName(me) + " expected " + DescribeHeader(h));
 }
 
-// Stage = Publish + Gather. Publish stages `bytes` of input for `step` (except bytes [skip_from, skip_to), which no peer reads;
-// in the slot's line when it fits) and publishes it; then waits for every rank's input and
-// checks that every rank runs the same op. Step s reuses the half and slot of step s − 2: every
-// peer has finished reading them, since it announced step s − 1 (which we waited for) only
-// after finishing step s − 2.
+// Stage = Publish + Gather. Publish stages `bytes` of input for `step` (except bytes [skip_from,
+// skip_to), which no peer reads; in the slot's line when it fits) and publishes it; then waits for
+// every rank's input and checks that every rank runs the same op. Step s reuses the half and slot
+// of step s − 2: every peer has finished reading them, since it announced step s − 1 (which we
+// waited for) only after finishing step s − 2.
 void Publish(Mesh& mesh, const DataHeader& h, uint64_t step, const void* src, size_t bytes,
              bool inline_ok, size_t skip_from = 0, size_t skip_to = 0) {
   const ArenaView& mine = mesh.Arena(mesh.rank());
@@ -90,7 +91,8 @@ Status CheckHeaders(Mesh& mesh, const OpCtx& ctx, const DataHeader& h, uint64_t 
   const int me = mesh.rank(), half = static_cast<int>(step % 2);
   const auto ours = EncodeDataHeader(h);
   for (int q = 0; q < mesh.size(); ++q)
-    if (q != me) RETURN_IF_ERROR(CheckHeader(ctx, h, ours.data(), *mesh.Arena(q).slot[half], q, me));
+    if (q != me)
+      RETURN_IF_ERROR(CheckHeader(ctx, h, ours.data(), *mesh.Arena(q).slot[half], q, me));
   return Status();
 }
 
@@ -160,8 +162,13 @@ class BlockPlan {
  public:
   // The plan of single-copy step `step`: an all-reduce of `count` elements of `es` bytes.
   BlockPlan(Mesh& mesh, uint64_t step, size_t count, size_t es)
-      : mesh_(mesh), step_(step), count_(count), block_(SingleCopyBlock(mesh.size(), es)), n_(mesh.size()),
-        blocks_((count + block_ - 1) / block_), dynamic_(n_ == 2 && blocks_ <= kClaimMask) {}
+      : mesh_(mesh),
+        step_(step),
+        count_(count),
+        block_(SingleCopyBlock(mesh.size(), es)),
+        n_(mesh.size()),
+        blocks_((count + block_ - 1) / block_),
+        dynamic_(n_ == 2 && blocks_ <= kClaimMask) {}
 
   // Rank 0 opens the claim word of a two-rank plan before it posts the step (rank 1 claims only
   // after it saw the post). No-op otherwise.
@@ -189,7 +196,8 @@ class BlockPlan {
         return Status(StatusCode::kInternal, "single-copy claim word of another step");
       const uint64_t front = (w >> kClaimBits) & kClaimMask, back = w & kClaimMask;
       if (front >= back) return false;
-      const uint64_t next = me == 0 ? ClaimWord(step_, front + 1, back) : ClaimWord(step_, front, back - 1);
+      const uint64_t next =
+          me == 0 ? ClaimWord(step_, front + 1, back) : ClaimWord(step_, front, back - 1);
       if (word.compare_exchange_weak(w, next, std::memory_order_relaxed)) {
         const size_t j = me == 0 ? front : back - 1;
         *lo = j * block_;
@@ -217,7 +225,8 @@ class BlockPlan {
       const size_t len = BlockBegin(count_, n_, q + 1) - BlockBegin(count_, n_, q);
       return (len + block_ - 1) / block_;
     }
-    const uint64_t front = (mesh_.Arena(0).claim->load(std::memory_order_relaxed) >> kClaimBits) & kClaimMask;
+    const uint64_t front =
+        (mesh_.Arena(0).claim->load(std::memory_order_relaxed) >> kClaimBits) & kClaimMask;
     return q == 0 ? front : blocks_ - front;
   }
 
@@ -233,7 +242,7 @@ class BlockPlan {
   const int n_;
   const size_t blocks_;  // of the whole buffer
   const bool dynamic_;
-  size_t claimed_ = 0;   // blocks we claimed so far
+  size_t claimed_ = 0;  // blocks we claimed so far
 };
 
 // What a rank posts in its slot's inline bytes for a single-copy step: where its buffers are,
@@ -313,7 +322,8 @@ Status SingleCopy(Mesh& mesh, OpCtx& ctx, const DataHeader& h, uint64_t step, Bl
       ReduceMany(o, std::span<const void* const>(operands + 2, nops - 2), k, dt, op);
     }
     FinishAverage(o, k, dt, op, n);
-    if (j + 1 <= kProgressMask) mine.progress->store(step << kProgressBits | (j + 1), std::memory_order_release);
+    if (j + 1 <= kProgressMask)
+      mine.progress->store(step << kProgressBits | (j + 1), std::memory_order_release);
     for (int q = 0; q < n; ++q) {
       if (q == me) continue;
       const uint64_t p = mesh.Arena(q).progress->load(std::memory_order_acquire);
@@ -338,8 +348,9 @@ Status SingleCopy(Mesh& mesh, OpCtx& ctx, const DataHeader& h, uint64_t step, Bl
   std::atomic_thread_fence(std::memory_order_seq_cst);
   for (int q = 0; q < n; ++q)
     if (q != me && mesh.Arena(q).abandoned->load(std::memory_order_seq_cst) != 0)
-      return abandon(Status(StatusCode::kPeerFailed,
-                            ctx.What() + ": " + RankName(q) + " left the op while its buffers were read"));
+      return abandon(
+          Status(StatusCode::kPeerFailed,
+                 ctx.What() + ": " + RankName(q) + " left the op while its buffers were read"));
   CountRingBytes(ctx, BlockBegin(count, n, me + 1) - BlockBegin(count, n, me), count, n, es);
   return Status();
 }
@@ -466,7 +477,8 @@ Status ArenaAllReduce(Mesh& mesh, OpCtx& ctx, const DataHeader& op_header, const
   bool done = false;
   RETURN_IF_ERROR(TrySingleCopy(mesh, ctx, op_header, send, recv, &done));
   if (done) return Status();
-  if (half_elems == 0) return Internal(ctx.What() + ": the shared arena is smaller than one element");
+  if (half_elems == 0)
+    return Internal(ctx.What() + ": the shared arena is smaller than one element");
   for (size_t at = 0; at < count || (count == 0 && at == 0); at += half_elems) {
     const size_t m = std::min(half_elems, count - at);
     const uint64_t step = ++mesh.arena_step();
@@ -475,7 +487,8 @@ Status ArenaAllReduce(Mesh& mesh, OpCtx& ctx, const DataHeader& op_header, const
     h.bytes = m * es;
     // Our own slice is never read by peers before it is reduced: it is not staged.
     const size_t b = BlockBegin(m, n, me), e = BlockBegin(m, n, me + 1);
-    RETURN_IF_ERROR(Stage(mesh, ctx, h, step, in + at * es, m * es, /*inline_ok=*/false, b * es, e * es));
+    RETURN_IF_ERROR(
+        Stage(mesh, ctx, h, step, in + at * es, m * es, /*inline_ok=*/false, b * es, e * es));
     // Reduce our slice into our staging half, reading it from our input and every peer's
     // staging, block by block (L1-sized), and write each finished block to our output too.
     std::byte* slice = mesh.Arena(me).half[half] + b * es;
@@ -499,7 +512,8 @@ Status ArenaAllReduce(Mesh& mesh, OpCtx& ctx, const DataHeader& op_header, const
     for (int k = 1; k < n; ++k) {
       const int q = (me + k) % n;  // start after our own: spreads readers over the segments
       const size_t qb = BlockBegin(m, n, q), qe = BlockBegin(m, n, q + 1);
-      if (qe > qb) std::memcpy(out + (at + qb) * es, mesh.Arena(q).half[half] + qb * es, (qe - qb) * es);
+      if (qe > qb)
+        std::memcpy(out + (at + qb) * es, mesh.Arena(q).half[half] + qb * es, (qe - qb) * es);
     }
     CountRingBytes(ctx, e - b, m, n, es);
     if (count == 0) break;

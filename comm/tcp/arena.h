@@ -35,15 +35,15 @@ Status ArenaAllReduce(Mesh& mesh, OpCtx& ctx, const DataHeader& h, const void* s
 // Post and Finish, the caller must run no other arena step.
 bool ArenaSmallPath(Mesh& mesh, const DataHeader& h, size_t small_bytes);
 uint64_t ArenaPostSmall(Mesh& mesh, const DataHeader& h, const void* send);
-Status ArenaFinishSmall(Mesh& mesh, OpCtx& ctx, const DataHeader& h, uint64_t step, const void* send,
-                        void* recv);
+Status ArenaFinishSmall(Mesh& mesh, OpCtx& ctx, const DataHeader& h, uint64_t step,
+                        const void* send, void* recv);
 // Whether every peer has posted its input of arena step `step`, polled briefly
 // (Mesh::PollUntil: never blocks).
 bool ArenaSmallPosted(Mesh& mesh, uint64_t step);
 // ArenaFinishSmall after its wait, once every peer's input of `step` is known to be there
 // (ArenaSmallPosted returned true): checks the headers and reduces into `recv`, never waits.
 // Errors: ProtocolError naming both ranks when headers disagree.
-Status ArenaReduceSmall(Mesh& mesh, OpCtx& ctx, const DataHeader& h, uint64_t step, const void* send,
-                        void* recv);
+Status ArenaReduceSmall(Mesh& mesh, OpCtx& ctx, const DataHeader& h, uint64_t step,
+                        const void* send, void* recv);
 
 }  // namespace rt::comm::tcp

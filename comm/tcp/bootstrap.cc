@@ -6,17 +6,18 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <boost/asio/as_tuple.hpp>
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/use_awaitable.hpp>
 #include <cstdio>
 #include <fstream>
 #include <optional>
 #include <random>
 #include <sstream>
 #include <vector>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/use_awaitable.hpp>
 
 #include "base/log.h"
 #include "base/net/auth.h"

@@ -11,27 +11,39 @@ namespace {
 template <typename T>
 inline T Apply(T a, T b, ReduceOp op) {
   switch (op) {
-    case ReduceOp::kMax: return a > b ? a : b;
-    case ReduceOp::kMin: return a < b ? a : b;
-    default: return static_cast<T>(a + b);
+    case ReduceOp::kMax:
+      return a > b ? a : b;
+    case ReduceOp::kMin:
+      return a < b ? a : b;
+    default:
+      return static_cast<T>(a + b);
   }
 }
 
 template <typename T, ReduceOp kOp>
 void Loop(T* __restrict out, const T* a, const T* b, size_t n) {
   for (size_t i = 0; i < n; ++i) {
-    if constexpr (kOp == ReduceOp::kMax) out[i] = a[i] > b[i] ? a[i] : b[i];
-    else if constexpr (kOp == ReduceOp::kMin) out[i] = a[i] < b[i] ? a[i] : b[i];
-    else out[i] = static_cast<T>(a[i] + b[i]);
+    if constexpr (kOp == ReduceOp::kMax)
+      out[i] = a[i] > b[i] ? a[i] : b[i];
+    else if constexpr (kOp == ReduceOp::kMin)
+      out[i] = a[i] < b[i] ? a[i] : b[i];
+    else
+      out[i] = static_cast<T>(a[i] + b[i]);
   }
 }
 
 template <typename T>
 void Typed(T* out, const T* a, const T* b, size_t n, ReduceOp op) {
   switch (op) {
-    case ReduceOp::kMax: Loop<T, ReduceOp::kMax>(out, a, b, n); break;
-    case ReduceOp::kMin: Loop<T, ReduceOp::kMin>(out, a, b, n); break;
-    default: Loop<T, ReduceOp::kSum>(out, a, b, n); break;
+    case ReduceOp::kMax:
+      Loop<T, ReduceOp::kMax>(out, a, b, n);
+      break;
+    case ReduceOp::kMin:
+      Loop<T, ReduceOp::kMin>(out, a, b, n);
+      break;
+    default:
+      Loop<T, ReduceOp::kSum>(out, a, b, n);
+      break;
   }
 }
 
@@ -50,9 +62,15 @@ void HalfMany(uint16_t* dst, std::span<const void* const> srcs, size_t n, Reduce
     for (const void* s : srcs) {
       const uint16_t* src = static_cast<const uint16_t*>(s) + at;
       switch (op) {
-        case ReduceOp::kMax: for (size_t i = 0; i < m; ++i) acc[i] = std::max(acc[i], ToF(src[i])); break;
-        case ReduceOp::kMin: for (size_t i = 0; i < m; ++i) acc[i] = std::min(acc[i], ToF(src[i])); break;
-        default: for (size_t i = 0; i < m; ++i) acc[i] += ToF(src[i]); break;
+        case ReduceOp::kMax:
+          for (size_t i = 0; i < m; ++i) acc[i] = std::max(acc[i], ToF(src[i]));
+          break;
+        case ReduceOp::kMin:
+          for (size_t i = 0; i < m; ++i) acc[i] = std::min(acc[i], ToF(src[i]));
+          break;
+        default:
+          for (size_t i = 0; i < m; ++i) acc[i] += ToF(src[i]);
+          break;
       }
     }
     for (size_t i = 0; i < m; ++i) dst[at + i] = FromF(acc[i]);
@@ -61,7 +79,8 @@ void HalfMany(uint16_t* dst, std::span<const void* const> srcs, size_t n, Reduce
 
 }  // namespace
 
-void ReduceMany(void* dst, std::span<const void* const> srcs, size_t count, DType dtype, ReduceOp op) {
+void ReduceMany(void* dst, std::span<const void* const> srcs, size_t count, DType dtype,
+                ReduceOp op) {
   if (srcs.empty() || count == 0) return;
   if (dtype == DType::kBF16)
     return HalfMany<FloatFromBf16, Bf16FromFloat>(static_cast<uint16_t*>(dst), srcs, count, op);
@@ -72,30 +91,37 @@ void ReduceMany(void* dst, std::span<const void* const> srcs, size_t count, DTyp
   for (size_t at = 0; at < count; at += block) {
     const size_t m = std::min(block, count - at);
     void* d = static_cast<std::byte*>(dst) + at * es;
-    for (const void* s : srcs) ReduceInto(d, static_cast<const std::byte*>(s) + at * es, m, dtype, op);
+    for (const void* s : srcs)
+      ReduceInto(d, static_cast<const std::byte*>(s) + at * es, m, dtype, op);
   }
 }
 
 void ReduceTo(void* out, const void* a, const void* b, size_t n, DType dtype, ReduceOp op) {
   switch (dtype) {
     case DType::kF32:
-      Typed(static_cast<float*>(out), static_cast<const float*>(a), static_cast<const float*>(b), n, op);
+      Typed(static_cast<float*>(out), static_cast<const float*>(a), static_cast<const float*>(b), n,
+            op);
       break;
     case DType::kI32:
-      Typed(static_cast<int32_t*>(out), static_cast<const int32_t*>(a), static_cast<const int32_t*>(b), n, op);
+      Typed(static_cast<int32_t*>(out), static_cast<const int32_t*>(a),
+            static_cast<const int32_t*>(b), n, op);
       break;
     case DType::kI64:
-      Typed(static_cast<int64_t*>(out), static_cast<const int64_t*>(a), static_cast<const int64_t*>(b), n, op);
+      Typed(static_cast<int64_t*>(out), static_cast<const int64_t*>(a),
+            static_cast<const int64_t*>(b), n, op);
       break;
     case DType::kU8:
-      Typed(static_cast<uint8_t*>(out), static_cast<const uint8_t*>(a), static_cast<const uint8_t*>(b), n, op);
+      Typed(static_cast<uint8_t*>(out), static_cast<const uint8_t*>(a),
+            static_cast<const uint8_t*>(b), n, op);
       break;
     case DType::kBF16:
-      Half<FloatFromBf16, Bf16FromFloat>(static_cast<uint16_t*>(out), static_cast<const uint16_t*>(a),
+      Half<FloatFromBf16, Bf16FromFloat>(static_cast<uint16_t*>(out),
+                                         static_cast<const uint16_t*>(a),
                                          static_cast<const uint16_t*>(b), n, op);
       break;
     case DType::kF16:
-      Half<FloatFromHalf, HalfFromFloat>(static_cast<uint16_t*>(out), static_cast<const uint16_t*>(a),
+      Half<FloatFromHalf, HalfFromFloat>(static_cast<uint16_t*>(out),
+                                         static_cast<const uint16_t*>(a),
                                          static_cast<const uint16_t*>(b), n, op);
       break;
   }
@@ -130,12 +156,14 @@ void FinishAverage(void* buf, size_t n, DType dtype, ReduceOp op, int ranks) {
     }
     case DType::kBF16: {
       auto* p = static_cast<uint16_t*>(buf);
-      for (size_t i = 0; i < n; ++i) p[i] = Bf16FromFloat(FloatFromBf16(p[i]) / static_cast<float>(ranks));
+      for (size_t i = 0; i < n; ++i)
+        p[i] = Bf16FromFloat(FloatFromBf16(p[i]) / static_cast<float>(ranks));
       break;
     }
     case DType::kF16: {
       auto* p = static_cast<uint16_t*>(buf);
-      for (size_t i = 0; i < n; ++i) p[i] = HalfFromFloat(FloatFromHalf(p[i]) / static_cast<float>(ranks));
+      for (size_t i = 0; i < n; ++i)
+        p[i] = HalfFromFloat(FloatFromHalf(p[i]) / static_cast<float>(ranks));
       break;
     }
   }

@@ -15,7 +15,8 @@ void ReduceInto(void* dst, const void* src, size_t count, DType dtype, ReduceOp 
 void ReduceTo(void* out, const void* a, const void* b, size_t count, DType dtype, ReduceOp op);
 // dst[i] = op(dst[i], srcs[0][i], srcs[1][i], ...) for i < count, in that order; bf16/fp16
 // accumulate in fp32 and round once. Works in cache-sized blocks. kAvg reduces as kSum.
-void ReduceMany(void* dst, std::span<const void* const> srcs, size_t count, DType dtype, ReduceOp op);
+void ReduceMany(void* dst, std::span<const void* const> srcs, size_t count, DType dtype,
+                ReduceOp op);
 // For kAvg: buf[i] /= n (integer division for integer types). No-op for other ops.
 void FinishAverage(void* buf, size_t count, DType dtype, ReduceOp op, int n);
 

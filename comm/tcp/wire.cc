@@ -41,7 +41,8 @@ Result<DataHeader> DecodeDataHeader(std::span<const std::byte> b, uint64_t max_b
   DataHeader h;
   uint8_t kind = Get<uint8_t>(b.data() + 5), dtype = Get<uint8_t>(b.data() + 6);
   h.reduce_op = Get<uint8_t>(b.data() + 7);
-  if (kind >= kOpKindCount) return Corruption("comm data header: bad op kind " + std::to_string(kind));
+  if (kind >= kOpKindCount)
+    return Corruption("comm data header: bad op kind " + std::to_string(kind));
   if (dtype > static_cast<uint8_t>(DType::kU8))
     return Corruption("comm data header: bad dtype " + std::to_string(dtype));
   if (h.reduce_op > static_cast<uint8_t>(ReduceOp::kMin))
@@ -80,7 +81,8 @@ Result<Hello> DecodeHello(std::span<const std::byte> payload) {
   ASSIGN_OR_RETURN(h.nonce, r.Get<uint64_t>());
   ASSIGN_OR_RETURN(h.rank, r.Get<uint32_t>());
   ASSIGN_OR_RETURN(h.purpose, r.Get<uint8_t>());
-  if (h.purpose >= kData + kMaxDataConnections) return Corruption("comm hello: bad purpose " + std::to_string(h.purpose));
+  if (h.purpose >= kData + kMaxDataConnections)
+    return Corruption("comm hello: bad purpose " + std::to_string(h.purpose));
   if (r.remaining() != 0) return Corruption("comm hello: trailing bytes");
   return h;
 }

@@ -21,11 +21,11 @@ inline constexpr size_t kDataHeaderSize = 32;
 struct DataHeader {
   OpKind kind = OpKind::kAllReduce;
   DType dtype = DType::kU8;
-  uint8_t reduce_op = 0;   // ReduceOp, 0 when the op does not reduce
-  uint32_t seq = 0;        // collective number on this communicator (p2p: per-pair send number)
+  uint8_t reduce_op = 0;  // ReduceOp, 0 when the op does not reduce
+  uint32_t seq = 0;       // collective number on this communicator (p2p: per-pair send number)
   uint32_t root_or_tag = 0;
-  uint64_t count = 0;      // the op's element count as issued (total for AllGatherV)
-  uint64_t bytes = 0;      // payload bytes that follow this header
+  uint64_t count = 0;  // the op's element count as issued (total for AllGatherV)
+  uint64_t bytes = 0;  // payload bytes that follow this header
   bool operator==(const DataHeader&) const = default;
 };
 
@@ -38,9 +38,9 @@ std::string DescribeHeader(const DataHeader& h);
 
 // Frame types on bootstrap and control connections.
 enum FrameType : uint16_t {
-  kHello = 1,    // first frame on every peer connection: nonce u64, rank u32, purpose u8
-  kReady = 2,    // bootstrap finished on the sender (empty)
-  kGoodbye = 3,  // the sender destroys the communicator gracefully (empty)
+  kHello = 1,        // first frame on every peer connection: nonce u64, rank u32, purpose u8
+  kReady = 2,        // bootstrap finished on the sender (empty)
+  kGoodbye = 3,      // the sender destroys the communicator gracefully (empty)
   kAbortNotice = 4,  // the sender's communicator failed: u32 length + reason
 };
 // Purpose byte of a hello: control, or data connection k as kData + k.

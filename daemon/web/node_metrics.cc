@@ -10,23 +10,22 @@ std::vector<double> SecondsBuckets() { return ExponentialBuckets(0.01, 2, 16); }
 
 Result<NodeMetrics> RegisterNodeMetrics(MetricsRegistry& r) {
   NodeMetrics m;
-  ASSIGN_OR_RETURN(m.build_info, r.AddGauge("ringtrain_build_info",
-                                            "Always 1; the version of this ringtraind.",
-                                            {"version"}));
+  ASSIGN_OR_RETURN(
+      m.build_info,
+      r.AddGauge("ringtrain_build_info", "Always 1; the version of this ringtraind.", {"version"}));
   m.build_info->With({kRingtrainVersion}).Set(1);
-  ASSIGN_OR_RETURN(m.job_step, r.AddGauge("ringtrain_job_step",
-                                          "Last training step the job completed."));
-  ASSIGN_OR_RETURN(m.job_loss,
-                   r.AddGauge("ringtrain_job_loss",
-                              "Training loss (mean cross-entropy, nats) of that step."));
-  ASSIGN_OR_RETURN(m.job_tokens_per_second,
-                   r.AddGauge("ringtrain_job_tokens_per_second",
-                              "Tokens the whole job trains on per second."));
-  ASSIGN_OR_RETURN(m.membership_members, r.AddGauge("ringtrain_membership_members",
-                                                    "Members in the current view."));
-  ASSIGN_OR_RETURN(m.membership_generation,
-                   r.AddGauge("ringtrain_membership_generation",
-                              "Generation of the current view."));
+  ASSIGN_OR_RETURN(m.job_step,
+                   r.AddGauge("ringtrain_job_step", "Last training step the job completed."));
+  ASSIGN_OR_RETURN(
+      m.job_loss,
+      r.AddGauge("ringtrain_job_loss", "Training loss (mean cross-entropy, nats) of that step."));
+  ASSIGN_OR_RETURN(
+      m.job_tokens_per_second,
+      r.AddGauge("ringtrain_job_tokens_per_second", "Tokens the whole job trains on per second."));
+  ASSIGN_OR_RETURN(m.membership_members,
+                   r.AddGauge("ringtrain_membership_members", "Members in the current view."));
+  ASSIGN_OR_RETURN(m.membership_generation, r.AddGauge("ringtrain_membership_generation",
+                                                       "Generation of the current view."));
   ASSIGN_OR_RETURN(m.job_epoch, r.AddGauge("ringtrain_job_epoch",
                                            "Worker restarts of the job without a view change."));
   ASSIGN_OR_RETURN(m.workers_running, r.AddGauge("ringtrain_workers_running",
@@ -51,21 +50,20 @@ Result<NodeMetrics> RegisterNodeMetrics(MetricsRegistry& r) {
                    r.AddHistogram("ringtrain_checkpoint_load_duration_seconds",
                                   "Loading (and re-sharding) a checkpoint, by tier.",
                                   SecondsBuckets(), {"tier"}));
-  ASSIGN_OR_RETURN(m.checkpoint_saved_bytes,
-                   r.AddCounter("ringtrain_checkpoint_saved_bytes_total",
-                                "Checkpoint bytes written by this node's workers, by tier.",
-                                {"tier"}));
-  ASSIGN_OR_RETURN(m.checkpoint_loaded_bytes,
-                   r.AddCounter("ringtrain_checkpoint_loaded_bytes_total",
-                                "Checkpoint bytes read by this node's workers, by tier.",
-                                {"tier"}));
+  ASSIGN_OR_RETURN(
+      m.checkpoint_saved_bytes,
+      r.AddCounter("ringtrain_checkpoint_saved_bytes_total",
+                   "Checkpoint bytes written by this node's workers, by tier.", {"tier"}));
+  ASSIGN_OR_RETURN(
+      m.checkpoint_loaded_bytes,
+      r.AddCounter("ringtrain_checkpoint_loaded_bytes_total",
+                   "Checkpoint bytes read by this node's workers, by tier.", {"tier"}));
   ASSIGN_OR_RETURN(
       m.checkpoint_failed_saves,
       r.AddCounter("ringtrain_checkpoint_failed_saves_total",
                    "Checkpoint saves dropped because a rank failed, by tier.", {"tier"}));
-  ASSIGN_OR_RETURN(m.checkpoint_last_step,
-                   r.AddGauge("ringtrain_checkpoint_last_step",
-                              "Step of the newest committed checkpoint."));
+  ASSIGN_OR_RETURN(m.checkpoint_last_step, r.AddGauge("ringtrain_checkpoint_last_step",
+                                                      "Step of the newest committed checkpoint."));
   ASSIGN_OR_RETURN(m.chunkstore_read_bytes,
                    r.AddCounter("ringtrain_chunkstore_read_bytes_total",
                                 "Bytes the embedded chunk server read for clients."));

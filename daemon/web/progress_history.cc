@@ -9,9 +9,9 @@ ProgressHistory::ProgressHistory(size_t capacity) : capacity_(std::max<size_t>(c
 void ProgressHistory::Add(const ProgressPoint& point) {
   std::lock_guard lock(mu_);
   // Drop points the job trains again (steps from `point.step` on).
-  auto first_redone = std::lower_bound(
-      points_.begin(), points_.end(), point.step,
-      [](const ProgressPoint& p, int64_t step) { return p.step < step; });
+  auto first_redone =
+      std::lower_bound(points_.begin(), points_.end(), point.step,
+                       [](const ProgressPoint& p, int64_t step) { return p.step < step; });
   points_.erase(first_redone, points_.end());
   if (points_.size() >= capacity_) {
     // Keep the even-indexed points of the older half, and the newer half as it is.
@@ -28,7 +28,9 @@ nlohmann::json ProgressHistory::ToJson() const {
   nlohmann::json out = nlohmann::json::array();
   std::lock_guard lock(mu_);
   for (const ProgressPoint& p : points_)
-    out.push_back({{"step", p.step}, {"loss", p.loss}, {"tokens_per_second", p.tokens_per_second},
+    out.push_back({{"step", p.step},
+                   {"loss", p.loss},
+                   {"tokens_per_second", p.tokens_per_second},
                    {"time", p.time}});
   return out;
 }

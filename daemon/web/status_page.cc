@@ -36,14 +36,14 @@ void RegisterStatusPage(net::HttpServer& server, StatusProvider status) {
     server.Route("GET", std::string(asset.path), ServeAsset(asset));
     if (asset.path == "/index.html") server.Route("GET", "/", ServeAsset(asset));
   }
-  server.Route("GET", "/api/status",
-               [status = std::move(status)](
-                   net::HttpRequest) -> boost::asio::awaitable<net::HttpResponse> {
-                 net::HttpResponse response =
-                     net::HttpResponse::Of(200, "application/json", status().dump());
-                 response.headers.emplace_back("Cache-Control", "no-store");
-                 co_return response;
-               });
+  server.Route(
+      "GET", "/api/status",
+      [status = std::move(status)](net::HttpRequest) -> boost::asio::awaitable<net::HttpResponse> {
+        net::HttpResponse response =
+            net::HttpResponse::Of(200, "application/json", status().dump());
+        response.headers.emplace_back("Cache-Control", "no-store");
+        co_return response;
+      });
 }
 
 }  // namespace rt::web

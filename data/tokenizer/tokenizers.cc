@@ -1,8 +1,9 @@
 // The byte and GPT-2 BPE tokenizers.
 #include <climits>
 #include <cstdlib>
-#include <nlohmann/json.hpp>
 #include <unordered_map>
+
+#include <nlohmann/json.hpp>
 
 #include "data/token_shard.h"
 #include "data/tokenizer.h"

@@ -16,19 +16,32 @@ bool IsPaxos(Kind kind) {
 
 const char* KindName(Message::Kind kind) {
   switch (kind) {
-    case Kind::kPing: return "Ping";
-    case Kind::kPong: return "Pong";
-    case Kind::kSuspect: return "Suspect";
-    case Kind::kConfirm: return "Confirm";
-    case Kind::kRefute: return "Refute";
-    case Kind::kPrepare: return "Prepare";
-    case Kind::kPromise: return "Promise";
-    case Kind::kAccept: return "Accept";
-    case Kind::kAccepted: return "Accepted";
-    case Kind::kNack: return "Nack";
-    case Kind::kDecided: return "Decided";
-    case Kind::kFetch: return "Fetch";
-    case Kind::kJoin: return "Join";
+    case Kind::kPing:
+      return "Ping";
+    case Kind::kPong:
+      return "Pong";
+    case Kind::kSuspect:
+      return "Suspect";
+    case Kind::kConfirm:
+      return "Confirm";
+    case Kind::kRefute:
+      return "Refute";
+    case Kind::kPrepare:
+      return "Prepare";
+    case Kind::kPromise:
+      return "Promise";
+    case Kind::kAccept:
+      return "Accept";
+    case Kind::kAccepted:
+      return "Accepted";
+    case Kind::kNack:
+      return "Nack";
+    case Kind::kDecided:
+      return "Decided";
+    case Kind::kFetch:
+      return "Fetch";
+    case Kind::kJoin:
+      return "Join";
   }
   return "unknown";
 }
@@ -307,13 +320,13 @@ void MembershipMachine::ResolveStateRequests() {
       const bool covered =
           p.expected_version > e.state.version ||
           (!e.recent.empty() && e.recent.front().version <= p.expected_version + 1);
-      status = covered ? FailedPrecondition("replicated state is at version " +
-                                            std::to_string(e.state.version) + ", not " +
-                                            std::to_string(p.expected_version))
-                       : Unavailable("state request outcome unknown: version moved from " +
-                                     std::to_string(p.expected_version) + " to " +
-                                     std::to_string(e.state.version) +
-                                     " while this node was behind");
+      status = covered
+                   ? FailedPrecondition("replicated state is at version " +
+                                        std::to_string(e.state.version) + ", not " +
+                                        std::to_string(p.expected_version))
+                   : Unavailable("state request outcome unknown: version moved from " +
+                                 std::to_string(p.expected_version) + " to " +
+                                 std::to_string(e.state.version) + " while this node was behind");
     } else if (!IsMember()) {
       status = Unavailable("node " + std::to_string(options_.self) + " is not a member");
     } else {

@@ -53,7 +53,8 @@ class MembershipMachine {
   void OnUnreachable(NodeId peer);
 
   // Queues a compare-and-set of the replicated state (request numbers are the caller's, unique
-  // per node across restarts: decided entries remember them). Its StateResult comes once it is decided or refused.
+  // per node across restarts: decided entries remember them). Its StateResult comes once it is
+  // decided or refused.
   void RequestState(uint64_t request, uint64_t expected_version, std::string blob);
   // Forgets a queued request (its caller gave up); if it was proposed it may still be decided.
   void CancelStateRequest(uint64_t request);
@@ -129,8 +130,8 @@ class MembershipMachine {
   bool dirty_ = false;
   // Volatile state (lost on a restart).
   uint64_t ticks_ = 0;
-  uint64_t highest_round_ = 0;  // highest ballot round seen
-  uint64_t next_attempt_ = 0;   // tick before which no new proposal starts
+  uint64_t highest_round_ = 0;     // highest ballot round seen
+  uint64_t next_attempt_ = 0;      // tick before which no new proposal starts
   uint32_t failed_proposals_ = 0;  // proposals abandoned since the last decided slot
   uint64_t promised_at_ = 0;       // tick of the last Promise or Accepted sent
   std::optional<Proposal> proposal_;

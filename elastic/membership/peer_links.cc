@@ -90,8 +90,8 @@ asio::awaitable<void> PeerLinks::Connect(std::string address, NodeId node) {
 asio::awaitable<void> PeerLinks::Call(std::string address, NodeId node,
                                       std::shared_ptr<net::RpcClient> client,
                                       std::vector<std::byte> payload) {
-  auto reply = co_await client->Call(kMembershipMessageType, payload,
-                                     Deadline::After(timing_.send_timeout));
+  auto reply =
+      co_await client->Call(kMembershipMessageType, payload, Deadline::After(timing_.send_timeout));
   Link& link = links_[address];
   --link.in_flight;
   if (reply.ok() || closed_) co_return;

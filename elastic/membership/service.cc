@@ -104,14 +104,15 @@ class Service final : public MembershipService {
     uint16_t port = 0;
     if (!server) {
       ASSIGN_OR_RETURN(auto listen, membership::ParseAddress(options_.listen, "membership listen"));
-      server = own_server_ = net::RpcServer::Create(
-          io_.get_executor(), {.bind_address = listen.first, .port = listen.second,
-                               .name = "membership server", .secret = options_.secret});
+      server = own_server_ =
+          net::RpcServer::Create(io_.get_executor(), {.bind_address = listen.first,
+                                                      .port = listen.second,
+                                                      .name = "membership server",
+                                                      .secret = options_.secret});
     }
-    server->Handle(membership::kMembershipMessageType,
-                   [inbox = inbox_](net::RpcRequest request) {
-                     return HandleMessage(inbox, request);
-                   });
+    server->Handle(membership::kMembershipMessageType, [inbox = inbox_](net::RpcRequest request) {
+      return HandleMessage(inbox, request);
+    });
     if (own_server_) {
       ASSIGN_OR_RETURN(port, own_server_->Start());
     }
@@ -129,10 +130,10 @@ class Service final : public MembershipService {
     // Request ids are remembered in the entries (Entry::recent): a restarted service must not
     // reuse its predecessor's, so they start at a random point.
     next_request_ = uint64_t{random()} << 32 | random();
-    machine_.emplace(membership::MachineOptions{options_.node_id, address_, bootstrap,
-                                                 options_.timing, random() ^ options_.node_id,
-                                                 incarnation},
-                     std::move(durable));
+    machine_.emplace(
+        membership::MachineOptions{options_.node_id, address_, bootstrap, options_.timing,
+                                   random() ^ options_.node_id, incarnation},
+        std::move(durable));
     links_.emplace(io_.get_executor(), options_.secret, options_.timing, [this](NodeId node) {
       if (stopping_) return;
       machine_->OnUnreachable(node);
@@ -185,9 +186,9 @@ class Service final : public MembershipService {
                                                  Deadline deadline) override {
     if (shut_down_) return Ready<Result<uint64_t>>(Aborted("membership service is shut down"));
     if (blob.size() > membership::kMaxStateBlob)
-      return Ready<Result<uint64_t>>(InvalidArgument(
-          "replicated state of " + std::to_string(blob.size()) + " bytes exceeds " +
-          std::to_string(membership::kMaxStateBlob)));
+      return Ready<Result<uint64_t>>(
+          InvalidArgument("replicated state of " + std::to_string(blob.size()) + " bytes exceeds " +
+                          std::to_string(membership::kMaxStateBlob)));
     return RunOn(io_, ProposeHere(expected_version, std::move(blob), deadline));
   }
 
@@ -248,8 +249,7 @@ class Service final : public MembershipService {
   void AfterMachine() {
     if (machine_->TakeDirty()) {
       Status saved = RT_FAULT_POINT("membership.before_persist");
-      if (saved.ok())
-        saved = membership::SaveDurableState(options_.state_dir, machine_->durable());
+      if (saved.ok()) saved = membership::SaveDurableState(options_.state_dir, machine_->durable());
       if (saved.ok()) saved = RT_FAULT_POINT("membership.after_persist");
       if (!saved.ok()) {
         // Nothing that depends on the unsaved state may leave this node.

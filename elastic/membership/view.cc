@@ -1,7 +1,7 @@
 // The value types of elastic/membership.h.
-#include "elastic/membership.h"
-
 #include <algorithm>
+
+#include "elastic/membership.h"
 
 namespace rt::elastic {
 

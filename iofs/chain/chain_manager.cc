@@ -23,8 +23,9 @@ ChainManager::ChainManager(std::vector<ChainConfig> initial) {
 }
 
 int ChainManager::ServingCount(const State& s) {
-  return static_cast<int>(std::count_if(s.config.members.begin(), s.config.members.end(),
-                                        [](const Member& m) { return m.state == MemberState::kServing; }));
+  return static_cast<int>(
+      std::count_if(s.config.members.begin(), s.config.members.end(),
+                    [](const Member& m) { return m.state == MemberState::kServing; }));
 }
 
 bool ChainManager::IsMember(const State& s, NodeId node) const {
@@ -147,7 +148,8 @@ Status ChainManager::Restore(std::span<const std::byte> saved) {
       if (std::find(s.home.begin(), s.home.end(), m.node) == s.home.end())
         return Corruption("chain manager state: node " + std::to_string(m.node) +
                           " is not a home node of chain " + std::to_string(s.config.chain));
-    if (config.chain != s.config.chain) return Corruption("chain manager state: chains out of order");
+    if (config.chain != s.config.chain)
+      return Corruption("chain manager state: chains out of order");
     s.config = std::move(config);
     ASSIGN_OR_RETURN(uint32_t last, r.Get<uint32_t>());
     if (last != UINT32_MAX) s.last_serving = last;

@@ -40,7 +40,8 @@ std::vector<std::byte> EncodeStagedMessage(const Message& message);
 // before the message reaches a replica. Errors: Corruption naming the field that does not fit (a
 // staged message without `staged` included); ChecksumMismatch when the value does not match its
 // CRC32C.
-Result<Message> DecodeMessage(std::span<const std::byte> bytes, std::optional<StagedValueRef>* staged = nullptr);
+Result<Message> DecodeMessage(std::span<const std::byte> bytes,
+                              std::optional<StagedValueRef>* staged = nullptr);
 
 // Encodes and decodes a chain version (Corruption on a bad payload, at most 16 members).
 std::vector<std::byte> EncodeConfig(const ChainConfig& config);

@@ -48,8 +48,8 @@ void ReplicaMachine::Send(Message::Kind kind, NodeId to, ChunkKey key, uint64_t 
                           Value value, uint64_t count) {
   Output out;
   out.kind = Output::Kind::kSend;
-  out.message = Message{kind, chain_id_, config_.version, self_, to, key, version, std::move(value),
-                        count};
+  out.message =
+      Message{kind, chain_id_, config_.version, self_, to, key, version, std::move(value), count};
   outputs_.push_back(std::move(out));
 }
 
@@ -89,7 +89,8 @@ void ReplicaMachine::PushPending(bool only_stale) {
     const auto& [version, value] = *st.pending.rbegin();
     if (succ) {
       auto sent = sent_at_.find(key);
-      if (only_stale && sent != sent_at_.end() && sent->second + retransmit_ticks_ > ticks_) continue;
+      if (only_stale && sent != sent_at_.end() && sent->second + retransmit_ticks_ > ticks_)
+        continue;
       sent_at_[key] = ticks_;
       Send(Message::Kind::kForward, *succ, key, version, value);
     } else {
@@ -276,7 +277,8 @@ Result<std::pair<uint64_t, Value>> ReplicaMachine::Read(ChunkKey key) const {
   if (!serving())
     return Status(StatusCode::kNotServing,
                   "node " + std::to_string(self_) + " does not serve chain " +
-                      std::to_string(chain_id_) + " (version " + std::to_string(config_.version) + ")",
+                      std::to_string(chain_id_) + " (version " + std::to_string(config_.version) +
+                      ")",
                   /*retryable=*/true);
   auto it = chunks_.find(key);
   if (it == chunks_.end()) return std::pair<uint64_t, Value>{0, Value{}};

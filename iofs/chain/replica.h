@@ -84,7 +84,7 @@ class ReplicaMachine {
   std::map<ChunkKey, std::multimap<uint64_t, uint64_t>> waiting_;  // key → version → request
   // Keys received by kSync under the current config, per sync round.
   std::map<uint64_t, std::set<ChunkKey>> round_keys_;
-  bool sync_reported_ = false;   // kSyncComplete sent for the current config
+  bool sync_reported_ = false;  // kSyncComplete sent for the current config
   uint64_t ticks_ = 0;
   uint64_t sync_round_ = 0;        // id of the last sync round sent
   uint64_t sync_round_count_ = 0;  // keys in it

@@ -1,7 +1,5 @@
 #include "iofs/chunk_engine.h"
 
-#include <rocksdb/db.h>
-#include <rocksdb/write_batch.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -17,6 +15,9 @@
 #include <shared_mutex>
 #include <thread>
 #include <unordered_set>
+
+#include <rocksdb/db.h>
+#include <rocksdb/write_batch.h>
 
 #include "base/fault.h"
 #include "base/log.h"
@@ -89,11 +90,11 @@ class ChunkEngineImpl final : public ChunkEngine {
   Status Read(ChunkId id, uint64_t offset, uint64_t length, std::vector<std::byte>* out,
               ChunkInfo* info) override {
     out->clear();
-    return ReadVerified(id, offset, length, info, [out](const std::byte* data, size_t n) {
-      out->assign(data, data + n);
-    });
+    return ReadVerified(id, offset, length, info,
+                        [out](const std::byte* data, size_t n) { out->assign(data, data + n); });
   }
-  Result<size_t> ReadInto(ChunkId id, uint64_t offset, std::span<std::byte> out, ChunkInfo* info) override {
+  Result<size_t> ReadInto(ChunkId id, uint64_t offset, std::span<std::byte> out,
+                          ChunkInfo* info) override {
     size_t got = 0;
     RETURN_IF_ERROR(ReadVerified(
         id, offset, out.size(), info,
@@ -156,8 +157,8 @@ class ChunkEngineImpl final : public ChunkEngine {
   std::unique_ptr<UringExecutor> executor_;
 
   std::mutex alloc_mu_;
-  std::unique_ptr<SlotFiles> slots_;    // GUARDED_BY(alloc_mu_)
-  std::map<ChunkId, Entry> chunks_;     // GUARDED_BY(alloc_mu_)
+  std::unique_ptr<SlotFiles> slots_;  // GUARDED_BY(alloc_mu_)
+  std::map<ChunkId, Entry> chunks_;   // GUARDED_BY(alloc_mu_)
 
   // Readers hold it shared while they read a slot; recycling freed slots takes it exclusive and
   // also needs no planned read pinning a slot (planned reads pin under the shared lock).
@@ -212,13 +213,13 @@ Status ChunkEngineImpl::Init() {
     ASSIGN_OR_RETURN(EngineHeader have, DecodeEngineHeader(stored));
     if (have.chunk_size != want.chunk_size || have.small_chunk_size != want.small_chunk_size ||
         have.slots_per_file != want.slots_per_file)
-      return InvalidArgument(
-          "chunk engine in " + o.dir + " was created with chunk_size=" +
-          std::to_string(have.chunk_size) + " small_chunk_size=" +
-          std::to_string(have.small_chunk_size) + " slots_per_file=" +
-          std::to_string(have.slots_per_file) + "; the options ask for " +
-          std::to_string(want.chunk_size) + "/" + std::to_string(want.small_chunk_size) + "/" +
-          std::to_string(want.slots_per_file));
+      return InvalidArgument("chunk engine in " + o.dir +
+                             " was created with chunk_size=" + std::to_string(have.chunk_size) +
+                             " small_chunk_size=" + std::to_string(have.small_chunk_size) +
+                             " slots_per_file=" + std::to_string(have.slots_per_file) +
+                             "; the options ask for " + std::to_string(want.chunk_size) + "/" +
+                             std::to_string(want.small_chunk_size) + "/" +
+                             std::to_string(want.slots_per_file));
   }
 
   UringOptions uo;
@@ -288,8 +289,8 @@ Status ChunkEngineImpl::Write(std::span<const ChunkWrite> writes) {
   {
     std::lock_guard lock(alloc_mu_);
     for (const ChunkWrite& w : writes) {
-      const SizeClass c = w.data.size() <= options_.small_chunk_size ? SizeClass::kSmall
-                                                                     : SizeClass::kLarge;
+      const SizeClass c =
+          w.data.size() <= options_.small_chunk_size ? SizeClass::kSmall : SizeClass::kLarge;
       if (w.data.empty()) {
         locs.push_back(ChunkLocation{SizeClass::kSmall, kNoFile, 0});
         continue;
@@ -314,7 +315,8 @@ Status ChunkEngineImpl::Write(std::span<const ChunkWrite> writes) {
   const size_t group = static_cast<size_t>(options_.io_buffers);
   for (size_t first = 0; first < writes.size(); first += group) {
     const size_t n = std::min(group, writes.size() - first);
-    Result<std::vector<IoBuffer>> bufs = executor_->AcquireBuffers(static_cast<int>(n), IoDeadline());
+    Result<std::vector<IoBuffer>> bufs =
+        executor_->AcquireBuffers(static_cast<int>(n), IoDeadline());
     if (!bufs.ok()) {
       free_new();
       return bufs.status();
@@ -330,7 +332,8 @@ Status ChunkEngineImpl::Write(std::span<const ChunkWrite> writes) {
       r.version = w.version;
       // One pass: copy into the registered buffer and checksum the bytes as copied.
       r.block_crcs.assign((w.data.size() + kBlockSize - 1) / kBlockSize, 0);
-      if (!w.data.empty()) CopyBlockCrcs(b.data, w.data.data(), w.data.size(), kBlockSize, r.block_crcs);
+      if (!w.data.empty())
+        CopyBlockCrcs(b.data, w.data.data(), w.data.size(), kBlockSize, r.block_crcs);
       r.chunk_crc = CombineBlockCrcs(r.block_crcs, w.data.size());
       request.changes.push_back(Change{w.id, std::move(r), false});
       const uint64_t io_len = RoundUp(w.data.size(), kIoAlign);
@@ -461,9 +464,9 @@ void ChunkEngineImpl::Apply(const CommitRequest& request) {
     if (it != chunks_.end() && !change.moved_away && HasSlot(it->second.loc))
       slots_->Quarantine(it->second.loc);
     if (record) {
-      chunks_[id] = Entry{record->loc, ChunkInfo{id, record->version, record->length,
-                                                 record->chunk_crc,
-                                                 record->loc.size_class == SizeClass::kSmall}};
+      chunks_[id] =
+          Entry{record->loc, ChunkInfo{id, record->version, record->length, record->chunk_crc,
+                                       record->loc.size_class == SizeClass::kSmall}};
     } else if (it != chunks_.end()) {
       chunks_.erase(it);
     }
@@ -479,10 +482,11 @@ Status ChunkEngineImpl::ReadVerified(ChunkId id, uint64_t offset, uint64_t lengt
   if (rs.IsNotFound()) return NotFound("chunk " + Hex(id) + " not found");
   if (!rs.ok()) return RocksError(rs, "read metadata of chunk " + Hex(id));
   ASSIGN_OR_RETURN(ChunkRecord r, DecodeChunkRecord(value, Hex(id)));
-  if (info) *info = ChunkInfo{id, r.version, r.length, r.chunk_crc, r.loc.size_class == SizeClass::kSmall};
+  if (info)
+    *info = ChunkInfo{id, r.version, r.length, r.chunk_crc, r.loc.size_class == SizeClass::kSmall};
   if (offset > r.length)
-    return OutOfRange("read at offset " + std::to_string(offset) + " of chunk " + Hex(id) +
-                      " of " + std::to_string(r.length) + " bytes");
+    return OutOfRange("read at offset " + std::to_string(offset) + " of chunk " + Hex(id) + " of " +
+                      std::to_string(r.length) + " bytes");
   const uint64_t len = std::min<uint64_t>(length, r.length - offset);
   if (len == 0) return Status();
   const uint64_t b0 = offset / kBlockSize;

@@ -25,8 +25,8 @@ enum class SizeClass : uint8_t { kSmall = 0, kLarge = 1 };
 // Where a chunk's data lives.
 struct ChunkLocation {
   SizeClass size_class = SizeClass::kLarge;
-  uint32_t file = 0;   // data file id
-  uint32_t slot = 0;   // slot index within the file
+  uint32_t file = 0;  // data file id
+  uint32_t slot = 0;  // slot index within the file
 };
 
 // The full metadata record of a chunk.

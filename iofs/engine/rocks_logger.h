@@ -4,18 +4,17 @@
 // when it logs again through a writer that has failed (seen while closing the engine).
 #pragma once
 
-#include <rocksdb/env.h>
-
 #include <memory>
 #include <string>
+
+#include <rocksdb/env.h>
 
 namespace rt::iofs {
 
 // A logger for rocksdb::Options::info_log that writes RocksDB's messages of at least `level` to
 // spdlog (RocksDB's WARN and above as warnings/errors, lower levels as debug), each prefixed with
 // `name` (e.g. the metadata folder). Thread-safe.
-std::shared_ptr<rocksdb::Logger> NewRocksLogger(std::string name,
-                                                rocksdb::InfoLogLevel level =
-                                                    rocksdb::InfoLogLevel::WARN_LEVEL);
+std::shared_ptr<rocksdb::Logger> NewRocksLogger(
+    std::string name, rocksdb::InfoLogLevel level = rocksdb::InfoLogLevel::WARN_LEVEL);
 
 }  // namespace rt::iofs

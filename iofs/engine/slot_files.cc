@@ -115,13 +115,13 @@ void SlotFiles::FinishRebuild() {
 Status SlotFiles::CreateFile(SizeClass c) {
   const uint64_t size = FileSize(c);
   if (file_bytes_ + size > capacity_bytes_)
-    return Status(StatusCode::kNoSpace,
-                  "chunk engine capacity " + std::to_string(capacity_bytes_) +
-                      " bytes reached (" + std::to_string(file_bytes_) + " in data files)");
+    return Status(StatusCode::kNoSpace, "chunk engine capacity " + std::to_string(capacity_bytes_) +
+                                            " bytes reached (" + std::to_string(file_bytes_) +
+                                            " in data files)");
   if (next_file_ >= 1024) return Status(StatusCode::kNoSpace, "data file table (1024) is full");
   const uint32_t id = next_file_;
-  const std::string path = dir_ + "/" + std::to_string(id) + "." +
-                           std::to_string(static_cast<int>(c)) + ".dat";
+  const std::string path =
+      dir_ + "/" + std::to_string(id) + "." + std::to_string(static_cast<int>(c)) + ".dat";
   File f;
   f.size_class = c;
   f.fd = open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_DIRECT | O_CLOEXEC, 0644);

@@ -25,8 +25,8 @@ struct Batch {
   std::vector<IoOp> ops;
   std::mutex mu;
   std::condition_variable cv;
-  size_t remaining = 0;     // GUARDED_BY(mu)
-  bool abandoned = false;   // GUARDED_BY(mu)
+  size_t remaining = 0;    // GUARDED_BY(mu)
+  bool abandoned = false;  // GUARDED_BY(mu)
 };
 
 // One op of a batch as the ring thread sees it.
@@ -93,7 +93,8 @@ class UringExecutorImpl final : public UringExecutor {
                         std::to_string(options_.max_files) + ")");
     std::lock_guard lock(register_mu_);
     int rc = io_uring_register_files_update(&ring_, static_cast<unsigned>(slot), &fd, 1);
-    if (rc < 0) return ErrnoStatus(-rc, "io_uring_register_files_update slot " + std::to_string(slot));
+    if (rc < 0)
+      return ErrnoStatus(-rc, "io_uring_register_files_update slot " + std::to_string(slot));
     return Status();
   }
 
@@ -138,8 +139,8 @@ class UringExecutorImpl final : public UringExecutor {
     Wake();
     std::unique_lock lock(batch->mu);
     if (!batch->cv.wait_until(lock, deadline.when(), [&] { return batch->remaining == 0; })) {
-      const std::string late = std::to_string(batch->remaining) + " of " + std::to_string(ops.size()) +
-                               " io_uring operations still in flight";
+      const std::string late = std::to_string(batch->remaining) + " of " +
+                               std::to_string(ops.size()) + " io_uring operations still in flight";
       const bool caller_memory = std::any_of(ops.begin(), ops.end(), [](const IoOp& op) {
         return op.kind == IoOp::Kind::kRead && op.buffer < 0;
       });
@@ -150,7 +151,8 @@ class UringExecutorImpl final : public UringExecutor {
       // The kernel writes the caller's memory until the read completes: wait for it.
       const Deadline grace = Deadline::AfterMs(kCallerMemoryGraceMs);
       if (!batch->cv.wait_until(lock, grace.when(), [&] { return batch->remaining == 0; })) {
-        internal::AbortWithMessage("io_uring: " + late + ", a read into caller memory among them, " +
+        internal::AbortWithMessage("io_uring: " + late +
+                                   ", a read into caller memory among them, " +
                                    std::to_string(kCallerMemoryGraceMs) + " ms past the deadline");
       }
       return DeadlineExceeded(late + " at the deadline (completed since)");

@@ -23,12 +23,12 @@ namespace rt::iofs {
 struct IoOp {
   enum class Kind : uint8_t { kRead, kWrite, kDataSync };
   Kind kind = Kind::kRead;
-  int file = -1;          // registered file slot
-  int buffer = -1;        // registered buffer index (unused for kDataSync)
+  int file = -1;    // registered file slot
+  int buffer = -1;  // registered buffer index (unused for kDataSync)
   std::byte* data = nullptr;
   uint32_t length = 0;
   uint64_t offset = 0;
-  int result = 0;         // bytes transferred, or -errno
+  int result = 0;  // bytes transferred, or -errno
 };
 
 // Options for the executor.

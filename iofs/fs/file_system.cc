@@ -88,7 +88,8 @@ Status FileSystem::Load() {
   if (bytes.size() < 4) return Corruption("namespace object: truncated");
   uint32_t crc = 0;
   std::memcpy(&crc, bytes.data() + bytes.size() - 4, 4);
-  if (Crc32c(bytes.data(), bytes.size() - 4) != crc) return Corruption("namespace object: CRC mismatch");
+  if (Crc32c(bytes.data(), bytes.size() - 4) != crc)
+    return Corruption("namespace object: CRC mismatch");
   ByteReader rd(std::span<const std::byte>(bytes.data(), bytes.size() - 4), "namespace object");
   ASSIGN_OR_RETURN(uint32_t magic, rd.Get<uint32_t>());
   ASSIGN_OR_RETURN(uint16_t version, rd.Get<uint16_t>());
@@ -127,7 +128,8 @@ Status FileSystem::Load() {
     for (size_t steps = 0; at != kRootIno && steps <= inodes_.size(); ++steps)
       at = inodes_.at(at).parent;
     if (at != kRootIno)
-      return Corruption("namespace object: inode " + std::to_string(ino) + " is not under the root");
+      return Corruption("namespace object: inode " + std::to_string(ino) +
+                        " is not under the root");
   }
   return Status();
 }
@@ -222,7 +224,8 @@ Result<uint64_t> FileSystem::MakeParents(std::string_view path) {
     auto& names = children_[ino];
     auto it = names.find(std::string(parts[i]));
     if (it == names.end()) {
-      if (next_ino_ > kMaxIno) return Status(StatusCode::kResourceExhausted, "inode numbers exhausted");
+      if (next_ino_ > kMaxIno)
+        return Status(StatusCode::kResourceExhausted, "inode numbers exhausted");
       const uint64_t child = next_ino_++;
       inodes_[child] = Inode{child, ino, std::string(parts[i]), true, false, 0, 0, NowNs()};
       names[std::string(parts[i])] = child;
@@ -273,7 +276,8 @@ Result<FileStat> FileSystem::Create(std::string_view path) {
   uint64_t ino = 0;
   RETURN_IF_ERROR(ChangeNamespace([&]() -> Status {
     ASSIGN_OR_RETURN(const uint64_t parent, MakeParents(path));
-    if (next_ino_ > kMaxIno) return Status(StatusCode::kResourceExhausted, "inode numbers exhausted");
+    if (next_ino_ > kMaxIno)
+      return Status(StatusCode::kResourceExhausted, "inode numbers exhausted");
     ino = next_ino_++;
     const std::string name(Split(path).back());
     inodes_[ino] = Inode{ino, parent, name, false, false, chunk_size_, 0, NowNs()};
@@ -287,7 +291,8 @@ Status FileSystem::Mkdir(std::string_view path) {
   RETURN_IF_ERROR(ValidatePath(path));
   std::lock_guard lock(mu_);
   if (Result<uint64_t> existing = Lookup(path); existing.ok())
-    return inodes_.at(*existing).is_dir ? Status() : FailedPrecondition(std::string(path) + " is a file");
+    return inodes_.at(*existing).is_dir ? Status()
+                                        : FailedPrecondition(std::string(path) + " is a file");
   std::string with_leaf = std::string(path);
   if (with_leaf.back() != '/') with_leaf += "/";
   return ChangeNamespace([&] { return MakeParents(with_leaf + "x").status(); });
@@ -334,7 +339,7 @@ Status FileSystem::Write(std::string_view path, uint64_t offset, std::span<const
   };
   for (uint64_t index = offset / cs; index * cs < end; ++index) {
     const uint64_t base = index * cs;
-    const uint64_t a = std::max(offset, base) - base;         // new data range within the chunk
+    const uint64_t a = std::max(offset, base) - base;  // new data range within the chunk
     const uint64_t b = std::min<uint64_t>(end, base + cs) - base;
     const uint64_t existing = size > base ? std::min<uint64_t>(size - base, cs) : 0;
     if (a == 0 && b >= existing) {
@@ -349,7 +354,8 @@ Status FileSystem::Write(std::string_view path, uint64_t offset, std::span<const
       if (s.code() == StatusCode::kNotFound) {
         chunk.clear();
       } else {
-        RETURN_IF_ERROR(s.WithContext("read chunk " + std::to_string(index) + " of " + std::string(path)));
+        RETURN_IF_ERROR(
+            s.WithContext("read chunk " + std::to_string(index) + " of " + std::string(path)));
       }
     }
     chunk.resize(std::max<uint64_t>(std::max<uint64_t>(existing, b), chunk.size()));
@@ -384,7 +390,8 @@ Status FileSystem::Seal(std::string_view path) {
   return s;
 }
 
-Status FileSystem::FileOf(std::string_view path, uint64_t* ino, uint64_t* size, uint32_t* chunk_size) {
+Status FileSystem::FileOf(std::string_view path, uint64_t* ino, uint64_t* size,
+                          uint32_t* chunk_size) {
   std::lock_guard lock(mu_);
   ASSIGN_OR_RETURN(*ino, Lookup(path));
   const Inode& n = inodes_.at(*ino);
@@ -408,7 +415,8 @@ Status FileSystem::Read(std::string_view path, uint64_t offset, uint64_t length,
     if (s.code() == StatusCode::kNotFound || s.code() == StatusCode::kOutOfRange) {
       out->clear();
     } else {
-      RETURN_IF_ERROR(s.WithContext("read chunk " + std::to_string(index) + " of " + std::string(path)));
+      RETURN_IF_ERROR(
+          s.WithContext("read chunk " + std::to_string(index) + " of " + std::string(path)));
     }
     out->resize(end - offset, std::byte{0});  // a hole or a short chunk reads as zeros
     return Status();
@@ -419,7 +427,8 @@ Status FileSystem::Read(std::string_view path, uint64_t offset, uint64_t length,
   return Status();
 }
 
-Result<uint64_t> FileSystem::ReadInto(std::string_view path, uint64_t offset, std::span<std::byte> out) {
+Result<uint64_t> FileSystem::ReadInto(std::string_view path, uint64_t offset,
+                                      std::span<std::byte> out) {
   uint64_t ino = 0, size = 0;
   uint32_t cs = 0;
   RETURN_IF_ERROR(FileOf(path, &ino, &size, &cs));
@@ -434,8 +443,10 @@ Result<uint64_t> FileSystem::ReadInto(std::string_view path, uint64_t offset, st
     size_t n = 0;
     if (got.ok()) {
       n = *got;
-    } else if (got.status().code() != StatusCode::kNotFound && got.status().code() != StatusCode::kOutOfRange) {
-      return got.status().WithContext("read chunk " + std::to_string(index) + " of " + std::string(path));
+    } else if (got.status().code() != StatusCode::kNotFound &&
+               got.status().code() != StatusCode::kOutOfRange) {
+      return got.status().WithContext("read chunk " + std::to_string(index) + " of " +
+                                      std::string(path));
     }
     std::fill(dst.begin() + n, dst.end(), std::byte{0});  // a hole or a short chunk reads as zeros
   }
@@ -507,7 +518,8 @@ Status FileSystem::Rename(std::string_view from, std::string_view to) {
       if (Result<uint64_t> existing = Lookup(dst); existing.ok()) {
         const Inode& e = inodes_.at(*existing);
         if (e.is_dir) return FailedPrecondition("destination " + dst + " is a folder");
-        if (inodes_.at(ino).is_dir) return FailedPrecondition("cannot replace file " + dst + " with a folder");
+        if (inodes_.at(ino).is_dir)
+          return FailedPrecondition("cannot replace file " + dst + " with a folder");
         replaced = e;
         children_[e.parent].erase(e.name);
         inodes_.erase(*existing);

@@ -18,7 +18,8 @@ class LocalObjectStore final : public ObjectStore {
     }
     return engine_->Write(writes);
   }
-  Status Get(ObjectKey key, uint64_t offset, uint64_t length, std::vector<std::byte>* out) override {
+  Status Get(ObjectKey key, uint64_t offset, uint64_t length,
+             std::vector<std::byte>* out) override {
     return engine_->Read(key, offset, length, out);
   }
   Result<size_t> GetInto(ObjectKey key, uint64_t offset, std::span<std::byte> out) override {

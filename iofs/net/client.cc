@@ -37,7 +37,8 @@ std::vector<std::byte> PathPayload(const std::string& path) {
 // Counts running workers; Wait() returns when all have finished (single executor only).
 class WaitGroup {
  public:
-  explicit WaitGroup(asio::any_io_executor ex) : timer_(ex, asio::steady_timer::time_point::max()) {}
+  explicit WaitGroup(asio::any_io_executor ex)
+      : timer_(ex, asio::steady_timer::time_point::max()) {}
   void Add() { ++running_; }
   void Done() {
     if (--running_ == 0) timer_.cancel();
@@ -86,7 +87,8 @@ Client::~Client() {
   if (rpc_) rpc_->Close();
 }
 
-awaitable<Result<std::shared_ptr<Client>>> Client::Connect(std::string host, uint16_t port, Deadline deadline) {
+awaitable<Result<std::shared_ptr<Client>>> Client::Connect(std::string host, uint16_t port,
+                                                           Deadline deadline) {
   co_return co_await Connect(std::move(host), port, deadline, ClientOptions{});
 }
 
@@ -115,7 +117,8 @@ awaitable<Result<std::shared_ptr<Client>>> Client::Connect(std::string host, uin
   (*first)->Close();
   for (const auto& n : info->nodes) {
     if (n.id != info->meta_node) continue;
-    o.peer_name = "ringfsd metadata node " + std::to_string(n.id) + " at " + n.host + ":" + std::to_string(n.port);
+    o.peer_name = "ringfsd metadata node " + std::to_string(n.id) + " at " + n.host + ":" +
+                  std::to_string(n.port);
     auto meta = co_await net::RpcClient::Connect(n.host, n.port, deadline, o);
     if (!meta.ok()) co_return meta.status();
     client->rpc_ = *meta;
@@ -128,7 +131,8 @@ awaitable<Result<std::shared_ptr<Client>>> Client::Connect(std::string host, uin
                        " but lists no address for it");
 }
 
-awaitable<Result<std::vector<std::byte>>> Client::Call(uint16_t type, std::vector<std::byte> payload,
+awaitable<Result<std::vector<std::byte>>> Client::Call(uint16_t type,
+                                                       std::vector<std::byte> payload,
                                                        Deadline deadline) {
   auto reply = co_await rpc_->Call(type, payload, deadline);
   if (!reply.ok()) co_return reply.status();
@@ -148,20 +152,23 @@ awaitable<Status> Client::Mkdir(std::string path, Deadline deadline) {
 
 awaitable<Status> Client::MapShared(size_t bytes, Deadline deadline) {
   if (!shm::IsLoopbackHost(host_))
-    co_return Status(StatusCode::kUnavailable, "shared memory: " + server_ + " is not on this host", true);
+    co_return Status(StatusCode::kUnavailable, "shared memory: " + server_ + " is not on this host",
+                     true);
   auto region = shm::ClientRegion::Create(port_, bytes, rpc_->LocalName(), deadline);
   if (!region.ok()) co_return region.status();
   shared_ = std::move(*region);
   co_return Status();
 }
 
-std::span<std::byte> Client::shared() const { return shared_ ? shared_->region().bytes() : std::span<std::byte>(); }
+std::span<std::byte> Client::shared() const {
+  return shared_ ? shared_->region().bytes() : std::span<std::byte>();
+}
 
 namespace {
 // [path, offset, region id, offset in the region, length]: the control message of a shared-memory
 // write or read.
-std::vector<std::byte> SharedRequest(const std::string& path, uint64_t offset, uint32_t id, uint64_t at,
-                                     uint64_t length) {
+std::vector<std::byte> SharedRequest(const std::string& path, uint64_t offset, uint32_t id,
+                                     uint64_t at, uint64_t length) {
   ByteWriter w;
   w.PutString(path);
   w.Put<uint64_t>(offset);
@@ -172,29 +179,33 @@ std::vector<std::byte> SharedRequest(const std::string& path, uint64_t offset, u
 }
 }  // namespace
 
-awaitable<Status> Client::WriteShared(std::string path, uint64_t offset, std::span<const std::byte> data,
-                                      Deadline deadline) {
+awaitable<Status> Client::WriteShared(std::string path, uint64_t offset,
+                                      std::span<const std::byte> data, Deadline deadline) {
   const uint64_t at = static_cast<uint64_t>(data.data() - shared_->region().bytes().data());
   ++shared_requests_;
-  co_return (co_await Call(wire::kFsWriteShm, SharedRequest(path, offset, shared_->id(), at, data.size()), deadline))
+  co_return (co_await Call(wire::kFsWriteShm,
+                           SharedRequest(path, offset, shared_->id(), at, data.size()), deadline))
       .status();
 }
 
-awaitable<Result<size_t>> Client::ReadShared(std::string path, uint64_t offset, std::span<std::byte> out,
-                                             Deadline deadline) {
+awaitable<Result<size_t>> Client::ReadShared(std::string path, uint64_t offset,
+                                             std::span<std::byte> out, Deadline deadline) {
   const uint64_t at = static_cast<uint64_t>(out.data() - shared_->region().bytes().data());
   ++shared_requests_;
-  auto reply = co_await Call(wire::kFsReadShm, SharedRequest(path, offset, shared_->id(), at, out.size()), deadline);
+  auto reply = co_await Call(wire::kFsReadShm,
+                             SharedRequest(path, offset, shared_->id(), at, out.size()), deadline);
   if (!reply.ok()) co_return reply.status();
   ByteReader r(*reply, "shared read reply");
   CO_ASSIGN_OR_RETURN(uint64_t n, r.Get<uint64_t>());
-  if (n > out.size()) co_return Corruption("shared read reply from " + server_ + ": " + std::to_string(n) + " bytes");
+  if (n > out.size())
+    co_return Corruption("shared read reply from " + server_ + ": " + std::to_string(n) + " bytes");
   co_return static_cast<size_t>(n);
 }
 
 awaitable<Status> Client::Write(std::string path, uint64_t offset, std::span<const std::byte> data,
                                 Deadline deadline) {
-  if (shared_ && shared_->region().Contains(data)) co_return co_await WriteShared(std::move(path), offset, data, deadline);
+  if (shared_ && shared_->region().Contains(data))
+    co_return co_await WriteShared(std::move(path), offset, data, deadline);
   // [path, offset, CRC32C of data] then the data itself, sent from the caller's memory in a frame
   // without a payload CRC: the server checks the data against the CRC (end to end).
   ByteWriter w;
@@ -203,13 +214,15 @@ awaitable<Status> Client::Write(std::string path, uint64_t offset, std::span<con
   w.Put<uint32_t>(FastCrc32c(data.data(), data.size()));
   const std::vector<std::byte> head = w.Take();
   const std::span<const std::byte> pieces[] = {head, data};
-  auto reply = co_await rpc_->Call(wire::kFsWrite, net::Pieces(pieces), net::kFrameUncheckedPayload, deadline);
+  auto reply = co_await rpc_->Call(wire::kFsWrite, net::Pieces(pieces), net::kFrameUncheckedPayload,
+                                   deadline);
   co_return reply.status();
 }
 
-awaitable<Result<size_t>> Client::ReadInto(std::string path, uint64_t offset, std::span<std::byte> out,
-                                           Deadline deadline) {
-  if (shared_ && shared_->region().Contains(out)) co_return co_await ReadShared(std::move(path), offset, out, deadline);
+awaitable<Result<size_t>> Client::ReadInto(std::string path, uint64_t offset,
+                                           std::span<std::byte> out, Deadline deadline) {
+  if (shared_ && shared_->region().Contains(out))
+    co_return co_await ReadShared(std::move(path), offset, out, deadline);
   ByteWriter w;
   w.PutString(path);
   w.Put<uint64_t>(offset);
@@ -218,7 +231,8 @@ awaitable<Result<size_t>> Client::ReadInto(std::string path, uint64_t offset, st
   const std::span<const std::byte> pieces[] = {request};
   std::array<std::byte, 4> head;
   size_t received = 0;
-  auto reply = co_await rpc_->CallInto(wire::kFsRead, net::Pieces(pieces), 0, head, out, &received, deadline);
+  auto reply = co_await rpc_->CallInto(wire::kFsRead, net::Pieces(pieces), 0, head, out, &received,
+                                       deadline);
   if (!reply.ok()) co_return reply.status();
   if (received < head.size()) co_return Corruption("read reply from " + server_ + ": truncated");
   ByteReader r(head, "read reply");
@@ -226,14 +240,15 @@ awaitable<Result<size_t>> Client::ReadInto(std::string path, uint64_t offset, st
   const size_t n = received - head.size();
   if (const uint32_t got = FastCrc32c(out.data(), n); got != crc)
     co_return Status(StatusCode::kChecksumMismatch,
-                     "read of " + std::to_string(n) + " bytes at " + std::to_string(offset) + " of " + path +
-                         " from " + server_ + ": data CRC32C " + std::to_string(got) + " != " + std::to_string(crc) +
+                     "read of " + std::to_string(n) + " bytes at " + std::to_string(offset) +
+                         " of " + path + " from " + server_ + ": data CRC32C " +
+                         std::to_string(got) + " != " + std::to_string(crc) +
                          " sent by the server (corrupted in transit)");
   co_return n;
 }
 
-awaitable<Result<std::vector<std::byte>>> Client::Read(std::string path, uint64_t offset, uint64_t length,
-                                                       Deadline deadline) {
+awaitable<Result<std::vector<std::byte>>> Client::Read(std::string path, uint64_t offset,
+                                                       uint64_t length, Deadline deadline) {
   std::vector<std::byte> out(std::min(length, wire::kMaxReadPerRequest));
   auto n = co_await ReadInto(std::move(path), offset, out, deadline);
   if (!n.ok()) co_return n.status();
@@ -286,18 +301,21 @@ awaitable<Result<FsckReport>> Client::Fsck(bool repair, Deadline deadline) {
   co_return wire::DecodeFsck(*reply);
 }
 
-awaitable<Status> Client::WriteParallel(std::string path, uint64_t offset, std::span<const std::byte> data,
-                                        int parallel, Deadline deadline) {
+awaitable<Status> Client::WriteParallel(std::string path, uint64_t offset,
+                                        std::span<const std::byte> data, int parallel,
+                                        Deadline deadline) {
   const uint64_t piece = chunk_size_ ? chunk_size_ : (4u << 20);
   auto self = shared_from_this();
   co_return co_await ForEachPiece(offset, offset + data.size(), piece, parallel,
                                   [&](uint64_t at, uint64_t n) -> awaitable<Status> {
-                                    co_return co_await Write(path, at, data.subspan(at - offset, n), deadline);
+                                    co_return co_await Write(path, at, data.subspan(at - offset, n),
+                                                             deadline);
                                   });
 }
 
-awaitable<Status> Client::ReadParallel(std::string path, uint64_t offset, uint64_t length, int parallel,
-                                       std::vector<std::byte>* out, Deadline deadline) {
+awaitable<Status> Client::ReadParallel(std::string path, uint64_t offset, uint64_t length,
+                                       int parallel, std::vector<std::byte>* out,
+                                       Deadline deadline) {
   auto st = co_await Stat(path, deadline);
   if (!st.ok()) co_return st.status();
   const uint64_t end = std::min(st->size, offset + std::min(length, st->size));
@@ -306,8 +324,9 @@ awaitable<Status> Client::ReadParallel(std::string path, uint64_t offset, uint64
   co_return co_await ReadRange(std::move(path), offset, *out, parallel, deadline);
 }
 
-awaitable<Result<uint64_t>> Client::ReadParallelInto(std::string path, uint64_t offset, std::span<std::byte> out,
-                                                     int parallel, Deadline deadline) {
+awaitable<Result<uint64_t>> Client::ReadParallelInto(std::string path, uint64_t offset,
+                                                     std::span<std::byte> out, int parallel,
+                                                     Deadline deadline) {
   auto st = co_await Stat(path, deadline);
   if (!st.ok()) co_return st.status();
   const uint64_t n = offset >= st->size ? 0 : std::min<uint64_t>(st->size - offset, out.size());
@@ -315,12 +334,13 @@ awaitable<Result<uint64_t>> Client::ReadParallelInto(std::string path, uint64_t 
   co_return n;
 }
 
-awaitable<Status> Client::ReadRange(std::string path, uint64_t offset, std::span<std::byte> out, int parallel,
-                                    Deadline deadline) {
+awaitable<Status> Client::ReadRange(std::string path, uint64_t offset, std::span<std::byte> out,
+                                    int parallel, Deadline deadline) {
   const uint64_t piece = chunk_size_ ? chunk_size_ : (4u << 20);
   auto self = shared_from_this();
   co_return co_await ForEachPiece(
-      offset, offset + out.size(), piece, parallel, [&](uint64_t at, uint64_t n) -> awaitable<Status> {
+      offset, offset + out.size(), piece, parallel,
+      [&](uint64_t at, uint64_t n) -> awaitable<Status> {
         // Straight into `out`: no intermediate buffer.
         auto got = co_await ReadInto(path, at, out.subspan(at - offset, n), deadline);
         if (!got.ok()) co_return got.status();

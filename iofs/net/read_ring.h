@@ -4,11 +4,12 @@
 // which is what a small random read costs most of when it is handed between threads.
 #pragma once
 
-#include <boost/asio/awaitable.hpp>
-#include <boost/asio/io_context.hpp>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/io_context.hpp>
 
 #include "base/status.h"
 

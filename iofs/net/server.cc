@@ -5,6 +5,11 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <thread>
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -16,10 +21,6 @@
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <fstream>
-#include <map>
-#include <mutex>
-#include <thread>
 
 #include "base/fault.h"
 #include "base/log.h"
@@ -120,11 +121,12 @@ class ServerImpl final : public Server, public ChainTransport, public ChainRoute
     return config ? *config : chain::ChainConfig{};
   }
   Result<uint64_t> WriteAt(chain::NodeId node, chain::ChunkKey key,
-                           std::optional<std::span<const std::byte>> data, Deadline deadline) override;
+                           std::optional<std::span<const std::byte>> data,
+                           Deadline deadline) override;
   Status ReadAt(chain::NodeId node, chain::ChunkKey key, uint64_t offset, uint64_t length,
                 std::vector<std::byte>* out, Deadline deadline) override;
-  Result<size_t> ReadAtInto(chain::NodeId node, chain::ChunkKey key, uint64_t offset, std::span<std::byte> out,
-                            Deadline deadline) override {
+  Result<size_t> ReadAtInto(chain::NodeId node, chain::ChunkKey key, uint64_t offset,
+                            std::span<std::byte> out, Deadline deadline) override {
     if (node == options_.self) return chain_->ReadInto(key, offset, out, nullptr);
     return ChainRouter::ReadAtInto(node, key, offset, out, deadline);
   }
@@ -157,12 +159,15 @@ class ServerImpl final : public Server, public ChainTransport, public ChainRoute
   // its connection, failing every call on it).
   enum class Lane { kData = 0, kControl = 1 };
   static constexpr size_t kSmallValue = 64 << 10;
-  static Lane LaneFor(size_t value_bytes) { return value_bytes > kSmallValue ? Lane::kData : Lane::kControl; }
+  static Lane LaneFor(size_t value_bytes) {
+    return value_bytes > kSmallValue ? Lane::kData : Lane::kControl;
+  }
   // Chunk data arriving from peers and TCP clients is read in batches of this many bytes (one
   // wake-up of the I/O thread per batch; RpcServerOptions::payload_read_batch).
   static constexpr uint32_t kPayloadReadBatch = 512 << 10;
   // Bytes of received chunk-data buffers kept for the next requests (RpcServerOptions::
-  // spare_payload_bytes): the requests of 16 chunks of 4 MiB, what a client keeps in flight by default.
+  // spare_payload_bytes): the requests of 16 chunks of 4 MiB, what a client keeps in flight by
+  // default.
   static constexpr size_t kSparePayloadBytes = size_t{16} * ((4 << 20) + (64 << 10));
   // A connected client to a peer (I/O thread only).
   awaitable<Result<std::shared_ptr<net::RpcClient>>> Peer(uint32_t id, Deadline deadline,
@@ -170,8 +175,9 @@ class ServerImpl final : public Server, public ChainTransport, public ChainRoute
   // Calls `type` at node `id` from a worker thread (blocks it, never the I/O thread), on `lane`.
   // `bulk`, if not empty, follows `payload` in a frame without a payload CRC (the protocol
   // carries its own); it must stay valid until the call returns (it blocks until then).
-  Result<Frame> CallBlocking(uint32_t id, uint16_t type, std::vector<std::byte> payload, Deadline deadline,
-                             std::span<const std::byte> bulk = {}, Lane lane = Lane::kData);
+  Result<Frame> CallBlocking(uint32_t id, uint16_t type, std::vector<std::byte> payload,
+                             Deadline deadline, std::span<const std::byte> bulk = {},
+                             Lane lane = Lane::kData);
 
   void RegisterHandlers();
   // Shared-memory clients (iofs/net/shm.h): accepts registrations on the Unix socket.
@@ -276,7 +282,9 @@ class ServerImpl final : public Server, public ChainTransport, public ChainRoute
 Status ServerImpl::Init() {
   auto& o = options_;
   if (o.nodes.empty()) return InvalidArgument("ringfsd: the node list is empty");
-  if (!Endpoint(o.self)) return InvalidArgument("ringfsd: node id " + std::to_string(o.self) + " is not in the node list");
+  if (!Endpoint(o.self))
+    return InvalidArgument("ringfsd: node id " + std::to_string(o.self) +
+                           " is not in the node list");
   if (o.state_dir.empty()) return InvalidArgument("ringfsd: state folder is not set");
   if (!o.secret_file.empty()) {
     ASSIGN_OR_RETURN(secret_, net::ClusterSecret::Load(o.secret_file));
@@ -359,8 +367,8 @@ Status ServerImpl::Init() {
       o.replication, o.chains, o.file_chunk_size, o.engine.chunk_size, o.engine.small_chunk_size,
       o.engine.slots_per_file, o.engine.capacity_bytes, o.engine.queue_depth, o.engine.io_buffers,
       o.tick_ms, o.heartbeat_ms, o.down_after, o.collect_ms);
-  LOG_INFO("ringfsd node {} serving on {}:{} ({} nodes, replication {}, {} chains, state {}){}", o.self,
-           o.listen_host, port, o.nodes.size(), o.replication, o.chains, o.state_dir,
+  LOG_INFO("ringfsd node {} serving on {}:{} ({} nodes, replication {}, {} chains, state {}){}",
+           o.self, o.listen_host, port, o.nodes.size(), o.replication, o.chains, o.state_dir,
            is_meta() ? ", metadata node" : "");
   if (!secret_)
     LOG_WARN(
@@ -378,7 +386,8 @@ void ServerImpl::StartSharedMemory(uint16_t port) {
   if (!ec) acceptor->bind(local::endpoint(shm::SocketName(port)), ec);
   if (!ec) acceptor->listen(asio::socket_base::max_listen_connections, ec);
   if (ec) {
-    LOG_WARN("ringfsd node {}: no shared-memory socket ({}); local clients use TCP", options_.self, ec.message());
+    LOG_WARN("ringfsd node {}: no shared-memory socket ({}); local clients use TCP", options_.self,
+             ec.message());
     return;
   }
   shm_acceptor_ = std::move(acceptor);
@@ -400,8 +409,9 @@ awaitable<void> ServerImpl::ShmSession(asio::local::stream_protocol::socket sock
   using namespace asio::experimental::awaitable_operators;
   asio::steady_timer timer(io_);
   timer.expires_after(std::chrono::seconds(5));
-  auto ready = co_await (socket.async_wait(asio::socket_base::wait_read, asio::as_tuple(use_awaitable)) ||
-                         timer.async_wait(asio::as_tuple(use_awaitable)));
+  auto ready =
+      co_await (socket.async_wait(asio::socket_base::wait_read, asio::as_tuple(use_awaitable)) ||
+                timer.async_wait(asio::as_tuple(use_awaitable)));
   if (ready.index() == 1) co_return;  // no registration in time
   std::string peer;
   auto region = shm::ReceiveRegion(socket.native_handle(), &peer);
@@ -413,14 +423,16 @@ awaitable<void> ServerImpl::ShmSession(asio::local::stream_protocol::socket sock
   }
   shm::SendReply(socket.native_handle(), region.status(), id);
   if (!region.ok()) {
-    LOG_WARN("ringfsd node {}: shared region refused: {}", options_.self, region.status().ToString());
+    LOG_WARN("ringfsd node {}: shared region refused: {}", options_.self,
+             region.status().ToString());
     co_return;
   }
   // The region lives while the client keeps the socket open: this wait lasts the client's
   // lifetime and ends when it closes the socket (or when the server stops).
   std::array<char, 64> sink;
   while (true) {
-    auto [ec, n] = co_await socket.async_read_some(asio::buffer(sink), asio::as_tuple(use_awaitable));
+    auto [ec, n] =
+        co_await socket.async_read_some(asio::buffer(sink), asio::as_tuple(use_awaitable));
     if (ec) break;
   }
   std::lock_guard lock(shm_mu_);
@@ -467,7 +479,8 @@ awaitable<Result<std::shared_ptr<net::RpcClient>>> ServerImpl::Peer(uint32_t id,
   if (!e) co_return InvalidArgument("unknown node " + std::to_string(id));
   net::RpcClientOptions co;
   co.max_payload = wire::kMaxPayload;
-  co.peer_name = "ringfsd node " + std::to_string(id) + " at " + e->host + ":" + std::to_string(e->port);
+  co.peer_name =
+      "ringfsd node " + std::to_string(id) + " at " + e->host + ":" + std::to_string(e->port);
   co.connect.max_backoff = std::chrono::milliseconds(100);
   co.secret = secret_;
   auto client = co_await net::RpcClient::Connect(e->host, e->port, deadline, co);
@@ -482,17 +495,19 @@ awaitable<Result<std::shared_ptr<net::RpcClient>>> ServerImpl::Peer(uint32_t id,
 }
 
 Result<Frame> ServerImpl::CallBlocking(uint32_t id, uint16_t type, std::vector<std::byte> payload,
-                                       Deadline deadline, std::span<const std::byte> bulk, Lane lane) {
+                                       Deadline deadline, std::span<const std::byte> bulk,
+                                       Lane lane) {
   return net::BlockOn<Result<Frame>>(
       io_.get_executor(),
-      [](ServerImpl* self, uint32_t id, uint16_t type, std::vector<std::byte> payload, Deadline deadline,
-         std::span<const std::byte> bulk, Lane lane) -> awaitable<Result<Frame>> {
+      [](ServerImpl* self, uint32_t id, uint16_t type, std::vector<std::byte> payload,
+         Deadline deadline, std::span<const std::byte> bulk,
+         Lane lane) -> awaitable<Result<Frame>> {
         // A dead node refuses connections: give up on it quickly, the caller retries elsewhere.
         auto client = co_await self->Peer(id, deadline.Min(Deadline::AfterMs(1000)), lane);
         if (!client.ok()) co_return client.status();
         const std::span<const std::byte> pieces[] = {payload, bulk};
-        co_return co_await (*client)->Call(type, net::Pieces(pieces), bulk.empty() ? 0 : net::kFrameUncheckedPayload,
-                                           deadline);
+        co_return co_await (*client)->Call(
+            type, net::Pieces(pieces), bulk.empty() ? 0 : net::kFrameUncheckedPayload, deadline);
       }(this, id, type, std::move(payload), deadline, bulk, lane));
 }
 
@@ -511,9 +526,11 @@ void ServerImpl::Send(const chain::Message& message) {
         if (staged) {
           auto client = co_await Peer(to, Deadline::AfterMs(500), Lane::kControl);
           if (!client.ok()) co_return;  // lost; the protocol retransmits
-          auto reply = co_await (*client)->Call(wire::kChainMessage, chain::EncodeStagedMessage(*msg), deadline);
+          auto reply = co_await (*client)->Call(wire::kChainMessage,
+                                                chain::EncodeStagedMessage(*msg), deadline);
           if (reply.ok() || reply.status().code() != StatusCode::kNotFound) {
-            if (!reply.ok()) LOG_DEBUG("replica message to node {}: {}", to, reply.status().ToString());
+            if (!reply.ok())
+              LOG_DEBUG("replica message to node {}: {}", to, reply.status().ToString());
             co_return;
           }
           staged_forwards_resent_.fetch_add(1, std::memory_order_relaxed);
@@ -550,8 +567,9 @@ Status ServerImpl::ResolveStaged(chain::Message& message, const chain::StagedVal
     message.value.crc = ref.crc;
     return Status();
   }
-  return NotFound("value of chunk " + std::to_string(message.key) + " v" + std::to_string(message.version) +
-                  " is not staged at node " + std::to_string(options_.self));
+  return NotFound("value of chunk " + std::to_string(message.key) + " v" +
+                  std::to_string(message.version) + " is not staged at node " +
+                  std::to_string(options_.self));
 }
 
 void ServerImpl::ReportSyncComplete(chain::NodeId node, chain::ChainId chain, uint64_t version) {
@@ -671,7 +689,9 @@ awaitable<void> ServerImpl::HeartbeatLoop() {
               io_,
               [this, to, payload]() -> awaitable<void> {
                 auto client = co_await Peer(to, Deadline::AfterMs(300), Lane::kControl);
-                if (client.ok()) (void)co_await (*client)->Call(wire::kChainConfig, *payload, Deadline::AfterMs(3000));
+                if (client.ok())
+                  (void)co_await (*client)->Call(wire::kChainConfig, *payload,
+                                                 Deadline::AfterMs(3000));
               },
               asio::detached);
         }
@@ -731,7 +751,8 @@ void ServerImpl::CollectOnce() {
 }
 
 Result<uint64_t> ServerImpl::WriteAt(chain::NodeId node, chain::ChunkKey key,
-                                     std::optional<std::span<const std::byte>> data, Deadline deadline) {
+                                     std::optional<std::span<const std::byte>> data,
+                                     Deadline deadline) {
   if (node == options_.self) return chain_->Write(key, data, deadline);
   // [key, flags, CRC32C of the data, this node, staged copy id] then the data, in a bulk frame.
   // The data is copied and checksummed in one pass and staged here while the write runs: if this
@@ -743,7 +764,8 @@ Result<uint64_t> ServerImpl::WriteAt(chain::NodeId node, chain::ChunkKey key,
   std::shared_ptr<std::string> value;
   if (data) {
     value = chain::NewValueBuffer(data->size());
-    const uint32_t crc = CopyFastCrc32c(reinterpret_cast<std::byte*>(value->data()), data->data(), data->size());
+    const uint32_t crc =
+        CopyFastCrc32c(reinterpret_cast<std::byte*>(value->data()), data->data(), data->size());
     {
       std::lock_guard lock(staged_mu_);
       staged = next_staged_++;
@@ -759,7 +781,8 @@ Result<uint64_t> ServerImpl::WriteAt(chain::NodeId node, chain::ChunkKey key,
   }
   std::span<const std::byte> bulk;
   if (value) bulk = std::as_bytes(std::span(value->data(), value->size()));
-  Result<Frame> reply = CallBlocking(node, wire::kChunkWrite, w.Take(), deadline, bulk, LaneFor(bulk.size()));
+  Result<Frame> reply =
+      CallBlocking(node, wire::kChunkWrite, w.Take(), deadline, bulk, LaneFor(bulk.size()));
   if (staged) {
     std::lock_guard lock(staged_mu_);
     staged_.erase(staged);
@@ -853,7 +876,9 @@ void ServerImpl::RegisterHandlers() {
     });
   });
   rpc_->Handle(wire::kSyncComplete, [this](RpcRequest req) -> awaitable<Payload> {
-    if (!manager_) co_return Status(StatusCode::kNotServing, "node " + std::to_string(options_.self) + " is not the chain manager");
+    if (!manager_)
+      co_return Status(StatusCode::kNotServing,
+                       "node " + std::to_string(options_.self) + " is not the chain manager");
     ByteReader r(req.payload, "sync report");
     auto node = r.Get<uint32_t>();
     auto chain = r.Get<uint32_t>();
@@ -883,7 +908,8 @@ void ServerImpl::RegisterHandlers() {
         value = data;
         origin.crc = crc;
       }
-      ASSIGN_OR_RETURN(uint64_t version, chain_->Write(key, value, Deadline::AfterMs(30000), origin));
+      ASSIGN_OR_RETURN(uint64_t version,
+                       chain_->Write(key, value, Deadline::AfterMs(30000), origin));
       ByteWriter w;
       w.Put<uint64_t>(version);
       return w.Take();
@@ -896,7 +922,8 @@ void ServerImpl::RegisterHandlers() {
       ASSIGN_OR_RETURN(uint64_t offset, r.Get<uint64_t>());
       ASSIGN_OR_RETURN(uint64_t length, r.Get<uint64_t>());
       std::vector<std::byte> out;
-      RETURN_IF_ERROR(chain_->Read(key, offset, std::min(length, wire::kMaxReadPerRequest), &out, nullptr));
+      RETURN_IF_ERROR(
+          chain_->Read(key, offset, std::min(length, wire::kMaxReadPerRequest), &out, nullptr));
       return out;
     });
   });
@@ -914,7 +941,8 @@ void ServerImpl::RegisterHandlers() {
       std::vector<std::string> problems = engine_->Check();
       ByteWriter w;
       w.Put<uint32_t>(static_cast<uint32_t>(std::min<size_t>(problems.size(), 10000)));
-      for (size_t i = 0; i < problems.size() && i < 10000; ++i) w.PutString(problems[i].substr(0, 4096));
+      for (size_t i = 0; i < problems.size() && i < 10000; ++i)
+        w.PutString(problems[i].substr(0, 4096));
       return w.Take();
     });
   });
@@ -938,15 +966,19 @@ void ServerImpl::RegisterHandlers() {
     if (!is_meta()) co_return NotServingFs();
     std::optional<Result<net::RpcBulkReply>> reply = co_await asio::co_spawn(
         client_pool_.get_executor(),
-        [&]() -> awaitable<std::optional<Result<net::RpcBulkReply>>> { co_return HandleFsRead(req.payload); },
+        [&]() -> awaitable<std::optional<Result<net::RpcBulkReply>>> {
+          co_return HandleFsRead(req.payload);
+        },
         use_awaitable);
     co_return std::move(*reply);
   });
-  for (uint16_t type : {wire::kFsCreate, wire::kFsMkdir, wire::kFsWrite, wire::kFsStat,
-                        wire::kFsList, wire::kFsRename, wire::kFsRemove, wire::kFsSeal, wire::kFsFsck}) {
+  for (uint16_t type :
+       {wire::kFsCreate, wire::kFsMkdir, wire::kFsWrite, wire::kFsStat, wire::kFsList,
+        wire::kFsRename, wire::kFsRemove, wire::kFsSeal, wire::kFsFsck}) {
     rpc_->Handle(type, [this, type](RpcRequest req) -> awaitable<Payload> {
       if (!is_meta()) co_return NotServingFs();
-      co_return co_await OnPool(client_pool_, [&]() -> Payload { return HandleFs(type, req.payload); });
+      co_return co_await OnPool(client_pool_,
+                                [&]() -> Payload { return HandleFs(type, req.payload); });
     });
   }
 }
@@ -958,7 +990,8 @@ Status ServerImpl::NotServingFs() const {
                                              std::to_string(m->port));
 }
 
-Payload ServerImpl::HandleShm(bool write, std::span<const std::byte> payload, const std::string& peer) {
+Payload ServerImpl::HandleShm(bool write, std::span<const std::byte> payload,
+                              const std::string& peer) {
   ASSIGN_OR_RETURN(FileSystem * fs, Fs());
   ByteReader r(payload, "shared-memory file request");
   ASSIGN_OR_RETURN(std::string path, wire::GetPath(r));
@@ -1130,9 +1163,10 @@ Payload ServerImpl::HandleFs(uint16_t type, std::span<const std::byte> payload) 
       // The frame carries no payload CRC: this is the end-to-end check of the client's bytes.
       if (const uint32_t got = FastCrc32c(data.data(), data.size()); got != crc)
         return Status(StatusCode::kChecksumMismatch,
-                      "write of " + std::to_string(data.size()) + " bytes at " + std::to_string(offset) +
-                          " of " + path + ": data CRC32C " + std::to_string(got) + " != " +
-                          std::to_string(crc) + " sent by the client (corrupted in transit)");
+                      "write of " + std::to_string(data.size()) + " bytes at " +
+                          std::to_string(offset) + " of " + path + ": data CRC32C " +
+                          std::to_string(got) + " != " + std::to_string(crc) +
+                          " sent by the client (corrupted in transit)");
       RETURN_IF_ERROR(fs->Write(path, offset, data));
       return Empty();
     }

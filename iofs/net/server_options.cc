@@ -50,9 +50,11 @@ Result<ServerOptions> LoadServerOptions(const std::string& path) {
   schema.String("cluster.nodes", &nodes, "every node as ID@HOST:PORT, comma-separated");
   schema.Int("cluster.replication", &o.replication, 1, 3, "replicas per chain");
   schema.Int("cluster.chains", &o.chains, 1, 4096, "replication chains");
-  schema.Int("cluster.file_chunk_size", &file_chunk, 0, 1 << 30, "bytes per file chunk (0 = engine.chunk_size)");
+  schema.Int("cluster.file_chunk_size", &file_chunk, 0, 1 << 30,
+             "bytes per file chunk (0 = engine.chunk_size)");
   schema.Int("engine.chunk_size", &chunk_size, 65536, 64 << 20, "bytes per large chunk slot");
-  schema.Int("engine.small_chunk_size", &small, 65536, 64 << 20, "bytes per small chunk slot (tails)");
+  schema.Int("engine.small_chunk_size", &small, 65536, 64 << 20,
+             "bytes per small chunk slot (tails)");
   schema.Int("engine.slots_per_file", &slots, 1, 1 << 20, "chunk slots per preallocated data file");
   schema.Int("engine.capacity_gib", &capacity_gib, 1, 1 << 20, "most GiB of data files");
   schema.Int("engine.queue_depth", &o.engine.queue_depth, 1, 4096, "io_uring queue depth");

@@ -38,7 +38,8 @@ sockaddr_un Address(uint16_t port, socklen_t* len) {
 // Waits until `fd` is ready for `events` or `deadline` passes.
 Status Wait(int fd, short events, Deadline deadline, const char* what) {
   while (true) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline.Remaining()).count();
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline.Remaining()).count();
     if (left <= 0) return DeadlineExceeded(std::string("shared memory registration: ") + what);
     pollfd p{fd, events, 0};
     const int n = poll(&p, 1, static_cast<int>(std::min<int64_t>(left, 1000)));
@@ -63,7 +64,9 @@ struct FdMessage {
 
 }  // namespace
 
-std::string SocketName(uint16_t port) { return std::string("\0ringfsd-shm.", 13) + std::to_string(port); }
+std::string SocketName(uint16_t port) {
+  return std::string("\0ringfsd-shm.", 13) + std::to_string(port);
+}
 
 bool IsLoopbackHost(std::string_view host) {
   if (host == "localhost" || host == "::1") return true;
@@ -76,14 +79,17 @@ Region::~Region() { munmap(base_, size_); }
 
 Result<std::span<std::byte>> Region::Slice(uint64_t offset, uint64_t length) const {
   if (offset > size_ || length > size_ - offset)
-    return OutOfRange("shared region of " + std::to_string(size_) + " bytes: range at " + std::to_string(offset) +
-                      " of " + std::to_string(length) + " bytes is outside it");
+    return OutOfRange("shared region of " + std::to_string(size_) + " bytes: range at " +
+                      std::to_string(offset) + " of " + std::to_string(length) +
+                      " bytes is outside it");
   return std::span<std::byte>(base_ + offset, length);
 }
 
-Result<std::unique_ptr<ClientRegion>> ClientRegion::Create(uint16_t port, size_t bytes, const std::string& peer,
+Result<std::unique_ptr<ClientRegion>> ClientRegion::Create(uint16_t port, size_t bytes,
+                                                           const std::string& peer,
                                                            Deadline deadline) {
-  if (bytes == 0 || bytes > kMaxRegion) return InvalidArgument("shared region of " + std::to_string(bytes) + " bytes");
+  if (bytes == 0 || bytes > kMaxRegion)
+    return InvalidArgument("shared region of " + std::to_string(bytes) + " bytes");
   const int mfd = memfd_create("ringfs-shared", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (mfd < 0) return ErrnoStatus(errno, "memfd_create");
   auto close_mfd = [&] { close(mfd); };
@@ -112,8 +118,10 @@ Result<std::unique_ptr<ClientRegion>> ClientRegion::Create(uint16_t port, size_t
   if (connect(sock, reinterpret_cast<const sockaddr*>(&addr), len) != 0) {
     const int err = errno;
     close_mfd();
-    return Status(StatusCode::kUnavailable, "no shared-memory socket for port " + std::to_string(port) + ": " +
-                                                std::strerror(err), true);
+    return Status(
+        StatusCode::kUnavailable,
+        "no shared-memory socket for port " + std::to_string(port) + ": " + std::strerror(err),
+        true);
   }
   Status s = Wait(sock, POLLOUT, deadline, "send");
   if (s.ok()) s = SendWithFd(sock, RegistrationMessage(bytes, peer), mfd);
@@ -138,7 +146,8 @@ Result<std::unique_ptr<ClientRegion>> ClientRegion::Create(uint16_t port, size_t
       if (got == reply.size()) return Corruption("shared-memory registration reply is malformed");
       continue;  // not all of it has arrived yet
     }
-    if (*code != 0) return Status(static_cast<StatusCode>(*code), "ringfsd refused the shared region: " + *why);
+    if (*code != 0)
+      return Status(static_cast<StatusCode>(*code), "ringfsd refused the shared region: " + *why);
     out->id_ = *id;
     return out;
   }
@@ -174,14 +183,16 @@ Result<std::unique_ptr<Region>> ReceiveRegion(int fd, std::string* peer) {
   if (n < 0) return ErrnoStatus(errno, "receive a shared-memory registration");
   int mfd = -1;
   for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c))
-    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len == CMSG_LEN(sizeof(int)))
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
+        c->cmsg_len == CMSG_LEN(sizeof(int)))
       std::memcpy(&mfd, CMSG_DATA(c), sizeof(int));
   if (mfd < 0) return InvalidArgument("shared-memory registration without a file descriptor");
   struct Closer {
     int fd;
     ~Closer() { close(fd); }
   } closer{mfd};
-  if (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) return InvalidArgument("shared-memory registration truncated");
+  if (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC))
+    return InvalidArgument("shared-memory registration truncated");
   ByteReader r(std::span(message.data(), static_cast<size_t>(n)), "shared-memory registration");
   ASSIGN_OR_RETURN(uint32_t magic, r.Get<uint32_t>());
   ASSIGN_OR_RETURN(uint64_t size, r.Get<uint64_t>());
@@ -196,7 +207,8 @@ Result<std::unique_ptr<Region>> ReceiveRegion(int fd, std::string* peer) {
     return InvalidArgument("shared region is not a memfd sealed against shrinking and growing");
   struct stat st {};
   if (fstat(mfd, &st) != 0 || static_cast<uint64_t>(st.st_size) < size)
-    return InvalidArgument("shared region is smaller than the announced " + std::to_string(size) + " bytes");
+    return InvalidArgument("shared region is smaller than the announced " + std::to_string(size) +
+                           " bytes");
   void* base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
   if (base == MAP_FAILED) return ErrnoStatus(errno, "mmap a client's shared region");
   return std::make_unique<Region>(static_cast<std::byte*>(base), size);

@@ -56,8 +56,8 @@ class ClientRegion {
  public:
   // Errors: Unavailable when no server listens on the socket (use TCP), IoError, or the
   // server's refusal. Every socket call is bounded by `deadline`.
-  static Result<std::unique_ptr<ClientRegion>> Create(uint16_t port, size_t bytes, const std::string& peer,
-                                                      Deadline deadline);
+  static Result<std::unique_ptr<ClientRegion>> Create(uint16_t port, size_t bytes,
+                                                      const std::string& peer, Deadline deadline);
   ~ClientRegion();
   // The shared bytes.
   const Region& region() const { return *region_; }

@@ -17,14 +17,14 @@ namespace rt::iofs::wire {
 enum Type : uint16_t {
   kPing = 0x6901,
   kInfo = 0x6902,
-  kChainMessage = 0x6910,   // peer → peer: a replica message
-  kChainConfig = 0x6911,    // manager → node: a chain version
-  kSyncComplete = 0x6912,   // node → manager
-  kChunkWrite = 0x6920,     // → chain head
-  kChunkRead = 0x6921,      // → any serving replica
+  kChainMessage = 0x6910,  // peer → peer: a replica message
+  kChainConfig = 0x6911,   // manager → node: a chain version
+  kSyncComplete = 0x6912,  // node → manager
+  kChunkWrite = 0x6920,    // → chain head
+  kChunkRead = 0x6921,     // → any serving replica
   kChunkKeys = 0x6922,
   kEngineCheck = 0x6923,
-  kFsCreate = 0x6930,       // file operations: served by the metadata node
+  kFsCreate = 0x6930,  // file operations: served by the metadata node
   kFsMkdir = 0x6931,
   kFsWrite = 0x6932,
   kFsRead = 0x6933,
@@ -34,8 +34,8 @@ enum Type : uint16_t {
   kFsRemove = 0x6937,
   kFsSeal = 0x6938,
   kFsFsck = 0x6939,
-  kFsWriteShm = 0x693a,     // FsWrite with the data in a shared region (iofs/net/shm.h)
-  kFsReadShm = 0x693b,      // FsRead into a shared region
+  kFsWriteShm = 0x693a,  // FsWrite with the data in a shared region (iofs/net/shm.h)
+  kFsReadShm = 0x693b,   // FsRead into a shared region
 };
 
 // Flags of a kChunkWrite request: the key is deleted (no data follows), or the value is staged

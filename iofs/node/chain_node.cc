@@ -52,17 +52,17 @@ struct Waiter {
 struct ChainNode::Slot {
   explicit Slot(chain::ReplicaMachine m) : machine(std::move(m)) {}
   std::mutex mu;
-  std::condition_variable changed;  // a step stored its states, or the slot was reloaded
-  chain::ReplicaMachine machine;                                          // GUARDED_BY(mu)
-  std::map<uint64_t, Waiter> waiters;                                     // GUARDED_BY(mu)
-  uint64_t next_request = 1;                                              // GUARDED_BY(mu)
-  uint64_t next_step = 1;                                                 // GUARDED_BY(mu)
-  std::set<uint64_t> storing;                         // steps storing states now; GUARDED_BY(mu)
-  std::map<ChunkKey, std::set<uint64_t>> claims;      // key → steps storing it; GUARDED_BY(mu)
+  std::condition_variable changed;     // a step stored its states, or the slot was reloaded
+  chain::ReplicaMachine machine;       // GUARDED_BY(mu)
+  std::map<uint64_t, Waiter> waiters;  // GUARDED_BY(mu)
+  uint64_t next_request = 1;           // GUARDED_BY(mu)
+  uint64_t next_step = 1;              // GUARDED_BY(mu)
+  std::set<uint64_t> storing;          // steps storing states now; GUARDED_BY(mu)
+  std::map<ChunkKey, std::set<uint64_t>> claims;  // key → steps storing it; GUARDED_BY(mu)
   // A store failed: the machine is ahead of the disk until every running store has finished and
   // the machine is reloaded from the disk. No step enters meanwhile.
-  bool broken = false;     // GUARDED_BY(mu)
-  Status broken_status;    // GUARDED_BY(mu)
+  bool broken = false;   // GUARDED_BY(mu)
+  Status broken_status;  // GUARDED_BY(mu)
 
   // True if a step before `step` is still storing `key`.
   bool EarlierStoring(ChunkKey key, uint64_t step) const {
@@ -70,7 +70,9 @@ struct ChainNode::Slot {
     return it != claims.end() && *it->second.begin() < step;
   }
   // True if a step before `step` is still storing anything.
-  bool AnyEarlierStoring(uint64_t step) const { return !storing.empty() && *storing.begin() < step; }
+  bool AnyEarlierStoring(uint64_t step) const {
+    return !storing.empty() && *storing.begin() < step;
+  }
 };
 
 ChainNode::ChainNode(chain::NodeId self, size_t chain_count, ChunkEngine* engine,
@@ -82,7 +84,8 @@ ChainNode::~ChainNode() = default;
 namespace {
 
 // Reads the durable chunk states of `chain` from the engine.
-Result<std::map<ChunkKey, ChunkState>> LoadChain(ChunkEngine* engine, ChainId chain, size_t chain_count) {
+Result<std::map<ChunkKey, ChunkState>> LoadChain(ChunkEngine* engine, ChainId chain,
+                                                 size_t chain_count) {
   std::map<ChunkKey, ChunkState> states;
   for (const ChunkInfo& c : engine->List()) {
     const bool pending = c.id & kPendingBit;
@@ -97,7 +100,8 @@ Result<std::map<ChunkKey, ChunkState>> LoadChain(ChunkEngine* engine, ChainId ch
       if (!tombstone) {
         std::vector<std::byte> data;
         RETURN_IF_ERROR(engine->ReadAll(c.id, &data));
-        v.data = std::make_shared<const std::string>(reinterpret_cast<const char*>(data.data()), data.size());
+        v.data = std::make_shared<const std::string>(reinterpret_cast<const char*>(data.data()),
+                                                     data.size());
       }
       st.pending[version] = v;
     } else {
@@ -119,10 +123,11 @@ Result<std::unique_ptr<ChainNode>> ChainNode::Open(chain::NodeId self, size_t ch
   if (chain_count == 0) return InvalidArgument("chain node: chain count is 0");
   std::unique_ptr<ChainNode> node(new ChainNode(self, chain_count, engine, transport));
   for (ChainId c : home_chains) {
-    if (c >= chain_count) return InvalidArgument("chain node: home chain " + std::to_string(c) + " out of range");
+    if (c >= chain_count)
+      return InvalidArgument("chain node: home chain " + std::to_string(c) + " out of range");
     ASSIGN_OR_RETURN(auto states, LoadChain(engine, c, chain_count));
-    node->slots_[c] =
-        std::make_unique<Slot>(chain::ReplicaMachine(self, c, std::move(states), kRetransmitTicks, kResyncTicks));
+    node->slots_[c] = std::make_unique<Slot>(
+        chain::ReplicaMachine(self, c, std::move(states), kRetransmitTicks, kResyncTicks));
   }
   return node;
 }
@@ -167,8 +172,9 @@ Status ChainNode::Store(const std::vector<std::pair<ChunkKey, ChunkState>>& stat
         if (value.tombstone || !value.data) {
           writes.push_back(ChunkWrite{pending_id, stored, {}});
         } else {
-          writes.push_back(ChunkWrite{pending_id, stored,
-                                      std::as_bytes(std::span(value.data->data(), value.data->size()))});
+          writes.push_back(
+              ChunkWrite{pending_id, stored,
+                         std::as_bytes(std::span(value.data->data(), value.data->size()))});
         }
       }
     } else if (pending_version != 0) {
@@ -185,7 +191,8 @@ Status ChainNode::Store(const std::vector<std::pair<ChunkKey, ChunkState>>& stat
 Status ChainNode::Reload(Slot& slot) {
   const ChainConfig config = slot.machine.config();
   ASSIGN_OR_RETURN(auto states, LoadChain(engine_, config.chain, chain_count_));
-  slot.machine = chain::ReplicaMachine(self_, config.chain, std::move(states), kRetransmitTicks, kResyncTicks);
+  slot.machine =
+      chain::ReplicaMachine(self_, config.chain, std::move(states), kRetransmitTicks, kResyncTicks);
   slot.machine.OnConfig(config);
   (void)slot.machine.TakeOutputs();
   (void)slot.machine.TakeDirty();
@@ -279,7 +286,8 @@ void ChainNode::Emit(Slot& slot, Output& out) {
                    s.ok() ? "version changed" : s.ToString());
           return;
         }
-        m.value.data = std::make_shared<const std::string>(reinterpret_cast<const char*>(data.data()), data.size());
+        m.value.data = std::make_shared<const std::string>(
+            reinterpret_cast<const char*>(data.data()), data.size());
         m.value.crc = info.crc;  // the whole-chunk read checked the bytes against it
       }
       if (m.kind == Message::Kind::kForward) {
@@ -302,10 +310,12 @@ void ChainNode::Emit(Slot& slot, Output& out) {
 }
 
 void ChainNode::Recover(Slot& slot) {
-  for (auto& [request, waiter] : slot.waiters) waiter.promise->set_value(WriteOutcome{slot.broken_status.code(), 0});
+  for (auto& [request, waiter] : slot.waiters)
+    waiter.promise->set_value(WriteOutcome{slot.broken_status.code(), 0});
   slot.waiters.clear();
   if (Status s = Reload(slot); !s.ok())
-    LOG_ERROR("chain {} on node {}: reload failed: {}", slot.machine.config().chain, self_, s.ToString());
+    LOG_ERROR("chain {} on node {}: reload failed: {}", slot.machine.config().chain, self_,
+              s.ToString());
   slot.broken = false;
   slot.broken_status = Status();
   slot.changed.notify_all();
@@ -349,12 +359,15 @@ void ChainNode::Tick() {
 
 Result<uint64_t> ChainNode::Write(ChunkKey key, std::optional<std::span<const std::byte>> data,
                                   Deadline deadline, ChainWriteOrigin origin) {
-  if (key & kPendingBit) return InvalidArgument("chunk key " + std::to_string(key) + " uses the pending bit");
+  if (key & kPendingBit)
+    return InvalidArgument("chunk key " + std::to_string(key) + " uses the pending bit");
   const ChainId chain = chain::ChainOf(key, chain_count_);
   Slot* slot = Find(chain);
   if (!slot)
-    return Status(StatusCode::kNotServing,
-                  "node " + std::to_string(self_) + " holds no replica of chain " + std::to_string(chain), true);
+    return Status(
+        StatusCode::kNotServing,
+        "node " + std::to_string(self_) + " holds no replica of chain " + std::to_string(chain),
+        true);
   Value value;
   if (data) {
     // The copy the machine keeps, so a caller that changes its buffer meanwhile gets one of its
@@ -375,8 +388,9 @@ Result<uint64_t> ChainNode::Write(ChunkKey key, std::optional<std::span<const st
     }
     if (origin.crc && *value.crc != *origin.crc)
       return Status(StatusCode::kChecksumMismatch,
-                    "chunk write of key " + std::to_string(key) + ": data CRC32C " + std::to_string(*value.crc) +
-                        " != " + std::to_string(*origin.crc) + " sent with it (corrupted in transit)");
+                    "chunk write of key " + std::to_string(key) + ": data CRC32C " +
+                        std::to_string(*value.crc) + " != " + std::to_string(*origin.crc) +
+                        " sent with it (corrupted in transit)");
     value.data = std::move(bytes);
     value.staged_at = origin.staged_at;
     value.staged_id = origin.staged_id;
@@ -400,14 +414,18 @@ Result<uint64_t> ChainNode::Write(ChunkKey key, std::optional<std::span<const st
     slot->waiters.erase(request);
     return Status(StatusCode::kDeadlineExceeded,
                   "write of chunk " + std::to_string(key) + " on chain " + std::to_string(chain) +
-                      " not committed in time", true);
+                      " not committed in time",
+                  true);
   }
   WriteOutcome outcome = future.get();
   if (outcome.code == StatusCode::kNotServing)
-    return Status(StatusCode::kNotServing,
-                  "node " + std::to_string(self_) + " is not the head of chain " + std::to_string(chain), true);
+    return Status(
+        StatusCode::kNotServing,
+        "node " + std::to_string(self_) + " is not the head of chain " + std::to_string(chain),
+        true);
   if (outcome.code != StatusCode::kOk)
-    return Status(outcome.code, "write of chunk " + std::to_string(key) + " failed on node " + std::to_string(self_));
+    return Status(outcome.code, "write of chunk " + std::to_string(key) + " failed on node " +
+                                    std::to_string(self_));
   return outcome.version;
 }
 
@@ -415,8 +433,10 @@ Status ChainNode::CheckReadable(ChunkKey key) {
   const ChainId chain = chain::ChainOf(key, chain_count_);
   Slot* slot = Find(chain);
   if (!slot)
-    return Status(StatusCode::kNotServing,
-                  "node " + std::to_string(self_) + " holds no replica of chain " + std::to_string(chain), true);
+    return Status(
+        StatusCode::kNotServing,
+        "node " + std::to_string(self_) + " holds no replica of chain " + std::to_string(chain),
+        true);
   {
     std::lock_guard lock(slot->mu);
     ASSIGN_OR_RETURN(auto committed, slot->machine.Read(key));
@@ -433,13 +453,15 @@ Status ChainNode::Read(ChunkKey key, uint64_t offset, uint64_t length, std::vect
   // key | kPendingBit), so reading it without the chain lock still returns a committed version:
   // this one or, if a commit raced the read, a newer one.
   ChunkInfo info;
-  RETURN_IF_ERROR(engine_->Read(key, offset, length, out, &info).WithContext("node " + std::to_string(self_)));
+  RETURN_IF_ERROR(
+      engine_->Read(key, offset, length, out, &info).WithContext("node " + std::to_string(self_)));
   if (info.version & kTombstoneBit) return NotFound("chunk " + std::to_string(key) + " not found");
   if (version) *version = info.version & kVersionMask;
   return Status();
 }
 
-Result<size_t> ChainNode::ReadInto(ChunkKey key, uint64_t offset, std::span<std::byte> out, uint64_t* version) {
+Result<size_t> ChainNode::ReadInto(ChunkKey key, uint64_t offset, std::span<std::byte> out,
+                                   uint64_t* version) {
   RETURN_IF_ERROR(CheckReadable(key));
   // Committed versions only, as in Read.
   ChunkInfo info;

@@ -17,19 +17,22 @@ using chain::NodeId;
 bool Retryable(const Status& s) {
   // kAborted: a connection to a node was closed under the call; the write is retried (a
   // repeated write only adds a version) and a read goes to another replica.
-  return s.retryable() || s.code() == StatusCode::kNotServing || s.code() == StatusCode::kUnavailable ||
-         s.code() == StatusCode::kDeadlineExceeded || s.code() == StatusCode::kAborted;
+  return s.retryable() || s.code() == StatusCode::kNotServing ||
+         s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kDeadlineExceeded ||
+         s.code() == StatusCode::kAborted;
 }
 
 class ChainObjectStore final : public ObjectStore {
  public:
-  ChainObjectStore(ChainRouter* router, ChainStoreOptions options) : router_(router), options_(options) {}
+  ChainObjectStore(ChainRouter* router, ChainStoreOptions options)
+      : router_(router), options_(options) {}
 
   Status Put(std::span<const ObjectPut> puts) override {
     for (const ObjectPut& p : puts)
       if (p.data.size() > options_.max_object_size)
-        return InvalidArgument("object " + std::to_string(p.key) + " of " + std::to_string(p.data.size()) +
-                               " bytes exceeds " + std::to_string(options_.max_object_size));
+        return InvalidArgument("object " + std::to_string(p.key) + " of " +
+                               std::to_string(p.data.size()) + " bytes exceeds " +
+                               std::to_string(options_.max_object_size));
     const Deadline deadline = Deadline::AfterMs(options_.op_timeout_ms);
     const size_t width = static_cast<size_t>(std::max(1, options_.parallel_puts));
     for (size_t first = 0; first < puts.size(); first += width) {
@@ -37,9 +40,8 @@ class ChainObjectStore final : public ObjectStore {
       std::vector<std::future<Status>> running;
       for (size_t i = 1; i < n; ++i) {
         const ObjectPut& p = puts[first + i];
-        running.push_back(std::async(std::launch::async, [this, p, deadline] {
-          return WriteOne(p.key, p.data, deadline);
-        }));
+        running.push_back(std::async(
+            std::launch::async, [this, p, deadline] { return WriteOne(p.key, p.data, deadline); }));
       }
       Status status = WriteOne(puts[first].key, puts[first].data, deadline);
       for (auto& f : running) {
@@ -51,7 +53,8 @@ class ChainObjectStore final : public ObjectStore {
     return Status();
   }
 
-  Status Get(ObjectKey key, uint64_t offset, uint64_t length, std::vector<std::byte>* out) override {
+  Status Get(ObjectKey key, uint64_t offset, uint64_t length,
+             std::vector<std::byte>* out) override {
     return FromAnyReplica(key, [&](NodeId n, Deadline deadline) {
       return router_->ReadAt(n, key, offset, length, out, deadline);
     });
@@ -97,7 +100,8 @@ class ChainObjectStore final : public ObjectStore {
       if (!retry || deadline.Expired())
         return Status(last.ok() ? StatusCode::kUnavailable : last.code(),
                       "object " + std::to_string(key) + " on chain " + std::to_string(c) +
-                          ": no replica could serve it (" + (tried.empty() ? "no serving replica" : tried) + ")");
+                          ": no replica could serve it (" +
+                          (tried.empty() ? "no serving replica" : tried) + ")");
       Backoff(deadline);
     }
   }
@@ -137,7 +141,8 @@ class ChainObjectStore final : public ObjectStore {
         problems.push_back("node " + std::to_string(n) + ": " + p.status().ToString());
         continue;
       }
-      for (const std::string& line : *p) problems.push_back("node " + std::to_string(n) + ": " + line);
+      for (const std::string& line : *p)
+        problems.push_back("node " + std::to_string(n) + ": " + line);
     }
     return problems;
   }
@@ -145,23 +150,26 @@ class ChainObjectStore final : public ObjectStore {
  private:
   // A short pause before retrying a chain that is changing (bounded by the deadline).
   static void Backoff(Deadline deadline) {
-    std::this_thread::sleep_for(std::min<std::chrono::nanoseconds>(std::chrono::milliseconds(50),
-                                                                   deadline.Remaining()));
+    std::this_thread::sleep_for(
+        std::min<std::chrono::nanoseconds>(std::chrono::milliseconds(50), deadline.Remaining()));
   }
 
-  Status WriteOne(ObjectKey key, std::optional<std::span<const std::byte>> data, Deadline deadline) {
+  Status WriteOne(ObjectKey key, std::optional<std::span<const std::byte>> data,
+                  Deadline deadline) {
     const chain::ChainId c = chain::ChainOf(key, router_->chain_count());
     while (true) {
       ChainConfig config = router_->Config(c);
       Status s;
       if (config.members.empty() || config.members[0].state != MemberState::kServing) {
-        s = Status(StatusCode::kNotServing, "chain " + std::to_string(c) + " has no serving head", true);
+        s = Status(StatusCode::kNotServing, "chain " + std::to_string(c) + " has no serving head",
+                   true);
       } else {
         s = router_->WriteAt(config.members[0].node, key, data, deadline).status();
       }
       if (s.ok()) return s;
       if (!Retryable(s) || deadline.Expired())
-        return s.WithContext("write object " + std::to_string(key) + " on chain " + std::to_string(c));
+        return s.WithContext("write object " + std::to_string(key) + " on chain " +
+                             std::to_string(c));
       Backoff(deadline);
     }
   }

@@ -42,8 +42,7 @@ inline float HSumTree(F8 v) {
 
 // mean[r] and rstd[r] of rows x[r][0, c) for r < kRows: the mean first, then the variance as the
 // mean squared deviation from it (two passes over rows that sit in L1, as accurate as before).
-inline void RowStats(const float* const x[kRows], int64_t c, float mean[kRows],
-                     float rstd[kRows]) {
+inline void RowStats(const float* const x[kRows], int64_t c, float mean[kRows], float rstd[kRows]) {
   const float fc = static_cast<float>(c);
   F8 a[kRows] = {}, b[kRows] = {};
   int64_t k = 0;
@@ -103,8 +102,8 @@ RT_CPU_CLONES void LayerNormForwardKernel(T* __restrict out, float* __restrict m
 
 // Σ_k w[k]·g[k] and Σ_k w[k]·g[k]·(x[k] − m) of rows r < kRows.
 inline void RowDots(const float* const g[kRows], const float* const x[kRows],
-                    const float* __restrict w, const float m[kRows], int64_t c,
-                    float sum_dn[kRows], float sum_dnx[kRows]) {
+                    const float* __restrict w, const float m[kRows], int64_t c, float sum_dn[kRows],
+                    float sum_dnx[kRows]) {
   F8 a[kRows] = {}, b[kRows] = {};
   int64_t k = 0;
   for (; k + 8 <= c; k += 8) {

@@ -10,20 +10,20 @@ namespace rt::internal {
 
 namespace {
 
-#define RT_BACKEND_TABLE(ns, label)                                                                \
-  KernelBackend {                                                                                  \
-    .name = label, .available = ns::Available, .synchronize = ns::Synchronize,                     \
-    .allocate = ns::Allocate, .free = ns::Free, .copy = ns::Copy, .gemm = ns::Gemm,                \
-    .matmul_forward = ns::MatmulForward, .matmul_backward = ns::MatmulBackward,                    \
-    .layernorm_forward = ns::LayerNormForward, .layernorm_backward = ns::LayerNormBackward,        \
-    .gelu_forward = ns::GeluForward, .gelu_backward = ns::GeluBackward,                            \
-    .attention_forward = ns::AttentionForward, .attention_backward = ns::AttentionBackward,        \
-    .embedding_forward = ns::EmbeddingForward, .embedding_backward = ns::EmbeddingBackward,        \
-    .position_embedding_add = ns::PositionEmbeddingAdd,                                            \
-    .position_embedding_backward = ns::PositionEmbeddingBackward,                                  \
-    .softmax_cross_entropy = ns::SoftmaxCrossEntropy, .add = ns::Add,                              \
-    .accumulate = ns::Accumulate, .scale = ns::Scale, .zero = ns::Zero,                            \
-    .sum_of_squares = ns::SumOfSquares, .adamw = ns::AdamW, .convert = ns::Convert,                \
+#define RT_BACKEND_TABLE(ns, label)                                                         \
+  KernelBackend {                                                                           \
+    .name = label, .available = ns::Available, .synchronize = ns::Synchronize,              \
+    .allocate = ns::Allocate, .free = ns::Free, .copy = ns::Copy, .gemm = ns::Gemm,         \
+    .matmul_forward = ns::MatmulForward, .matmul_backward = ns::MatmulBackward,             \
+    .layernorm_forward = ns::LayerNormForward, .layernorm_backward = ns::LayerNormBackward, \
+    .gelu_forward = ns::GeluForward, .gelu_backward = ns::GeluBackward,                     \
+    .attention_forward = ns::AttentionForward, .attention_backward = ns::AttentionBackward, \
+    .embedding_forward = ns::EmbeddingForward, .embedding_backward = ns::EmbeddingBackward, \
+    .position_embedding_add = ns::PositionEmbeddingAdd,                                     \
+    .position_embedding_backward = ns::PositionEmbeddingBackward,                           \
+    .softmax_cross_entropy = ns::SoftmaxCrossEntropy, .add = ns::Add,                       \
+    .accumulate = ns::Accumulate, .scale = ns::Scale, .zero = ns::Zero,                     \
+    .sum_of_squares = ns::SumOfSquares, .adamw = ns::AdamW, .convert = ns::Convert,         \
   }
 
 const KernelBackend kCpuBackend = RT_BACKEND_TABLE(rt::cpu, "cpu");

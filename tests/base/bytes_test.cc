@@ -1,10 +1,10 @@
 #include "base/bytes.h"
 
-#include "base/deadline.h"
-
 #include <thread>
 
 #include <gtest/gtest.h>
+
+#include "base/deadline.h"
 
 namespace rt {
 namespace {
@@ -27,7 +27,8 @@ TEST(BytesTest, RoundTripAndTruncation) {
   Result<uint8_t> past = r.Get<uint8_t>();
   ASSERT_FALSE(past.ok());
   EXPECT_EQ(past.status().code(), StatusCode::kCorruption);
-  EXPECT_NE(past.status().message().find("test record: truncated at byte 27"), std::string_view::npos)
+  EXPECT_NE(past.status().message().find("test record: truncated at byte 27"),
+            std::string_view::npos)
       << past.status().message();
 
   ByteReader limited(bytes, "limited");

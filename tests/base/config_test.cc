@@ -74,7 +74,8 @@ TEST(ConfigTest, ErrorsNameFileLineKeyAndProblem) {
   EXPECT_EQ(s.message(), "job.toml:2: key 'model.n_layer' = 0 is out of range [1, 128]");
 
   s = ReadText("[data]\norder = \"random\"\n", &c);
-  EXPECT_EQ(s.message(), "job.toml:2: key 'data.order' = \"random\" is not one of: sequential, shuffled");
+  EXPECT_EQ(s.message(),
+            "job.toml:2: key 'data.order' = \"random\" is not one of: sequential, shuffled");
 
   s = ReadText("[train\nsteps = 1\n", &c);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);

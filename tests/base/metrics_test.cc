@@ -2,10 +2,10 @@
 // against a naive count, and concurrent updates.
 #include "base/metrics.h"
 
-#include <gtest/gtest.h>
-
 #include <random>
 #include <thread>
+
+#include <gtest/gtest.h>
 
 namespace rt {
 namespace {

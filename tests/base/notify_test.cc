@@ -3,17 +3,18 @@
 // kernel's receive timestamps (SO_TIMESTAMPNS), not the test thread's clock.
 #include "base/notify.h"
 
-#include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
-#include <boost/asio/post.hpp>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <thread>
+
+#include <boost/asio/post.hpp>
+#include <gtest/gtest.h>
 
 #include "tests/base/net/loop.h"
 
@@ -29,7 +30,8 @@ class NotifySocket {
  public:
   explicit NotifySocket(int64_t watchdog_usec, std::string watchdog_pid = "") {
     path_ = (std::filesystem::temp_directory_path() /
-             ("rt_notify_" + std::to_string(getpid()) + ".sock")).string();
+             ("rt_notify_" + std::to_string(getpid()) + ".sock"))
+                .string();
     std::filesystem::remove(path_);
     fd_ = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     sockaddr_un addr{};
@@ -119,8 +121,9 @@ TEST(SystemdNotifier, SequenceAndWatchdogTiming) {
   // A hung event loop sends no keep-alives: that is what lets systemd restart the daemon.
   std::atomic<int64_t> block_start_ns{0};
   boost::asio::post(loop.io(), [&] {
-    block_start_ns = std::chrono::duration_cast<Nanos>(
-                         std::chrono::system_clock::now().time_since_epoch()).count();
+    block_start_ns =
+        std::chrono::duration_cast<Nanos>(std::chrono::system_clock::now().time_since_epoch())
+            .count();
     std::this_thread::sleep_for(milliseconds(600));
   });
   for (;;) {

@@ -48,8 +48,8 @@ SpawnOptions Shell(const std::string& script) {
 }
 
 std::string TempPath(const std::string& name) {
-  return (std::filesystem::temp_directory_path() /
-          (name + "." + std::to_string(::getpid()))).string();
+  return (std::filesystem::temp_directory_path() / (name + "." + std::to_string(::getpid())))
+      .string();
 }
 
 std::string ReadAll(const std::string& path) {
@@ -206,9 +206,9 @@ TEST(ProcessTest, DestroyingTheObjectKillsTheWholeGroup) {
   std::filesystem::remove(pids);
   pid_t grandchild = 0;
   {
-    auto child = ChildProcess::Spawn(io.get_executor(),
-                                     Shell("sleep 30 & echo $! > " + pids + ".tmp; mv " + pids +
-                                           ".tmp " + pids + "; wait"));
+    auto child = ChildProcess::Spawn(
+        io.get_executor(),
+        Shell("sleep 30 & echo $! > " + pids + ".tmp; mv " + pids + ".tmp " + pids + "; wait"));
     ASSERT_TRUE(child.ok());
     const Deadline by = Deadline::AfterMs(20'000);
     while (!std::filesystem::exists(pids) && !by.Expired())

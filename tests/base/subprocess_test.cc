@@ -1,10 +1,11 @@
 #include "base/subprocess.h"
 
-#include <gtest/gtest.h>
 #include <signal.h>
 
 #include <chrono>
 #include <cstdlib>
+
+#include <gtest/gtest.h>
 
 namespace rt {
 namespace {

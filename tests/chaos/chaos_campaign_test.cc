@@ -37,11 +37,29 @@ TEST(ChaosCampaignTest, EveryFaultOnceLosesNoCommittedStepAndAcceptsNoCorruptChe
   const int kinds = netns_off.empty() ? 13 : 10;
   const std::string json = std::filesystem::temp_directory_path() /
                            ("chaos_test_" + std::to_string(::getpid()) + ".json");
-  Result<ProcessOutcome> run = RunProcess(
-      {RINGCHAOS_BIN, "--seed", "15", "--nodes", "5", "--steps", "800", "--baseline-seconds",
-       "8", "--max-faults", std::to_string(kinds), "--pause-ms", "300", "--hang-ms", "2500",
-       "--partition-ms", "1500", "--json", json, "--log-level", "warn"},
-      EnvironmentWithout({"RINGTRAIN_FAULTS"}), Deadline::AfterMs(540'000));
+  Result<ProcessOutcome> run =
+      RunProcess({RINGCHAOS_BIN,
+                  "--seed",
+                  "15",
+                  "--nodes",
+                  "5",
+                  "--steps",
+                  "800",
+                  "--baseline-seconds",
+                  "8",
+                  "--max-faults",
+                  std::to_string(kinds),
+                  "--pause-ms",
+                  "300",
+                  "--hang-ms",
+                  "2500",
+                  "--partition-ms",
+                  "1500",
+                  "--json",
+                  json,
+                  "--log-level",
+                  "warn"},
+                 EnvironmentWithout({"RINGTRAIN_FAULTS"}), Deadline::AfterMs(540'000));
   ASSERT_TRUE(run.ok()) << run.status().ToString();
   std::printf("%s", run->output.c_str());
   ASSERT_FALSE(run->timed_out) << run->output;
@@ -83,11 +101,11 @@ TEST(ChaosCampaignTest, EveryFaultOnceLosesNoCommittedStepAndAcceptsNoCorruptChe
 TEST(ChaosCampaignTest, SigtermRemovesTheNamespacesTheBridgeAndTheMount) {
   if (const std::string why = NetnsUnavailable(); !why.empty())
     GTEST_SKIP() << "no network namespaces here: " << why;
-  const std::string dir = std::filesystem::temp_directory_path() /
-                          ("chaos_sigterm_" + std::to_string(::getpid()));
+  const std::string dir =
+      std::filesystem::temp_directory_path() / ("chaos_sigterm_" + std::to_string(::getpid()));
   SpawnOptions o;
-  o.argv = {RINGCHAOS_BIN, "--seed", "1", "--nodes", "4", "--dir", dir, "--keep",
-            "--log-level", "warn"};
+  o.argv = {RINGCHAOS_BIN, "--seed", "1",      "--nodes",     "4",
+            "--dir",       dir,      "--keep", "--log-level", "warn"};
   o.env = EnvironmentWithout({"RINGTRAIN_FAULTS"});
   o.stdout_path = dir + ".log";
   Result<std::unique_ptr<SyncChild>> chaos = SyncChild::Start(o);

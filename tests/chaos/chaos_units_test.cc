@@ -199,8 +199,8 @@ TEST(SummaryTest, CountsPartitionsByKindAndDaemonsThatTrainedWhileCutOff) {
   EXPECT_EQ(s.injected.at("partition-halves"), 1);
   EXPECT_EQ(s.injected.at("partition-flap"), 1);
   EXPECT_EQ(s.minority_trained, 2);
-  EXPECT_EQ(s.restarts, 2);               // the two partition-one faults: a new generation
-  EXPECT_EQ(s.committed_steps_lost, 0);   // resumed from 40 with 40 committed
+  EXPECT_EQ(s.restarts, 2);              // the two partition-one faults: a new generation
+  EXPECT_EQ(s.committed_steps_lost, 0);  // resumed from 40 with 40 committed
   EXPECT_EQ(s.steps_repeated, 2 * 5);
   EXPECT_NE(SummaryText(r, s).find("cut off from a majority: 2"), std::string::npos);
   const daemon::Json json = SummaryJson(r, s);
@@ -220,14 +220,31 @@ TEST(SummaryTest, CountsPartitionsByKindAndDaemonsThatTrainedWhileCutOff) {
 TEST(ChaosReplay, LayoutHistoryFollowsResumesThroughAnyDaemonsMemoryTier) {
   const std::string disk = "/tmp/c/ckpt/chaos";
   std::vector<TrainedGeneration> gens(3);
-  gens[0] = {"2.1.1", "/n1/jobs/chaos-2.1.1", "tp=1,dp=3", 3, -1, "", "",
+  gens[0] = {"2.1.1",
+             "/n1/jobs/chaos-2.1.1",
+             "tp=1,dp=3",
+             3,
+             -1,
+             "",
+             "",
              {{10, disk, "2026-11-27 04:00:01.000"},
               {12, "memtier://127.0.0.1:4001/job-2", "2026-11-27 04:00:02.000"}}};
-  gens[1] = {"2.2.2", "/n2/jobs/chaos-2.2.2", "tp=1,dp=2", 2, 12,
-             "memtier://127.0.0.1:4002/job-2", "2026-11-27 04:00:03.000",
+  gens[1] = {"2.2.2",
+             "/n2/jobs/chaos-2.2.2",
+             "tp=1,dp=2",
+             2,
+             12,
+             "memtier://127.0.0.1:4002/job-2",
+             "2026-11-27 04:00:03.000",
              {{20, disk, "2026-11-27 04:00:05.000"}}};
-  gens[2] = {"2.3.3", "/n1/jobs/chaos-2.3.3", "tp=1,dp=3", 3, 20, disk,
-             "2026-11-27 04:00:06.000", {{30, disk, "2026-11-27 04:00:09.000"}}};
+  gens[2] = {"2.3.3",
+             "/n1/jobs/chaos-2.3.3",
+             "tp=1,dp=3",
+             3,
+             20,
+             disk,
+             "2026-11-27 04:00:06.000",
+             {{30, disk, "2026-11-27 04:00:09.000"}}};
   Result<std::vector<HistorySegment>> h = LayoutHistory(gens, 30, disk);
   ASSERT_TRUE(h.ok()) << h.status().ToString();
   ASSERT_EQ(h->size(), 3u);

@@ -2,6 +2,8 @@
 // with the reason elsewhere): real TCP connections between the nodes' namespaces and from the
 // root namespace, cut by Split and back after Heal; Remove and RemoveLeftoverNetworks leave no
 // namespace or bridge behind.
+#include "bench/chaos/netns.h"
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -18,7 +20,6 @@
 
 #include "base/deadline.h"
 #include "base/subprocess.h"
-#include "bench/chaos/netns.h"
 
 namespace rt::chaos {
 namespace {
@@ -29,15 +30,17 @@ constexpr uint16_t kPort = 7799;
 // namespace); "" = the root namespace.
 template <typename Fn>
 auto InNamespace(const std::string& ns, Fn fn) {
-  return std::async(std::launch::async, [ns, fn] {
-    if (!ns.empty()) {
-      const int fd = ::open(("/run/netns/" + ns).c_str(), O_RDONLY | O_CLOEXEC);
-      EXPECT_GE(fd, 0) << ns;
-      EXPECT_EQ(::setns(fd, CLONE_NEWNET), 0) << ns;
-      ::close(fd);
-    }
-    return fn();
-  }).get();
+  return std::async(std::launch::async,
+                    [ns, fn] {
+                      if (!ns.empty()) {
+                        const int fd = ::open(("/run/netns/" + ns).c_str(), O_RDONLY | O_CLOEXEC);
+                        EXPECT_GE(fd, 0) << ns;
+                        EXPECT_EQ(::setns(fd, CLONE_NEWNET), 0) << ns;
+                        ::close(fd);
+                      }
+                      return fn();
+                    })
+      .get();
 }
 
 // A socket listening on `address`:kPort (made inside the caller's namespace).
@@ -66,8 +69,8 @@ bool Connects(const std::string& address) {
     pollfd p{fd, POLLOUT, 0};
     int err = 0;
     socklen_t len = sizeof(err);
-    ok = ::poll(&p, 1, 1000) == 1 &&
-         ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0;
+    ok = ::poll(&p, 1, 1000) == 1 && ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 &&
+         err == 0;
   }
   ::close(fd);
   return ok;

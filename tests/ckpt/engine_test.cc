@@ -2,10 +2,10 @@
 // parallel/shard_plan.h, so replicated pieces are written by all their holders) and loaded into
 // the Shards() of engines of another layout — parameters, master weights and AdamW moments equal
 // bit for bit.
-#include <gtest/gtest.h>
-
 #include <algorithm>
 #include <cstring>
+
+#include <gtest/gtest.h>
 
 #include "ckpt/reader.h"
 #include "ckpt/writer.h"

@@ -2,9 +2,9 @@
 // "Failed saves"): the rank's WaitWritten names the failure and its files are gone; Abandon ends
 // rank 0's commit at once (not after commit_timeout_ms) with Aborted and removes the step's
 // folder; the previous checkpoint stays the newest committed one and the next save commits.
-#include <gtest/gtest.h>
-
 #include <filesystem>
+
+#include <gtest/gtest.h>
 
 #include "base/fault.h"
 #include "ckpt/catalog.h"

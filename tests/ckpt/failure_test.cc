@@ -1,9 +1,9 @@
 // Damaged checkpoints: a flipped byte in a data file or the manifest, a truncated or missing data
 // file, a newer format version, a missing tensor — each a clear error naming what is wrong, and
 // LoadNewest falls back to the previous checkpoint.
-#include <gtest/gtest.h>
-
 #include <filesystem>
+
+#include <gtest/gtest.h>
 
 #include "base/crc32c.h"
 #include "ckpt/catalog.h"

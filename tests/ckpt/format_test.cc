@@ -1,10 +1,10 @@
 // Codecs, the region geometry against a naive per-element reference, the manifest and fragment
 // encodings, and the storage backends.
-#include <gtest/gtest.h>
-
 #include <algorithm>
 #include <filesystem>
 #include <random>
+
+#include <gtest/gtest.h>
 
 #include "base/crc32c.h"
 #include "ckpt/codec.h"

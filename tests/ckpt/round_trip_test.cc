@@ -1,10 +1,10 @@
 // Save and load synthetic states: every codec, re-sharding between layouts (boxes along rows and
 // columns, data-parallel replicas, ZeRO-style flat ranges) checked element by element against the
 // naive reference, the spread of replicated writes, async and sync saves, retention.
-#include <gtest/gtest.h>
-
 #include <filesystem>
 #include <map>
+
+#include <gtest/gtest.h>
 
 #include "ckpt/catalog.h"
 #include "ckpt/manifest.h"

@@ -2,13 +2,14 @@
 // CheckpointWriter per rank, all on one storage), and byte surgery on stored files.
 #pragma once
 
-#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "ckpt/reader.h"
 #include "ckpt/writer.h"

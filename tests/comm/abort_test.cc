@@ -2,8 +2,6 @@
 // in a sub-group collective that a silent peer never joins wakes within 100 ms of aborting its
 // world, with CommAborted naming the sub-group; splits of splits follow, and a child destroyed
 // before the abort is skipped.
-#include <gtest/gtest.h>
-
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -11,6 +9,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "comm/communicator.h"
 
@@ -123,8 +123,7 @@ TEST_P(SubGroupAbort, AbortingTheWorldWakesSubGroupWaiters) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, SubGroupAbort,
-                         ::testing::Values(Transport::kShm, Transport::kTcp),
-                         [](const auto& info) {
+                         ::testing::Values(Transport::kShm, Transport::kTcp), [](const auto& info) {
                            return info.param == Transport::kTcp ? "Tcp" : "Shm";
                          });
 

@@ -1,11 +1,12 @@
 // Authentication of the training links (CommOptions::secret, TcpStoreServerOptions::secret): a
 // process without the secret that connects to the TCP store or to a rank's mesh port gets an
 // authentication error, and the store and the communicator work on unaffected.
-#include <gtest/gtest.h>
+#include "base/net/auth.h"
 
 #include <sstream>
 
-#include "base/net/auth.h"
+#include <gtest/gtest.h>
+
 #include "base/net/frame_io.h"
 #include "base/net/rpc.h"
 #include "comm/communicator.h"

@@ -1,12 +1,12 @@
 // Communicators, ranks as threads of this process: the collective table over TCP and over
 // shared memory for group sizes 1-8, sub-groups, mismatched arguments, abort and bootstrap
 // failures, byte accounting, and a new generation after a failure.
-#include <gtest/gtest.h>
-
 #include <time.h>
 
 #include <algorithm>
 #include <thread>
+
+#include <gtest/gtest.h>
 
 #include "comm/communicator.h"
 #include "tests/comm/table.h"
@@ -75,23 +75,24 @@ class CollectiveTable : public ::testing::TestWithParam<TableCase> {};
 
 TEST_P(CollectiveTable, EveryOpEveryDTypeAgainstReference) {
   const auto [n, transport, path] = GetParam();
-  Group g = MakeGroup(n, transport, 0, nullptr, std::chrono::milliseconds(10'000), [&](CommOptions& o) {
-    if (path == ShmPath::kArenaChunked) {
-      o.shm_arena_bytes = 64 << 10;
-      o.small_message_bytes = 0;
-      o.shm_single_copy_bytes = 0;
-    }
-    if (path == ShmPath::kSingleCopy) {
-      o.small_message_bytes = 0;
-      o.shm_single_copy_bytes = 1;
-      o.shm_single_copy_oversubscribed = true;
-    }
-    if (path == ShmPath::kRings) o.shm_arena_bytes = 0;
-    if (path == ShmPath::kStriped) {
-      o.tcp_connections_per_peer = 3;
-      o.tcp_stripe_bytes = 4 << 10;
-    }
-  });
+  Group g =
+      MakeGroup(n, transport, 0, nullptr, std::chrono::milliseconds(10'000), [&](CommOptions& o) {
+        if (path == ShmPath::kArenaChunked) {
+          o.shm_arena_bytes = 64 << 10;
+          o.small_message_bytes = 0;
+          o.shm_single_copy_bytes = 0;
+        }
+        if (path == ShmPath::kSingleCopy) {
+          o.small_message_bytes = 0;
+          o.shm_single_copy_bytes = 1;
+          o.shm_single_copy_oversubscribed = true;
+        }
+        if (path == ShmPath::kRings) o.shm_arena_bytes = 0;
+        if (path == ShmPath::kStriped) {
+          o.tcp_connections_per_peer = 3;
+          o.tcp_stripe_bytes = 4 << 10;
+        }
+      });
   TableOptions o;
   o.dtypes = AllDTypes();
   o.counts = {0, 1, 7, 4097};
@@ -103,7 +104,8 @@ TEST_P(CollectiveTable, EveryOpEveryDTypeAgainstReference) {
     RETURN_IF_ERROR(g.comms[r]->WaitReady(Deadline::AfterMs(10'000)));
     return RunCollectiveTable(*g.comms[r], o);
   });
-  for (int r = 0; r < n; ++r) EXPECT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r].ToString();
+  for (int r = 0; r < n; ++r)
+    EXPECT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r].ToString();
 }
 
 std::vector<TableCase> AllCases() {
@@ -119,12 +121,14 @@ std::vector<TableCase> AllCases() {
 
 INSTANTIATE_TEST_SUITE_P(Threads, CollectiveTable, ::testing::ValuesIn(AllCases()),
                          [](const auto& info) {
-                           const char* path = info.param.path == ShmPath::kArenaChunked ? "ArenaChunked"
-                                               : info.param.path == ShmPath::kSingleCopy ? "SingleCopy"
-                                               : info.param.path == ShmPath::kRings      ? "Rings"
-                                               : info.param.path == ShmPath::kStriped    ? "Striped"
-                                                                                         : "";
-                           return std::string(info.param.transport == Transport::kTcp ? "Tcp" : "Shm") +
+                           const char* path =
+                               info.param.path == ShmPath::kArenaChunked ? "ArenaChunked"
+                               : info.param.path == ShmPath::kSingleCopy ? "SingleCopy"
+                               : info.param.path == ShmPath::kRings      ? "Rings"
+                               : info.param.path == ShmPath::kStriped    ? "Striped"
+                                                                         : "";
+                           return std::string(info.param.transport == Transport::kTcp ? "Tcp"
+                                                                                      : "Shm") +
                                   path + std::to_string(info.param.n);
                          });
 
@@ -136,7 +140,8 @@ TEST_P(TransportTest, MismatchedCountsFailCleanly) {
   auto results = OnEveryRank(n, [&](int r) -> Status {
     size_t count = r == 1 ? 1000 : 100;  // rank 1 disagrees
     std::vector<float> in(count, 1.0f), out(count);
-    return g.comms[r]->AllReduce(in.data(), out.data(), count, DType::kF32, ReduceOp::kSum)
+    return g.comms[r]
+        ->AllReduce(in.data(), out.data(), count, DType::kF32, ReduceOp::kSum)
         ->Wait(Deadline::AfterMs(5000));
   });
   for (int r = 0; r < n; ++r) {
@@ -146,11 +151,15 @@ TEST_P(TransportTest, MismatchedCountsFailCleanly) {
   // At least the direct neighbours of rank 1 name the disagreement.
   bool named = false;
   for (auto& s : results)
-    named |= s.code() == StatusCode::kProtocolError && s.ToString().find("count 1000") != std::string::npos;
+    named |= s.code() == StatusCode::kProtocolError &&
+             s.ToString().find("count 1000") != std::string::npos;
   EXPECT_TRUE(named) << results[0].ToString() << " | " << results[2].ToString();
   // The communicator stays failed.
   std::vector<float> x(4);
-  EXPECT_FALSE(g.comms[0]->AllReduce(x.data(), x.data(), 4, DType::kF32, ReduceOp::kSum)->Wait(Deadline::AfterMs(1000)).ok());
+  EXPECT_FALSE(g.comms[0]
+                   ->AllReduce(x.data(), x.data(), 4, DType::kF32, ReduceOp::kSum)
+                   ->Wait(Deadline::AfterMs(1000))
+                   .ok());
 }
 
 TEST_P(TransportTest, MismatchedOpKindsFailCleanly) {
@@ -161,8 +170,9 @@ TEST_P(TransportTest, MismatchedOpKindsFailCleanly) {
   auto t0 = MonoClock::now();
   auto results = OnEveryRank(n, [&](int r) -> Status {
     std::vector<float> in(100, 1.0f), out(100);
-    WorkHandle w = r == 1 ? g.comms[r]->Broadcast(in.data(), out.data(), 100, DType::kF32, 0)
-                          : g.comms[r]->AllReduce(in.data(), out.data(), 100, DType::kF32, ReduceOp::kSum);
+    WorkHandle w =
+        r == 1 ? g.comms[r]->Broadcast(in.data(), out.data(), 100, DType::kF32, 0)
+               : g.comms[r]->AllReduce(in.data(), out.data(), 100, DType::kF32, ReduceOp::kSum);
     return w->Wait(Deadline::AfterMs(5000));
   });
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(MonoClock::now() - t0).count();
@@ -185,11 +195,13 @@ TEST(SharedArena, RanksWithDifferentSmallThresholdsFailInsteadOfMixingPaths) {
                       [](CommOptions& o) { o.small_message_bytes = o.rank == 0 ? 64 << 10 : 0; });
   auto results = OnEveryRank(n, [&](int r) -> Status {
     std::vector<float> in(100, 1.0f), out(100);
-    return g.comms[r]->AllReduce(in.data(), out.data(), 100, DType::kF32, ReduceOp::kSum)
+    return g.comms[r]
+        ->AllReduce(in.data(), out.data(), 100, DType::kF32, ReduceOp::kSum)
         ->Wait(Deadline::AfterMs(5000));
   });
   for (int r = 0; r < n; ++r) {
-    EXPECT_EQ(results[r].code(), StatusCode::kProtocolError) << "rank " << r << ": " << results[r].ToString();
+    EXPECT_EQ(results[r].code(), StatusCode::kProtocolError)
+        << "rank " << r << ": " << results[r].ToString();
     EXPECT_NE(results[r].ToString().find("disagree"), std::string::npos) << results[r].ToString();
   }
 }
@@ -203,9 +215,9 @@ std::chrono::milliseconds ProcessCpuTime() {
 }
 
 struct LoneWait {
-  Status status;           // what the waiter got
-  int64_t woke_ms = -1;    // from Abort() to the waiter's return
-  int64_t cpu_ms = -1;     // CPU time the process used while rank 0 waited
+  Status status;         // what the waiter got
+  int64_t woke_ms = -1;  // from Abort() to the waiter's return
+  int64_t cpu_ms = -1;   // CPU time the process used while rank 0 waited
 };
 
 // Two ranks over shared memory (options tweaked by `tweak`); rank 0 enters a small all-reduce
@@ -268,7 +280,8 @@ TEST(SharedArenaWait, PostedOpsNobodyWaitsForCompleteInIssueOrder) {
   auto results = OnEveryRank(n, [&](int r) -> Status {
     int64_t in[3] = {r + 1, 10 * (r + 1), 100 * (r + 1)}, out[3] = {};
     std::vector<WorkHandle> w;
-    for (int k = 0; k < 3; ++k) w.push_back(g.comms[r]->AllReduce(&in[k], &out[k], 1, DType::kI64, ReduceOp::kSum));
+    for (int k = 0; k < 3; ++k)
+      w.push_back(g.comms[r]->AllReduce(&in[k], &out[k], 1, DType::kI64, ReduceOp::kSum));
     const Deadline d = Deadline::AfterMs(5000);
     while (!w[2]->Done()) {
       if (d.Expired()) return DeadlineExceeded("the third op is not done");
@@ -279,10 +292,12 @@ TEST(SharedArenaWait, PostedOpsNobodyWaitsForCompleteInIssueOrder) {
       RETURN_IF_ERROR(w[k]->Wait(Deadline::AfterMs(100)));
     }
     if (out[0] != 3 || out[1] != 30 || out[2] != 300)
-      return Internal("sums " + std::to_string(out[0]) + " " + std::to_string(out[1]) + " " + std::to_string(out[2]));
+      return Internal("sums " + std::to_string(out[0]) + " " + std::to_string(out[1]) + " " +
+                      std::to_string(out[2]));
     return Status();
   });
-  for (int r = 0; r < n; ++r) EXPECT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r].ToString();
+  for (int r = 0; r < n; ++r)
+    EXPECT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r].ToString();
 }
 
 TEST(SharedArenaWait, ATinyAllReduceWhosePeersPostedIsDoneWhenIssued) {
@@ -328,9 +343,12 @@ TEST(SharedArenaWait, RanksDisagreeingOnATinyAllReduceFailTheCommunicator) {
   }
   for (int r = 0; r < n; ++r) {
     EXPECT_FALSE(g.comms[r]->status().ok()) << "rank " << r;
-    const Status next = g.comms[r]->AllReduce(in, out, 1, DType::kI32, ReduceOp::kSum)->Wait(Deadline::AfterMs(1000));
+    const Status next = g.comms[r]
+                            ->AllReduce(in, out, 1, DType::kI32, ReduceOp::kSum)
+                            ->Wait(Deadline::AfterMs(1000));
     EXPECT_FALSE(next.ok()) << "rank " << r;
-    EXPECT_NE(next.code(), StatusCode::kDeadlineExceeded) << "rank " << r << ": " << next.ToString();
+    EXPECT_NE(next.code(), StatusCode::kDeadlineExceeded)
+        << "rank " << r << ": " << next.ToString();
   }
 }
 
@@ -345,11 +363,15 @@ TEST(SharedArenaWait, SmallAllReducesAgreeWithTheReferenceOverManySteps) {
       const ReduceOp op = static_cast<ReduceOp>(i % 4);
       int32_t in[6], out[6];
       for (size_t k = 0; k < count; ++k) in[k] = static_cast<int32_t>((i + 1) * (r + 1) + k);
-      RETURN_IF_ERROR(g.comms[r]->AllReduce(in, out, count, DType::kI32, op)->Wait(Deadline::AfterMs(10'000)));
+      RETURN_IF_ERROR(
+          g.comms[r]->AllReduce(in, out, count, DType::kI32, op)->Wait(Deadline::AfterMs(10'000)));
       for (size_t k = 0; k < count; ++k) {
-        const int32_t x = (i + 1) + static_cast<int32_t>(k), y = 2 * (i + 1) + static_cast<int32_t>(k);
-        const int32_t want = op == ReduceOp::kSum ? x + y : op == ReduceOp::kAvg ? (x + y) / 2
-                             : op == ReduceOp::kMax ? std::max(x, y) : std::min(x, y);
+        const int32_t x = (i + 1) + static_cast<int32_t>(k),
+                      y = 2 * (i + 1) + static_cast<int32_t>(k);
+        const int32_t want = op == ReduceOp::kSum   ? x + y
+                             : op == ReduceOp::kAvg ? (x + y) / 2
+                             : op == ReduceOp::kMax ? std::max(x, y)
+                                                    : std::min(x, y);
         if (out[k] != want)
           return Internal("step " + std::to_string(i) + " element " + std::to_string(k) + ": " +
                           std::to_string(out[k]) + " != " + std::to_string(want));
@@ -357,7 +379,8 @@ TEST(SharedArenaWait, SmallAllReducesAgreeWithTheReferenceOverManySteps) {
     }
     return Status();
   });
-  for (int r = 0; r < n; ++r) EXPECT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r].ToString();
+  for (int r = 0; r < n; ++r)
+    EXPECT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r].ToString();
 }
 
 TEST_P(TransportTest, SplitFormsSubGroups) {
@@ -370,7 +393,8 @@ TEST_P(TransportTest, SplitFormsSubGroups) {
     int expect_rank = 2 - r / 2;
     if (sub->rank() != expect_rank) return Internal("sub rank " + std::to_string(sub->rank()));
     int32_t v = r, sum = 0;
-    RETURN_IF_ERROR(sub->AllReduce(&v, &sum, 1, DType::kI32, ReduceOp::kSum)->Wait(Deadline::AfterMs(10'000)));
+    RETURN_IF_ERROR(
+        sub->AllReduce(&v, &sum, 1, DType::kI32, ReduceOp::kSum)->Wait(Deadline::AfterMs(10'000)));
     int32_t want = r % 2 == 0 ? 0 + 2 + 4 : 1 + 3 + 5;
     if (sum != want) return Internal("sub-group sum " + std::to_string(sum));
     // A rank that opts out gets no communicator.
@@ -382,7 +406,8 @@ TEST_P(TransportTest, SplitFormsSubGroups) {
     }
     return Status();
   });
-  for (int r = 0; r < n; ++r) EXPECT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r].ToString();
+  for (int r = 0; r < n; ++r)
+    EXPECT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r].ToString();
 }
 
 // Large all-reduces, staged or single-copy, count bytes as the ring does.
@@ -392,10 +417,13 @@ void CheckByteAccounting(Transport transport, const std::function<void(CommOptio
   Group g = MakeGroup(n, transport, 0, nullptr, std::chrono::milliseconds(10'000), tweak);
   auto results = OnEveryRank(n, [&](int r) -> Status {
     std::vector<float> buf(count, 1.0f);
-    RETURN_IF_ERROR(g.comms[r]->AllReduce(buf.data(), buf.data(), count, DType::kF32, ReduceOp::kSum)
+    RETURN_IF_ERROR(g.comms[r]
+                        ->AllReduce(buf.data(), buf.data(), count, DType::kF32, ReduceOp::kSum)
                         ->Wait(Deadline::AfterMs(10'000)));
     std::vector<float> gathered(count * n);
-    RETURN_IF_ERROR(g.comms[r]->AllGather(buf.data(), gathered.data(), count, DType::kF32)->Wait(Deadline::AfterMs(10'000)));
+    RETURN_IF_ERROR(g.comms[r]
+                        ->AllGather(buf.data(), gathered.data(), count, DType::kF32)
+                        ->Wait(Deadline::AfterMs(10'000)));
     CommStats s = g.comms[r]->stats();
     // Ring all-reduce: 2(n-1)/n of the buffer each way; all-gather: (n-1) blocks each way.
     uint64_t ar = 2ull * (n - 1) * count * 4 / n, ag = uint64_t(n - 1) * count * 4;
@@ -406,7 +434,8 @@ void CheckByteAccounting(Transport transport, const std::function<void(CommOptio
     if (s[OpKind::kAllReduce].ops != 1 || s.Total().ops != 2) return Internal("op counts");
     return Status();
   });
-  for (int r = 0; r < n; ++r) EXPECT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r].ToString();
+  for (int r = 0; r < n; ++r)
+    EXPECT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r].ToString();
 }
 
 TEST_P(TransportTest, ByteAccountingFollowsTheRingFormula) {
@@ -419,7 +448,8 @@ TEST_P(TransportTest, ByteAccountingFollowsTheRingFormula) {
 
 // Ranks 0 and 1 of 3 enter an all-reduce of `count` floats that rank 2 never joins; rank 0 waits
 // from two threads and aborts: both waits end within 100 ms, and rank 1 fails naming rank 0.
-void CheckAbortWakesWaiters(Transport transport, size_t count, const std::function<void(CommOptions&)>& tweak) {
+void CheckAbortWakesWaiters(Transport transport, size_t count,
+                            const std::function<void(CommOptions&)>& tweak) {
   const int n = 3;
   Group g = MakeGroup(n, transport, 0, nullptr, std::chrono::milliseconds(10'000), tweak);
   for (auto& c : g.comms) ASSERT_TRUE(c->WaitReady(Deadline::AfterMs(10'000)).ok());
@@ -431,7 +461,8 @@ void CheckAbortWakesWaiters(Transport transport, size_t count, const std::functi
   MonoTime aborted_at;
   std::thread waiter([&] {
     Status s = w0->Wait(Deadline::AfterMs(20'000));
-    woke_ms = std::chrono::duration_cast<std::chrono::milliseconds>(MonoClock::now() - aborted_at).count();
+    woke_ms = std::chrono::duration_cast<std::chrono::milliseconds>(MonoClock::now() - aborted_at)
+                  .count();
     EXPECT_EQ(s.code(), StatusCode::kCommAborted) << s.ToString();
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -448,7 +479,9 @@ void CheckAbortWakesWaiters(Transport transport, size_t count, const std::functi
   EXPECT_NE(s1.ToString().find("rank 0"), std::string::npos) << s1.ToString();
 }
 
-TEST_P(TransportTest, AbortWakesWaitersQuickly) { CheckAbortWakesWaiters(GetParam(), 1000, nullptr); }
+TEST_P(TransportTest, AbortWakesWaitersQuickly) {
+  CheckAbortWakesWaiters(GetParam(), 1000, nullptr);
+}
 
 TEST_P(TransportTest, AbortWakesWaitersOfASingleCopyAllReduce) {
   CheckAbortWakesWaiters(GetParam(), 1 << 18, [](CommOptions& o) {
@@ -478,7 +511,9 @@ TEST_P(TransportTest, NewGenerationAfterFailureInSameProcess) {
   Group g2 = MakeGroup(2, GetParam(), /*generation=*/2, store);
   auto results = OnEveryRank(2, [&](int r) -> Status {
     int64_t v = r + 1, out = 0;
-    RETURN_IF_ERROR(g2.comms[r]->AllReduce(&v, &out, 1, DType::kI64, ReduceOp::kSum)->Wait(Deadline::AfterMs(10'000)));
+    RETURN_IF_ERROR(g2.comms[r]
+                        ->AllReduce(&v, &out, 1, DType::kI64, ReduceOp::kSum)
+                        ->Wait(Deadline::AfterMs(10'000)));
     if (out != 3) return Internal("sum " + std::to_string(out));
     if (g2.comms[r]->generation() != 2) return Internal("generation");
     return Status();
@@ -492,7 +527,8 @@ TEST_P(TransportTest, SilentPeerFailsAfterOpTimeoutNamingIt) {
   for (auto& c : g.comms) ASSERT_TRUE(c->WaitReady(Deadline::AfterMs(10'000)).ok());
   std::vector<float> a(10);
   auto t0 = MonoClock::now();
-  Status s = g.comms[0]->AllReduce(a.data(), a.data(), a.size(), DType::kF32, ReduceOp::kSum)
+  Status s = g.comms[0]
+                 ->AllReduce(a.data(), a.data(), a.size(), DType::kF32, ReduceOp::kSum)
                  ->Wait(Deadline::AfterMs(5000));
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(MonoClock::now() - t0).count();
   EXPECT_EQ(s.code(), StatusCode::kPeerFailed) << s.ToString();
@@ -501,8 +537,10 @@ TEST_P(TransportTest, SilentPeerFailsAfterOpTimeoutNamingIt) {
   EXPECT_LT(ms, 2000);
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, TransportTest, ::testing::Values(Transport::kTcp, Transport::kShm),
-                         [](const auto& info) { return info.param == Transport::kTcp ? "Tcp" : "Shm"; });
+INSTANTIATE_TEST_SUITE_P(Transports, TransportTest,
+                         ::testing::Values(Transport::kTcp, Transport::kShm), [](const auto& info) {
+                           return info.param == Transport::kTcp ? "Tcp" : "Shm";
+                         });
 
 TEST(Bootstrap, MissingPeerTimesOutNamingIt) {
   auto store = NewMemoryStore();

@@ -32,11 +32,13 @@ int Skew(Communicator& comm, Store& store, int rank) {
   const size_t count = (1u << 20) + 3;  // 4 MiB and a tail: 17 blocks of 256 KiB
   std::vector<float> send(count), recv(count);
   for (int iter = 0; iter < 4; ++iter) {
-    for (size_t i = 0; i < count; ++i) send[i] = static_cast<float>((i * 7 + rank * 3 + iter) % 1000);
+    for (size_t i = 0; i < count; ++i)
+      send[i] = static_cast<float>((i * 7 + rank * 3 + iter) % 1000);
     const bool in_place = iter % 2 == 1;
     if (in_place) recv = send;
     Status s = comm.AllReduce(in_place ? recv.data() : send.data(), recv.data(), count, DType::kF32,
-                              ReduceOp::kSum)->Wait(Deadline::AfterMs(60'000));
+                              ReduceOp::kSum)
+                   ->Wait(Deadline::AfterMs(60'000));
     if (!s.ok()) {
       std::fprintf(stderr, "rank %d: %s\n", rank, s.ToString().c_str());
       return 1;
@@ -44,20 +46,24 @@ int Skew(Communicator& comm, Store& store, int rank) {
     for (size_t i = 0; i < count; ++i) {
       const float want = static_cast<float>((i * 7 + iter) % 1000 + (i * 7 + 3 + iter) % 1000);
       if (recv[i] != want) {
-        std::fprintf(stderr, "rank %d iter %d: element %zu is %g, want %g\n", rank, iter, i, recv[i], want);
+        std::fprintf(stderr, "rank %d iter %d: element %zu is %g, want %g\n", rank, iter, i,
+                     recv[i], want);
         return 1;
       }
     }
   }
   const uint64_t reduced = comm.stats().single_copy_reduced_bytes;
-  return store.Set("reduced/" + std::to_string(rank), ToBytes(std::to_string(reduced)), Deadline::AfterMs(5000)).ok()
+  return store.Set("reduced/" + std::to_string(rank), ToBytes(std::to_string(reduced)),
+                   Deadline::AfterMs(5000))
+                 .ok()
              ? 0
              : 9;
 }
 
 int main(int argc, char** argv) {
   if (argc != 6) {
-    std::fprintf(stderr, "usage: %s table|table-nobody|kill|spin|skew port rank size tcp|shm\n", argv[0]);
+    std::fprintf(stderr, "usage: %s table|table-nobody|kill|spin|skew port rank size tcp|shm\n",
+                 argv[0]);
     return 2;
   }
   std::string mode = argv[1];
@@ -78,7 +84,7 @@ int main(int argc, char** argv) {
   o.shm_ring_bytes = 1 << 20;
   o.shm_arena_bytes = 1 << 20;  // 512 KiB halves: large all-reduces take several arena steps
   o.shm_single_copy_oversubscribed = true;  // 4 MiB and larger all-reduces: single copy
-  o.tcp_connections_per_peer = 2;  // TCP: large transfers striped over two connections
+  o.tcp_connections_per_peer = 2;           // TCP: large transfers striped over two connections
   o.tcp_stripe_bytes = 64 << 10;
   o.op_timeout = std::chrono::milliseconds(20'000);  // death must be seen by EOF, not timeout
   if (mode == "spin") o.shm_yield_window = std::chrono::seconds(30);
@@ -90,8 +96,10 @@ int main(int argc, char** argv) {
       // Bootstrap done (segments mapped, sockets open), this rank becomes nobody: it can no
       // longer read its root peers' memory, so no rank may use single-copy all-reduces.
       Status ready = (*comm)->WaitReady(Deadline::AfterMs(20'000));
-      if (!ready.ok() || setresgid(65534, 65534, 65534) != 0 || setresuid(65534, 65534, 65534) != 0) {
-        std::fprintf(stderr, "rank %d: could not become nobody: %s\n", rank, ready.ToString().c_str());
+      if (!ready.ok() || setresgid(65534, 65534, 65534) != 0 ||
+          setresuid(65534, 65534, 65534) != 0) {
+        std::fprintf(stderr, "rank %d: could not become nobody: %s\n", rank,
+                     ready.ToString().c_str());
         return 8;
       }
     }
@@ -110,7 +118,8 @@ int main(int argc, char** argv) {
   std::vector<float> buf(mode == "spin" ? 2 : 4 << 20, 1.0f);
   Status failure;
   for (int iter = 0;; ++iter) {
-    failure = (*comm)->AllReduce(buf.data(), buf.data(), buf.size(), DType::kF32, ReduceOp::kMax)
+    failure = (*comm)
+                  ->AllReduce(buf.data(), buf.data(), buf.size(), DType::kF32, ReduceOp::kMax)
                   ->Wait(Deadline::AfterMs(60'000));
     if (!failure.ok()) break;
     (void)(*store)->Set("progress/" + std::to_string(rank), ToBytes(std::to_string(iter)),
@@ -132,10 +141,12 @@ int main(int argc, char** argv) {
   auto next = NewCpuCommunicator(o);
   if (!next.ok()) return 6;
   int64_t v = new_rank + 1, sum = 0;
-  Status s = (*next)->AllReduce(&v, &sum, 1, DType::kI64, ReduceOp::kSum)->Wait(Deadline::AfterMs(20'000));
+  Status s =
+      (*next)->AllReduce(&v, &sum, 1, DType::kI64, ReduceOp::kSum)->Wait(Deadline::AfterMs(20'000));
   const int64_t want = int64_t(size - 1) * size / 2;
   if (!s.ok() || sum != want) {
-    std::fprintf(stderr, "rank %d gen 2: %s sum %lld\n", rank, s.ToString().c_str(), static_cast<long long>(sum));
+    std::fprintf(stderr, "rank %d gen 2: %s sum %lld\n", rank, s.ToString().c_str(),
+                 static_cast<long long>(sum));
     return 7;
   }
   (void)(*store)->Set("gen2/ok/" + std::to_string(rank), ToBytes("1"), Deadline::AfterMs(5000));

@@ -1,14 +1,14 @@
 // The NCCL backend on a real GPU: every collective of a one-rank world against its definition,
 // Split, Abort, and two ranks that share one device. Skipped in builds without the NCCL backend
 // or on machines without a CUDA device (CI has none; run it where a GPU is).
-#include <gtest/gtest.h>
-
 #include <chrono>
 #include <functional>
 #include <numeric>
 #include <string_view>
 #include <thread>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "comm/communicator.h"
 #include "kernels/ops.h"
@@ -49,7 +49,8 @@ std::vector<float> HostFloats(const Buffer& b, size_t n) {
 }
 
 // Expects got == want element by element, naming the first element that differs.
-void ExpectSame(const std::vector<float>& got, const std::vector<float>& want, std::string_view what) {
+void ExpectSame(const std::vector<float>& got, const std::vector<float>& want,
+                std::string_view what) {
   ASSERT_EQ(got.size(), want.size()) << what;
   for (size_t i = 0; i < got.size(); ++i)
     ASSERT_EQ(got[i], want[i]) << what << ": element " << i << " of " << got.size();
@@ -225,7 +226,8 @@ TEST_F(NcclTest, TwoRanksOnOneDeviceSumOrFailWithoutHanging) {
       ready[r] = (*made)->WaitReady(Deadline::AfterMs(30'000));
       if (!ready[r].ok()) return;
       Buffer b = DeviceFloats(Iota(n, static_cast<float>(r)));
-      reduced[r] = (*made)->AllReduce(b.data(), b.data(), n, DType::kF32, ReduceOp::kSum)
+      reduced[r] = (*made)
+                       ->AllReduce(b.data(), b.data(), n, DType::kF32, ReduceOp::kSum)
                        ->Wait(Deadline::AfterMs(10'000));
       if (reduced[r].ok()) results[r] = HostFloats(b, n);
     });

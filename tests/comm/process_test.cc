@@ -1,12 +1,13 @@
 // Ranks as separate processes (tests/comm/comm_test_worker.cc) with the TCP store: the
 // collective table over TCP and shared memory, and kill -9 of one rank in the middle of an
 // all-reduce.
-#include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <memory>
 #include <thread>
+
+#include <gtest/gtest.h>
 
 #include "base/fault.h"
 #include "base/subprocess.h"
@@ -77,10 +78,12 @@ TEST(ProcessSingleCopyTest, SlowRankLeavesItsBlocksToTheOther) {
   }
   uint64_t reduced[2];
   for (int r = 0; r < 2; ++r)
-    reduced[r] = std::stoull(ToString(store->Get("reduced/" + std::to_string(r), Deadline::AfterMs(2000)).value()));
+    reduced[r] = std::stoull(
+        ToString(store->Get("reduced/" + std::to_string(r), Deadline::AfterMs(2000)).value()));
   const uint64_t total = 4 * (uint64_t{(1u << 20) + 3} * sizeof(float));  // four all-reduces
   EXPECT_EQ(reduced[0] + reduced[1], total);  // every block reduced once
-  EXPECT_GT(reduced[0], total * 3 / 4) << "rank 0 reduced " << reduced[0] << ", rank 1 " << reduced[1];
+  EXPECT_GT(reduced[0], total * 3 / 4)
+      << "rank 0 reduced " << reduced[0] << ", rank 1 " << reduced[1];
 }
 
 TEST_P(ProcessTest, CollectiveTableAcrossProcesses) {
@@ -121,13 +124,16 @@ void KillOneRankAndCheckSurvivors(const std::string& mode, const std::string& tr
     EXPECT_LT(after_ms, 2000) << "rank " << r << ": " << error;
     EXPECT_NE(error.find(victim_name), std::string::npos) << "rank " << r << ": " << error;
     EXPECT_TRUE(error.find("PeerFailed") != std::string::npos) << error;
-    ASSERT_TRUE(store->Set("gen2/rank/" + std::to_string(r), ToBytes(std::to_string(next_rank++)),
-                           Deadline::AfterMs(1000)).ok());
+    ASSERT_TRUE(store
+                    ->Set("gen2/rank/" + std::to_string(r), ToBytes(std::to_string(next_rank++)),
+                          Deadline::AfterMs(1000))
+                    .ok());
   }
   for (int r = 0; r < n; ++r) {
     if (r == victim) continue;
     EXPECT_EQ(WaitExit(ranks[r], Deadline::AfterMs(30'000)), 0) << "rank " << r;
-    EXPECT_TRUE(store->TryGet("gen2/ok/" + std::to_string(r), Deadline::AfterMs(1000)).value().has_value());
+    EXPECT_TRUE(
+        store->TryGet("gen2/ok/" + std::to_string(r), Deadline::AfterMs(1000)).value().has_value());
   }
 }
 

@@ -1,10 +1,10 @@
 // The rendezvous Store: the in-memory store and the TCP store, one table of checks for both,
 // plus concurrent clients on the TCP store.
-#include <gtest/gtest.h>
+#include "comm/store.h"
 
 #include <thread>
 
-#include "comm/store.h"
+#include <gtest/gtest.h>
 
 namespace rt::comm {
 namespace {

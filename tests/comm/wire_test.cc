@@ -1,7 +1,7 @@
 // The comm wire formats: data headers and hellos round-trip and reject corruption.
-#include <gtest/gtest.h>
-
 #include "comm/tcp/wire.h"
+
+#include <gtest/gtest.h>
 
 namespace rt::comm::tcp {
 namespace {

@@ -108,8 +108,8 @@ TEST_F(ClusterTest, TrainsAndRecoversFromKilledWorkersAndDaemons) {
   EXPECT_TRUE(exit->ok()) << exit->Describe();
   s = WaitFor(1, "training on node 1 alone", [&](const Json& s) {
     return Members(s) == 1 && Step(s) >= 1 &&
-           Generation(s).find("." + std::to_string(s["view"]["generation"].get<int64_t>()) +
-                              ".") != std::string::npos;
+           Generation(s).find("." + std::to_string(s["view"]["generation"].get<int64_t>()) + ".") !=
+               std::string::npos;
   });
   seconds = std::chrono::duration<double>(MonoClock::now() - kill_at).count();
   std::printf("after SIGTERM of a daemon: %.2f s to the first step of generation %s\n", seconds,
@@ -125,7 +125,8 @@ TEST_F(ClusterTest, TrainsAndRecoversFromKilledWorkersAndDaemons) {
       if (line.find("recovery: ") == std::string::npos || at == std::string::npos) continue;
       std::printf("node %d: %s\n", id, line.substr(line.find("recovery: ")).c_str());
       const int64_t step = std::atoll(line.c_str() + at + 16);
-      if (line.find("submitted") == std::string::npos && line.find("registered") == std::string::npos) {
+      if (line.find("submitted") == std::string::npos &&
+          line.find("registered") == std::string::npos) {
         EXPECT_GT(step, 1) << line;
         ++resumed;
       }

@@ -61,24 +61,23 @@ TEST(NodeConfigTest, HttpListenIsOptionalAndChecked) {
   ASSERT_TRUE(on.ok()) << on.status().ToString();
   EXPECT_EQ(on->http_listen, "0.0.0.0:7780");
   for (const char* bad : {"7780", "localhost:http", "127.0.0.1:70000", ":7780"}) {
-    auto r = ParseNodeConfig(std::string("[node]\nid = 1\nstate_dir = \"/x\"\n[http]\n") +
-                                 "listen = \"" + bad + "\"\n",
-                             "node.toml");
+    auto r = ParseNodeConfig(
+        std::string("[node]\nid = 1\nstate_dir = \"/x\"\n[http]\n") + "listen = \"" + bad + "\"\n",
+        "node.toml");
     ASSERT_FALSE(r.ok()) << bad;
     const std::string error = r.status().ToString();
     EXPECT_NE(error.find("http.listen"), std::string::npos) << error;
     EXPECT_NE(error.find(bad), std::string::npos) << error;
   }
-  auto typed = ParseNodeConfig("[node]\nid = 1\nstate_dir = \"/x\"\n[http]\nlisten = 7780\n",
-                               "node.toml");
+  auto typed =
+      ParseNodeConfig("[node]\nid = 1\nstate_dir = \"/x\"\n[http]\nlisten = 7780\n", "node.toml");
   ASSERT_FALSE(typed.ok());
   EXPECT_NE(typed.status().ToString().find("http.listen"), std::string::npos);
 }
 
 TEST(NodeConfigTest, StoreSectionIsRefusedAsNotSupportedYet) {
   auto r = ParseNodeConfig(
-      "[node]\nid = 1\nstate_dir = \"/x\"\n\n[store]\nlisten = \"127.0.0.1:7701\"\n",
-      "node.toml");
+      "[node]\nid = 1\nstate_dir = \"/x\"\n\n[store]\nlisten = \"127.0.0.1:7701\"\n", "node.toml");
   ASSERT_FALSE(r.ok());
   const std::string error = r.status().ToString();
   EXPECT_NE(error.find("node.toml:5"), std::string::npos) << error;

@@ -23,10 +23,9 @@
 #include <fstream>
 #include <map>
 
-#include "ckpt/manifest.h"
-
 #include <gtest/gtest.h>
 
+#include "ckpt/manifest.h"
 #include "tests/daemon/local_cluster.h"
 
 namespace rt::daemon {
@@ -64,9 +63,8 @@ class FaultsTest : public LocalCluster {
   // all of them (dp = nodes).
   Json StartTraining(int nodes) {
     for (int id = 1; id <= nodes; ++id) StartNode(id, 2);
-    WaitFor(1, "a view of all nodes", [nodes](const Json& s) {
-      return Members(s) == static_cast<size_t>(nodes);
-    });
+    WaitFor(1, "a view of all nodes",
+            [nodes](const Json& s) { return Members(s) == static_cast<size_t>(nodes); });
     ProcessOutcome submitted = Ctl({"submit", JobFile()});
     EXPECT_EQ(submitted.exit_code, 0) << submitted.output;
     const std::string dp = "dp=" + std::to_string(nodes) + ",";
@@ -103,12 +101,15 @@ class FaultsTest : public LocalCluster {
     const std::filesystem::path ref = dir_ / ("reference-" + segment.generation);
     std::filesystem::create_directories(ref / "ckpt");
     const int64_t from = segment.lines.front().step - 1;
-    std::vector<std::string> argv = {RINGTRAIN_BIN, "train", "--config",
-                                     (gen / "run.toml").string(), "--layout", layout, "--ranks",
-                                     ranks, "--steps", std::to_string(segment.lines.back().step),
-                                     "--set", "metrics.path=" + (ref / "metrics.jsonl").string(),
-                                     "--set", "ckpt.every=0",
-                                     "--set", "ckpt.dir=" + (ref / "ckpt").string()};
+    std::vector<std::string> argv = {
+        RINGTRAIN_BIN, "train",
+        "--config",    (gen / "run.toml").string(),
+        "--layout",    layout,
+        "--ranks",     ranks,
+        "--steps",     std::to_string(segment.lines.back().step),
+        "--set",       "metrics.path=" + (ref / "metrics.jsonl").string(),
+        "--set",       "ckpt.every=0",
+        "--set",       "ckpt.dir=" + (ref / "ckpt").string()};
     if (from > 0) {
       std::filesystem::copy(dir_ / "ckpt" / ckpt::StepDir(from), ref / "ckpt" / ckpt::StepDir(from),
                             std::filesystem::copy_options::recursive);
@@ -170,8 +171,10 @@ class FaultsTest : public LocalCluster {
                   segment.generation.c_str(), static_cast<long long>(segment.lines.front().step),
                   static_cast<long long>(segment.lines.back().step));
     }
-    std::printf("%zu metrics lines in %zu generation(s); largest relative loss difference to the "
-                "references %.2e\n", got.size(), segments.size(), worst);
+    std::printf(
+        "%zu metrics lines in %zu generation(s); largest relative loss difference to the "
+        "references %.2e\n",
+        got.size(), segments.size(), worst);
 
     // Every committed checkpoint, as ringctl lists them, verifies.
     ProcessOutcome listed = Ctl({"checkpoints", "--json"});
@@ -182,9 +185,8 @@ class FaultsTest : public LocalCluster {
     for (const Json& c : list["checkpoints"]) {
       EXPECT_GT(c["bytes"].get<int64_t>(), 0) << c.dump();
       const std::string step = std::to_string(c["step"].get<int64_t>());
-      auto verified =
-          RunProcess({RINGCKPT_BIN, "verify", (dir_ / "ckpt").string(), "--step", step},
-                     EnvironmentWithout({}), Deadline::AfterMs(120'000));
+      auto verified = RunProcess({RINGCKPT_BIN, "verify", (dir_ / "ckpt").string(), "--step", step},
+                                 EnvironmentWithout({}), Deadline::AfterMs(120'000));
       ASSERT_TRUE(verified.ok());
       EXPECT_EQ(verified->exit_code, 0) << "step " << step << ": " << verified->output;
     }
@@ -223,8 +225,7 @@ TEST_F(FaultsTest, KillNineOfAWorker) {
   ASSERT_EQ(::kill(victims[0], SIGKILL), 0);
   s = WaitForNewGeneration(Generation(s), "dp=4,");
   std::printf("kill -9 of a worker: %.2f s to 6 steps of generation %s\n",
-              std::chrono::duration<double>(MonoClock::now() - at).count(),
-              Generation(s).c_str());
+              std::chrono::duration<double>(MonoClock::now() - at).count(), Generation(s).c_str());
   EXPECT_EQ(Members(s), 4u) << "a worker death changes the epoch, not the view";
   StopAndCheck(/*planned=*/false);
 }
@@ -315,7 +316,8 @@ TEST_F(FaultsTest, RingctlCheckpointSavesNowAndCheckpointsListsIt) {
   ASSERT_EQ(listed.exit_code, 0) << listed.output;
   std::printf("%s", listed.output.c_str());
   EXPECT_NE(listed.output.find(" " + std::to_string(step) + " "), std::string::npos)
-      << "step " << step << " is not listed:\n" << listed.output;
+      << "step " << step << " is not listed:\n"
+      << listed.output;
   ExpectNothingLost("ringctl checkpoint");
   StopAndCheck(/*planned=*/true);
 }

@@ -66,8 +66,7 @@ inline WorkerLayout ReadWorkerLayout(const std::filesystem::path& log_path) {
   for (std::string line; std::getline(log, line);) {
     const size_t at = line.find(" rank 0/"), named = line.find(" layout "),
                  end = line.find(", ", named == std::string::npos ? 0 : named);
-    if (at == std::string::npos || named == std::string::npos || end == std::string::npos)
-      continue;
+    if (at == std::string::npos || named == std::string::npos || end == std::string::npos) continue;
     return {line.substr(named + 8, end - named - 8), line.substr(at + 8, named - at - 8)};
   }
   return {};
@@ -101,9 +100,9 @@ class LocalCluster : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = std::filesystem::temp_directory_path() /
-           ("ringtraind_" + std::string(
-                                ::testing::UnitTest::GetInstance()->current_test_info()->name()) +
-            "_" + std::to_string(::getpid()));
+           ("ringtraind_" +
+            std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + "_" +
+            std::to_string(::getpid()));
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_ / "data");
     auto tokens = rt::testing::PatternTokens(20000, 97, 3);
@@ -142,8 +141,7 @@ class LocalCluster : public ::testing::Test {
 
   // ringctl with `args` through daemon `id`; returns its exit status and output.
   ProcessOutcome Ctl(std::vector<std::string> args, int id = 1) {
-    std::vector<std::string> argv = {RINGCTL_BIN, "--daemon", Address(id), "--timeout-ms",
-                                     "60000"};
+    std::vector<std::string> argv = {RINGCTL_BIN, "--daemon", Address(id), "--timeout-ms", "60000"};
     argv.insert(argv.end(), args.begin(), args.end());
     auto r = RunProcess(argv, EnvironmentWithout({}), Deadline::AfterMs(90'000));
     EXPECT_TRUE(r.ok());
@@ -168,8 +166,8 @@ class LocalCluster : public ::testing::Test {
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
-    ADD_FAILURE() << "timed out waiting for " << what << "; last status: " << last.dump(2)
-                  << "\n" << Logs();
+    ADD_FAILURE() << "timed out waiting for " << what << "; last status: " << last.dump(2) << "\n"
+                  << Logs();
     return last;
   }
 

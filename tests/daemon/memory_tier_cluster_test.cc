@@ -41,7 +41,8 @@ class MemoryTierCluster : public LocalCluster {
                         << "[eval]\nevery = 0\n"
                         << "[metrics]\npath = \"" << (dir_ / "metrics.jsonl").string() << "\"\n"
                         << "[ckpt]\ndir = \"" << (dir_ / "ckpt").string()
-                        << "\"\nevery = 20\nasync = true\n" << extra;
+                        << "\"\nevery = 20\nasync = true\n"
+                        << extra;
     return path;
   }
 
@@ -108,7 +109,8 @@ class MemoryTierCluster : public LocalCluster {
       const int64_t from = segments[at].first - 1;
       if (from == 0) break;
       size_t before = at;
-      while (before > 0 && !(segments[before - 1].first <= from && from <= segments[before - 1].last))
+      while (before > 0 &&
+             !(segments[before - 1].first <= from && from <= segments[before - 1].last))
         --before;
       if (before == 0) {
         ADD_FAILURE() << "generation " << segments[at].generation << " resumed from step " << from
@@ -125,14 +127,21 @@ class MemoryTierCluster : public LocalCluster {
       const WorkerLayout layout = ReadWorkerLayout(gen / "rank-0.log");
       EXPECT_FALSE(layout.layout.empty()) << "no layout line in " << gen.string();
       std::vector<std::string> argv = {
-          RINGTRAIN_BIN, "--log-level", "warn", "train", "--config", (gen / "run.toml").string(),
-          "--layout", layout.layout, "--ranks", layout.ranks, "--stop-after", std::to_string(stop),
-          "--set", "metrics.path=" + (replay / "metrics.jsonl").string(),
-          "--set", "ckpt.dir=" + (replay / "ckpt").string(), "--set", "ckpt.every=1000000000",
-          "--set", "ckpt.memory_every=0", "--set", "ckpt.async=false", "--set", "ckpt.keep=2"};
+          RINGTRAIN_BIN,  "--log-level",
+          "warn",         "train",
+          "--config",     (gen / "run.toml").string(),
+          "--layout",     layout.layout,
+          "--ranks",      layout.ranks,
+          "--stop-after", std::to_string(stop),
+          "--set",        "metrics.path=" + (replay / "metrics.jsonl").string(),
+          "--set",        "ckpt.dir=" + (replay / "ckpt").string(),
+          "--set",        "ckpt.every=1000000000",
+          "--set",        "ckpt.memory_every=0",
+          "--set",        "ckpt.async=false",
+          "--set",        "ckpt.keep=2"};
       if (segment.first > 1) argv.push_back("--resume");
-      auto run = RunProcess(argv, EnvironmentWithout({"RINGTRAIN_FAULTS"}),
-                            Deadline::AfterMs(300'000));
+      auto run =
+          RunProcess(argv, EnvironmentWithout({"RINGTRAIN_FAULTS"}), Deadline::AfterMs(300'000));
       EXPECT_TRUE(run.ok() && run->exited && run->exit_code == 0)
           << "replay of generation " << segment.generation << ": "
           << (run.ok() ? run->output : run.status().ToString());
@@ -185,8 +194,7 @@ DaemonKillCost MemoryTierCluster::KillADaemonAfterStep25(
   const auto kill_at = MonoClock::now();
   EXPECT_TRUE(nodes_[victim]->Signal(SIGKILL).ok());
   s = WaitFor(1, "training on 2 nodes", [&](const Json& s) {
-    return Members(s) == 2 && Generation(s) != gen_before &&
-           Step(s) >= 1 &&
+    return Members(s) == 2 && Generation(s) != gen_before && Step(s) >= 1 &&
            s["progress"]["generation"].get<std::string>().find(
                "." + std::to_string(s["view"]["generation"].get<int64_t>()) + ".") !=
                std::string::npos;
@@ -206,10 +214,11 @@ DaemonKillCost MemoryTierCluster::KillADaemonAfterStep25(
     }
   }
   cost.from_memory = SomeRankZeroLogSays("resuming from memory snapshot");
-  std::printf("%s: kill -9 of a daemon after step %lld: %.2f s until a step of generation %s "
-              "was seen; %s\n", memory_tier ? "memory tier" : "durable only",
-              static_cast<long long>(step_before), cost.seconds, Generation(s).c_str(),
-              cost.recovery.c_str());
+  std::printf(
+      "%s: kill -9 of a daemon after step %lld: %.2f s until a step of generation %s "
+      "was seen; %s\n",
+      memory_tier ? "memory tier" : "durable only", static_cast<long long>(step_before),
+      cost.seconds, Generation(s).c_str(), cost.recovery.c_str());
   ProcessOutcome stopped = Ctl({"stop"});
   EXPECT_EQ(stopped.exit_code, 0) << stopped.output;
   WaitFor(1, "no workers after ringctl stop", [](const Json& s) {
@@ -238,16 +247,16 @@ TEST_F(MemoryTierCluster, RecoversFromTheMemoryTierAfterADaemonKill) {
 // copies went past an unreachable successor, every snapshot of node 1's ranks failed and the
 // job went back to the durable checkpoint of step 20.
 TEST_F(MemoryTierCluster, LosesAtMostOneStepWhenTheSuccessorRefusedCopiesAndDies) {
-  const DaemonKillCost cost = KillADaemonAfterStep25(
-      "memory_every = 1\n", true, /*victim=*/2,
-      {{2, {"RINGTRAIN_FAULTS=daemon.snapshot.replica_put=error"}}});
+  const DaemonKillCost cost =
+      KillADaemonAfterStep25("memory_every = 1\n", true, /*victim=*/2,
+                             {{2, {"RINGTRAIN_FAULTS=daemon.snapshot.replica_put=error"}}});
   ASSERT_GE(cost.lost, 0) << "no recovery line\n" << Logs();
   EXPECT_LE(cost.lost, 1) << cost.recovery << "\n" << Logs();
   EXPECT_TRUE(cost.from_memory) << Logs();
   EXPECT_GE(cost.metrics_lost, 0) << "no generation followed another in the metrics";
   EXPECT_LE(cost.metrics_lost, 1) << cost.recovery;
-  EXPECT_FALSE(LogLines(1, "trying the next member").empty())
-      << "node 1 never went past node 2\n" << Logs();
+  EXPECT_FALSE(LogLines(1, "trying the next member").empty()) << "node 1 never went past node 2\n"
+                                                              << Logs();
   EXPECT_GT(ExpectTheLossesOfAFaultFreeReplay(), 25u);
 }
 
@@ -289,8 +298,8 @@ TEST_F(MemoryTierCluster, TwoNodesAndAWitnessSurviveTheLossOfOne) {
   ASSERT_TRUE(nodes_[2]->Signal(SIGKILL).ok());
   s = WaitFor(1, "training on node 1 alone in a view with the witness", [&](const Json& s) {
     return Members(s) == 2 && Generation(s) != gen_before && Step(s) >= 1 &&
-           Generation(s).find("." + std::to_string(s["view"]["generation"].get<int64_t>()) +
-                              ".") != std::string::npos &&
+           Generation(s).find("." + std::to_string(s["view"]["generation"].get<int64_t>()) + ".") !=
+               std::string::npos &&
            WorkerPids(s, 1).size() == 2;
   });
   EXPECT_TRUE(WorkerPids(s, 3).empty()) << s.dump();

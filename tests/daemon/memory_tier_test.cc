@@ -60,18 +60,23 @@ struct FakeDaemon {
   void Kill() {
     if (!thread.joinable()) return;
     server->Abort();
-    asio::co_spawn(io, [this]() -> asio::awaitable<void> {
-      service->Close();
-      co_return;
-    }, asio::use_future).get();
+    asio::co_spawn(
+        io,
+        [this]() -> asio::awaitable<void> {
+          service->Close();
+          co_return;
+        },
+        asio::use_future)
+        .get();
     guard.reset();
     io.stop();
     thread.join();
   }
   // The service's report, taken on its thread.
   Json Report() {
-    return asio::co_spawn(io, [this]() -> asio::awaitable<Json> { co_return service->Report(); },
-                          asio::use_future)
+    return asio::co_spawn(
+               io, [this]() -> asio::awaitable<Json> { co_return service->Report(); },
+               asio::use_future)
         .get();
   }
 };
@@ -134,12 +139,12 @@ class MemoryTierTest : public ::testing::Test {
         result = client.status();
         co_return;
       }
-      Json head = {{"job", 7}, {"path", path}, {"upload", "test"}, {"offset", 0},
-                   {"total", bytes.size()}, {"scope", "replica"}};
+      Json head = {{"job", 7},    {"path", path},          {"upload", "test"},
+                   {"offset", 0}, {"total", bytes.size()}, {"scope", "replica"}};
       std::vector<std::byte> payload = EncodeSnapshotMessage(
           head, {reinterpret_cast<const std::byte*>(bytes.data()), bytes.size()});
-      result = (co_await (*client)->Call(kSnapshotPut, payload, Deadline::AfterMs(10'000)))
-                   .status();
+      result =
+          (co_await (*client)->Call(kSnapshotPut, payload, Deadline::AfterMs(10'000))).status();
       (*client)->Close();
     };
     asio::co_spawn(io, put(), asio::detached);
@@ -220,7 +225,7 @@ TEST_F(MemoryTierTest, AHolderDiesAndTheSuccessorServesItsFiles) {
 // through its predecessor goes to the next member instead, so the file is still held by two
 // live members, and it survives the loss of the daemon it was put through too.
 TEST_F(MemoryTierTest, APutSkipsADeadSuccessorThatTheViewStillNames) {
-  daemons_[1]->Kill();  // node 2, still a member
+  daemons_[1]->Kill();                                           // node 2, still a member
   const std::vector<uint8_t> data = Pattern((20 << 20) + 3, 4);  // two pieces on the wire
   const std::string path = ckpt::StepDir(4) + "/" + ckpt::DataFile(0);
   ASSERT_TRUE(Open(1)->WriteFile(path, data).ok());
@@ -285,13 +290,13 @@ TEST_F(MemoryTierTest, EveryWorkerSeesTheNewestLatest) {
   ASSERT_TRUE(PutReplica(3, ckpt::kLatestFile, Bytes(LatestOf(5))).ok());
   for (int node = 1; node <= 3; ++node)
     EXPECT_EQ(ckpt::ReadLatest(*Open(node)).value().value_or(std::vector<int64_t>{}),
-              std::vector<int64_t>{6}) << node;
+              std::vector<int64_t>{6})
+        << node;
 }
 
 TEST_F(MemoryTierTest, RefusesAWorkerWithoutTheSecret) {
-  auto wrong = OpenSnapshotStorage(daemons_[0]->address,
-                                   net::ClusterSecret::FromKey("another secret of 32 bytes!!!!!"),
-                                   7);
+  auto wrong = OpenSnapshotStorage(
+      daemons_[0]->address, net::ClusterSecret::FromKey("another secret of 32 bytes!!!!!"), 7);
   ASSERT_FALSE(wrong.ok());
   auto none = OpenSnapshotStorage(daemons_[0]->address, nullptr, 7);
   ASSERT_FALSE(none.ok());
@@ -400,8 +405,8 @@ TEST_F(MemoryTierResumeTest, AfterAFailedSnapshotTheNextOneIsCommittedBeforeSave
   if (!fault::Enabled()) GTEST_SKIP() << "built without RINGTRAIN_FAULT_INJECTION";
   fault::Arm("ckpt.memory.save.before_data", {.action = fault::Action::kError, .on_hit = 2});
   auto memory = Open(1);
-  auto c = parallel::RunCheckpoints::Create(config_, "tp=1,pp=1,dp=1,zero=0", nullptr,
-                                            Device::kCpu, memory);
+  auto c = parallel::RunCheckpoints::Create(config_, "tp=1,pp=1,dp=1,zero=0", nullptr, Device::kCpu,
+                                            memory);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   auto rank = ckpt::testing::MakeRank(ckpt::testing::SynthLayout{}, 0, true);
   for (int64_t step = 1; step <= 5; ++step) {

@@ -45,8 +45,7 @@ class NotifySocket {
     address.sun_family = AF_UNIX;
     std::snprintf(address.sun_path, sizeof(address.sun_path), "%s", path_.c_str());
     ::unlink(path_.c_str());
-    bound_ = fd_ >= 0 &&
-             ::bind(fd_, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0;
+    bound_ = fd_ >= 0 && ::bind(fd_, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0;
   }
   ~NotifySocket() {
     if (fd_ >= 0) ::close(fd_);
@@ -98,8 +97,9 @@ TEST_F(OpsTest, NotifiesSystemdReadyStatusWatchdogAndStopping) {
   // A 10 s watchdog: keep-alives every 5 s. (The gaps are checked against the watchdog, so a
   // machine under heavy load may stall the daemon's loop for up to 5 s without a failure.)
   const auto watchdog = milliseconds(10'000);
-  StartNode(1, 2, "", {"NOTIFY_SOCKET=" + (dir_ / "notify.sock").string(),
-                       "WATCHDOG_USEC=" + std::to_string(watchdog.count() * 1000)});
+  StartNode(1, 2, "",
+            {"NOTIFY_SOCKET=" + (dir_ / "notify.sock").string(),
+             "WATCHDOG_USEC=" + std::to_string(watchdog.count() * 1000)});
   std::vector<NotifySocket::Message> messages;
   auto receive_until = [&](const std::function<bool(const std::string&)>& done,
                            milliseconds timeout) {
@@ -114,8 +114,8 @@ TEST_F(OpsTest, NotifiesSystemdReadyStatusWatchdogAndStopping) {
   };
   // READY=1 comes once the daemon is a member of a view, with a STATUS line saying so; only
   // keep-alives come before it.
-  ASSERT_TRUE(receive_until([](const std::string& t) { return Has(t, "READY=1"); },
-                            milliseconds(60'000)))
+  ASSERT_TRUE(
+      receive_until([](const std::string& t) { return Has(t, "READY=1"); }, milliseconds(60'000)))
       << Logs();
   for (size_t i = 0; i + 1 < messages.size(); ++i)
     EXPECT_EQ(messages[i].text, "WATCHDOG=1") << "before READY=1";
@@ -145,9 +145,9 @@ TEST_F(OpsTest, NotifiesSystemdReadyStatusWatchdogAndStopping) {
 
   // A few keep-alives more (one every 5 s), while it trains.
   int pinged = 0;
-  ASSERT_TRUE(receive_until(
-      [&](const std::string& t) { return t == "WATCHDOG=1" && ++pinged == 3; },
-      milliseconds(60'000)));
+  ASSERT_TRUE(
+      receive_until([&](const std::string& t) { return t == "WATCHDOG=1" && ++pinged == 3; },
+                    milliseconds(60'000)));
 
   // SIGTERM: STOPPING=1, no keep-alive after it, and a clean exit.
   ASSERT_TRUE(nodes_[1]->Signal(SIGTERM).ok());
@@ -282,8 +282,8 @@ TEST_F(WebClusterTest, ServesMetricsStatusJsonAndTop) {
     }
     const Scrape& m = first[id];
     EXPECT_EQ(m.Get("ringtrain_membership_members"), 2) << "node " << id << "\n" << m.text;
-    EXPECT_EQ(m.Get("ringtrain_membership_generation"),
-              s["view"]["generation"].get<double>()) << m.text;
+    EXPECT_EQ(m.Get("ringtrain_membership_generation"), s["view"]["generation"].get<double>())
+        << m.text;
     EXPECT_GE(m.Get("ringtrain_job_step"), 3) << m.text;
     EXPECT_GT(m.Get("ringtrain_job_loss"), 0) << m.text;
     EXPECT_GT(m.Get("ringtrain_job_tokens_per_second"), 0) << m.text;

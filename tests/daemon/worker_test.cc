@@ -2,6 +2,8 @@
 // test): a worker exits as soon as its daemon's connection breaks, or when the daemon ends its
 // generation, even while it is blocked elsewhere (here: waiting for a rendezvous store that
 // never answers).
+#include "daemon/worker.h"
+
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -25,7 +27,6 @@
 #include "base/process.h"
 #include "base/subprocess.h"
 #include "daemon/control_api.h"
-#include "daemon/worker.h"
 
 namespace rt::daemon {
 namespace {
@@ -66,14 +67,15 @@ class WorkerTest : public ::testing::Test {
   // `stop_after`, or never.
   void StartDaemon(std::optional<std::chrono::milliseconds> stop_after) {
     server_ = net::RpcServer::Create(io_.get_executor(), {});
-    server_->Handle(kWorkerWatch, [this, stop_after](net::RpcRequest)
-                                      -> asio::awaitable<Result<std::vector<std::byte>>> {
-      ++watches_;
-      asio::steady_timer timer(io_);
-      timer.expires_after(stop_after.value_or(std::chrono::hours(1)));
-      co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
-      co_return EncodeJson({{"stop", true}});
-    });
+    server_->Handle(
+        kWorkerWatch,
+        [this, stop_after](net::RpcRequest) -> asio::awaitable<Result<std::vector<std::byte>>> {
+          ++watches_;
+          asio::steady_timer timer(io_);
+          timer.expires_after(stop_after.value_or(std::chrono::hours(1)));
+          co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
+          co_return EncodeJson({{"stop", true}});
+        });
     auto port = server_->Start();
     ASSERT_TRUE(port.ok());
     port_ = *port;
@@ -81,10 +83,15 @@ class WorkerTest : public ::testing::Test {
 
   std::unique_ptr<ChildProcess> StartWorker() {
     SpawnOptions o;
-    o.argv = {RINGTRAIND_BIN, "worker", "--daemon", "127.0.0.1:" + std::to_string(port_),
-              "--generation", "1.1.1", "--config", (dir_ / "run.toml").string(), "--layout",
-              "tp=1,pp=1,dp=1", "--ranks", "1", "--rank", "0", "--store",
-              "127.0.0.1:" + std::to_string(UnusedPort()), "--job", "x"};
+    o.argv = {RINGTRAIND_BIN, "worker",
+              "--daemon",     "127.0.0.1:" + std::to_string(port_),
+              "--generation", "1.1.1",
+              "--config",     (dir_ / "run.toml").string(),
+              "--layout",     "tp=1,pp=1,dp=1",
+              "--ranks",      "1",
+              "--rank",       "0",
+              "--store",      "127.0.0.1:" + std::to_string(UnusedPort()),
+              "--job",        "x"};
     o.env = EnvironmentWithout({});
     o.stdout_path = (dir_ / "worker.log").string();
     auto child = ChildProcess::Spawn(io_.get_executor(), o);
@@ -95,9 +102,12 @@ class WorkerTest : public ::testing::Test {
   // Waits (from the test thread) for the worker's exit.
   Result<ChildExit> AwaitExit(ChildProcess& worker, std::chrono::milliseconds timeout) {
     std::promise<Result<ChildExit>> done;
-    asio::co_spawn(io_, [&]() -> asio::awaitable<void> {
-      done.set_value(co_await worker.Wait(Deadline::After(timeout)));
-    }, asio::detached);
+    asio::co_spawn(
+        io_,
+        [&]() -> asio::awaitable<void> {
+          done.set_value(co_await worker.Wait(Deadline::After(timeout)));
+        },
+        asio::detached);
     return done.get_future().get();
   }
 
@@ -152,8 +162,7 @@ TEST_F(WorkerTest, ExitsWithAnErrorWhenItsDaemonIsNotThere) {
   EXPECT_EQ(exit->exit_code, 1) << exit->Describe();
   std::ifstream log(dir_ / "worker.log");
   std::string text((std::istreambuf_iterator<char>(log)), {});
-  EXPECT_NE(text.find("127.0.0.1:" + std::to_string(port_)), std::string::npos)
-      << text;
+  EXPECT_NE(text.find("127.0.0.1:" + std::to_string(port_)), std::string::npos) << text;
 }
 
 }  // namespace

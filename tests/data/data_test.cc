@@ -1,10 +1,10 @@
 // Token shards, data preparation, the loader's orders and state, and run configs.
-#include <gtest/gtest.h>
-
 #include <filesystem>
 #include <fstream>
 #include <numeric>
 #include <set>
+
+#include <gtest/gtest.h>
 
 #include "data/data_loader.h"
 #include "data/data_prepare.h"

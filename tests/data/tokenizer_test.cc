@@ -2,9 +2,9 @@
 // reference gpt-3-encoder@1.1.4 (node).
 #include "data/tokenizer.h"
 
-#include <gtest/gtest.h>
-
 #include <filesystem>
+
+#include <gtest/gtest.h>
 
 namespace rt {
 namespace {

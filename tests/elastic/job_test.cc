@@ -1,7 +1,7 @@
 // Job files: the run config plus [job] and [elastic], errors naming the file, line and key.
-#include <gtest/gtest.h>
-
 #include "elastic/job.h"
+
+#include <gtest/gtest.h>
 
 namespace rt::elastic {
 namespace {
@@ -43,7 +43,8 @@ TEST(JobSpec, BadFilesNameTheKey) {
     ASSERT_FALSE(job.ok()) << c.text;
     EXPECT_EQ(job.status().code(), StatusCode::kInvalidArgument) << job.status().ToString();
     EXPECT_NE(job.status().message().find(c.expect), std::string::npos) << job.status().ToString();
-    EXPECT_NE(job.status().message().find("job.toml"), std::string::npos) << job.status().ToString();
+    EXPECT_NE(job.status().message().find("job.toml"), std::string::npos)
+        << job.status().ToString();
   }
   EXPECT_EQ(LoadJobSpec("/nonexistent/job.toml").status().code(), StatusCode::kNotFound);
 }

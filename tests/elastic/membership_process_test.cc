@@ -3,12 +3,12 @@
 // Each node's events are read from its output ("view GENERATION IDS" lines). The times printed
 // are from the signal to the moment every survivor has installed the new view (polled every
 // 10 ms); the bounds asserted are several times the targets, so a loaded machine passes.
-#include <gtest/gtest.h>
-
 #include <chrono>
 #include <cstdio>
 #include <sstream>
 #include <thread>
+
+#include <gtest/gtest.h>
 
 #include "tests/iofs/process_util.h"
 
@@ -139,8 +139,10 @@ TEST(MembershipProcessTest, Kill9IsDetectedAndTheOthersInstallAView) {
   const double took = cluster.WaitView({1, 2, 4}, "1,2,4", 20, killed);
   ASSERT_GE(suspected, 0);
   ASSERT_GE(took, 0);
-  std::printf("kill -9 of node 3: suspected by its predecessor after %.0f ms, 3-node view "
-              "installed on every survivor after %.0f ms\n", suspected * 1000, took * 1000);
+  std::printf(
+      "kill -9 of node 3: suspected by its predecessor after %.0f ms, 3-node view "
+      "installed on every survivor after %.0f ms\n",
+      suspected * 1000, took * 1000);
   EXPECT_LT(took, 5.0);
 }
 
@@ -190,8 +192,7 @@ TEST(MembershipProcessTest, CrashBetweenPersistAndSendLosesNothing) {
   for (int id = 1; id <= 3; ++id) ASSERT_NO_FATAL_FAILURE(cluster.Start(id));
   ASSERT_GE(cluster.WaitView({1, 2, 3}, "1,2,3", 30), 0);
   // Node 4 dies (SIGKILL) right after its third durable write, before sending what followed it.
-  ASSERT_NO_FATAL_FAILURE(
-      cluster.Start(4, {"RINGTRAIN_FAULTS=membership.after_persist=crash@3"}));
+  ASSERT_NO_FATAL_FAILURE(cluster.Start(4, {"RINGTRAIN_FAULTS=membership.after_persist=crash@3"}));
   const int status = cluster.proc(4).WaitExit(std::chrono::seconds(20));
   ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << ReadText(cluster.Log(4));
   ASSERT_GE(cluster.WaitView({1, 2, 3}, "1,2,3", 20), 0);

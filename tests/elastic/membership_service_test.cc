@@ -1,8 +1,6 @@
 // The membership service in one process over real loopback sockets: views form, the replicated
 // state is a compare-and-set (exactly one of two racing proposals wins), a node can share the
 // daemon's RPC server, the cluster secret keeps outsiders out, and waits end at their deadline.
-#include <gtest/gtest.h>
-
 #include <future>
 #include <thread>
 #include <vector>
@@ -10,6 +8,7 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/use_future.hpp>
+#include <gtest/gtest.h>
 
 #include "base/net/auth.h"
 #include "base/net/rpc.h"
@@ -40,7 +39,6 @@ T Await(asio::awaitable<T> work) {
 
 bool HasMembers(const View& view, size_t count) { return view.members.size() == count; }
 
-
 class MembershipServiceTest : public ::testing::Test {
  protected:
   MembershipServiceTest() : dir_("membership-service") {}
@@ -66,8 +64,8 @@ class MembershipServiceTest : public ::testing::Test {
     for (NodeId id : {2, 3}) nodes.push_back(StartNode(id, {nodes[0]->address()}, secret_));
     for (const auto& n : nodes) {
       if (n == nullptr) return {};
-      auto view = Await(n->AwaitView([](const View& v) { return HasMembers(v, 3); },
-                                   Deadline::AfterMs(30'000)));
+      auto view = Await(
+          n->AwaitView([](const View& v) { return HasMembers(v, 3); }, Deadline::AfterMs(30'000)));
       EXPECT_TRUE(view.ok()) << view.status().ToString();
       if (!view.ok()) return {};
     }
@@ -92,7 +90,7 @@ TEST_F(MembershipServiceTest, CompareAndSetIsDecidedOnceAndSeenEverywhere) {
   ASSERT_FALSE(stale.ok());
   EXPECT_EQ(stale.status().code(), StatusCode::kFailedPrecondition) << stale.status().ToString();
   auto seen = Await(n1->AwaitState([](const ReplicatedState& s) { return s.version == 1; },
-                                 Deadline::AfterMs(10'000)));
+                                   Deadline::AfterMs(10'000)));
   ASSERT_TRUE(seen.ok()) << seen.status().ToString();
   EXPECT_EQ(seen->blob, "job-a");
 
@@ -110,7 +108,7 @@ TEST_F(MembershipServiceTest, CompareAndSetIsDecidedOnceAndSeenEverywhere) {
   const Result<uint64_t>& loser = ra.ok() ? rb : ra;
   EXPECT_EQ(loser.status().code(), StatusCode::kFailedPrecondition);
   auto final_state = Await(n2->AwaitState([](const ReplicatedState& s) { return s.version == 2; },
-                                        Deadline::AfterMs(10'000)));
+                                          Deadline::AfterMs(10'000)));
   ASSERT_TRUE(final_state.ok());
   EXPECT_EQ(final_state->blob, winner);
   for (auto* n : {n1.get(), n2.get(), n3.get()})
@@ -126,9 +124,8 @@ TEST_F(MembershipServiceTest, AWholeClusterLeavingAtOnceEndsAtOnce) {
   const Deadline deadline = Deadline::AfterMs(60'000);
   std::vector<std::future<Status>> leaving;
   for (const auto& node : nodes)
-    leaving.push_back(std::async(std::launch::async, [n = node.get(), deadline] {
-      return Await(n->Leave(deadline));
-    }));
+    leaving.push_back(std::async(std::launch::async,
+                                 [n = node.get(), deadline] { return Await(n->Leave(deadline)); }));
   for (auto& left : leaving) {
     const Status s = left.get();
     EXPECT_TRUE(s.ok()) << s.ToString();
@@ -159,29 +156,29 @@ TEST_F(MembershipServiceTest, SharedServerSecretAndDeadlines) {
   auto work = asio::make_work_guard(server_io);
   std::thread server_thread([&] { server_io.run(); });
 
-  auto three = Await((*n3)->AwaitView([](const View& v) { return HasMembers(v, 3); },
-                                    Deadline::AfterMs(30'000)));
+  auto three = Await(
+      (*n3)->AwaitView([](const View& v) { return HasMembers(v, 3); }, Deadline::AfterMs(30'000)));
   ASSERT_TRUE(three.ok()) << three.status().ToString();
   EXPECT_EQ(three->members[2].address, options.advertise);
 
   // A node with the wrong secret is never admitted.
-  auto outsider = StartNode(9, {n1->address()},
-                            net::ClusterSecret::FromKey("another-secret-0123456789abcdef"));
+  auto outsider =
+      StartNode(9, {n1->address()}, net::ClusterSecret::FromKey("another-secret-0123456789abcdef"));
   std::this_thread::sleep_for(std::chrono::seconds(2));
   EXPECT_EQ(outsider->CurrentView().generation, 0u);
   EXPECT_EQ(n1->CurrentView().members.size(), 3u);
 
   // Waits end at their deadline, naming what was last seen.
-  auto never = Await(n1->AwaitView([](const View& v) { return HasMembers(v, 7); },
-                                 Deadline::AfterMs(200)));
+  auto never =
+      Await(n1->AwaitView([](const View& v) { return HasMembers(v, 7); }, Deadline::AfterMs(200)));
   ASSERT_FALSE(never.ok());
   EXPECT_EQ(never.status().code(), StatusCode::kDeadlineExceeded);
   EXPECT_NE(never.status().ToString().find("generation"), std::string::npos);
 
   // Node 3 stops without leaving: the others notice and install a view without it.
   ASSERT_TRUE((*n3)->Shutdown(Deadline::AfterMs(5'000)).ok());
-  auto two = Await(n1->AwaitView([](const View& v) { return !v.Contains(3); },
-                               Deadline::AfterMs(20'000)));
+  auto two =
+      Await(n1->AwaitView([](const View& v) { return !v.Contains(3); }, Deadline::AfterMs(20'000)));
   ASSERT_TRUE(two.ok()) << two.status().ToString();
   EXPECT_EQ(two->Ids(), (std::vector<NodeId>{1, 2}));
   auto after = Await((*n3)->AwaitView([](const View&) { return true; }, Deadline::AfterMs(100)));

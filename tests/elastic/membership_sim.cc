@@ -7,7 +7,7 @@
 namespace rt::elastic::membership::sim {
 namespace {
 
-constexpr size_t kWheel = 64;           // ticks of delay the wheel holds
+constexpr size_t kWheel = 64;               // ticks of delay the wheel holds
 constexpr uint64_t kSendTimeoutTicks = 20;  // MembershipTiming::send_timeout / tick
 
 std::string Describe(const View& v) {
@@ -45,9 +45,8 @@ void Simulator::Wipe(NodeId node) {
 bool Simulator::Votes(NodeId node, const View& view) const {
   if (!running(node)) return false;
   const uint64_t incarnation = machine(node).durable().incarnation;
-  return std::any_of(view.members.begin(), view.members.end(), [&](const Member& m) {
-    return m.id == node && m.incarnation == incarnation;
-  });
+  return std::any_of(view.members.begin(), view.members.end(),
+                     [&](const Member& m) { return m.id == node && m.incarnation == incarnation; });
 }
 
 void Simulator::Restart(NodeId node) {
@@ -157,13 +156,15 @@ void Simulator::Step() {
     }
     if (!Connected(msg.from, msg.to)) continue;
     if (trace_)
-      std::fprintf(stderr, "t%llu %llu->%llu %s slot %llu b%llu.%llu subj %llu%s\n",
-                   (unsigned long long)now_, (unsigned long long)msg.from,
-                   (unsigned long long)msg.to, KindName(msg.kind), (unsigned long long)msg.slot,
-                   (unsigned long long)msg.ballot.round, (unsigned long long)msg.ballot.node,
-                   (unsigned long long)msg.subject,
-                   msg.value ? (" " + Describe(msg.value->view) + " v" +
-                                std::to_string(msg.value->state.version)).c_str() : "");
+      std::fprintf(
+          stderr, "t%llu %llu->%llu %s slot %llu b%llu.%llu subj %llu%s\n",
+          (unsigned long long)now_, (unsigned long long)msg.from, (unsigned long long)msg.to,
+          KindName(msg.kind), (unsigned long long)msg.slot, (unsigned long long)msg.ballot.round,
+          (unsigned long long)msg.ballot.node, (unsigned long long)msg.subject,
+          msg.value
+              ? (" " + Describe(msg.value->view) + " v" + std::to_string(msg.value->state.version))
+                    .c_str()
+              : "");
     nodes_.at(msg.to).machine->OnMessage(msg);
     Flush(msg.to);
   }
@@ -266,8 +267,7 @@ void Simulator::CheckStateHistory() {
       Violation("'" + blob + "' expected version " + std::to_string(call->expected) +
                 " but became version " + std::to_string(version));
     } else if (call->result && call->result->status.code() == StatusCode::kFailedPrecondition) {
-      Violation("'" + blob + "' was reported failed but became version " +
-                std::to_string(version));
+      Violation("'" + blob + "' was reported failed but became version " + std::to_string(version));
     }
   }
   for (const StateCall& call : calls_) {

@@ -113,8 +113,8 @@ class Simulator {
   std::vector<std::set<NodeId>> groups_;
   std::vector<std::vector<InFlight>> wheel_;  // by tick modulo its size
   uint64_t now_ = 0;
-  std::map<uint64_t, Entry> chosen_;                                    // slot → entry
-  std::map<uint64_t, std::vector<NodeId>> generation_members_;         // generation → ids
+  std::map<uint64_t, Entry> chosen_;                            // slot → entry
+  std::map<uint64_t, std::vector<NodeId>> generation_members_;  // generation → ids
   std::map<uint64_t, std::vector<std::pair<Entry, std::set<NodeId>>>> accepted_;  // slot →
   std::vector<StateCall> calls_;
   std::vector<std::string> violations_;

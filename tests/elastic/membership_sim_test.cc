@@ -5,11 +5,11 @@
 // when they hold a majority of every view that may be decided — install a view of exactly
 // themselves within a bound (250 ticks), and that the compare-and-set history is linearizable.
 // MEMBERSHIP_SIM_SEEDS scales the seed counts (default: 10,000 seeds in all).
-#include <gtest/gtest.h>
+#include "tests/elastic/membership_sim.h"
 
 #include <cstdlib>
 
-#include "tests/elastic/membership_sim.h"
+#include <gtest/gtest.h>
 
 namespace rt::elastic::membership::sim {
 namespace {
@@ -48,9 +48,9 @@ void MaybeProposeState(Simulator& sim, uint64_t seed, int tick) {
   const NodeId node = members[sim.random()() % members.size()];
   uint64_t expected = sim.machine(node).state().version;
   if (expected > 0 && sim.random()() % 4 == 0) --expected;  // a stale read
-  sim.ProposeState(node, expected,
-                   "s" + std::to_string(seed) + "n" + std::to_string(node) + "t" +
-                       std::to_string(tick));
+  sim.ProposeState(
+      node, expected,
+      "s" + std::to_string(seed) + "n" + std::to_string(node) + "t" + std::to_string(tick));
 }
 
 SeedOutcome RunSeed(uint64_t seed, Faults faults) {
@@ -61,8 +61,8 @@ SeedOutcome RunSeed(uint64_t seed, Faults faults) {
   sim.Run(60);  // everyone joins on a clean network
   SeedOutcome out;
 
-  const bool lossy = faults == Faults::kEverything || faults == Faults::kFlapping ||
-                     sim.random()() % 2 == 0;
+  const bool lossy =
+      faults == Faults::kEverything || faults == Faults::kFlapping || sim.random()() % 2 == 0;
   if (lossy) {
     sim.loss = 0.05;
     sim.duplicate = 0.05;
@@ -145,8 +145,8 @@ SeedOutcome RunSeed(uint64_t seed, Faults faults) {
         for (NodeId m : sim.machine(id).view().Ids()) views += std::to_string(m) + ",";
         views += "]";
       }
-      out.errors.push_back("live nodes did not converge within " +
-                           std::to_string(kConvergeBound) + " ticks:" + views);
+      out.errors.push_back("live nodes did not converge within " + std::to_string(kConvergeBound) +
+                           " ticks:" + views);
     } else {
       // The replicated state still takes a compare-and-set (retried, at a member, when one
       // fails: a proposal accepted during the faults may still be decided and change the view).

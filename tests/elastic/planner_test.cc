@@ -1,12 +1,12 @@
 // The layout planner as a table (nodes and policy → layout, micro-batches, placement or the
 // reason the job waits), and properties over random node sets.
-#include <gtest/gtest.h>
+#include "elastic/planner.h"
 
 #include <map>
 #include <random>
 #include <set>
 
-#include "elastic/planner.h"
+#include <gtest/gtest.h>
 
 namespace rt::elastic {
 namespace {
@@ -30,10 +30,10 @@ struct Case {
   std::string name;
   std::vector<NodeSlots> nodes;
   ElasticPolicy policy;
-  std::string layout;         // expected DescribeLayout, or "" when the job waits
-  int micro = 0;              // expected micro-batches
-  std::string used_nodes;     // expected nodes of the ranks, in rank order ("1,1,2,2")
-  std::string wait_reason;    // a part of the waiting message
+  std::string layout;       // expected DescribeLayout, or "" when the job waits
+  int micro = 0;            // expected micro-batches
+  std::string used_nodes;   // expected nodes of the ranks, in rank order ("1,1,2,2")
+  std::string wait_reason;  // a part of the waiting message
 };
 
 ElasticPolicy Policy(int tp, int pp, int pp_max = 0) {
@@ -81,13 +81,33 @@ TEST(Planner, Table) {
        "tp=1,pp=2,dp=2,zero=0,sp=0,schedule=interleaved,vpp=2", 2, "1,2,3,4", ""},
       {"micro_rows bounds the micro-batch", Nodes(4, 1), small_micro,
        "tp=1,pp=1,dp=4,zero=0,sp=0,schedule=1f1b", 2, "1,2,3,4", ""},
-      {"max_nodes takes the lowest ids", {{7, 2}, {3, 2}, {9, 2}, {5, 2}}, two_nodes,
-       "tp=2,pp=1,dp=2,zero=0,sp=0,schedule=1f1b", 1, "3,3,5,5", ""},
-      {"nodes too small for tp are skipped", {{1, 1}, {2, 2}, {3, 2}}, Policy(2, 1),
-       "tp=2,pp=1,dp=2,zero=0,sp=0,schedule=1f1b", 1, "2,2,3,3", ""},
-      {"a witness (0 slots) runs no rank", {{1, 2}, {2, 0}, {3, 2}}, Policy(1, 1),
-       "tp=1,pp=1,dp=4,zero=0,sp=0,schedule=1f1b", 1, "1,1,3,3", ""},
-      {"a witness does not count for min_nodes", {{1, 2}, {2, 0}}, at_least_two, "", 0, "",
+      {"max_nodes takes the lowest ids",
+       {{7, 2}, {3, 2}, {9, 2}, {5, 2}},
+       two_nodes,
+       "tp=2,pp=1,dp=2,zero=0,sp=0,schedule=1f1b",
+       1,
+       "3,3,5,5",
+       ""},
+      {"nodes too small for tp are skipped",
+       {{1, 1}, {2, 2}, {3, 2}},
+       Policy(2, 1),
+       "tp=2,pp=1,dp=2,zero=0,sp=0,schedule=1f1b",
+       1,
+       "2,2,3,3",
+       ""},
+      {"a witness (0 slots) runs no rank",
+       {{1, 2}, {2, 0}, {3, 2}},
+       Policy(1, 1),
+       "tp=1,pp=1,dp=4,zero=0,sp=0,schedule=1f1b",
+       1,
+       "1,1,3,3",
+       ""},
+      {"a witness does not count for min_nodes",
+       {{1, 2}, {2, 0}},
+       at_least_two,
+       "",
+       0,
+       "",
        "1 live"},
       {"min_nodes not met", Nodes(2, 4), at_least_three, "", 0, "", "elastic.min_nodes = 3"},
       {"tp larger than every node", Nodes(4, 2), Policy(4, 1), "", 0, "", "min_nodes"},
@@ -119,7 +139,8 @@ TEST(Planner, DescribeNamesLayoutNodesAndMicroBatches) {
   job.elastic = Policy(2, 1);
   Result<JobPlan> plan = PlanJob(Nodes(2, 2), job);
   ASSERT_TRUE(plan.ok());
-  EXPECT_EQ(plan->Describe(), "tp=2,pp=1,dp=2,zero=0,sp=0,schedule=1f1b on nodes 1,2, 1 micro-batch");
+  EXPECT_EQ(plan->Describe(),
+            "tp=2,pp=1,dp=2,zero=0,sp=0,schedule=1f1b on nodes 1,2, 1 micro-batch");
 }
 
 // Over random clusters and policies: every plan keeps tensor-parallel groups on one node, uses

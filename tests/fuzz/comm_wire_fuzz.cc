@@ -22,9 +22,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
 std::vector<std::vector<uint8_t>> FuzzSeeds() {
   std::vector<std::vector<uint8_t>> seeds;
-  auto h = rt::comm::tcp::EncodeDataHeader({rt::comm::OpKind::kAllReduce, rt::DType::kBF16, 0, 3, 0, 77, 154});
-  seeds.emplace_back(reinterpret_cast<uint8_t*>(h.data()), reinterpret_cast<uint8_t*>(h.data()) + h.size());
+  auto h = rt::comm::tcp::EncodeDataHeader(
+      {rt::comm::OpKind::kAllReduce, rt::DType::kBF16, 0, 3, 0, 77, 154});
+  seeds.emplace_back(reinterpret_cast<uint8_t*>(h.data()),
+                     reinterpret_cast<uint8_t*>(h.data()) + h.size());
   auto hello = rt::comm::tcp::EncodeHello({42, 3, 1});
-  seeds.emplace_back(reinterpret_cast<uint8_t*>(hello.data()), reinterpret_cast<uint8_t*>(hello.data()) + hello.size());
+  seeds.emplace_back(reinterpret_cast<uint8_t*>(hello.data()),
+                     reinterpret_cast<uint8_t*>(hello.data()) + hello.size());
   return seeds;
 }

@@ -12,7 +12,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (frame.ok()) {
     auto again = rt::EncodeFrame(frame->header.type, frame->header.flags, frame->header.request_id,
                                  frame->payload);
-    if (again.size() != consumed || std::memcmp(again.data(), data, consumed) != 0) __builtin_trap();
+    if (again.size() != consumed || std::memcmp(again.data(), data, consumed) != 0)
+      __builtin_trap();
   }
   return 0;
 }

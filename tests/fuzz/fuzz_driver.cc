@@ -77,10 +77,18 @@ int WriteSeeds(const std::filesystem::path& dir) {
 // One random edit of a non-empty input.
 void Mutate(std::mt19937_64& rng, Input& input) {
   switch (rng() % 4) {
-    case 0: input[rng() % input.size()] ^= static_cast<uint8_t>(1u << (rng() % 8)); break;
-    case 1: input.resize(rng() % (input.size() + 1)); break;
-    case 2: input[rng() % input.size()] = static_cast<uint8_t>(rng()); break;
-    default: input.push_back(static_cast<uint8_t>(rng())); break;
+    case 0:
+      input[rng() % input.size()] ^= static_cast<uint8_t>(1u << (rng() % 8));
+      break;
+    case 1:
+      input.resize(rng() % (input.size() + 1));
+      break;
+    case 2:
+      input[rng() % input.size()] = static_cast<uint8_t>(rng());
+      break;
+    default:
+      input.push_back(static_cast<uint8_t>(rng()));
+      break;
   }
 }
 
@@ -118,8 +126,10 @@ int main(int argc, char** argv) {
       for (int e = 0; e < edits && !input.empty(); ++e) Mutate(rng, input);
     }
     LLVMFuzzerTestOneInput(input.data(), input.size());
-    if (pool.size() < 256) pool.push_back(std::move(input));
-    else pool[rng() % pool.size()] = std::move(input);
+    if (pool.size() < 256)
+      pool.push_back(std::move(input));
+    else
+      pool[rng() % pool.size()] = std::move(input);
   }
   std::printf("fuzz driver: %zu corpus inputs and %ld generated inputs, no crash\n", corpus_inputs,
               iterations);

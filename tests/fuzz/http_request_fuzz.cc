@@ -4,15 +4,16 @@
 #include <sys/socket.h>
 #include <sys/time.h>
 
-#include <boost/asio/connect.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/write.hpp>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/write.hpp>
 
 #include "base/net/http_server.h"
 
@@ -28,9 +29,11 @@ struct Server {
   std::thread thread;
   uint16_t port = 0;
   Server() {
-    server = rt::net::HttpServer::Create(
-        io.get_executor(), {.max_header_bytes = 1024, .max_body_bytes = 256,
-                            .read_timeout = std::chrono::milliseconds(2000), .name = "fuzz"});
+    server = rt::net::HttpServer::Create(io.get_executor(),
+                                         {.max_header_bytes = 1024,
+                                          .max_body_bytes = 256,
+                                          .read_timeout = std::chrono::milliseconds(2000),
+                                          .name = "fuzz"});
     server->Route("GET", "/", [](rt::net::HttpRequest) -> asio::awaitable<rt::net::HttpResponse> {
       co_return rt::net::HttpResponse::Text(200, "ok");
     });

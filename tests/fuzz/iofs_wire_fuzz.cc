@@ -35,7 +35,8 @@ std::vector<std::vector<uint8_t>> FuzzSeeds() {
   using namespace rt::iofs;
   std::vector<std::vector<uint8_t>> seeds;
   auto add = [&](std::span<const std::byte> b) {
-    seeds.emplace_back(reinterpret_cast<const uint8_t*>(b.data()), reinterpret_cast<const uint8_t*>(b.data()) + b.size());
+    seeds.emplace_back(reinterpret_cast<const uint8_t*>(b.data()),
+                       reinterpret_cast<const uint8_t*>(b.data()) + b.size());
   };
   chain::Message m;
   m.kind = chain::Message::Kind::kForward;
@@ -50,7 +51,8 @@ std::vector<std::vector<uint8_t>> FuzzSeeds() {
   m.kind = chain::Message::Kind::kAck;
   m.value = {};
   add(chain::EncodeMessage(m));
-  chain::ChainConfig c{1, 5, {{1, chain::MemberState::kServing}, {3, chain::MemberState::kSyncing}}};
+  chain::ChainConfig c{
+      1, 5, {{1, chain::MemberState::kServing}, {3, chain::MemberState::kSyncing}}};
   add(chain::EncodeConfig(c));
   ChunkRecord r;
   r.length = 70000;

@@ -30,6 +30,7 @@ std::vector<std::vector<uint8_t>> FuzzSeeds() {
   std::vector<std::byte> payload(40, std::byte{7});
   std::span<const std::byte> pieces[] = {payload};
   seeds.push_back(as_input(rt::net::EncodeGatherHeader(5, 0, 11, pieces)));
-  seeds.push_back(as_input(rt::net::EncodeGatherHeader(5, rt::net::kFrameUncheckedPayload, 12, pieces)));
+  seeds.push_back(
+      as_input(rt::net::EncodeGatherHeader(5, rt::net::kFrameUncheckedPayload, 12, pieces)));
   return seeds;
 }

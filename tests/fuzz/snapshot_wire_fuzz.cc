@@ -8,8 +8,7 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::span<const std::byte> payload(reinterpret_cast<const std::byte*>(data), size);
-  rt::Result<rt::daemon::SnapshotMessage> m =
-      rt::daemon::DecodeSnapshotMessage(payload, "fuzz");
+  rt::Result<rt::daemon::SnapshotMessage> m = rt::daemon::DecodeSnapshotMessage(payload, "fuzz");
   if (m.ok()) {
     const std::vector<std::byte> again = rt::daemon::EncodeSnapshotMessage(m->head, m->body);
     rt::Result<rt::daemon::SnapshotMessage> back =
@@ -25,8 +24,12 @@ std::vector<std::vector<uint8_t>> FuzzSeeds() {
   std::vector<std::vector<uint8_t>> seeds;
   const std::vector<uint8_t> body = {1, 2, 3, 4, 5};
   for (const nlohmann::json& head :
-       {nlohmann::json{{"job", 1}, {"path", "step-000000000003/rank-00000.data"},
-                       {"upload", "a.1"}, {"offset", 0}, {"total", 5}, {"scope", "origin"}},
+       {nlohmann::json{{"job", 1},
+                       {"path", "step-000000000003/rank-00000.data"},
+                       {"upload", "a.1"},
+                       {"offset", 0},
+                       {"total", 5},
+                       {"scope", "origin"}},
         nlohmann::json{{"names", {"latest", "step-000000000003"}}}, nlohmann::json::object()}) {
     const std::vector<std::byte> p = rt::daemon::EncodeSnapshotMessage(
         head, std::span(reinterpret_cast<const std::byte*>(body.data()), body.size()));

@@ -6,9 +6,9 @@
 // part (the two others serve the files; it holds no chunk).
 #include "base/net/auth.h"
 
-#include <gtest/gtest.h>
-
 #include <fstream>
+
+#include <gtest/gtest.h>
 
 #include "iofs/client.h"
 #include "iofs/net/wire.h"

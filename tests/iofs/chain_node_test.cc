@@ -4,11 +4,12 @@
 #include "iofs/chain_node.h"
 
 #include <fcntl.h>
-#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <filesystem>
+
+#include <gtest/gtest.h>
 
 #include "iofs/file_system.h"
 #include "tests/iofs/cluster_util.h"
@@ -36,7 +37,8 @@ TEST(ChainNodeTest, ThreeReplicasHoldTheSameCommittedData) {
   TempDir dir("cluster-rf3");
   Cluster cluster(dir.path(), 3, 3, 3);
   auto store = NewChainObjectStore(&cluster, StoreOptions());
-  for (ObjectKey key = 1; key <= 12; ++key) ASSERT_TRUE(PutOne(*store, key, Content(key, 1, 1000 * key)).ok());
+  for (ObjectKey key = 1; key <= 12; ++key)
+    ASSERT_TRUE(PutOne(*store, key, Content(key, 1, 1000 * key)).ok());
   for (ObjectKey key = 1; key <= 12; ++key)
     for (chain::NodeId n = 1; n <= 3; ++n) {
       std::vector<std::byte> got;

@@ -5,7 +5,6 @@
 #include "iofs/chunk_engine.h"
 
 #include <fcntl.h>
-#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,6 +12,8 @@
 #include <set>
 #include <thread>
 #include <tuple>
+
+#include <gtest/gtest.h>
 
 #include "base/crc32c.h"
 #include "base/fault.h"
@@ -67,7 +68,8 @@ TEST(ChunkEngineTest, InterleavedBlockCrcsEqualDirectCrcs) {
       std::vector<uint32_t> crcs((n + block - 1) / block, 0);
       BlockCrcs(data.data(), n, block, crcs);
       for (size_t i = 0; i < crcs.size(); ++i)
-        ASSERT_EQ(crcs[i], Crc32c(data.data() + i * block, std::min(block, n - i * block))) << n << " " << i;
+        ASSERT_EQ(crcs[i], Crc32c(data.data() + i * block, std::min(block, n - i * block)))
+            << n << " " << i;
     }
     EXPECT_EQ(FastCrc32c(data.data(), n), Crc32c(data.data(), n)) << n;
     // The copying form copies every byte and checksums the copy (4104: blocks that are a multiple
@@ -79,7 +81,8 @@ TEST(ChunkEngineTest, InterleavedBlockCrcsEqualDirectCrcs) {
       EXPECT_TRUE(std::equal(data.begin(), data.end(), copy.begin())) << n << " " << block;
       EXPECT_EQ(copy[n], std::byte{0x77});
       for (size_t i = 0; i < crcs.size(); ++i)
-        ASSERT_EQ(crcs[i], Crc32c(data.data() + i * block, std::min(block, n - i * block))) << n << " " << block;
+        ASSERT_EQ(crcs[i], Crc32c(data.data() + i * block, std::min(block, n - i * block)))
+            << n << " " << block;
     }
     // The one-pass copy and whole-buffer CRC32C.
     std::vector<std::byte> copy2(n + 1, std::byte{0x55});
@@ -92,8 +95,8 @@ TEST(ChunkEngineTest, InterleavedBlockCrcsEqualDirectCrcs) {
 TEST(ChunkEngineTest, WritesAndReadsEverySizeAndRange) {
   TempDir dir("engine-rw");
   auto engine = OpenOrDie(SmallOptions(dir.path()));
-  const std::vector<size_t> sizes = {0, 1, 4095, 4096, 65536, 65537, 128 << 10, (128 << 10) + 1,
-                                     300000, 512 << 10};
+  const std::vector<size_t> sizes = {
+      0, 1, 4095, 4096, 65536, 65537, 128 << 10, (128 << 10) + 1, 300000, 512 << 10};
   for (size_t i = 0; i < sizes.size(); ++i) {
     auto data = Content(i, 7, sizes[i]);
     ASSERT_TRUE(engine->Write(i, 7, data).ok()) << sizes[i];
@@ -127,8 +130,10 @@ TEST(ChunkEngineTest, PersistsAcrossReopenAndRebuildsAllocator) {
   TempDir dir("engine-reopen");
   {
     auto engine = OpenOrDie(SmallOptions(dir.path()));
-    for (uint64_t id = 0; id < 10; ++id) ASSERT_TRUE(engine->Write(id, 1, Content(id, 1, 200000)).ok());
-    for (uint64_t id = 0; id < 10; ++id) ASSERT_TRUE(engine->Write(id, 2, Content(id, 2, 1000 * id + 10)).ok());
+    for (uint64_t id = 0; id < 10; ++id)
+      ASSERT_TRUE(engine->Write(id, 1, Content(id, 1, 200000)).ok());
+    for (uint64_t id = 0; id < 10; ++id)
+      ASSERT_TRUE(engine->Write(id, 2, Content(id, 2, 1000 * id + 10)).ok());
     std::vector<ChunkId> gone = {3, 4};
     ASSERT_TRUE(engine->Remove(gone).ok());
   }
@@ -201,7 +206,8 @@ TEST(ChunkEngineTest, RejectsADifferentGeometry) {
   o.chunk_size = 1 << 20;
   auto e = ChunkEngine::Open(o);
   ASSERT_FALSE(e.ok());
-  EXPECT_NE(e.status().ToString().find("chunk_size=524288"), std::string::npos) << e.status().ToString();
+  EXPECT_NE(e.status().ToString().find("chunk_size=524288"), std::string::npos)
+      << e.status().ToString();
   o.chunk_size = 1000;
   EXPECT_EQ(ChunkEngine::Open(o).status().code(), StatusCode::kInvalidArgument);
 }
@@ -229,14 +235,16 @@ TEST(ChunkEngineTest, ConcurrentWritersAndReadersSeeWholeVersions) {
   o.capacity_bytes = 256 << 20;
   auto engine = OpenOrDie(o);
   constexpr int kChunks = 6;
-  for (uint64_t id = 0; id < kChunks; ++id) ASSERT_TRUE(engine->Write(id, 0, Content(id, 0, 100000 + id)).ok());
+  for (uint64_t id = 0; id < kChunks; ++id)
+    ASSERT_TRUE(engine->Write(id, 0, Content(id, 0, 100000 + id)).ok());
   std::atomic<bool> failed{false};
   std::vector<std::thread> threads;
   for (int t = 0; t < 2; ++t)
     threads.emplace_back([&, t] {
       for (uint64_t v = 1; v <= 30; ++v) {
         const uint64_t id = (v * 2 + t) % kChunks;
-        if (!engine->Write(id, v, Content(id, v, 100000 + id + (v % 3) * 200000)).ok()) failed = true;
+        if (!engine->Write(id, v, Content(id, v, 100000 + id + (v % 3) * 200000)).ok())
+          failed = true;
       }
     });
   for (int t = 0; t < 2; ++t)
@@ -286,13 +294,15 @@ TEST(ChunkEngineTest, ReadIntoAlignedAndUnalignedMemoryMatchesTheReference) {
   TempDir dir("engine-readinto");
   auto engine = OpenOrDie(SmallOptions(dir.path()));
   const std::vector<size_t> sizes = {1, 4095, 65536, 300000, 512 << 10};
-  for (size_t i = 0; i < sizes.size(); ++i) ASSERT_TRUE(engine->Write(i, 3, Content(i, 3, sizes[i])).ok());
+  for (size_t i = 0; i < sizes.size(); ++i)
+    ASSERT_TRUE(engine->Write(i, 3, Content(i, 3, sizes[i])).ok());
   AlignedBytes mem((512 << 10) + 8192);
   // (offset, length, shift of the destination): aligned whole and block reads go straight into
   // the destination; misaligned offsets, memory or short room go through a bounce buffer.
   const std::vector<std::tuple<size_t, size_t, size_t>> cases = {
-      {0, 512 << 10, 0}, {0, 65536, 0}, {65536, 131072, 0}, {0, 4096, 0}, {0, 512 << 10, 8},
-      {1, 100000, 0},    {65536, 100, 0}, {70000, 300000, 0}, {0, 70000, 0}, {131072, 600000, 4096}};
+      {0, 512 << 10, 0}, {0, 65536, 0},         {65536, 131072, 0}, {0, 4096, 0},
+      {0, 512 << 10, 8}, {1, 100000, 0},        {65536, 100, 0},    {70000, 300000, 0},
+      {0, 70000, 0},     {131072, 600000, 4096}};
   for (size_t i = 0; i < sizes.size(); ++i) {
     const auto want = Content(i, 3, sizes[i]);
     for (auto [off, len, shift] : cases) {
@@ -353,7 +363,8 @@ TEST(ChunkEngineTest, FullEngineGivesNoSpaceAndCorruptsNothing) {
   auto o = SmallOptions(dir.path());
   o.capacity_bytes = 2 * 4 * (512 << 10);  // two large-class files of 4 slots
   auto engine = OpenOrDie(o);
-  for (uint64_t id = 0; id < 8; ++id) ASSERT_TRUE(engine->Write(id, 1, Content(id, 1, 300000)).ok());
+  for (uint64_t id = 0; id < 8; ++id)
+    ASSERT_TRUE(engine->Write(id, 1, Content(id, 1, 300000)).ok());
   // Overwriting needs a free slot too (copy-on-write), so a full engine refuses it cleanly.
   Status s = engine->Write(0, 2, Content(0, 2, 300000));
   EXPECT_EQ(s.code(), StatusCode::kNoSpace) << s.ToString();
@@ -397,7 +408,8 @@ void VerifyAfterCrash(const std::string& dir, int crash_round, bool expect_new) 
     Status s = engine->ReadAll(id, &got, &info);
     ASSERT_TRUE(s.ok()) << s.ToString();
     EXPECT_EQ(info.version, want) << "chunk " << id;
-    EXPECT_EQ(got, Content(id, info.version, testing::CrashLength(id, static_cast<int>(info.version))));
+    EXPECT_EQ(got,
+              Content(id, info.version, testing::CrashLength(id, static_cast<int>(info.version))));
   }
   EXPECT_TRUE(engine->Check().empty());
   EngineUsage u = engine->Usage();
@@ -429,15 +441,14 @@ TEST_P(ChunkEngineCrashTest, Kill9AtFaultPointLeavesOldOrNew) {
   VerifyAfterCrash(dir.path(), 12, false);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    FaultPoints, ChunkEngineCrashTest,
-    ::testing::Values(CrashCase{"iofs.chunk.after_data_write", false},
-                      CrashCase{"iofs.chunk.after_data_sync", false},
-                      CrashCase{"iofs.chunk.after_meta_commit", true}),
-    [](const auto& info) {
-      std::string name = info.param.point;
-      return name.substr(name.rfind('.') + 1);
-    });
+INSTANTIATE_TEST_SUITE_P(FaultPoints, ChunkEngineCrashTest,
+                         ::testing::Values(CrashCase{"iofs.chunk.after_data_write", false},
+                                           CrashCase{"iofs.chunk.after_data_sync", false},
+                                           CrashCase{"iofs.chunk.after_meta_commit", true}),
+                         [](const auto& info) {
+                           std::string name = info.param.point;
+                           return name.substr(name.rfind('.') + 1);
+                         });
 
 TEST(ChunkEngineCrashTest, Kill9AtRandomMomentsLeavesOldOrNew) {
   TempDir dir("engine-kill");
@@ -468,7 +479,8 @@ TEST(ChunkEngineCrashTest, Kill9AtRandomMomentsLeavesOldOrNew) {
       }
       ASSERT_TRUE(s.ok()) << s.ToString();
       versions.insert(info.version);
-      EXPECT_EQ(got, Content(id, info.version, testing::CrashLength(id, static_cast<int>(info.version))));
+      EXPECT_EQ(
+          got, Content(id, info.version, testing::CrashLength(id, static_cast<int>(info.version))));
     }
     EXPECT_TRUE(missing == 0 || missing == testing::kCrashChunks) << "the first batch was torn";
     written = written || missing == 0;

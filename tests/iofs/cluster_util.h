@@ -76,26 +76,31 @@ class Cluster : public ChainTransport, public ChainRouter {
     std::lock_guard lock(manager_mu_);
     return manager_->config(c);
   }
-  Result<uint64_t> WriteAt(chain::NodeId n, chain::ChunkKey key, std::optional<std::span<const std::byte>> data,
+  Result<uint64_t> WriteAt(chain::NodeId n, chain::ChunkKey key,
+                           std::optional<std::span<const std::byte>> data,
                            Deadline deadline) override {
     std::shared_ptr<Node> node = Get(n);
-    if (!node) return Status(StatusCode::kUnavailable, "node " + std::to_string(n) + " is down", true);
+    if (!node)
+      return Status(StatusCode::kUnavailable, "node " + std::to_string(n) + " is down", true);
     return node->chain->Write(key, data, deadline);
   }
   Status ReadAt(chain::NodeId n, chain::ChunkKey key, uint64_t offset, uint64_t length,
                 std::vector<std::byte>* out, Deadline) override {
     std::shared_ptr<Node> node = Get(n);
-    if (!node) return Status(StatusCode::kUnavailable, "node " + std::to_string(n) + " is down", true);
+    if (!node)
+      return Status(StatusCode::kUnavailable, "node " + std::to_string(n) + " is down", true);
     return node->chain->Read(key, offset, length, out, nullptr);
   }
   Result<std::vector<chain::ChunkKey>> KeysAt(chain::NodeId n, Deadline) override {
     std::shared_ptr<Node> node = Get(n);
-    if (!node) return Status(StatusCode::kUnavailable, "node " + std::to_string(n) + " is down", true);
+    if (!node)
+      return Status(StatusCode::kUnavailable, "node " + std::to_string(n) + " is down", true);
     return node->chain->Keys();
   }
   Result<std::vector<std::string>> CheckAt(chain::NodeId n, Deadline) override {
     std::shared_ptr<Node> node = Get(n);
-    if (!node) return Status(StatusCode::kUnavailable, "node " + std::to_string(n) + " is down", true);
+    if (!node)
+      return Status(StatusCode::kUnavailable, "node " + std::to_string(n) + " is down", true);
     return node->engine->Check();
   }
 

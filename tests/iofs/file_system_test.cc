@@ -2,11 +2,11 @@
 // of the files, including across a reopen.
 #include "iofs/file_system.h"
 
-#include <gtest/gtest.h>
-
 #include <cstring>
 #include <map>
 #include <random>
+
+#include <gtest/gtest.h>
 
 #include "base/bytes.h"
 #include "base/crc32c.h"
@@ -50,10 +50,10 @@ std::vector<std::byte> Bytes(std::mt19937_64& rng, size_t n) {
 }
 
 TEST(FileSystemTest, RejectsInvalidPaths) {
-  for (std::string_view bad : {std::string_view(""), std::string_view("relative"),
-                               std::string_view("/a/../b"), std::string_view("/a/./b"),
-                               std::string_view("/a//b"), std::string_view("/a\0b", 4),
-                               std::string_view("/..")}) {
+  for (std::string_view bad :
+       {std::string_view(""), std::string_view("relative"), std::string_view("/a/../b"),
+        std::string_view("/a/./b"), std::string_view("/a//b"), std::string_view("/a\0b", 4),
+        std::string_view("/..")}) {
     Status s = ValidatePath(bad);
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << bad;
   }
@@ -108,7 +108,8 @@ TEST(FileSystemTest, MatchesAReferenceModelAcrossReopen) {
       const uint64_t off = ref.empty() ? 0 : rng() % ref.size();
       ASSERT_TRUE(st->fs->Read(p, off, 100000, &got).ok());
       const size_t n = std::min<size_t>(100000, ref.size() - off);
-      ASSERT_EQ(got, std::vector<std::byte>(ref.begin() + off, ref.begin() + off + n)) << p << " step " << step;
+      ASSERT_EQ(got, std::vector<std::byte>(ref.begin() + off, ref.begin() + off + n))
+          << p << " step " << step;
     }
   }
   auto report = st->fs->Fsck(false);
@@ -139,7 +140,8 @@ TEST(FileSystemTest, ReadIntoMatchesTheReferenceAcrossChunksHolesAndTheEnd) {
     ASSERT_TRUE(n.ok()) << n.status().ToString();
     const uint64_t want = off >= model.size() ? 0 : std::min<uint64_t>(len, model.size() - off);
     ASSERT_EQ(*n, want) << off << " " << len;
-    EXPECT_TRUE(std::equal(out.begin(), out.begin() + want, model.begin() + off)) << off << " " << len;
+    EXPECT_TRUE(std::equal(out.begin(), out.begin() + want, model.begin() + off))
+        << off << " " << len;
     EXPECT_EQ(out[want], std::byte{0x5a});  // nothing written past what was read
   }
 }
@@ -191,7 +193,8 @@ class FailablePutStore : public ObjectStore {
     if (fail_puts) return Status(StatusCode::kNoSpace, "injected: no space for the put");
     return inner_->Put(puts);
   }
-  Status Get(ObjectKey key, uint64_t offset, uint64_t length, std::vector<std::byte>* out) override {
+  Status Get(ObjectKey key, uint64_t offset, uint64_t length,
+             std::vector<std::byte>* out) override {
     return inner_->Get(key, offset, length, out);
   }
   Status Delete(std::span<const ObjectKey> keys) override { return inner_->Delete(keys); }
@@ -233,7 +236,8 @@ TEST(FileSystemTest, NamespaceChangeThatCannotBePersistedLeavesNothingBehind) {
   // Nothing of the four changes is visible: no parents made, nothing moved or replaced.
   EXPECT_EQ(paths("/"), std::vector<std::string>{"/a"});
   EXPECT_EQ(paths("/a"), before);
-  for (const char* gone : {"/b", "/c", "/e"}) EXPECT_EQ(fs.Stat(gone).status().code(), StatusCode::kNotFound) << gone;
+  for (const char* gone : {"/b", "/c", "/e"})
+    EXPECT_EQ(fs.Stat(gone).status().code(), StatusCode::kNotFound) << gone;
   std::vector<std::byte> got;
   ASSERT_TRUE(fs.Read("/a/kept", 0, UINT64_MAX, &got).ok());
   EXPECT_EQ(got, data);

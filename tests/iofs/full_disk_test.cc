@@ -105,7 +105,7 @@ TEST(FullDiskTest, FullFilesystemGivesNoSpaceAndLosesNothing) {
   ASSERT_FALSE(refused.ok()) << "a 64 MiB filesystem took 1000 MiB of chunks";
   EXPECT_EQ(refused.code(), StatusCode::kNoSpace) << refused.ToString();
   ASSERT_GT(committed.size(), 10u) << refused.ToString();
-  struct statvfs st{};
+  struct statvfs st {};
   ASSERT_EQ(statvfs(fs.path().c_str(), &st), 0);
   EXPECT_LT(st.f_bavail * st.f_frsize, 4u << 20) << "the engine stopped before the disk was full";
   ExpectChunks(*engine, committed);

@@ -1,12 +1,12 @@
 // An io_context on its own thread for client-side coroutines in the iofs tests.
 #pragma once
 
+#include <cstdlib>
+#include <thread>
+
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <gtest/gtest.h>
-
-#include <cstdlib>
-#include <thread>
 
 #include "base/net/frame_io.h"
 #include "base/net/rpc.h"

@@ -2,12 +2,12 @@
 // chunks past a file's size and chunks of no file are deleted, while the chunks of a running
 // write (its write intent) are never touched, and a write into an inode whose orphans are being
 // deleted waits for the deletion instead of losing its data to it.
-#include <gtest/gtest.h>
-
 #include <condition_variable>
 #include <mutex>
 #include <random>
 #include <thread>
+
+#include <gtest/gtest.h>
 
 #include "iofs/file_system.h"
 #include "tests/iofs/test_util.h"

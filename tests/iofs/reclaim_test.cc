@@ -4,9 +4,9 @@
 // size). After the killed server is restarted, `fsck` turns clean without --repair within the
 // collector's period (plus slack for a loaded machine), and what the file holds reads back as
 // the input (or holes where a write never completed).
-#include <gtest/gtest.h>
-
 #include <fstream>
+
+#include <gtest/gtest.h>
 
 #include "base/fault.h"
 #include "iofs/client.h"

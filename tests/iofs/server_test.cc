@@ -1,12 +1,12 @@
 // ringfsd and ringfs as real processes: the embedded default driven through the CLI, a 3-node
 // RF=3 cluster that loses a replica (kill -9, and a crash at the fault point in the middle of a
 // chain forward) during a write stream and resyncs it, and a corrupt replica served from another.
-#include <gtest/gtest.h>
+#include <cstdlib>
+#include <fstream>
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
-#include <cstdlib>
-#include <fstream>
+#include <gtest/gtest.h>
 
 #include "base/bytes.h"
 #include "base/crc32c.h"
@@ -22,8 +22,8 @@ namespace rt::iofs {
 namespace {
 
 using testing::Content;
-using testing::Io;
 using testing::FreePort;
+using testing::Io;
 using testing::Process;
 using testing::RawCall;
 using testing::TempDir;
@@ -42,7 +42,8 @@ void WriteStreamWithFailure(const std::string& faults_on_2, bool kill_3) {
   ASSERT_TRUE(cluster.Start(2, faults_on_2));
   ASSERT_TRUE(cluster.Start(3));
   Io io;
-  auto client = io.Run(Client::Connect("127.0.0.1", cluster.port(2), Secs(10)));  // any node will do
+  auto client =
+      io.Run(Client::Connect("127.0.0.1", cluster.port(2), Secs(10)));  // any node will do
   ASSERT_TRUE(client.ok()) << client.status().ToString();
   constexpr int kFiles = 24;
   for (int i = 0; i < kFiles; ++i) {
@@ -56,11 +57,14 @@ void WriteStreamWithFailure(const std::string& faults_on_2, bool kill_3) {
         ASSERT_TRUE(cluster.Start(2));  // restarted without the fault
       }
     }
-    Status s = PutFile(io, **client, "/stream/f" + std::to_string(i), Content(i, 1, 300000 + 1000 * i));
+    Status s =
+        PutFile(io, **client, "/stream/f" + std::to_string(i), Content(i, 1, 300000 + 1000 * i));
     ASSERT_TRUE(s.ok()) << "file " << i << ": " << s.ToString() << "\n" << cluster.Logs();
   }
   const int returning = kill_3 ? 3 : 2;
-  ASSERT_TRUE(WaitConverged(io, cluster, returning, 60)) << "node " << returning << " did not resync\n" << cluster.Logs();
+  ASSERT_TRUE(WaitConverged(io, cluster, returning, 60))
+      << "node " << returning << " did not resync\n"
+      << cluster.Logs();
   for (int i = 0; i < kFiles; ++i) {
     auto got = GetFile(io, **client, "/stream/f" + std::to_string(i));
     ASSERT_TRUE(got.ok()) << got.status().ToString();
@@ -73,7 +77,9 @@ void WriteStreamWithFailure(const std::string& faults_on_2, bool kill_3) {
   EXPECT_EQ(report->files, static_cast<uint64_t>(kFiles));
 }
 
-TEST(ServerTest, ThreeNodeRf3StreamSurvivesAReplicaKilledAndResyncsIt) { WriteStreamWithFailure("", true); }
+TEST(ServerTest, ThreeNodeRf3StreamSurvivesAReplicaKilledAndResyncsIt) {
+  WriteStreamWithFailure("", true);
+}
 
 TEST(ServerTest, CrashInTheMiddleOfAChainForwardLosesNothing) {
   if (!fault::Enabled()) GTEST_SKIP() << "built without RINGTRAIN_FAULT_INJECTION";
@@ -126,8 +132,9 @@ TEST(ServerTest, EmbeddedServerAndCliRoundTrip) {
   TempDir dir("srv-embedded");
   const uint16_t port = FreePort();
   Process server;
-  ASSERT_TRUE(server.Start({RINGFSD, "--state", dir.path() + "/state", "--port", std::to_string(port)}, {},
-                           dir.path() + "/server.log"));
+  ASSERT_TRUE(
+      server.Start({RINGFSD, "--state", dir.path() + "/state", "--port", std::to_string(port)}, {},
+                   dir.path() + "/server.log"));
   const std::string cli = std::string(RINGFS) + " --server 127.0.0.1:" + std::to_string(port) + " ";
   const std::string out = dir.path() + "/out.txt";
   auto data = Content(1, 1, 9 << 20);  // spans three 4 MiB chunks
@@ -145,8 +152,8 @@ TEST(ServerTest, EmbeddedServerAndCliRoundTrip) {
   EXPECT_EQ(rc, 0) << text;
   std::tie(rc, text) = Shell(cli + "cat /data/moved.bin | cmp - " + dir.path() + "/in.bin", out);
   EXPECT_EQ(rc, 0) << text;
-  std::tie(rc, text) = Shell(cli + "get /data/moved.bin " + dir.path() + "/back.bin && cmp " + dir.path() +
-                                 "/back.bin " + dir.path() + "/in.bin",
+  std::tie(rc, text) = Shell(cli + "get /data/moved.bin " + dir.path() + "/back.bin && cmp " +
+                                 dir.path() + "/back.bin " + dir.path() + "/in.bin",
                              out);
   EXPECT_EQ(rc, 0) << text;
   std::tie(rc, text) = Shell(cli + "stat /data/../x", out);
@@ -196,14 +203,16 @@ TEST_P(ServerCrashTest, Kill9AtEngineFaultPointThenFsckClean) {
   Process server;
   // The 40th hit: a few files in, the server dies between two steps of a chunk write.
   ASSERT_TRUE(server.Start({RINGFSD, "--state", state, "--port", std::to_string(port)},
-                           {std::string("RINGTRAIN_FAULTS=") + GetParam() + "=crash@40"}, dir.path() + "/server.log"));
+                           {std::string("RINGTRAIN_FAULTS=") + GetParam() + "=crash@40"},
+                           dir.path() + "/server.log"));
   Io io;
   std::vector<int> acknowledged;
   {
     auto client = io.Run(Client::Connect("127.0.0.1", port, Secs(10)));
     ASSERT_TRUE(client.ok()) << client.status().ToString();
     for (int i = 0; i < 40; ++i) {
-      if (!PutFile(io, **client, "/crash/f" + std::to_string(i), Content(i, 5, 5 << 20)).ok()) break;
+      if (!PutFile(io, **client, "/crash/f" + std::to_string(i), Content(i, 5, 5 << 20)).ok())
+        break;
       acknowledged.push_back(i);
     }
   }
@@ -212,7 +221,8 @@ TEST_P(ServerCrashTest, Kill9AtEngineFaultPointThenFsckClean) {
   const int status = server.WaitExit(std::chrono::seconds(10));
   ASSERT_TRUE(status != -1 && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
       << "the fault point never fired (status " << status << ")";
-  ASSERT_TRUE(server.Start({RINGFSD, "--state", state, "--port", std::to_string(port)}, {}, dir.path() + "/server.log"));
+  ASSERT_TRUE(server.Start({RINGFSD, "--state", state, "--port", std::to_string(port)}, {},
+                           dir.path() + "/server.log"));
   auto client = io.Run(Client::Connect("127.0.0.1", port, Secs(10)));
   ASSERT_TRUE(client.ok()) << client.status().ToString();
   for (int i : acknowledged) {
@@ -232,7 +242,8 @@ TEST_P(ServerCrashTest, Kill9AtEngineFaultPointThenFsckClean) {
 }
 
 INSTANTIATE_TEST_SUITE_P(EngineFaultPoints, ServerCrashTest,
-                         ::testing::Values("iofs.chunk.after_data_write", "iofs.chunk.after_data_sync",
+                         ::testing::Values("iofs.chunk.after_data_write",
+                                           "iofs.chunk.after_data_sync",
                                            "iofs.chunk.after_meta_commit"),
                          [](const auto& info) {
                            std::string name = info.param;

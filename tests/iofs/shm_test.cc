@@ -2,7 +2,7 @@
 // shared with ringfsd and its file data never crosses the socket; without the server's socket,
 // or for a remote server, everything goes over TCP; a region serves only its own connection and
 // only a sealed memfd is accepted.
-#include <gtest/gtest.h>
+#include "iofs/net/shm.h"
 
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -10,10 +10,11 @@
 
 #include <cstring>
 
+#include <gtest/gtest.h>
+
 #include "base/bytes.h"
 #include "base/net/rpc.h"
 #include "iofs/client.h"
-#include "iofs/net/shm.h"
 #include "iofs/net/wire.h"
 #include "iofs/server.h"
 #include "tests/iofs/io_util.h"
@@ -26,8 +27,8 @@
 namespace rt::iofs {
 namespace {
 
-using testing::Content;
 using testing::ConnectOrDie;
+using testing::Content;
 using testing::Io;
 using testing::TempDir;
 
@@ -172,7 +173,8 @@ TEST(SharedMemory, WithoutTheServersSocketEverythingGoesOverTcp) {
 }
 
 TEST(SharedMemory, OnlyLoopbackServersAreOnThisHost) {
-  for (const char* h : {"127.0.0.1", "127.3.2.1", "localhost", "::1"}) EXPECT_TRUE(shm::IsLoopbackHost(h)) << h;
+  for (const char* h : {"127.0.0.1", "127.3.2.1", "localhost", "::1"})
+    EXPECT_TRUE(shm::IsLoopbackHost(h)) << h;
   for (const char* h : {"10.0.0.1", "192.168.1.7", "example.com", "", "128.0.0.1"})
     EXPECT_FALSE(shm::IsLoopbackHost(h)) << h;
 }
@@ -192,13 +194,14 @@ TEST(SharedMemory, ARegionServesOnlyItsConnectionAndOnlyInsideItself) {
     w.Put<uint32_t>(1);
     w.Put<uint64_t>(at);
     w.Put<uint64_t>(length);
-    return io.Run([](uint16_t port, std::vector<std::byte> payload) -> boost::asio::awaitable<Status> {
-      auto rpc = co_await net::RpcClient::Connect("127.0.0.1", port, Secs(5));
-      if (!rpc.ok()) co_return rpc.status();
-      auto reply = co_await (*rpc)->Call(wire::kFsWriteShm, payload, Secs(10));
-      (*rpc)->Close();
-      co_return reply.status();
-    }(server->port(), w.Take()));
+    return io.Run(
+        [](uint16_t port, std::vector<std::byte> payload) -> boost::asio::awaitable<Status> {
+          auto rpc = co_await net::RpcClient::Connect("127.0.0.1", port, Secs(5));
+          if (!rpc.ok()) co_return rpc.status();
+          auto reply = co_await (*rpc)->Call(wire::kFsWriteShm, payload, Secs(10));
+          (*rpc)->Close();
+          co_return reply.status();
+        }(server->port(), w.Take()));
   };
   EXPECT_EQ(raw(0, 4096).code(), StatusCode::kNotFound);
   // The owning connection's own requests work (here: a read of an empty file).

@@ -3,9 +3,9 @@
 // sends to the other node's chains is staged there, and the head's forward back names the staged
 // copy. Here every staged copy is gone when its forward arrives (fault point
 // iofs.server.drop_staged), so each such forward is answered NotFound and must be resent in full.
-#include <gtest/gtest.h>
-
 #include <fstream>
+
+#include <gtest/gtest.h>
 
 #include "base/bytes.h"
 #include "base/fault.h"
@@ -38,7 +38,8 @@ std::unique_ptr<Server> StartNode(const std::string& dir, int self, const uint16
     out << "[node]\nid = " << self << "\nstate = \"" << dir << "/node" << self << "\"\n"
         << "[cluster]\nnodes = \"1@127.0.0.1:" << ports[0] << ",2@127.0.0.1:" << ports[1]
         << "\"\nreplication = 2\nchains = 4\n"
-        << "[engine]\nchunk_size = " << kChunk << "\nsmall_chunk_size = 65536\nslots_per_file = 64\n"
+        << "[engine]\nchunk_size = " << kChunk
+        << "\nsmall_chunk_size = 65536\nslots_per_file = 64\n"
         << "capacity_gib = 1\nio_buffers = 8\nqueue_depth = 8\n"
         << "[timing]\ntick_ms = 50\nheartbeat_ms = 100\ndown_after = 10\n";
   }
@@ -68,9 +69,10 @@ bool ReleasedEverything(Server& a, Server& b, size_t baseline_buffers, std::stri
     const ServerStats sa = a.Stats(), sb = b.Stats();
     const size_t buffers = chain::ValueBuffersInUse();
     *what = "value bytes in memory " + std::to_string(sa.value_bytes_in_memory) + " and " +
-            std::to_string(sb.value_bytes_in_memory) + ", staged copies " + std::to_string(sa.staged_values) +
-            " and " + std::to_string(sb.staged_values) + ", value buffers in use " + std::to_string(buffers) +
-            " (baseline " + std::to_string(baseline_buffers) + ")";
+            std::to_string(sb.value_bytes_in_memory) + ", staged copies " +
+            std::to_string(sa.staged_values) + " and " + std::to_string(sb.staged_values) +
+            ", value buffers in use " + std::to_string(buffers) + " (baseline " +
+            std::to_string(baseline_buffers) + ")";
     if (sa.value_bytes_in_memory == 0 && sb.value_bytes_in_memory == 0 && sa.staged_values == 0 &&
         sb.staged_values == 0 && buffers <= baseline_buffers)
       return true;
@@ -111,7 +113,8 @@ TEST(StagedValueTest, ForwardWhoseStagedCopyIsGoneIsResentInFullAndCommitsOnBoth
   const uint64_t resent = node2->Stats().staged_forwards_resent;
   EXPECT_GT(resent, 0u);
   EXPECT_LE(resent, static_cast<uint64_t>(dropped));
-  EXPECT_EQ(node1->Stats().staged_forwards_resent, 0u);  // node 2 never stages: it is no client of node 1
+  EXPECT_EQ(node1->Stats().staged_forwards_resent,
+            0u);  // node 2 never stages: it is no client of node 1
 
   // Every chunk of every file, read back from each replica on its own.
   for (int i = 0; i < kFiles; ++i) {
@@ -120,13 +123,15 @@ TEST(StagedValueTest, ForwardWhoseStagedCopyIsGoneIsResentInFullAndCommitsOnBoth
     ASSERT_EQ(st->size, files[i].size());
     for (uint64_t index = 0; index * kChunk < files[i].size(); ++index) {
       const auto begin = files[i].begin() + static_cast<std::ptrdiff_t>(index * kChunk);
-      const std::vector<std::byte> expected(begin, begin + static_cast<std::ptrdiff_t>(std::min<uint64_t>(
-                                                               kChunk, files[i].size() - index * kChunk)));
+      const std::vector<std::byte> expected(
+          begin, begin + static_cast<std::ptrdiff_t>(
+                             std::min<uint64_t>(kChunk, files[i].size() - index * kChunk)));
       for (int n = 0; n < 2; ++n) {
         auto got = ReplicaChunk(io, ports[n], DataKey(st->ino, index));
         ASSERT_TRUE(got.ok()) << "file " << i << " chunk " << index << " at node " << n + 1 << ": "
                               << got.status().ToString();
-        EXPECT_TRUE(*got == expected) << "file " << i << " chunk " << index << " differs at node " << n + 1;
+        EXPECT_TRUE(*got == expected)
+            << "file " << i << " chunk " << index << " differs at node " << n + 1;
       }
     }
   }

@@ -1,10 +1,9 @@
 // End-to-end integrity of the bulk data path: write and read payloads travel in frames without a
 // frame CRC, covered instead by a CRC32C of the data that the receiver checks. A payload corrupted
 // between client and server is detected in both directions, and nothing corrupt is stored.
-#include <gtest/gtest.h>
-
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
+#include <gtest/gtest.h>
 
 #include "base/bytes.h"
 #include "base/crc32c.h"
@@ -24,8 +23,8 @@ namespace rt::iofs {
 namespace {
 
 namespace asio = boost::asio;
-using testing::Content;
 using testing::ConnectOrDie;
+using testing::Content;
 using testing::Io;
 using testing::RawCall;
 using testing::TempDir;
@@ -51,16 +50,19 @@ TEST(WireIntegrity, WriteWhosePayloadDoesNotMatchItsCrcIsRefusedAndNotStored) {
   w.Put<uint32_t>(Crc32c(bad.data(), bad.size()));
   bad[123456] ^= std::byte{0x10};
   const std::vector<std::byte> head = w.Take();
-  Status refused = io.Run([](uint16_t port, std::vector<std::byte> head, std::vector<std::byte> bad) -> asio::awaitable<Status> {
+  Status refused = io.Run([](uint16_t port, std::vector<std::byte> head,
+                             std::vector<std::byte> bad) -> asio::awaitable<Status> {
     auto rpc = co_await net::RpcClient::Connect("127.0.0.1", port, Secs(5));
     if (!rpc.ok()) co_return rpc.status();
     const std::span<const std::byte> pieces[] = {head, bad};
-    auto reply = co_await (*rpc)->Call(wire::kFsWrite, net::Pieces(pieces), net::kFrameUncheckedPayload, Secs(10));
+    auto reply = co_await (*rpc)->Call(wire::kFsWrite, net::Pieces(pieces),
+                                       net::kFrameUncheckedPayload, Secs(10));
     (*rpc)->Close();
     co_return reply.status();
   }((*server)->port(), head, bad));
   EXPECT_EQ(refused.code(), StatusCode::kChecksumMismatch) << refused.ToString();
-  EXPECT_NE(refused.message().find("corrupted in transit"), std::string_view::npos) << refused.ToString();
+  EXPECT_NE(refused.message().find("corrupted in transit"), std::string_view::npos)
+      << refused.ToString();
 
   // The file still holds the good bytes, read back through the zero-copy path.
   std::vector<std::byte> back;
@@ -77,32 +79,35 @@ TEST(WireIntegrity, WriteWhosePayloadDoesNotMatchItsCrcIsRefusedAndNotStored) {
 // A stand-in for ringfsd whose read replies are corrupted after their CRC was taken.
 std::shared_ptr<net::RpcServer> CorruptingServer(Io& io, const std::vector<std::byte>& data) {
   auto server = net::RpcServer::Create(io.io().get_executor(), {.name = "corrupting"});
-  server->Handle(wire::kInfo, [](net::RpcRequest) -> asio::awaitable<Result<std::vector<std::byte>>> {
-    wire::ClusterInfo info;
-    info.self = info.meta_node = 1;
-    info.replication = 1;
-    info.chains = 1;
-    info.chunk_size = 1 << 20;
-    co_return wire::EncodeInfo(info);
-  });
-  server->Handle(wire::kFsStat, [&data](net::RpcRequest) -> asio::awaitable<Result<std::vector<std::byte>>> {
-    ByteWriter w;
-    wire::PutStat(w, FileStat{"/f", 2, false, data.size(), true, 1 << 20, 0});
-    co_return w.Take();
-  });
-  server->HandleBulk(wire::kFsRead, [&data](net::RpcRequest req) -> asio::awaitable<Result<net::RpcBulkReply>> {
-    ByteReader r(req.payload, "read");
-    (void)r.GetString(wire::kMaxPath);
-    const uint64_t offset = r.Get<uint64_t>().value();
-    const uint64_t length = std::min<uint64_t>(r.Get<uint64_t>().value(), data.size() - offset);
-    net::RpcBulkReply reply;
-    reply.body.assign(data.begin() + offset, data.begin() + offset + length);
-    ByteWriter w;
-    w.Put<uint32_t>(Crc32c(reply.body.data(), reply.body.size()));
-    reply.head = w.Take();
-    reply.body[length / 2] ^= std::byte{1};
-    co_return reply;
-  });
+  server->Handle(wire::kInfo,
+                 [](net::RpcRequest) -> asio::awaitable<Result<std::vector<std::byte>>> {
+                   wire::ClusterInfo info;
+                   info.self = info.meta_node = 1;
+                   info.replication = 1;
+                   info.chains = 1;
+                   info.chunk_size = 1 << 20;
+                   co_return wire::EncodeInfo(info);
+                 });
+  server->Handle(wire::kFsStat,
+                 [&data](net::RpcRequest) -> asio::awaitable<Result<std::vector<std::byte>>> {
+                   ByteWriter w;
+                   wire::PutStat(w, FileStat{"/f", 2, false, data.size(), true, 1 << 20, 0});
+                   co_return w.Take();
+                 });
+  server->HandleBulk(
+      wire::kFsRead, [&data](net::RpcRequest req) -> asio::awaitable<Result<net::RpcBulkReply>> {
+        ByteReader r(req.payload, "read");
+        (void)r.GetString(wire::kMaxPath);
+        const uint64_t offset = r.Get<uint64_t>().value();
+        const uint64_t length = std::min<uint64_t>(r.Get<uint64_t>().value(), data.size() - offset);
+        net::RpcBulkReply reply;
+        reply.body.assign(data.begin() + offset, data.begin() + offset + length);
+        ByteWriter w;
+        w.Put<uint32_t>(Crc32c(reply.body.data(), reply.body.size()));
+        reply.head = w.Take();
+        reply.body[length / 2] ^= std::byte{1};
+        co_return reply;
+      });
   return server;
 }
 
@@ -147,7 +152,8 @@ TEST(WireIntegrity, ChunkWriteCorruptedOnTheWayIsRefusedAndAStagedForwardNeedsIt
     bad[654321] ^= std::byte{0x02};
     w.PutBytes(bad.data(), bad.size());
     auto refused = RawCall(io, port, wire::kChunkWrite, w.Take());
-    EXPECT_EQ(refused.status().code(), StatusCode::kChecksumMismatch) << refused.status().ToString();
+    EXPECT_EQ(refused.status().code(), StatusCode::kChecksumMismatch)
+        << refused.status().ToString();
     EXPECT_NE(refused.status().message().find("corrupted in transit"), std::string_view::npos)
         << refused.status().ToString();
   }
@@ -155,7 +161,8 @@ TEST(WireIntegrity, ChunkWriteCorruptedOnTheWayIsRefusedAndAStagedForwardNeedsIt
   read.Put<uint64_t>(42);
   read.Put<uint64_t>(0);
   read.Put<uint64_t>(data.size());
-  EXPECT_EQ(RawCall(io, port, wire::kChunkRead, read.Take()).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(RawCall(io, port, wire::kChunkRead, read.Take()).status().code(),
+            StatusCode::kNotFound);
 
   chain::Message forward;
   forward.kind = chain::Message::Kind::kForward;
@@ -165,7 +172,8 @@ TEST(WireIntegrity, ChunkWriteCorruptedOnTheWayIsRefusedAndAStagedForwardNeedsIt
   forward.to = 1;
   forward.key = 42;
   forward.version = 1;
-  forward.value.data = std::make_shared<const std::string>(reinterpret_cast<const char*>(data.data()), data.size());
+  forward.value.data =
+      std::make_shared<const std::string>(reinterpret_cast<const char*>(data.data()), data.size());
   auto missing = RawCall(io, port, wire::kChainMessage, chain::EncodeStagedMessage(forward));
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound) << missing.status().ToString();
   EXPECT_TRUE((*server)->Shutdown(Secs(10)).ok());

@@ -1,8 +1,8 @@
 // Shape, dtype and device mismatches handed to an op are errors naming the argument and the
 // shapes — never a crash or a wrong answer.
-#include <gtest/gtest.h>
-
 #include <string>
+
+#include <gtest/gtest.h>
 
 #include "kernels/ops.h"
 #include "tests/kernels/test_util.h"

@@ -1,10 +1,10 @@
 // The CUDA backend against the CPU backend on the same inputs, op by op (f32 and bf16). Runs
 // only in CUDA builds on a machine with a GPU; skipped otherwise.
-#include <gtest/gtest.h>
-
 #include <cmath>
 #include <functional>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "kernels/ops.h"
 #include "tests/kernels/reference.h"

@@ -2,12 +2,12 @@
 // infinities, subnormals, overflow), exhaustive round trips, GELU/tanh accuracy, AdamW.
 #include "kernels/element.h"
 
-#include <gtest/gtest.h>
-
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <random>
+
+#include <gtest/gtest.h>
 
 #include "kernels/cpu/common.h"
 

@@ -3,12 +3,12 @@
 // the cache file format and the probe's report line.
 #include "kernels/cpu/gemm_choice.h"
 
-#include <gtest/gtest.h>
-
 #include <cstdio>
 #include <fstream>
 #include <set>
 #include <sstream>
+
+#include <gtest/gtest.h>
 
 #include "base/crc32c.h"
 #include "kernels/cpu/gemm_candidates.h"

@@ -3,12 +3,13 @@
 // (OPENBLAS_CORETYPE removed or set, a fresh cache directory, fault points armed), while this
 // test process keeps whatever OPENBLAS_CORETYPE the machine presets.
 #include <cblas.h>
-#include <gtest/gtest.h>
 
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+
+#include <gtest/gtest.h>
 
 #include "base/fault.h"
 #include "base/file.h"

@@ -1,11 +1,11 @@
 // Every backward op against central finite differences of the double-precision reference
 // forward (relative error ≤ 1e-3 of the gradient's scale), its accumulation (+=) semantics,
 // and the bf16/f16 backward against the f32 one.
-#include <gtest/gtest.h>
-
 #include <algorithm>
 #include <cmath>
 #include <functional>
+
+#include <gtest/gtest.h>
 
 #include "kernels/ops.h"
 #include "tests/kernels/reference.h"

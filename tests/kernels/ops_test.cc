@@ -2,10 +2,10 @@
 // reference, in f32 and, with looser bounds, bf16/f16.
 #include "kernels/ops.h"
 
-#include <gtest/gtest.h>
-
 #include <cmath>
 #include <cstring>
+
+#include <gtest/gtest.h>
 
 #include "tests/kernels/reference.h"
 #include "tests/kernels/test_util.h"

@@ -1,9 +1,9 @@
 // Shapes, views, buffers and arenas.
 #include "kernels/tensor.h"
 
-#include <gtest/gtest.h>
-
 #include <cstdint>
+
+#include <gtest/gtest.h>
 
 #include "tests/kernels/test_util.h"
 

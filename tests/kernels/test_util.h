@@ -2,12 +2,12 @@
 // and read-back as double.
 #pragma once
 
-#include <gtest/gtest.h>
-
 #include <cmath>
 #include <cstdint>
 #include <random>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "kernels/element.h"
 #include "kernels/ops.h"

@@ -1,8 +1,8 @@
 // The GPT model's numerics: initial loss, a whole-model finite-difference gradient check,
 // micro-batch and recomputation equivalence.
-#include <gtest/gtest.h>
-
 #include <cmath>
+
+#include <gtest/gtest.h>
 
 #include "kernels/ops.h"
 #include "model/gpt.h"

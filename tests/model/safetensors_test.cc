@@ -1,9 +1,9 @@
 // The safetensors encoder and decoder.
 #include "model/safetensors.h"
 
-#include <gtest/gtest.h>
-
 #include <cstring>
+
+#include <gtest/gtest.h>
 
 namespace rt {
 namespace {

@@ -6,8 +6,6 @@
 // op timeout. Then every rank builds a fresh world and engine of generation 1 in the same
 // process (as the daemon reuses surviving workers) and trains; its losses equal the
 // single-process Trainer's. No thread outlives the aborted generation.
-#include <gtest/gtest.h>
-
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -18,6 +16,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "comm/communicator.h"
 #include "parallel/engine.h"
@@ -59,7 +59,7 @@ Result<std::unique_ptr<comm::Communicator>> NewWorld(std::shared_ptr<comm::Store
 struct RankRun {
   std::unique_ptr<comm::Communicator> world;
   std::unique_ptr<DistTrainer> engine;
-  Status step;                 // the survivors' Step result
+  Status step;  // the survivors' Step result
   MonoTime step_returned;
 };
 
@@ -121,8 +121,7 @@ void CheckAbortThenNewGeneration(const std::string& spec, int silent) {
   for (int r = 0; r < n; ++r) ASSERT_TRUE(setup[static_cast<size_t>(r)].ok()) << r;
   {
     std::unique_lock lock(mu);
-    ASSERT_TRUE(
-        cv.wait_for(lock, std::chrono::seconds(60), [&] { return stepping == n - 1; }));
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(60), [&] { return stepping == n - 1; }));
   }
   // Long enough for the survivors to block in their groups' ops.
   std::this_thread::sleep_for(std::chrono::milliseconds(500));

@@ -1,10 +1,10 @@
 // The run config: TOML file plus --set overrides, and errors that name the file and key.
 #include "parallel/config.h"
 
-#include <gtest/gtest.h>
-
 #include <filesystem>
 #include <fstream>
+
+#include <gtest/gtest.h>
 
 namespace rt {
 namespace {

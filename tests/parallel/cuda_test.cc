@@ -5,12 +5,12 @@
 // the tiny config. Multi-rank NCCL needs one GPU per rank and is not covered here. Skipped in
 // builds without the NCCL backend or on machines without a CUDA device, except the checks of
 // which world a device needs.
-#include <gtest/gtest.h>
-
 #include <cmath>
 #include <cstdio>
 #include <memory>
 #include <string>
+
+#include <gtest/gtest.h>
 
 #include "base/fault.h"
 #include "comm/communicator.h"
@@ -24,7 +24,8 @@ namespace {
 bool HaveGpu() { return comm::NcclAvailable() && CheckDeviceAvailable(Device::kCuda).ok(); }
 
 // A ready one-rank world of `backend` ("cpu" or "nccl", on device 0).
-std::unique_ptr<comm::Communicator> OneRankWorld(const std::string& backend, const std::string& job) {
+std::unique_ptr<comm::Communicator> OneRankWorld(const std::string& backend,
+                                                 const std::string& job) {
   comm::CommOptions o;
   o.store = comm::NewMemoryStore();
   o.job = job;
@@ -75,8 +76,8 @@ void CheckCudaParity(const std::string& spec, RunConfig config, double step_tole
       "cuda+nccl vs cpu trainer %-16s %s micro=%d  loss rel %.1e  norm rel %.1e  params max-abs "
       "rel %.1e (worst tensor %s %.1e)  loss %.4f -> %.4f\n",
       spec.c_str(), config.train.precision.c_str(), config.train.micro_batches, worst_loss,
-      worst_norm, diff.global, diff.worst_tensor.c_str(), diff.per_tensor,
-      run->losses[0].front(), run->losses[0].back());
+      worst_norm, diff.global, diff.worst_tensor.c_str(), diff.per_tensor, run->losses[0].front(),
+      run->losses[0].back());
   EXPECT_LE(worst_loss, step_tolerance) << spec;
   EXPECT_LE(worst_norm, step_tolerance) << spec;
   EXPECT_LE(diff.global, param_tolerance) << spec;
@@ -114,7 +115,8 @@ TEST_F(DistCuda, Fp16SkipsAStepOnAnInjectedOverflow) {
   RunConfig c = Config(1, 2, "fp16");
   c.train.device = "cuda";
   auto world = OneRankWorld("nccl", "dist-cuda-fp16");
-  Result<std::unique_ptr<DistTrainer>> engine = DistTrainer::Create(c, Layout("zero=2"), *world, Tokens());
+  Result<std::unique_ptr<DistTrainer>> engine =
+      DistTrainer::Create(c, Layout("zero=2"), *world, Tokens());
   ASSERT_TRUE(engine.ok()) << engine.status().ToString();
   ASSERT_TRUE((*engine)->Step().ok());
   const double scale = (*engine)->state().loss_scale;

@@ -3,8 +3,6 @@
 // (loose: see the tolerances), the fp16 overflow skip, weight files, evaluation and sampling.
 // Needs a CUDA build and a GPU; skipped otherwise (except the error for train.device = "cuda"
 // where no device can be used).
-#include <gtest/gtest.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -12,6 +10,8 @@
 #include <filesystem>
 #include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "base/fault.h"
 #include "kernels/ops.h"

@@ -5,9 +5,9 @@
 #pragma once
 
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cmath>
 #include <functional>
 #include <map>
 #include <memory>
@@ -26,8 +26,8 @@ namespace rt::parallel::testing {
 struct DistRun {
   std::vector<std::unique_ptr<comm::Communicator>> worlds;
   std::vector<std::unique_ptr<DistTrainer>> engines;
-  std::vector<std::vector<double>> losses;     // per rank, per step
-  std::vector<std::vector<double>> norms;      // per rank, per step
+  std::vector<std::vector<double>> losses;                          // per rank, per step
+  std::vector<std::vector<double>> norms;                           // per rank, per step
   std::vector<comm::CommStats> dp_shard_stats, dp_replicate_stats;  // after the last step
   Status status;
 
@@ -59,9 +59,8 @@ inline std::unique_ptr<DistRun> RunLayout(const RunConfig& config, const Paralle
       layout.world(), "dist-test-" + std::to_string(job++), &run->worlds,
       [&](int r, comm::Communicator& world) -> Status {
         const size_t i = static_cast<size_t>(r);
-        ASSIGN_OR_RETURN(run->engines[i],
-                         DistTrainer::Create(config, layout, world, tokens,
-                                             std::chrono::seconds(120), init));
+        ASSIGN_OR_RETURN(run->engines[i], DistTrainer::Create(config, layout, world, tokens,
+                                                              std::chrono::seconds(120), init));
         if (prepare) RETURN_IF_ERROR(prepare(*run->engines[i]));
         if (!overlap_reductions) RETURN_IF_ERROR(run->engines[i]->SetReductionOverlap(false));
         for (int s = 0; s < steps; ++s) {
@@ -85,7 +84,8 @@ struct Assembled {
 // Assembles every tensor of `kind` from the ranks' shards. Sets *error to the first problem:
 // an element covered twice or not at all by replica 0, or a replica whose values differ from
 // replica 0's.
-inline std::map<std::string, Assembled> Assemble(DistRun& run, ckpt::StateKind kind, std::string* error) {
+inline std::map<std::string, Assembled> Assemble(DistRun& run, ckpt::StateKind kind,
+                                                 std::string* error) {
   std::map<std::string, Assembled> out;
   std::vector<ckpt::TensorShard> replicas;
   // Visits (global element index, value) of every element a shard holds.
@@ -131,12 +131,14 @@ inline std::map<std::string, Assembled> Assemble(DistRun& run, ckpt::StateKind k
   for (auto& [name, a] : out)
     for (size_t i = 0; i < a.cover.size(); ++i)
       if (a.cover[i] != 1 && error->empty())
-        *error = name + " element " + std::to_string(i) + " covered " + std::to_string(a.cover[i]) + " times";
+        *error = name + " element " + std::to_string(i) + " covered " + std::to_string(a.cover[i]) +
+                 " times";
   for (const ckpt::TensorShard& s : replicas) {
     const Assembled& a = out[s.name];
     place(s, [&](int64_t i, float v) {
       if (a.values.empty() || a.values[static_cast<size_t>(i)] != v) {
-        if (error->empty()) *error = "replica " + std::to_string(s.replica) + " of " + s.name + " differs";
+        if (error->empty())
+          *error = "replica " + std::to_string(s.replica) + " of " + s.name + " differs";
       }
     });
   }
@@ -165,12 +167,14 @@ inline ParamDiff CompareParams(const std::map<std::string, Assembled>& got, cons
     const float* ref = t.data_as<float>();
     double diff = 0, scale = 0;
     for (int64_t e = 0; e < t.numel(); ++e) {
-      diff = std::max(diff, std::abs(static_cast<double>(it->second.values[static_cast<size_t>(e)]) - ref[e]));
+      diff = std::max(
+          diff, std::abs(static_cast<double>(it->second.values[static_cast<size_t>(e)]) - ref[e]));
       scale = std::max(scale, std::abs(static_cast<double>(ref[e])));
     }
     const double rel = scale > 0 ? diff / scale : diff;
     if (std::getenv("RT_DIST_VERBOSE") != nullptr)
-      std::printf("  %-28s max |diff| %.2e  max |ref| %.2e\n", reference.name(i).c_str(), diff, scale);
+      std::printf("  %-28s max |diff| %.2e  max |ref| %.2e\n", reference.name(i).c_str(), diff,
+                  scale);
     if (rel > d.per_tensor) {
       d.per_tensor = rel;
       d.worst_tensor = reference.name(i);

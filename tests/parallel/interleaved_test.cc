@@ -1,9 +1,9 @@
 // The interleaved 1F1B schedule (virtual pipeline stages): the Megatron ordering, parity with one
 // process for pp=2 and pp=4 with two chunks per rank, and the shard contract.
-#include <gtest/gtest.h>
-
 #include <set>
 #include <utility>
+
+#include <gtest/gtest.h>
 
 #include "parallel/schedule.h"
 #include "parallel/stage_layout.h"
@@ -124,8 +124,8 @@ TEST(ShardContractTest, InterleavedStateIsTheSingleProcessState) {
     std::unique_ptr<DistRun> run = RunLayout(Config(4, 6), Layout(spec), Tokens(), 0);
     ASSERT_TRUE(run->status.ok()) << spec << ": " << run->status.ToString();
     const AdamWOptimizer& opt = (*fresh)->optimizer();
-    for (const auto& [kind, arena] :
-         {std::pair{ckpt::StateKind::kMaster, &opt.master()}, std::pair{ckpt::StateKind::kAdamM, &opt.m()}}) {
+    for (const auto& [kind, arena] : {std::pair{ckpt::StateKind::kMaster, &opt.master()},
+                                      std::pair{ckpt::StateKind::kAdamM, &opt.m()}}) {
       std::string error;
       const auto got = Assemble(*run, kind, &error);
       EXPECT_EQ(error, "") << spec;

@@ -1,9 +1,9 @@
 // Layout parsing, rank coordinates and stage layouts.
 #include "parallel/layout.h"
 
-#include <gtest/gtest.h>
-
 #include <set>
+
+#include <gtest/gtest.h>
 
 #include "parallel/stage_layout.h"
 #include "tests/parallel/test_util.h"

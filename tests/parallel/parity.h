@@ -3,14 +3,14 @@
 // compares its per-step losses, gradient norms and final parameters with the reference.
 #pragma once
 
-#include <gtest/gtest.h>
-
 #include <cmath>
 #include <cstdio>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "parallel/engine.h"
 #include "parallel/trainer.h"
@@ -118,7 +118,8 @@ inline std::unique_ptr<DistRun> CheckParity(const std::string& spec, int micro_b
 inline std::vector<std::vector<float>> Snapshot(DistRun& run) {
   std::vector<std::vector<float>> out;
   std::string error;
-  for (ckpt::StateKind kind : {ckpt::StateKind::kMaster, ckpt::StateKind::kAdamM, ckpt::StateKind::kAdamV}) {
+  for (ckpt::StateKind kind :
+       {ckpt::StateKind::kMaster, ckpt::StateKind::kAdamM, ckpt::StateKind::kAdamV}) {
     for (auto& [name, a] : Assemble(run, kind, &error)) out.push_back(a.values);
   }
   return out;

@@ -2,14 +2,15 @@
 // Trainer (per-step loss and final parameters within 1e-5 relative), ZeRO stages bitwise equal to
 // each other, communication bytes and per-rank memory equal to the ZeRO formulas, and the shard
 // contract reconstructing the single-process state.
-#include <gtest/gtest.h>
+#include "tests/parallel/parity.h"
 
 #include <cmath>
+
+#include <gtest/gtest.h>
 
 #include "parallel/engine.h"
 #include "parallel/trainer.h"
 #include "tests/parallel/harness.h"
-#include "tests/parallel/parity.h"
 #include "tests/parallel/test_util.h"
 
 namespace rt::parallel {
@@ -24,10 +25,10 @@ using testing::kSteps;
 using testing::kTolerance;
 using testing::Layout;
 using testing::ParamDiff;
+using testing::Reference;
 using testing::ReferenceRun;
 using testing::RunLayout;
 using testing::Snapshot;
-using testing::Reference;
 using testing::Tokens;
 
 TEST(ParityTest, SingleRankEngineIsBitwiseTheTrainer) {
@@ -64,7 +65,8 @@ TEST(ParityTest, ReductionsAfterTheBackwardAreBitwiseTheOverlappedOnes) {
     const ParallelLayout layout = Layout(spec);
     const RunConfig config = Config(2);
     std::unique_ptr<DistRun> overlapped = RunLayout(config, layout, Tokens(), 3);
-    std::unique_ptr<DistRun> after = RunLayout(config, layout, Tokens(), 3, /*overlap_reductions=*/false);
+    std::unique_ptr<DistRun> after =
+        RunLayout(config, layout, Tokens(), 3, /*overlap_reductions=*/false);
     ASSERT_TRUE(overlapped->status.ok()) << overlapped->status.ToString();
     ASSERT_TRUE(after->status.ok()) << after->status.ToString();
     EXPECT_TRUE(Snapshot(*overlapped) == Snapshot(*after)) << spec;
@@ -143,8 +145,16 @@ TEST(FormulaTest, CommunicationBytesAndMemoryPerRank) {
       const uint64_t part = phi * (s - 1) / s * b;
       uint64_t ar = 0, rs = 0, ag = 0;
       switch (layout.zero) {
-        case 0: case 1: case 2: rs = part; ag = part; break;
-        case 3: rs = part; ag = 2 * part; break;
+        case 0:
+        case 1:
+        case 2:
+          rs = part;
+          ag = part;
+          break;
+        case 3:
+          rs = part;
+          ag = 2 * part;
+          break;
       }
       EXPECT_EQ(sh[OpKind::kAllReduce].bytes_sent, ar) << spec;
       EXPECT_EQ(sh[OpKind::kReduceScatter].bytes_sent, rs) << spec;
@@ -157,12 +167,13 @@ TEST(FormulaTest, CommunicationBytesAndMemoryPerRank) {
       EXPECT_EQ(m.grad_bytes, layout.zero >= 2 ? shard : full) << spec;
       EXPECT_EQ(m.optimizer_bytes, 2 * (layout.zero >= 1 ? shard : full)) << spec;
       if (rank == 0)
-        std::printf("%-26s Φ=%llu  sent/step: shard group %.1f KiB, replicas %.1f KiB  "
-                    "state: params %zu, grads %zu, adam %zu bytes, peak transient %zu\n",
-                    spec, static_cast<unsigned long long>(phi),
-                    sh.Total().bytes_sent / 1024.0 / kFormulaSteps,
-                    rep.Total().bytes_sent / 1024.0 / kFormulaSteps, m.param_bytes, m.grad_bytes,
-                    m.optimizer_bytes, m.peak_transient_bytes);
+        std::printf(
+            "%-26s Φ=%llu  sent/step: shard group %.1f KiB, replicas %.1f KiB  "
+            "state: params %zu, grads %zu, adam %zu bytes, peak transient %zu\n",
+            spec, static_cast<unsigned long long>(phi),
+            sh.Total().bytes_sent / 1024.0 / kFormulaSteps,
+            rep.Total().bytes_sent / 1024.0 / kFormulaSteps, m.param_bytes, m.grad_bytes,
+            m.optimizer_bytes, m.peak_transient_bytes);
     }
   }
 }
@@ -179,9 +190,10 @@ TEST(ShardContractTest, UnionOverRanksIsTheSingleProcessState) {
     // fp32 parameters are their own master weights: the contract describes them once, as those.
     std::string no_params;
     EXPECT_TRUE(Assemble(run, ckpt::StateKind::kParam, &no_params).empty()) << spec;
-    const std::pair<ckpt::StateKind, const Arena*> kinds[] = {{ckpt::StateKind::kMaster, &opt.master()},
-                                                        {ckpt::StateKind::kAdamM, &opt.m()},
-                                                        {ckpt::StateKind::kAdamV, &opt.v()}};
+    const std::pair<ckpt::StateKind, const Arena*> kinds[] = {
+        {ckpt::StateKind::kMaster, &opt.master()},
+        {ckpt::StateKind::kAdamM, &opt.m()},
+        {ckpt::StateKind::kAdamV, &opt.v()}};
     for (const auto& [kind, arena] : kinds) {
       std::string error;
       const auto got = Assemble(run, kind, &error);
@@ -189,7 +201,8 @@ TEST(ShardContractTest, UnionOverRanksIsTheSingleProcessState) {
       EXPECT_EQ(got.size(), static_cast<size_t>(arena->size())) << spec;
       const ParamDiff d = CompareParams(got, *arena, &error);
       if (exact) {
-        EXPECT_EQ(d.per_tensor, 0.0) << spec << " " << ckpt::StateKindName(kind) << " " << d.worst_tensor;
+        EXPECT_EQ(d.per_tensor, 0.0)
+            << spec << " " << ckpt::StateKindName(kind) << " " << d.worst_tensor;
       }
     }
     for (auto& e : run.engines) {
@@ -202,9 +215,9 @@ TEST(ShardContractTest, UnionOverRanksIsTheSingleProcessState) {
       EXPECT_EQ(steps, 1) << spec;
     }
   };
-  for (const char* spec : {"dp=4,zero=3", "dp=2,zero=1", "pp=2,dp=2,zero=2", "pp=4",
-                           "pp=2,dp=4,zero=3,hsdp_shard=2", "tp=2,dp=2,zero=3", "tp=4",
-                           "tp=2,pp=2,dp=2,zero=1"}) {
+  for (const char* spec :
+       {"dp=4,zero=3", "dp=2,zero=1", "pp=2,dp=2,zero=2", "pp=4", "pp=2,dp=4,zero=3,hsdp_shard=2",
+        "tp=2,dp=2,zero=3", "tp=4", "tp=2,pp=2,dp=2,zero=1"}) {
     std::unique_ptr<DistRun> run = RunLayout(Config(1), Layout(spec), Tokens(), 0);
     ASSERT_TRUE(run->status.ok()) << spec << ": " << run->status.ToString();
     check(*run, **fresh, spec, true);
@@ -254,7 +267,8 @@ TEST(FormulaTest, NoSyncDuringGradientAccumulation) {
     std::unique_ptr<DistRun> four = RunLayout(Config(4), Layout(spec), Tokens(), 1);
     ASSERT_TRUE(one->status.ok() && four->status.ok()) << spec;
     const comm::OpKind rs = comm::OpKind::kReduceScatter;
-    EXPECT_EQ(four->dp_shard_stats[0][rs].bytes_sent, one->dp_shard_stats[0][rs].bytes_sent) << spec;
+    EXPECT_EQ(four->dp_shard_stats[0][rs].bytes_sent, one->dp_shard_stats[0][rs].bytes_sent)
+        << spec;
     EXPECT_EQ(four->dp_shard_stats[0][rs].ops, one->dp_shard_stats[0][rs].ops) << spec;
   }
 }
@@ -312,8 +326,8 @@ TEST(FormulaTest, TensorParallelCollectivesPerLayer) {
   const uint64_t T = static_cast<uint64_t>(config.model.seq_len);
   for (auto& e : sp->engines) {
     const comm::CommStats s = e->groups().tp->stats();
-    const uint64_t gathered = s[comm::OpKind::kAllGather].bytes_sent +
-                              s[comm::OpKind::kReduceScatter].bytes_sent;
+    const uint64_t gathered =
+        s[comm::OpKind::kAllGather].bytes_sent + s[comm::OpKind::kReduceScatter].bytes_sent;
     EXPECT_EQ(gathered, (t - 1) * (8 * L + 4) * n * C * 4 / t);
     EXPECT_EQ(s[comm::OpKind::kAllReduce].bytes_sent,
               2 * (t - 1) * (3 * n + 4 * C * L + 2 * C + T * C) * 4 / t);
@@ -340,16 +354,16 @@ TEST(ParityTest, SConfigMixedLayouts) {
     ASSERT_TRUE(st.ok());
     losses.push_back(st->loss);
   }
-  for (const char* spec : {"tp=2,sp=1,pp=2,dp=2,zero=1,schedule=1f1b", "pp=4,schedule=gpipe",
-                           "tp=4,dp=2,zero=3"}) {
+  for (const char* spec :
+       {"tp=2,sp=1,pp=2,dp=2,zero=1,schedule=1f1b", "pp=4,schedule=gpipe", "tp=4,dp=2,zero=3"}) {
     std::unique_ptr<DistRun> run = RunLayout(c, Layout(spec), tokens, kS);
     ASSERT_TRUE(run->status.ok()) << spec << ": " << run->status.ToString();
     double worst = 0;
     for (int s = 0; s < kS; ++s)
       worst = std::max(worst, std::abs(run->losses[0][s] - losses[s]) / losses[s]);
     std::string error;
-    const ParamDiff d =
-        CompareParams(Assemble(*run, ckpt::StateKind::kMaster, &error), (*ref)->optimizer().master(), &error);
+    const ParamDiff d = CompareParams(Assemble(*run, ckpt::StateKind::kMaster, &error),
+                                      (*ref)->optimizer().master(), &error);
     EXPECT_EQ(error, "") << spec;
     EXPECT_LE(worst, kTolerance) << spec;
     EXPECT_LE(d.global, kTolerance) << spec;
@@ -380,13 +394,14 @@ TEST(ParityTest, RecomputeMatchesOneProcess) {
     ASSERT_TRUE(run->status.ok()) << spec << ": " << run->status.ToString();
     std::unique_ptr<DistRun> kept = RunLayout(Config(2), Layout(spec), Tokens(), 0);
     ASSERT_TRUE(kept->status.ok());
-    EXPECT_LT(run->engines[0]->memory().activation_bytes, kept->engines[0]->memory().activation_bytes);
+    EXPECT_LT(run->engines[0]->memory().activation_bytes,
+              kept->engines[0]->memory().activation_bytes);
     double worst = 0;
     for (int s = 0; s < kSteps; ++s)
       worst = std::max(worst, std::abs(run->losses[0][s] - losses[s]) / losses[s]);
     std::string error;
-    const ParamDiff d =
-        CompareParams(Assemble(*run, ckpt::StateKind::kMaster, &error), (*ref)->optimizer().master(), &error);
+    const ParamDiff d = CompareParams(Assemble(*run, ckpt::StateKind::kMaster, &error),
+                                      (*ref)->optimizer().master(), &error);
     EXPECT_EQ(error, "") << spec;
     EXPECT_LE(worst, kTolerance) << spec;
     EXPECT_LE(d.global, kTolerance) << spec;

@@ -1,10 +1,10 @@
 // bf16 and fp16 in the distributed engine against the single-process bf16/fp16 run: parity within
 // the low-precision tolerance, ZeRO stages bitwise equal to each other, and fp16's dynamic loss
 // scaling skipping an overflowed step on every rank.
-#include <gtest/gtest.h>
-
 #include <cmath>
 #include <utility>
+
+#include <gtest/gtest.h>
 
 #include "base/fault.h"
 #include "tests/parallel/parity.h"

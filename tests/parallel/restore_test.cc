@@ -4,12 +4,12 @@
 // state and train on. Same layout: bitwise the uninterrupted run. Another layout: within 1e-5
 // relative of the uninterrupted single-process run. And the data position is global: after a
 // change of dp every row is still trained on exactly once.
-#include <gtest/gtest.h>
-
 #include <map>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "kernels/ops.h"
 #include "parallel/engine.h"

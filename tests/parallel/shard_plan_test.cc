@@ -1,15 +1,16 @@
 // The shard plan (parallel/shard_plan.h): for every kind of layout, PlanStateShards names exactly
 // the pieces the running engine's Shards() holds on each rank, and every piece's replica_count is
 // the number of ranks holding it, with replica ids 0 .. replica_count−1.
-#include <gtest/gtest.h>
+#include "parallel/shard_plan.h"
 
 #include <map>
 #include <set>
 #include <string>
 #include <tuple>
 
+#include <gtest/gtest.h>
+
 #include "parallel/engine.h"
-#include "parallel/shard_plan.h"
 #include "tests/parallel/harness.h"
 #include "tests/parallel/parity.h"
 

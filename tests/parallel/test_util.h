@@ -4,8 +4,8 @@
 #include <memory>
 #include <vector>
 
-#include "parallel/config.h"
 #include "model/rng.h"
+#include "parallel/config.h"
 
 namespace rt::testing {
 

@@ -4,11 +4,11 @@
 // reference) and the cadence formulas of the run config.
 #include "parallel/train_loop.h"
 
-#include <gtest/gtest.h>
-
 #include <filesystem>
 #include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "base/fault.h"
 #include "ckpt/catalog.h"

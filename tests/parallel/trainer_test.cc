@@ -2,11 +2,11 @@
 // on the real corpus (Debian's fortunes).
 #include "parallel/trainer.h"
 
-#include <gtest/gtest.h>
-
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+
+#include <gtest/gtest.h>
 
 #include "base/fault.h"
 #include "data/data_loader.h"

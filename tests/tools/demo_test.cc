@@ -39,9 +39,9 @@ class DemoTest : public ::testing::Test {
     SpawnOptions spawn;
     spawn.argv = {"/bin/bash", std::string(RINGTRAIN_SOURCE_DIR) + "/tools/demo.sh",
                   RINGTRAIN_BUILD_DIR};
-    spawn.env = EnvironmentWithout({"RINGTRAIN_DEMO_CONFIG", "RINGTRAIN_DEMO_NODES",
-                                    "RINGTRAIN_DEMO_SLOTS", "RINGTRAIN_DEMO_TP",
-                                    "RINGTRAIN_DEMO_PP", "RINGTRAIN_DEMO_CKPT_EVERY"});
+    spawn.env =
+        EnvironmentWithout({"RINGTRAIN_DEMO_CONFIG", "RINGTRAIN_DEMO_NODES", "RINGTRAIN_DEMO_SLOTS",
+                            "RINGTRAIN_DEMO_TP", "RINGTRAIN_DEMO_PP", "RINGTRAIN_DEMO_CKPT_EVERY"});
     spawn.env.push_back("RINGTRAIN_DEMO_DIR=" + (dir_ / "work").string());
     spawn.env.push_back("RINGTRAIN_DEMO_STEPS=" + std::to_string(steps));
     spawn.stdout_path = (dir_ / "demo.out").string();
@@ -52,9 +52,9 @@ class DemoTest : public ::testing::Test {
 
   Result<ChildExit> Wait(ChildProcess& child, int64_t ms) {
     Result<ChildExit> exit = DeadlineExceeded("not waited");
-    asio::co_spawn(io_, [&]() -> asio::awaitable<void> {
-      exit = co_await child.Wait(Deadline::AfterMs(ms));
-    }, asio::detached);
+    asio::co_spawn(
+        io_, [&]() -> asio::awaitable<void> { exit = co_await child.Wait(Deadline::AfterMs(ms)); },
+        asio::detached);
     io_.restart();
     io_.run();
     return exit;
@@ -104,8 +104,7 @@ TEST_F(DemoTest, EveryPhaseRunsAndNoProcessIsLeft) {
   size_t at = 0;
   for (const std::string& phase : phases) {
     const size_t found = out.find(phase, at);
-    ASSERT_NE(found, std::string::npos) << "'" << phase << "' missing or out of order in:\n"
-                                        << out;
+    ASSERT_NE(found, std::string::npos) << "'" << phase << "' missing or out of order in:\n" << out;
     at = found + phase.size();
   }
   EXPECT_TRUE(ProcessesMentioning(dir_.string()).empty()) << out;
@@ -125,8 +124,7 @@ TEST_F(DemoTest, CtrlCStopsEveryProcess) {
   out = ReadFile(dir_ / "demo.out");
   ASSERT_TRUE(exit.ok()) << exit.status().ToString() << "\n" << out;
   EXPECT_FALSE(exit->ok()) << out;
-  EXPECT_NE(out.find("== interrupted: stopping every process the demo started"),
-            std::string::npos)
+  EXPECT_NE(out.find("== interrupted: stopping every process the demo started"), std::string::npos)
       << out;
   EXPECT_TRUE(ProcessesMentioning(dir_.string()).empty()) << out;
 }

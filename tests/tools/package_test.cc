@@ -1,10 +1,11 @@
 // cmake/Packaging.cmake: `cpack -G DEB` builds ringtrain_VERSION_ARCH.deb; unpacked into a
 // scratch root with `dpkg -x`, it holds the binaries, the unit, the examples and the web files,
 // declares Debian runtime dependencies, and its binaries run from there (--version, --help).
-#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
+
+#include <gtest/gtest.h>
 
 #include "base/subprocess.h"
 #include "base/version.h"
@@ -37,10 +38,10 @@ TEST(DebianPackage, BuildsUnpacksAndRuns) {
   fs::remove_all(scratch);
   fs::create_directories(scratch);
 
-  ProcessOutcome built = RunTool({cpack, "-G", "DEB", "--config",
-                              std::string(RINGTRAIN_BUILD_DIR) + "/CPackConfig.cmake", "-B",
-                              (scratch / "out").string()},
-                             600'000);
+  ProcessOutcome built = RunTool(
+      {cpack, "-G", "DEB", "--config", std::string(RINGTRAIN_BUILD_DIR) + "/CPackConfig.cmake",
+       "-B", (scratch / "out").string()},
+      600'000);
   ASSERT_TRUE(Succeeded(built)) << built.Describe() << "\n" << built.output;
   const std::string arch = Trim(RunTool({dpkg, "--print-architecture"}).output);
   const fs::path deb =
@@ -49,14 +50,13 @@ TEST(DebianPackage, BuildsUnpacksAndRuns) {
 
   // Runtime dependencies found by dpkg-shlibdeps, and the maintainer script.
   const std::string depends = RunTool({dpkg_deb, "--field", deb.string(), "Depends"}).output;
-  for (const char* library : {"libc6", "libstdc++6", "liburing2", "libopenblas0", "libzstd1",
-                              "systemd"})
+  for (const char* library :
+       {"libc6", "libstdc++6", "liburing2", "libopenblas0", "libzstd1", "systemd"})
     EXPECT_NE(depends.find(library), std::string::npos) << "Depends: " << depends;
   const std::string version = Trim(RunTool({dpkg_deb, "--field", deb.string(), "Version"}).output);
   EXPECT_EQ(version, kRingtrainVersion);
   const std::string listing = RunTool({dpkg_deb, "--contents", deb.string()}).output;
-  EXPECT_EQ(listing.find("_test"), std::string::npos) << "a test binary is packaged:\n"
-                                                      << listing;
+  EXPECT_EQ(listing.find("_test"), std::string::npos) << "a test binary is packaged:\n" << listing;
 
   const fs::path root = scratch / "root";
   ASSERT_TRUE(Succeeded(RunTool({dpkg, "-x", deb.string(), root.string()})));
@@ -65,8 +65,8 @@ TEST(DebianPackage, BuildsUnpacksAndRuns) {
         "usr/lib/systemd/system/ringtraind.service", "usr/lib/sysusers.d/ringtrain.conf",
         "usr/share/ringtrain/web/index.html", "usr/share/ringtrain/web/status.js",
         "usr/share/doc/ringtrain/examples/node.toml",
-        "usr/share/doc/ringtrain/examples/jobs/s.toml",
-        "usr/share/doc/ringtrain/README.md", "usr/share/doc/ringtrain/docs/metrics.md"})
+        "usr/share/doc/ringtrain/examples/jobs/s.toml", "usr/share/doc/ringtrain/README.md",
+        "usr/share/doc/ringtrain/docs/metrics.md"})
     EXPECT_TRUE(fs::exists(root / file)) << file << " missing from the package";
 
   // The binaries run from the unpacked tree and report this version.

@@ -3,15 +3,15 @@
 // damaged), reshard to another layout (then every target rank loads the reference values and
 // every stored piece lies inside one target shard), diff, export, a ringfs:// destination
 // through a real ringfsd, and bad input.
-#include <gtest/gtest.h>
 #include <sys/wait.h>
 
 #include <array>
 #include <cstdio>
 #include <filesystem>
+
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "tests/tools/shell_run.h"
 #include "ckpt/reader.h"
 #include "ckpt/region.h"
 #include "ckpt/writer.h"
@@ -22,6 +22,7 @@
 #include "tests/ckpt/synthetic.h"
 #include "tests/ckpt/util.h"
 #include "tests/iofs/process_util.h"
+#include "tests/tools/shell_run.h"
 
 namespace rt::ckpt {
 namespace {

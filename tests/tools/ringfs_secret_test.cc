@@ -3,11 +3,12 @@
 // same file to its workers), `ringckpt --secret-file verify` checks what they wrote, and a
 // two-rank run stopped after step 6 and resumed from ringfs:// has, bitwise, the per-step losses
 // of the uninterrupted run. Without the secret, training and ringckpt fail with Unauthenticated.
-#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <string>
+
+#include <gtest/gtest.h>
 
 #include "base/net/auth.h"
 #include "tests/iofs/process_util.h"

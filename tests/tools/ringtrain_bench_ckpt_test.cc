@@ -1,17 +1,18 @@
 // Smoke test of `ringtrain bench ckpt` (the real binary, a real ringfsd) on config tiny with tiny
 // sizes: it runs, prints its JSON line, and the byte counts match the model (no timing
 // assertions: the machine may be loaded). Bad arguments are refused with a message.
-#include <gtest/gtest.h>
 #include <sys/wait.h>
 
 #include <array>
 #include <cstdio>
-#include <nlohmann/json.hpp>
 #include <string>
 
-#include "tests/tools/shell_run.h"
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
 #include "tests/ckpt/util.h"
 #include "tests/iofs/process_util.h"
+#include "tests/tools/shell_run.h"
 
 namespace rt {
 namespace {

@@ -1,6 +1,5 @@
 // The real `ringtrain` binary: a short end-to-end run, and bad input giving a clear error that
 // names the thing and a non-zero exit — never a crash.
-#include <gtest/gtest.h>
 #include <sys/wait.h>
 
 #include <array>
@@ -9,11 +8,13 @@
 #include <fstream>
 #include <vector>
 
-#include "tests/tools/shell_run.h"
+#include <gtest/gtest.h>
+
 #include "data/data_prepare.h"
 #include "data/token_shard.h"
 #include "kernels/tensor.h"
 #include "model/safetensors.h"
+#include "tests/tools/shell_run.h"
 
 namespace rt {
 namespace {

@@ -2,7 +2,6 @@
 // store and the CPU backend, rank 0's metrics against the single-process Trainer, and bad input
 // (including more CUDA ranks than GPUs), and the run's own secret: the same losses as workers
 // over a store without one, the secret file removed at the end, an outsider refused.
-#include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -12,17 +11,19 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
 #include "base/net/auth.h"
 #include "base/process.h"
 #include "comm/store.h"
-#include "parallel/config.h"
 #include "data/data_loader.h"
 #include "data/token_shard.h"
+#include "parallel/config.h"
 #include "parallel/trainer.h"
 #include "tests/parallel/test_util.h"
 
@@ -116,7 +117,8 @@ std::vector<nlohmann::json> MetricsWithoutTimings(const std::filesystem::path& p
 }
 
 TEST_F(CliTest, RunWithItsOwnSecretTrainsExactlyAsWorkersWithoutOne) {
-  const std::string args = Sets() + " --set train.micro_batches=2 --layout dp=2 --ranks 2 --steps 5";
+  const std::string args =
+      Sets() + " --set train.micro_batches=2 --layout dp=2 --ranks 2 --steps 5";
   // The launcher: a secret of its own under TMPDIR, gone when the run ends.
   const auto tmp = dir_ / "tmp";
   std::filesystem::create_directories(tmp);
@@ -130,13 +132,12 @@ TEST_F(CliTest, RunWithItsOwnSecretTrainsExactlyAsWorkersWithoutOne) {
   auto server = comm::TcpStoreServer::Start({});
   ASSERT_TRUE(server.ok()) << server.status().ToString();
   const std::string worker = std::string(RINGTRAIN_BIN) + " --log-level warn train " + args +
-                             " --store 127.0.0.1:" + std::to_string((*server)->port()) +
-                             " --rank ";
+                             " --store 127.0.0.1:" + std::to_string((*server)->port()) + " --rank ";
   const Exec plain = ExecuteBinary("(" + worker + "0 2>&1 & p0=$!; " + worker + "1 2>&1 & p1=$!;",
                                    "wait $p0 && wait $p1)");
   ASSERT_EQ(plain.code, 0) << plain.output;
   const auto without_secret = MetricsWithoutTimings(dir_ / "m.jsonl");
-  ASSERT_EQ(with_secret.size(), 6u);  // 5 steps and the evaluation
+  ASSERT_EQ(with_secret.size(), 6u);       // 5 steps and the evaluation
   EXPECT_EQ(with_secret, without_secret);  // bitwise: losses, grad norms, validation loss
 }
 
@@ -149,12 +150,15 @@ TEST_F(CliTest, TheSecretFolderOfAKilledLauncherIsRemovedByTheNextRun) {
   std::filesystem::create_directories(tmp / "ringtrain-other");
   const std::string env = "TMPDIR=" + tmp.string() + " ";
   // A long run whose launcher is killed with -9 once its secret folder exists.
-  const Exec killed = ExecuteBinary(
-      "(" + env + RINGTRAIN_BIN,
-      "--log-level warn train " + Sets() + " --layout dp=2 --ranks 2 --steps 100000 >/dev/null "
-      "2>&1 & p=$!; for i in $(seq 600); do ls -d " + tmp.string() + "/ringtrain-run-$p-* "
-      ">/dev/null 2>&1 && break; sleep 0.05; done; kill -9 $p; wait $p; ls -d " + tmp.string() +
-      "/ringtrain-run-$p-*)");
+  const Exec killed =
+      ExecuteBinary("(" + env + RINGTRAIN_BIN,
+                    "--log-level warn train " + Sets() +
+                        " --layout dp=2 --ranks 2 --steps 100000 >/dev/null "
+                        "2>&1 & p=$!; for i in $(seq 600); do ls -d " +
+                        tmp.string() +
+                        "/ringtrain-run-$p-* "
+                        ">/dev/null 2>&1 && break; sleep 0.05; done; kill -9 $p; wait $p; ls -d " +
+                        tmp.string() + "/ringtrain-run-$p-*)");
   ASSERT_EQ(killed.code, 0) << "the killed launcher's folder was not there: " << killed.output;
   const Exec next = ExecuteBinary(env + RINGTRAIN_BIN, "--log-level warn train " + Sets() +
                                                            " --layout dp=2 --ranks 2 --steps 2");

@@ -4,7 +4,6 @@
 // dropped by every rank, logged once, and training goes on bitwise as an uninterrupted run; the
 // failed step never looks complete, the other checkpoints verify, `--resume` takes the newest
 // complete one, and after ckpt.max_failed_saves consecutive failures the run stops with an error.
-#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -18,6 +17,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "base/fault.h"
 #include "ckpt/catalog.h"

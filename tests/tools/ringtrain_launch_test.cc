@@ -130,9 +130,10 @@ TEST_F(LaunchTest, ThreeNodesFormOneViewAndSigtermLeavesNoProcess) {
 
   ASSERT_TRUE(launch_->Signal(SIGTERM).ok());
   Result<ChildExit> exit = DeadlineExceeded("not waited");
-  asio::co_spawn(io_, [&]() -> asio::awaitable<void> {
-    exit = co_await launch_->Wait(Deadline::AfterMs(90'000));
-  }, asio::detached);
+  asio::co_spawn(
+      io_,
+      [&]() -> asio::awaitable<void> { exit = co_await launch_->Wait(Deadline::AfterMs(90'000)); },
+      asio::detached);
   io_.run();
   ASSERT_TRUE(exit.ok()) << exit.status().ToString() << "\n" << ReadFile(out);
   EXPECT_TRUE(exit->ok()) << exit->Describe() << "\n" << ReadFile(out);

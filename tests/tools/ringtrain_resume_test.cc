@@ -1,10 +1,10 @@
 // Checkpoints end to end with the real binaries, real files and a real SIGKILL: `ringtrain train`
 // saves every 5 steps, dies by SIGKILL after step 12 (the fault point parallel.train.before_step
 // armed with `crash` for its 13th hit, in every rank, or kill -9 from outside), and `--resume`
-// continues from the newest committed checkpoint. Same layout: the per-step losses and the final weights are bitwise those of the
-// uninterrupted run. Another layout: within 1e-5 relative of the uninterrupted single process.
-// A corrupted newest checkpoint: every rank falls back to the previous one and says so.
-#include <gtest/gtest.h>
+// continues from the newest committed checkpoint. Same layout: the per-step losses and the final
+// weights are bitwise those of the uninterrupted run. Another layout: within 1e-5 relative of the
+// uninterrupted single process. A corrupted newest checkpoint: every rank falls back to the
+// previous one and says so.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,10 +16,12 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "base/fault.h"
 #include "base/subprocess.h"
@@ -75,7 +77,8 @@ class ResumeTest : public ::testing::Test {
     std::string a = "train --config " + std::string(RINGTRAIN_SOURCE_DIR) +
                     "/configs/tiny.toml --set data.dir=" + (dir_ / "data").string() +
                     " --set eval.every=0 --set train.micro_batches=2 --set train.log_every=5"
-                    " --set optim.warmup_steps=4 --steps " + std::to_string(kSteps) +
+                    " --set optim.warmup_steps=4 --steps " +
+                    std::to_string(kSteps) +
                     " --set metrics.path=" + (dir_ / (name + ".jsonl")).string();
     if (every > 0 || resume) a += " --set ckpt.dir=" + (dir_ / "ck").string();
     if (every > 0) a += " --set ckpt.every=" + std::to_string(every);
@@ -141,9 +144,9 @@ TEST_F(ResumeTest, DistributedRunKilledFromOutsideResumesBitwise) {
   ASSERT_EQ(full.code, 0) << full.output;
   extra_ = " --set ckpt.codec=zstd";
   const std::string cmd = std::string("RINGTRAIN_FAULTS=") +
-                          "parallel.train.before_step=delay:600000@13 " + RINGTRAIN_BIN + " --log-level warn " +
-                          Train("run", "tp=2,dp=2,zero=3", 4, 5, false) + " >" +
-                          (dir_ / "killed.log").string() + " 2>&1";
+                          "parallel.train.before_step=delay:600000@13 " + RINGTRAIN_BIN +
+                          " --log-level warn " + Train("run", "tp=2,dp=2,zero=3", 4, 5, false) +
+                          " >" + (dir_ / "killed.log").string() + " 2>&1";
   SpawnOptions spawn;
   spawn.argv = {"/bin/sh", "-c", cmd};
   spawn.env = EnvironmentWithout({});
@@ -214,12 +217,11 @@ TEST_F(ResumeTest, ReshardedResumeMatchesTheUninterruptedRun) {
     std::string to;
     int to_ranks;
   };
-  for (const Move& m : {Move{"tp=2,pp=2", 4, "dp=4,zero=3", 4},
-                        Move{"dp=2,zero=1", 2, "pp=2,tp=2", 4},
-                        Move{"", 1, "tp=2,dp=2,zero=2", 4},
-                        Move{"dp=4,zero=3,hsdp_shard=2", 4, "", 1}}) {
-    const std::string what = (m.from.empty() ? "one process" : m.from) + " -> " +
-                             (m.to.empty() ? "one process" : m.to);
+  for (const Move& m :
+       {Move{"tp=2,pp=2", 4, "dp=4,zero=3", 4}, Move{"dp=2,zero=1", 2, "pp=2,tp=2", 4},
+        Move{"", 1, "tp=2,dp=2,zero=2", 4}, Move{"dp=4,zero=3,hsdp_shard=2", 4, "", 1}}) {
+    const std::string what =
+        (m.from.empty() ? "one process" : m.from) + " -> " + (m.to.empty() ? "one process" : m.to);
     std::filesystem::remove_all(dir_ / "ck");
     std::filesystem::remove(dir_ / "run.jsonl");
     // Synchronous saves: step 10 committed before step 11 started.
@@ -255,8 +257,7 @@ TEST_F(ResumeTest, CorruptNewestCheckpointFallsBackTogether) {
   }
   const Exec resumed = RunRingtrain("", Train("run", "dp=4,zero=2", 4, 5, true));
   ASSERT_EQ(resumed.code, 0) << resumed.output;
-  EXPECT_NE(resumed.output.find("fall back to an older one"), std::string::npos)
-      << resumed.output;
+  EXPECT_NE(resumed.output.find("fall back to an older one"), std::string::npos) << resumed.output;
   EXPECT_NE(resumed.output.find("resumed from the checkpoint of step 5"), std::string::npos)
       << resumed.output;
   // The corrupt step 10 stays the newest committed one until a newer save: the resumed run skips
@@ -283,8 +284,7 @@ TEST_F(ResumeTest, DamageOnlySomeRanksReadFallsBackOnEveryRank) {
   const ckpt::TensorEntry* v = manifest.Find(ckpt::StateKind::kAdamV, "h.1.mlp.c_fc.weight");
   ASSERT_NE(v, nullptr);
   const ckpt::StoredPiece& piece = v->pieces.front();
-  const std::filesystem::path file =
-      dir_ / "ck/step-000000000010" / manifest.files.at(piece.file);
+  const std::filesystem::path file = dir_ / "ck/step-000000000010" / manifest.files.at(piece.file);
   {
     std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
     const std::streamoff at = static_cast<std::streamoff>(piece.offset + piece.length / 2);

@@ -20,8 +20,8 @@ struct ShellOutcome {
 // Runs `command` (a shell command line) with stderr joined to stdout; killed after
 // `timeout_s` seconds (exit code 124 or 137 then), so a hung tool fails the test.
 inline ShellOutcome RunShell(const std::string& command, int timeout_s = 600) {
-  const std::string cmd = "timeout --kill-after=10 " + std::to_string(timeout_s) + " " + command +
-                          " 2>&1";
+  const std::string cmd =
+      "timeout --kill-after=10 " + std::to_string(timeout_s) + " " + command + " 2>&1";
   FILE* pipe = popen(cmd.c_str(), "r");
   RT_CHECK(pipe != nullptr);
   ShellOutcome run{0, ""};

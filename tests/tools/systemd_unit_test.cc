@@ -1,12 +1,13 @@
 // tools/systemd: the unit passes `systemd-analyze verify` (Debian's systemd package) and carries
 // the settings issue 14 asks for; the example node.toml is valid TOML with every section the
 // daemon reads, and the daemon's own parser accepts it.
-#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+
+#include <gtest/gtest.h>
 #include <toml++/toml.h>
 
 #include "base/subprocess.h"

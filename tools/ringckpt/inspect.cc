@@ -2,8 +2,9 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <set>
+
+#include <nlohmann/json.hpp>
 
 #include "ckpt/catalog.h"
 #include "kernels/ops.h"

@@ -5,15 +5,16 @@
 //   ringctl checkpoint | checkpoints [--json]
 //   ringctl init-secret PATH
 // Exit status: 0 done, 1 the daemon refused or failed (its error is printed), 2 bad usage.
-#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
 #include <sstream>
 
+#include <CLI/CLI.hpp>
+
 #include "base/file.h"
-#include "base/version.h"
 #include "base/net/auth.h"
+#include "base/version.h"
 #include "daemon/control_api.h"
 #include "elastic/job.h"
 #include "tools/ringctl/top.h"
@@ -51,8 +52,8 @@ void PrintStatus(const Json& s) {
   if (s.contains("progress")) {
     const Json& p = s["progress"];
     std::printf("progress    generation %s, step %s, loss %.4f, %.0f tok/s\n",
-                Text(p, "generation").c_str(), Text(p, "step").c_str(),
-                p.value("loss", 0.0), p.value("tokens_per_s", 0.0));
+                Text(p, "generation").c_str(), Text(p, "step").c_str(), p.value("loss", 0.0),
+                p.value("tokens_per_s", 0.0));
   }
   for (const Json& n : s["nodes"]) {
     if (n.contains("error")) {

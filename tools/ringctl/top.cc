@@ -65,26 +65,24 @@ std::string RenderTop(const Json& s) {
   }
   const Json checkpoint = s.value("checkpoint", Json::object());
   out += fmt::format("last checkpoint {}\n",
-                     checkpoint.empty() ? std::string("-")
-                                        : "step " + Field(checkpoint, "step") + " at " +
-                                              Field(checkpoint, "uri"));
-  out += fmt::format("\n{:<6} {:<22} {:<8} {:<10} {:<12} {}\n", "NODE", "ADDRESS", "STATE",
-                     "RANKS", "GENERATION", "HTTP");
+                     checkpoint.empty()
+                         ? std::string("-")
+                         : "step " + Field(checkpoint, "step") + " at " + Field(checkpoint, "uri"));
+  out += fmt::format("\n{:<6} {:<22} {:<8} {:<10} {:<12} {}\n", "NODE", "ADDRESS", "STATE", "RANKS",
+                     "GENERATION", "HTTP");
   std::map<int64_t, std::string> addresses;
   for (const Json& m : members) addresses[m.value("id", int64_t{0})] = Field(m, "address");
   for (const Json& n : s.value("nodes", Json::array())) {
     const int64_t id = n.value("node", int64_t{0});
     if (n.contains("error")) {
-      out += fmt::format("{:<6} {:<22} {:<8} {}\n", id, addresses[id], "error",
-                         Field(n, "error"));
+      out += fmt::format("{:<6} {:<22} {:<8} {}\n", id, addresses[id], "error", Field(n, "error"));
       continue;
     }
     std::string ranks;
     for (const Json& w : n.value("workers", Json::array()))
       ranks += (ranks.empty() ? "" : ",") + Field(w, "rank");
     out += fmt::format("{:<6} {:<22} {:<8} {:<10} {:<12} {}\n", id, addresses[id], "up",
-                       ranks.empty() ? "-" : ranks, Field(n, "generation", "-"),
-                       Field(n, "http"));
+                       ranks.empty() ? "-" : ranks, Field(n, "generation", "-"), Field(n, "http"));
   }
   return out;
 }
@@ -99,8 +97,8 @@ int RunTop(const TopOptions& options) {
   const bool terminal = !options.once && ::isatty(STDOUT_FILENO);
   while (true) {
     Result<Json> status =
-        daemon::CallJsonBlocking(options.daemon, options.secret, daemon::kCtlStatus,
-                                 Json::object(), Deadline::AfterMs(options.timeout_ms));
+        daemon::CallJsonBlocking(options.daemon, options.secret, daemon::kCtlStatus, Json::object(),
+                                 Deadline::AfterMs(options.timeout_ms));
     if (options.once) {
       if (!status.ok()) {
         std::fprintf(stderr, "ringctl: %s\n", status.status().ToString().c_str());
@@ -117,14 +115,14 @@ int RunTop(const TopOptions& options) {
     std::strftime(clock, sizeof(clock), "%H:%M:%S", &local);
     screen += fmt::format("ringctl top: {} every {} ms, {} (Ctrl-C quits)\n\n", options.daemon,
                           options.interval_ms, clock);
-    screen += status.ok() ? RenderTop(*status)
-                          : "unreachable: " + status.status().ToString() + "\n";
+    screen +=
+        status.ok() ? RenderTop(*status) : "unreachable: " + status.status().ToString() + "\n";
     if (!terminal) screen += "\n";
     std::fputs(screen.c_str(), stdout);
     std::fflush(stdout);
     // Sleeps in short slices so that Ctrl-C quits at once.
-    const auto until = std::chrono::steady_clock::now() +
-                       std::chrono::milliseconds(options.interval_ms);
+    const auto until =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(options.interval_ms);
     while (!g_interrupted && std::chrono::steady_clock::now() < until)
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     if (g_interrupted) return 0;

@@ -12,11 +12,11 @@ namespace rt::ctl {
 
 // What `ringctl top` needs.
 struct TopOptions {
-  std::string daemon;                                   // host:port of any daemon
-  std::shared_ptr<const net::ClusterSecret> secret;     // null = none
-  int interval_ms = 1000;                               // refresh period
-  int timeout_ms = 20'000;                              // deadline of one status call
-  bool once = false;                                    // print one table and exit (scripts)
+  std::string daemon;                                // host:port of any daemon
+  std::shared_ptr<const net::ClusterSecret> secret;  // null = none
+  int interval_ms = 1000;                            // refresh period
+  int timeout_ms = 20'000;                           // deadline of one status call
+  bool once = false;                                 // print one table and exit (scripts)
 };
 
 // The table for one `status` reply (no terminal control characters).

@@ -38,7 +38,9 @@ int RunBench(Session& session, const BenchOptions& o) {
   if (!o.tcp) {
     rt::Status s = session.Run(client.MapShared(total, deadline));
     shared = s.ok();
-    if (!shared) std::fprintf(stderr, "ringfs bench: no shared memory (%s); data over TCP\n", s.ToString().c_str());
+    if (!shared)
+      std::fprintf(stderr, "ringfs bench: no shared memory (%s); data over TCP\n",
+                   s.ToString().c_str());
   }
   if (shared) {
     buffers = client.shared().first(total);
@@ -63,7 +65,8 @@ int RunBench(Session& session, const BenchOptions& o) {
   auto start = std::chrono::steady_clock::now();
   for (uint64_t at = 0; at < size; at += window) {
     const uint64_t n = std::min(window, size - at);
-    rt::Status s = session.Run(client.WriteParallel(o.path, at, data.first(n), o.parallel, deadline));
+    rt::Status s =
+        session.Run(client.WriteParallel(o.path, at, data.first(n), o.parallel, deadline));
     if (!s.ok()) {
       std::fprintf(stderr, "ringfs bench: write: %s\n", s.ToString().c_str());
       return 1;
@@ -72,8 +75,9 @@ int RunBench(Session& session, const BenchOptions& o) {
   const double write_s = Seconds(start);
   (void)session.Run(client.Seal(o.path, deadline));
   std::printf("write  %8.1f MiB/s  (%llu MiB in %.2f s, %u-byte requests, %d in flight)\n",
-              static_cast<double>(size) / (1 << 20) / write_s, static_cast<unsigned long long>(o.size_mib),
-              write_s, client.chunk_size(), o.parallel);
+              static_cast<double>(size) / (1 << 20) / write_s,
+              static_cast<unsigned long long>(o.size_mib), write_s, client.chunk_size(),
+              o.parallel);
   std::fflush(stdout);
 
   // The read-back check is not timed: only the reads are.
@@ -81,11 +85,13 @@ int RunBench(Session& session, const BenchOptions& o) {
   for (uint64_t at = 0; at < size; at += window) {
     const uint64_t n = std::min(window, size - at);
     start = std::chrono::steady_clock::now();
-    auto got = session.Run(client.ReadParallelInto(o.path, at, back.first(n), o.parallel, deadline));
+    auto got =
+        session.Run(client.ReadParallelInto(o.path, at, back.first(n), o.parallel, deadline));
     read_s += Seconds(start);
     if (!got.ok() || *got != n) {
       std::fprintf(stderr, "ringfs bench: read: %s\n",
-                   got.ok() ? ("short read at " + std::to_string(at)).c_str() : got.status().ToString().c_str());
+                   got.ok() ? ("short read at " + std::to_string(at)).c_str()
+                            : got.status().ToString().c_str());
       return 1;
     }
     if (std::memcmp(back.data(), data.data(), n) != 0) {
@@ -94,7 +100,8 @@ int RunBench(Session& session, const BenchOptions& o) {
       return 1;
     }
   }
-  std::printf("read   %8.1f MiB/s  (%llu MiB in %.2f s)\n", static_cast<double>(size) / (1 << 20) / read_s,
+  std::printf("read   %8.1f MiB/s  (%llu MiB in %.2f s)\n",
+              static_cast<double>(size) / (1 << 20) / read_s,
               static_cast<unsigned long long>(o.size_mib), read_s);
   std::fflush(stdout);
 
@@ -134,8 +141,8 @@ int RunBench(Session& session, const BenchOptions& o) {
   }
   const int done = o.random_reads;
   const double rand_s = Seconds(start);
-  std::printf("rand64k %7.0f IOPS   (%d reads of 64 KiB in %.2f s, %.1f MiB/s)\n", done / rand_s, done, rand_s,
-              done * 64.0 / 1024 / rand_s);
+  std::printf("rand64k %7.0f IOPS   (%d reads of 64 KiB in %.2f s, %.1f MiB/s)\n", done / rand_s,
+              done, rand_s, done * 64.0 / 1024 / rand_s);
   (void)session.Run(client.Remove(o.path, deadline));
   return 0;
 }

@@ -4,9 +4,10 @@
 //          mv FROM TO | rm PATH | mkdir PATH | fsck [--repair] | bench [--size-mib N ...]
 #include <malloc.h>
 
-#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <fstream>
+
+#include <CLI/CLI.hpp>
 
 #include "base/log.h"
 #include "base/net/auth.h"
@@ -16,8 +17,8 @@
 
 namespace {
 
-using rt::Deadline;
 using ringfs::Session;
+using rt::Deadline;
 
 int Fail(const rt::Status& s) {
   std::fprintf(stderr, "ringfs: %s\n", s.ToString().c_str());
@@ -46,7 +47,8 @@ int main(int argc, char** argv) {
   std::string secret_file;
   app.add_option("--secret-file", secret_file, "the cluster secret, for a cluster that has one");
   app.add_option("--timeout", timeout_s, "seconds before a command gives up");
-  app.add_option("--parallel", parallel, "requests in flight for put/get/cat")->check(CLI::Range(1, 256));
+  app.add_option("--parallel", parallel, "requests in flight for put/get/cat")
+      ->check(CLI::Range(1, 256));
   std::string a, b;
   bool repair = false;
   auto* put = app.add_subcommand("put", "copy a local file into the store (sealed)");
@@ -80,7 +82,8 @@ int main(int argc, char** argv) {
   (void)rt::InitLogging("warn", "ringfs");
 
   const size_t colon = server.rfind(':');
-  if (colon == std::string::npos) return Fail(rt::InvalidArgument("--server must be HOST:PORT, got " + server));
+  if (colon == std::string::npos)
+    return Fail(rt::InvalidArgument("--server must be HOST:PORT, got " + server));
   const std::string host = server.substr(0, colon);
   const int port = std::atoi(server.c_str() + colon + 1);
   if (port <= 0 || port > 65535) return Fail(rt::InvalidArgument("bad port in --server " + server));
@@ -111,7 +114,8 @@ int main(int argc, char** argv) {
       in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
       const size_t n = static_cast<size_t>(in.gcount());
       if (n == 0) break;
-      rt::Status s = session.Run(c.WriteParallel(b, at, std::as_bytes(std::span(buf.data(), n)), parallel, deadline));
+      rt::Status s = session.Run(
+          c.WriteParallel(b, at, std::as_bytes(std::span(buf.data(), n)), parallel, deadline));
       if (!s.ok()) return Fail(s);
       at += n;
     }
@@ -145,9 +149,11 @@ int main(int argc, char** argv) {
   if (*stat) {
     auto st = session.Run(c.Stat(a, deadline));
     if (!st.ok()) return Fail(st.status());
-    std::printf("path:       %s\ninode:      %llu\ntype:       %s\nsize:       %llu\nsealed:     %s\nchunk size: %u\n",
-                st->path.c_str(), static_cast<unsigned long long>(st->ino), st->is_dir ? "folder" : "file",
-                static_cast<unsigned long long>(st->size), st->sealed ? "yes" : "no", st->chunk_size);
+    std::printf(
+        "path:       %s\ninode:      %llu\ntype:       %s\nsize:       %llu\nsealed:     %s\nchunk "
+        "size: %u\n",
+        st->path.c_str(), static_cast<unsigned long long>(st->ino), st->is_dir ? "folder" : "file",
+        static_cast<unsigned long long>(st->size), st->sealed ? "yes" : "no", st->chunk_size);
     return 0;
   }
   if (*mv) {
@@ -166,7 +172,8 @@ int main(int argc, char** argv) {
     auto report = session.Run(c.Fsck(repair, deadline));
     if (!report.ok()) return Fail(report.status());
     std::printf("files %llu, folders %llu, chunks %llu, orphan chunks %llu%s, problems %zu\n",
-                static_cast<unsigned long long>(report->files), static_cast<unsigned long long>(report->dirs),
+                static_cast<unsigned long long>(report->files),
+                static_cast<unsigned long long>(report->dirs),
                 static_cast<unsigned long long>(report->chunks),
                 static_cast<unsigned long long>(report->orphan_chunks), repair ? " (removed)" : "",
                 report->problems.size());

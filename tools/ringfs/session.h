@@ -2,10 +2,11 @@
 // block the main thread on one coroutine against it.
 #pragma once
 
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/executor_work_guard.hpp>
 #include <memory>
 #include <thread>
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
 
 #include "base/net/frame_io.h"
 #include "iofs/client.h"
@@ -35,12 +36,12 @@ class Session {
 
 // Options of `ringfs bench`.
 struct BenchOptions {
-  uint64_t size_mib = 4096;     // file size for the sequential passes
-  int parallel = 16;            // requests in flight
-  int random_reads = 4096;      // 64 KiB random reads
+  uint64_t size_mib = 4096;  // file size for the sequential passes
+  int parallel = 16;         // requests in flight
+  int random_reads = 4096;   // 64 KiB random reads
   std::string path = "/bench/ringfs-bench.dat";
   int64_t timeout_s = 600;
-  bool tcp = false;             // never use the shared-memory path
+  bool tcp = false;  // never use the shared-memory path
 };
 
 // Runs the benchmark and prints one line per pass; returns the exit code.

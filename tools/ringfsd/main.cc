@@ -4,11 +4,11 @@
 // opens is authenticated; without one it serves loopback only.
 // Stops cleanly on SIGINT or SIGTERM.
 #include <malloc.h>
-
 #include <signal.h>
 
-#include <CLI/CLI.hpp>
 #include <cstdio>
+
+#include <CLI/CLI.hpp>
 
 #include "base/log.h"
 #include "base/version.h"
@@ -25,7 +25,8 @@ int main(int argc, char** argv) {
   int port = rt::iofs::kDefaultPort;
   app.add_option("--config", config, "node.toml of a static cluster");
   app.add_option("--state", state, "embedded default: data folder of a single local node (RF 1)");
-  app.add_option("--port", port, "embedded default: port to listen on (0 picks one)")->check(CLI::Range(0, 65535));
+  app.add_option("--port", port, "embedded default: port to listen on (0 picks one)")
+      ->check(CLI::Range(0, 65535));
   app.add_option("--host", host, "embedded default: address to bind");
   app.add_option("--log-level", level, "trace, debug, info, warn, error");
   std::string secret_file;
@@ -46,7 +47,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ringfsd: %s\n", s.ToString().c_str());
     return 2;
   }
-  rt::Result<rt::iofs::ServerOptions> options = rt::InvalidArgument("give --config node.toml or --state DIR");
+  rt::Result<rt::iofs::ServerOptions> options =
+      rt::InvalidArgument("give --config node.toml or --state DIR");
   if (!config.empty() && !state.empty()) {
     options = rt::InvalidArgument("give either --config or --state, not both");
   } else if (!config.empty()) {

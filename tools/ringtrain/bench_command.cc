@@ -9,8 +9,9 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "bench/ckpt/ckpt_bench.h"
 #include "bench/comm/comm_bench.h"
@@ -21,7 +22,6 @@
 #include "model/rng.h"
 #include "parallel/trainer.h"
 #include "tools/ringtrain/commands.h"
-
 
 namespace rt::cli {
 namespace {
@@ -145,16 +145,12 @@ Status RunBenchStep(const BenchStepOptions& opt) {
   std::printf("peak RSS        %.1f MiB\n", rss_mib);
   const GemmKernelsInUse blas = CurrentGemmKernels();
   if (device == Device::kCpu) std::printf("%s\n", blas.Line().c_str());
-  const nlohmann::json line = {{"config", opt.config},
-                               {"device", DeviceName(device)},
-                               {"tokens_per_s", tokens_per_s},
-                               {"gflops", gflops},
-                               {"sgemm_gflops", sgemm},
-                               {"peak_rss_mib", rss_mib},
-                               {"steps", opt.steps},
-                               {"threads", threads ? threads : "default"},
-                               {"blas_kernels", blas.kernels},
-                               {"blas_chosen", blas.how}};
+  const nlohmann::json line = {
+      {"config", opt.config},         {"device", DeviceName(device)},
+      {"tokens_per_s", tokens_per_s}, {"gflops", gflops},
+      {"sgemm_gflops", sgemm},        {"peak_rss_mib", rss_mib},
+      {"steps", opt.steps},           {"threads", threads ? threads : "default"},
+      {"blas_kernels", blas.kernels}, {"blas_chosen", blas.how}};
   std::printf("JSON %s\n", line.dump().c_str());
   return Status();
 }

@@ -3,8 +3,9 @@
 // turns into the exit status (0 on success; the error printed and 1 otherwise).
 #pragma once
 
-#include <CLI/CLI.hpp>
 #include <functional>
+
+#include <CLI/CLI.hpp>
 
 #include "base/status.h"
 

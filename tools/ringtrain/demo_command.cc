@@ -106,9 +106,10 @@ Status RunStory(const DemoOptions& o, LocalCluster& cluster, DemoWatch& watch) {
 
   ASSIGN_OR_RETURN(const std::string job_file, WriteJobFile(o));
   ASSIGN_OR_RETURN(const std::string ringctl, FindTool("ringctl"));
-  Phase("submitting %s: %d steps, tp=%d pp=%d and data parallelism over the rest, a checkpoint "
-        "every %d steps in %s/ckpt",
-        fs::path(o.config).filename().c_str(), o.steps, o.tp, o.pp, o.ckpt_every, o.dir.c_str());
+  Phase(
+      "submitting %s: %d steps, tp=%d pp=%d and data parallelism over the rest, a checkpoint "
+      "every %d steps in %s/ckpt",
+      fs::path(o.config).filename().c_str(), o.steps, o.tp, o.pp, o.ckpt_every, o.dir.c_str());
   RETURN_IF_ERROR(RunTool({ringctl, "--daemon", cluster.Address(1), "--secret-file",
                            cluster.SecretFile(), "submit", job_file},
                           60));
@@ -117,9 +118,9 @@ Status RunStory(const DemoOptions& o, LocalCluster& cluster, DemoWatch& watch) {
   const int kill_at = std::max(o.ckpt_every + 2, o.steps / 4 + o.ckpt_every / 2);
   Phase("training; live progress (step, loss, tokens/s, layout, generation) until step %d",
         kill_at);
-  ASSIGN_OR_RETURN(Json s, watch.Until("step " + std::to_string(kill_at),
-                                       [&](const Json& s) { return Step(s) >= kill_at; },
-                                       deadline));
+  ASSIGN_OR_RETURN(Json s, watch.Until(
+                               "step " + std::to_string(kill_at),
+                               [&](const Json& s) { return Step(s) >= kill_at; }, deadline));
   const std::string generation_before = Generation(s);
 
   const pid_t victim = cluster.DaemonPid(o.kill_node);
@@ -129,37 +130,47 @@ Status RunStory(const DemoOptions& o, LocalCluster& cluster, DemoWatch& watch) {
   const auto killed_at = std::chrono::steady_clock::now();
   watch.MarkLogs();
   RETURN_IF_ERROR(cluster.KillNode(o.kill_node));
-  ASSIGN_OR_RETURN(s, cluster.WaitFor("the view without the killed node", [&](const Json& s) {
-    return s["view"]["members"].size() == static_cast<size_t>(o.nodes - 1);
-  }, deadline, StopRequested));
+  ASSIGN_OR_RETURN(s, cluster.WaitFor(
+                          "the view without the killed node",
+                          [&](const Json& s) {
+                            return s["view"]["members"].size() == static_cast<size_t>(o.nodes - 1);
+                          },
+                          deadline, StopRequested));
   const double detected =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
-  ASSIGN_OR_RETURN(s, watch.Until("the first step of a new generation", [&](const Json& s) {
-    return !Generation(s).empty() && Generation(s) != generation_before && Step(s) >= 1;
-  }, deadline));
+  ASSIGN_OR_RETURN(s, watch.Until(
+                          "the first step of a new generation",
+                          [&](const Json& s) {
+                            return !Generation(s).empty() && Generation(s) != generation_before &&
+                                   Step(s) >= 1;
+                          },
+                          deadline));
   const double resumed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
-  Phase("recovered: detected after %.1f s (view generation %s, %zu members), training again "
-        "%.1f s after the kill; new layout %s",
-        detected, s["view"]["generation"].dump().c_str(), s["view"]["members"].size(), resumed,
-        Plan(s).c_str());
+  Phase(
+      "recovered: detected after %.1f s (view generation %s, %zu members), training again "
+      "%.1f s after the kill; new layout %s",
+      detected, s["view"]["generation"].dump().c_str(), s["view"]["members"].size(), resumed,
+      Plan(s).c_str());
   RETURN_IF_ERROR(watch.PrintRecovery(deadline));
 
   Phase("bringing daemon %d back (same node.toml and port)", o.kill_node);
   watch.MarkLogs();
   RETURN_IF_ERROR(cluster.StartNode(o.kill_node));
   const std::string generation_shrunk = Generation(s);
-  ASSIGN_OR_RETURN(s, watch.Until("the job on all nodes again", [&](const Json& s) {
-    return Finished(s) ||
-           (s["view"]["members"].size() == static_cast<size_t>(o.nodes) &&
-            Generation(s) != generation_shrunk && !WorkerPids(s, o.kill_node).empty() &&
-            Step(s) >= 1);
-  }, deadline));
+  ASSIGN_OR_RETURN(s, watch.Until(
+                          "the job on all nodes again",
+                          [&](const Json& s) {
+                            return Finished(s) ||
+                                   (s["view"]["members"].size() == static_cast<size_t>(o.nodes) &&
+                                    Generation(s) != generation_shrunk &&
+                                    !WorkerPids(s, o.kill_node).empty() && Step(s) >= 1);
+                          },
+                          deadline));
   if (Finished(s))
     return FailedPrecondition("the job finished before daemon " + std::to_string(o.kill_node) +
                               " was back in it: give it more steps (--steps)");
-  Phase("the job grew back to %zu nodes: layout %s", s["view"]["members"].size(),
-        Plan(s).c_str());
+  Phase("the job grew back to %zu nodes: layout %s", s["view"]["members"].size(), Plan(s).c_str());
   RETURN_IF_ERROR(watch.PrintRecovery(deadline));
 
   Phase("waiting for the end (step %d)", o.steps);
@@ -179,18 +190,20 @@ Status RunOffline(const DemoOptions& o) {
   RETURN_IF_ERROR(RunTool({ringckpt, "verify", ckpt}, 120));
   fs::remove_all(resharded);
   Phase("ringckpt reshard of it offline to tp=2,pp=1,dp=1 in %s, verified", resharded.c_str());
-  RETURN_IF_ERROR(RunTool({ringckpt, "reshard", ckpt, "--to", "tp=2,pp=1,dp=1", "--out",
-                           resharded}, 120));
+  RETURN_IF_ERROR(
+      RunTool({ringckpt, "reshard", ckpt, "--to", "tp=2,pp=1,dp=1", "--out", resharded}, 120));
   RETURN_IF_ERROR(RunTool({ringckpt, "verify", resharded}, 120));
   Phase("ringckpt export of the resharded checkpoint to %s", weights.c_str());
   RETURN_IF_ERROR(RunTool({ringckpt, "export", resharded, "--out", weights}, 120));
   Phase("validation loss of the trained weights on %s", val.c_str());
   RETURN_IF_ERROR(RunTool({"/proc/self/exe", "--log-level", "warn", "eval", "--weights", weights,
-                           "--data", val, "--batches", "20"}, 120));
+                           "--data", val, "--batches", "20"},
+                          120));
   Phase("a sample (temperature 0.8, top-k 40)");
   return RunTool({"/proc/self/exe", "--log-level", "warn", "sample", "--weights", weights,
-                  "--prompt", "The secret of life is", "--tokens", "200", "--temperature",
-                  "0.8", "--top-k", "40", "--seed", "7"}, 120);
+                  "--prompt", "The secret of life is", "--tokens", "200", "--temperature", "0.8",
+                  "--top-k", "40", "--seed", "7"},
+                 120);
 }
 
 Status RunDemo(const DemoOptions& o) {
@@ -207,8 +220,8 @@ Status RunDemo(const DemoOptions& o) {
   options.slots = o.slots;
   options.dir = (fs::path(o.dir) / "cluster").string();
   ASSIGN_OR_RETURN(options.daemon_binary, FindTool("ringtraind"));
-  Phase("starting %d ringtraind daemons on loopback (%d CPU slot(s) each), state in %s",
-        o.nodes, o.slots, options.dir.c_str());
+  Phase("starting %d ringtraind daemons on loopback (%d CPU slot(s) each), state in %s", o.nodes,
+        o.slots, options.dir.c_str());
   ASSIGN_OR_RETURN(std::unique_ptr<LocalCluster> cluster, LocalCluster::Start(options));
   DemoWatch watch(*cluster, o.steps);
   Status story = RunStory(o, *cluster, watch);
@@ -232,8 +245,7 @@ void AddDemoCommand(CLI::App& app, Action* action) {
   auto o = std::make_shared<DemoOptions>();
   demo->add_option("--config", o->config, "run config of the job (model, train, optim)")
       ->required();
-  demo->add_option("--data", o->data, "prepared data folder (ringtrain data prepare)")
-      ->required();
+  demo->add_option("--data", o->data, "prepared data folder (ringtrain data prepare)")->required();
   demo->add_option("--dir", o->dir, "state folder (daemons, checkpoints, weights)")->required();
   demo->add_option("--steps", o->steps, "optimizer steps of the job")
       ->check(CLI::Range(20, 1'000'000))

@@ -56,10 +56,13 @@ Result<Json> DemoWatch::Until(const std::string& what, const std::function<bool(
     shown_step_ = step;
     shown_at_ = now;
   };
-  return cluster_.WaitFor(what, [&](const Json& s) {
-    show(s);
-    return done(s);
-  }, deadline, StopRequested);
+  return cluster_.WaitFor(
+      what,
+      [&](const Json& s) {
+        show(s);
+        return done(s);
+      },
+      deadline, StopRequested);
 }
 
 void DemoWatch::MarkLogs() {

@@ -58,17 +58,19 @@ Status RunLaunch(const LaunchOptions& opt) {
   if (status.ok()) {
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    std::printf("ringtrain launch: %d daemons (%d slot(s) each) formed view generation %s "
-                "(members %s) in %.1f s; state in %s\n",
-                opt.nodes, opt.slots, (*view)["view"]["generation"].dump().c_str(),
-                MemberList(*view).c_str(), seconds, options.dir.c_str());
+    std::printf(
+        "ringtrain launch: %d daemons (%d slot(s) each) formed view generation %s "
+        "(members %s) in %.1f s; state in %s\n",
+        opt.nodes, opt.slots, (*view)["view"]["generation"].dump().c_str(),
+        MemberList(*view).c_str(), seconds, options.dir.c_str());
     for (int id : cluster->RunningNodes())
       std::printf("  node %d  pid %d  %s  log %s\n", id, static_cast<int>(cluster->DaemonPid(id)),
                   cluster->Address(id).c_str(), cluster->LogPath(id).c_str());
-    std::printf("talk to it:  %s --daemon %s --secret-file %s status\n"
-                "submit a job: ... submit JOB.toml (see docs/daemon.md)\n"
-                "Ctrl-C or SIGTERM stops every daemon.\n",
-                ringctl.c_str(), cluster->Address(1).c_str(), cluster->SecretFile().c_str());
+    std::printf(
+        "talk to it:  %s --daemon %s --secret-file %s status\n"
+        "submit a job: ... submit JOB.toml (see docs/daemon.md)\n"
+        "Ctrl-C or SIGTERM stops every daemon.\n",
+        ringctl.c_str(), cluster->Address(1).c_str(), cluster->SecretFile().c_str());
     std::fflush(stdout);
     while (!StopRequested()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
     std::printf("ringtrain launch: stopping %zu daemons\n", cluster->RunningNodes().size());
@@ -95,8 +97,9 @@ void AddLaunchCommand(CLI::App& app, Action* action) {
   launch->add_option("--dir", o->dir,
                      "state folder (node.toml files, secret, logs); default: a new temporary "
                      "folder, removed after a clean stop");
-  launch->add_option("--base-port", o->base_port,
-                     "node i listens on 127.0.0.1:(P+i-1); default: free ports")
+  launch
+      ->add_option("--base-port", o->base_port,
+                   "node i listens on 127.0.0.1:(P+i-1); default: free ports")
       ->check(CLI::Range(1, 65535));
   launch->add_option("--timeout-s", o->timeout_s, "how long to wait for the view to form")
       ->check(CLI::Range(1, 3600))

@@ -76,7 +76,8 @@ Result<std::unique_ptr<LocalCluster>> LocalCluster::Start(LocalClusterOptions op
   ASSIGN_OR_RETURN(cluster->secret_, net::ClusterSecret::Load(secret));
   for (int id = 1; id <= o.nodes; ++id) {
     if (fs::exists(cluster->NodeDir(id)))
-      return FailedPrecondition(cluster->NodeDir(id) + " holds an earlier cluster's state: remove "
+      return FailedPrecondition(cluster->NodeDir(id) +
+                                " holds an earlier cluster's state: remove "
                                 "it or pick another folder");
   }
   for (int id = 1; id <= o.nodes; ++id) {
@@ -151,9 +152,12 @@ Status LocalCluster::KillNode(int id) {
     return FailedPrecondition("node " + std::to_string(id) + "'s daemon does not run");
   RETURN_IF_ERROR(it->second->Signal(SIGKILL));
   Result<ChildExit> exit = DeadlineExceeded("not waited");
-  asio::co_spawn(io_, [&]() -> asio::awaitable<void> {
-    exit = co_await it->second->Wait(Deadline::AfterMs(10'000));
-  }, asio::detached);
+  asio::co_spawn(
+      io_,
+      [&]() -> asio::awaitable<void> {
+        exit = co_await it->second->Wait(Deadline::AfterMs(10'000));
+      },
+      asio::detached);
   io_.restart();
   io_.run();
   if (!exit.ok()) return exit.status().WithContext("kill -9 of node " + std::to_string(id));
@@ -173,13 +177,16 @@ Status LocalCluster::Stop(Deadline deadline) {
     auto grace = std::chrono::milliseconds(std::max<int64_t>(0, deadline.RemainingMs()));
     if (daemons_.size() == 1) grace = std::min(grace, kLastMemberGrace);
     Result<ChildExit> exit = DeadlineExceeded("not waited");
-    asio::co_spawn(io_, [&, child = last->second.get()]() -> asio::awaitable<void> {
-      exit = co_await child->Terminate(grace);
-    }, asio::detached);
+    asio::co_spawn(
+        io_,
+        [&, child = last->second.get()]() -> asio::awaitable<void> {
+          exit = co_await child->Terminate(grace);
+        },
+        asio::detached);
     io_.restart();
     io_.run();
-    const bool last_member_ended = daemons_.size() == 1 && exit.ok() &&
-                                   (exit->exited || exit->signal == SIGKILL);
+    const bool last_member_ended =
+        daemons_.size() == 1 && exit.ok() && (exit->exited || exit->signal == SIGKILL);
     if (!(exit.ok() && (exit->ok() || last_member_ended)))
       failed += (failed.empty() ? "" : "; ") + std::string("node ") + std::to_string(id) + ": " +
                 (exit.ok() ? exit->Describe() : exit.status().ToString());
@@ -195,15 +202,15 @@ Result<Json> LocalCluster::QueryStatus(int id, Deadline deadline) const {
 }
 
 Result<Json> LocalCluster::WaitFor(const std::string& what,
-                                   const std::function<bool(const Json&)>& done,
-                                   Deadline deadline, const std::function<bool()>& interrupted) {
+                                   const std::function<bool(const Json&)>& done, Deadline deadline,
+                                   const std::function<bool()>& interrupted) {
   Json last;
   std::string last_error = "no daemon answered";
   while (!deadline.Expired()) {
     if (interrupted && interrupted()) return Aborted("interrupted while waiting for " + what);
     for (int id : RunningNodes()) {
       Result<Json> s = QueryStatus(id, Deadline::AfterMs(std::min<int64_t>(
-                                      5'000, std::max<int64_t>(1, deadline.RemainingMs()))));
+                                           5'000, std::max<int64_t>(1, deadline.RemainingMs()))));
       if (!s.ok()) {
         last_error = s.status().ToString();
         continue;
@@ -214,8 +221,8 @@ Result<Json> LocalCluster::WaitFor(const std::string& what,
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  return DeadlineExceeded("timed out waiting for " + what + "; last status: " +
-                          (last.is_null() ? last_error : last.dump()));
+  return DeadlineExceeded("timed out waiting for " + what +
+                          "; last status: " + (last.is_null() ? last_error : last.dump()));
 }
 
 Status LocalCluster::WaitForMembers(size_t members, Deadline deadline,
@@ -226,7 +233,6 @@ Status LocalCluster::WaitForMembers(size_t members, Deadline deadline,
       interrupted);
   return seen.ok() ? Status() : seen.status();
 }
-
 
 Result<std::string> FindTool(const std::string& name) {
   std::error_code ec;

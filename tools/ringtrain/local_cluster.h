@@ -28,16 +28,16 @@ namespace rt::cli {
 
 // What to start.
 struct LocalClusterOptions {
-  int nodes = 3;   // daemons, node ids 1..nodes; default 3
-  int slots = 1;   // worker slots per daemon (CPU ranks); default 1
+  int nodes = 3;  // daemons, node ids 1..nodes; default 3
+  int slots = 1;  // worker slots per daemon (CPU ranks); default 1
   // State folder (created): `secret`, and per node `node<ID>/` with node.toml, the daemon's state
   // and `daemon.log` (its stdout and stderr). Required.
   std::string dir;
   // Node i listens on 127.0.0.1:(base_port + i - 1); 0 = a free port per node; default 0.
   uint16_t base_port = 0;
-  std::string daemon_binary;  // path of `ringtraind` (FindTool); required
+  std::string daemon_binary;                     // path of `ringtraind` (FindTool); required
   std::string worker_env = "OMP_NUM_THREADS=1";  // [worker] env of every daemon
-  int stop_grace_ms = 500;    // [worker] stop_grace_ms: SIGTERM → SIGKILL for a worker
+  int stop_grace_ms = 500;  // [worker] stop_grace_ms: SIGTERM → SIGKILL for a worker
 };
 
 // A started local cluster. Destroying it SIGKILLs every daemon still running (their workers die

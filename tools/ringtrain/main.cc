@@ -13,8 +13,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ringtrain: error: %s\n", s.ToString().c_str());
     return 1;
   }
-  CLI::App app{"ringtrain: train GPT-2 models (data prepare, train, export, eval, sample, bench), "
-                "run a local cluster (launch) and the demo"};
+  CLI::App app{
+      "ringtrain: train GPT-2 models (data prepare, train, export, eval, sample, bench), "
+      "run a local cluster (launch) and the demo"};
   app.set_version_flag("--version", std::string(rt::kRingtrainVersion));
   app.require_subcommand(1);
   std::string log_level = "info";

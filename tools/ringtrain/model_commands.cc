@@ -3,10 +3,10 @@
 #include <memory>
 
 #include "data/data_loader.h"
-#include "model/sampler.h"
 #include "data/tokenizer.h"
-#include "parallel/trainer.h"
+#include "model/sampler.h"
 #include "model/weights.h"
+#include "parallel/trainer.h"
 #include "tools/ringtrain/commands.h"
 
 namespace rt::cli {

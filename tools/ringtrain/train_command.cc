@@ -140,17 +140,19 @@ Status RunTrain(const TrainOptions& opt) {
 }  // namespace
 
 void AddTrainCommand(CLI::App& app, Action* action) {
-  CLI::App* train = app.add_subcommand("train", "Train a GPT-2 model, in this process or with --layout on local ranks");
+  CLI::App* train = app.add_subcommand(
+      "train", "Train a GPT-2 model, in this process or with --layout on local ranks");
   auto opt = std::make_shared<TrainOptions>();
   train->add_option("--config", opt->config, "TOML config (configs/tiny.toml, s.toml, m.toml)")
       ->required();
   train->add_option("--set", opt->sets, "override a config key: --set train.steps=100");
   train->add_option("--steps", opt->steps, "optimizer steps (overrides train.steps)")
       ->check(CLI::NonNegativeNumber);
-  train->add_option("--stop-after", opt->stop_after,
-                    "stop after this step, saving its checkpoint when ckpt.every > 0, without "
-                    "changing train.steps (schedule and data order stay the full run's; "
-                    "--resume continues it)")
+  train
+      ->add_option("--stop-after", opt->stop_after,
+                   "stop after this step, saving its checkpoint when ckpt.every > 0, without "
+                   "changing train.steps (schedule and data order stay the full run's; "
+                   "--resume continues it)")
       ->check(CLI::PositiveNumber);
   train->add_option("--init-from", opt->init_from, "start from these safetensors weights");
   train->add_option("--out", opt->out, "write the final weights to this safetensors file");

@@ -4,10 +4,11 @@
 // (The lead folds this into `ringtrain train --layout ... --ranks N`.)
 #include <unistd.h>
 
-#include <CLI/CLI.hpp>
 #include <climits>
 #include <cstdio>
 #include <string>
+
+#include <CLI/CLI.hpp>
 
 #include "base/version.h"
 #include "kernels/gemm_kernels.h"

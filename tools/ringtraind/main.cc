@@ -4,9 +4,10 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <filesystem>
+
+#include <CLI/CLI.hpp>
 
 #include "base/log.h"
 #include "base/version.h"

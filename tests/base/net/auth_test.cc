@@ -1,14 +1,16 @@
 // The cluster-secret handshake (base/net/auth.h) on real loopback sockets, alone and inside the
 // RPC server and client: right secret, wrong secret, no secret on either side, a replayed
 // handshake, a silent client, and the secret file's checks.
-#include <gtest/gtest.h>
+#include "base/net/auth.h"
+
 #include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
 #include <optional>
 
-#include "base/net/auth.h"
+#include <gtest/gtest.h>
+
 #include "base/net/rpc.h"
 #include "tests/base/net/loop.h"
 
@@ -24,8 +26,9 @@ std::shared_ptr<const ClusterSecret> Secret(std::string key) {
 const auto kGood = Secret("0123456789abcdef0123456789abcdef");
 const auto kOther = Secret("fedcba9876543210fedcba9876543210");
 
-std::shared_ptr<RpcServer> EchoServer(Loop& loop, std::shared_ptr<const ClusterSecret> secret,
-                                      std::chrono::milliseconds auth_timeout = std::chrono::seconds(5)) {
+std::shared_ptr<RpcServer> EchoServer(
+    Loop& loop, std::shared_ptr<const ClusterSecret> secret,
+    std::chrono::milliseconds auth_timeout = std::chrono::seconds(5)) {
   RpcServerOptions o;
   o.name = "echo";
   o.secret = std::move(secret);
@@ -44,8 +47,8 @@ Result<std::string> Echo(Loop& loop, uint16_t port, std::shared_ptr<const Cluste
     o.secret = secret;
     CO_ASSIGN_OR_RETURN(auto client,
                         co_await RpcClient::Connect("127.0.0.1", port, Deadline::AfterMs(3000), o));
-    CO_ASSIGN_OR_RETURN(Frame reply, co_await client->Call(kEcho, Keep(B("ping")),
-                                                           Deadline::AfterMs(3000)));
+    CO_ASSIGN_OR_RETURN(Frame reply,
+                        co_await client->Call(kEcho, Keep(B("ping")), Deadline::AfterMs(3000)));
     co_return S(reply.payload);
   });
 }
@@ -111,8 +114,8 @@ TEST(Auth, ReplayedHandshakeFails) {
     std::vector<Frame> recorded;
     auto relay = [&]() -> asio::awaitable<Status> {
       tcp::socket from = co_await acceptor.async_accept(asio::use_awaitable);
-      CO_ASSIGN_OR_RETURN(tcp::socket to, co_await Connect("127.0.0.1", server_port,
-                                                           Deadline::AfterMs(2000)));
+      CO_ASSIGN_OR_RETURN(tcp::socket to,
+                          co_await Connect("127.0.0.1", server_port, Deadline::AfterMs(2000)));
       for (int i = 0; i < 2; ++i) {  // hello → challenge, proof → accepted
         CO_ASSIGN_OR_RETURN(Frame f, co_await ReadFrame(from, 4096, Deadline::AfterMs(2000), "c"));
         recorded.push_back(f);
@@ -128,8 +131,8 @@ TEST(Auth, ReplayedHandshakeFails) {
     };
     std::optional<Status> relayed;
     asio::co_spawn(executor, relay(), [&](std::exception_ptr, Status s) { relayed = s; });
-    CO_ASSIGN_OR_RETURN(tcp::socket client, co_await Connect("127.0.0.1", port,
-                                                             Deadline::AfterMs(2000)));
+    CO_ASSIGN_OR_RETURN(tcp::socket client,
+                        co_await Connect("127.0.0.1", port, Deadline::AfterMs(2000)));
     CO_RETURN_IF_ERROR(
         co_await AuthenticateClient(client, kGood.get(), Deadline::AfterMs(2000), "relay"));
     for (int i = 0; i < 200 && !relayed; ++i) co_await SleepUntil(Deadline::AfterMs(10));
@@ -137,8 +140,8 @@ TEST(Auth, ReplayedHandshakeFails) {
     if (relayed) CO_RETURN_IF_ERROR(*relayed);
     EXPECT_EQ(recorded.size(), 2u);
     // The replay: the recorded hello, then the recorded proof, to a fresh connection.
-    CO_ASSIGN_OR_RETURN(tcp::socket replay, co_await Connect("127.0.0.1", server_port,
-                                                             Deadline::AfterMs(2000)));
+    CO_ASSIGN_OR_RETURN(tcp::socket replay,
+                        co_await Connect("127.0.0.1", server_port, Deadline::AfterMs(2000)));
     for (const Frame& f : recorded) {
       CO_RETURN_IF_ERROR(co_await WriteFrame(replay, f.header.type, f.header.flags,
                                              f.header.request_id, f.payload,
@@ -161,7 +164,8 @@ TEST(Auth, SilentClientIsDroppedAtTheDeadline) {
   auto server = EchoServer(loop, kGood, std::chrono::milliseconds(200));
   const uint16_t port = *server->Start();
   const auto result = loop.Run<Status>([&]() -> asio::awaitable<Status> {
-    CO_ASSIGN_OR_RETURN(tcp::socket s, co_await Connect("127.0.0.1", port, Deadline::AfterMs(2000)));
+    CO_ASSIGN_OR_RETURN(tcp::socket s,
+                        co_await Connect("127.0.0.1", port, Deadline::AfterMs(2000)));
     const double start = MonoSeconds();
     Result<Frame> f = co_await ReadFrame(s, 4096, Deadline::AfterMs(3000), "server");
     EXPECT_EQ(f.status().code(), StatusCode::kUnavailable) << f.status().ToString();

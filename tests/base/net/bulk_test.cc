@@ -1,11 +1,12 @@
 // base/net bulk path: frames without a payload CRC (header still checked), gathered writes,
 // bulk replies and zero-copy receive into the caller's buffers.
-#include <gtest/gtest.h>
 #include <sys/socket.h>
 
 #include <array>
 #include <cstring>
 #include <functional>
+
+#include <gtest/gtest.h>
 
 #include "base/crc32c.h"
 #include "base/net/rpc.h"
@@ -19,8 +20,9 @@ constexpr uint16_t kEcho = 1, kBulk = 2, kFail = 3;
 // A pair of connected sockets on `loop`.
 asio::awaitable<Result<std::pair<tcp::socket, tcp::socket>>> Pair(tcp::acceptor& acceptor) {
   auto accepted = acceptor.async_accept(asio::use_awaitable);
-  CO_ASSIGN_OR_RETURN(tcp::socket client,
-                      co_await Connect("127.0.0.1", acceptor.local_endpoint().port(), Deadline::AfterMs(2000)));
+  CO_ASSIGN_OR_RETURN(
+      tcp::socket client,
+      co_await Connect("127.0.0.1", acceptor.local_endpoint().port(), Deadline::AfterMs(2000)));
   tcp::socket server = co_await std::move(accepted);
   co_return std::make_pair(std::move(client), std::move(server));
 }
@@ -42,14 +44,16 @@ TEST(BulkFrame, GatheredUncheckedFrameRoundTripsAndItsHeaderIsChecked) {
     const Bytes a = B("head|"), b = B("body bytes"), c = B("|tail");
     const std::span<const std::byte> pieces[] = {a, b, c};
     for (uint32_t flags : {0u, kFrameUncheckedPayload}) {
-      CO_RETURN_IF_ERROR(co_await WriteFrame(client, 7, flags | 3, 41, Pieces(pieces), Deadline::AfterMs(1000), "s"));
+      CO_RETURN_IF_ERROR(co_await WriteFrame(client, 7, flags | 3, 41, Pieces(pieces),
+                                             Deadline::AfterMs(1000), "s"));
       CO_ASSIGN_OR_RETURN(Frame f, co_await ReadFrame(server, 1024, Deadline::AfterMs(1000), "c"));
       EXPECT_EQ(S(f.payload), "head|body bytes|tail");
       EXPECT_EQ(f.header.flags, flags | 3);
       EXPECT_EQ(f.header.request_id, 41u);
       // The header's crc field: the payload's CRC32C, or the header's own for unchecked frames.
       auto header = EncodeGatherHeader(7, flags | 3, 41, Pieces(pieces));
-      EXPECT_EQ(f.header.crc, flags ? Crc32c(header.data(), 20) : Crc32c(f.payload.data(), f.payload.size()));
+      EXPECT_EQ(f.header.crc,
+                flags ? Crc32c(header.data(), 20) : Crc32c(f.payload.data(), f.payload.size()));
     }
     // A flipped bit in an unchecked frame's header (here the request id) is Corruption.
     auto header = EncodeGatherHeader(7, kFrameUncheckedPayload, 41, Pieces(pieces));
@@ -91,11 +95,15 @@ TEST(BulkFrame, BatchedReadReceivesEveryByteAndLeavesTheLowMarkAtOneByte) {
     for (size_t size : {size_t{(5 << 20) + 123}, size_t{3 << 20}, size_t{1000}}) {
       Bytes sent(size);
       for (size_t i = 0; i < size; ++i) sent[i] = static_cast<std::byte>(i * 7 + (i >> 16));
-      asio::co_spawn(ex, [&]() -> asio::awaitable<void> {
-        (void)co_await WriteAll(client, sent, Deadline::AfterMs(5000), "server");
-      }, asio::detached);
+      asio::co_spawn(
+          ex,
+          [&]() -> asio::awaitable<void> {
+            (void)co_await WriteAll(client, sent, Deadline::AfterMs(5000), "server");
+          },
+          asio::detached);
       Bytes got(size, std::byte{0});
-      CO_RETURN_IF_ERROR(co_await ReadExactlyBatched(server, got, 1 << 20, Deadline::AfterMs(5000), "client"));
+      CO_RETURN_IF_ERROR(
+          co_await ReadExactlyBatched(server, got, 1 << 20, Deadline::AfterMs(5000), "client"));
       EXPECT_TRUE(got == sent) << size;
       EXPECT_EQ(LowWater(server), 1) << size;
     }
@@ -111,7 +119,8 @@ TEST(BulkFrame, BatchedReadReceivesEveryByteAndLeavesTheLowMarkAtOneByte) {
     client.close();
     Bytes whole(4 << 20);
     const auto t0 = MonoClock::now();
-    Status cut = co_await ReadExactlyBatched(server, whole, 1 << 20, Deadline::AfterMs(5000), "client");
+    Status cut =
+        co_await ReadExactlyBatched(server, whole, 1 << 20, Deadline::AfterMs(5000), "client");
     EXPECT_EQ(cut.code(), StatusCode::kUnavailable) << cut.ToString();
     EXPECT_LT(MonoClock::now() - t0, std::chrono::milliseconds(2000));
     co_return Status();
@@ -145,7 +154,8 @@ TEST_P(BulkRpcReads, ZeroCopyReceiveIntoCallerBuffers) {
   auto server = BulkServer(loop, GetParam());
   ASSERT_TRUE(server->Start().ok());
   auto s = loop.Run<Status>([&]() -> asio::awaitable<Status> {
-    CO_ASSIGN_OR_RETURN(auto client, co_await RpcClient::Connect("127.0.0.1", server->port(), Deadline::AfterMs(2000)));
+    CO_ASSIGN_OR_RETURN(auto client, co_await RpcClient::Connect("127.0.0.1", server->port(),
+                                                                 Deadline::AfterMs(2000)));
     Bytes data(3 << 20);
     for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<std::byte>(i * 131 + (i >> 12));
     const Bytes prefix = B("pre");
@@ -153,27 +163,30 @@ TEST_P(BulkRpcReads, ZeroCopyReceiveIntoCallerBuffers) {
     std::array<std::byte, 1> head{};
     Bytes body(4 << 20, std::byte{0x5a});
     size_t received = 0;
-    CO_ASSIGN_OR_RETURN(Frame f, co_await client->CallInto(kBulk, Pieces(pieces), kFrameUncheckedPayload, head,
-                                                           body, &received, Deadline::AfterMs(5000)));
+    CO_ASSIGN_OR_RETURN(
+        Frame f, co_await client->CallInto(kBulk, Pieces(pieces), kFrameUncheckedPayload, head,
+                                           body, &received, Deadline::AfterMs(5000)));
     EXPECT_TRUE(f.payload.empty());
     EXPECT_TRUE(f.header.flags & kFrameUncheckedPayload);
     EXPECT_EQ(received, 1 + prefix.size() + data.size());
     EXPECT_EQ(head[0], std::byte{'H'});
     EXPECT_EQ(std::memcmp(body.data(), prefix.data(), prefix.size()), 0);
     EXPECT_EQ(std::memcmp(body.data() + prefix.size(), data.data(), data.size()), 0);
-    EXPECT_EQ(body[prefix.size() + data.size()], std::byte{0x5a});  // nothing written past the payload
+    EXPECT_EQ(body[prefix.size() + data.size()],
+              std::byte{0x5a});  // nothing written past the payload
     // A checked (ordinary) response is verified and lands in the buffers too.
-    CO_ASSIGN_OR_RETURN(f, co_await client->CallInto(kEcho, Pieces(pieces), 0, head, body, &received,
-                                                     Deadline::AfterMs(5000)));
+    CO_ASSIGN_OR_RETURN(f, co_await client->CallInto(kEcho, Pieces(pieces), 0, head, body,
+                                                     &received, Deadline::AfterMs(5000)));
     EXPECT_EQ(received, prefix.size() + data.size());
     EXPECT_EQ(head[0], std::byte{'p'});
     // A response larger than the buffers fails the call, not the connection.
     std::array<std::byte, 8> small{};
-    Result<Frame> over = co_await client->CallInto(kBulk, Pieces(pieces), kFrameUncheckedPayload, head, small,
-                                                   &received, Deadline::AfterMs(5000));
+    Result<Frame> over = co_await client->CallInto(kBulk, Pieces(pieces), kFrameUncheckedPayload,
+                                                   head, small, &received, Deadline::AfterMs(5000));
     EXPECT_EQ(over.status().code(), StatusCode::kProtocolError) << over.status().ToString();
     // An error response is the call's error.
-    Result<Frame> err = co_await client->CallInto(kFail, {}, 0, head, body, &received, Deadline::AfterMs(5000));
+    Result<Frame> err =
+        co_await client->CallInto(kFail, {}, 0, head, body, &received, Deadline::AfterMs(5000));
     EXPECT_EQ(err.status().code(), StatusCode::kNotFound);
     EXPECT_TRUE(client->connected());
     CO_ASSIGN_OR_RETURN(f, co_await client->Call(kEcho, B("still up"), Deadline::AfterMs(1000)));
@@ -194,20 +207,21 @@ bool SpareBytesBecome(RpcServer& server, size_t bytes) {
 
 TEST(BulkRpc, LargePayloadBuffersAreReusedWithinTheirBound) {
   Loop loop;
-  auto server = RpcServer::Create(loop.io().get_executor(), {.name = "spare", .spare_payload_bytes = 8 << 20});
+  auto server = RpcServer::Create(loop.io().get_executor(),
+                                  {.name = "spare", .spare_payload_bytes = 8 << 20});
   server->Handle(kEcho, [](RpcRequest req) -> asio::awaitable<Result<Bytes>> {
     co_return Bytes(req.payload.begin(), req.payload.end());
   });
   ASSERT_TRUE(server->Start().ok());
-  auto client = loop.Run<Result<std::shared_ptr<RpcClient>>>([&] {
-    return RpcClient::Connect("127.0.0.1", server->port(), Deadline::AfterMs(2000));
-  });
+  auto client = loop.Run<Result<std::shared_ptr<RpcClient>>>(
+      [&] { return RpcClient::Connect("127.0.0.1", server->port(), Deadline::AfterMs(2000)); });
   ASSERT_TRUE(client.ok()) << client.status().ToString();
   // Each payload differs from the one before, so a reused buffer must be filled anew.
   auto echo = [&](size_t size, int seed) {
     Bytes sent(size);
     for (size_t i = 0; i < size; ++i) sent[i] = static_cast<std::byte>(i * 13 + seed);
-    auto got = loop.Run<Result<Frame>>([&] { return (*client)->Call(kEcho, sent, Deadline::AfterMs(5000)); });
+    auto got = loop.Run<Result<Frame>>(
+        [&] { return (*client)->Call(kEcho, sent, Deadline::AfterMs(5000)); });
     EXPECT_TRUE(got.ok()) << got.status().ToString();
     EXPECT_TRUE(got.ok() && got->payload == sent) << size;
   };
@@ -230,25 +244,33 @@ TEST(BulkRpc, DeadlineDuringZeroCopyReceiveClosesTheConnectionAndReleasesTheBuff
   const uint16_t port = acceptor.local_endpoint().port();
   auto s = loop.Run<Status>([&]() -> asio::awaitable<Status> {
     auto accepted = acceptor.async_accept(asio::use_awaitable);
-    CO_ASSIGN_OR_RETURN(auto client, co_await RpcClient::Connect("127.0.0.1", port, Deadline::AfterMs(2000)));
+    CO_ASSIGN_OR_RETURN(auto client,
+                        co_await RpcClient::Connect("127.0.0.1", port, Deadline::AfterMs(2000)));
     tcp::socket server = co_await std::move(accepted);
     std::array<std::byte, 4> head{};
     Bytes body(1024, std::byte{0});
     size_t received = 0;
     auto ex = co_await asio::this_coro::executor;
     // A peer that answers half a response and then stalls.
-    asio::co_spawn(ex, [&]() -> asio::awaitable<void> {
-      auto request = co_await ReadFrame(server, 1024, Deadline::AfterMs(2000), "client");
-      if (!request.ok()) co_return;
-      Bytes payload(1000, std::byte{1});
-      const std::span<const std::byte> one[] = {payload};
-      auto header = EncodeGatherHeader(kEcho, kRpcResponse, request->header.request_id, Pieces(one));
-      (void)co_await WriteAll(server, header, Deadline::AfterMs(1000), "client");
-      (void)co_await WriteAll(server, std::span(payload).first(500), Deadline::AfterMs(1000), "client");
-    }, asio::detached);
+    asio::co_spawn(
+        ex,
+        [&]() -> asio::awaitable<void> {
+          auto request = co_await ReadFrame(server, 1024, Deadline::AfterMs(2000), "client");
+          if (!request.ok()) co_return;
+          Bytes payload(1000, std::byte{1});
+          const std::span<const std::byte> one[] = {payload};
+          auto header =
+              EncodeGatherHeader(kEcho, kRpcResponse, request->header.request_id, Pieces(one));
+          (void)co_await WriteAll(server, header, Deadline::AfterMs(1000), "client");
+          (void)co_await WriteAll(server, std::span(payload).first(500), Deadline::AfterMs(1000),
+                                  "client");
+        },
+        asio::detached);
     const auto t0 = MonoClock::now();
-    Result<Frame> r = co_await client->CallInto(kEcho, {}, 0, head, body, &received, Deadline::AfterMs(200));
-    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(MonoClock::now() - t0).count();
+    Result<Frame> r =
+        co_await client->CallInto(kEcho, {}, 0, head, body, &received, Deadline::AfterMs(200));
+    const auto ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(MonoClock::now() - t0).count();
     EXPECT_EQ(r.status().code(), StatusCode::kDeadlineExceeded) << r.status().ToString();
     EXPECT_LT(ms, 1500);
     EXPECT_FALSE(client->connected());

@@ -1,14 +1,16 @@
 // base/net/http_server + http_client on loopback: routes, limits, slow clients, shutdown.
-#include <gtest/gtest.h>
-#include <boost/asio/write.hpp>
+#include "base/net/http_server.h"
+
 #include <sys/socket.h>
 #include <sys/time.h>
 
 #include <stdexcept>
 #include <thread>
 
+#include <boost/asio/write.hpp>
+#include <gtest/gtest.h>
+
 #include "base/net/http_client.h"
-#include "base/net/http_server.h"
 #include "tests/base/net/loop.h"
 
 namespace rt::net {
@@ -102,8 +104,9 @@ TEST(HttpServer, KeepAliveServesSeveralRequestsOnOneConnection) {
   auto server = TestServer(loop);
   ASSERT_TRUE(server->Start().ok());
   RawClient client(server->port());
-  client.Send("GET /hello?a HTTP/1.1\r\nHost: x\r\n\r\nGET /hello?b HTTP/1.1\r\nHost: x\r\n"
-              "Connection: close\r\n\r\n");
+  client.Send(
+      "GET /hello?a HTTP/1.1\r\nHost: x\r\n\r\nGET /hello?b HTTP/1.1\r\nHost: x\r\n"
+      "Connection: close\r\n\r\n");
   std::string got = client.ReadToClose();
   EXPECT_NE(got.find("hello a from"), std::string::npos) << got;
   EXPECT_NE(got.find("hello b from"), std::string::npos) << got;
@@ -141,8 +144,8 @@ TEST(HttpServer, SlowClientIsClosedAtTheReadDeadline) {
   auto server = TestServer(loop, {.read_timeout = std::chrono::milliseconds(400)});
   ASSERT_TRUE(server->Start().ok());
   RawClient slow(server->port());
-  const std::string request = "GET /hello HTTP/1.1\r\nHost: x\r\nX-Pad: " + std::string(200, 'p') +
-                              "\r\n\r\n";
+  const std::string request =
+      "GET /hello HTTP/1.1\r\nHost: x\r\nX-Pad: " + std::string(200, 'p') + "\r\n\r\n";
   const auto start = MonoClock::now();
   bool closed = false;
   size_t sent = 0;
@@ -199,8 +202,8 @@ TEST(HttpServer, ShutdownLetsRunningRequestsFinish) {
   Loop loop;
   auto server = TestServer(loop);
   ASSERT_TRUE(server->Start().ok());
-  auto slow = loop.Start(HttpCall({.port = server->port(), .target = "/slow"},
-                                  Deadline::AfterMs(10'000)));
+  auto slow =
+      loop.Start(HttpCall({.port = server->port(), .target = "/slow"}, Deadline::AfterMs(10'000)));
   const Deadline deadline = Deadline::AfterMs(10'000);
   while (server->active_requests() == 0 && !deadline.Expired())
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -222,9 +225,8 @@ TEST(HttpClient, UnreachableServerIsAnError) {
     tcp::acceptor probe(loop.io(), tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
     port = probe.local_endpoint().port();
   }
-  auto reply = loop.Run<Result<HttpResponse>>([&]() {
-    return HttpCall({.port = port, .target = "/x"}, Deadline::AfterMs(200));
-  });
+  auto reply = loop.Run<Result<HttpResponse>>(
+      [&]() { return HttpCall({.port = port, .target = "/x"}, Deadline::AfterMs(200)); });
   ASSERT_FALSE(reply.ok());
   EXPECT_NE(reply.status().message().find("/x"), std::string_view::npos)
       << reply.status().ToString();

@@ -1,7 +1,6 @@
 // Helpers shared by the base/net tests: byte strings and an io_context on its own thread.
 #pragma once
 
-#include <boost/asio/io_context.hpp>
 #include <deque>
 #include <functional>
 #include <future>
@@ -9,6 +8,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <boost/asio/io_context.hpp>
 
 #include "base/net/frame_io.h"
 

@@ -1,8 +1,8 @@
 // base/net/: frame I/O and the RPC skeleton on loopback.
-#include <gtest/gtest.h>
-
 #include <optional>
 #include <thread>
+
+#include <gtest/gtest.h>
 
 #include "base/net/rpc.h"
 #include "tests/base/net/loop.h"
@@ -13,7 +13,8 @@ namespace {
 constexpr uint16_t kEcho = 1, kSlow = 2, kFail = 3, kBig = 4;
 
 std::shared_ptr<RpcServer> EchoServer(Loop& loop, uint32_t max_payload = kDefaultMaxFramePayload) {
-  auto server = RpcServer::Create(loop.io().get_executor(), {.max_payload = max_payload, .name = "echo"});
+  auto server =
+      RpcServer::Create(loop.io().get_executor(), {.max_payload = max_payload, .name = "echo"});
   server->Handle(kEcho, [](RpcRequest req) -> asio::awaitable<Result<Bytes>> {
     co_return Bytes(req.payload.begin(), req.payload.end());
   });
@@ -33,17 +34,21 @@ TEST(FrameIo, ReadWriteRoundTripAndOversizeRejected) {
   uint16_t port = acceptor.local_endpoint().port();
   auto result = loop.Run<Status>([&]() -> asio::awaitable<Status> {
     auto accepted = acceptor.async_accept(asio::use_awaitable);
-    CO_ASSIGN_OR_RETURN(tcp::socket client, co_await Connect("127.0.0.1", port, Deadline::AfterMs(2000)));
+    CO_ASSIGN_OR_RETURN(tcp::socket client,
+                        co_await Connect("127.0.0.1", port, Deadline::AfterMs(2000)));
     tcp::socket server = co_await std::move(accepted);
-    CO_RETURN_IF_ERROR(co_await WriteFrame(client, 9, 5, 77, B("hello"), Deadline::AfterMs(1000), "server"));
-    CO_ASSIGN_OR_RETURN(Frame f, co_await ReadFrame(server, 1024, Deadline::AfterMs(1000), "client"));
+    CO_RETURN_IF_ERROR(
+        co_await WriteFrame(client, 9, 5, 77, B("hello"), Deadline::AfterMs(1000), "server"));
+    CO_ASSIGN_OR_RETURN(Frame f,
+                        co_await ReadFrame(server, 1024, Deadline::AfterMs(1000), "client"));
     EXPECT_EQ(f.header.type, 9);
     EXPECT_EQ(f.header.flags, 5u);
     EXPECT_EQ(f.header.request_id, 77u);
     EXPECT_EQ(S(f.payload), "hello");
     // A frame larger than the reader's limit is a ProtocolError, without reading the payload.
     Bytes big(2000, std::byte{1});
-    CO_RETURN_IF_ERROR(co_await WriteFrame(client, 9, 0, 1, big, Deadline::AfterMs(1000), "server"));
+    CO_RETURN_IF_ERROR(
+        co_await WriteFrame(client, 9, 0, 1, big, Deadline::AfterMs(1000), "server"));
     Result<Frame> over = co_await ReadFrame(server, 1024, Deadline::AfterMs(1000), "client 7");
     EXPECT_EQ(over.status().code(), StatusCode::kProtocolError);
     EXPECT_NE(over.status().message().find("client 7"), std::string_view::npos);
@@ -54,7 +59,8 @@ TEST(FrameIo, ReadWriteRoundTripAndOversizeRejected) {
     server.close();
     Result<Frame> eof = co_await ReadFrame(client, 1024, Deadline::AfterMs(1000), "rank 3");
     EXPECT_EQ(eof.status().code(), StatusCode::kUnavailable);
-    EXPECT_NE(eof.status().message().find("rank 3"), std::string_view::npos) << eof.status().ToString();
+    EXPECT_NE(eof.status().message().find("rank 3"), std::string_view::npos)
+        << eof.status().ToString();
     co_return Status();
   });
   EXPECT_TRUE(result.ok()) << result.ToString();
@@ -113,7 +119,8 @@ TEST(Rpc, RoundTripPipelinedAndErrors) {
   auto server = EchoServer(loop);
   ASSERT_TRUE(server->Start().ok());
   auto s = loop.Run<Status>([&]() -> asio::awaitable<Status> {
-    CO_ASSIGN_OR_RETURN(auto client, co_await RpcClient::Connect("127.0.0.1", server->port(), Deadline::AfterMs(2000)));
+    CO_ASSIGN_OR_RETURN(auto client, co_await RpcClient::Connect("127.0.0.1", server->port(),
+                                                                 Deadline::AfterMs(2000)));
     CO_ASSIGN_OR_RETURN(Frame r, co_await client->Call(kEcho, B("ping"), Deadline::AfterMs(1000)));
     EXPECT_EQ(S(r.payload), "ping");
     EXPECT_TRUE(r.header.flags & kRpcResponse);
@@ -136,13 +143,15 @@ TEST(Rpc, PipelinedCallsMatchByRequestId) {
   // A slow call first, then a fast one on the same connection: the fast one must not wait.
   std::shared_ptr<RpcClient> client =
       loop.Run<Result<std::shared_ptr<RpcClient>>>([&] {
-        return RpcClient::Connect("127.0.0.1", server->port(), Deadline::AfterMs(2000));
-      }).value();
+            return RpcClient::Connect("127.0.0.1", server->port(), Deadline::AfterMs(2000));
+          })
+          .value();
   auto t0 = MonoClock::now();
   auto slow = loop.Start(client->Call(kSlow, Keep(B("slow")), Deadline::AfterMs(2000)));
   auto fast = loop.Start(client->Call(kEcho, Keep(B("fast")), Deadline::AfterMs(2000)));
   auto f = fast.get();
-  auto fast_ms = std::chrono::duration_cast<std::chrono::milliseconds>(MonoClock::now() - t0).count();
+  auto fast_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(MonoClock::now() - t0).count();
   ASSERT_TRUE(f.ok()) << f.status().ToString();
   EXPECT_EQ(S(f->payload), "fast");
   EXPECT_LT(fast_ms, 250);
@@ -155,9 +164,11 @@ TEST(Rpc, CallDeadlineExpires) {
   Loop loop;
   auto server = EchoServer(loop);
   ASSERT_TRUE(server->Start().ok());
-  auto client = loop.Run<Result<std::shared_ptr<RpcClient>>>([&] {
-    return RpcClient::Connect("127.0.0.1", server->port(), Deadline::AfterMs(2000));
-  }).value();
+  auto client =
+      loop.Run<Result<std::shared_ptr<RpcClient>>>([&] {
+            return RpcClient::Connect("127.0.0.1", server->port(), Deadline::AfterMs(2000));
+          })
+          .value();
   auto t0 = MonoClock::now();
   auto r = loop.Start(client->Call(kSlow, Keep(B("x")), Deadline::AfterMs(50))).get();
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(MonoClock::now() - t0).count();
@@ -175,9 +186,11 @@ TEST(Rpc, ServerAbortFailsPendingCallsNamingTheServer) {
   ASSERT_TRUE(server->Start().ok());
   RpcClientOptions opts;
   opts.peer_name = "echo server";
-  auto client = loop.Run<Result<std::shared_ptr<RpcClient>>>([&] {
-    return RpcClient::Connect("127.0.0.1", server->port(), Deadline::AfterMs(2000), opts);
-  }).value();
+  auto client =
+      loop.Run<Result<std::shared_ptr<RpcClient>>>([&] {
+            return RpcClient::Connect("127.0.0.1", server->port(), Deadline::AfterMs(2000), opts);
+          })
+          .value();
   auto pending = loop.Start(client->Call(kSlow, Keep(B("x")), Deadline::AfterMs(5000)));
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   auto t0 = MonoClock::now();
@@ -185,7 +198,8 @@ TEST(Rpc, ServerAbortFailsPendingCallsNamingTheServer) {
   auto r = pending.get();
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(MonoClock::now() - t0).count();
   EXPECT_EQ(r.status().code(), StatusCode::kUnavailable) << r.status().ToString();
-  EXPECT_NE(r.status().message().find("echo server"), std::string_view::npos) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("echo server"), std::string_view::npos)
+      << r.status().ToString();
   EXPECT_LT(ms, 200);
   EXPECT_FALSE(client->connected());
 }
@@ -194,9 +208,11 @@ TEST(Rpc, OversizedRequestDropsConnection) {
   Loop loop;
   auto server = EchoServer(loop, /*max_payload=*/1024);
   ASSERT_TRUE(server->Start().ok());
-  auto client = loop.Run<Result<std::shared_ptr<RpcClient>>>([&] {
-    return RpcClient::Connect("127.0.0.1", server->port(), Deadline::AfterMs(2000));
-  }).value();
+  auto client =
+      loop.Run<Result<std::shared_ptr<RpcClient>>>([&] {
+            return RpcClient::Connect("127.0.0.1", server->port(), Deadline::AfterMs(2000));
+          })
+          .value();
   Bytes big(4096, std::byte{7});
   auto r = loop.Start(client->Call(kEcho, Keep(big), Deadline::AfterMs(2000))).get();
   EXPECT_FALSE(r.ok());
@@ -207,9 +223,11 @@ TEST(Rpc, GracefulShutdownWaitsForRunningHandlers) {
   Loop loop;
   auto server = EchoServer(loop);
   ASSERT_TRUE(server->Start().ok());
-  auto client = loop.Run<Result<std::shared_ptr<RpcClient>>>([&] {
-    return RpcClient::Connect("127.0.0.1", server->port(), Deadline::AfterMs(2000));
-  }).value();
+  auto client =
+      loop.Run<Result<std::shared_ptr<RpcClient>>>([&] {
+            return RpcClient::Connect("127.0.0.1", server->port(), Deadline::AfterMs(2000));
+          })
+          .value();
   auto pending = loop.Start(client->Call(kSlow, Keep(B("done")), Deadline::AfterMs(5000)));
   while (server->active_requests() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   Status s = server->Shutdown(Deadline::AfterMs(3000));
@@ -218,9 +236,8 @@ TEST(Rpc, GracefulShutdownWaitsForRunningHandlers) {
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(S(r->payload), "done");
   // New connections are refused after shutdown.
-  auto again = loop.Run<Result<std::shared_ptr<RpcClient>>>([&] {
-    return RpcClient::Connect("127.0.0.1", server->port(), Deadline::AfterMs(100));
-  });
+  auto again = loop.Run<Result<std::shared_ptr<RpcClient>>>(
+      [&] { return RpcClient::Connect("127.0.0.1", server->port(), Deadline::AfterMs(100)); });
   EXPECT_FALSE(again.ok());
 }
 

@@ -4,13 +4,14 @@
 // connection may run. Each test checks that a well-behaved client is still served afterwards.
 // Floods are bounded loops on loopback addresses only (127.0.0.2.. stand for other hosts).
 #include <arpa/inet.h>
-#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <thread>
+
+#include <gtest/gtest.h>
 
 #include "base/frame.h"
 #include "base/net/rpc.h"
@@ -45,7 +46,8 @@ class RawClient {
 
   // Sends bytes; false once the server has closed the connection.
   bool Send(std::span<const std::byte> bytes) {
-    return send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size());
+    return send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL) ==
+           static_cast<ssize_t>(bytes.size());
   }
   // Waits (≤ 5 s) for the server to close the connection; true when it did.
   bool ClosedByServer() {
@@ -112,7 +114,8 @@ Status WellBehavedEcho(Loop& loop, uint16_t port, size_t payload_bytes = 4) {
     CO_ASSIGN_OR_RETURN(auto client,
                         co_await RpcClient::Connect("127.0.0.1", port, Deadline::AfterMs(3000)));
     const Bytes payload(payload_bytes, std::byte{0x5a});
-    CO_ASSIGN_OR_RETURN(Frame reply, co_await client->Call(kEcho, payload, Deadline::AfterMs(3000)));
+    CO_ASSIGN_OR_RETURN(Frame reply,
+                        co_await client->Call(kEcho, payload, Deadline::AfterMs(3000)));
     if (reply.payload != payload) co_return Internal("echo returned other bytes");
     co_return Status();
   });
@@ -256,9 +259,8 @@ int MostHeldOfTwelve(int max_requests_per_connection) {
   RpcServerOptions o;
   o.max_requests_per_connection = max_requests_per_connection;
   TestServer t(loop, o);
-  auto client = *loop.Run<Result<std::shared_ptr<RpcClient>>>([&] {
-    return RpcClient::Connect("127.0.0.1", t.port, Deadline::AfterMs(3000));
-  });
+  auto client = *loop.Run<Result<std::shared_ptr<RpcClient>>>(
+      [&] { return RpcClient::Connect("127.0.0.1", t.port, Deadline::AfterMs(3000)); });
   std::vector<std::future<Result<Frame>>> calls;
   for (int i = 0; i < 12; ++i)
     calls.push_back(loop.Start(client->Call(kHold, {}, Deadline::AfterMs(10'000))));

@@ -2,10 +2,10 @@
 // by Prometheus' own linter (`promtool check metrics`, Debian's prometheus package).
 #include "daemon/web/node_metrics.h"
 
-#include <gtest/gtest.h>
-
 #include <filesystem>
 #include <fstream>
+
+#include <gtest/gtest.h>
 
 #include "base/net/http_client.h"
 #include "base/subprocess.h"
@@ -53,9 +53,9 @@ TEST(NodeMetrics, ServedCataloguePassesPromtool) {
                            "ringtrain_recovery_duration_seconds_count 1\n",
                            "ringtrain_checkpoint_saved_bytes_total{tier=\"store\"} 3145728\n"})
     EXPECT_NE(text.find(line), std::string::npos) << line;
-  EXPECT_NE(text.find(std::string("ringtrain_build_info{version=\"") + kRingtrainVersion +
-                      "\"} 1\n"),
-            std::string::npos);
+  EXPECT_NE(
+      text.find(std::string("ringtrain_build_info{version=\"") + kRingtrainVersion + "\"} 1\n"),
+      std::string::npos);
   server->Abort();
 
   const std::string promtool = FindTool("promtool");
@@ -63,8 +63,7 @@ TEST(NodeMetrics, ServedCataloguePassesPromtool) {
     GTEST_SKIP() << "promtool not found (Debian package prometheus; `tools/run setup` installs "
                     "it): the scrape was not linted";
   ProcessOutcome linted = Promtool(promtool, text);
-  EXPECT_TRUE(linted.exited && linted.exit_code == 0)
-      << linted.Describe() << "\n" << linted.output;
+  EXPECT_TRUE(linted.exited && linted.exit_code == 0) << linted.Describe() << "\n" << linted.output;
   // The linter does catch a broken exposition (so the check above can fail).
   ProcessOutcome broken = Promtool(promtool, "# HELP bad A counter.\n# TYPE bad counter\nbad 1\n");
   EXPECT_FALSE(broken.exited && broken.exit_code == 0) << broken.output;

@@ -19,8 +19,8 @@ TEST(ProgressHistory, KeepsTheWholeRunWithinItsCapacity) {
   }
   const std::vector<ProgressPoint> points = history.Points();
   ASSERT_GE(points.size(), kCapacity / 2);
-  EXPECT_EQ(points.front().step, 1);       // the start of the run stays
-  EXPECT_EQ(points.back().step, kSteps);   // and the newest point
+  EXPECT_EQ(points.front().step, 1);      // the start of the run stays
+  EXPECT_EQ(points.back().step, kSteps);  // and the newest point
   for (size_t i = 1; i < points.size(); ++i) {
     EXPECT_LT(points[i - 1].step, points[i].step);
     // Each kept point is the point that was added for its step.
@@ -44,8 +44,9 @@ TEST(ProgressHistory, StepsTrainedAgainReplaceTheirPoints) {
   EXPECT_DOUBLE_EQ(points.back().loss, 1.5);
   const nlohmann::json json = history.ToJson();
   ASSERT_EQ(json.size(), 21u);
-  EXPECT_EQ(json[0], (nlohmann::json{{"step", 1}, {"loss", 10.0}, {"tokens_per_second", 100.0},
-                                     {"time", 1.7e9 + 1}}));
+  EXPECT_EQ(json[0],
+            (nlohmann::json{
+                {"step", 1}, {"loss", 10.0}, {"tokens_per_second", 100.0}, {"time", 1.7e9 + 1}}));
   EXPECT_EQ(json[20]["loss"], 1.5);
 }
 

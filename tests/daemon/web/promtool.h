@@ -18,9 +18,9 @@ inline ProcessOutcome Promtool(const std::string& promtool, const std::string& t
   const auto file = std::filesystem::temp_directory_path() /
                     ("ringtrain_metrics_" + std::to_string(getpid()) + ".txt");
   std::ofstream(file) << text;
-  auto outcome = RunProcess({"/bin/sh", "-c", "\"$0\" check metrics < \"$1\"", promtool,
-                             file.string()},
-                            EnvironmentWithout({}), Deadline::AfterMs(60'000));
+  auto outcome =
+      RunProcess({"/bin/sh", "-c", "\"$0\" check metrics < \"$1\"", promtool, file.string()},
+                 EnvironmentWithout({}), Deadline::AfterMs(60'000));
   std::filesystem::remove(file);
   EXPECT_TRUE(outcome.ok()) << outcome.status().ToString();
   return outcome.ok() ? *outcome : ProcessOutcome{};

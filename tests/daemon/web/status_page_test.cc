@@ -5,13 +5,13 @@
 // (test_artifacts/status_page.png).
 #include "daemon/web/status_page.h"
 
-#include <gtest/gtest.h>
-
 #include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <sstream>
 #include <stdexcept>
+
+#include <gtest/gtest.h>
 
 #include "base/net/http_client.h"
 #include "tests/base/net/loop.h"
@@ -46,35 +46,52 @@ class TestStatus {
 json MakeStatus(int steps, int down_node, int recoveries) {
   json members = json::array();
   for (int id = 1; id <= 4; ++id)
-    members.push_back({{"id", id}, {"address", "127.0.0.1:" + std::to_string(7700 + 10 * id)},
-                       {"state", id == down_node ? "down" : "up"}, {"slots", 2},
-                       {"workers", id == down_node ? 0 : 2}, {"ranks", {2 * id - 2, 2 * id - 1}}});
+    members.push_back({{"id", id},
+                       {"address", "127.0.0.1:" + std::to_string(7700 + 10 * id)},
+                       {"state", id == down_node ? "down" : "up"},
+                       {"slots", 2},
+                       {"workers", id == down_node ? 0 : 2},
+                       {"ranks", {2 * id - 2, 2 * id - 1}}});
   json history = json::array();
   for (int step = 1; step <= steps; ++step)
-    history.push_back({{"step", step}, {"loss", 5.5 - 0.1 * step},
-                       {"tokens_per_second", 1000.0 + 20 * step}, {"time", 1.7e9 + step}});
+    history.push_back({{"step", step},
+                       {"loss", 5.5 - 0.1 * step},
+                       {"tokens_per_second", 1000.0 + 20 * step},
+                       {"time", 1.7e9 + step}});
   json recovery_list = json::array();
   for (int i = 0; i < recoveries; ++i)
-    recovery_list.push_back({{"time", 1.7e9 + 20}, {"cause", "node_lost"},
+    recovery_list.push_back({{"time", 1.7e9 + 20},
+                             {"cause", "node_lost"},
                              {"what", "node 3 (127.0.0.1:7730)"},
-                             {"detected_after_s", 0.3}, {"generation", "2.0"},
-                             {"layout", "pp1 x dp3 x tp2"}, {"loaded_from", "mem://j-1/20"},
-                             {"steps_lost", 0}, {"recovery_s", 2.5}});
-  return {{"version", 1},
-          {"node", {{"id", 1}, {"address", "127.0.0.1:7710"}, {"version", "0.1.0"}}},
-          {"time", 1.7e9 + steps},
-          {"cluster", {{"generation", 1 + recoveries}, {"epoch", 0}, {"members", members}}},
-          {"job",
-           {{"id", "j-1"}, {"name", "config S"}, {"state", "running"}, {"step", steps},
-            {"max_steps", 100}, {"loss", 5.5 - 0.1 * steps},
-            {"tokens_per_second", 1000.0 + 20 * steps},
-            {"layout", {{"pp", 1}, {"dp_replicate", 1}, {"dp_shard", 4}, {"tp", 2},
-                        {"world", 8}, {"zero", 1}}},
-            {"history", history}}},
-          {"recoveries", recovery_list},
-          {"checkpoints", json::array({{{"step", 20}, {"tier", "memory"},
-                                        {"uri", "mem://j-1/20"}, {"bytes", 5 << 20},
-                                        {"save_s", 0.05}, {"time", 1.7e9 + 20}}})}};
+                             {"detected_after_s", 0.3},
+                             {"generation", "2.0"},
+                             {"layout", "pp1 x dp3 x tp2"},
+                             {"loaded_from", "mem://j-1/20"},
+                             {"steps_lost", 0},
+                             {"recovery_s", 2.5}});
+  return {
+      {"version", 1},
+      {"node", {{"id", 1}, {"address", "127.0.0.1:7710"}, {"version", "0.1.0"}}},
+      {"time", 1.7e9 + steps},
+      {"cluster", {{"generation", 1 + recoveries}, {"epoch", 0}, {"members", members}}},
+      {"job",
+       {{"id", "j-1"},
+        {"name", "config S"},
+        {"state", "running"},
+        {"step", steps},
+        {"max_steps", 100},
+        {"loss", 5.5 - 0.1 * steps},
+        {"tokens_per_second", 1000.0 + 20 * steps},
+        {"layout",
+         {{"pp", 1}, {"dp_replicate", 1}, {"dp_shard", 4}, {"tp", 2}, {"world", 8}, {"zero", 1}}},
+        {"history", history}}},
+      {"recoveries", recovery_list},
+      {"checkpoints", json::array({{{"step", 20},
+                                    {"tier", "memory"},
+                                    {"uri", "mem://j-1/20"},
+                                    {"bytes", 5 << 20},
+                                    {"save_s", 0.05},
+                                    {"time", 1.7e9 + 20}}})}};
 }
 
 std::shared_ptr<net::HttpServer> StartServer(net::Loop& loop, TestStatus& status) {
@@ -85,9 +102,8 @@ std::shared_ptr<net::HttpServer> StartServer(net::Loop& loop, TestStatus& status
 }
 
 net::HttpResponse Fetch(net::Loop& loop, uint16_t port, const std::string& target) {
-  auto reply = loop.Run<Result<net::HttpResponse>>([&]() {
-    return net::HttpCall({.port = port, .target = target}, Deadline::AfterMs(10'000));
-  });
+  auto reply = loop.Run<Result<net::HttpResponse>>(
+      [&]() { return net::HttpCall({.port = port, .target = target}, Deadline::AfterMs(10'000)); });
   EXPECT_TRUE(reply.ok()) << reply.status().ToString();
   return reply.ok() ? *reply : net::HttpResponse::Text(0, "");
 }
@@ -145,8 +161,7 @@ TEST(StatusPage, HeadlessChromiumShowsAndUpdatesTheCluster) {
   ChromeDriver driver(loop, chromedriver);
   ASSERT_TRUE(driver.ok()) << driver.error();
 
-  Result<json> session =
-      driver.Call("POST", "/session", HeadlessCapabilities(chromium), 120'000);
+  Result<json> session = driver.Call("POST", "/session", HeadlessCapabilities(chromium), 120'000);
   ASSERT_TRUE(session.ok()) << session.status().ToString();
   Browser browser(driver, (*session)["value"]["sessionId"].get<std::string>());
   const std::string url = "http://127.0.0.1:" + std::to_string(server->port()) + "/?refresh=200";
@@ -186,9 +201,11 @@ TEST(StatusPage, HeadlessChromiumShowsAndUpdatesTheCluster) {
   ASSERT_TRUE(logs.ok()) << logs.status().ToString();
   for (const json& entry : *logs) EXPECT_NE(entry["level"], "SEVERE") << entry.dump();
   // ...and the log would show one: a console.error written now is there.
-  ASSERT_TRUE(browser.Command("POST", "/execute/sync",
-                              {{"script", "console.error('probe'); return 1;"},
-                               {"args", json::array()}}).ok());
+  ASSERT_TRUE(
+      browser
+          .Command("POST", "/execute/sync",
+                   {{"script", "console.error('probe'); return 1;"}, {"args", json::array()}})
+          .ok());
   logs = browser.Command("POST", "/se/log", {{"type", "browser"}});
   ASSERT_TRUE(logs.ok());
   EXPECT_NE(logs->dump().find("probe"), std::string::npos) << logs->dump();

@@ -2,15 +2,16 @@
 // child process and drives a headless Chromium through its HTTP API with base/net's HTTP client.
 #pragma once
 
-#include <gtest/gtest.h>
-#include <openssl/evp.h>
 #include <signal.h>
 
 #include <functional>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <openssl/evp.h>
 
 #include "base/net/http_client.h"
 #include "base/subprocess.h"
@@ -26,8 +27,8 @@ class ChromeDriver {
   // Starts `chromedriver_path`; check ok() / error().
   ChromeDriver(net::Loop& loop, const std::string& chromedriver_path) : loop_(loop) {
     {
-      net::tcp::acceptor probe(loop.io(), net::tcp::endpoint(net::asio::ip::make_address(
-                                              "127.0.0.1"), 0));
+      net::tcp::acceptor probe(loop.io(),
+                               net::tcp::endpoint(net::asio::ip::make_address("127.0.0.1"), 0));
       port_ = probe.local_endpoint().port();
     }
     SpawnOptions spawn;
@@ -62,8 +63,8 @@ class ChromeDriver {
   // or Internal with WebDriver's error message for a non-2xx answer.
   Result<json> Call(const std::string& method, const std::string& path, const json& body,
                     int64_t timeout_ms = 60'000) {
-    net::HttpCallRequest request{.method = method, .port = port_, .target = path,
-                                 .body = body.is_null() ? "" : body.dump()};
+    net::HttpCallRequest request{
+        .method = method, .port = port_, .target = path, .body = body.is_null() ? "" : body.dump()};
     auto reply = loop_.Run<Result<net::HttpResponse>>(
         [&]() { return net::HttpCall(request, Deadline::AfterMs(timeout_ms)); });
     if (!reply.ok()) return reply.status();
@@ -127,8 +128,8 @@ class Browser {
     json state;
     const Deadline deadline = Deadline::AfterMs(60'000);
     while (!deadline.Expired()) {
-      Result<json> read = Command("POST", "/execute/sync", {{"script", kReadPage},
-                                                            {"args", json::array()}});
+      Result<json> read =
+          Command("POST", "/execute/sync", {{"script", kReadPage}, {"args", json::array()}});
       EXPECT_TRUE(read.ok()) << read.status().ToString();
       if (!read.ok()) break;
       state = *read;
@@ -150,8 +151,9 @@ inline json HeadlessCapabilities(const std::string& chromium) {
              {{"browserName", "chrome"},
               {"goog:chromeOptions",
                {{"binary", chromium},
-                {"args", {"--headless=new", "--no-sandbox", "--disable-gpu",
-                          "--disable-dev-shm-usage", "--window-size=1280,1000"}}}},
+                {"args",
+                 {"--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                  "--window-size=1280,1000"}}}},
               {"goog:loggingPrefs", {{"browser", "ALL"}}}}}}}};
 }
 

@@ -9,8 +9,6 @@
 //     pending;
 //   - no acknowledged write is lost: each chunk's final version is at least the highest
 //     acknowledged one and holds the value committed under that version.
-#include <gtest/gtest.h>
-
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -18,6 +16,8 @@
 #include <random>
 #include <set>
 #include <string>
+
+#include <gtest/gtest.h>
 
 #include "base/crc32c.h"
 #include "iofs/chain/chain_manager.h"
@@ -37,7 +37,8 @@ struct ClientOp {
 
 class Simulation {
  public:
-  explicit Simulation(uint64_t seed) : rng_(seed), trace_(std::getenv("IOFS_SIM_TRACE") != nullptr) {
+  explicit Simulation(uint64_t seed)
+      : rng_(seed), trace_(std::getenv("IOFS_SIM_TRACE") != nullptr) {
     nodes_ = 1 + Rand(5);
     rf_ = 1 + Rand(std::min(3, nodes_));
     chains_ = 1 + Rand(3);
@@ -57,9 +58,9 @@ class Simulation {
   }
 
   std::string Describe() const {
-    return "nodes=" + std::to_string(nodes_) + " rf=" + std::to_string(rf_) + " chains=" +
-           std::to_string(chains_) + " keys=" + std::to_string(keys_) + " drop=" +
-           std::to_string(drop_) + " dup=" + std::to_string(dup_);
+    return "nodes=" + std::to_string(nodes_) + " rf=" + std::to_string(rf_) +
+           " chains=" + std::to_string(chains_) + " keys=" + std::to_string(keys_) +
+           " drop=" + std::to_string(drop_) + " dup=" + std::to_string(dup_);
   }
 
   // Runs the chaotic phase, then heals and checks. Returns "" or the first violation.
@@ -86,14 +87,16 @@ class Simulation {
   void StartNode(int n) {
     machines_[n].clear();
     for (int c = 0; c < chains_; ++c)
-      machines_[n].emplace(c, ReplicaMachine(static_cast<NodeId>(n), static_cast<ChainId>(c),
-                                             durable_[n][c]));
+      machines_[n].emplace(
+          c, ReplicaMachine(static_cast<NodeId>(n), static_cast<ChainId>(c), durable_[n][c]));
   }
 
   void Deliver(const ChainConfig& config) {
     if (trace_) {
-      std::string t = "config chain " + std::to_string(config.chain) + " v" + std::to_string(config.version) + " [";
-      for (const Member& m : config.members) t += std::to_string(m.node) + (m.state == MemberState::kSyncing ? "s " : " ");
+      std::string t = "config chain " + std::to_string(config.chain) + " v" +
+                      std::to_string(config.version) + " [";
+      for (const Member& m : config.members)
+        t += std::to_string(m.node) + (m.state == MemberState::kSyncing ? "s " : " ");
       std::fprintf(stderr, "%s]\n", t.c_str());
     }
     for (NodeId n : manager_->home(config.chain))
@@ -141,7 +144,8 @@ class Simulation {
           OnReply(out);
           break;
         case Output::Kind::kSyncComplete:
-          for (const ChainConfig& c : manager_->OnSyncComplete(out.node, out.chain, out.chain_version))
+          for (const ChainConfig& c :
+               manager_->OnSyncComplete(out.node, out.chain, out.chain_version))
             Deliver(c);
           break;
       }
@@ -154,8 +158,8 @@ class Simulation {
     auto [it, inserted] = commits_.emplace(std::make_pair(key, version), Show(value));
     if (!inserted && it->second != Show(value) && error_.empty())
       error_ = "node " + std::to_string(node) + " committed " + Show(value) + " as version " +
-               std::to_string(version) + " of key " + std::to_string(key) + ", already committed as " +
-               it->second;
+               std::to_string(version) + " of key " + std::to_string(key) +
+               ", already committed as " + it->second;
   }
 
   void OnReply(const Output& out) {
@@ -187,7 +191,9 @@ class Simulation {
     outstanding_.emplace(request, op);
     if (config.members.empty() || !alive_[config.members[0].node]) return;  // times out, retried
     ReplicaMachine& m = machines_[config.members[0].node].at(chain);
-    if (trace_) std::fprintf(stderr, "client write %s key %llu at node %u\n", op.value.c_str(), (unsigned long long)op.key, config.members[0].node);
+    if (trace_)
+      std::fprintf(stderr, "client write %s key %llu at node %u\n", op.value.c_str(),
+                   (unsigned long long)op.key, config.members[0].node);
     Value value{op.value == "<deleted>" ? nullptr : std::make_shared<const std::string>(op.value),
                 op.value == "<deleted>"};
     m.OnClientWrite(request, op.key, value);
@@ -206,9 +212,12 @@ class Simulation {
       if (Uniform() < drop_) return;
       if (!alive_[m.to]) return;
       if (trace_)
-        std::fprintf(stderr, "msg %d %u->%u chain %u cv%llu key %llu v%llu %s\n", (int)m.kind, m.from, m.to,
-                     m.chain, (unsigned long long)m.chain_version, (unsigned long long)m.key,
-                     (unsigned long long)m.version, m.kind == Message::Kind::kForward || m.kind == Message::Kind::kSync ? Show(m.value).c_str() : "");
+        std::fprintf(stderr, "msg %d %u->%u chain %u cv%llu key %llu v%llu %s\n", (int)m.kind,
+                     m.from, m.to, m.chain, (unsigned long long)m.chain_version,
+                     (unsigned long long)m.key, (unsigned long long)m.version,
+                     m.kind == Message::Kind::kForward || m.kind == Message::Kind::kSync
+                         ? Show(m.value).c_str()
+                         : "");
       ReplicaMachine& rm = machines_[m.to].at(m.chain);
       rm.OnMessage(m);
       Drain(static_cast<int>(m.to), rm);
@@ -294,25 +303,28 @@ class Simulation {
             if (!st.pending.empty()) detail += " pend(" + std::to_string(key) + ")";
         }
       }
-      return std::to_string(outstanding_.size() + retry_.size()) + " writes never completed;" + detail +
-             " in flight " + std::to_string(network_.size());
+      return std::to_string(outstanding_.size() + retry_.size()) + " writes never completed;" +
+             detail + " in flight " + std::to_string(network_.size());
     }
     for (int c = 0; c < chains_; ++c) {
       const auto& home = manager_->home(c);
       const auto& ref = machines_[home[0]].at(c).chunks();
       for (NodeId n : home) {
         const ReplicaMachine& m = machines_[n].at(c);
-        if (!m.serving()) return "node " + std::to_string(n) + " not serving chain " + std::to_string(c);
+        if (!m.serving())
+          return "node " + std::to_string(n) + " not serving chain " + std::to_string(c);
         for (const auto& [key, st] : m.chunks()) {
           if (!st.pending.empty())
-            return "node " + std::to_string(n) + " still has pending versions of key " + std::to_string(key);
+            return "node " + std::to_string(n) + " still has pending versions of key " +
+                   std::to_string(key);
           auto it = ref.find(key);
           const uint64_t ref_version = it == ref.end() ? 0 : it->second.committed_version;
           if (st.committed_version != ref_version ||
               (st.committed_version > 0 && Show(st.committed) != Show(it->second.committed)))
-            return "replicas of chain " + std::to_string(c) + " diverge on key " + std::to_string(key) +
-                   ": node " + std::to_string(n) + " has v" + std::to_string(st.committed_version) +
-                   ", node " + std::to_string(home[0]) + " has v" + std::to_string(ref_version);
+            return "replicas of chain " + std::to_string(c) + " diverge on key " +
+                   std::to_string(key) + ": node " + std::to_string(n) + " has v" +
+                   std::to_string(st.committed_version) + ", node " + std::to_string(home[0]) +
+                   " has v" + std::to_string(ref_version);
         }
       }
     }
@@ -408,7 +420,8 @@ TEST(ChainSimTest, ReturningReplicaSyncsBeforeServing) {
     b2.OnMessage(o.message);
   }
   for (const Output& o : b2.TakeOutputs())
-    if (o.kind == Output::Kind::kSyncComplete) healed = manager.OnSyncComplete(o.node, o.chain, o.chain_version);
+    if (o.kind == Output::Kind::kSyncComplete)
+      healed = manager.OnSyncComplete(o.node, o.chain, o.chain_version);
   ASSERT_EQ(healed.size(), 1u);
   b2.OnConfig(healed[0]);
   auto read = b2.Read(7);
@@ -501,7 +514,8 @@ TEST(ChainCodecTest, StagedForwardNamesTheValueWithoutItsBytes) {
   EXPECT_EQ(decoded->value.data, nullptr);
   m.kind = Message::Kind::kSync;
   std::optional<StagedValueRef> not_forward;
-  EXPECT_EQ(DecodeMessage(EncodeStagedMessage(m), &not_forward).status().code(), StatusCode::kCorruption);
+  EXPECT_EQ(DecodeMessage(EncodeStagedMessage(m), &not_forward).status().code(),
+            StatusCode::kCorruption);
 }
 
 }  // namespace
