@@ -147,6 +147,8 @@ TEST_F(ClusterTest, StatusAsksTheMembersInParallel) {
   for (int id = 1; id <= 5; ++id) StartNode(id, 0);
   WaitFor(1, "a view of 5 members", [](const Json& s) { return Members(s) == 5; });
   for (int id = 2; id <= 5; ++id) ASSERT_TRUE(nodes_[id]->Signal(SIGSTOP).ok());
+  for (int id = 2; id <= 5; ++id)
+    ASSERT_TRUE(StopsWithin(nodes_[id]->pid(), std::chrono::milliseconds(10'000))) << id;
   Result<Json> s = Status(1);  // deadline 5 s
   for (int id = 2; id <= 5; ++id) ASSERT_TRUE(nodes_[id]->Signal(SIGCONT).ok());
   ASSERT_TRUE(s.ok()) << s.status().ToString();

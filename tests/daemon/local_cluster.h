@@ -95,6 +95,32 @@ inline bool ExitsWithin(pid_t pid, std::chrono::milliseconds timeout) {
   return rc == 1;
 }
 
+// True when every thread of `pid` is stopped (state T in /proc/PID/task/*/stat) within
+// `timeout`. kill(SIGSTOP) returns before the stop: until the thread chosen to take the signal
+// runs, the process's other threads go on (answering calls) — on a loaded machine, for a while.
+inline bool StopsWithin(pid_t pid, std::chrono::milliseconds timeout) {
+  const Deadline deadline = Deadline::After(timeout);
+  const std::filesystem::path tasks = "/proc/" + std::to_string(pid) + "/task";
+  do {
+    bool all_stopped = true;
+    std::error_code ec;
+    for (const auto& task : std::filesystem::directory_iterator(tasks, ec)) {
+      std::ifstream stat(task.path() / "stat");
+      std::string line;
+      std::getline(stat, line);
+      const size_t comm_end = line.rfind(')');  // the name may hold spaces and parentheses
+      if (comm_end != std::string::npos && comm_end + 2 < line.size() && line[comm_end + 2] == 'T')
+        continue;
+      all_stopped = false;
+      break;
+    }
+    if (ec) return false;
+    if (all_stopped) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  } while (!deadline.Expired());
+  return false;
+}
+
 // The fixture: a folder with token data (PatternTokens) and the daemons started in it.
 class LocalCluster : public ::testing::Test {
  protected:
@@ -126,8 +152,8 @@ class LocalCluster : public ::testing::Test {
     const std::string config = (state / "node.toml").string();
     std::ofstream(config) << "[node]\nid = " << id << "\nlisten = \"" << Address(id)
                           << "\"\nstate_dir = \"" << state.string() << "\"\nslots = " << slots
-                          << "\n[cluster]\nseeds = \"" << (id == 1 ? "" : Address(1))
-                          << "\"\n[worker]\nstop_grace_ms = 500\nenv = \"OMP_NUM_THREADS=1\"\n"
+                          << "\n[cluster]\nseeds = \"" << (id == 1 ? "" : Address(1)) << "\"\n"
+                          << "[worker]\nstop_grace_ms = 500\nenv = \"OMP_NUM_THREADS=1\"\n"
                           << extra_config;
     SpawnOptions o;
     o.argv = {RINGTRAIND_BIN, "--config", config};
