@@ -1,5 +1,6 @@
 // `ringtrain launch --nodes 3`: real daemons on loopback form one view that `ringctl status` sees;
-// with a job's workers running, SIGTERM to launch leaves no daemon and no worker behind.
+// with a job's workers running, a kill -9'd daemon is started again, and SIGTERM to launch leaves
+// no daemon and no worker behind.
 #include <poll.h>
 #include <signal.h>
 #include <sys/syscall.h>
@@ -74,8 +75,8 @@ class LaunchTest : public ::testing::Test {
 TEST_F(LaunchTest, ThreeNodesFormOneViewAndSigtermLeavesNoProcess) {
   const fs::path out = dir_ / "launch.out";
   SpawnOptions spawn;
-  spawn.argv = {RINGTRAIN_BIN, "launch", "--nodes", "3", "--dir", (dir_ / "cluster").string(),
-                "--timeout-s", "120"};
+  spawn.argv = {RINGTRAIN_BIN, "launch", "--nodes",     "3", "--dir", (dir_ / "cluster").string(),
+                "--timeout-s", "120",    "--restart-s", "1"};
   spawn.env = EnvironmentWithout({});
   spawn.stdout_path = out.string();
   auto child = ChildProcess::Spawn(io_.get_executor(), spawn);
@@ -126,6 +127,26 @@ TEST_F(LaunchTest, ThreeNodesFormOneViewAndSigtermLeavesNoProcess) {
     std::this_thread::sleep_for(milliseconds(200));
   }
   ASSERT_EQ(workers.size(), 3u) << s.dump(2);
+  ASSERT_EQ(s["view"]["members"].size(), 3u) << s.dump(2);
+
+  // kill -9 of node 3's daemon: launch says so and starts it again a second later, as systemd's
+  // Restart=on-failure would; the new daemon rejoins the view and is stopped with the others.
+  ASSERT_EQ(::kill(daemons[2], SIGKILL), 0);
+  const Deadline restarted = Deadline::AfterMs(60'000);
+  std::smatch again;
+  const std::regex again_line("node 3's daemon started again \\(pid ([0-9]+)\\)");
+  while (!restarted.Expired() && !std::regex_search(text, again, again_line)) {
+    std::this_thread::sleep_for(milliseconds(100));
+    text = ReadFile(out);
+  }
+  ASSERT_TRUE(std::regex_search(text, again, again_line)) << text;
+  EXPECT_NE(text.find("node 3's daemon ended (signal 9"), std::string::npos) << text;
+  daemons.push_back(std::stoi(again[1]));
+  const Deadline rejoined = Deadline::AfterMs(120'000);
+  for (s = StatusJson(); !rejoined.Expired(); s = StatusJson()) {
+    if (s.is_object() && s.contains("view") && s["view"]["members"].size() == 3u) break;
+    std::this_thread::sleep_for(milliseconds(200));
+  }
   ASSERT_EQ(s["view"]["members"].size(), 3u) << s.dump(2);
 
   ASSERT_TRUE(launch_->Signal(SIGTERM).ok());

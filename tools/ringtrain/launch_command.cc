@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include "tools/ringtrain/commands.h"
 #include "tools/ringtrain/local_cluster.h"
@@ -20,7 +21,49 @@ struct LaunchOptions {
   std::string dir;
   int base_port = 0;
   int timeout_s = 60;
+  // Seconds before a daemon that failed (killed, crashed, exit status not 0) is started again,
+  // as systemd's Restart=on-failure with RestartSec= would; < 0: never.
+  int restart_s = 2;
 };
+
+// A daemon that ended on its own, and when launch starts it again (if it does).
+struct EndedDaemon {
+  int id = 0;
+  std::chrono::steady_clock::time_point restart_at;
+};
+
+// Reports the daemons that ended since the last call and restarts the failed ones whose delay
+// has passed (those that exited 0, after a SIGTERM of their own, stay down).
+void SuperviseDaemons(LocalCluster& cluster, const LaunchOptions& opt,
+                      std::vector<EndedDaemon>& pending) {
+  const auto now = std::chrono::steady_clock::now();
+  for (const auto& [id, exit] : cluster.TakeEnded()) {
+    if (exit.ok() || opt.restart_s < 0) {
+      std::printf("ringtrain launch: node %d's daemon ended (%s); it stays down\n", id,
+                  exit.Describe().c_str());
+    } else {
+      std::printf("ringtrain launch: node %d's daemon ended (%s); starting it again in %d s\n", id,
+                  exit.Describe().c_str(), opt.restart_s);
+      pending.push_back({id, now + std::chrono::seconds(opt.restart_s)});
+    }
+    std::fflush(stdout);
+  }
+  for (auto it = pending.begin(); it != pending.end();) {
+    if (it->restart_at > now) {
+      ++it;
+      continue;
+    }
+    const Status started = cluster.StartNode(it->id);
+    if (started.ok())
+      std::printf("ringtrain launch: node %d's daemon started again (pid %d)\n", it->id,
+                  static_cast<int>(cluster.DaemonPid(it->id)));
+    else
+      std::printf("ringtrain launch: node %d's daemon did not start again: %s\n", it->id,
+                  started.ToString().c_str());
+    std::fflush(stdout);
+    it = pending.erase(it);
+  }
+}
 
 // The member ids of a status, "1,2,3".
 std::string MemberList(const nlohmann::json& status) {
@@ -69,10 +112,18 @@ Status RunLaunch(const LaunchOptions& opt) {
     std::printf(
         "talk to it:  %s --daemon %s --secret-file %s status\n"
         "submit a job: ... submit JOB.toml (see docs/daemon.md)\n"
-        "Ctrl-C or SIGTERM stops every daemon.\n",
-        ringctl.c_str(), cluster->Address(1).c_str(), cluster->SecretFile().c_str());
+        "Ctrl-C or SIGTERM stops every daemon.\n%s",
+        ringctl.c_str(), cluster->Address(1).c_str(), cluster->SecretFile().c_str(),
+        opt.restart_s < 0 ? ""
+                          : ("A daemon that fails (kill -9 it to try) is started again after " +
+                             std::to_string(opt.restart_s) + " s.\n")
+                                .c_str());
     std::fflush(stdout);
-    while (!StopRequested()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::vector<EndedDaemon> pending;
+    while (!StopRequested()) {
+      SuperviseDaemons(*cluster, opt, pending);
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
     std::printf("ringtrain launch: stopping %zu daemons\n", cluster->RunningNodes().size());
     std::fflush(stdout);
   }
@@ -103,6 +154,12 @@ void AddLaunchCommand(CLI::App& app, Action* action) {
       ->check(CLI::Range(1, 65535));
   launch->add_option("--timeout-s", o->timeout_s, "how long to wait for the view to form")
       ->check(CLI::Range(1, 3600))
+      ->capture_default_str();
+  launch
+      ->add_option("--restart-s", o->restart_s,
+                   "a daemon that fails (kill -9, crash) is started again after this many "
+                   "seconds, as systemd's Restart=on-failure would; -1: never")
+      ->check(CLI::Range(-1, 3600))
       ->capture_default_str();
   launch->callback([=] { *action = [=] { return RunLaunch(*o); }; });
 }

@@ -3,6 +3,7 @@
 
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -163,6 +164,32 @@ Status LocalCluster::KillNode(int id) {
   if (!exit.ok()) return exit.status().WithContext("kill -9 of node " + std::to_string(id));
   daemons_.erase(it);
   return Status();
+}
+
+std::vector<std::pair<int, ChildExit>> LocalCluster::TakeEnded() {
+  std::vector<std::pair<int, ChildExit>> ended;
+  for (auto it = daemons_.begin(); it != daemons_.end();) {
+    // WNOWAIT: only asks; the child stays a zombie for ChildProcess::Wait to reap.
+    siginfo_t info{};
+    const pid_t pid = it->second->pid();
+    if (::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) != 0 ||
+        info.si_pid != pid) {
+      ++it;
+      continue;
+    }
+    Result<ChildExit> exit = DeadlineExceeded("not waited");
+    asio::co_spawn(
+        io_,
+        [&, child = it->second.get()]() -> asio::awaitable<void> {
+          exit = co_await child->Wait(Deadline::AfterMs(10'000));
+        },
+        asio::detached);
+    io_.restart();
+    io_.run();
+    if (exit.ok()) ended.emplace_back(it->first, *exit);
+    it = exit.ok() ? daemons_.erase(it) : std::next(it);
+  }
+  return ended;
 }
 
 Status LocalCluster::Stop(Deadline deadline) {

@@ -88,6 +88,11 @@ class LocalCluster {
   // FailedPrecondition when it already runs or `id` is not a node; IoError from the spawn.
   Status StartNode(int id);
 
+  // The daemons that ended without this object's doing (a user's kill -9, a crash, an exit),
+  // reaped and removed from the running ones, with how each ended; empty when none did.
+  // Never blocks on a daemon that runs.
+  std::vector<std::pair<int, ChildExit>> TakeEnded();
+
   // Stops every running daemon, one at a time from the highest id: SIGTERM (it stops its
   // workers, leaves the view and exits), SIGKILL if it still runs at `deadline`; reaps each.
   // The last member cannot have its leaving agreed by anyone: its exit status, or SIGKILL after
