@@ -115,7 +115,14 @@ Status Node::Init() {
       if (observe_wake_) observe_wake_->cancel();
     });
   };
-  ASSIGN_OR_RETURN(membership_, elastic::StartMembershipService(std::move(m)));
+  if (config_.etcd.empty()) {
+    ASSIGN_OR_RETURN(membership_, elastic::StartMembershipService(std::move(m)));
+  } else {
+    elastic::EtcdMembershipOptions etcd{config_.etcd, config_.etcd_prefix,
+                                        std::chrono::seconds(config_.etcd_lease_s)};
+    ASSIGN_OR_RETURN(membership_,
+                     elastic::StartEtcdMembershipService(std::move(m), std::move(etcd)));
+  }
   ASSIGN_OR_RETURN(port_, server_->Start());
   LOG_INFO("ringtraind {}: control and membership on {}, rendezvous store on {}, {} slot(s)", name,
            config_.AdvertisedAddress(), rendezvous_address_, config_.slots);

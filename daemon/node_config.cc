@@ -39,6 +39,11 @@ void BindNodeKeys(NodeConfig* c, ConfigSchema* s) {
   s->String("node.rendezvous_host", &c->rendezvous_host,
             "address this node's rendezvous store binds and is reached at");
   s->String("cluster.seeds", &c->seeds, "host:port,host:port of peers to join through");
+  s->String("cluster.etcd", &c->etcd,
+            "http://host:port of etcd: membership kept there; \"\" = the ring's own");
+  s->String("cluster.etcd_prefix", &c->etcd_prefix, "prefix of this cluster's keys in etcd");
+  s->Int("cluster.etcd_lease_s", &c->etcd_lease_s, 1, 3600,
+         "TTL of each node's etcd lease: a node silent this long leaves the view, s");
   s->String("auth.secret_file", &c->secret_file, "cluster secret file; \"\" = none");
   s->String("http.listen", &c->http_listen,
             "host:port for /metrics and the status page; \"\" = off, port 0 = any free port");
@@ -93,6 +98,15 @@ Result<NodeConfig> ReadNodeConfig(std::string_view text, const ConfigFile& file)
     RETURN_IF_ERROR(SplitHostPort(config.advertise, source + ": node.advertise").status());
   for (const std::string& seed : config.SeedList())
     RETURN_IF_ERROR(SplitHostPort(seed, source + ": cluster.seeds entry").status());
+  if (!config.etcd.empty()) {
+    if (config.etcd.rfind("http://", 0) != 0)
+      return InvalidArgument(source + ": cluster.etcd '" + config.etcd +
+                             "' is not an http://host:port URL");
+    RETURN_IF_ERROR(SplitHostPort(config.etcd.substr(7), source + ": cluster.etcd").status());
+    if (config.etcd_prefix.empty() || config.etcd_prefix.back() == '/')
+      return InvalidArgument(source + ": cluster.etcd_prefix '" + config.etcd_prefix +
+                             "' must be non-empty and not end in '/'");
+  }
   if (!config.http_listen.empty())
     RETURN_IF_ERROR(SplitHostPort(config.http_listen, source + ": http.listen").status());
   return config;

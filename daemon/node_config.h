@@ -23,6 +23,13 @@ struct NodeConfig {
   // "host:port,host:port": peers to join through; "" (or this node's own address first) starts
   // a new cluster.
   std::string seeds;
+  // "http://host:port" of an etcd client URL: membership is kept in etcd instead of the ring's
+  // own protocol (docs/membership.md "Membership in etcd"); seeds are then not used.
+  std::string etcd;
+  // Prefix of this cluster's keys in etcd.
+  std::string etcd_prefix = "/ringtrain/default";
+  // TTL of each node's etcd lease: a node silent this long leaves the view.
+  int etcd_lease_s = 2;
   // [auth]
   std::string secret_file;  // the cluster secret (ringctl init-secret); "" = none (loopback only)
   // [http]

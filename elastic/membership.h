@@ -194,6 +194,31 @@ class MembershipService {
   virtual Status Shutdown(Deadline deadline) = 0;
 };
 
+// Where StartEtcdMembershipService keeps the membership (docs/formats/membership_etcd.md).
+struct EtcdMembershipOptions {
+  // "http://host:port" of an etcd v3 client URL (its JSON gateway). Required.
+  std::string endpoint;
+  // Every key of this cluster starts with this prefix (no trailing '/'); clusters sharing one
+  // etcd use different prefixes.
+  std::string prefix = "/ringtrain/default";
+  // TTL of this node's lease: a node that does not renew it for this long (killed, hung, cut off
+  // from etcd) leaves the view. etcd raises TTLs below its minimum (2 s by default).
+  std::chrono::seconds lease_ttl{2};
+};
+
+// Starts a membership service kept in etcd instead of the ring's own protocol, for fleets that
+// run etcd: the same interface and notifications; liveness is a lease per node (a member whose
+// lease expires leaves the next view), a view change and a state change are each one
+// compare-and-swap transaction, so etcd's quorum decides them (a node cut off from etcd for
+// longer than its lease knows no view, generation 0, and runs nothing, until it reaches etcd
+// again). Of `options` it uses node_id, advertise (or listen: the address peers reach this
+// node at; required), timing.tick (it polls etcd every 2 ticks), timing.send_timeout (the
+// deadline of each etcd call) and on_notification; seeds, state_dir, secret and server are not
+// used. Returns at once; use AwaitView. Errors: InvalidArgument for bad options or a malformed
+// endpoint.
+Result<std::unique_ptr<MembershipService>> StartEtcdMembershipService(
+    MembershipServiceOptions options, EtcdMembershipOptions etcd);
+
 // Starts the service: loads (or creates) the persisted state under options.state_dir, starts
 // the RPC server (unless one is shared), and begins joining or bootstrapping. Returns at once;
 // use AwaitView to wait for a view. Errors: InvalidArgument for bad options (node_id 0, no

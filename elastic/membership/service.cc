@@ -2,16 +2,13 @@
 // serves nothing else, so the fsyncs of the durable state block no one else's executor), feeds
 // it messages from the RPC server and ticks from a timer, persists its state before anything
 // it sends, and answers the MembershipService calls.
-#include <future>
 #include <mutex>
 #include <random>
 #include <set>
-#include <thread>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
-#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -24,20 +21,16 @@
 #include "elastic/membership/codec.h"
 #include "elastic/membership/machine.h"
 #include "elastic/membership/peer_links.h"
+#include "elastic/membership/service_util.h"
 #include "elastic/membership/state_file.h"
 
 namespace rt::elastic {
 namespace asio = boost::asio;
+using membership::DescribeView;
 using membership::Message;
+using membership::Ready;
 
 namespace {
-
-std::string Describe(const View& view) {
-  std::string s = "generation " + std::to_string(view.generation) + " [";
-  for (size_t i = 0; i < view.members.size(); ++i)
-    s += (i ? " " : "") + std::to_string(view.members[i].id);
-  return s + "]";
-}
 
 // Hands messages from a (possibly shared) RpcServer to the service while it runs.
 struct Inbox {
@@ -55,37 +48,14 @@ asio::awaitable<Result<std::vector<std::byte>>> HandleMessage(std::shared_ptr<In
   co_return std::vector<std::byte>{};
 }
 
-template <typename T>
-asio::awaitable<T> Ready(T value) {
-  co_return value;
-}
-
-template <typename T>
-asio::awaitable<std::optional<T>> Optional(asio::awaitable<T> work) {
-  co_return co_await std::move(work);
-}
-
-// Runs `work` on the service's thread and resumes the caller on its own executor.
-template <typename T>
-asio::awaitable<T> RunOn(asio::io_context& io, asio::awaitable<T> work) {
-  // co_spawn needs a default-constructible result, which Result<T> is not.
-  std::optional<T> result =
-      co_await asio::co_spawn(io, Optional(std::move(work)), asio::use_awaitable);
-  co_return std::move(*result);
-}
-
-class Service final : public MembershipService {
+class Service final : public membership::ServiceBase {
  public:
   explicit Service(MembershipServiceOptions options)
       : options_(std::move(options)), tick_timer_(io_), inbox_(std::make_shared<Inbox>()) {}
 
   ~Service() override {
     (void)Shutdown(Deadline::AfterMs(5'000));
-    if (!thread_.joinable()) return;
-    // Calls in flight end within send_timeout; then the thread runs out of work.
-    work_.reset();
-    if (finished_.wait_for(std::chrono::seconds(5)) == std::future_status::timeout) io_.stop();
-    thread_.join();
+    thread_.Join();  // calls in flight end at their deadlines; then the thread runs out of work
   }
 
   Status Start() {
@@ -149,53 +119,33 @@ class Service final : public MembershipService {
              bootstrap ? "bootstraps a new cluster" : "joins through its seeds or state");
     asio::post(io_, [this] { AfterMachine(); });
     asio::co_spawn(io_, TickLoop(), asio::detached);
-    finished_ = finished_promise_.get_future();
-    thread_ = std::thread([this] {
-      io_.run();
-      finished_promise_.set_value();
-    });
+    thread_.Start();
     return Status();
   }
 
   NodeId self() const override { return options_.node_id; }
   std::string address() const override { return address_; }
 
-  View CurrentView() const override {
-    std::lock_guard lock(mu_);
-    return view_;
-  }
-  ReplicatedState CurrentState() const override {
-    std::lock_guard lock(mu_);
-    return state_;
-  }
-
   asio::awaitable<Result<View>> AwaitView(std::function<bool(const View&)> predicate,
                                           Deadline deadline) override {
-    if (shut_down_) return Ready<Result<View>>(Aborted("membership service is shut down"));
-    return RunOn(io_, AwaitViewHere(std::move(predicate), deadline));
+    return Call(AwaitViewHere(std::move(predicate), deadline));
   }
 
   asio::awaitable<Result<ReplicatedState>> AwaitState(
       std::function<bool(const ReplicatedState&)> predicate, Deadline deadline) override {
-    if (shut_down_)
-      return Ready<Result<ReplicatedState>>(Aborted("membership service is shut down"));
-    return RunOn(io_, AwaitStateHere(std::move(predicate), deadline));
+    return Call(AwaitStateHere(std::move(predicate), deadline));
   }
 
   asio::awaitable<Result<uint64_t>> ProposeState(uint64_t expected_version, std::string blob,
                                                  Deadline deadline) override {
-    if (shut_down_) return Ready<Result<uint64_t>>(Aborted("membership service is shut down"));
     if (blob.size() > membership::kMaxStateBlob)
       return Ready<Result<uint64_t>>(
           InvalidArgument("replicated state of " + std::to_string(blob.size()) + " bytes exceeds " +
                           std::to_string(membership::kMaxStateBlob)));
-    return RunOn(io_, ProposeHere(expected_version, std::move(blob), deadline));
+    return Call(ProposeHere(expected_version, std::move(blob), deadline));
   }
 
-  asio::awaitable<Status> Leave(Deadline deadline) override {
-    if (shut_down_) return Ready<Status>(Aborted("membership service is shut down"));
-    return RunOn(io_, LeaveHere(deadline));
-  }
+  asio::awaitable<Status> Leave(Deadline deadline) override { return Call(LeaveHere(deadline)); }
 
   Status Shutdown(Deadline deadline) override {
     if (shut_down_.exchange(true)) return Status();
@@ -203,24 +153,22 @@ class Service final : public MembershipService {
       std::lock_guard lock(inbox_->mu);
       inbox_->deliver = nullptr;
     }
-    if (!thread_.joinable()) return Status();  // Start() failed
+    if (!thread_.started()) return Status();  // Start() failed
     Status result;
     if (own_server_) result = own_server_->Shutdown(deadline);
     // The thread keeps running (idle) until the service is destroyed, so a call that races
     // with Shutdown still gets its Aborted instead of waiting on a stopped executor.
-    auto stopped = std::make_shared<std::promise<void>>();
-    std::future<void> done = stopped->get_future();
-    asio::post(io_, [this, stopped] {
-      stopping_ = true;
-      tick_timer_.cancel();
-      links_->CloseAll();
-      WakeWaiters();
-      stopped->set_value();
-    });
-    if (done.wait_until(deadline.when()) == std::future_status::timeout) {
+    const bool stopped = thread_.RunAndWait(
+        [this] {
+          stopping_ = true;
+          tick_timer_.cancel();
+          links_->CloseAll();
+          waiters_.Wake();
+        },
+        deadline);
+    if (!stopped)
       result = DeadlineExceeded("membership service of node " + std::to_string(options_.node_id) +
                                 " did not stop in time");
-    }
     LOG_INFO("membership: node {} stopped", options_.node_id);
     return result;
   }
@@ -264,7 +212,7 @@ class Service final : public MembershipService {
     for (const Message& m : machine_->TakeMessages()) Route(m);
     for (const auto& n : machine_->TakeNotifications()) Tell(n);
     for (const auto& r : machine_->TakeStateResults()) results_[r.request] = r;
-    WakeWaiters();
+    waiters_.Wake();
   }
 
   void Route(const Message& m) {
@@ -280,22 +228,18 @@ class Service final : public MembershipService {
   }
 
   void Tell(const MembershipNotification& n) {
-    {
-      std::lock_guard lock(mu_);
-      view_ = n.view;
-      state_ = n.state;
-    }
+    Publish(n.view, n.state);
     using Kind = MembershipNotification::Kind;
     switch (n.kind) {
       case Kind::kViewInstalled:
-        LOG_INFO("membership: node {} installed view {}", options_.node_id, Describe(n.view));
+        LOG_INFO("membership: node {} installed view {}", options_.node_id, DescribeView(n.view));
         break;
       case Kind::kSuspected:
         LOG_WARN("membership: node {} suspects node {} (silent for {} ms)", options_.node_id,
                  n.node, n.detected_after.count());
         break;
       case Kind::kRemoved:
-        LOG_WARN("membership: node {} is not in view {}{}", options_.node_id, Describe(n.view),
+        LOG_WARN("membership: node {} is not in view {}{}", options_.node_id, DescribeView(n.view),
                  machine_->leaving() ? "" : "; asking to rejoin");
         break;
       case Kind::kStateChanged:
@@ -303,18 +247,6 @@ class Service final : public MembershipService {
         break;
     }
     if (options_.on_notification) options_.on_notification(n);
-  }
-
-  // Waits until something changes here (a view, a state, a result) or `deadline` passes.
-  asio::awaitable<void> WaitForChange(Deadline deadline) {
-    asio::steady_timer timer(io_, deadline.when());
-    waiters_.insert(&timer);
-    co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
-    waiters_.erase(&timer);
-  }
-
-  void WakeWaiters() {
-    for (asio::steady_timer* timer : waiters_) timer->cancel();
   }
 
   asio::awaitable<Result<View>> AwaitViewHere(std::function<bool(const View&)> predicate,
@@ -325,8 +257,8 @@ class Service final : public MembershipService {
       if (deadline.Expired())
         co_return DeadlineExceeded("node " + std::to_string(options_.node_id) +
                                    ": no view as awaited; the last is " +
-                                   Describe(machine_->view()));
-      co_await WaitForChange(deadline);
+                                   DescribeView(machine_->view()));
+      co_await waiters_.Wait(io_, deadline);
     }
   }
 
@@ -339,7 +271,7 @@ class Service final : public MembershipService {
         co_return DeadlineExceeded("node " + std::to_string(options_.node_id) +
                                    ": no replicated state as awaited; the last is version " +
                                    std::to_string(machine_->state().version));
-      co_await WaitForChange(deadline);
+      co_await waiters_.Wait(io_, deadline);
     }
   }
 
@@ -363,7 +295,7 @@ class Service final : public MembershipService {
                                    ": compare-and-set from version " + std::to_string(expected) +
                                    " not decided by a majority in time (its outcome is unknown)");
       }
-      co_await WaitForChange(deadline);
+      co_await waiters_.Wait(io_, deadline);
     }
   }
 
@@ -379,15 +311,13 @@ class Service final : public MembershipService {
       if (deadline.Expired())
         co_return DeadlineExceeded("node " + std::to_string(options_.node_id) +
                                    ": no majority accepted its leaving in time; view is " +
-                                   Describe(machine_->view()));
-      co_await WaitForChange(deadline);
+                                   DescribeView(machine_->view()));
+      co_await waiters_.Wait(io_, deadline);
     }
     co_return Status();
   }
 
-  // Declared first: destroyed last, after everything that holds its sockets and timers.
-  asio::io_context io_;
-  asio::executor_work_guard<asio::io_context::executor_type> work_{io_.get_executor()};
+  asio::io_context& io_ = thread_.io();  // the service's own (ServiceBase::thread_)
   MembershipServiceOptions options_;
   asio::steady_timer tick_timer_;
   std::shared_ptr<Inbox> inbox_;
@@ -397,18 +327,10 @@ class Service final : public MembershipService {
   std::optional<membership::MembershipMachine> machine_;
   std::optional<membership::PeerLinks> links_;
   std::map<NodeId, std::string> addresses_;
-  std::set<asio::steady_timer*> waiters_;
+  membership::ChangeWaiters waiters_;
   std::map<uint64_t, membership::StateResult> results_;
   uint64_t next_request_ = 0;
   bool stopping_ = false;
-  // Any thread.
-  mutable std::mutex mu_;
-  View view_;              // guarded by mu_
-  ReplicatedState state_;  // guarded by mu_
-  std::atomic<bool> shut_down_{false};
-  std::promise<void> finished_promise_;
-  std::future<void> finished_;
-  std::thread thread_;
 };
 
 }  // namespace

@@ -1,6 +1,7 @@
 // A local cluster of real ringtraind processes on loopback training config tiny: submit through
 // ringctl, then real kill -9 of a worker and of a daemon, and SIGTERM of a daemon; after each the
-// job goes on in a new generation. Prints how long each recovery took.
+// job goes on in a new generation; the same with membership in etcd. Prints how long each
+// recovery took.
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -8,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/daemon/local_cluster.h"
+#include "tests/elastic/etcd_server.h"
 
 namespace rt::daemon {
 namespace {
@@ -160,6 +162,40 @@ TEST_F(ClusterTest, StatusAsksTheMembersInParallel) {
     EXPECT_EQ(nodes[i]["node"], i + 1) << nodes[i].dump();
     EXPECT_TRUE(nodes[i].contains("error")) << nodes[i].dump();
   }
+}
+
+// Membership in a real etcd ([cluster] etcd): three daemons form a view through their leases,
+// train, lose one to kill -9 (its lease expires and the other two go on in a new generation) and
+// get it back when it restarts.
+TEST_F(ClusterTest, MembershipInEtcdRecoversFromAKilledDaemon) {
+  if (testing::EtcdServer::Binary().empty())
+    GTEST_SKIP() << "etcd is not installed (Debian's etcd-server; tools/run setup installs it)";
+  auto etcd = testing::EtcdServer::Start(dir_ / "etcd");
+  ASSERT_TRUE(etcd.ok()) << etcd.status().ToString();
+  cluster_keys_ = "etcd = \"" + (*etcd)->endpoint() + "\"\netcd_prefix = \"/cluster-test\"\n";
+  for (int id = 1; id <= 3; ++id) StartNode(id, 2);
+  WaitFor(3, "a view of 3 members", [](const Json& s) { return Members(s) == 3; });
+  ProcessOutcome submitted = Ctl({"submit", JobFile()}, 2);
+  ASSERT_EQ(submitted.exit_code, 0) << submitted.output;
+  Json s = WaitFor(1, "training on 3 nodes", [](const Json& s) {
+    return Members(s) == 3 && Step(s) >= 6 && !WorkerPids(s, 3).empty();
+  });
+  const std::string before = Generation(s);
+  const auto kill_at = MonoClock::now();
+  ASSERT_TRUE(nodes_[3]->Signal(SIGKILL).ok());
+  s = WaitFor(1, "training on 2 nodes", [&](const Json& s) {
+    return Members(s) == 2 && Generation(s) != before && Step(s) >= 1 &&
+           Generation(s).find("." + std::to_string(s["view"]["generation"].get<int64_t>()) + ".") !=
+               std::string::npos;
+  });
+  std::printf("etcd membership: kill -9 of a daemon, %.2f s to the first step of generation %s\n",
+              std::chrono::duration<double>(MonoClock::now() - kill_at).count(),
+              Generation(s).c_str());
+  ASSERT_TRUE(WaitExit(3, milliseconds(10'000)).ok());
+  StartNode(3, 2);
+  WaitFor(1, "node 3 back in the view", [](const Json& s) { return Members(s) == 3; });
+  ProcessOutcome stopped = Ctl({"stop"});
+  EXPECT_EQ(stopped.exit_code, 0) << stopped.output;
 }
 
 }  // namespace

@@ -75,6 +75,32 @@ TEST(NodeConfigTest, HttpListenIsOptionalAndChecked) {
   EXPECT_NE(typed.status().ToString().find("http.listen"), std::string::npos);
 }
 
+TEST(NodeConfigTest, EtcdKeysAreOptionalAndChecked) {
+  auto off = ParseNodeConfig("[node]\nid = 1\nstate_dir = \"/x\"\n", "node.toml");
+  ASSERT_TRUE(off.ok()) << off.status().ToString();
+  EXPECT_EQ(off->etcd, "") << "the ring's own membership unless etcd is named";
+  EXPECT_EQ(off->etcd_prefix, "/ringtrain/default");
+  EXPECT_EQ(off->etcd_lease_s, 2);
+  auto on = ParseNodeConfig(
+      "[node]\nid = 1\nstate_dir = \"/x\"\n[cluster]\netcd = \"http://10.0.0.9:2379\"\n"
+      "etcd_prefix = \"/jobs/a\"\netcd_lease_s = 5\n",
+      "node.toml");
+  ASSERT_TRUE(on.ok()) << on.status().ToString();
+  EXPECT_EQ(on->etcd, "http://10.0.0.9:2379");
+  EXPECT_EQ(on->etcd_prefix, "/jobs/a");
+  EXPECT_EQ(on->etcd_lease_s, 5);
+  for (const char* bad :
+       {"etcd = \"10.0.0.9:2379\"", "etcd = \"https://h:2379\"", "etcd = \"http://h:99999\"",
+        "etcd = \"http://h:2379\"\netcd_prefix = \"/a/\"",
+        "etcd = \"http://h:2379\"\netcd_lease_s = 0"}) {
+    auto r = ParseNodeConfig(
+        std::string("[node]\nid = 1\nstate_dir = \"/x\"\n[cluster]\n") + bad + "\n", "node.toml");
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().ToString().find("cluster.etcd"), std::string::npos)
+        << r.status().ToString();
+  }
+}
+
 TEST(NodeConfigTest, StoreSectionIsRefusedAsNotSupportedYet) {
   auto r = ParseNodeConfig(
       "[node]\nid = 1\nstate_dir = \"/x\"\n\n[store]\nlisten = \"127.0.0.1:7701\"\n", "node.toml");

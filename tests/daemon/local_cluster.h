@@ -153,6 +153,7 @@ class LocalCluster : public ::testing::Test {
     std::ofstream(config) << "[node]\nid = " << id << "\nlisten = \"" << Address(id)
                           << "\"\nstate_dir = \"" << state.string() << "\"\nslots = " << slots
                           << "\n[cluster]\nseeds = \"" << (id == 1 ? "" : Address(1)) << "\"\n"
+                          << cluster_keys_
                           << "[worker]\nstop_grace_ms = 500\nenv = \"OMP_NUM_THREADS=1\"\n"
                           << extra_config;
     SpawnOptions o;
@@ -266,6 +267,8 @@ class LocalCluster : public ::testing::Test {
   }
 
   std::filesystem::path dir_;
+  // More keys of every node's [cluster] section, "key = value\n" lines (e.g. etcd = "...").
+  std::string cluster_keys_;
   boost::asio::io_context io_;
   std::map<int, uint16_t> ports_;
   std::map<int, std::unique_ptr<ChildProcess>> nodes_;

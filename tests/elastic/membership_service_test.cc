@@ -13,6 +13,7 @@
 #include "base/net/auth.h"
 #include "base/net/rpc.h"
 #include "elastic/membership.h"
+#include "tests/elastic/await.h"
 #include "tests/iofs/process_util.h"
 
 namespace rt::elastic {
@@ -22,20 +23,7 @@ namespace asio = boost::asio;
 using iofs::testing::FreePort;
 using iofs::testing::TempDir;
 
-template <typename T>
-asio::awaitable<std::optional<T>> Optional(asio::awaitable<T> work) {
-  co_return co_await std::move(work);
-}
-
-// Runs an awaitable to completion on a fresh io_context of this thread (through an optional:
-// co_spawn needs a default-constructible result).
-template <typename T>
-T Await(asio::awaitable<T> work) {
-  asio::io_context io;
-  auto result = asio::co_spawn(io, Optional(std::move(work)), asio::use_future);
-  io.run();
-  return *result.get();
-}
+using testing::Await;
 
 bool HasMembers(const View& view, size_t count) { return view.members.size() == count; }
 
