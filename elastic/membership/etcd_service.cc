@@ -16,16 +16,15 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <nlohmann/json.hpp>
 
 #include "base/log.h"
 #include "elastic/membership.h"
 #include "elastic/membership/etcd_client.h"
+#include "elastic/membership/etcd_values.h"
 #include "elastic/membership/service_util.h"
 
 namespace rt::elastic {
 namespace asio = boost::asio;
-using Json = nlohmann::json;
 using membership::DescribeView;
 using membership::Ready;
 
@@ -33,45 +32,6 @@ namespace {
 
 // Largest replicated state blob in etcd (its default request limit is 1.5 MiB).
 constexpr size_t kMaxEtcdStateBlob = 1u << 20;
-
-Json MemberJson(const Member& m) {
-  return {{"id", m.id}, {"address", m.address}, {"incarnation", m.incarnation}};
-}
-
-Result<Member> ParseMember(const Json& j, const std::string& key) {
-  if (!j.is_object() || !j.contains("id") || !j["id"].is_number_unsigned() ||
-      !j.contains("address") || !j["address"].is_string() || !j.contains("incarnation") ||
-      !j["incarnation"].is_number_unsigned() || j["id"].get<uint64_t>() == 0)
-    return Corruption("etcd key " + key + ": not a member {id, address, incarnation}");
-  return Member{j["id"].get<uint64_t>(), j["address"].get<std::string>(),
-                j["incarnation"].get<uint64_t>()};
-}
-
-Result<View> ParseView(const std::string& text, const std::string& key) {
-  const Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object() || !j.contains("generation") || !j["generation"].is_number_unsigned() ||
-      !j.contains("members") || !j["members"].is_array())
-    return Corruption("etcd key " + key + ": not a view {generation, members}");
-  View view;
-  view.generation = j["generation"].get<uint64_t>();
-  for (const Json& m : j["members"]) {
-    ASSIGN_OR_RETURN(Member member, ParseMember(m, key));
-    view.members.push_back(std::move(member));
-  }
-  std::sort(view.members.begin(), view.members.end(),
-            [](const Member& a, const Member& b) { return a.id < b.id; });
-  return view;
-}
-
-Result<ReplicatedState> ParseState(const std::string& text, const std::string& key) {
-  const Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object() || !j.contains("version") || !j["version"].is_number_unsigned() ||
-      !j.contains("blob") || !j["blob"].is_string())
-    return Corruption("etcd key " + key + ": not a replicated state {version, blob}");
-  std::optional<std::string> blob = etcd::Base64Decode(j["blob"].get<std::string>());
-  if (!blob) return Corruption("etcd key " + key + ": blob is not base64");
-  return ReplicatedState{j["version"].get<uint64_t>(), std::move(*blob)};
-}
 
 // What one read of the cluster's keys found.
 struct Snapshot {
@@ -244,7 +204,8 @@ class EtcdService final : public membership::ServiceBase {
     }
     if (!registered_) {
       CO_RETURN_IF_ERROR(co_await client_.Put(MemberKey(options_.node_id),
-                                              MemberJson(Self()).dump(), lease_, CallDeadline()));
+                                              membership::EncodeMemberValue(Self()), lease_,
+                                              CallDeadline()));
       registered_ = true;
     }
     co_return Status();
@@ -257,16 +218,15 @@ class EtcdService final : public membership::ServiceBase {
     const std::string members = Key("members/"), view = Key("view"), state = Key("state");
     for (const etcd::KeyValue& kv : kvs) {
       if (kv.key.rfind(members, 0) == 0) {
-        const Json j = Json::parse(kv.value, nullptr, /*allow_exceptions=*/false);
-        Result<Member> m = ParseMember(j, kv.key);
+        Result<Member> m = membership::DecodeMemberValue(kv.value, kv.key);
         if (!m.ok()) co_return m.status();
         s.live[m->id] = std::move(*m);
       } else if (kv.key == view) {
-        CO_ASSIGN_OR_RETURN(View v, ParseView(kv.value, kv.key));
+        CO_ASSIGN_OR_RETURN(View v, membership::DecodeViewValue(kv.value, kv.key));
         s.view = std::move(v);
         s.view_revision = kv.mod_revision;
       } else if (kv.key == state) {
-        CO_ASSIGN_OR_RETURN(ReplicatedState st, ParseState(kv.value, kv.key));
+        CO_ASSIGN_OR_RETURN(ReplicatedState st, membership::DecodeStateValue(kv.value, kv.key));
         s.state = std::move(st);
         s.state_revision = kv.mod_revision;
       }
@@ -303,12 +263,9 @@ class EtcdService final : public membership::ServiceBase {
       if (!(leaving_ && id == options_.node_id)) next.members.push_back(m);
     if (next.members.empty()) co_return;
     if (s.view && s.view->members == next.members) co_return;
-    Json members = Json::array();
-    for (const Member& m : next.members) members.push_back(MemberJson(m));
-    const Json value = {{"generation", next.generation}, {"members", members}};
     // (Named, not braced in the co_await: GCC 12 miscompiles initializer lists in coroutines.)
     std::vector<etcd::ModRevisionIs> unchanged = {{Key("view"), s.view_revision}};
-    std::vector<etcd::TxnWrite> put = {{Key("view"), value.dump(), 0, false}};
+    std::vector<etcd::TxnWrite> put = {{Key("view"), membership::EncodeViewValue(next), 0, false}};
     Result<bool> won = co_await client_.Txn(std::move(unchanged), std::move(put), CallDeadline());
     if (!won.ok()) {
       LOG_WARN("membership: node {}: proposing view {}: {}", options_.node_id, DescribeView(next),
@@ -370,7 +327,7 @@ class EtcdService final : public membership::ServiceBase {
   asio::awaitable<Result<uint64_t>> ProposeHere(uint64_t expected, std::string blob,
                                                 Deadline deadline) {
     const std::string key = Key("state");
-    const Json value = {{"version", expected + 1}, {"blob", etcd::Base64Encode(blob)}};
+    const std::string value = membership::EncodeStateValue({expected + 1, blob});
     Status last = Status();
     while (!stopping_ && !deadline.Expired()) {
       if (!view_.Contains(options_.node_id))
@@ -387,7 +344,7 @@ class EtcdService final : public membership::ServiceBase {
                                        std::to_string(current.version) + ", not " +
                                        std::to_string(expected));
         std::vector<etcd::ModRevisionIs> unchanged = {{key, read->state_revision}};
-        std::vector<etcd::TxnWrite> put = {{key, value.dump(), 0, false}};
+        std::vector<etcd::TxnWrite> put = {{key, value, 0, false}};
         Result<bool> won =
             co_await client_.Txn(std::move(unchanged), std::move(put), CallDeadline());
         if (won.ok() && *won) {

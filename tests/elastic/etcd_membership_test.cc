@@ -18,6 +18,7 @@
 
 #include "elastic/membership.h"
 #include "elastic/membership/etcd_client.h"
+#include "elastic/membership/etcd_values.h"
 #include "tests/elastic/await.h"
 #include "tests/elastic/etcd_server.h"
 
@@ -207,6 +208,36 @@ TEST_F(EtcdMembershipTest, BadOptionsAreRefused) {
   options.node_id = 0;
   EXPECT_EQ(StartEtcdMembershipService(options, {etcd_->endpoint()}).status().code(),
             StatusCode::kInvalidArgument);
+}
+
+TEST(EtcdValuesTest, RoundTripAndMalformedValuesAreCorruptionNamingTheKey) {
+  using namespace membership;
+  const View view{4, {Member{2, "h:2", 5}, Member{1, "h:1", 3}}};
+  Result<View> back = DecodeViewValue(EncodeViewValue(view), "/p/view");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->Ids(), (std::vector<NodeId>{1, 2})) << "sorted by id";
+  EXPECT_EQ(back->members[1].address, "h:2");
+  const ReplicatedState state{7, std::string("a\0b\xff", 4)};
+  Result<ReplicatedState> state_back = DecodeStateValue(EncodeStateValue(state), "/p/state");
+  ASSERT_TRUE(state_back.ok());
+  EXPECT_EQ(*state_back, state);
+  for (
+      const char* bad :
+      {"", "[]", "{}", R"({"generation":1,"members":[]})",
+       R"({"generation":0,"members":[{"id":1,"address":"h:1","incarnation":1}]})",
+       R"({"generation":1,"members":[{"id":1,"address":"h:1","incarnation":1},{"id":1,"address":"h:9","incarnation":2}]})",
+       R"({"generation":1,"members":[{"id":0,"address":"h:1","incarnation":1}]})",
+       R"({"generation":-1,"members":[{"id":1,"address":"h:1","incarnation":1}]})"}) {
+    Result<View> r = DecodeViewValue(bad, "/p/view");
+    EXPECT_EQ(r.status().code(), StatusCode::kCorruption) << bad;
+    EXPECT_NE(r.status().ToString().find("/p/view"), std::string::npos) << r.status().ToString();
+  }
+  for (const char* bad :
+       {R"({"version":1,"blob":"abc"})", R"({"version":"1","blob":""})", R"({"blob":""})"})
+    EXPECT_EQ(DecodeStateValue(bad, "/p/state").status().code(), StatusCode::kCorruption) << bad;
+  EXPECT_EQ(
+      DecodeMemberValue(R"({"id":3,"address":7,"incarnation":1})", "/p/members/3").status().code(),
+      StatusCode::kCorruption);
 }
 
 TEST(EtcdBase64Test, RoundTripsAndRejectsGarbage) {
