@@ -455,13 +455,16 @@ asio::awaitable<Result<Json>> Node::HandleStatus() {
   Json members = Json::array();
   for (const elastic::Member& m : view.members)
     members.push_back({{"id", m.id}, {"address", m.address}});
-  Json status = {{"answered_by", config_.id},
-                 {"view", {{"generation", view.generation}, {"members", std::move(members)}}},
-                 {"state_version", replicated.version},
-                 {"epoch", state.epoch},
-                 {"max_nodes", state.max_nodes},
-                 {"drained", state.drained},
-                 {"cause", state.cause.what}};
+  Json status = {
+      {"answered_by", config_.id},
+      {"view", {{"generation", view.generation}, {"members", std::move(members)}}},
+      {"state_version", replicated.version},
+      {"epoch", state.epoch},
+      {"max_nodes", state.max_nodes},
+      {"drained", state.drained},
+      {"cause", state.cause.what},
+      {"membership",
+       config_.etcd.empty() ? std::string("ring") : "etcd " + config_.etcd + config_.etcd_prefix}};
   if (state.job)
     status["job"] = {{"id", state.job->id},
                      {"name", state.job->name},

@@ -53,6 +53,7 @@ TEST_F(ClusterTest, TrainsAndRecoversFromKilledWorkersAndDaemons) {
   ProcessOutcome text = Ctl({"status"}, 3);
   EXPECT_EQ(text.exit_code, 0);
   EXPECT_NE(text.output.find("tp=2,pp=1,dp=3"), std::string::npos) << text.output;
+  EXPECT_NE(text.output.find("membership: ring"), std::string::npos) << text.output;
   std::printf("ringctl status:\n%s", text.output.c_str());
 
   // kill -9 one worker of node 2: a new epoch, the same view, every node restarts its workers.
@@ -174,7 +175,9 @@ TEST_F(ClusterTest, MembershipInEtcdRecoversFromAKilledDaemon) {
   ASSERT_TRUE(etcd.ok()) << etcd.status().ToString();
   cluster_keys_ = "etcd = \"" + (*etcd)->endpoint() + "\"\netcd_prefix = \"/cluster-test\"\n";
   for (int id = 1; id <= 3; ++id) StartNode(id, 2);
-  WaitFor(3, "a view of 3 members", [](const Json& s) { return Members(s) == 3; });
+  const Json formed =
+      WaitFor(3, "a view of 3 members", [](const Json& s) { return Members(s) == 3; });
+  EXPECT_EQ(formed.value("membership", ""), "etcd " + (*etcd)->endpoint() + "/cluster-test");
   ProcessOutcome submitted = Ctl({"submit", JobFile()}, 2);
   ASSERT_EQ(submitted.exit_code, 0) << submitted.output;
   Json s = WaitFor(1, "training on 3 nodes", [](const Json& s) {

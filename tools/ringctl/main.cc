@@ -38,8 +38,9 @@ void PrintStatus(const Json& s) {
   const Json& view = s["view"];
   std::string members;
   for (const Json& m : view["members"]) members += (members.empty() ? "" : ",") + m["id"].dump();
-  std::printf("view        generation %s, members %s (answered by node %s)\n",
-              Text(view, "generation").c_str(), members.c_str(), Text(s, "answered_by").c_str());
+  std::printf("view        generation %s, members %s (answered by node %s; membership: %s)\n",
+              Text(view, "generation").c_str(), members.c_str(), Text(s, "answered_by").c_str(),
+              Text(s, "membership").c_str());
   if (s.contains("job")) {
     const Json& job = s["job"];
     std::printf("job         %s (id %s): %s\n", Text(job, "name").c_str(), Text(job, "id").c_str(),
