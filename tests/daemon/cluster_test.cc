@@ -16,21 +16,7 @@ namespace {
 
 using std::chrono::milliseconds;
 
-class ClusterTest : public LocalCluster {
- protected:
-  std::string JobFile(const std::string& extra = "") {
-    const std::string path = (dir_ / "job.toml").string();
-    std::ofstream(path) << "[job]\nname = \"tiny\"\n[elastic]\ntp = 2\nmin_nodes = 1\n"
-                        << "[model]\nn_layer = 2\nn_embd = 64\nn_head = 4\nseq_len = 32\n"
-                        << "[train]\nbatch_size = 12\nsteps = 1000000\nlog_every = 1000\n"
-                        << "[data]\ndir = \"" << (dir_ / "data").string() << "\"\n"
-                        << "[eval]\nevery = 0\n"
-                        << "[ckpt]\ndir = \"" << (dir_ / "ckpt").string()
-                        << "\"\nevery = 5\nasync = true\n"
-                        << extra;
-    return path;
-  }
-};
+using ClusterTest = LocalCluster;
 
 TEST_F(ClusterTest, TrainsAndRecoversFromKilledWorkersAndDaemons) {
   for (int id = 1; id <= 3; ++id) StartNode(id, 2);
@@ -46,7 +32,7 @@ TEST_F(ClusterTest, TrainsAndRecoversFromKilledWorkersAndDaemons) {
   ASSERT_TRUE(Status(1).ok());
   EXPECT_FALSE(Status(1)->contains("job"));
 
-  ProcessOutcome submitted = Ctl({"submit", JobFile()}, 2);
+  ProcessOutcome submitted = Ctl({"submit", TinyJobFile()}, 2);
   ASSERT_EQ(submitted.exit_code, 0) << submitted.output;
   Json s = WaitFor(3, "training on 3 nodes past a checkpoint",
                    [](const Json& s) { return Step(s) >= 12; });
@@ -178,7 +164,7 @@ TEST_F(ClusterTest, MembershipInEtcdRecoversFromAKilledDaemon) {
   const Json formed =
       WaitFor(3, "a view of 3 members", [](const Json& s) { return Members(s) == 3; });
   EXPECT_EQ(formed.value("membership", ""), "etcd " + (*etcd)->endpoint() + "/cluster-test");
-  ProcessOutcome submitted = Ctl({"submit", JobFile()}, 2);
+  ProcessOutcome submitted = Ctl({"submit", TinyJobFile()}, 2);
   ASSERT_EQ(submitted.exit_code, 0) << submitted.output;
   Json s = WaitFor(1, "training on 3 nodes", [](const Json& s) {
     return Members(s) == 3 && Step(s) >= 6 && !WorkerPids(s, 3).empty();

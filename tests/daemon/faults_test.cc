@@ -44,19 +44,14 @@ struct Segment {
 
 class FaultsTest : public LocalCluster {
  protected:
+  // Constant learning rate: the references run fewer steps than train.steps.
   std::string JobFile() const {
-    const std::string path = (dir_ / "job.toml").string();
-    std::ofstream(path) << "[job]\nname = \"tiny\"\n[elastic]\ntp = 2\nmin_nodes = 1\n"
-                        << "[model]\nn_layer = 2\nn_embd = 64\nn_head = 4\nseq_len = 32\n"
-                        << "[train]\nbatch_size = 60\nsteps = 1000000\nlog_every = 1000\n"
-                        // Constant: the references run fewer steps than train.steps.
-                        << "[optim]\nschedule = \"constant\"\nlr = 3e-3\n"
-                        << "[data]\ndir = \"" << (dir_ / "data").string() << "\"\n"
-                        << "[eval]\nevery = 0\n"
-                        << "[metrics]\npath = \"" << (dir_ / "metrics.jsonl").string() << "\"\n"
-                        << "[ckpt]\ndir = \"" << (dir_ / "ckpt").string()
-                        << "\"\nevery = 5\nkeep = 100\nasync = true\n";
-    return path;
+    TinyJob job;
+    job.batch_size = 60;
+    job.metrics = true;
+    job.optim = "schedule = \"constant\"\nlr = 3e-3\n";
+    job.ckpt_extra = "keep = 100\n";
+    return TinyJobFile(job);
   }
 
   // Starts `nodes` daemons, submits the job and waits until it trained past a checkpoint on

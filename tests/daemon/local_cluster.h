@@ -121,6 +121,16 @@ inline bool StopsWithin(pid_t pid, std::chrono::milliseconds timeout) {
   return false;
 }
 
+// What the daemon tests' job file varies (LocalCluster::TinyJobFile).
+struct TinyJob {
+  int batch_size = 12;
+  int64_t steps = 1'000'000;
+  int ckpt_every = 5;
+  bool metrics = false;    // a [metrics] path: the folder's metrics.jsonl
+  std::string optim;       // lines of an [optim] section; "" = none
+  std::string ckpt_extra;  // more lines of [ckpt]
+};
+
 // The fixture: a folder with token data (PatternTokens) and the daemons started in it.
 class LocalCluster : public ::testing::Test {
  protected:
@@ -138,6 +148,25 @@ class LocalCluster : public ::testing::Test {
   void TearDown() override {
     nodes_.clear();  // kills what still runs (and, by PR_SET_PDEATHSIG, its workers)
     if (!HasFailure()) std::filesystem::remove_all(dir_);
+  }
+
+  // Writes the folder's job.toml: config tiny (L=2, C=64, H=4, T=32) with tp=2 on the folder's
+  // token data, no evaluation, asynchronous checkpoints into the folder's ckpt/ as `job` says.
+  std::string TinyJobFile(const TinyJob& job = {}) const {
+    const std::string path = (dir_ / "job.toml").string();
+    std::ofstream out(path);
+    out << "[job]\nname = \"tiny\"\n[elastic]\ntp = 2\nmin_nodes = 1\n"
+        << "[model]\nn_layer = 2\nn_embd = 64\nn_head = 4\nseq_len = 32\n"
+        << "[train]\nbatch_size = " << job.batch_size << "\nsteps = " << job.steps
+        << "\nlog_every = 1000\n"
+        << "[data]\ndir = \"" << (dir_ / "data").string() << "\"\n"
+        << "[eval]\nevery = 0\n";
+    if (!job.optim.empty()) out << "[optim]\n" << job.optim;
+    if (job.metrics) out << "[metrics]\npath = \"" << (dir_ / "metrics.jsonl").string() << "\"\n";
+    out << "[ckpt]\ndir = \"" << (dir_ / "ckpt").string() << "\"\nevery = " << job.ckpt_every
+        << "\nasync = true\n"
+        << job.ckpt_extra;
+    return path;
   }
 
   std::string Address(int id) const { return "127.0.0.1:" + std::to_string(ports_.at(id)); }

@@ -33,17 +33,12 @@ class MemoryTierCluster : public LocalCluster {
   // The job: config tiny, tp=2, `steps` steps, a checkpoint every 20, then `extra` lines of
   // [ckpt].
   std::string JobFile(const std::string& extra, int64_t steps = 1000000) {
-    const std::string path = (dir_ / "job.toml").string();
-    std::ofstream(path) << "[job]\nname = \"tiny\"\n[elastic]\ntp = 2\nmin_nodes = 1\n"
-                        << "[model]\nn_layer = 2\nn_embd = 64\nn_head = 4\nseq_len = 32\n"
-                        << "[train]\nbatch_size = 12\nsteps = " << steps << "\nlog_every = 1000\n"
-                        << "[data]\ndir = \"" << (dir_ / "data").string() << "\"\n"
-                        << "[eval]\nevery = 0\n"
-                        << "[metrics]\npath = \"" << (dir_ / "metrics.jsonl").string() << "\"\n"
-                        << "[ckpt]\ndir = \"" << (dir_ / "ckpt").string()
-                        << "\"\nevery = 20\nasync = true\n"
-                        << extra;
-    return path;
+    TinyJob job;
+    job.steps = steps;
+    job.ckpt_every = 20;
+    job.metrics = true;
+    job.ckpt_extra = extra;
+    return TinyJobFile(job);
   }
 
   // Trains with `ckpt_lines` (of [ckpt]) on 3 daemons past step 25, kills daemon `victim` (2

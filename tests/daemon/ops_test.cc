@@ -74,22 +74,7 @@ bool Has(const std::string& text, const std::string& part) {
 }
 
 // The local cluster with config tiny's job file (tp=2, a checkpoint every 5 steps).
-class TinyJobCluster : public LocalCluster {
- protected:
-  std::string JobFile() {
-    const std::string path = (dir_ / "job.toml").string();
-    std::ofstream(path) << "[job]\nname = \"tiny\"\n[elastic]\ntp = 2\nmin_nodes = 1\n"
-                        << "[model]\nn_layer = 2\nn_embd = 64\nn_head = 4\nseq_len = 32\n"
-                        << "[train]\nbatch_size = 12\nsteps = 1000000\nlog_every = 1000\n"
-                        << "[data]\ndir = \"" << (dir_ / "data").string() << "\"\n"
-                        << "[eval]\nevery = 0\n"
-                        << "[ckpt]\ndir = \"" << (dir_ / "ckpt").string()
-                        << "\"\nevery = 5\nasync = true\n";
-    return path;
-  }
-};
-
-using OpsTest = TinyJobCluster;
+using OpsTest = LocalCluster;
 
 TEST_F(OpsTest, NotifiesSystemdReadyStatusWatchdogAndStopping) {
   NotifySocket socket((dir_ / "notify.sock").string());
@@ -127,7 +112,7 @@ TEST_F(OpsTest, NotifiesSystemdReadyStatusWatchdogAndStopping) {
   EXPECT_EQ(Members(*status), 1u);
 
   // A job: the STATUS lines follow its steps.
-  ProcessOutcome submitted = Ctl({"submit", JobFile()});
+  ProcessOutcome submitted = Ctl({"submit", TinyJobFile()});
   ASSERT_EQ(submitted.exit_code, 0) << submitted.output;
   ASSERT_TRUE(receive_until([](const std::string& t) { return Has(t, "at step 3"); },
                             milliseconds(120'000)))
@@ -194,7 +179,7 @@ Scrape ParseScrape(std::string text) {
   return s;
 }
 
-class WebClusterTest : public TinyJobCluster {
+class WebClusterTest : public LocalCluster {
  protected:
   net::HttpResponse Get(int id, const std::string& target) {
     auto reply = loop_.Run<Result<net::HttpResponse>>([&]() {
@@ -264,7 +249,7 @@ TEST_F(WebClusterTest, ServesMetricsStatusJsonAndTop) {
   StartWebNode(1);
   StartWebNode(2);
   WaitFor(1, "a view of 2 members", [](const Json& s) { return Members(s) == 2; });
-  ProcessOutcome submitted = Ctl({"submit", JobFile()});
+  ProcessOutcome submitted = Ctl({"submit", TinyJobFile()});
   ASSERT_EQ(submitted.exit_code, 0) << submitted.output;
   Json s = WaitFor(1, "step 3 on both nodes", [](const Json& s) {
     return Step(s) >= 3 && WorkerPids(s, 1).size() == 2 && WorkerPids(s, 2).size() == 2;
