@@ -8,8 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include "elastic/membership/local_etcd.h"
 #include "tests/daemon/local_cluster.h"
-#include "tests/elastic/etcd_server.h"
 
 namespace rt::daemon {
 namespace {
@@ -155,9 +155,9 @@ TEST_F(ClusterTest, StatusAsksTheMembersInParallel) {
 // train, lose one to kill -9 (its lease expires and the other two go on in a new generation) and
 // get it back when it restarts.
 TEST_F(ClusterTest, MembershipInEtcdRecoversFromAKilledDaemon) {
-  if (testing::EtcdServer::Binary().empty())
+  if (elastic::LocalEtcd::Binary().empty())
     GTEST_SKIP() << "etcd is not installed (Debian's etcd-server; tools/run setup installs it)";
-  auto etcd = testing::EtcdServer::Start(dir_ / "etcd");
+  auto etcd = elastic::LocalEtcd::Start((dir_ / "etcd").string());
   ASSERT_TRUE(etcd.ok()) << etcd.status().ToString();
   cluster_keys_ = "etcd = \"" + (*etcd)->endpoint() + "\"\netcd_prefix = \"/cluster-test\"\n";
   for (int id = 1; id <= 3; ++id) StartNode(id, 2);

@@ -19,8 +19,8 @@
 #include "elastic/membership.h"
 #include "elastic/membership/etcd_client.h"
 #include "elastic/membership/etcd_values.h"
+#include "elastic/membership/local_etcd.h"
 #include "tests/elastic/await.h"
-#include "tests/elastic/etcd_server.h"
 
 namespace rt::elastic {
 namespace {
@@ -33,10 +33,11 @@ using testing::Await;
 class EtcdMembershipTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (testing::EtcdServer::Binary().empty())
+    if (LocalEtcd::Binary().empty())
       GTEST_SKIP() << "etcd is not installed (Debian's etcd-server; tools/run setup installs it)";
-    auto etcd = testing::EtcdServer::Start(std::filesystem::temp_directory_path() /
-                                           ("etcd-membership-" + std::to_string(::getpid())));
+    auto etcd = LocalEtcd::Start(
+        (std::filesystem::temp_directory_path() / ("etcd-membership-" + std::to_string(::getpid())))
+            .string());
     ASSERT_TRUE(etcd.ok()) << etcd.status().ToString();
     etcd_ = std::move(*etcd);
   }
@@ -78,7 +79,7 @@ class EtcdMembershipTest : public ::testing::Test {
     NodeId about;
     uint64_t generation;
   };
-  std::unique_ptr<testing::EtcdServer> etcd_;
+  std::unique_ptr<LocalEtcd> etcd_;
   std::mutex mu_;
   std::vector<Note> notes_;
 };
@@ -170,7 +171,7 @@ TEST_F(EtcdMembershipTest, ANodeCutOffFromEtcdKnowsNoViewAfterItsLease) {
   std::vector<std::unique_ptr<MembershipService>> nodes;
   for (NodeId id = 1; id <= 2; ++id) nodes.push_back(StartNode(id));
   for (auto& node : nodes) ASSERT_TRUE(AwaitMembers(*node, {1, 2}).ok());
-  etcd_->Signal(SIGSTOP);
+  ASSERT_TRUE(etcd_->Signal(SIGSTOP).ok());
   Result<View> none = Await(nodes[0]->AwaitView([](const View& v) { return v.generation == 0; },
                                                 Deadline::AfterMs(10'000)));
   ASSERT_TRUE(none.ok()) << none.status().ToString();
@@ -180,7 +181,7 @@ TEST_F(EtcdMembershipTest, ANodeCutOffFromEtcdKnowsNoViewAfterItsLease) {
   Result<uint64_t> r = Await(nodes[1]->ProposeState(0, "x", Deadline::AfterMs(1'000)));
   EXPECT_FALSE(r.ok());
   EXPECT_LT(std::chrono::duration<double>(MonoClock::now() - call_at).count(), 2.0);
-  etcd_->Signal(SIGCONT);
+  ASSERT_TRUE(etcd_->Signal(SIGCONT).ok());
   for (auto& node : nodes) {
     Result<View> back = AwaitMembers(*node, {1, 2});
     EXPECT_TRUE(back.ok()) << back.status().ToString();

@@ -20,6 +20,7 @@
 #include "base/process.h"
 #include "base/subprocess.h"
 #include "data/token_shard.h"
+#include "elastic/membership/local_etcd.h"
 #include "tests/parallel/test_util.h"
 #include "tests/tools/process_check.h"
 
@@ -170,6 +171,46 @@ TEST_F(LaunchTest, BadArgumentsAreRefused) {
   ASSERT_TRUE(r.ok());
   EXPECT_NE(r->exit_code, 0);
   EXPECT_NE(r->output.find("--nodes"), std::string::npos) << r->output;
+}
+
+// `launch --etcd`: the daemons keep their membership in an etcd that launch starts and stops.
+TEST_F(LaunchTest, EtcdMembershipForTheLocalCluster) {
+  if (elastic::LocalEtcd::Binary().empty())
+    GTEST_SKIP() << "etcd is not installed (Debian's etcd-server; tools/run setup installs it)";
+  const fs::path out = dir_ / "launch.out";
+  SpawnOptions spawn;
+  spawn.argv = {
+      RINGTRAIN_BIN, "launch", "--nodes", "2", "--etcd", "--dir", (dir_ / "cluster").string()};
+  spawn.env = EnvironmentWithout({});
+  spawn.stdout_path = out.string();
+  auto child = ChildProcess::Spawn(io_.get_executor(), spawn);
+  ASSERT_TRUE(child.ok()) << child.status().ToString();
+  launch_ = std::move(*child);
+  const Deadline ready = Deadline::AfterMs(90'000);
+  std::string text;
+  while (!ready.Expired() && text.find("talk to it:") == std::string::npos) {
+    std::this_thread::sleep_for(milliseconds(100));
+    text = ReadFile(out);
+  }
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(text, m, std::regex("--daemon (127\\.0\\.0\\.1:[0-9]+)"))) << text;
+  address_ = m[1];
+  ProcessOutcome status = Ctl({"status"});
+  ASSERT_EQ(status.exit_code, 0) << status.output;
+  EXPECT_NE(status.output.find("members 1,2"), std::string::npos) << status.output;
+  EXPECT_NE(status.output.find("membership: etcd http://127.0.0.1:"), std::string::npos)
+      << status.output;
+
+  ASSERT_TRUE(launch_->Signal(SIGTERM).ok());
+  Result<ChildExit> exit = DeadlineExceeded("not waited");
+  asio::co_spawn(
+      io_,
+      [&]() -> asio::awaitable<void> { exit = co_await launch_->Wait(Deadline::AfterMs(60'000)); },
+      asio::detached);
+  io_.run();
+  ASSERT_TRUE(exit.ok()) << exit.status().ToString();
+  EXPECT_TRUE(exit->ok()) << exit->Describe() << "\n" << ReadFile(out);
+  EXPECT_TRUE(ProcessesMentioning(dir_.string()).empty()) << "etcd and the daemons are gone";
 }
 
 }  // namespace

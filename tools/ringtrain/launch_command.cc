@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "elastic/membership/local_etcd.h"
 #include "tools/ringtrain/commands.h"
 #include "tools/ringtrain/local_cluster.h"
 
@@ -24,6 +25,8 @@ struct LaunchOptions {
   // Seconds before a daemon that failed (killed, crashed, exit status not 0) is started again,
   // as systemd's Restart=on-failure with RestartSec= would; < 0: never.
   int restart_s = 2;
+  // Keep the membership in an etcd started for the cluster (elastic/membership/local_etcd.h).
+  bool etcd = false;
 };
 
 // A daemon that ended on its own, and when launch starts it again (if it does).
@@ -87,6 +90,13 @@ Status RunLaunch(const LaunchOptions& opt) {
     temporary = true;
   }
   ASSIGN_OR_RETURN(options.daemon_binary, FindTool("ringtraind"));
+  std::unique_ptr<elastic::LocalEtcd> etcd;  // outlives the cluster: stopped after the daemons
+  if (opt.etcd) {
+    ASSIGN_OR_RETURN(etcd, elastic::LocalEtcd::Start(options.dir + "/etcd"));
+    options.etcd = etcd->endpoint();
+    std::printf("ringtrain launch: membership in etcd at %s (log %s/etcd/etcd.log)\n",
+                options.etcd.c_str(), options.dir.c_str());
+  }
   ASSIGN_OR_RETURN(const std::string ringctl, FindTool("ringctl"));
 
   const auto started = std::chrono::steady_clock::now();
@@ -128,6 +138,7 @@ Status RunLaunch(const LaunchOptions& opt) {
     std::fflush(stdout);
   }
   Status stopped = cluster->Stop(Deadline::AfterMs(30'000));
+  etcd.reset();
   if (stopped.ok()) std::printf("ringtrain launch: every daemon stopped\n");
   if (temporary && status.ok() && stopped.ok()) std::filesystem::remove_all(options.dir);
   return status.ok() ? stopped : status;
@@ -161,6 +172,9 @@ void AddLaunchCommand(CLI::App& app, Action* action) {
                    "seconds, as systemd's Restart=on-failure would; -1: never")
       ->check(CLI::Range(-1, 3600))
       ->capture_default_str();
+  launch->add_flag("--etcd", o->etcd,
+                   "keep the membership in an etcd started for the cluster (Debian's "
+                   "etcd-server) instead of the ring's own protocol");
   launch->callback([=] { *action = [=] { return RunLaunch(*o); }; });
 }
 

@@ -127,7 +127,8 @@ Status LocalCluster::WriteNodeConfig(int id) const {
   out << "# Written by `ringtrain launch` (tools/ringtrain/local_cluster.cc).\n"
       << "[node]\nid = " << id << "\nlisten = \"" << Address(id) << "\"\nstate_dir = \"" << dir
       << "\"\nslots = " << options_.slots << "\n[cluster]\nseeds = \""
-      << (id == 1 ? "" : Address(1)) << "\"\n[auth]\nsecret_file = \"" << SecretFile()
+      << (id == 1 ? "" : Address(1)) << "\"\netcd = \"" << options_.etcd
+      << "\"\n[auth]\nsecret_file = \"" << SecretFile()
       << "\"\n[worker]\nstop_grace_ms = " << options_.stop_grace_ms << "\nenv = \""
       << options_.worker_env << "\"\n";
   out.close();

@@ -38,6 +38,9 @@ struct LocalClusterOptions {
   std::string daemon_binary;                     // path of `ringtraind` (FindTool); required
   std::string worker_env = "OMP_NUM_THREADS=1";  // [worker] env of every daemon
   int stop_grace_ms = 500;  // [worker] stop_grace_ms: SIGTERM → SIGKILL for a worker
+  // "http://host:port": every node keeps its membership in this etcd ([cluster] etcd); "" = the
+  // ring's own protocol.
+  std::string etcd;
 };
 
 // A started local cluster. Destroying it SIGKILLs every daemon still running (their workers die
