@@ -151,9 +151,18 @@ asio::awaitable<void> Node::Reconcile() {
         return m.id == n.id && m.slots == n.slots;
       });
     };
+    // A plan node that is a new process since (a new incarnation: its daemon restarted before
+    // the view lost it, as with etcd leases) has lost its workers: the generation cannot go on.
+    auto incarnation = [](const std::vector<elastic::Member>& members, uint64_t id) {
+      for (const elastic::Member& m : members)
+        if (m.id == id) return m.incarnation;
+      return uint64_t{0};
+    };
     bool kept = true;
     std::string joined;
-    for (const elastic::NodeSlots& n : running_nodes_) kept = kept && has(nodes, n);
+    for (const elastic::NodeSlots& n : running_nodes_)
+      kept = kept && has(nodes, n) &&
+             incarnation(view.members, n.id) == incarnation(running_members_, n.id);
     for (const elastic::NodeSlots& n : nodes)
       if (!has(running_nodes_, n)) joined += (joined.empty() ? "" : ",") + std::to_string(n.id);
     kept = kept && nodes.size() >= running_nodes_.size();
@@ -187,6 +196,7 @@ asio::awaitable<Status> Node::StartGeneration(const elastic::View& view, const C
   generation_over_->expires_after(kFarFuture);
   running_ = key;
   running_nodes_.clear();
+  running_members_.clear();
   running_lead_ = 0;
   progress_.reset();
   plan_.reset();
@@ -199,6 +209,7 @@ asio::awaitable<Status> Node::StartGeneration(const elastic::View& view, const C
   if (state.max_nodes > 0) spec->elastic.max_nodes = state.max_nodes;
   const std::vector<elastic::NodeSlots> nodes = PlanNodes(view, state);
   running_nodes_ = nodes;
+  running_members_ = view.members;
   Result<elastic::JobPlan> plan = elastic::PlanJob(nodes, *spec);
   if (!plan.ok()) {
     plan_text_ = "waiting: " + plan.status().ToString();

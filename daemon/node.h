@@ -216,6 +216,7 @@ class Node : public Daemon {
   std::optional<GenerationKey> running_;            // the generation this node runs (or waits in)
   std::string plan_text_;                           // its plan, or why the job waits
   std::vector<elastic::NodeSlots> running_nodes_;   // the nodes of its plan (none: no plan)
+  std::vector<elastic::Member> running_members_;    // the view it started in (incarnations)
   uint64_t running_lead_ = 0;                       // the node of its plan's rank 0
   bool grow_pending_ = false;                       // GrowAfterCheckpoint runs
   std::map<int, std::shared_ptr<Worker>> workers_;  // by rank

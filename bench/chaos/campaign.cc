@@ -24,6 +24,7 @@
 #include "bench/chaos/observe.h"
 #include "bench/chaos/replay.h"
 #include "bench/chaos/signals.h"
+#include "elastic/membership/local_etcd.h"
 
 namespace rt::chaos {
 namespace {
@@ -562,7 +563,15 @@ Result<CampaignResult> RunCampaign(const CampaignOptions& o) {
   // The node network, when asked for and possible; without it no partition is drawn.
   ClusterOptions co = o.cluster;
   std::unique_ptr<NodeNetwork> network;
-  if (o.netns) {
+  std::unique_ptr<elastic::LocalEtcd> etcd;  // outlives the cluster (declared before it)
+  if (o.etcd) {
+    ASSIGN_OR_RETURN(etcd, elastic::LocalEtcd::Start(dir + "/etcd"));
+    co.etcd = etcd->endpoint();
+    r.membership = "etcd " + co.etcd;
+  }
+  if (o.etcd) {
+    r.partitions_off = "not run: --etcd (the daemons' namespaces cannot reach etcd on loopback)";
+  } else if (o.netns) {
     RemoveLeftoverNetworks();
     Result<std::unique_ptr<NodeNetwork>> made = NodeNetwork::Create(co.nodes);
     if (made.ok()) {

@@ -44,6 +44,9 @@ struct CampaignOptions {
   // Each daemon in its own network namespace (bench/chaos/netns.h) when the machine allows it;
   // the partition faults need it and are left out of the schedule without it.
   bool netns = true;
+  // The daemons keep their membership in an etcd the campaign starts on loopback
+  // (elastic/membership/local_etcd.h). Their namespaces could not reach it: no partitions.
+  bool etcd = false;
   int64_t partition_min_ms = 3000;  // how long a partition is held
   int64_t partition_max_ms = 6000;
   int partition_flaps = 3;    // partition-flap: splits, each held and healed for
@@ -106,6 +109,7 @@ struct CampaignResult {
   int unexpected_exits = 0;                  // daemons that died without being killed
   std::string disk_full_off;                 // why disk-full could not run ("" = it could)
   std::string partitions_off;                // why the partitions could not run ("" = they could)
+  std::string membership = "ring";           // "ring", or "etcd URL" (CampaignOptions::etcd)
   // The final checkpoint against a fault-free replay of the job's layout history
   // (bench/chaos/replay.h): the generations replayed, and the largest absolute difference over
   // every tensor (-1: not compared; `replay_error` says why).

@@ -84,8 +84,9 @@ Status LocalCluster::Start(int id) {
     if (options_.network != nullptr)
       out << "rendezvous_host = \"" << options_.network->Address(id) << "\"\n[auth]\n"
           << "secret_file = \"" << options_.dir << "/cluster.secret\"\n";
-    out << "[cluster]\nseeds = \"" << (id == 1 ? "" : Address(1))
-        << "\"\n[worker]\nstop_grace_ms = " << options_.stop_grace_ms
+    out << "[cluster]\nseeds = \"" << (id == 1 ? "" : Address(1)) << "\"\netcd = \""
+        << options_.etcd
+        << "\"\netcd_prefix = \"/ringchaos\"\n[worker]\nstop_grace_ms = " << options_.stop_grace_ms
         << "\nenv = \"OMP_NUM_THREADS=1\"\n";
     if (!out) return Status(StatusCode::kIoError, "write " + config);
   }

@@ -41,6 +41,9 @@ struct ClusterOptions {
   // with a cluster secret made in `dir` (a daemon refuses a non-loopback address without one).
   // Not owned; it outlives the cluster.
   NodeNetwork* network = nullptr;
+  // "http://host:port": the daemons keep their membership in this etcd ([cluster] etcd); "" =
+  // the ring's own protocol.
+  std::string etcd;
 };
 
 class LocalCluster {

@@ -73,6 +73,8 @@ int main(int argc, char** argv) {
   app.add_flag("--netns,!--no-netns", o.netns,
                "each daemon in its own network namespace (root; needed by the partitions)")
       ->capture_default_str();
+  app.add_flag("--etcd", o.etcd,
+               "membership in an etcd started on loopback (Debian's etcd-server); no partitions");
   int64_t partition_ms = o.partition_min_ms;
   app.add_option("--partition-ms", partition_ms, "how long a partition is held: MS..2*MS")
       ->capture_default_str()

@@ -137,6 +137,7 @@ std::string SummaryText(const CampaignResult& r, const Summary& s) {
       100 * s.throughput_share, 100 * s.throughput_share_net);
   out += fmt::format("daemons that died without being killed: {}\n", r.unexpected_exits);
   if (!r.disk_full_off.empty()) out += "disk-full: " + r.disk_full_off + "\n";
+  out += "membership: " + r.membership + "\n";
   if (r.partitions_off.empty()) {
     out += fmt::format(
         "partitions (daemons in network namespaces): daemons that trained on while cut off from "
@@ -210,6 +211,7 @@ daemon::Json SummaryJson(const CampaignResult& r, const Summary& s) {
           {"unexpected_exits", r.unexpected_exits},
           {"disk_full_off", r.disk_full_off},
           {"partitions_off", r.partitions_off},
+          {"membership", r.membership},
           {"minority_trained", s.minority_trained},
           {"replayed", r.replayed},
           {"final_max_abs_difference", r.final_max_abs_difference},
