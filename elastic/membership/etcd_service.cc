@@ -240,7 +240,10 @@ class EtcdService final : public membership::ServiceBase {
       Publish(view_, *s.state);
       Notify(MembershipNotification::Kind::kStateChanged, 0);
     }
-    if (s.view && s.view->generation != view_.generation) {
+    // Generations only grow here, even if etcd's keys were lost (a view below the highest one
+    // installed is not taken; the next proposal goes past both).
+    if (s.view && s.view->generation != view_.generation &&
+        s.view->generation >= highest_generation_) {
       Install(*s.view, /*led=*/s.view->generation == led_generation_);
       if (!view_.Contains(options_.node_id) && !leaving_)
         Notify(MembershipNotification::Kind::kRemoved, 0);
@@ -258,7 +261,7 @@ class EtcdService final : public membership::ServiceBase {
     // Only a registered node proposes (or a leaving one, its own removal).
     if (!registered_ && !leaving_) co_return;
     View next;
-    next.generation = (s.view ? s.view->generation : 0) + 1;
+    next.generation = std::max(s.view ? s.view->generation : 0, highest_generation_) + 1;
     for (const auto& [id, m] : s.live)
       if (!(leaving_ && id == options_.node_id)) next.members.push_back(m);
     if (next.members.empty()) co_return;
@@ -279,6 +282,7 @@ class EtcdService final : public membership::ServiceBase {
 
   void Install(const View& view, bool led) {
     Publish(view, state_);
+    highest_generation_ = std::max(highest_generation_, view.generation);
     suspected_.clear();
     if (view.generation != 0)
       LOG_INFO("membership: node {} installed view {}{}", options_.node_id, DescribeView(view),
@@ -405,6 +409,7 @@ class EtcdService final : public membership::ServiceBase {
   bool leaving_ = false;
   bool etcd_failing_ = false;
   uint64_t led_generation_ = 0;
+  uint64_t highest_generation_ = 0;  // of the views installed here
   std::set<NodeId> suspected_;
   membership::ChangeWaiters waiters_;
   bool stopping_ = false;

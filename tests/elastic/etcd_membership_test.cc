@@ -190,6 +190,28 @@ TEST_F(EtcdMembershipTest, ANodeCutOffFromEtcdKnowsNoViewAfterItsLease) {
   for (auto& node : nodes) EXPECT_TRUE(node->Shutdown(Deadline::AfterMs(3'000)).ok());
 }
 
+TEST_F(EtcdMembershipTest, GenerationsOnlyGrowWhenEtcdLosesTheView) {
+  std::vector<std::unique_ptr<MembershipService>> nodes;
+  for (NodeId id = 1; id <= 2; ++id) nodes.push_back(StartNode(id));
+  Result<View> formed = AwaitMembers(*nodes[0], {1, 2});
+  ASSERT_TRUE(formed.ok()) << formed.status().ToString();
+  Result<View> seen = AwaitMembers(*nodes[1], {1, 2});
+  ASSERT_TRUE(seen.ok() && seen->generation == formed->generation);
+  // Someone deletes the view key: the nodes put back a view past the one they had, not 1.
+  Result<etcd::Client> client = etcd::Client::Create(etcd_->endpoint());
+  ASSERT_TRUE(client.ok());
+  std::vector<etcd::TxnWrite> erase = {{"/test/view", "", 0, true}};
+  Result<bool> erased = Await(client->Txn({}, std::move(erase), Deadline::AfterMs(5'000)));
+  ASSERT_TRUE(erased.ok() && *erased) << erased.status().ToString();
+  for (auto& node : nodes) {
+    Result<View> next =
+        Await(node->AwaitView([&](const View& v) { return v.generation > formed->generation; },
+                              Deadline::AfterMs(10'000)));
+    ASSERT_TRUE(next.ok()) << next.status().ToString();
+    EXPECT_EQ(next->Ids(), (std::vector<NodeId>{1, 2}));
+  }
+}
+
 TEST_F(EtcdMembershipTest, BadOptionsAreRefused) {
   MembershipServiceOptions options;
   options.node_id = 1;
