@@ -1,34 +1,16 @@
 #include "bench/chaos/cluster.h"
 
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+
+#include "base/net/free_port.h"
 
 namespace rt::chaos {
 namespace {
 
 // The control port of a daemon in its own network namespace.
 constexpr uint16_t kNamespacePort = 7700;
-
-// A loopback port free at this moment (bound to port 0, then released).
-Result<uint16_t> FreePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return ErrnoStatus(errno, "socket for a free port");
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
-                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
-  const int err = errno;
-  ::close(fd);
-  if (!ok) return ErrnoStatus(err, "bind a free loopback port");
-  return ntohs(a.sin_port);
-}
 
 }  // namespace
 
@@ -45,7 +27,7 @@ Result<std::unique_ptr<LocalCluster>> LocalCluster::Create(ClusterOptions option
     if (cluster->options_.network != nullptr) {
       cluster->ports_[id] = kNamespacePort;
     } else {
-      ASSIGN_OR_RETURN(cluster->ports_[id], FreePort());
+      ASSIGN_OR_RETURN(cluster->ports_[id], net::FreeLoopbackPort());
     }
     std::error_code ec;
     std::filesystem::create_directories(cluster->StateDir(id), ec);

@@ -1,7 +1,5 @@
 #include "elastic/membership/local_etcd.h"
 
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -11,27 +9,12 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 
+#include "base/net/free_port.h"
 #include "base/net/http_client.h"
 #include "base/subprocess.h"
 
 namespace rt::elastic {
 namespace {
-
-// A loopback port free at the time of the call (the kernel's pick for port 0).
-Result<uint16_t> FreeLoopbackPort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return ErrnoStatus(errno, "socket for a free port");
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
-                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
-  const int err = errno;
-  ::close(fd);
-  if (!ok) return ErrnoStatus(err, "binding 127.0.0.1:0 for a free port");
-  return static_cast<uint16_t>(ntohs(a.sin_port));
-}
 
 // True when etcd on `port` answers a range request within 500 ms.
 bool Answers(uint16_t port) {
@@ -68,8 +51,8 @@ Result<std::unique_ptr<LocalEtcd>> LocalEtcd::Start(const std::string& dir) {
   std::filesystem::remove_all(dir, ec);
   std::filesystem::create_directories(dir, ec);
   if (ec) return Status(StatusCode::kIoError, "creating " + dir + ": " + ec.message());
-  ASSIGN_OR_RETURN(const uint16_t client_port, FreeLoopbackPort());
-  ASSIGN_OR_RETURN(const uint16_t peer_port, FreeLoopbackPort());
+  ASSIGN_OR_RETURN(const uint16_t client_port, net::FreeLoopbackPort());
+  ASSIGN_OR_RETURN(const uint16_t peer_port, net::FreeLoopbackPort());
   const std::string client = "http://127.0.0.1:" + std::to_string(client_port);
   const std::string peer = "http://127.0.0.1:" + std::to_string(peer_port);
   SpawnOptions o;

@@ -1,10 +1,7 @@
 // The local cluster of `ringtrain launch` and `ringtrain demo` (local_cluster.h).
 #include "tools/ringtrain/local_cluster.h"
 
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <csignal>
@@ -15,6 +12,7 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 
+#include "base/net/free_port.h"
 #include "base/subprocess.h"
 #include "daemon/control_api.h"
 
@@ -24,22 +22,6 @@ namespace {
 namespace asio = boost::asio;
 namespace fs = std::filesystem;
 using Json = nlohmann::json;
-
-// A loopback TCP port free at the time of the call (the kernel's pick for port 0).
-Result<uint16_t> FreeLoopbackPort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return ErrnoStatus(errno, "socket for a free port");
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
-                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
-  const int err = errno;
-  ::close(fd);
-  if (!ok) return ErrnoStatus(err, "binding 127.0.0.1:0 for a free port");
-  return static_cast<uint16_t>(ntohs(a.sin_port));
-}
 
 Status IoErrorStatus(std::string message) {
   return Status(StatusCode::kIoError, std::move(message));
@@ -85,7 +67,7 @@ Result<std::unique_ptr<LocalCluster>> LocalCluster::Start(LocalClusterOptions op
     if (o.base_port != 0) {
       cluster->ports_[id] = static_cast<uint16_t>(o.base_port + id - 1);
     } else {
-      ASSIGN_OR_RETURN(cluster->ports_[id], FreeLoopbackPort());
+      ASSIGN_OR_RETURN(cluster->ports_[id], net::FreeLoopbackPort());
     }
     RETURN_IF_ERROR(cluster->WriteNodeConfig(id));
   }
