@@ -705,7 +705,8 @@ awaitable<void> ServerImpl::HeartbeatLoop() {
 
 awaitable<void> ServerImpl::TickLoop() {
   asio::steady_timer timer(io_);
-  std::atomic<bool>* busy = new std::atomic<bool>(false);  // freed at the end of the loop
+  // Shared with the tick that may still run on the pool when the loop ends.
+  auto busy = std::make_shared<std::atomic<bool>>(false);
   while (!stopping_) {
     if (!busy->exchange(true))
       asio::post(peer_pool_, [this, busy] {
@@ -716,7 +717,6 @@ awaitable<void> ServerImpl::TickLoop() {
     auto [ec] = co_await timer.async_wait(asio::as_tuple(use_awaitable));
     (void)ec;
   }
-  // The pool may still run a tick that uses `busy`: leak it rather than race.
 }
 
 awaitable<void> ServerImpl::CollectLoop() {
