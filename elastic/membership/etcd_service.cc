@@ -161,6 +161,8 @@ class EtcdService final : public membership::ServiceBase {
       LOG_INFO("membership: node {} reaches etcd at {} again", options_.node_id,
                client_.endpoint());
     etcd_failing_ = false;
+    // This node's key is gone while its lease lives (deleted by hand): put it back next round.
+    if (registered_ && !leaving_ && !read->live.count(options_.node_id)) registered_ = false;
     Apply(*read);
     co_await ProposeView(std::move(*read));
   }
