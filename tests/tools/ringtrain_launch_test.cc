@@ -67,6 +67,52 @@ class LaunchTest : public ::testing::Test {
     return Json::parse(r.output, nullptr, /*allow_exceptions=*/false);
   }
 
+  // Starts `ringtrain launch ARGS --dir DIR/cluster` with its output in DIR/launch.out, waits
+  // (150 s at most) until it prints how to talk to the cluster, sets address_ from that line and
+  // returns the output; "" (with a test failure) when it does not.
+  std::string StartLaunch(std::vector<std::string> args) {
+    const fs::path out = dir_ / "launch.out";
+    SpawnOptions spawn;
+    spawn.argv = {RINGTRAIN_BIN, "launch", "--dir", (dir_ / "cluster").string()};
+    spawn.argv.insert(spawn.argv.end(), args.begin(), args.end());
+    spawn.env = EnvironmentWithout({});
+    spawn.stdout_path = out.string();
+    auto child = ChildProcess::Spawn(io_.get_executor(), spawn);
+    if (!child.ok()) {
+      ADD_FAILURE() << child.status().ToString();
+      return "";
+    }
+    launch_ = std::move(*child);
+    const Deadline ready = Deadline::AfterMs(150'000);
+    std::string text;
+    while (!ready.Expired() && text.find("talk to it:") == std::string::npos) {
+      std::this_thread::sleep_for(milliseconds(100));
+      text = ReadFile(out);
+    }
+    std::smatch m;
+    if (!std::regex_search(text, m, std::regex("--daemon (127\\.0\\.0\\.1:[0-9]+)"))) {
+      ADD_FAILURE() << "launch printed no --daemon line:\n" << text;
+      return "";
+    }
+    address_ = m[1];
+    return text;
+  }
+
+  // SIGTERM to launch; how it ended (waited for 90 s at most).
+  Result<ChildExit> StopLaunch() {
+    if (Status s = launch_->Signal(SIGTERM); !s.ok()) return s;
+    Result<ChildExit> exit = DeadlineExceeded("not waited");
+    asio::co_spawn(
+        io_,
+        [&]() -> asio::awaitable<void> {
+          exit = co_await launch_->Wait(Deadline::AfterMs(90'000));
+        },
+        asio::detached);
+    io_.run();
+    io_.restart();
+    return exit;
+  }
+
   fs::path dir_;
   asio::io_context io_;
   std::unique_ptr<ChildProcess> launch_;
@@ -75,26 +121,8 @@ class LaunchTest : public ::testing::Test {
 
 TEST_F(LaunchTest, ThreeNodesFormOneViewAndSigtermLeavesNoProcess) {
   const fs::path out = dir_ / "launch.out";
-  SpawnOptions spawn;
-  spawn.argv = {RINGTRAIN_BIN, "launch", "--nodes",     "3", "--dir", (dir_ / "cluster").string(),
-                "--timeout-s", "120",    "--restart-s", "1"};
-  spawn.env = EnvironmentWithout({});
-  spawn.stdout_path = out.string();
-  auto child = ChildProcess::Spawn(io_.get_executor(), spawn);
-  ASSERT_TRUE(child.ok()) << child.status().ToString();
-  launch_ = std::move(*child);
-
-  // launch prints how to talk to the cluster once the view has formed.
-  const Deadline ready = Deadline::AfterMs(150'000);
-  std::string text;
-  while (!ready.Expired() && text.find("talk to it:") == std::string::npos) {
-    std::this_thread::sleep_for(milliseconds(100));
-    text = ReadFile(out);
-  }
-  ASSERT_NE(text.find("talk to it:"), std::string::npos) << text;
-  std::smatch m;
-  ASSERT_TRUE(std::regex_search(text, m, std::regex("--daemon (127\\.0\\.0\\.1:[0-9]+)"))) << text;
-  address_ = m[1];
+  std::string text = StartLaunch({"--nodes", "3", "--timeout-s", "120", "--restart-s", "1"});
+  ASSERT_FALSE(text.empty());
   std::vector<pid_t> daemons;
   const std::regex node_line("node ([0-9]+)  pid ([0-9]+)");
   for (auto it = std::sregex_iterator(text.begin(), text.end(), node_line);
@@ -150,13 +178,7 @@ TEST_F(LaunchTest, ThreeNodesFormOneViewAndSigtermLeavesNoProcess) {
   }
   ASSERT_EQ(s["view"]["members"].size(), 3u) << s.dump(2);
 
-  ASSERT_TRUE(launch_->Signal(SIGTERM).ok());
-  Result<ChildExit> exit = DeadlineExceeded("not waited");
-  asio::co_spawn(
-      io_,
-      [&]() -> asio::awaitable<void> { exit = co_await launch_->Wait(Deadline::AfterMs(90'000)); },
-      asio::detached);
-  io_.run();
+  Result<ChildExit> exit = StopLaunch();
   ASSERT_TRUE(exit.ok()) << exit.status().ToString() << "\n" << ReadFile(out);
   EXPECT_TRUE(exit->ok()) << exit->Describe() << "\n" << ReadFile(out);
   EXPECT_NE(ReadFile(out).find("every daemon stopped"), std::string::npos) << ReadFile(out);
@@ -178,36 +200,14 @@ TEST_F(LaunchTest, EtcdMembershipForTheLocalCluster) {
   if (elastic::LocalEtcd::Binary().empty())
     GTEST_SKIP() << "etcd is not installed (Debian's etcd-server; tools/run setup installs it)";
   const fs::path out = dir_ / "launch.out";
-  SpawnOptions spawn;
-  spawn.argv = {
-      RINGTRAIN_BIN, "launch", "--nodes", "2", "--etcd", "--dir", (dir_ / "cluster").string()};
-  spawn.env = EnvironmentWithout({});
-  spawn.stdout_path = out.string();
-  auto child = ChildProcess::Spawn(io_.get_executor(), spawn);
-  ASSERT_TRUE(child.ok()) << child.status().ToString();
-  launch_ = std::move(*child);
-  const Deadline ready = Deadline::AfterMs(90'000);
-  std::string text;
-  while (!ready.Expired() && text.find("talk to it:") == std::string::npos) {
-    std::this_thread::sleep_for(milliseconds(100));
-    text = ReadFile(out);
-  }
-  std::smatch m;
-  ASSERT_TRUE(std::regex_search(text, m, std::regex("--daemon (127\\.0\\.0\\.1:[0-9]+)"))) << text;
-  address_ = m[1];
+  ASSERT_FALSE(StartLaunch({"--nodes", "2", "--etcd"}).empty());
   ProcessOutcome status = Ctl({"status"});
   ASSERT_EQ(status.exit_code, 0) << status.output;
   EXPECT_NE(status.output.find("members 1,2"), std::string::npos) << status.output;
   EXPECT_NE(status.output.find("membership: etcd http://127.0.0.1:"), std::string::npos)
       << status.output;
 
-  ASSERT_TRUE(launch_->Signal(SIGTERM).ok());
-  Result<ChildExit> exit = DeadlineExceeded("not waited");
-  asio::co_spawn(
-      io_,
-      [&]() -> asio::awaitable<void> { exit = co_await launch_->Wait(Deadline::AfterMs(60'000)); },
-      asio::detached);
-  io_.run();
+  Result<ChildExit> exit = StopLaunch();
   ASSERT_TRUE(exit.ok()) << exit.status().ToString();
   EXPECT_TRUE(exit->ok()) << exit->Describe() << "\n" << ReadFile(out);
   EXPECT_TRUE(ProcessesMentioning(dir_.string()).empty()) << "etcd and the daemons are gone";
