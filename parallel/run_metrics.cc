@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cmath>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -9,10 +10,21 @@
 
 namespace rt::parallel {
 
+RunMetrics::~RunMetrics() {
+  if (!writer_.joinable()) return;
+  {
+    std::lock_guard lock(mu_);
+    closing_ = true;
+  }
+  queued_.notify_one();
+  writer_.join();
+}
+
 Status RunMetrics::Open(const std::string& path, bool append) {
   if (path.empty()) return Status();
   out_.open(path, append ? std::ios::app : std::ios::trunc);
   if (!out_) return ErrnoStatus(errno, "open metrics file '" + path + "'");
+  writer_ = std::thread([this] { WriteLines(); });
   return Status();
 }
 
@@ -28,13 +40,35 @@ void RunMetrics::WriteStep(const StepStats& s, double tokens_per_s, bool fp16,
   if (fp16) line["loss_scale"] = s.loss_scale;
   if (!std::isfinite(s.grad_norm)) line["grad_norm"] = nullptr;
   if (!generation.empty()) line["generation"] = generation;
-  out_ << line.dump() << "\n" << std::flush;
+  Queue(line.dump());
 }
 
 void RunMetrics::WriteEval(int64_t step, double val_loss) {
   if (!out_.is_open()) return;
-  out_ << nlohmann::ordered_json({{"step", step}, {"val_loss", val_loss}}).dump() << "\n"
-       << std::flush;
+  Queue(nlohmann::ordered_json({{"step", step}, {"val_loss", val_loss}}).dump());
+}
+
+void RunMetrics::Queue(std::string line) {
+  line += '\n';
+  {
+    std::lock_guard lock(mu_);
+    lines_.push_back(std::move(line));
+  }
+  queued_.notify_one();
+}
+
+void RunMetrics::WriteLines() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    queued_.wait(lock, [this] { return closing_ || !lines_.empty(); });
+    if (lines_.empty()) return;  // closing, and every line is written
+    std::deque<std::string> batch;
+    batch.swap(lines_);
+    lock.unlock();
+    for (const std::string& line : batch) out_ << line;
+    out_ << std::flush;
+    lock.lock();
+  }
 }
 
 }  // namespace rt::parallel
