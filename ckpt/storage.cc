@@ -60,6 +60,10 @@ Result<std::shared_ptr<Storage>> OpenStorage(const std::string& uri,
     const std::string rest = uri.substr(kRingfs.size());
     const size_t slash = rest.find('/');
     const std::string authority = rest.substr(0, slash);
+    if (authority.empty())
+      return InvalidArgument("storage URI '" + uri +
+                             "': ringfs:///PATH names the embedded chunk store of the ringtraind "
+                             "that runs a job; elsewhere give ringfs://HOST:PORT/PATH");
     const size_t colon = authority.rfind(':');
     if (colon == std::string::npos || colon == 0)
       return InvalidArgument("storage URI '" + uri + "': expected ringfs://HOST:PORT/PATH");

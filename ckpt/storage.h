@@ -67,10 +67,11 @@ struct StorageOptions {
 
 // Opens a storage: "DIR" or "file:///DIR" (a POSIX folder, created if missing),
 // "ringfs://HOST:PORT/PATH" (a folder on a ringfsd cluster, through the iofs client, with
-// options.secret; connects with a 10 s deadline), "mem://NAME" (process memory: every
-// OpenStorage of the same NAME in one process shares the files, which live until the process
-// ends). Errors: InvalidArgument for a malformed URI, IoError/Unavailable when the folder or
-// server cannot be reached, Unauthenticated when the ringfsd requires a secret that `options`
+// options.secret; connects with a 10 s deadline; "ringfs:///PATH", a daemon's own chunk store,
+// is resolved by the daemon, daemon/embedded_store.h, and refused here), "mem://NAME" (process
+// memory: every OpenStorage of the same NAME in one process shares the files, which live until the
+// process ends). Errors: InvalidArgument for a malformed URI, IoError/Unavailable when the folder
+// or server cannot be reached, Unauthenticated when the ringfsd requires a secret that `options`
 // lacks or holds another one.
 Result<std::shared_ptr<Storage>> OpenStorage(const std::string& uri, const StorageOptions& options);
 // The same without a secret.

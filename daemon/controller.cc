@@ -12,6 +12,7 @@
 
 #include "base/log.h"
 #include "base/subprocess.h"
+#include "daemon/embedded_store.h"
 #include "daemon/node.h"
 #include "daemon/worker.h"
 #include "elastic/job.h"
@@ -24,9 +25,10 @@ constexpr auto kKillWait = std::chrono::seconds(10);
 constexpr auto kFarFuture = std::chrono::hours(24);
 
 // The run config a worker reads: the job's TOML without [job] and [elastic], with the plan's
-// micro-batch count. (toml++ writes it back; values keep their exact text representation.)
+// micro-batch count and a ringfs:/// ckpt.dir resolved to `store`, this node's chunk server.
+// (toml++ writes it back; values keep their exact text representation.)
 Result<std::string> WorkerRunConfig(const std::string& job_text, const std::string& source,
-                                    int micro_batches) {
+                                    int micro_batches, const std::string& store) {
   toml::table table;
   try {
     table = toml::parse(job_text, source);
@@ -39,6 +41,10 @@ Result<std::string> WorkerRunConfig(const std::string& job_text, const std::stri
   toml::table* train = table["train"].as_table();
   if (train == nullptr) return InvalidArgument(source + ": [train] is not a table");
   train->insert_or_assign("micro_batches", static_cast<int64_t>(micro_batches));
+  if (const toml::node* dir = table.at_path("ckpt.dir").node(); dir && dir->is_string()) {
+    ASSIGN_OR_RETURN(std::string resolved, ResolveLocalStore(**dir->as_string(), store));
+    table["ckpt"].as_table()->insert_or_assign("dir", resolved);
+  }
   std::ostringstream out;
   out << table << "\n";
   return out.str();
@@ -95,6 +101,7 @@ asio::awaitable<void> Node::ControlLoop() {
 asio::awaitable<void> Node::Reconcile() {
   const uint64_t self = static_cast<uint64_t>(config_.id);
   const elastic::View view = membership_->CurrentView();
+  if (view.Contains(self)) FollowViewInStore(view);
   if (!view.Contains(self)) {
     if (!workers_.empty()) co_await StopWorkers("this node is not in the view");
     running_.reset();
@@ -239,8 +246,8 @@ asio::awaitable<Status> Node::StartGeneration(const elastic::View& view, const C
   std::error_code ec;
   std::filesystem::create_directories(job_dir, ec);
   if (ec) co_return Status(StatusCode::kIoError, "create " + job_dir + ": " + ec.message());
-  CO_ASSIGN_OR_RETURN(std::string run_config,
-                      WorkerRunConfig(job.text, "job " + job.name, plan->micro_batches));
+  CO_ASSIGN_OR_RETURN(std::string run_config, WorkerRunConfig(job.text, "job " + job.name,
+                                                              plan->micro_batches, store_address_));
   CO_RETURN_IF_ERROR(WriteText(job_dir + "/run.toml", run_config));
   for (int r : mine) {
     Status spawned = SpawnWorker(*plan, r, key, job_dir, lead->rendezvous);

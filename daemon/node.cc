@@ -94,6 +94,7 @@ Status Node::Init() {
   store_options.secret = secret_;
   ASSIGN_OR_RETURN(rendezvous_, comm::TcpStoreServer::Start(store_options));
   rendezvous_address_ = config_.rendezvous_host + ":" + std::to_string(rendezvous_->port());
+  RETURN_IF_ERROR(StartStore());
 
   elastic::MembershipServiceOptions m;
   m.node_id = static_cast<elastic::NodeId>(config_.id);
@@ -144,6 +145,7 @@ Status Node::Stop(bool leave, Deadline deadline) {
   if (!thread_.joinable()) {  // Init failed before the io thread started
     StopWeb(deadline);
     if (membership_) (void)membership_->Shutdown(deadline);
+    if (store_) (void)store_->Shutdown(deadline);
     if (rendezvous_) rendezvous_->Stop();
     return Status();
   }
@@ -184,6 +186,7 @@ Status Node::Stop(bool leave, Deadline deadline) {
   StopWeb(deadline);
   if (membership_) note(membership_->Shutdown(deadline), "membership shutdown");
   if (server_) note(server_->Shutdown(deadline), "RPC server shutdown");
+  if (store_) note(store_->Shutdown(deadline), "chunk store shutdown");
   if (rendezvous_) rendezvous_->Stop();
   io_.stop();
   if (thread_.joinable()) thread_.join();
@@ -305,6 +308,9 @@ asio::awaitable<Result<Json>> Node::HandleSubmit(Json request) {
     co_return InvalidArgument(source + ": the job file is too large");
   // Refused here, before anything changes, when it does not parse.
   CO_ASSIGN_OR_RETURN(elastic::JobSpec spec, elastic::ParseJobSpec(text, source));
+  // A ringfs:/// ckpt.dir needs the daemons' embedded chunk stores (this one's, at least).
+  if (Result<std::string> dir = ResolveStoreUri(spec.run.ckpt.dir); !dir.ok())
+    co_return dir.status().WithContext(source + ": ckpt.dir");
   uint64_t id = 0;
   const int64_t at = UnixMs();
   StateChange change = [&](ClusterState* s) -> Result<bool> {
@@ -408,6 +414,17 @@ Json Node::LocalReport() const {
   if (http_)
     report["http"] = config_.http_listen.substr(0, config_.http_listen.rfind(':') + 1) +
                      std::to_string(http_port_);
+  if (store_) {
+    const iofs::ServerStats st = store_->Stats();
+    report["store"] = {{"address", store_address_},
+                       {"metadata_node", st.metadata_node},
+                       {"chunks", st.chunks},
+                       {"data_bytes", st.data_bytes}};
+    if (st.metadata_node)
+      report["store"].update({{"chains", st.chains},
+                              {"chains_degraded", st.chains_degraded},
+                              {"chains_stopped", st.chains_stopped}});
+  }
   if (last_checkpoint_)
     report["checkpoint"] = {{"step", last_checkpoint_->first}, {"uri", last_checkpoint_->second}};
   if (progress_)

@@ -33,6 +33,7 @@
 #include "daemon/web/progress_history.h"
 #include "daemon/worker_counters.h"
 #include "elastic/planner.h"
+#include "iofs/server.h"
 
 namespace rt::daemon {
 
@@ -143,6 +144,16 @@ class Node : public Daemon {
   void NoteWorkerCounters(const WorkerCounters& counters);
   // A worker process is started for `key`: counts a restart when this node ran the job before.
   void NoteWorkerStarted(const GenerationKey& key);
+  // The chunk-store metrics from the embedded store's counters (nothing without one).
+  void ObserveStore();
+
+  // The embedded chunk store ([store]; daemon/embedded_store.h).
+  // Starts it when node.toml has [store]. Errors: StoreServerOptions's and iofs::Server::Start's.
+  Status StartStore();
+  // Tells the store the members of `view` (its chains follow the views), once per view.
+  void FollowViewInStore(const elastic::View& view);
+  // `uri` with a ringfs:/// (this node's store) resolved (ResolveLocalStore).
+  Result<std::string> ResolveStoreUri(const std::string& uri) const;
 
   // controller.cc
   asio::awaitable<void> ControlLoop();
@@ -195,6 +206,10 @@ class Node : public Daemon {
   std::string rendezvous_address_;
   std::unique_ptr<elastic::MembershipService> membership_;
   std::shared_ptr<SnapshotService> snapshots_;  // the memory tier (its handlers: io thread)
+  std::unique_ptr<iofs::Server> store_;         // the embedded chunk store; null without [store]
+  std::string store_address_;                   // its "host:port" for clients; "" without one
+  uint64_t store_view_ = 0;                     // the view generation it was told last (io thread)
+  iofs::ServerStats store_seen_;                // its counters at the last ObserveStore
   uint16_t port_ = 0;
   std::atomic<bool> stopped_{false};
   MetricsRegistry metrics_registry_;

@@ -2,9 +2,7 @@
 
 #include <charconv>
 
-#include <toml++/toml.h>
-
-#include "base/file.h"
+#include "daemon/embedded_store.h"
 
 namespace rt::daemon {
 
@@ -47,6 +45,15 @@ void BindNodeKeys(NodeConfig* c, ConfigSchema* s) {
   s->String("auth.secret_file", &c->secret_file, "cluster secret file; \"\" = none");
   s->String("http.listen", &c->http_listen,
             "host:port for /metrics and the status page; \"\" = off, port 0 = any free port");
+  s->String("store.listen", &c->store_listen,
+            "host:port of this node's embedded chunk server; \"\" = no chunk store");
+  s->String("store.nodes", &c->store_nodes,
+            "every store node as ID@HOST:PORT,...; \"\" = this node alone");
+  s->Int("store.replication", &c->store_replication, 0, 3,
+         "replicas per chain; 0 = min(3, store nodes)");
+  s->Int("store.chains", &c->store_chains, 1, 4096, "replication chains");
+  s->Int("store.capacity_gib", &c->store_capacity_gib, 1, 1 << 20,
+         "most GiB of this node's chunk data files");
   s->Int("worker.stop_grace_ms", &c->stop_grace_ms, 0, 600'000,
          "SIGTERM to SIGKILL grace when workers are stopped, ms");
   s->String("worker.env", &c->worker_env, "extra NAME=value,... for the workers");
@@ -69,26 +76,8 @@ Result<std::pair<std::string, uint16_t>> SplitHostPort(std::string_view text,
 
 namespace {
 
-// Sections of node.toml that are designed (docs/daemon.md) but not built: refused with a clear
-// error instead of being ignored or called an unknown key.
-Status RejectUnbuiltSections(std::string_view text, const std::string& source) {
-  toml::table table;
-  try {
-    table = toml::parse(text, source);
-  } catch (const toml::parse_error&) {
-    return Status();  // ConfigFile reports syntax errors with their line
-  }
-  if (const toml::node* store = table.get("store")) {
-    return InvalidArgument(source + ":" + std::to_string(store->source().begin.line) +
-                           ": [store] (the embedded chunk store) is not supported yet by "
-                           "ringtraind; remove the section (run ringfsd for a chunk store)");
-  }
-  return Status();
-}
-
-Result<NodeConfig> ReadNodeConfig(std::string_view text, const ConfigFile& file) {
+Result<NodeConfig> ReadNodeConfig(const ConfigFile& file) {
   const std::string& source = file.source();
-  RETURN_IF_ERROR(RejectUnbuiltSections(text, source));
   NodeConfig config;
   ConfigSchema schema;
   BindNodeKeys(&config, &schema);
@@ -109,6 +98,8 @@ Result<NodeConfig> ReadNodeConfig(std::string_view text, const ConfigFile& file)
   }
   if (!config.http_listen.empty())
     RETURN_IF_ERROR(SplitHostPort(config.http_listen, source + ": http.listen").status());
+  if (!config.store_listen.empty())
+    RETURN_IF_ERROR(StoreServerOptions(config).status().WithContext(source));
   return config;
 }
 
@@ -116,14 +107,12 @@ Result<NodeConfig> ReadNodeConfig(std::string_view text, const ConfigFile& file)
 
 Result<NodeConfig> ParseNodeConfig(std::string_view text, const std::string& source) {
   ASSIGN_OR_RETURN(ConfigFile file, ConfigFile::Parse(text, source));
-  return ReadNodeConfig(text, file);
+  return ReadNodeConfig(file);
 }
 
 Result<NodeConfig> LoadNodeConfig(const std::string& path) {
   ASSIGN_OR_RETURN(ConfigFile file, ConfigFile::Load(path));
-  ASSIGN_OR_RETURN(std::vector<std::byte> bytes, ReadFileBytes(path));
-  return ReadNodeConfig(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()),
-                        file);
+  return ReadNodeConfig(file);
 }
 
 }  // namespace rt::daemon

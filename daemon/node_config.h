@@ -36,6 +36,15 @@ struct NodeConfig {
   // "host:port" of the HTTP listener for /metrics and the status page (docs/operations.md); "" =
   // none. Port 0 picks a free port (`ringctl status --json` shows it as the node's `http`).
   std::string http_listen;
+  // [store]: the embedded chunk store (daemon/embedded_store.h). "host:port" this node's chunk
+  // server binds; "" = none.
+  std::string store_listen;
+  // Every store node as "ID@HOST:PORT,..." (daemon ids; this node among them at its listen
+  // port); "" = this node alone. The smallest id is the metadata node (the file namespace).
+  std::string store_nodes;
+  int store_replication = 0;    // replicas per chain, 1-3; 0 = min(3, store nodes)
+  int store_chains = 8;         // replication chains (chunks are striped over them)
+  int store_capacity_gib = 64;  // most GiB of this node's data files
   // [worker]
   int stop_grace_ms = 2000;  // SIGTERM → SIGKILL grace when a generation's workers are stopped
   std::string worker_env;    // extra "NAME=value,NAME=value" for workers (e.g. OMP_NUM_THREADS=1)
@@ -51,8 +60,8 @@ void BindNodeKeys(NodeConfig* config, ConfigSchema* schema);
 
 // Parses node.toml text; `source` names it in errors. Errors: InvalidArgument naming the source,
 // line and key (unknown key, wrong type, out of range, a missing required key), a malformed
-// "host:port" in listen/advertise/seeds/http.listen, or a [store] section (the embedded chunk
-// store is not built yet: refused with a "not supported yet" error rather than ignored).
+// "host:port" in listen/advertise/seeds/http.listen, or a [store] section that
+// StoreServerOptions refuses.
 Result<NodeConfig> ParseNodeConfig(std::string_view text, const std::string& source);
 
 // Reads and parses a node.toml file. Errors: NotFound naming the path, and ParseNodeConfig's.

@@ -116,7 +116,9 @@ asio::awaitable<void> Node::RefreshLastCheckpoint() {
   if (!state.ok() || !state->job) co_return;
   Result<elastic::JobSpec> spec = elastic::ParseJobSpec(state->job->text, "job");
   if (!spec.ok() || spec->run.ckpt.dir.empty()) co_return;
-  const std::string dir = spec->run.ckpt.dir;
+  Result<std::string> resolved = ResolveStoreUri(spec->run.ckpt.dir);
+  if (!resolved.ok()) co_return;
+  const std::string dir = *resolved;
   // Storage calls block (a folder, or a ringfsd cluster): off the event loop. (co_spawn's
   // result must be default-constructible: a Status and the steps rather than a Result.)
   using Listing = std::pair<Status, std::vector<int64_t>>;
@@ -148,6 +150,7 @@ void Node::Observe() {
   metrics_.membership_generation->Get().Set(static_cast<double>(view.generation));
   metrics_.workers_running->Get().Set(static_cast<double>(workers_.size()));
   if (state.ok()) metrics_.job_epoch->Get().Set(static_cast<double>(state->epoch));
+  ObserveStore();
   if (!view.Contains(self) || stopping_) return;
 
   std::string line = "generation " + std::to_string(view.generation) + ", " +

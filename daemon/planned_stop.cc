@@ -246,7 +246,7 @@ asio::awaitable<Result<Json>> Node::HandleCheckpoints(Json) {
                       elastic::ParseJobSpec(state.job->text, "job " + state.job->name));
   if (spec.run.ckpt.dir.empty())
     co_return FailedPrecondition("job " + state.job->name + " has no ckpt.dir");
-  const std::string uri = spec.run.ckpt.dir;
+  CO_ASSIGN_OR_RETURN(const std::string uri, ResolveStoreUri(spec.run.ckpt.dir));
   // Storage I/O runs off the io thread. (std::optional: co_spawn's result must be
   // default-constructible, Result is not. The lambda is named and moved: GCC 12 destroys
   // temporaries of a co_await expression twice.)

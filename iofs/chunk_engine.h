@@ -63,6 +63,15 @@ struct EngineUsage {
   uint64_t data_bytes = 0;   // bytes of committed chunk data
 };
 
+// What the engine has read and written since it opened, for stats.
+struct EngineCounters {
+  uint64_t read_bytes = 0;     // chunk bytes delivered by reads that succeeded
+  uint64_t written_bytes = 0;  // chunk bytes of write batches that committed
+  uint64_t read_errors = 0;    // reads that failed (I/O error, checksum mismatch), not NotFound
+  uint64_t write_errors = 0;   // write batches that failed before their fdatasync
+  uint64_t sync_errors = 0;    // write batches whose fdatasync or metadata commit failed
+};
+
 // A read straight into caller memory that the caller submits itself (for example on an io_uring
 // of its own thread, ChunkEngine::PlanReadInto). The first four fields say what to read; the
 // rest is the engine's, to verify what landed.
@@ -140,6 +149,8 @@ class ChunkEngine {
 
   // Space accounting.
   virtual EngineUsage Usage() = 0;
+  // Bytes and failures of reads and writes since Open.
+  virtual EngineCounters Counters() = 0;
   // Reads and verifies every chunk and checks the allocator against the metadata (no slot held
   // twice, none outside a file). Returns the problems found, one line each (empty = clean).
   virtual std::vector<std::string> Check() = 0;

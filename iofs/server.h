@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,11 @@ struct ServerOptions {
   ReadPath read_path = ReadPath::kPoolDirect;
 };
 
+// Parses a node list "1@127.0.0.1:7600,2@10.0.0.2:7600". Errors: InvalidArgument naming `what`
+// (the key it came from) and the bad entry: not ID@HOST:PORT, an id of 0, a bad port, an id
+// given twice, an empty list.
+Result<std::vector<NodeEndpoint>> ParseNodeList(const std::string& text, const std::string& what);
+
 // Reads a node.toml. Errors name the file, line and key (base/config.h).
 Result<ServerOptions> LoadServerOptions(const std::string& path);
 // The embedded default: one local node (id 1) on 127.0.0.1:`port`, replication factor 1, data
@@ -79,6 +85,23 @@ struct ServerStats {
   uint64_t reads_on_io_thread = 0;
   // Shared-memory reads served by one pread per chunk.
   uint64_t reads_direct = 0;
+  // This node's chunk engine since it opened (EngineCounters): bytes read and written (replicas
+  // included) and failed reads, writes and fdatasyncs.
+  uint64_t read_bytes = 0;
+  uint64_t written_bytes = 0;
+  uint64_t read_errors = 0;
+  uint64_t write_errors = 0;
+  uint64_t sync_errors = 0;
+  // This node's disk: committed chunks, their bytes, and the bytes of its data files.
+  uint64_t chunks = 0;
+  uint64_t data_bytes = 0;
+  uint64_t file_bytes = 0;
+  // The metadata node's view of the chains (zero elsewhere): chains, and those with fewer
+  // serving members than home nodes (a replica down or still syncing) or none at all.
+  uint64_t chains = 0;
+  uint64_t chains_degraded = 0;
+  uint64_t chains_stopped = 0;
+  bool metadata_node = false;  // this node is the metadata node
 };
 
 // A running node. Thread-safe.
@@ -96,6 +119,11 @@ class Server {
   virtual Status Shutdown(Deadline deadline) = 0;
   // A snapshot of the counters above (for tests and stats).
   virtual ServerStats Stats() = 0;
+  // The membership the store's chains follow (ringtraind: the node ids of the ring's view). On
+  // the metadata node a node missing from `members` leaves its chains at once, as if it had
+  // missed every heartbeat, and heartbeats do not bring it back until it is in `members` again;
+  // other nodes ignore the call. Until the first call heartbeats alone decide.
+  virtual void SetMembers(const std::set<uint32_t>& members) = 0;
 };
 
 // The default port of the embedded server.

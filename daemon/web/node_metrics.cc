@@ -76,6 +76,10 @@ Result<NodeMetrics> RegisterNodeMetrics(MetricsRegistry& r) {
   ASSIGN_OR_RETURN(m.chunkstore_used_bytes,
                    r.AddGauge("ringtrain_chunkstore_used_bytes",
                               "Bytes of chunk data the embedded chunk server holds."));
+  ASSIGN_OR_RETURN(m.chunkstore_chains_degraded,
+                   r.AddGauge("ringtrain_chunkstore_chains_degraded",
+                              "Replication chains with a replica down or syncing (reported by "
+                              "the store's metadata node; 0 on the others)."));
   ASSIGN_OR_RETURN(
       m.comm_sent_bytes,
       r.AddCounter("ringtrain_comm_sent_bytes_total",

@@ -44,8 +44,9 @@ struct NodeMetrics {
   MetricFamily<Counter>* chunkstore_written_bytes;
   MetricFamily<Counter>* chunkstore_errors;  // {op}: read, write, sync
   MetricFamily<Gauge>* chunkstore_used_bytes;
-  MetricFamily<Counter>* comm_sent_bytes;      // {group}: by this node's workers
-  MetricFamily<Counter>* comm_received_bytes;  // {group}
+  MetricFamily<Gauge>* chunkstore_chains_degraded;  // the metadata node's count; 0 elsewhere
+  MetricFamily<Counter>* comm_sent_bytes;           // {group}: by this node's workers
+  MetricFamily<Counter>* comm_received_bytes;       // {group}
 };
 
 // Registers the catalogue in `registry` (build_info set to 1 for this version). Errors:

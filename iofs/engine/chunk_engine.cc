@@ -86,27 +86,56 @@ class ChunkEngineImpl final : public ChunkEngine {
 
   Status Init();
 
-  Status Write(std::span<const ChunkWrite> writes) override;
+  Status Write(std::span<const ChunkWrite> writes) override {
+    bool syncing = false;
+    const Status s = WriteChunks(writes, &syncing);
+    if (s.ok()) {
+      uint64_t bytes = 0;
+      for (const ChunkWrite& w : writes) bytes += w.data.size();
+      written_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+    } else {
+      (syncing ? sync_errors_ : write_errors_).fetch_add(1, std::memory_order_relaxed);
+    }
+    return s;
+  }
   Status Read(ChunkId id, uint64_t offset, uint64_t length, std::vector<std::byte>* out,
               ChunkInfo* info) override {
     out->clear();
-    return ReadVerified(id, offset, length, info,
-                        [out](const std::byte* data, size_t n) { out->assign(data, data + n); });
+    const Status s = ReadVerified(id, offset, length, info, [out](const std::byte* data, size_t n) {
+      out->assign(data, data + n);
+    });
+    CountRead(s, out->size());
+    return s;
   }
   Result<size_t> ReadInto(ChunkId id, uint64_t offset, std::span<std::byte> out,
                           ChunkInfo* info) override {
     size_t got = 0;
-    RETURN_IF_ERROR(ReadVerified(
+    const Status s = ReadVerified(
         id, offset, out.size(), info,
         [&](const std::byte* data, size_t n) {
           if (data != out.data()) std::memcpy(out.data(), data, n);
           got = n;
         },
-        out));
+        out);
+    CountRead(s, got);
+    RETURN_IF_ERROR(s);
     return got;
   }
   Result<PlannedRead> PlanReadInto(ChunkId id, uint64_t offset, std::span<std::byte> out) override;
-  Result<size_t> FinishReadInto(const PlannedRead& plan, int io_result) override;
+  Result<size_t> FinishReadInto(const PlannedRead& plan, int io_result) override {
+    Result<size_t> got = VerifyPlannedRead(plan, io_result);
+    CountRead(got.status(), got.ok() ? *got : 0);
+    return got;
+  }
+  EngineCounters Counters() override {
+    EngineCounters c;
+    c.read_bytes = read_bytes_.load(std::memory_order_relaxed);
+    c.written_bytes = written_bytes_.load(std::memory_order_relaxed);
+    c.read_errors = read_errors_.load(std::memory_order_relaxed);
+    c.write_errors = write_errors_.load(std::memory_order_relaxed);
+    c.sync_errors = sync_errors_.load(std::memory_order_relaxed);
+    return c;
+  }
   Result<ChunkInfo> Stat(ChunkId id) override {
     std::lock_guard lock(alloc_mu_);
     auto it = chunks_.find(id);
@@ -143,6 +172,12 @@ class ChunkEngineImpl final : public ChunkEngine {
   Status ReadVerified(ChunkId id, uint64_t offset, uint64_t length, ChunkInfo* info,
                       const std::function<void(const std::byte*, size_t)>& deliver,
                       std::span<std::byte> direct = {});
+  // Write's work; sets *syncing once the data is written and its fdatasync starts.
+  Status WriteChunks(std::span<const ChunkWrite> writes, bool* syncing);
+  // FinishReadInto's work: checks the transfer and the checksums of what landed.
+  Result<size_t> VerifyPlannedRead(const PlannedRead& plan, int io_result);
+  // Counts a read's outcome: its bytes, or a failure other than NotFound and OutOfRange.
+  void CountRead(const Status& s, uint64_t bytes);
   Status Commit(CommitRequest* request);
   void Apply(const CommitRequest& request);  // REQUIRES alloc_mu_
   Result<ChunkLocation> AllocateLocked(SizeClass size_class);
@@ -164,6 +199,12 @@ class ChunkEngineImpl final : public ChunkEngine {
   // also needs no planned read pinning a slot (planned reads pin under the shared lock).
   std::shared_timed_mutex reuse_mu_;
   std::atomic<int64_t> planned_reads_{0};
+
+  std::atomic<uint64_t> read_bytes_{0};  // Counters()
+  std::atomic<uint64_t> written_bytes_{0};
+  std::atomic<uint64_t> read_errors_{0};
+  std::atomic<uint64_t> write_errors_{0};
+  std::atomic<uint64_t> sync_errors_{0};
 
   std::mutex commit_mu_;
   std::condition_variable commit_cv_;
@@ -272,7 +313,7 @@ Result<ChunkLocation> ChunkEngineImpl::AllocateLocked(SizeClass c) {
   return loc;
 }
 
-Status ChunkEngineImpl::Write(std::span<const ChunkWrite> writes) {
+Status ChunkEngineImpl::WriteChunks(std::span<const ChunkWrite> writes, bool* syncing) {
   if (writes.empty()) return Status();
   {
     std::unordered_set<ChunkId> ids;
@@ -371,6 +412,7 @@ Status ChunkEngineImpl::Write(std::span<const ChunkWrite> writes) {
     return s;
   }
   // 3. Make the data durable before any metadata points at it.
+  *syncing = true;
   std::vector<IoOp> syncs;
   for (int f : touched_files) {
     IoOp op;
@@ -588,7 +630,15 @@ Result<PlannedRead> ChunkEngineImpl::PlanReadInto(ChunkId id, uint64_t offset,
   return plan;
 }
 
-Result<size_t> ChunkEngineImpl::FinishReadInto(const PlannedRead& plan, int io_result) {
+void ChunkEngineImpl::CountRead(const Status& s, uint64_t bytes) {
+  if (s.ok()) {
+    read_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  } else if (s.code() != StatusCode::kNotFound && s.code() != StatusCode::kOutOfRange) {
+    read_errors_.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+Result<size_t> ChunkEngineImpl::VerifyPlannedRead(const PlannedRead& plan, int io_result) {
   if (plan.io_length == 0) return size_t{0};
   planned_reads_.fetch_sub(1);  // the bytes are in the caller's memory now (or never will be)
   const ChunkId id = plan.info.id;

@@ -8,6 +8,8 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <thread>
 
 #include <boost/asio/as_tuple.hpp>
@@ -99,6 +101,7 @@ class ServerImpl final : public Server, public ChainTransport, public ChainRoute
   uint16_t port() const override { return rpc_ ? rpc_->port() : 0; }
   Status Shutdown(Deadline deadline) override;
   ServerStats Stats() override;
+  void SetMembers(const std::set<uint32_t>& members) override;
 
   // ChainTransport.
   void Send(const chain::Message& message) override;
@@ -258,7 +261,9 @@ class ServerImpl final : public Server, public ChainTransport, public ChainRoute
   std::unique_ptr<chain::ChainManager> manager_;  // metadata node only
   std::map<uint32_t, int> missed_;                // GUARDED_BY(manager_mu_)
   std::map<uint32_t, bool> up_;                   // GUARDED_BY(manager_mu_)
-  std::map<uint32_t, bool> ping_in_flight_;       // I/O thread only
+  // The membership set by SetMembers; nullopt: none set, heartbeats alone decide.
+  std::optional<std::set<uint32_t>> members_;  // GUARDED_BY(manager_mu_)
+  std::map<uint32_t, bool> ping_in_flight_;    // I/O thread only
 
   // Values this node sent to a remote chain head (WriteAt), kept while the write runs: the head's
   // forward back to this node names them (id, length and CRC32C) instead of carrying the bytes.
@@ -468,6 +473,30 @@ ServerStats ServerImpl::Stats() {
   stats.staged_forwards_resent = staged_forwards_resent_.load(std::memory_order_relaxed);
   stats.reads_on_io_thread = reads_on_io_thread_.load(std::memory_order_relaxed);
   stats.reads_direct = reads_direct_.load(std::memory_order_relaxed);
+  if (engine_) {
+    const EngineUsage usage = engine_->Usage();
+    stats.chunks = usage.chunks;
+    stats.data_bytes = usage.data_bytes;
+    stats.file_bytes = usage.file_bytes;
+    const EngineCounters counters = engine_->Counters();
+    stats.read_bytes = counters.read_bytes;
+    stats.written_bytes = counters.written_bytes;
+    stats.read_errors = counters.read_errors;
+    stats.write_errors = counters.write_errors;
+    stats.sync_errors = counters.sync_errors;
+  }
+  stats.metadata_node = is_meta();
+  if (is_meta()) {
+    std::lock_guard lock(manager_mu_);
+    stats.chains = manager_->chain_count();
+    for (size_t c = 0; c < manager_->chain_count(); ++c) {
+      int serving = 0;
+      for (const chain::Member& m : manager_->config(c).members)
+        serving += m.state == chain::MemberState::kServing;
+      if (serving == 0) ++stats.chains_stopped;
+      if (serving < static_cast<int>(manager_->home(c).size())) ++stats.chains_degraded;
+    }
+  }
   return stats;
 }
 
@@ -632,9 +661,10 @@ void ServerImpl::OnPing(uint32_t id, bool ok) {
   {
     std::lock_guard lock(manager_mu_);
     auto known = up_.find(id);
+    const bool outside = members_.has_value() && !members_->contains(id);
     if (ok) {
       missed_[id] = 0;
-      if (known == up_.end() || !known->second) {
+      if ((known == up_.end() || !known->second) && !outside) {
         up_[id] = true;
         LOG_INFO("node {} is up", id);
         changed = manager_->OnNodeUp(id);
@@ -644,6 +674,27 @@ void ServerImpl::OnPing(uint32_t id, bool ok) {
       LOG_WARN("node {} is down ({} missed heartbeats)", id, missed_[id]);
       changed = manager_->OnNodeDown(id);
     }
+    if (!changed.empty()) SaveManager();
+  }
+  Broadcast(changed);
+}
+
+void ServerImpl::SetMembers(const std::set<uint32_t>& members) {
+  if (!is_meta()) return;
+  std::vector<chain::ChainConfig> changed;
+  {
+    std::lock_guard lock(manager_mu_);
+    members_ = members;
+    std::set<chain::ChainId> touched;
+    for (const NodeEndpoint& n : options_.nodes) {
+      if (n.id == options_.self || members.contains(n.id)) continue;
+      auto known = up_.find(n.id);
+      if (known != up_.end() && !known->second) continue;
+      up_[n.id] = false;
+      LOG_WARN("node {} is down (not in the membership view)", n.id);
+      for (const chain::ChainConfig& c : manager_->OnNodeDown(n.id)) touched.insert(c.chain);
+    }
+    for (chain::ChainId c : touched) changed.push_back(manager_->config(c));
     if (!changed.empty()) SaveManager();
   }
   Broadcast(changed);

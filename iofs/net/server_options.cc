@@ -4,10 +4,8 @@
 #include "iofs/server.h"
 
 namespace rt::iofs {
-namespace {
 
-// Parses "1@127.0.0.1:7600,2@10.0.0.2:7600".
-Result<std::vector<NodeEndpoint>> ParseNodes(const std::string& text) {
+Result<std::vector<NodeEndpoint>> ParseNodeList(const std::string& text, const std::string& what) {
   std::vector<NodeEndpoint> nodes;
   std::string_view rest = text;
   while (!rest.empty()) {
@@ -17,23 +15,25 @@ Result<std::vector<NodeEndpoint>> ParseNodes(const std::string& text) {
     const size_t at = item.find('@');
     const size_t colon = item.rfind(':');
     if (at == std::string_view::npos || colon == std::string_view::npos || colon < at)
-      return InvalidArgument("cluster.nodes entry '" + std::string(item) + "' is not ID@HOST:PORT");
+      return InvalidArgument(what + " entry '" + std::string(item) + "' is not ID@HOST:PORT");
     NodeEndpoint n;
     uint32_t port = 0;
     auto r1 = std::from_chars(item.data(), item.data() + at, n.id);
     auto r2 = std::from_chars(item.data() + colon + 1, item.data() + item.size(), port);
     if (r1.ec != std::errc() || r1.ptr != item.data() + at || r2.ec != std::errc() ||
         r2.ptr != item.data() + item.size() || port > 65535 || n.id == 0)
-      return InvalidArgument("cluster.nodes entry '" + std::string(item) + "': bad id or port");
+      return InvalidArgument(what + " entry '" + std::string(item) + "': bad id or port");
     n.host = std::string(item.substr(at + 1, colon - at - 1));
     n.port = static_cast<uint16_t>(port);
     nodes.push_back(std::move(n));
   }
-  if (nodes.empty()) return InvalidArgument("cluster.nodes is empty");
+  if (nodes.empty()) return InvalidArgument(what + " is empty");
+  for (size_t i = 0; i < nodes.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      if (nodes[i].id == nodes[j].id)
+        return InvalidArgument(what + " names node " + std::to_string(nodes[i].id) + " twice");
   return nodes;
 }
-
-}  // namespace
 
 Result<ServerOptions> LoadServerOptions(const std::string& path) {
   ASSIGN_OR_RETURN(ConfigFile file, ConfigFile::Load(path));
@@ -67,7 +67,7 @@ Result<ServerOptions> LoadServerOptions(const std::string& path) {
   schema.Require("node.state");
   schema.Require("cluster.nodes");
   RETURN_IF_ERROR(schema.Read(file));
-  ASSIGN_OR_RETURN(o.nodes, ParseNodes(nodes));
+  ASSIGN_OR_RETURN(o.nodes, ParseNodeList(nodes, "cluster.nodes"));
   o.self = static_cast<uint32_t>(self);
   o.engine.chunk_size = static_cast<uint32_t>(chunk_size);
   o.engine.small_chunk_size = static_cast<uint32_t>(small);

@@ -3,6 +3,7 @@
 
 #include "daemon/cluster_state.h"
 #include "daemon/control_api.h"
+#include "daemon/embedded_store.h"
 #include "daemon/node_config.h"
 
 namespace rt::daemon {
@@ -101,14 +102,70 @@ TEST(NodeConfigTest, EtcdKeysAreOptionalAndChecked) {
   }
 }
 
-TEST(NodeConfigTest, StoreSectionIsRefusedAsNotSupportedYet) {
-  auto r = ParseNodeConfig(
-      "[node]\nid = 1\nstate_dir = \"/x\"\n\n[store]\nlisten = \"127.0.0.1:7701\"\n", "node.toml");
-  ASSERT_FALSE(r.ok());
-  const std::string error = r.status().ToString();
-  EXPECT_NE(error.find("node.toml:5"), std::string::npos) << error;
-  EXPECT_NE(error.find("[store]"), std::string::npos) << error;
-  EXPECT_NE(error.find("not supported yet"), std::string::npos) << error;
+TEST(NodeConfigTest, StoreKeysGiveTheChunkServerOptions) {
+  auto off = ParseNodeConfig("[node]\nid = 1\nstate_dir = \"/x\"\n", "node.toml");
+  ASSERT_TRUE(off.ok()) << off.status().ToString();
+  EXPECT_EQ(off->store_listen, "") << "no chunk store unless [store] listen is given";
+
+  // One node alone: its own endpoint, replication 1.
+  auto alone = ParseNodeConfig(
+      "[node]\nid = 4\nstate_dir = \"/x\"\n[store]\nlisten = \"0.0.0.0:7701\"\n", "node.toml");
+  ASSERT_TRUE(alone.ok()) << alone.status().ToString();
+  Result<iofs::ServerOptions> o = StoreServerOptions(*alone);
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_EQ(o->self, 4u);
+  EXPECT_EQ(o->state_dir, "/x/store");
+  EXPECT_EQ(o->listen_host, "0.0.0.0");
+  ASSERT_EQ(o->nodes.size(), 1u);
+  EXPECT_EQ(o->nodes[0].id, 4u);
+  EXPECT_EQ(o->nodes[0].host, "127.0.0.1");
+  EXPECT_EQ(o->nodes[0].port, 7701);
+  EXPECT_EQ(o->replication, 1);
+
+  // A cluster: replication 0 means min(3, nodes); the secret of [auth] protects it too.
+  auto four = ParseNodeConfig(
+      "[node]\nid = 2\nstate_dir = \"/x\"\n[auth]\nsecret_file = \"/s\"\n[store]\n"
+      "listen = \"10.0.0.2:7701\"\nnodes = \"1@10.0.0.1:7701,2@10.0.0.2:7701,3@10.0.0.3:7701,"
+      "4@10.0.0.4:7701\"\nchains = 16\ncapacity_gib = 2\n",
+      "node.toml");
+  ASSERT_TRUE(four.ok()) << four.status().ToString();
+  o = StoreServerOptions(*four);
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_EQ(o->nodes.size(), 4u);
+  EXPECT_EQ(o->replication, 3);
+  EXPECT_EQ(o->chains, 16);
+  EXPECT_EQ(o->engine.capacity_bytes, uint64_t{2} << 30);
+  EXPECT_EQ(o->secret_file, "/s");
+
+  const std::string head = "[node]\nid = 2\nstate_dir = \"/x\"\n[store]\n";
+  const std::pair<const char*, const char*> bad[] = {
+      {"listen = \"7701\"", "store.listen"},
+      {"listen = \"127.0.0.1:7701\"\nnodes = \"1@127.0.0.1:7701\"", "does not list this node"},
+      {"listen = \"127.0.0.1:7702\"\nnodes = \"2@127.0.0.1:7701\"", "port 7701"},
+      {"listen = \"127.0.0.1:0\"\nnodes = \"1@127.0.0.1:7701,2@127.0.0.1:0\"", "fixed port"},
+      {"listen = \"127.0.0.1:7701\"\nnodes = \"2@127.0.0.1:7701,2@127.0.0.1:7702\"", "twice"},
+      {"listen = \"127.0.0.1:7701\"\nnodes = \"2@127.0.0.1\"", "ID@HOST:PORT"},
+      {"listen = \"127.0.0.1:7701\"\nreplication = 2", "exceeds the 1 store node"},
+      {"listen = \"127.0.0.1:7701\"\nreplication = 4", "store.replication"},
+  };
+  for (const auto& [keys, want] : bad) {
+    auto r = ParseNodeConfig(head + keys + "\n", "node.toml");
+    ASSERT_FALSE(r.ok()) << keys;
+    const std::string error = r.status().ToString();
+    EXPECT_NE(error.find("node.toml"), std::string::npos) << error;
+    EXPECT_NE(error.find(want), std::string::npos) << keys << ": " << error;
+  }
+}
+
+TEST(EmbeddedStoreTest, ResolvesOnlyTheLocalStoreUri) {
+  EXPECT_EQ(*ResolveLocalStore("ringfs:///ckpt/run1", "10.0.0.2:7701"),
+            "ringfs://10.0.0.2:7701/ckpt/run1");
+  for (const char* other : {"/data/ckpt", "ringfs://h:1/ckpt", "mem://m", "file:///d", ""})
+    EXPECT_EQ(*ResolveLocalStore(other, ""), other);
+  Result<std::string> none = ResolveLocalStore("ringfs:///ckpt", "");
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(none.status().ToString().find("[store]"), std::string::npos);
 }
 
 ClusterState Sample() {

@@ -129,6 +129,7 @@ struct TinyJob {
   bool metrics = false;    // a [metrics] path: the folder's metrics.jsonl
   std::string optim;       // lines of an [optim] section; "" = none
   std::string ckpt_extra;  // more lines of [ckpt]
+  std::string ckpt_dir;    // ckpt.dir; "" = the folder's ckpt/
 };
 
 // The fixture: a folder with token data (PatternTokens) and the daemons started in it.
@@ -163,8 +164,8 @@ class LocalCluster : public ::testing::Test {
         << "[eval]\nevery = 0\n";
     if (!job.optim.empty()) out << "[optim]\n" << job.optim;
     if (job.metrics) out << "[metrics]\npath = \"" << (dir_ / "metrics.jsonl").string() << "\"\n";
-    out << "[ckpt]\ndir = \"" << (dir_ / "ckpt").string() << "\"\nevery = " << job.ckpt_every
-        << "\nasync = true\n"
+    out << "[ckpt]\ndir = \"" << (job.ckpt_dir.empty() ? (dir_ / "ckpt").string() : job.ckpt_dir)
+        << "\"\nevery = " << job.ckpt_every << "\nasync = true\n"
         << job.ckpt_extra;
     return path;
   }

@@ -74,7 +74,7 @@ TEST_F(DemoTest, EveryPhaseRunsAndNoProcessIsLeft) {
   ASSERT_TRUE(exit.ok()) << exit.status().ToString() << "\n" << out;
   EXPECT_TRUE(exit->ok()) << exit->Describe() << "\n" << out;
   const std::vector<std::string> phases = {
-      "== starting 4 ringtraind daemons on loopback",
+      "== starting 4 ringtraind daemons on loopback (1 CPU slot(s) each, and a chunk server each",
       "== 4 daemons formed one view; ringctl --daemon 127.0.0.1:",
       "== submitting s.toml: 300 steps, tp=1 pp=2",
       "   step ",
@@ -89,11 +89,13 @@ TEST_F(DemoTest, EveryPhaseRunsAndNoProcessIsLeft) {
       "   | node 1: recovery: ",
       "== waiting for the end (step 300)",
       "== the job finished at step 300",
-      "== stopping the 4 daemons",
-      "== ringckpt verify",
+      "== ringckpt verify of the newest checkpoint in the chunk store, ringfs://127.0.0.1:",
       "step 300: OK",
       "== ringckpt reshard of it offline to tp=2,pp=1,dp=1",
       "(tp=2,pp=1,dp=1,zero=0,sp=0,schedule=1f1b, 2 ranks)",
+      "== stopping the 4 daemons",
+      "== ringckpt verify of the resharded checkpoint",
+      "step 300: OK",
       "== ringckpt export",
       "== validation loss",
       "   | loss ",

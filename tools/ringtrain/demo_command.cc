@@ -67,7 +67,7 @@ Result<std::string> WriteJobFile(const DemoOptions& o) {
   section("data").insert_or_assign("dir", fs::absolute(o.data).string());
   section("eval").insert_or_assign("every", 0);
   section("metrics").insert_or_assign("path", "");
-  section("ckpt").insert_or_assign("dir", (fs::absolute(o.dir) / "ckpt").string());
+  section("ckpt").insert_or_assign("dir", "ringfs:///ckpt");  // the daemons' chunk stores
   section("ckpt").insert_or_assign("every", o.ckpt_every);
   section("ckpt").insert_or_assign("keep", 3);
   section("ckpt").insert_or_assign("async", true);
@@ -108,8 +108,8 @@ Status RunStory(const DemoOptions& o, LocalCluster& cluster, DemoWatch& watch) {
   ASSIGN_OR_RETURN(const std::string ringctl, FindTool("ringctl"));
   Phase(
       "submitting %s: %d steps, tp=%d pp=%d and data parallelism over the rest, a checkpoint "
-      "every %d steps in %s/ckpt",
-      fs::path(o.config).filename().c_str(), o.steps, o.tp, o.pp, o.ckpt_every, o.dir.c_str());
+      "every %d steps into the daemons' chunk store (ckpt.dir = \"ringfs:///ckpt\")",
+      fs::path(o.config).filename().c_str(), o.steps, o.tp, o.pp, o.ckpt_every);
   RETURN_IF_ERROR(RunTool({ringctl, "--daemon", cluster.Address(1), "--secret-file",
                            cluster.SecretFile(), "submit", job_file},
                           60));
@@ -176,22 +176,28 @@ Status RunStory(const DemoOptions& o, LocalCluster& cluster, DemoWatch& watch) {
   Phase("waiting for the end (step %d)", o.steps);
   ASSIGN_OR_RETURN(s, watch.Until("the job to finish", Finished, deadline));
   Phase("the job finished at step %d", o.steps);
-  return Status();
+
+  // The checkpoints live in the daemons' chunk stores: read them while the daemons serve.
+  ASSIGN_OR_RETURN(const std::string ringckpt, FindTool("ringckpt"));
+  const std::string ckpt = "ringfs://" + cluster.StoreAddress(1) + "/ckpt";
+  const std::string resharded = (fs::absolute(o.dir) / "ckpt_tp2").string();
+  Phase("ringckpt verify of the newest checkpoint in the chunk store, %s", ckpt.c_str());
+  RETURN_IF_ERROR(RunTool({ringckpt, "--secret-file", cluster.SecretFile(), "verify", ckpt}, 120));
+  std::error_code ec;
+  fs::remove_all(resharded, ec);
+  Phase("ringckpt reshard of it offline to tp=2,pp=1,dp=1 into the folder %s", resharded.c_str());
+  return RunTool({ringckpt, "--secret-file", cluster.SecretFile(), "reshard", ckpt, "--to",
+                  "tp=2,pp=1,dp=1", "--out", resharded},
+                 120);
 }
 
-// After the cluster: the checkpoint offline, the validation loss and a sample.
+// After the cluster: the resharded checkpoint, the validation loss and a sample.
 Status RunOffline(const DemoOptions& o) {
   ASSIGN_OR_RETURN(const std::string ringckpt, FindTool("ringckpt"));
-  const std::string ckpt = (fs::absolute(o.dir) / "ckpt").string();
   const std::string resharded = (fs::absolute(o.dir) / "ckpt_tp2").string();
   const std::string weights = (fs::absolute(o.dir) / "model.safetensors").string();
   const std::string val = (fs::absolute(o.data) / "val.bin").string();
-  Phase("ringckpt verify of the newest checkpoint in %s", ckpt.c_str());
-  RETURN_IF_ERROR(RunTool({ringckpt, "verify", ckpt}, 120));
-  fs::remove_all(resharded);
-  Phase("ringckpt reshard of it offline to tp=2,pp=1,dp=1 in %s, verified", resharded.c_str());
-  RETURN_IF_ERROR(
-      RunTool({ringckpt, "reshard", ckpt, "--to", "tp=2,pp=1,dp=1", "--out", resharded}, 120));
+  Phase("ringckpt verify of the resharded checkpoint in %s", resharded.c_str());
   RETURN_IF_ERROR(RunTool({ringckpt, "verify", resharded}, 120));
   Phase("ringckpt export of the resharded checkpoint to %s", weights.c_str());
   RETURN_IF_ERROR(RunTool({ringckpt, "export", resharded, "--out", weights}, 120));
@@ -214,14 +220,18 @@ Status RunDemo(const DemoOptions& o) {
                            " (node 1 is the seed the others join through)");
   std::error_code ec;
   fs::remove_all(fs::path(o.dir) / "ckpt", ec);  // the demo's own folders, from a run before
+  fs::remove_all(fs::path(o.dir) / "ckpt_tp2", ec);
   fs::remove_all(fs::path(o.dir) / "cluster", ec);
   LocalClusterOptions options;
   options.nodes = o.nodes;
   options.slots = o.slots;
   options.dir = (fs::path(o.dir) / "cluster").string();
+  options.store = true;  // every daemon runs a chunk server; the job checkpoints there
   ASSIGN_OR_RETURN(options.daemon_binary, FindTool("ringtraind"));
-  Phase("starting %d ringtraind daemons on loopback (%d CPU slot(s) each), state in %s", o.nodes,
-        o.slots, options.dir.c_str());
+  Phase(
+      "starting %d ringtraind daemons on loopback (%d CPU slot(s) each, and a chunk server each: "
+      "one store, replication %d), state in %s",
+      o.nodes, o.slots, std::min(3, o.nodes), options.dir.c_str());
   ASSIGN_OR_RETURN(std::unique_ptr<LocalCluster> cluster, LocalCluster::Start(options));
   DemoWatch watch(*cluster, o.steps);
   Status story = RunStory(o, *cluster, watch);

@@ -27,6 +27,8 @@ struct LaunchOptions {
   int restart_s = 2;
   // Keep the membership in an etcd started for the cluster (elastic/membership/local_etcd.h).
   bool etcd = false;
+  // Every daemon runs an embedded chunk server; together they form one store.
+  bool store = false;
 };
 
 // A daemon that ended on its own, and when launch starts it again (if it does).
@@ -82,6 +84,7 @@ Status RunLaunch(const LaunchOptions& opt) {
   options.slots = opt.slots;
   options.base_port = static_cast<uint16_t>(opt.base_port);
   options.dir = opt.dir;
+  options.store = opt.store;
   bool temporary = false;
   if (options.dir.empty()) {
     std::string pattern = (std::filesystem::temp_directory_path() / "ringtrain-launch-XXXXXX");
@@ -119,6 +122,11 @@ Status RunLaunch(const LaunchOptions& opt) {
     for (int id : cluster->RunningNodes())
       std::printf("  node %d  pid %d  %s  log %s\n", id, static_cast<int>(cluster->DaemonPid(id)),
                   cluster->Address(id).c_str(), cluster->LogPath(id).c_str());
+    if (opt.store)
+      std::printf(
+          "chunk store: every daemon serves one (node 1's at %s, the metadata node); a job "
+          "names it as ckpt.dir = \"ringfs:///ckpt\", tools as ringfs://%s/ckpt\n",
+          cluster->StoreAddress(1).c_str(), cluster->StoreAddress(1).c_str());
     std::printf(
         "talk to it:  %s --daemon %s --secret-file %s status\n"
         "submit a job: ... submit JOB.toml (see docs/daemon.md)\n"
@@ -175,6 +183,9 @@ void AddLaunchCommand(CLI::App& app, Action* action) {
   launch->add_flag("--etcd", o->etcd,
                    "keep the membership in an etcd started for the cluster (Debian's "
                    "etcd-server) instead of the ring's own protocol");
+  launch->add_flag("--store", o->store,
+                   "every daemon runs an embedded chunk server, together one replicated store "
+                   "(a job's ckpt.dir = \"ringfs:///PATH\"); ports after the control ports");
   launch->callback([=] { *action = [=] { return RunLaunch(*o); }; });
 }
 

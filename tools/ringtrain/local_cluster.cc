@@ -42,7 +42,8 @@ Result<std::unique_ptr<LocalCluster>> LocalCluster::Start(LocalClusterOptions op
     return InvalidArgument("--nodes must be 1..1000, not " + std::to_string(options.nodes));
   if (options.slots < 1 || options.slots > 1024)
     return InvalidArgument("--slots must be 1..1024, not " + std::to_string(options.slots));
-  if (options.base_port != 0 && options.base_port + options.nodes - 1 > 65535)
+  const int ports_per_node = options.store ? 2 : 1;
+  if (options.base_port != 0 && options.base_port + ports_per_node * options.nodes - 1 > 65535)
     return InvalidArgument("--base-port " + std::to_string(options.base_port) + " with " +
                            std::to_string(options.nodes) + " nodes goes past port 65535");
   if (options.dir.empty()) return InvalidArgument("local cluster: no state folder given");
@@ -66,11 +67,16 @@ Result<std::unique_ptr<LocalCluster>> LocalCluster::Start(LocalClusterOptions op
   for (int id = 1; id <= o.nodes; ++id) {
     if (o.base_port != 0) {
       cluster->ports_[id] = static_cast<uint16_t>(o.base_port + id - 1);
+      if (o.store)
+        cluster->store_ports_[id] = static_cast<uint16_t>(o.base_port + o.nodes + id - 1);
     } else {
       ASSIGN_OR_RETURN(cluster->ports_[id], net::FreeLoopbackPort());
+      if (o.store) {
+        ASSIGN_OR_RETURN(cluster->store_ports_[id], net::FreeLoopbackPort());
+      }
     }
-    RETURN_IF_ERROR(cluster->WriteNodeConfig(id));
   }
+  for (int id = 1; id <= o.nodes; ++id) RETURN_IF_ERROR(cluster->WriteNodeConfig(id));
   for (int id = 1; id <= o.nodes; ++id) RETURN_IF_ERROR(cluster->StartNode(id));
   return cluster;
 }
@@ -78,6 +84,11 @@ Result<std::unique_ptr<LocalCluster>> LocalCluster::Start(LocalClusterOptions op
 std::string LocalCluster::Address(int id) const {
   auto it = ports_.find(id);
   return "127.0.0.1:" + (it == ports_.end() ? std::string("0") : std::to_string(it->second));
+}
+
+std::string LocalCluster::StoreAddress(int id) const {
+  auto it = store_ports_.find(id);
+  return it == store_ports_.end() ? "" : "127.0.0.1:" + std::to_string(it->second);
 }
 
 std::string LocalCluster::SecretFile() const { return options_.dir + "/secret"; }
@@ -113,6 +124,14 @@ Status LocalCluster::WriteNodeConfig(int id) const {
       << "\"\n[auth]\nsecret_file = \"" << SecretFile()
       << "\"\n[worker]\nstop_grace_ms = " << options_.stop_grace_ms << "\nenv = \""
       << options_.worker_env << "\"\n";
+  if (options_.store) {
+    std::string nodes;
+    for (const auto& [n, port] : store_ports_)
+      nodes +=
+          (nodes.empty() ? "" : ",") + std::to_string(n) + "@127.0.0.1:" + std::to_string(port);
+    out << "[store]\nlisten = \"" << StoreAddress(id) << "\"\nnodes = \"" << nodes
+        << "\"\ncapacity_gib = 4\n";
+  }
   out.close();
   if (!out) return IoErrorStatus("writing " + path);
   return Status();

@@ -41,6 +41,10 @@ struct LocalClusterOptions {
   // "http://host:port": every node keeps its membership in this etcd ([cluster] etcd); "" = the
   // ring's own protocol.
   std::string etcd;
+  // Every daemon runs an embedded chunk server ([store]; all nodes form one store, replication
+  // min(3, nodes)): a job reaches it as ckpt.dir = "ringfs:///PATH". Store ports follow the
+  // control ports (base_port + nodes + i - 1), or are free ports.
+  bool store = false;
 };
 
 // A started local cluster. Destroying it SIGKILLs every daemon still running (their workers die
@@ -59,6 +63,8 @@ class LocalCluster {
 
   // "127.0.0.1:PORT" of node `id`'s control port.
   std::string Address(int id) const;
+  // "127.0.0.1:PORT" of node `id`'s chunk server ("" without options.store).
+  std::string StoreAddress(int id) const;
   // The cluster secret file (for `ringctl --secret-file`).
   std::string SecretFile() const;
   // Node `id`'s folder and its daemon's log.
@@ -110,6 +116,7 @@ class LocalCluster {
   LocalClusterOptions options_;
   boost::asio::io_context io_;
   std::map<int, uint16_t> ports_;
+  std::map<int, uint16_t> store_ports_;                   // chunk servers (options_.store)
   std::map<int, std::unique_ptr<ChildProcess>> daemons_;  // running daemons by node id
   std::shared_ptr<const net::ClusterSecret> secret_;
 };

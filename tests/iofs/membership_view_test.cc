@@ -1,0 +1,111 @@
+// Server::SetMembers (the embedded store's chains follow ringtraind's views): three ringfsd
+// servers in this process, RF=2 over 6 chains. Leaving node 3 out of the membership takes it out
+// of its chains at once although it still answers heartbeats, and heartbeats do not bring it
+// back while it is out; put back in, it resyncs and every chain serves with its home nodes again.
+// A file written while node 3 is out reads back whole afterwards, also through node 3. Only the
+// metadata node acts on the call.
+#include <functional>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "iofs/client.h"
+#include "iofs/server.h"
+#include "tests/iofs/io_util.h"
+#include "tests/iofs/process_util.h"
+#include "tests/iofs/test_util.h"
+
+namespace rt::iofs {
+namespace {
+
+using testing::Content;
+using testing::FreePort;
+using testing::Io;
+using testing::TempDir;
+
+Deadline Secs(int s) { return Deadline::After(std::chrono::seconds(s)); }
+
+std::unique_ptr<Server> StartNode(const std::string& dir, uint32_t self,
+                                  const std::vector<uint16_t>& ports) {
+  ServerOptions o;
+  o.self = self;
+  o.state_dir = dir + "/node" + std::to_string(self);
+  for (uint32_t id = 1; id <= ports.size(); ++id)
+    o.nodes.push_back(NodeEndpoint{id, "127.0.0.1", ports[id - 1]});
+  o.replication = 2;
+  o.chains = 6;
+  o.engine.chunk_size = 256 << 10;
+  o.engine.small_chunk_size = 65536;
+  o.engine.slots_per_file = 64;
+  o.engine.capacity_bytes = uint64_t{1} << 30;
+  o.tick_ms = 50;
+  o.heartbeat_ms = 100;
+  o.down_after = 10;
+  auto server = Server::Start(o);
+  EXPECT_TRUE(server.ok()) << server.status().ToString();
+  return server.ok() ? std::move(*server) : nullptr;
+}
+
+// Polls the metadata node's stats until `done` holds or `seconds` pass.
+bool WaitStats(Server& meta, int seconds, const std::function<bool(const ServerStats&)>& done) {
+  const Deadline deadline = Secs(seconds);
+  do {
+    if (done(meta.Stats())) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  } while (!deadline.Expired());
+  return false;
+}
+
+TEST(MembershipViewTest, ChainsFollowTheMembershipNotOnlyHeartbeats) {
+  TempDir dir("iofs-view");
+  const std::vector<uint16_t> ports = {FreePort(), FreePort(), FreePort()};
+  std::vector<std::unique_ptr<Server>> nodes;
+  for (uint32_t id = 1; id <= 3; ++id) {
+    nodes.push_back(StartNode(dir.path(), id, ports));
+    ASSERT_NE(nodes.back(), nullptr);
+  }
+  Server& meta = *nodes[0];
+  ASSERT_TRUE(meta.Stats().metadata_node);
+  ASSERT_FALSE(nodes[1]->Stats().metadata_node);
+  ASSERT_TRUE(WaitStats(meta, 10, [](const ServerStats& s) {
+    return s.chains == 6 && s.chains_degraded == 0;
+  })) << "the chains never all served";
+
+  // Only the metadata node acts on the membership.
+  nodes[1]->SetMembers({1, 2});
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(meta.Stats().chains_degraded, 0u);
+
+  // Node 3 out of the view: its chains lose it at once (RF=2 over 3 nodes: 4 of 6 hold it), and
+  // its answered heartbeats (5 per half second) do not bring it back.
+  meta.SetMembers({1, 2});
+  EXPECT_EQ(meta.Stats().chains_degraded, 4u);
+  EXPECT_EQ(meta.Stats().chains_stopped, 0u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  EXPECT_EQ(meta.Stats().chains_degraded, 4u) << "a heartbeat brought node 3 back";
+
+  Io io;
+  auto client = io.Run(Client::Connect("127.0.0.1", ports[1], Secs(10)));
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  const std::vector<std::byte> data = Content(7, 1, 1'500'000);
+  const std::span<const std::byte> bytes(data);
+  ASSERT_TRUE(io.Run((*client)->Create("/f", Secs(10))).ok());
+  Status wrote = io.Run((*client)->WriteParallel("/f", 0, bytes, 4, Secs(30)));
+  ASSERT_TRUE(wrote.ok()) << wrote.ToString();
+  ASSERT_TRUE(io.Run((*client)->Seal("/f", Secs(10))).ok());
+
+  // Back in the view: it resyncs what it missed and every chain serves with both home nodes.
+  meta.SetMembers({1, 2, 3});
+  ASSERT_TRUE(WaitStats(meta, 30, [](const ServerStats& s) { return s.chains_degraded == 0; }))
+      << "node 3's chains did not heal";
+  auto via3 = io.Run(Client::Connect("127.0.0.1", ports[2], Secs(10)));
+  ASSERT_TRUE(via3.ok()) << via3.status().ToString();
+  auto got = io.Run((*via3)->Read("/f", 0, data.size(), Secs(30)));
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_TRUE(*got == data) << "the file read through node 3 differs";
+  EXPECT_GT(meta.Stats().written_bytes + nodes[1]->Stats().written_bytes, data.size());
+  for (auto& n : nodes) EXPECT_TRUE(n->Shutdown(Secs(10)).ok());
+}
+
+}  // namespace
+}  // namespace rt::iofs
