@@ -29,8 +29,7 @@ Result<iofs::ServerOptions> StoreServerOptions(const NodeConfig& config) {
     if (me->port != listen.second)
       return InvalidArgument("store.nodes lists node " + std::to_string(self) + " at port " +
                              std::to_string(me->port) + " but store.listen '" +
-                             config.store_listen + "' binds port " +
-                             std::to_string(listen.second));
+                             config.store_listen + "' binds port " + std::to_string(listen.second));
     if (listen.second == 0 && o.nodes.size() > 1)
       return InvalidArgument("store.listen '" + config.store_listen +
                              "' needs a fixed port: the other store nodes reach this one there");

@@ -77,10 +77,7 @@ TEST_F(ClusterTest, TrainsAndRecoversFromKilledWorkersAndDaemons) {
   for (pid_t pid : orphans)
     EXPECT_TRUE(ExitsWithin(pid, milliseconds(10'000))) << "worker " << pid << " outlived node 3";
   s = WaitFor(1, "training on 2 nodes", [&](const Json& s) {
-    return Members(s) == 2 && Generation(s) != gen_before_daemon && Step(s) >= 1 &&
-           s["progress"]["generation"].get<std::string>().find(
-               "." + std::to_string(s["view"]["generation"].get<int64_t>()) + ".") !=
-               std::string::npos;
+    return Members(s) == 2 && Generation(s) != gen_before_daemon && Step(s) >= 1 && OfTheView(s);
   });
   seconds = std::chrono::duration<double>(MonoClock::now() - kill_at).count();
   std::printf("recovery after kill -9 of a daemon: %.2f s to the first step of generation %s\n",
@@ -95,11 +92,8 @@ TEST_F(ClusterTest, TrainsAndRecoversFromKilledWorkersAndDaemons) {
   Result<ChildExit> exit = WaitExit(2, milliseconds(30'000));
   ASSERT_TRUE(exit.ok()) << exit.status().ToString();
   EXPECT_TRUE(exit->ok()) << exit->Describe();
-  s = WaitFor(1, "training on node 1 alone", [&](const Json& s) {
-    return Members(s) == 1 && Step(s) >= 1 &&
-           Generation(s).find("." + std::to_string(s["view"]["generation"].get<int64_t>()) + ".") !=
-               std::string::npos;
-  });
+  s = WaitFor(1, "training on node 1 alone",
+              [&](const Json& s) { return Members(s) == 1 && Step(s) >= 1 && OfTheView(s); });
   seconds = std::chrono::duration<double>(MonoClock::now() - kill_at).count();
   std::printf("after SIGTERM of a daemon: %.2f s to the first step of generation %s\n", seconds,
               Generation(s).c_str());
@@ -173,9 +167,7 @@ TEST_F(ClusterTest, MembershipInEtcdRecoversFromAKilledDaemon) {
   const auto kill_at = MonoClock::now();
   ASSERT_TRUE(nodes_[3]->Signal(SIGKILL).ok());
   s = WaitFor(1, "training on 2 nodes", [&](const Json& s) {
-    return Members(s) == 2 && Generation(s) != before && Step(s) >= 1 &&
-           Generation(s).find("." + std::to_string(s["view"]["generation"].get<int64_t>()) + ".") !=
-               std::string::npos;
+    return Members(s) == 2 && Generation(s) != before && Step(s) >= 1 && OfTheView(s);
   });
   std::printf("etcd membership: kill -9 of a daemon, %.2f s to the first step of generation %s\n",
               std::chrono::duration<double>(MonoClock::now() - kill_at).count(),

@@ -278,6 +278,11 @@ class LocalCluster : public ::testing::Test {
   static std::string Generation(const Json& s) {
     return s.contains("progress") ? s["progress"]["generation"].get<std::string>() : "";
   }
+  // True when the status's progress is of a generation of its current view ("job.VIEW.epoch").
+  static bool OfTheView(const Json& s) {
+    return Generation(s).find("." + std::to_string(s["view"]["generation"].get<int64_t>()) + ".") !=
+           std::string::npos;
+  }
   static int64_t Step(const Json& s) {
     return s.contains("progress") ? s["progress"]["step"].get<int64_t>() : 0;
   }

@@ -189,10 +189,7 @@ DaemonKillCost MemoryTierCluster::KillADaemonAfterStep25(
   const auto kill_at = MonoClock::now();
   EXPECT_TRUE(nodes_[victim]->Signal(SIGKILL).ok());
   s = WaitFor(1, "training on 2 nodes", [&](const Json& s) {
-    return Members(s) == 2 && Generation(s) != gen_before && Step(s) >= 1 &&
-           s["progress"]["generation"].get<std::string>().find(
-               "." + std::to_string(s["view"]["generation"].get<int64_t>()) + ".") !=
-               std::string::npos;
+    return Members(s) == 2 && Generation(s) != gen_before && Step(s) >= 1 && OfTheView(s);
   });
   cost.seconds = std::chrono::duration<double>(MonoClock::now() - kill_at).count();
   for (int id = 1; id <= 3; ++id) {
@@ -292,9 +289,7 @@ TEST_F(MemoryTierCluster, TwoNodesAndAWitnessSurviveTheLossOfOne) {
   const std::string gen_before = Generation(s);
   ASSERT_TRUE(nodes_[2]->Signal(SIGKILL).ok());
   s = WaitFor(1, "training on node 1 alone in a view with the witness", [&](const Json& s) {
-    return Members(s) == 2 && Generation(s) != gen_before && Step(s) >= 1 &&
-           Generation(s).find("." + std::to_string(s["view"]["generation"].get<int64_t>()) + ".") !=
-               std::string::npos &&
+    return Members(s) == 2 && Generation(s) != gen_before && Step(s) >= 1 && OfTheView(s) &&
            WorkerPids(s, 1).size() == 2;
   });
   EXPECT_TRUE(WorkerPids(s, 3).empty()) << s.dump();
