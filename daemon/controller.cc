@@ -23,6 +23,9 @@ namespace {
 constexpr auto kReconcilePeriod = std::chrono::seconds(1);
 constexpr auto kKillWait = std::chrono::seconds(10);
 constexpr auto kFarFuture = std::chrono::hours(24);
+// How long a worker failure caused by a lost peer waits for the view without that peer's node
+// before it starts a new epoch (the ring reports a dead node within ~0.3-0.5 s).
+constexpr auto kPeerLossGrace = std::chrono::seconds(1);
 
 // The run config a worker reads: the job's TOML without [job] and [elastic], with the plan's
 // micro-batch count and a ringfs:/// ckpt.dir resolved to `store`, this node's chunk server.
@@ -356,11 +359,49 @@ asio::awaitable<void> Node::OnWorkerFailed(std::shared_ptr<Worker> worker, const
   const std::string what = "worker rank " + std::to_string(worker->rank) + " on node " +
                            std::to_string(config_.id) + " exited: " + exit.Describe();
   LOG_WARN("generation {}: {}", key.ToString(), what);
+  // A worker often fails because a node of its plan died (its peers see the connection close),
+  // at about the time the membership removes that node. The view change starts the next
+  // generation by itself; a new epoch on top of it would start yet another one. So the failure
+  // starts a generation only while the generation is this node's and the view still holds every
+  // node of its plan as the same process (the rule Reconcile keeps a generation going by).
+  auto superseded = [this, key, nodes = running_nodes_, members = running_members_] {
+    if (!running_ || *running_ != key) return true;
+    const elastic::View view = membership_->CurrentView();
+    for (const elastic::NodeSlots& n : nodes) {
+      uint64_t was = 0, now = 0;
+      for (const elastic::Member& m : members)
+        if (m.id == n.id) was = m.incarnation;
+      bool in_view = false;
+      for (const elastic::Member& m : view.members)
+        if (m.id == n.id) {
+          in_view = true;
+          now = m.incarnation;
+        }
+      if (!in_view || now != was) return true;
+    }
+    return false;
+  };
+  // A worker that lost a peer waits (at most kPeerLossGrace) for the view that removes the node.
+  if (exit.exited && exit.exit_code == kWorkerPeerLostExit) {
+    asio::steady_timer poll(io_);
+    for (const MonoTime until = MonoClock::now() + kPeerLossGrace;
+         !superseded() && !stopping_ && MonoClock::now() < until;) {
+      poll.expires_after(std::chrono::milliseconds(20));
+      co_await poll.async_wait(asio::as_tuple(asio::use_awaitable));
+    }
+  }
+  if (superseded()) {
+    LOG_INFO("generation {}: a newer generation or view supersedes it; no new epoch for {}",
+             key.ToString(), what);
+    Wake();
+    co_return;
+  }
   // A new epoch restarts every node's workers; only the first daemon to see a failure of this
   // generation bumps it (the others find the epoch already moved on).
   const int64_t at = UnixMs();
-  StateChange change = [key, what, at](ClusterState* st) -> Result<bool> {
+  StateChange change = [key, what, at, superseded](ClusterState* st) -> Result<bool> {
     if (!st->job || st->job->id != key.job || st->epoch != key.epoch) return false;
+    if (superseded()) return false;
     ++st->epoch;
     st->cause = {what, at};
     return true;

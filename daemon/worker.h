@@ -17,6 +17,10 @@ inline constexpr int kWorkerOrphanedExit = 75;
 // Exit status of a worker that stopped for a planned change (docs/daemon.md "Planned changes
 // lose nothing"): it saved the checkpoint of the step it stopped after, and rank 0 reported it.
 inline constexpr int kWorkerStoppedExit = 76;
+// Exit status of a worker whose training failed because another rank died or fell silent (comm's
+// PeerFailed): the cause is most likely on another node, whose loss the membership is about to
+// report (Node::OnWorkerFailed waits a moment for that view before it starts a new epoch).
+inline constexpr int kWorkerPeerLostExit = 77;
 
 // A worker's orders, given on its command line by its daemon.
 struct WorkerOptions {

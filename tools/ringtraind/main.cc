@@ -95,7 +95,7 @@ int main(int argc, char** argv) {
     rt::Status s = rt::daemon::RunWorker(worker, executable);
     if (!s.ok()) {
       LOG_ERROR("worker rank {}: {}", worker.train.rank, s.ToString());
-      return 1;
+      return s.code() == rt::StatusCode::kPeerFailed ? rt::daemon::kWorkerPeerLostExit : 1;
     }
     return 0;
   }
