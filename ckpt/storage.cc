@@ -77,8 +77,8 @@ Result<std::shared_ptr<Storage>> OpenStorage(const std::string& uri,
     std::string root = slash == std::string::npos ? "" : rest.substr(slash + 1);
     while (!root.empty() && root.back() == '/') root.pop_back();
     RETURN_IF_ERROR(internal::CheckPath(root, true).WithContext("storage URI '" + uri + "'"));
-    return internal::OpenRingfsStorage(host, static_cast<uint16_t>(port), root, uri,
-                                       options.secret);
+    return internal::OpenRingfsStorage(host, static_cast<uint16_t>(port), root, uri, options.secret,
+                                       options.connect_lazily);
   }
   std::string dir = uri;
   if (uri.starts_with(kFile)) {

@@ -63,6 +63,10 @@ struct StorageOptions {
   // The cluster secret proven to the ringfsd nodes of a ringfs:// URI (base/net/auth.h); null
   // (default): none, for a cluster that runs without one. The other schemes ignore it.
   std::shared_ptr<const net::ClusterSecret> secret = nullptr;
+  // A ringfs:// storage opens even when its cluster cannot be reached (its calls fail until it
+  // can; a worker with a memory tier trains on while the chunk store is down). Default: the
+  // open fails with Unavailable.
+  bool connect_lazily = false;
 };
 
 // Opens a storage: "DIR" or "file:///DIR" (a POSIX folder, created if missing),

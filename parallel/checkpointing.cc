@@ -313,9 +313,16 @@ Result<TrainerState> RunCheckpoints::Resume(const ckpt::StateShards& dest) {
   Result<std::vector<int64_t>> listed = ckpt::ListCommitted(*storage_);
   ASSIGN_OR_RETURN(const int64_t listed_everywhere,
                    Reduce(listed.ok() ? 1 : 0, comm::ReduceOp::kMin));
-  if (!listed.ok()) return listed.status().WithContext("resume: list the checkpoints in " + where);
-  if (listed_everywhere == 0)
-    return Unavailable("resume: another rank could not list the checkpoints in " + where);
+  if (listed_everywhere == 0) {
+    const Status why = listed.ok()
+                           ? Unavailable("another rank could not list the checkpoints in " + where)
+                           : listed.status().WithContext("list the checkpoints in " + where);
+    // With a memory tier the job goes on from its snapshots while the durable tier is out of
+    // reach (a chunk store whose metadata node is down); every rank decides alike.
+    if (memory_ == nullptr) return why.WithContext("resume");
+    LOG_WARN("resume: {}; resuming from the memory tier alone", why.ToString());
+    listed = std::vector<int64_t>();
+  }
   // The memory tier's snapshots join them; one that cannot be listed is only missed.
   std::vector<int64_t> memory_steps;
   if (memory_ != nullptr) {

@@ -192,6 +192,8 @@ Status RunWorker(const DistTrainOptions& o) {
   if (o.resume || config.ckpt.every > 0 || o.memory != nullptr) {
     ckpt::StorageOptions storage;
     storage.secret = secret;  // the cluster secret of a ringfs:// ckpt.dir
+    // With a memory tier, a chunk store out of reach fails the saves to it, not the run.
+    storage.connect_lazily = o.memory != nullptr;
     ASSIGN_OR_RETURN(checkpoints, RunCheckpoints::Create(config, DescribeLayout(layout),
                                                          world.get(), device, o.memory, storage));
   }

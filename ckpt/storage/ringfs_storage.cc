@@ -1,16 +1,20 @@
 // The ringfs backend: files on a ringfsd cluster through the iofs client. Writes go to
 // "<name>.tmp.<pid>.<n>" in chunk-sized requests, several in flight, and are sealed and renamed
 // over the final name on Commit; reads are ranged. One io_context thread runs the client; the
-// blocking calls here wait for it with a per-call deadline.
+// blocking calls here wait for it with a per-call deadline. A call that loses the connection (the
+// node or the metadata node behind it went away) drops the client; the next call connects again,
+// so a storage outlives a restart of the store's nodes.
 #include <unistd.h>
 
 #include <atomic>
+#include <mutex>
 #include <thread>
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 
 #include "base/deadline.h"
+#include "base/log.h"
 #include "base/net/frame_io.h"
 #include "ckpt/storage/backends.h"
 #include "iofs/client.h"
@@ -24,12 +28,26 @@ constexpr int kParallel = 8;              // chunk requests in flight
 
 Deadline CallDeadline() { return Deadline::After(kCallTimeout); }
 
-// The client and the thread that runs its io_context.
+// The client and the thread that runs its io_context; connects on demand.
 class Connection {
  public:
-  Connection() : work_(boost::asio::make_work_guard(io_)), thread_([this] { io_.run(); }) {}
+  // `connect_timeout` bounds each connect; after a failed one, calls fail at once with its error
+  // for kRetryAfter, so a cluster that is down costs a caller one timeout, not one per call.
+  Connection(std::string host, uint16_t port, iofs::ClientOptions options, std::string root,
+             std::string uri, std::chrono::milliseconds connect_timeout)
+      : work_(boost::asio::make_work_guard(io_)),
+        thread_([this] { io_.run(); }),
+        host_(std::move(host)),
+        port_(port),
+        options_(std::move(options)),
+        root_(std::move(root)),
+        uri_(std::move(uri)),
+        connect_timeout_(connect_timeout) {}
   ~Connection() {
-    client_.reset();
+    {
+      std::lock_guard lock(mu_);
+      client_.reset();
+    }
     work_.reset();
     io_.stop();
     thread_.join();
@@ -38,13 +56,62 @@ class Connection {
   T Run(boost::asio::awaitable<T> op) {
     return net::BlockOn<T>(io_.get_executor(), std::move(op));
   }
-  std::shared_ptr<iofs::Client>& client() { return client_; }
+  // The connected client, connecting first (and creating the root folder) when there is none.
+  // Errors: Unavailable or Unauthenticated naming the URI (iofs::Client::Connect), the mkdir's.
+  Result<std::shared_ptr<iofs::Client>> client() {
+    std::lock_guard lock(mu_);
+    if (client_) return client_;
+    if (!failed_.ok() && MonoClock::now() < retry_at_) return failed_;
+    Status s = Connect();
+    if (!s.ok()) {
+      failed_ = s;
+      retry_at_ = MonoClock::now() + kRetryAfter;
+      return s;
+    }
+    failed_ = Status();
+    return client_;
+  }
+  // Drops the client when `s` says its connection is gone (Unavailable, Aborted,
+  // DeadlineExceeded: a frame past its deadline closes the connection); returns `s`.
+  Status Check(Status s) {
+    const StatusCode c = s.code();
+    if (c == StatusCode::kUnavailable || c == StatusCode::kAborted ||
+        c == StatusCode::kDeadlineExceeded) {
+      std::lock_guard lock(mu_);
+      client_.reset();
+    }
+    return s;
+  }
 
  private:
+  static constexpr auto kRetryAfter = std::chrono::seconds(5);
+
+  // Connects and creates the root folder. REQUIRES mu_.
+  Status Connect() {
+    auto client =
+        Run(iofs::Client::Connect(host_, port_, Deadline::After(connect_timeout_), options_));
+    RETURN_IF_ERROR(client.status().WithContext("connect to " + uri_));
+    if (!root_.empty()) {
+      Status s = Run((*client)->Mkdir("/" + root_, CallDeadline()));
+      RETURN_IF_ERROR(s.WithContext("mkdir /" + root_ + " on " + uri_));
+    }
+    client_ = std::move(*client);
+    return Status();
+  }
+
   boost::asio::io_context io_;
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_;
   std::thread thread_;
-  std::shared_ptr<iofs::Client> client_;
+  const std::string host_;
+  const uint16_t port_;
+  const iofs::ClientOptions options_;
+  const std::string root_;
+  const std::string uri_;
+  const std::chrono::milliseconds connect_timeout_;
+  std::mutex mu_;
+  std::shared_ptr<iofs::Client> client_;  // GUARDED_BY(mu_); null: connect at the next call
+  Status failed_;                         // GUARDED_BY(mu_): the last connect's error
+  MonoTime retry_at_{};                   // GUARDED_BY(mu_): no connect before this
 };
 
 std::span<const std::byte> AsBytes(std::span<const uint8_t> s) {
@@ -56,7 +123,9 @@ class RingfsFileWriter : public StorageFileWriter {
   RingfsFileWriter(std::shared_ptr<Connection> conn, std::string tmp, std::string final_path)
       : conn_(std::move(conn)), tmp_(std::move(tmp)), final_(std::move(final_path)) {}
   ~RingfsFileWriter() override {
-    if (!committed_) (void)conn_->Run(conn_->client()->Remove(tmp_, CallDeadline()));
+    if (committed_) return;
+    Result<std::shared_ptr<iofs::Client>> client = conn_->client();
+    if (client.ok()) (void)conn_->Check(conn_->Run((*client)->Remove(tmp_, CallDeadline())));
   }
 
   Status Append(std::span<const uint8_t> bytes) override {
@@ -68,9 +137,10 @@ class RingfsFileWriter : public StorageFileWriter {
 
   Status Commit() override {
     RETURN_IF_ERROR(Flush());
-    auto& client = *conn_->client();
-    RETURN_IF_ERROR(conn_->Run(client.Seal(tmp_, CallDeadline())).WithContext("seal " + tmp_));
-    RETURN_IF_ERROR(conn_->Run(client.Rename(tmp_, final_, CallDeadline()))
+    ASSIGN_OR_RETURN(std::shared_ptr<iofs::Client> client, conn_->client());
+    RETURN_IF_ERROR(
+        conn_->Check(conn_->Run(client->Seal(tmp_, CallDeadline()))).WithContext("seal " + tmp_));
+    RETURN_IF_ERROR(conn_->Check(conn_->Run(client->Rename(tmp_, final_, CallDeadline())))
                         .WithContext("rename " + tmp_ + " to " + final_));
     committed_ = true;
     return Status();
@@ -84,8 +154,9 @@ class RingfsFileWriter : public StorageFileWriter {
     return Status();
   }
   Status Write(std::span<const uint8_t> bytes) {
-    Status s = conn_->Run(
-        conn_->client()->WriteParallel(tmp_, offset_, AsBytes(bytes), kParallel, CallDeadline()));
+    ASSIGN_OR_RETURN(std::shared_ptr<iofs::Client> client, conn_->client());
+    Status s = conn_->Check(conn_->Run(
+        client->WriteParallel(tmp_, offset_, AsBytes(bytes), kParallel, CallDeadline())));
     RETURN_IF_ERROR(s.WithContext("write " + tmp_ + " at " + std::to_string(offset_)));
     offset_ += bytes.size();
     return Status();
@@ -108,8 +179,9 @@ class RingfsStorage : public Storage {
     const std::string final_path = Abs(path);
     const std::string tmp = final_path + ".tmp." + std::to_string(::getpid()) + "." +
                             std::to_string(counter_.fetch_add(1));
-    auto created = conn_->Run(client().Create(tmp, CallDeadline()));
-    RETURN_IF_ERROR(created.status().WithContext("create " + tmp + " on " + uri_));
+    ASSIGN_OR_RETURN(std::shared_ptr<iofs::Client> client, conn_->client());
+    auto created = conn_->Run(client->Create(tmp, CallDeadline()));
+    RETURN_IF_ERROR(conn_->Check(created.status()).WithContext("create " + tmp + " on " + uri_));
     return std::unique_ptr<StorageFileWriter>(new RingfsFileWriter(conn_, tmp, final_path));
   }
 
@@ -123,9 +195,10 @@ class RingfsStorage : public Storage {
   Status ReadRange(const std::string& path, uint64_t offset, std::span<uint8_t> out) override {
     RETURN_IF_ERROR(CheckPath(path, false));
     std::span<std::byte> bytes(reinterpret_cast<std::byte*>(out.data()), out.size());
+    ASSIGN_OR_RETURN(std::shared_ptr<iofs::Client> client, conn_->client());
     auto got =
-        conn_->Run(client().ReadParallelInto(Abs(path), offset, bytes, kParallel, CallDeadline()));
-    RETURN_IF_ERROR(got.status().WithContext("read " + Name(path)));
+        conn_->Run(client->ReadParallelInto(Abs(path), offset, bytes, kParallel, CallDeadline()));
+    RETURN_IF_ERROR(conn_->Check(got.status()).WithContext("read " + Name(path)));
     if (*got != out.size()) {
       ASSIGN_OR_RETURN(uint64_t size, FileSize(path));
       return OutOfRange("file " + Name(path) + " is " + std::to_string(size) + " bytes: range [" +
@@ -137,10 +210,11 @@ class RingfsStorage : public Storage {
 
   Result<std::vector<std::string>> List(const std::string& dir) override {
     RETURN_IF_ERROR(CheckPath(dir, true));
-    auto listed = conn_->Run(client().List(Abs(dir), CallDeadline()));
+    ASSIGN_OR_RETURN(std::shared_ptr<iofs::Client> client, conn_->client());
+    auto listed = conn_->Run(client->List(Abs(dir), CallDeadline()));
     if (!listed.ok() && listed.status().code() == StatusCode::kNotFound)
       return std::vector<std::string>();
-    RETURN_IF_ERROR(listed.status().WithContext("list " + Name(dir)));
+    RETURN_IF_ERROR(conn_->Check(listed.status()).WithContext("list " + Name(dir)));
     std::vector<std::string> names;
     for (const iofs::FileStat& st : *listed)
       names.push_back(st.path.substr(st.path.rfind('/') + 1));
@@ -150,23 +224,25 @@ class RingfsStorage : public Storage {
 
   Result<uint64_t> FileSize(const std::string& path) override {
     RETURN_IF_ERROR(CheckPath(path, false));
-    auto st = conn_->Run(client().Stat(Abs(path), CallDeadline()));
+    ASSIGN_OR_RETURN(std::shared_ptr<iofs::Client> client, conn_->client());
+    auto st = conn_->Run(client->Stat(Abs(path), CallDeadline()));
     if (!st.ok() && st.status().code() == StatusCode::kNotFound)
       return NotFound("checkpoint file " + Name(path) + " does not exist");
-    RETURN_IF_ERROR(st.status().WithContext("stat " + Name(path)));
+    RETURN_IF_ERROR(conn_->Check(st.status()).WithContext("stat " + Name(path)));
     return st->size;
   }
 
   Status Remove(const std::string& path) override {
     RETURN_IF_ERROR(CheckPath(path, false));
-    auto st = conn_->Run(client().Stat(Abs(path), CallDeadline()));
+    ASSIGN_OR_RETURN(std::shared_ptr<iofs::Client> client, conn_->client());
+    auto st = conn_->Run(client->Stat(Abs(path), CallDeadline()));
     if (!st.ok() && st.status().code() == StatusCode::kNotFound) return Status();
-    RETURN_IF_ERROR(st.status().WithContext("stat " + Name(path)));
+    RETURN_IF_ERROR(conn_->Check(st.status()).WithContext("stat " + Name(path)));
     if (st->is_dir) {
       ASSIGN_OR_RETURN(std::vector<std::string> names, List(path));
       for (const std::string& name : names) RETURN_IF_ERROR(Remove(JoinPath(path, name)));
     }
-    Status s = conn_->Run(client().Remove(Abs(path), CallDeadline()));
+    Status s = conn_->Check(conn_->Run(client->Remove(Abs(path), CallDeadline())));
     if (s.code() == StatusCode::kNotFound) return Status();
     return s.WithContext("remove " + Name(path));
   }
@@ -174,14 +250,14 @@ class RingfsStorage : public Storage {
   Status RenameAtomic(const std::string& from, const std::string& to) override {
     RETURN_IF_ERROR(CheckPath(from, false));
     RETURN_IF_ERROR(CheckPath(to, false));
-    return conn_->Run(client().Rename(Abs(from), Abs(to), CallDeadline()))
+    ASSIGN_OR_RETURN(std::shared_ptr<iofs::Client> client, conn_->client());
+    return conn_->Check(conn_->Run(client->Rename(Abs(from), Abs(to), CallDeadline())))
         .WithContext("rename " + Name(from) + " to " + Name(to));
   }
 
   std::string uri() const override { return uri_; }
 
  private:
-  iofs::Client& client() { return *conn_->client(); }
   std::string Abs(const std::string& rel) const { return "/" + JoinPath(root_, rel); }
   std::string Name(const std::string& rel) const { return uri_ + "/" + rel; }
 
@@ -193,19 +269,20 @@ class RingfsStorage : public Storage {
 
 }  // namespace
 
-Result<std::shared_ptr<Storage>> OpenRingfsStorage(
-    const std::string& host, uint16_t port, const std::string& root, std::string uri,
-    std::shared_ptr<const net::ClusterSecret> secret) {
-  auto conn = std::make_shared<Connection>();
+Result<std::shared_ptr<Storage>> OpenRingfsStorage(const std::string& host, uint16_t port,
+                                                   const std::string& root, std::string uri,
+                                                   std::shared_ptr<const net::ClusterSecret> secret,
+                                                   bool connect_lazily) {
   iofs::ClientOptions options;
   options.secret = std::move(secret);
-  auto client = conn->Run(
-      iofs::Client::Connect(host, port, Deadline::After(std::chrono::seconds(10)), options));
-  RETURN_IF_ERROR(client.status().WithContext("connect to " + uri));
-  conn->client() = std::move(*client);
-  if (!root.empty()) {
-    Status s = conn->Run(conn->client()->Mkdir("/" + root, CallDeadline()));
-    RETURN_IF_ERROR(s.WithContext("mkdir /" + root + " on " + uri));
+  // Lazily: a storage with an alternative tier spends at most a second per try on a cluster
+  // that is down (connection refused is retried until the deadline: servers may be starting).
+  const std::chrono::milliseconds timeout =
+      connect_lazily ? std::chrono::seconds(1) : std::chrono::seconds(10);
+  auto conn = std::make_shared<Connection>(host, port, std::move(options), root, uri, timeout);
+  if (Result<std::shared_ptr<iofs::Client>> client = conn->client(); !client.ok()) {
+    if (!connect_lazily) return client.status();
+    LOG_WARN("{} (calls connect again; until then they fail)", client.status().ToString());
   }
   return std::shared_ptr<Storage>(new RingfsStorage(std::move(conn), root, std::move(uri)));
 }

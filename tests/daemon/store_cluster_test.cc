@@ -167,6 +167,40 @@ TEST_F(StoreClusterTest, CheckpointsLiveInTheDaemonsStoresAndSurviveAKilledDaemo
   std::printf("ringckpt verify through node 3:\n%s", verified->output.c_str());
 }
 
+// kill -9 of the store's metadata node (node 1, which also runs rank 0): the file namespace is
+// gone until it returns (docs/daemon.md), so saves fail while it is down; the job goes on from
+// the memory tier on nodes 2 and 3, and once node 1 is back the store serves and checkpoints
+// commit again.
+TEST_F(StoreClusterTest, LosingTheMetadataNodeLeavesTheMemoryTierToRecover) {
+  for (int id = 1; id <= 3; ++id) StartStoreNode(id);
+  WaitFor(1, "a view of 3 members", [](const Json& s) { return Members(s) == 3; });
+  TinyJob job;
+  job.ckpt_dir = "ringfs:///ckpt";
+  job.ckpt_extra = "memory_every = 1\nmax_failed_saves = 0\n";
+  ProcessOutcome submitted = Ctl({"submit", TinyJobFile(job)}, 2);
+  ASSERT_EQ(submitted.exit_code, 0) << submitted.output;
+  Json s = WaitFor(2, "training past a checkpoint in the store", [](const Json& s) {
+    return Step(s) >= 12 && s["nodes"][1].contains("checkpoint");
+  });
+  const std::string before = Generation(s);
+  const int64_t step_before = Step(s);
+  ASSERT_TRUE(nodes_[1]->Signal(SIGKILL).ok());
+  s = WaitFor(2, "training on nodes 2 and 3 without the metadata node", [&](const Json& s) {
+    return Members(s) == 2 && Generation(s) != before && Step(s) > step_before + 5 && OfTheView(s);
+  });
+  std::printf("without the metadata node: generation %s at step %lld\n", Generation(s).c_str(),
+              static_cast<long long>(Step(s)));
+  StartStoreNode(1);
+  s = WaitFor(2, "node 1 back and a newer checkpoint in the store", [&](const Json& s) {
+    for (const Json& n : s["nodes"])
+      if (n.contains("checkpoint") && n["checkpoint"]["step"].get<int64_t>() > step_before + 10)
+        return Members(s) == 3;
+    return false;
+  });
+  ProcessOutcome stopped = Ctl({"stop"}, 2);
+  EXPECT_EQ(stopped.exit_code, 0) << stopped.output;
+}
+
 // A job naming ringfs:/// on daemons without [store] is refused at submit, naming the key.
 TEST_F(StoreClusterTest, ALocalStoreUriNeedsAStore) {
   StartNode(1, 2);
