@@ -110,6 +110,12 @@ TEST_F(StoreClusterTest, CheckpointsLiveInTheDaemonsStoresAndSurviveAKilledDaemo
   EXPECT_GT(written, 0);
   EXPECT_GE(written, held) << "every byte held was written";
   EXPECT_GT(held, 0);
+  ProcessOutcome text = Ctl({"status"}, 2);
+  EXPECT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_NE(text.output.find("chunk store " + StoreAddress(1) + ": "), std::string::npos)
+      << text.output;
+  EXPECT_NE(text.output.find("metadata node: 6 chains, 0 degraded, 0 stopped"), std::string::npos)
+      << text.output;
   const std::string uri = s["nodes"][0]["checkpoint"]["uri"].get<std::string>();
   EXPECT_EQ(uri.rfind("ringfs://" + StoreAddress(1) + "/ckpt/", 0), 0u) << uri;
 

@@ -65,6 +65,15 @@ void PrintStatus(const Json& s) {
     for (const Json& w : n["workers"]) ranks += (ranks.empty() ? "" : ",") + w["rank"].dump();
     std::printf("node %-6s generation %s, ranks [%s]; %s\n", Text(n, "node").c_str(),
                 Text(n, "generation").c_str(), ranks.c_str(), Text(n, "plan").c_str());
+    if (!n.contains("store")) continue;
+    const Json& st = n["store"];
+    std::printf("            chunk store %s: %s chunks, %.1f MiB", Text(st, "address").c_str(),
+                Text(st, "chunks").c_str(), st.value("data_bytes", 0.0) / (1 << 20));
+    if (st.value("metadata_node", false))
+      std::printf("; metadata node: %s chains, %s degraded, %s stopped",
+                  Text(st, "chains").c_str(), Text(st, "chains_degraded").c_str(),
+                  Text(st, "chains_stopped").c_str());
+    std::printf("\n");
   }
 }
 
