@@ -70,9 +70,8 @@ void PrintStatus(const Json& s) {
     std::printf("            chunk store %s: %s chunks, %.1f MiB", Text(st, "address").c_str(),
                 Text(st, "chunks").c_str(), st.value("data_bytes", 0.0) / (1 << 20));
     if (st.value("metadata_node", false))
-      std::printf("; metadata node: %s chains, %s degraded, %s stopped",
-                  Text(st, "chains").c_str(), Text(st, "chains_degraded").c_str(),
-                  Text(st, "chains_stopped").c_str());
+      std::printf("; metadata node: %s chains, %s degraded, %s stopped", Text(st, "chains").c_str(),
+                  Text(st, "chains_degraded").c_str(), Text(st, "chains_stopped").c_str());
     std::printf("\n");
   }
 }
