@@ -284,6 +284,7 @@ Status CheckpointWriter::DropFailedCommit(int64_t step, Status failure) {
 
 Status CheckpointWriter::WaitCommitted(int64_t step) {
   const Deadline deadline = Deadline::AfterMs(options_.commit_timeout_ms);
+  const double start = MonoSeconds();
   for (;;) {
     auto latest = ReadLatest(*options_.storage);
     if (latest.ok() && latest->has_value() && (*latest)->front() >= step) return Status();
@@ -291,7 +292,7 @@ Status CheckpointWriter::WaitCommitted(int64_t step) {
       return DeadlineExceeded("checkpoint step " + std::to_string(step) + " on " +
                               options_.storage->uri() + " not committed by rank 0 within " +
                               std::to_string(options_.commit_timeout_ms) + " ms");
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::this_thread::sleep_for(PollInterval(MonoSeconds() - start));
   }
 }
 

@@ -2,7 +2,9 @@
 // commit). Internal to ckpt/.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <string>
@@ -24,6 +26,15 @@ struct SnapshotPiece {
   size_t offset = 0;  // in the snapshot
   size_t bytes = 0;
 };
+
+// How long a poll of the storage (rank 0 for the fragments, the other ranks of a synchronous save
+// for the commit) sleeps after `waited_s` seconds of waiting: an eighth of the wait so far,
+// between 1 and 20 ms, so that a short wait ends within a millisecond or two of what it waits for
+// and a long one costs at most 50 polls a second.
+inline std::chrono::microseconds PollInterval(double waited_s) {
+  const auto us = static_cast<int64_t>(waited_s * 1e6 / 8);
+  return std::chrono::microseconds(std::clamp<int64_t>(us, 1000, 20000));
+}
 
 struct CheckpointWriter::Job {
   int64_t step = 0;
