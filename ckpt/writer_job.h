@@ -17,13 +17,14 @@
 
 namespace rt::ckpt {
 
-// One planned piece with its bytes in the snapshot.
+// One planned piece and where its bytes are: in the snapshot, or (a synchronous save of host
+// shards) in the shard itself.
 struct SnapshotPiece {
   StateKind kind = StateKind::kParam;
   std::string name;
   DType dtype = DType::kF32;
   Region region;
-  size_t offset = 0;  // in the snapshot
+  const uint8_t* data = nullptr;  // not owned: the writer's snapshot or the caller's shard
   size_t bytes = 0;
 };
 
