@@ -1,12 +1,21 @@
 // The ringfs backend: files on a ringfsd cluster through the iofs client. Writes go to
-// "<name>.tmp.<pid>.<n>" in chunk-sized requests, several in flight, and are sealed and renamed
-// over the final name on Commit; reads are ranged. One io_context thread runs the client; the
-// blocking calls here wait for it with a per-call deadline.
+// "<name>.tmp.<pid>.<n>": appended bytes are copied into chunk-sized buffers, and each full
+// buffer is written at once, asynchronously, up to kInFlight of them in flight (as `ringfs bench`
+// keeps), while the caller goes on appending; Commit waits for them, then seals and renames over
+// the final name. The buffers lie in memory shared with the ringfsd when it runs on this host
+// (the iofs shared-memory path: only control messages cross the socket), else on the heap. Reads
+// are ranged. One io_context thread runs the client; the blocking calls here wait for it with a
+// per-call deadline.
 #include <unistd.h>
 
 #include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <exception>
+#include <mutex>
 #include <thread>
 
+#include <boost/asio/co_spawn.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 
@@ -19,8 +28,8 @@ namespace rt::ckpt::internal {
 namespace {
 
 constexpr auto kCallTimeout = std::chrono::seconds(120);
-constexpr size_t kWriteBatch = 32 << 20;  // bytes buffered before a parallel write
-constexpr int kParallel = 8;              // chunk requests in flight
+constexpr int kParallel = 8;   // chunk requests in flight for a ranged read
+constexpr int kInFlight = 16;  // chunk-sized writes in flight, shared by a storage's files
 
 Deadline CallDeadline() { return Deadline::After(kCallTimeout); }
 
@@ -38,6 +47,7 @@ class Connection {
   T Run(boost::asio::awaitable<T> op) {
     return net::BlockOn<T>(io_.get_executor(), std::move(op));
   }
+  boost::asio::io_context::executor_type executor() { return io_.get_executor(); }
   std::shared_ptr<iofs::Client>& client() { return client_; }
 
  private:
@@ -47,27 +57,72 @@ class Connection {
   std::shared_ptr<iofs::Client> client_;
 };
 
-std::span<const std::byte> AsBytes(std::span<const uint8_t> s) {
-  return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
-}
+// The buffers of the writes in flight: kInFlight chunk-sized slices of one allocation (shared
+// with the server, or heap). Thread-safe.
+class BufferPool {
+ public:
+  // `memory` is not owned (the client's shared region); `heap` is kept when it is the memory.
+  BufferPool(std::span<std::byte> memory, std::vector<std::byte> heap, size_t buffer_bytes)
+      : heap_(std::move(heap)) {
+    for (size_t at = 0; at + buffer_bytes <= memory.size(); at += buffer_bytes)
+      free_.push_back(memory.subspan(at, buffer_bytes));
+  }
+  // A free buffer, waiting for one until `deadline`. Errors: DeadlineExceeded.
+  Result<std::span<std::byte>> Acquire(Deadline deadline) {
+    std::unique_lock lock(mu_);
+    if (!cv_.wait_until(lock, deadline.when(), [&] { return !free_.empty(); }))
+      return DeadlineExceeded("no free ringfs write buffer by the deadline");
+    const std::span<std::byte> buffer = free_.back();
+    free_.pop_back();
+    return buffer;
+  }
+  void Release(std::span<std::byte> buffer) {
+    std::lock_guard lock(mu_);
+    free_.push_back(buffer);
+    cv_.notify_one();
+  }
+
+ private:
+  std::vector<std::byte> heap_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::span<std::byte>> free_;  // GUARDED_BY(mu_)
+};
 
 class RingfsFileWriter : public StorageFileWriter {
  public:
-  RingfsFileWriter(std::shared_ptr<Connection> conn, std::string tmp, std::string final_path)
-      : conn_(std::move(conn)), tmp_(std::move(tmp)), final_(std::move(final_path)) {}
+  RingfsFileWriter(std::shared_ptr<Connection> conn, std::shared_ptr<BufferPool> pool,
+                   std::string tmp, std::string final_path)
+      : conn_(std::move(conn)),
+        pool_(std::move(pool)),
+        tmp_(std::move(tmp)),
+        final_(std::move(final_path)) {}
   ~RingfsFileWriter() override {
+    // The writes in flight use the pool's buffers and this object: they must end first.
+    (void)Drain();
+    if (!current_.empty()) pool_->Release(current_);
     if (!committed_) (void)conn_->Run(conn_->client()->Remove(tmp_, CallDeadline()));
   }
 
   Status Append(std::span<const uint8_t> bytes) override {
-    if (buffer_.size() + bytes.size() > kWriteBatch) RETURN_IF_ERROR(Flush());
-    if (bytes.size() >= kWriteBatch) return Write(bytes);
-    buffer_.insert(buffer_.end(), bytes.begin(), bytes.end());
+    while (!bytes.empty()) {
+      RETURN_IF_ERROR(FirstError());
+      if (current_.empty()) {
+        ASSIGN_OR_RETURN(current_, pool_->Acquire(CallDeadline()));
+        filled_ = 0;
+      }
+      const size_t n = std::min(bytes.size(), current_.size() - filled_);
+      std::memcpy(current_.data() + filled_, bytes.data(), n);
+      filled_ += n;
+      bytes = bytes.subspan(n);
+      if (filled_ == current_.size()) Launch();
+    }
     return Status();
   }
 
   Status Commit() override {
-    RETURN_IF_ERROR(Flush());
+    if (filled_ > 0) Launch();
+    RETURN_IF_ERROR(Drain());
     auto& client = *conn_->client();
     RETURN_IF_ERROR(conn_->Run(client.Seal(tmp_, CallDeadline())).WithContext("seal " + tmp_));
     RETURN_IF_ERROR(conn_->Run(client.Rename(tmp_, final_, CallDeadline()))
@@ -77,25 +132,53 @@ class RingfsFileWriter : public StorageFileWriter {
   }
 
  private:
-  Status Flush() {
-    if (buffer_.empty()) return Status();
-    RETURN_IF_ERROR(Write(buffer_));
-    buffer_.clear();
-    return Status();
+  // Starts the write of the current buffer's filled bytes; the buffer returns to the pool when
+  // the write ends.
+  void Launch() {
+    const std::span<std::byte> buffer = current_;
+    const std::span<const std::byte> data = buffer.first(filled_);
+    const uint64_t offset = offset_;
+    offset_ += filled_;
+    current_ = {};
+    filled_ = 0;
+    {
+      std::lock_guard lock(mu_);
+      ++in_flight_;
+    }
+    boost::asio::co_spawn(
+        conn_->executor(), conn_->client()->Write(tmp_, offset, data, CallDeadline()),
+        [this, buffer, offset](std::exception_ptr e, Status s) {
+          if (e) s = Status(StatusCode::kInternal, "ringfs write threw an exception");
+          pool_->Release(buffer);
+          std::lock_guard lock(mu_);
+          if (!s.ok() && first_error_.ok())
+            first_error_ = s.WithContext("write " + tmp_ + " at " + std::to_string(offset));
+          --in_flight_;
+          cv_.notify_all();
+        });
   }
-  Status Write(std::span<const uint8_t> bytes) {
-    Status s = conn_->Run(
-        conn_->client()->WriteParallel(tmp_, offset_, AsBytes(bytes), kParallel, CallDeadline()));
-    RETURN_IF_ERROR(s.WithContext("write " + tmp_ + " at " + std::to_string(offset_)));
-    offset_ += bytes.size();
-    return Status();
+  // Waits for every write in flight; returns the first failure.
+  Status Drain() {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return in_flight_ == 0; });
+    return first_error_;
+  }
+  Status FirstError() {
+    std::lock_guard lock(mu_);
+    return first_error_;
   }
 
   std::shared_ptr<Connection> conn_;
+  std::shared_ptr<BufferPool> pool_;
   std::string tmp_, final_;
-  std::vector<uint8_t> buffer_;
-  uint64_t offset_ = 0;
+  std::span<std::byte> current_;  // the buffer being filled (empty: none)
+  size_t filled_ = 0;
+  uint64_t offset_ = 0;  // of the next write
   bool committed_ = false;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int in_flight_ = 0;   // GUARDED_BY(mu_)
+  Status first_error_;  // GUARDED_BY(mu_)
 };
 
 class RingfsStorage : public Storage {
@@ -110,7 +193,7 @@ class RingfsStorage : public Storage {
                             std::to_string(counter_.fetch_add(1));
     auto created = conn_->Run(client().Create(tmp, CallDeadline()));
     RETURN_IF_ERROR(created.status().WithContext("create " + tmp + " on " + uri_));
-    return std::unique_ptr<StorageFileWriter>(new RingfsFileWriter(conn_, tmp, final_path));
+    return std::unique_ptr<StorageFileWriter>(new RingfsFileWriter(conn_, Pool(), tmp, final_path));
   }
 
   Result<std::vector<uint8_t>> ReadFile(const std::string& path) override {
@@ -182,6 +265,22 @@ class RingfsStorage : public Storage {
 
  private:
   iofs::Client& client() { return *conn_->client(); }
+  // The write buffers, made at the first file written: shared with the server when it is on
+  // this host and accepts the mapping, else on the heap.
+  std::shared_ptr<BufferPool> Pool() {
+    std::lock_guard lock(pool_mu_);
+    if (pool_) return pool_;
+    const size_t chunk = client().chunk_size() ? client().chunk_size() : (4u << 20);
+    const size_t bytes = kInFlight * chunk;
+    if (conn_->Run(client().MapShared(bytes, CallDeadline())).ok()) {
+      pool_ = std::make_shared<BufferPool>(client().shared(), std::vector<std::byte>(), chunk);
+    } else {
+      std::vector<std::byte> heap(bytes);
+      const std::span<std::byte> memory = heap;
+      pool_ = std::make_shared<BufferPool>(memory, std::move(heap), chunk);
+    }
+    return pool_;
+  }
   std::string Abs(const std::string& rel) const { return "/" + JoinPath(root_, rel); }
   std::string Name(const std::string& rel) const { return uri_ + "/" + rel; }
 
@@ -189,6 +288,8 @@ class RingfsStorage : public Storage {
   const std::string root_;
   const std::string uri_;
   std::atomic<uint64_t> counter_{0};
+  std::mutex pool_mu_;
+  std::shared_ptr<BufferPool> pool_;  // GUARDED_BY(pool_mu_)
 };
 
 }  // namespace
