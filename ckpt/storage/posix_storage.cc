@@ -20,7 +20,7 @@ namespace {
 namespace fs = std::filesystem;
 
 // Appended bytes after which writeback of them is started (sync_file_range, not waited for).
-constexpr uint64_t kWritebackBytes = 8 << 20;
+constexpr uint64_t kWritebackBytes = 1 << 20;
 
 // Closes a file descriptor on scope exit.
 struct Fd {
