@@ -20,12 +20,14 @@ Status AbandonedError(int64_t step) {
                  " abandoned: another rank failed to write its part");
 }
 
-// Reads every rank's fragment of (run, step), polling until `deadline` or until `abandoned`.
+// Reads every rank's fragment of (run, step), polling (PollInterval) until `deadline` or until
+// `abandoned`.
 Result<std::vector<Fragment>> GatherFragments(Storage& storage, const std::string& dir,
                                               const std::string& run_id, int64_t step, int world,
                                               Deadline deadline,
                                               const std::atomic<bool>& abandoned) {
   std::vector<std::optional<Fragment>> got(static_cast<size_t>(world));
+  const double start = MonoSeconds();
   for (;;) {
     // One listing per poll; only fragments that appeared are read.
     ASSIGN_OR_RETURN(std::vector<std::string> names, storage.List(dir));
@@ -60,7 +62,7 @@ Result<std::vector<Fragment>> GatherFragments(Storage& storage, const std::strin
                               run_id + " from rank(s) " + ranks + " in " + storage.uri() + "/" +
                               dir + " by the deadline");
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::this_thread::sleep_for(PollInterval(MonoSeconds() - start));
   }
   std::vector<Fragment> out;
   for (auto& f : got) out.push_back(std::move(*f));

@@ -45,7 +45,7 @@ Status CheckpointWriter::Wait(Deadline deadline) {
       return DeadlineExceeded("checkpoint save of step " + std::to_string(job_->step) +
                               " still running at the deadline");
   }
-  job_->thread.join();
+  if (job_->thread.joinable()) job_->thread.join();
   last_save_ = {job_->step, job_->data_bytes + job_->manifest_bytes,
                 job_->finished - job_->started};
   Status s = job_->reported ? Status() : job_->status;
@@ -88,43 +88,62 @@ Status CheckpointWriter::Save(int64_t step, const StateShards& shards, std::stri
   job->step = step;
   job->started = MonoSeconds();
   job->engine_state = std::move(engine_state);
+  // A synchronous save of shards in host memory writes them as they are: the caller waits in
+  // Save until the commit, so they cannot change meanwhile. Otherwise the snapshot holds a copy.
+  const bool direct = !options_.async && std::all_of(shards.shards.begin(), shards.shards.end(),
+                                                     [](const TensorShard& s) {
+                                                       return s.view.device() == Device::kCpu;
+                                                     });
   size_t total = 0;
+  std::vector<size_t> offsets;  // in the snapshot
   for (const PlannedPiece& p : plan) {
     const TensorShard& s = shards.shards[p.shard];
+    const size_t esize = DTypeSize(s.dtype);
     SnapshotPiece sp;
     sp.kind = s.kind;
     sp.name = s.name;
     sp.dtype = s.dtype;
     sp.region = p.region;
-    sp.offset = total;
-    sp.bytes = static_cast<size_t>(p.end - p.begin) * DTypeSize(s.dtype);
+    sp.bytes = static_cast<size_t>(p.end - p.begin) * esize;
+    if (direct) sp.data = static_cast<const uint8_t*>(s.view.data()) + p.begin * esize;
+    offsets.push_back(total);
     total += sp.bytes;
     job->pieces.push_back(std::move(sp));
   }
-  if (snapshot_bytes_ < total) {
-    snapshot_.reset();
-    snapshot_.reset(new uint8_t[total]);
-    snapshot_bytes_ = total;
-  }
-  for (size_t i = 0; i < plan.size(); ++i) {
-    const PlannedPiece& p = plan[i];
-    const TensorShard& s = shards.shards[p.shard];
-    const size_t esize = DTypeSize(s.dtype);
-    const Tensor src(static_cast<std::byte*>(s.view.data()) + p.begin * esize, s.dtype,
-                     Shape{p.end - p.begin}, s.view.device());
-    const Tensor dst(snapshot_.get() + job->pieces[i].offset, s.dtype, Shape{p.end - p.begin});
-    RETURN_IF_ERROR(Copy(dst, src).WithContext("snapshot of " + s.name));
+  if (!direct) {
+    if (snapshot_bytes_ < total) {
+      snapshot_.reset();
+      snapshot_.reset(new uint8_t[total]);
+      snapshot_bytes_ = total;
+    }
+    for (size_t i = 0; i < plan.size(); ++i) {
+      const PlannedPiece& p = plan[i];
+      const TensorShard& s = shards.shards[p.shard];
+      const size_t esize = DTypeSize(s.dtype);
+      const Tensor src(static_cast<std::byte*>(s.view.data()) + p.begin * esize, s.dtype,
+                       Shape{p.end - p.begin}, s.view.device());
+      const Tensor dst(snapshot_.get() + offsets[i], s.dtype, Shape{p.end - p.begin});
+      RETURN_IF_ERROR(Copy(dst, src).WithContext("snapshot of " + s.name));
+      job->pieces[i].data = snapshot_.get() + offsets[i];
+    }
   }
   Job* raw = job.get();
   job_ = std::move(job);
-  raw->thread = std::thread([this, raw] {
+  auto run = [this, raw] {
     Status s = Run(*raw);
     raw->finished = MonoSeconds();
     std::lock_guard lock(raw->mu);
     raw->status = std::move(s);
     raw->done = true;
     raw->cv.notify_all();
-  });
+  };
+  // Without a snapshot the save runs on this thread: no deadline can return from Save while a
+  // background thread still reads the caller's shards.
+  if (direct) {
+    run();
+  } else {
+    raw->thread = std::thread(run);
+  }
   if (!options_.async) return Wait(Deadline::AfterMs(2 * options_.commit_timeout_ms + 60000));
   return Status();
 }
@@ -190,8 +209,7 @@ Status CheckpointWriter::WriteRankFiles(Job& job) {
     const size_t count = std::min(window, job.pieces.size() - first);
     auto encode = [&](size_t k) {
       const SnapshotPiece& p = job.pieces[first + k];
-      auto out = Encode(options_.codec, DTypeSize(p.dtype), {snapshot_.get() + p.offset, p.bytes},
-                        options_.zstd_level);
+      auto out = Encode(options_.codec, DTypeSize(p.dtype), {p.data, p.bytes}, options_.zstd_level);
       if (out.ok()) encoded[k] = std::move(*out);
       errors[k] = out.status();
     };
@@ -208,7 +226,7 @@ Status CheckpointWriter::WriteRankFiles(Job& job) {
     }
     for (size_t k = 0; k < count; ++k) {
       const SnapshotPiece& p = job.pieces[first + k];
-      std::span<const uint8_t> bytes(snapshot_.get() + p.offset, p.bytes);
+      std::span<const uint8_t> bytes(p.data, p.bytes);
       if (options_.codec != Codec::kNone) {
         RETURN_IF_ERROR(errors[k].WithContext("encode " + p.name));
         bytes = encoded[k];
@@ -284,6 +302,7 @@ Status CheckpointWriter::DropFailedCommit(int64_t step, Status failure) {
 
 Status CheckpointWriter::WaitCommitted(int64_t step) {
   const Deadline deadline = Deadline::AfterMs(options_.commit_timeout_ms);
+  const double start = MonoSeconds();
   for (;;) {
     auto latest = ReadLatest(*options_.storage);
     if (latest.ok() && latest->has_value() && (*latest)->front() >= step) return Status();
@@ -291,7 +310,7 @@ Status CheckpointWriter::WaitCommitted(int64_t step) {
       return DeadlineExceeded("checkpoint step " + std::to_string(step) + " on " +
                               options_.storage->uri() + " not committed by rank 0 within " +
                               std::to_string(options_.commit_timeout_ms) + " ms");
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::this_thread::sleep_for(PollInterval(MonoSeconds() - start));
   }
 }
 

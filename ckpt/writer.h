@@ -63,7 +63,7 @@ struct SaveFootprint {
 };
 
 // Saves checkpoints of one rank. Save and Wait from one thread; the background work runs on a
-// thread of its own.
+// thread of its own (a synchronous save without a snapshot: on the caller's thread).
 class CheckpointWriter {
  public:
   // Errors: InvalidArgument naming a bad option.
@@ -72,8 +72,11 @@ class CheckpointWriter {
   ~CheckpointWriter();
 
   // Copies the stored part of `shards` into a host snapshot now (waits for the previous save
-  // first and logs that it waited), then encodes, checksums and writes in the background.
-  // `engine_state` is opaque bytes (TrainerState::Serialize) recorded in the manifest by rank 0.
+  // first and logs that it waited), then encodes, checksums and writes in the background. A
+  // synchronous save (async = false) of shards that are all in host memory takes no snapshot:
+  // it encodes, checksums and writes them as they are, on the calling thread, and returns after
+  // the commit. `engine_state` is opaque bytes (TrainerState::Serialize) recorded in the
+  // manifest by rank 0.
   // Returns, without starting this save, the failure of the previous save if it failed (the
   // failure is reported once). Errors: InvalidArgument for malformed shards; those of copying.
   Status Save(int64_t step, const StateShards& shards, std::string engine_state);

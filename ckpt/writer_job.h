@@ -2,7 +2,9 @@
 // commit). Internal to ckpt/.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <string>
@@ -15,15 +17,25 @@
 
 namespace rt::ckpt {
 
-// One planned piece with its bytes in the snapshot.
+// One planned piece and where its bytes are: in the snapshot, or (a synchronous save of host
+// shards) in the shard itself.
 struct SnapshotPiece {
   StateKind kind = StateKind::kParam;
   std::string name;
   DType dtype = DType::kF32;
   Region region;
-  size_t offset = 0;  // in the snapshot
+  const uint8_t* data = nullptr;  // not owned: the writer's snapshot or the caller's shard
   size_t bytes = 0;
 };
+
+// How long a poll of the storage (rank 0 for the fragments, the other ranks of a synchronous save
+// for the commit) sleeps after `waited_s` seconds of waiting: an eighth of the wait so far,
+// between 1 and 20 ms, so that a short wait ends within a millisecond or two of what it waits for
+// and a long one costs at most 50 polls a second.
+inline std::chrono::microseconds PollInterval(double waited_s) {
+  const auto us = static_cast<int64_t>(waited_s * 1e6 / 8);
+  return std::chrono::microseconds(std::clamp<int64_t>(us, 1000, 20000));
+}
 
 struct CheckpointWriter::Job {
   int64_t step = 0;

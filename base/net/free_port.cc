@@ -5,22 +5,45 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <random>
 
 namespace rt::net {
+namespace {
 
-Result<uint16_t> FreeLoopbackPort() {
+// Ports tried first: below Linux's default ephemeral range (32768-60999), so that no outgoing
+// connection of this or another process is given the port between the check and its use.
+constexpr uint16_t kLowest = 20000;
+constexpr uint16_t kHighest = 32767;
+constexpr int kTries = 64;
+
+// Binds 127.0.0.1:`port` (0: the kernel picks) and releases it; returns the bound port, or 0
+// with errno set when the bind failed.
+uint16_t BindAndRelease(uint16_t port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return ErrnoStatus(errno, "socket for a free port");
+  if (fd < 0) return 0;
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(port);
   socklen_t len = sizeof(a);
   const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
                   ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
   const int err = errno;
   ::close(fd);
-  if (!ok) return ErrnoStatus(err, "binding 127.0.0.1:0 for a free port");
-  return static_cast<uint16_t>(ntohs(a.sin_port));
+  errno = err;
+  return ok ? static_cast<uint16_t>(ntohs(a.sin_port)) : 0;
+}
+
+}  // namespace
+
+Result<uint16_t> FreeLoopbackPort() {
+  thread_local std::mt19937 random(std::random_device{}());
+  std::uniform_int_distribution<int> pick(kLowest, kHighest);
+  for (int i = 0; i < kTries; ++i)
+    if (const uint16_t port = BindAndRelease(static_cast<uint16_t>(pick(random))); port != 0)
+      return port;
+  if (const uint16_t port = BindAndRelease(0); port != 0) return port;
+  return ErrnoStatus(errno, "binding 127.0.0.1:0 for a free port");
 }
 
 }  // namespace rt::net

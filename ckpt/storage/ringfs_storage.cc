@@ -1,15 +1,23 @@
 // The ringfs backend: files on a ringfsd cluster through the iofs client. Writes go to
-// "<name>.tmp.<pid>.<n>" in chunk-sized requests, several in flight, and are sealed and renamed
-// over the final name on Commit; reads are ranged. One io_context thread runs the client; the
-// blocking calls here wait for it with a per-call deadline. A call that loses the connection (the
-// node or the metadata node behind it went away) drops the client; the next call connects again,
-// so a storage outlives a restart of the store's nodes.
+// "<name>.tmp.<pid>.<n>": appended bytes are copied into chunk-sized buffers, and each full
+// buffer is written at once, asynchronously, up to kInFlight of them in flight (as `ringfs bench`
+// keeps), while the caller goes on appending; Commit waits for them, then seals and renames over
+// the final name. The buffers lie in memory shared with the ringfsd when it runs on this host
+// (the iofs shared-memory path: only control messages cross the socket), else on the heap. Reads
+// are ranged. One io_context thread runs the client; the blocking calls here wait for it with a
+// per-call deadline. A call that loses the connection (the node or the metadata node behind it
+// went away) drops the client and its buffers; the next call connects again, so a storage
+// outlives a restart of the store's nodes.
 #include <unistd.h>
 
 #include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <exception>
 #include <mutex>
 #include <thread>
 
+#include <boost/asio/co_spawn.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 
@@ -23,10 +31,48 @@ namespace rt::ckpt::internal {
 namespace {
 
 constexpr auto kCallTimeout = std::chrono::seconds(120);
-constexpr size_t kWriteBatch = 32 << 20;  // bytes buffered before a parallel write
-constexpr int kParallel = 8;              // chunk requests in flight
+constexpr int kParallel = 8;   // chunk requests in flight for a ranged read
+constexpr int kInFlight = 16;  // chunk-sized writes in flight, shared by a storage's files
 
 Deadline CallDeadline() { return Deadline::After(kCallTimeout); }
+
+// The buffers of the writes in flight: kInFlight chunk-sized slices of one allocation (shared
+// with the server, or heap). Thread-safe.
+class BufferPool {
+ public:
+  // `memory` is not owned (the client's shared region); `heap` is kept when it is the memory.
+  BufferPool(std::span<std::byte> memory, std::vector<std::byte> heap, size_t buffer_bytes)
+      : heap_(std::move(heap)) {
+    for (size_t at = 0; at + buffer_bytes <= memory.size(); at += buffer_bytes)
+      free_.push_back(memory.subspan(at, buffer_bytes));
+  }
+  // A free buffer, waiting for one until `deadline`. Errors: DeadlineExceeded.
+  Result<std::span<std::byte>> Acquire(Deadline deadline) {
+    std::unique_lock lock(mu_);
+    if (!cv_.wait_until(lock, deadline.when(), [&] { return !free_.empty(); }))
+      return DeadlineExceeded("no free ringfs write buffer by the deadline");
+    const std::span<std::byte> buffer = free_.back();
+    free_.pop_back();
+    return buffer;
+  }
+  void Release(std::span<std::byte> buffer) {
+    std::lock_guard lock(mu_);
+    free_.push_back(buffer);
+    cv_.notify_one();
+  }
+
+ private:
+  std::vector<std::byte> heap_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::span<std::byte>> free_;  // GUARDED_BY(mu_)
+};
+
+// A connected client and the write buffers that belong to it (its shared region, or the heap).
+struct ClientAndBuffers {
+  std::shared_ptr<iofs::Client> client;
+  std::shared_ptr<BufferPool> buffers;  // made at the first write (Connection::Buffers)
+};
 
 // The client and the thread that runs its io_context; connects on demand.
 class Connection {
@@ -46,6 +92,7 @@ class Connection {
   ~Connection() {
     {
       std::lock_guard lock(mu_);
+      buffers_.reset();
       client_.reset();
     }
     work_.reset();
@@ -55,6 +102,26 @@ class Connection {
   template <typename T>
   T Run(boost::asio::awaitable<T> op) {
     return net::BlockOn<T>(io_.get_executor(), std::move(op));
+  }
+  boost::asio::io_context::executor_type executor() { return io_.get_executor(); }
+  // The connected client with its write buffers, made now when it has none yet: shared with the
+  // server when it is on this host and accepts the mapping, else on the heap. Errors: client()'s.
+  Result<ClientAndBuffers> Buffers() {
+    ASSIGN_OR_RETURN(std::shared_ptr<iofs::Client> client, this->client());
+    std::lock_guard lock(mu_);
+    if (client_ == client && buffers_) return ClientAndBuffers{client, buffers_};
+    const size_t chunk = client->chunk_size() ? client->chunk_size() : (4u << 20);
+    const size_t bytes = kInFlight * chunk;
+    std::shared_ptr<BufferPool> pool;
+    if (Run(client->MapShared(bytes, CallDeadline())).ok()) {
+      pool = std::make_shared<BufferPool>(client->shared(), std::vector<std::byte>(), chunk);
+    } else {
+      std::vector<std::byte> heap(bytes);
+      const std::span<std::byte> memory = heap;
+      pool = std::make_shared<BufferPool>(memory, std::move(heap), chunk);
+    }
+    if (client_ == client) buffers_ = pool;
+    return ClientAndBuffers{client, pool};
   }
   // The connected client, connecting first (and creating the root folder) when there is none.
   // Errors: Unavailable or Unauthenticated naming the URI (iofs::Client::Connect), the mkdir's.
@@ -78,6 +145,7 @@ class Connection {
     if (c == StatusCode::kUnavailable || c == StatusCode::kAborted ||
         c == StatusCode::kDeadlineExceeded) {
       std::lock_guard lock(mu_);
+      buffers_.reset();
       client_.reset();
     }
     return s;
@@ -110,63 +178,110 @@ class Connection {
   const std::chrono::milliseconds connect_timeout_;
   std::mutex mu_;
   std::shared_ptr<iofs::Client> client_;  // GUARDED_BY(mu_); null: connect at the next call
+  std::shared_ptr<BufferPool> buffers_;   // GUARDED_BY(mu_): client_'s write buffers
   Status failed_;                         // GUARDED_BY(mu_): the last connect's error
   MonoTime retry_at_{};                   // GUARDED_BY(mu_): no connect before this
 };
 
-std::span<const std::byte> AsBytes(std::span<const uint8_t> s) {
-  return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
-}
-
 class RingfsFileWriter : public StorageFileWriter {
  public:
-  RingfsFileWriter(std::shared_ptr<Connection> conn, std::string tmp, std::string final_path)
-      : conn_(std::move(conn)), tmp_(std::move(tmp)), final_(std::move(final_path)) {}
+  // Writes through `io.client` (the one that created the file) and its buffers.
+  RingfsFileWriter(std::shared_ptr<Connection> conn, ClientAndBuffers io, std::string tmp,
+                   std::string final_path)
+      : conn_(std::move(conn)),
+        client_(std::move(io.client)),
+        pool_(std::move(io.buffers)),
+        tmp_(std::move(tmp)),
+        final_(std::move(final_path)) {}
   ~RingfsFileWriter() override {
-    if (committed_) return;
-    Result<std::shared_ptr<iofs::Client>> client = conn_->client();
-    if (client.ok()) (void)conn_->Check(conn_->Run((*client)->Remove(tmp_, CallDeadline())));
+    // The writes in flight use the pool's buffers and this object: they must end first.
+    (void)Drain();
+    if (!current_.empty()) pool_->Release(current_);
+    if (!committed_) (void)conn_->Check(conn_->Run(client_->Remove(tmp_, CallDeadline())));
   }
 
   Status Append(std::span<const uint8_t> bytes) override {
-    if (buffer_.size() + bytes.size() > kWriteBatch) RETURN_IF_ERROR(Flush());
-    if (bytes.size() >= kWriteBatch) return Write(bytes);
-    buffer_.insert(buffer_.end(), bytes.begin(), bytes.end());
+    while (!bytes.empty()) {
+      RETURN_IF_ERROR(FirstError());
+      if (current_.empty()) {
+        ASSIGN_OR_RETURN(current_, pool_->Acquire(CallDeadline()));
+        filled_ = 0;
+      }
+      const size_t n = std::min(bytes.size(), current_.size() - filled_);
+      std::memcpy(current_.data() + filled_, bytes.data(), n);
+      filled_ += n;
+      bytes = bytes.subspan(n);
+      if (filled_ == current_.size()) Launch();
+    }
     return Status();
   }
 
   Status Commit() override {
-    RETURN_IF_ERROR(Flush());
-    ASSIGN_OR_RETURN(std::shared_ptr<iofs::Client> client, conn_->client());
+    if (filled_ > 0) Launch();
+    RETURN_IF_ERROR(Drain());
     RETURN_IF_ERROR(
-        conn_->Check(conn_->Run(client->Seal(tmp_, CallDeadline()))).WithContext("seal " + tmp_));
-    RETURN_IF_ERROR(conn_->Check(conn_->Run(client->Rename(tmp_, final_, CallDeadline())))
+        conn_->Check(conn_->Run(client_->Seal(tmp_, CallDeadline()))).WithContext("seal " + tmp_));
+    RETURN_IF_ERROR(conn_->Check(conn_->Run(client_->Rename(tmp_, final_, CallDeadline())))
                         .WithContext("rename " + tmp_ + " to " + final_));
     committed_ = true;
     return Status();
   }
 
  private:
-  Status Flush() {
-    if (buffer_.empty()) return Status();
-    RETURN_IF_ERROR(Write(buffer_));
-    buffer_.clear();
-    return Status();
+  // Starts the write of the current buffer's filled bytes; the buffer returns to the pool when
+  // the write ends.
+  void Launch() {
+    const std::span<std::byte> buffer = current_;
+    const std::span<const std::byte> data = buffer.first(filled_);
+    const uint64_t offset = offset_;
+    offset_ += filled_;
+    current_ = {};
+    filled_ = 0;
+    {
+      std::lock_guard lock(mu_);
+      ++in_flight_;
+    }
+    boost::asio::co_spawn(conn_->executor(), client_->Write(tmp_, offset, data, CallDeadline()),
+                          [this, buffer, offset](std::exception_ptr e, Status s) {
+                            if (e)
+                              s = Status(StatusCode::kInternal, "ringfs write threw an exception");
+                            pool_->Release(buffer);
+                            std::lock_guard lock(mu_);
+                            if (!s.ok() && first_error_.ok())
+                              first_error_ =
+                                  s.WithContext("write " + tmp_ + " at " + std::to_string(offset));
+                            --in_flight_;
+                            cv_.notify_all();
+                          });
   }
-  Status Write(std::span<const uint8_t> bytes) {
-    ASSIGN_OR_RETURN(std::shared_ptr<iofs::Client> client, conn_->client());
-    Status s = conn_->Check(conn_->Run(
-        client->WriteParallel(tmp_, offset_, AsBytes(bytes), kParallel, CallDeadline())));
-    RETURN_IF_ERROR(s.WithContext("write " + tmp_ + " at " + std::to_string(offset_)));
-    offset_ += bytes.size();
-    return Status();
+  // Waits for every write in flight; returns the first failure (Connection::Check sees it here,
+  // on the caller's thread: the io thread must never wait for the connection's mutex).
+  Status Drain() {
+    Status first;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return in_flight_ == 0; });
+      first = first_error_;
+    }
+    return conn_->Check(first);
+  }
+  Status FirstError() {
+    std::lock_guard lock(mu_);
+    return first_error_;
   }
 
   std::shared_ptr<Connection> conn_;
+  std::shared_ptr<iofs::Client> client_;  // before pool_: its shared region outlives the pool
+  std::shared_ptr<BufferPool> pool_;
   std::string tmp_, final_;
-  std::vector<uint8_t> buffer_;
-  uint64_t offset_ = 0;
+  std::span<std::byte> current_;  // the buffer being filled (empty: none)
+  size_t filled_ = 0;
+  uint64_t offset_ = 0;  // of the next write
   bool committed_ = false;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int in_flight_ = 0;   // GUARDED_BY(mu_)
+  Status first_error_;  // GUARDED_BY(mu_)
 };
 
 class RingfsStorage : public Storage {
@@ -179,10 +294,11 @@ class RingfsStorage : public Storage {
     const std::string final_path = Abs(path);
     const std::string tmp = final_path + ".tmp." + std::to_string(::getpid()) + "." +
                             std::to_string(counter_.fetch_add(1));
-    ASSIGN_OR_RETURN(std::shared_ptr<iofs::Client> client, conn_->client());
-    auto created = conn_->Run(client->Create(tmp, CallDeadline()));
+    ASSIGN_OR_RETURN(ClientAndBuffers io, conn_->Buffers());
+    auto created = conn_->Run(io.client->Create(tmp, CallDeadline()));
     RETURN_IF_ERROR(conn_->Check(created.status()).WithContext("create " + tmp + " on " + uri_));
-    return std::unique_ptr<StorageFileWriter>(new RingfsFileWriter(conn_, tmp, final_path));
+    return std::unique_ptr<StorageFileWriter>(
+        new RingfsFileWriter(conn_, std::move(io), tmp, final_path));
   }
 
   Result<std::vector<uint8_t>> ReadFile(const std::string& path) override {

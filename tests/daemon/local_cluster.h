@@ -25,6 +25,7 @@
 #include <boost/asio/io_context.hpp>
 #include <gtest/gtest.h>
 
+#include "base/net/free_port.h"
 #include "base/process.h"
 #include "base/subprocess.h"
 #include "daemon/control_api.h"
@@ -72,17 +73,11 @@ inline WorkerLayout ReadWorkerLayout(const std::filesystem::path& log_path) {
   return {};
 }
 
-// A loopback port that was free a moment ago.
+// A loopback port that was free a moment ago (net::FreeLoopbackPort); 0 when none was.
 inline uint16_t FreePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
+  Result<uint16_t> port = net::FreeLoopbackPort();
+  EXPECT_TRUE(port.ok()) << port.status().ToString();
+  return port.ok() ? *port : 0;
 }
 
 // True when `pid` (any process) exits within `timeout`, seen through a pidfd.

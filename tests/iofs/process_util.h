@@ -13,23 +13,16 @@
 #include <string>
 #include <vector>
 
+#include "base/net/free_port.h"
 #include "base/subprocess.h"
 #include "tests/iofs/test_util.h"
 
 namespace rt::iofs::testing {
 
-// A free TCP port on 127.0.0.1 (bound and released; good enough for tests).
+// A free TCP port on 127.0.0.1 (net::FreeLoopbackPort); 0 when none was.
 inline uint16_t FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
+  Result<uint16_t> port = net::FreeLoopbackPort();
+  return port.ok() ? *port : 0;
 }
 
 // A running child process (base/subprocess.h's SyncChild: its own process group, reaped
