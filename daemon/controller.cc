@@ -161,18 +161,9 @@ asio::awaitable<void> Node::Reconcile() {
         return m.id == n.id && m.slots == n.slots;
       });
     };
-    // A plan node that is a new process since (a new incarnation: its daemon restarted before
-    // the view lost it, as with etcd leases) has lost its workers: the generation cannot go on.
-    auto incarnation = [](const std::vector<elastic::Member>& members, uint64_t id) {
-      for (const elastic::Member& m : members)
-        if (m.id == id) return m.incarnation;
-      return uint64_t{0};
-    };
-    bool kept = true;
+    bool kept = PlanProcessesIn(view);
     std::string joined;
-    for (const elastic::NodeSlots& n : running_nodes_)
-      kept = kept && has(nodes, n) &&
-             incarnation(view.members, n.id) == incarnation(running_members_, n.id);
+    for (const elastic::NodeSlots& n : running_nodes_) kept = kept && has(nodes, n);
     for (const elastic::NodeSlots& n : nodes)
       if (!has(running_nodes_, n)) joined += (joined.empty() ? "" : ",") + std::to_string(n.id);
     kept = kept && nodes.size() >= running_nodes_.size();
@@ -354,6 +345,19 @@ asio::awaitable<void> Node::Supervise(std::shared_ptr<Worker> worker) {
   co_await OnWorkerFailed(worker, *exit);
 }
 
+bool Node::PlanProcessesIn(const elastic::View& view) const {
+  auto incarnation = [](const std::vector<elastic::Member>& members, uint64_t id) {
+    for (const elastic::Member& m : members)
+      if (m.id == id) return std::optional<uint64_t>(m.incarnation);
+    return std::optional<uint64_t>();
+  };
+  for (const elastic::NodeSlots& n : running_nodes_) {
+    const std::optional<uint64_t> now = incarnation(view.members, n.id);
+    if (!now || *now != incarnation(running_members_, n.id).value_or(0)) return false;
+  }
+  return true;
+}
+
 asio::awaitable<void> Node::OnWorkerFailed(std::shared_ptr<Worker> worker, const ChildExit& exit) {
   const GenerationKey key = worker->generation;
   const std::string what = "worker rank " + std::to_string(worker->rank) + " on node " +
@@ -364,22 +368,8 @@ asio::awaitable<void> Node::OnWorkerFailed(std::shared_ptr<Worker> worker, const
   // generation by itself; a new epoch on top of it would start yet another one. So the failure
   // starts a generation only while the generation is this node's and the view still holds every
   // node of its plan as the same process (the rule Reconcile keeps a generation going by).
-  auto superseded = [this, key, nodes = running_nodes_, members = running_members_] {
-    if (!running_ || *running_ != key) return true;
-    const elastic::View view = membership_->CurrentView();
-    for (const elastic::NodeSlots& n : nodes) {
-      uint64_t was = 0, now = 0;
-      for (const elastic::Member& m : members)
-        if (m.id == n.id) was = m.incarnation;
-      bool in_view = false;
-      for (const elastic::Member& m : view.members)
-        if (m.id == n.id) {
-          in_view = true;
-          now = m.incarnation;
-        }
-      if (!in_view || now != was) return true;
-    }
-    return false;
+  auto superseded = [this, key] {
+    return !running_ || *running_ != key || !PlanProcessesIn(membership_->CurrentView());
   };
   // A worker that lost a peer waits (at most kPeerLossGrace) for the view that removes the node.
   if (exit.exited && exit.exit_code == kWorkerPeerLostExit) {

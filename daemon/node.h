@@ -167,6 +167,11 @@ class Node : public Daemon {
   asio::awaitable<void> StopWorkers(std::string why);
   void Wake();
   void ReleaseWatchers();
+  // True when every node of the running generation's plan is a member of `view` as the process
+  // it was when the generation started (the same incarnation): a plan node that is gone, or a
+  // new process since (its daemon restarted before the view lost it, as with etcd leases, and
+  // its workers with it), ends the generation.
+  bool PlanProcessesIn(const elastic::View& view) const;
   // The nodes the plan of (view, state) uses: registered members that are not drained.
   std::vector<elastic::NodeSlots> PlanNodes(const elastic::View& view,
                                             const ClusterState& state) const;
