@@ -5,7 +5,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <mutex>
 #include <random>
+#include <set>
 
 namespace rt::net {
 namespace {
@@ -34,15 +36,32 @@ uint16_t BindAndRelease(uint16_t port) {
   return ok ? static_cast<uint16_t>(ntohs(a.sin_port)) : 0;
 }
 
+// The ports this process was given: a caller that asks for several ports before it starts the
+// servers on them (a local cluster) must not get one port twice.
+std::mutex handed_out_mutex;
+std::set<uint16_t>& HandedOut() {
+  static auto* ports = new std::set<uint16_t>;
+  return *ports;
+}
+
+// `port` unless this process was given it before (then 0); remembers it.
+uint16_t FirstHandOut(uint16_t port) {
+  if (port == 0) return 0;
+  std::lock_guard lock(handed_out_mutex);
+  return HandedOut().insert(port).second ? port : 0;
+}
+
 }  // namespace
 
 Result<uint16_t> FreeLoopbackPort() {
   thread_local std::mt19937 random(std::random_device{}());
   std::uniform_int_distribution<int> pick(kLowest, kHighest);
   for (int i = 0; i < kTries; ++i)
-    if (const uint16_t port = BindAndRelease(static_cast<uint16_t>(pick(random))); port != 0)
+    if (const uint16_t port = FirstHandOut(BindAndRelease(static_cast<uint16_t>(pick(random))));
+        port != 0)
       return port;
-  if (const uint16_t port = BindAndRelease(0); port != 0) return port;
+  for (int i = 0; i < kTries; ++i)
+    if (const uint16_t port = FirstHandOut(BindAndRelease(0)); port != 0) return port;
   return ErrnoStatus(errno, "binding 127.0.0.1:0 for a free port");
 }
 

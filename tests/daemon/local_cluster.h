@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -237,9 +238,22 @@ class LocalCluster : public ::testing::Test {
     return exit;
   }
 
-  // The tails of every log under the cluster's folder.
+  // Whether each daemon started still runs, then the tails of every log under the cluster's
+  // folder.
   std::string Logs() {
     std::string out;
+    for (const auto& [id, node] : nodes_) {
+      if (!node) continue;
+      siginfo_t info{};
+      const bool gone = ::waitid(P_PID, static_cast<id_t>(node->pid()), &info,
+                                 WEXITED | WNOHANG | WNOWAIT) == 0 &&
+                        info.si_pid != 0;
+      out += "node " + std::to_string(id) + " (pid " + std::to_string(node->pid()) + "): " +
+             (node->exit() ? node->exit()->Describe()
+              : gone       ? "ended (status " + std::to_string(info.si_status) + ")"
+                           : "runs") +
+             "\n";
+    }
     for (auto& entry : std::filesystem::recursive_directory_iterator(dir_)) {
       if (entry.path().extension() != ".log") continue;
       std::ifstream in(entry.path());
