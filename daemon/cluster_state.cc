@@ -9,7 +9,7 @@ namespace {
 
 using Json = nlohmann::json;
 constexpr std::string_view kFormat = "ringtrain.cluster_state";
-constexpr int kVersion = 2;  // version 1 (no stop_at, committed) still decodes
+constexpr int kVersion = 3;  // versions 1 (no stop_at, committed) and 2 (no joined_epoch) decode
 constexpr size_t kMaxNodes = 4096;
 
 Status Bad(std::string_view what) { return Corruption("cluster state: " + std::string(what)); }
@@ -36,7 +36,7 @@ Result<std::string> Text(const Json& object, const char* key, std::string_view w
   return v->get<std::string>();
 }
 
-Result<NodeEntry> DecodeNode(const Json& j) {
+Result<NodeEntry> DecodeNode(const Json& j, uint64_t version) {
   if (!j.is_object()) return Bad("a nodes entry is not an object");
   NodeEntry n;
   ASSIGN_OR_RETURN(n.id, Unsigned(j, "id", "node", UINT64_MAX));
@@ -44,6 +44,9 @@ Result<NodeEntry> DecodeNode(const Json& j) {
   ASSIGN_OR_RETURN(const uint64_t slots, Unsigned(j, "slots", "node", 1024));
   n.slots = static_cast<int>(slots);
   ASSIGN_OR_RETURN(n.rendezvous, Text(j, "rendezvous", "node"));
+  if (version >= 3) {
+    ASSIGN_OR_RETURN(n.joined_epoch, Unsigned(j, "joined_epoch", "node", UINT64_MAX));
+  }
   return n;
 }
 
@@ -141,7 +144,10 @@ std::string EncodeClusterState(const ClusterState& s) {
   Json j = {{"format", kFormat}, {"version", kVersion}};
   Json nodes = Json::array();
   for (const NodeEntry& n : s.nodes)
-    nodes.push_back({{"id", n.id}, {"slots", n.slots}, {"rendezvous", n.rendezvous}});
+    nodes.push_back({{"id", n.id},
+                     {"slots", n.slots},
+                     {"rendezvous", n.rendezvous},
+                     {"joined_epoch", n.joined_epoch}});
   j["nodes"] = std::move(nodes);
   if (s.job) {
     j["job"] = {{"id", s.job->id},
@@ -179,12 +185,12 @@ Result<ClusterState> DecodeClusterState(std::string_view blob) {
   ASSIGN_OR_RETURN(const std::string format, Text(j, "format", "state"));
   if (format != kFormat) return Bad("format '" + format + "' is not " + std::string(kFormat));
   ASSIGN_OR_RETURN(const uint64_t version, Unsigned(j, "version", "state", UINT32_MAX));
-  if (version != 1 && version != kVersion)
-    return Bad("version " + std::to_string(version) + " is not 1 or 2");
+  if (version < 1 || version > kVersion)
+    return Bad("version " + std::to_string(version) + " is not 1, 2 or 3");
   ASSIGN_OR_RETURN(const Json* nodes, Field(j, "nodes", "state"));
   if (!nodes->is_array() || nodes->size() > kMaxNodes) return Bad("nodes is not a short array");
   for (const Json& n : *nodes) {
-    ASSIGN_OR_RETURN(NodeEntry entry, DecodeNode(n));
+    ASSIGN_OR_RETURN(NodeEntry entry, DecodeNode(n, version));
     if (!s.nodes.empty() && s.nodes.back().id >= entry.id)
       return Bad("node ids are not sorted and unique");
     s.nodes.push_back(std::move(entry));

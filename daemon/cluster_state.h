@@ -18,7 +18,14 @@ struct NodeEntry {
   uint64_t id = 0;
   int slots = 0;           // worker slots
   std::string rendezvous;  // "host:port" of its rendezvous store (used when it runs rank 0)
+  // The state's epoch when it registered: plans of that epoch leave it out (ClusterState::
+  // Plannable), it joins at the next one.
+  uint64_t joined_epoch = 0;
   bool operator==(const NodeEntry&) const = default;
+  // Same slots and rendezvous address (whenever it registered).
+  bool SameRegistration(const NodeEntry& o) const {
+    return id == o.id && slots == o.slots && rendezvous == o.rendezvous;
+  }
 };
 
 // What the cluster should do with the job.
@@ -75,6 +82,10 @@ struct ClusterState {
 
   // The registered entry of `node`, or null.
   const NodeEntry* FindNode(uint64_t node) const;
+  // Whether the plans of this epoch may use `node`: it registered before the epoch began. Every
+  // daemon plans a training generation alike this way, whether or not the state it reads already
+  // holds a registration made during the generation's epoch.
+  bool Plannable(const NodeEntry& node) const { return node.joined_epoch < epoch; }
   // Adds or replaces `entry`, keeping `nodes` sorted.
   void PutNode(NodeEntry entry);
 };
@@ -82,13 +93,13 @@ struct ClusterState {
 // Largest encoded state accepted by DecodeClusterState.
 inline constexpr size_t kMaxClusterStateBytes = 1 << 20;
 
-// Encodes `state` as the JSON of docs/formats/cluster_state.md (version 2).
+// Encodes `state` as the JSON of docs/formats/cluster_state.md (version 3).
 std::string EncodeClusterState(const ClusterState& state);
 
-// Decodes a blob of version 1 (no stop_at, committed) or 2; "" is the empty state (nothing
-// replicated yet). Errors: Corruption naming what
-// is wrong (not JSON, wrong format name or version, a missing or mistyped field, a value out of
-// range, unsorted or duplicate node ids, more than kMaxClusterStateBytes).
+// Decodes a blob of version 1 (no stop_at, committed), 2 (no joined_epoch) or 3; "" is the
+// empty state (nothing replicated yet). Errors: Corruption naming what is wrong (not JSON,
+// wrong format name or version, a missing or mistyped field, a value out of range, unsorted or
+// duplicate node ids, more than kMaxClusterStateBytes).
 Result<ClusterState> DecodeClusterState(std::string_view blob);
 
 // "run", "stop" or "finished".

@@ -26,6 +26,18 @@ constexpr auto kFarFuture = std::chrono::hours(24);
 // How long a worker failure caused by a lost peer waits for the view without that peer's node
 // before it starts a new epoch (the ring reports a dead node within ~0.3-0.5 s).
 constexpr auto kPeerLossGrace = std::chrono::seconds(1);
+// The longest pause before the next epoch when generation after generation fails before its
+// first step (RestartPause).
+constexpr auto kMaxRestartPause = std::chrono::seconds(30);
+
+// The pause before the epoch that follows the `failures`-th generation in a row to fail before
+// its first step: none for the first (a recovery starts at once), then 1 s, doubling up to
+// kMaxRestartPause.
+std::chrono::milliseconds RestartPause(int failures) {
+  if (failures < 2) return std::chrono::milliseconds(0);
+  const std::chrono::milliseconds pause(1000LL << std::min(failures - 2, 5));
+  return std::min<std::chrono::milliseconds>(pause, kMaxRestartPause);
+}
 
 // The run config a worker reads: the job's TOML without [job] and [elastic], with the plan's
 // micro-batch count and a ringfs:/// ckpt.dir resolved to `store`, this node's chunk server.
@@ -78,16 +90,42 @@ void Node::ReleaseWatchers() {
   if (generation_over_) generation_over_->cancel();
 }
 
-std::vector<elastic::NodeSlots> Node::PlanNodes(const elastic::View& view,
-                                                const ClusterState& state) const {
+std::vector<elastic::NodeSlots> Node::PlanNodes(const elastic::View& view, const ClusterState& state,
+                                                bool joining) const {
   std::vector<elastic::NodeSlots> nodes;
   for (const elastic::Member& m : view.members) {
     const NodeEntry* entry = state.FindNode(m.id);
-    if (entry == nullptr) continue;  // not registered yet: it joins the next generation
+    if (entry == nullptr) continue;  // not registered yet: it joins a later epoch
     if (std::binary_search(state.drained.begin(), state.drained.end(), m.id)) continue;
+    if (state.Plannable(*entry) == joining) continue;
     nodes.push_back({m.id, entry->slots});
   }
   return nodes;
+}
+
+bool Node::PlanGrows(const ClusterState& state, const std::vector<elastic::NodeSlots>& nodes,
+                     const std::vector<elastic::NodeSlots>& joining) const {
+  if (!plan_ || !state.job) return true;
+  Result<elastic::JobSpec> spec = elastic::ParseJobSpec(state.job->text, "job " + state.job->name);
+  if (!spec.ok()) return true;
+  if (state.max_nodes > 0) spec->elastic.max_nodes = state.max_nodes;
+  std::vector<elastic::NodeSlots> all = nodes;
+  all.insert(all.end(), joining.begin(), joining.end());
+  Result<elastic::JobPlan> plan = elastic::PlanJob(all, *spec);
+  return !plan.ok() || plan->ranks != plan_->ranks || plan->micro_batches != plan_->micro_batches ||
+         parallel::DescribeLayout(plan->layout) != parallel::DescribeLayout(plan_->layout);
+}
+
+asio::awaitable<void> Node::ReplanWithJoined(GenerationKey key, std::string joined) {
+  const int64_t at = UnixMs();
+  StateChange change = [key, joined, at](ClusterState* st) -> Result<bool> {
+    if (!st->job || st->job->id != key.job || st->epoch != key.epoch) return false;
+    ++st->epoch;
+    st->cause = {"node(s) " + joined + " registered; the waiting job plans again", at};
+    return true;
+  };
+  Status s = co_await UpdateState(std::move(change));
+  if (!s.ok()) LOG_WARN("plan the waiting job again (node(s) {} registered): {}", joined, s.ToString());
 }
 
 asio::awaitable<void> Node::ControlLoop() {
@@ -122,14 +160,17 @@ asio::awaitable<void> Node::Reconcile() {
   // Register this node (slots, rendezvous address) once, or again after a change.
   const NodeEntry me{self, config_.slots, rendezvous_address_};
   const NodeEntry* registered = state.FindNode(self);
-  if (registered == nullptr || !(*registered == me)) {
-    // No new epoch: a running job grows to include this node after a planned stop
-    // (GrowAfterCheckpoint); a waiting job re-plans at once.
+  if (registered == nullptr || !registered->SameRegistration(me)) {
+    // No new epoch: the epoch's plans leave this node out (joined_epoch), a running job grows
+    // to include it after a planned stop (GrowAfterCheckpoint), a waiting job plans again in a
+    // new epoch at once (ReplanWithJoined).
     const int64_t at = UnixMs();
     StateChange change = [me, at](ClusterState* st) -> Result<bool> {
       const NodeEntry* r = st->FindNode(me.id);
-      if (r != nullptr && *r == me) return false;
-      st->PutNode(me);
+      if (r != nullptr && r->SameRegistration(me)) return false;
+      NodeEntry entry = me;
+      entry.joined_epoch = st->epoch;
+      st->PutNode(std::move(entry));
       st->cause = {"node " + std::to_string(me.id) + " registered", at};
       return true;
     };
@@ -149,27 +190,38 @@ asio::awaitable<void> Node::Reconcile() {
     co_return;
   }
   const GenerationKey key{state.job->id, view.generation, state.epoch};
-  if (running_ && *running_ == key) co_return;
-  if (running_ && running_->job == key.job && running_->epoch == key.epoch) {
-    // A view change (or a registration) within one epoch: the generation goes on while its
-    // plan's nodes are unchanged (a node outside the plan came or went); nodes that joined are
-    // taken in after a planned stop, which the daemon of rank 0 starts. A waiting job re-plans
-    // when its nodes changed.
-    const std::vector<elastic::NodeSlots> nodes = PlanNodes(view, state);
-    auto has = [](const std::vector<elastic::NodeSlots>& set, const elastic::NodeSlots& n) {
-      return std::any_of(set.begin(), set.end(), [&n](const elastic::NodeSlots& m) {
-        return m.id == n.id && m.slots == n.slots;
-      });
-    };
-    bool kept = PlanProcessesIn(view);
-    std::string joined;
-    for (const elastic::NodeSlots& n : running_nodes_) kept = kept && has(nodes, n);
-    for (const elastic::NodeSlots& n : nodes)
+  const std::vector<elastic::NodeSlots> nodes = PlanNodes(view, state);
+  const std::vector<elastic::NodeSlots> joining = PlanNodes(view, state, /*joining=*/true);
+  auto has = [](const std::vector<elastic::NodeSlots>& set, const elastic::NodeSlots& n) {
+    return std::any_of(set.begin(), set.end(), [&n](const elastic::NodeSlots& m) {
+      return m.id == n.id && m.slots == n.slots;
+    });
+  };
+  std::string joined;  // members the running plan does not use that the next epoch's may
+  for (const std::vector<elastic::NodeSlots>* set : {&nodes, &joining})
+    for (const elastic::NodeSlots& n : *set)
       if (!has(running_nodes_, n)) joined += (joined.empty() ? "" : ",") + std::to_string(n.id);
+  if (running_ && running_->job == key.job && running_->epoch == key.epoch && running_lead_ == 0) {
+    // The job waits for nodes: it plans again in a new view, or in a new epoch when nodes
+    // registered during this one.
+    if (!joining.empty()) {
+      std::string ids;
+      for (const elastic::NodeSlots& n : joining)
+        ids += (ids.empty() ? "" : ",") + std::to_string(n.id);
+      co_await ReplanWithJoined(key, std::move(ids));
+      co_return;
+    }
+    if (*running_ == key) co_return;
+  } else if (running_ && running_->job == key.job && running_->epoch == key.epoch) {
+    // A view change or a registration within one epoch: the generation goes on while its
+    // plan's nodes are unchanged (a node outside the plan came or went); nodes that joined are
+    // taken in after a planned stop, which the daemon of rank 0 starts.
+    bool kept = PlanProcessesIn(view);
+    for (const elastic::NodeSlots& n : running_nodes_) kept = kept && has(nodes, n);
     kept = kept && nodes.size() >= running_nodes_.size();
     if (kept && joined.empty()) co_return;
-    if (kept && running_lead_ != 0) {
-      if (running_lead_ == self && !grow_pending_) {
+    if (kept) {
+      if (running_lead_ == self && !grow_pending_ && PlanGrows(state, nodes, joining)) {
         grow_pending_ = true;
         asio::co_spawn(io_, GrowAfterCheckpoint(*running_, "node(s) " + joined + " joined"),
                        asio::detached);
@@ -379,6 +431,27 @@ asio::awaitable<void> Node::OnWorkerFailed(std::shared_ptr<Worker> worker, const
       poll.expires_after(std::chrono::milliseconds(20));
       co_await poll.async_wait(asio::as_tuple(asio::use_awaitable));
     }
+  }
+  // A generation that fails before its first step time after time (the job cannot start, its
+  // checkpoint store is down) is restarted after a growing pause, not in a tight loop.
+  const std::string generation = key.ToString();
+  const bool stepped = (progress_ && progress_->generation == generation) ||
+                       (peer_progress_ && peer_progress_->generation == generation);
+  if (!superseded() && counted_failure_ != key) {  // once per generation, not per rank
+    counted_failure_ = key;
+    quick_failures_ = stepped ? 0 : quick_failures_ + 1;
+  }
+  if (const auto pause = RestartPause(quick_failures_); pause.count() > 0 && !superseded()) {
+    LOG_WARN("generation {}: {} generations in a row failed before their first step; the next "
+             "epoch starts in {:.1f} s",
+             generation, quick_failures_, std::chrono::duration<double>(pause).count());
+    asio::steady_timer poll(io_);
+    for (const MonoTime until = MonoClock::now() + pause;
+         !superseded() && !stopping_ && MonoClock::now() < until;) {
+      poll.expires_after(std::chrono::milliseconds(50));
+      co_await poll.async_wait(asio::as_tuple(asio::use_awaitable));
+    }
+    if (stopping_) co_return;
   }
   if (superseded()) {
     LOG_INFO("generation {}: a newer generation or view supersedes it; no new epoch for {}",

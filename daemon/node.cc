@@ -106,8 +106,11 @@ Status Node::Init() {
   m.advertise = config_.AdvertisedAddress();
   m.timing = options_.timing;
   m.on_notification = [this](const elastic::MembershipNotification& n) {
-    if (n.kind == elastic::MembershipNotification::Kind::kViewInstalled && n.led)
-      led_view_ = n.view.generation;
+    if (n.kind == elastic::MembershipNotification::Kind::kViewInstalled) {
+      if (n.led) led_view_ = n.view.generation;
+      std::lock_guard lock(installed_mutex_);
+      installed_ = {n.view.generation, UnixMs()};
+    }
     if (n.kind == elastic::MembershipNotification::Kind::kSuspected)
       LOG_WARN("{}: suspects node {} ({} ms after its last sign of life)", "membership", n.node,
                n.detected_after.count());
@@ -472,9 +475,14 @@ asio::awaitable<Result<Json>> Node::HandleStatus() {
   Json members = Json::array();
   for (const elastic::Member& m : view.members)
     members.push_back({{"id", m.id}, {"address", m.address}});
+  Json view_json = {{"generation", view.generation}, {"members", std::move(members)}};
+  {
+    std::lock_guard lock(installed_mutex_);
+    if (installed_.first == view.generation) view_json["installed_unix_ms"] = installed_.second;
+  }
   Json status = {
       {"answered_by", config_.id},
-      {"view", {{"generation", view.generation}, {"members", std::move(members)}}},
+      {"view", std::move(view_json)},
       {"state_version", replicated.version},
       {"epoch", state.epoch},
       {"max_nodes", state.max_nodes},

@@ -10,6 +10,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -24,6 +25,7 @@
 #include "base/net/rpc.h"
 #include "base/notify.h"
 #include "base/process.h"
+#include "base/wall_clock.h"
 #include "comm/store.h"
 #include "daemon/cluster_state.h"
 #include "daemon/control_api.h"
@@ -41,13 +43,6 @@ namespace asio = boost::asio;
 
 // How long a daemon waits for one RPC to another member (status fan-out, progress, commits).
 inline constexpr auto kPeerCallTimeout = std::chrono::milliseconds(1500);
-
-// Milliseconds since the Unix epoch (the times in the cluster state and the reports).
-inline int64_t UnixMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 // A training generation: the job, the view generation and the replicated epoch.
 struct GenerationKey {
@@ -172,9 +167,19 @@ class Node : public Daemon {
   // new process since (its daemon restarted before the view lost it, as with etcd leases, and
   // its workers with it), ends the generation.
   bool PlanProcessesIn(const elastic::View& view) const;
-  // The nodes the plan of (view, state) uses: registered members that are not drained.
-  std::vector<elastic::NodeSlots> PlanNodes(const elastic::View& view,
-                                            const ClusterState& state) const;
+  // The nodes the plan of (view, state) uses: members registered before the state's epoch
+  // (ClusterState::Plannable) that are not drained. With `joining`, instead the members not
+  // drained that registered during the epoch: the next epoch's plans use them.
+  std::vector<elastic::NodeSlots> PlanNodes(const elastic::View& view, const ClusterState& state,
+                                            bool joining = false) const;
+  // Whether the running plan would change with `joining` added to `nodes` (the job's
+  // max_nodes, its slots per node or its layout rules may leave them out): only then does the
+  // job grow. True when nothing runs or the job does not plan.
+  bool PlanGrows(const ClusterState& state, const std::vector<elastic::NodeSlots>& nodes,
+                 const std::vector<elastic::NodeSlots>& joining) const;
+  // The job waits for nodes and `joined` registered during its epoch: a new epoch, whose plans
+  // use them (once; the first daemon to see it proposes it).
+  asio::awaitable<void> ReplanWithJoined(GenerationKey key, std::string joined);
 
   // planned_stop.cc: planned changes that lose nothing (docs/daemon.md).
   // The newest progress any member's rank 0 reported (a fan-out); nullopt when none did.
@@ -226,6 +231,10 @@ class Node : public Daemon {
   // The generation of the newest view this node's own proposal installed (0: none): it led
   // that view change (written on the membership thread).
   std::atomic<uint64_t> led_view_{0};
+  // When this node installed its newest view (Unix ms) and that view's generation (written on
+  // the membership thread; the status's view.installed_unix_ms).
+  std::mutex installed_mutex_;
+  std::pair<uint64_t, int64_t> installed_{0, 0};
   // Storage I/O of the control API and RefreshLastCheckpoint, off the io thread.
   asio::thread_pool blocking_{1};
 
@@ -239,6 +248,10 @@ class Node : public Daemon {
   std::vector<elastic::Member> running_members_;    // the view it started in (incarnations)
   uint64_t running_lead_ = 0;                       // the node of its plan's rank 0
   bool grow_pending_ = false;                       // GrowAfterCheckpoint runs
+  // Generations in a row whose worker here failed before rank 0 reported a step of theirs
+  // (OnWorkerFailed pauses before the next epoch from the second on).
+  int quick_failures_ = 0;
+  std::optional<GenerationKey> counted_failure_;  // the generation quick_failures_ counted last
   std::map<int, std::shared_ptr<Worker>> workers_;  // by rank
   std::shared_ptr<asio::steady_timer> workers_changed_;
   std::shared_ptr<asio::steady_timer> generation_over_;  // cancelled when a generation ends

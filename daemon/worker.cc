@@ -18,6 +18,7 @@
 
 #include "base/log.h"
 #include "base/net/auth.h"
+#include "base/wall_clock.h"
 #include "ckpt/catalog.h"
 #include "daemon/control_api.h"
 #include "daemon/node_config.h"
@@ -117,9 +118,7 @@ class DaemonLink {
                    {"step", s.step},
                    {"loss", s.loss},
                    {"tokens_per_s", seconds > 0 ? static_cast<double>(s.tokens) / seconds : 0.0},
-                   {"unix_ms", std::chrono::duration_cast<std::chrono::milliseconds>(
-                                   std::chrono::system_clock::now().time_since_epoch())
-                                   .count()}};
+                   {"unix_ms", UnixMs()}};
     AddCounters(counters_.Take(), &report);
     asio::co_spawn(
         io_,

@@ -1,10 +1,11 @@
 // A local cluster of real ringtraind processes on loopback training config tiny: submit through
 // ringctl, then real kill -9 of a worker and of a daemon, and SIGTERM of a daemon; after each the
-// job goes on in a new generation; the same with membership in etcd. Prints how long each
-// recovery took.
+// job goes on in a new generation; the same with membership in etcd; a job that cannot start is
+// retried with growing pauses. Prints how long each recovery took.
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -121,6 +122,30 @@ TEST_F(ClusterTest, TrainsAndRecoversFromKilledWorkersAndDaemons) {
   EXPECT_EQ(stopped.exit_code, 0) << stopped.output;
   WaitFor(1, "no workers after ringctl stop",
           [](const Json& s) { return WorkerPids(s, 1).empty(); });
+}
+
+// A job whose workers fail before their first step, time after time (here: its data folder is
+// gone), is restarted after growing pauses (1 s, 2 s, 4 s, ...) rather than in a tight loop,
+// and trains once the folder is back.
+TEST_F(ClusterTest, AJobThatCannotStartIsRetriedWithGrowingPauses) {
+  StartNode(1, 2);
+  WaitFor(1, "a view of 1 member", [](const Json& s) { return Members(s) == 1; });
+  const std::string job = TinyJobFile();
+  std::filesystem::rename(dir_ / "data", dir_ / "data.away");
+  ProcessOutcome submitted = Ctl({"submit", job});
+  ASSERT_EQ(submitted.exit_code, 0) << submitted.output;
+  Json s = WaitFor(1, "a first failure", [](const Json& s) { return s.value("epoch", 0) >= 2; });
+  const uint64_t first = s.value("epoch", 0u);
+  std::this_thread::sleep_for(milliseconds(12'000));
+  s = *Status(1);
+  const uint64_t epochs = s.value("epoch", 0u) - first;
+  std::printf("%llu new epochs in 12 s of failing starts\n",
+              static_cast<unsigned long long>(epochs));
+  EXPECT_GE(epochs, 2u) << "it keeps trying";
+  EXPECT_LE(epochs, 6u) << "pauses of 1, 2, 4 and 8 s allow 5 (a tight loop makes ~20)";
+  EXPECT_FALSE(LogLines(1, "in a row failed before their first step").empty()) << Logs();
+  std::filesystem::rename(dir_ / "data.away", dir_ / "data");
+  WaitFor(1, "a step once the data is back", [](const Json& s) { return Step(s) >= 1; });
 }
 
 // `ringctl status` asks the other members in parallel: with four of five daemons stopped

@@ -170,7 +170,7 @@ TEST(EmbeddedStoreTest, ResolvesOnlyTheLocalStoreUri) {
 
 ClusterState Sample() {
   ClusterState s;
-  s.PutNode({3, 2, "127.0.0.1:4003"});
+  s.PutNode({3, 2, "127.0.0.1:4003", 12});
   s.PutNode({1, 4, "127.0.0.1:4001"});
   s.job = JobEntry{7, "tiny", "[model]\nn_layer = 2 # \"quoted\"\n", JobDesire::kStop, 0};
   s.epoch = 12;
@@ -212,13 +212,43 @@ TEST(ClusterStateTest, VersionOneStillDecodes) {
   EXPECT_EQ(s->nodes[0].rendezvous, "127.0.0.1:4000");
   EXPECT_FALSE(s->stop_at.has_value());
   EXPECT_FALSE(s->committed.has_value());
-  // Re-encoded it is version 2, with null stop_at and committed.
-  const std::string v2 = EncodeClusterState(*s);
-  EXPECT_NE(v2.find("\"version\":2"), std::string::npos) << v2;
-  EXPECT_NE(v2.find("\"stop_at\":null"), std::string::npos) << v2;
-  auto back = DecodeClusterState(v2);
+  EXPECT_EQ(s->nodes[0].joined_epoch, 0u);
+  // Re-encoded it is version 3, with null stop_at and committed.
+  const std::string v3 = EncodeClusterState(*s);
+  EXPECT_NE(v3.find("\"version\":3"), std::string::npos) << v3;
+  EXPECT_NE(v3.find("\"stop_at\":null"), std::string::npos) << v3;
+  auto back = DecodeClusterState(v3);
   ASSERT_TRUE(back.ok());
   EXPECT_EQ(*back, *s);
+}
+
+// Version 2 (before joined_epoch): nodes registered at epoch 0, so every plan may use them.
+TEST(ClusterStateTest, VersionTwoNodesJoinedAtEpochZero) {
+  std::string v2 = EncodeClusterState(Sample());
+  const std::string field = ",\"joined_epoch\":12";
+  ASSERT_NE(v2.find(field), std::string::npos) << v2;
+  v2.erase(v2.find(field), field.size());
+  v2.replace(v2.find("\"version\":3"), 11, "\"version\":2");
+  auto s = DecodeClusterState(v2);
+  ASSERT_TRUE(s.ok()) << s.status().ToString() << "\n" << v2;
+  for (const NodeEntry& n : s->nodes) {
+    EXPECT_EQ(n.joined_epoch, 0u);
+    EXPECT_TRUE(s->Plannable(n));
+  }
+}
+
+// A node that registered during the state's epoch is left out of that epoch's plans, and of no
+// later one's; registering again with the same slots and address is no change.
+TEST(ClusterStateTest, NodesRegisteredDuringTheEpochWaitForTheNext) {
+  ClusterState s = Sample();
+  const NodeEntry* late = s.FindNode(3);
+  ASSERT_NE(late, nullptr);
+  EXPECT_FALSE(s.Plannable(*late)) << "joined_epoch 12 = epoch 12";
+  EXPECT_TRUE(s.Plannable(*s.FindNode(1)));
+  EXPECT_TRUE(late->SameRegistration({3, 2, "127.0.0.1:4003", 0}));
+  EXPECT_FALSE(late->SameRegistration({3, 2, "127.0.0.1:5003", 12}));
+  ++s.epoch;
+  EXPECT_TRUE(s.Plannable(*s.FindNode(3)));
 }
 
 TEST(ClusterStateTest, MalformedBlobsAreCorruptionNamingTheProblem) {
@@ -233,7 +263,8 @@ TEST(ClusterStateTest, MalformedBlobsAreCorruptionNamingTheProblem) {
       {"{not json", "not valid JSON"},
       {"[1,2]", "not a JSON object"},
       {replace("ringtrain.cluster_state", "other"), "format"},
-      {replace("\"version\":2", "\"version\":3"), "version 3"},
+      {replace("\"version\":3", "\"version\":4"), "version 4"},
+      {replace("\"joined_epoch\":12", "\"joined_epoch\":-12"), "joined_epoch"},
       {replace("\"step\":41", "\"step\":0"), "stop_at.step is 0"},
       {replace("\"generation\":\"3.4.11\"", "\"generation\":\"\""), "committed.generation"},
       {replace("\"uri\":\"/tmp/ckpt\"", "\"uri\":5"), "committed.uri"},

@@ -1,7 +1,8 @@
 // Issue 13's fault suite: a local cluster of 4 ringtraind × 2 CPU slots trains config tiny with
 // tp=2 and dp over the rest (batch 60 rows, so dp 1..5 all divide it). Each test makes one fault
 // or planned change — kill -9 a worker, kill -9 a daemon, kill -9 the daemon that led the last
-// view change, SIGSTOP a daemon for 10 s, add a fifth daemon, `ringctl drain`, SIGTERM a daemon,
+// view change, SIGSTOP a daemon for 10 s, add a fifth daemon (and a sixth that the plan cannot
+// use), `ringctl drain`, SIGTERM a daemon,
 // `ringctl checkpoint` — and then checks that:
 //   - the job goes on in a new generation with the expected plan;
 //   - every per-step loss each generation's rank 0 wrote to the metrics file (each generation
@@ -271,6 +272,15 @@ TEST_F(FaultsTest, AFifthDaemonJoins) {
   StartNode(5, 2);
   s = WaitForNewGeneration(Generation(s), "dp=5,");
   EXPECT_EQ(Members(s), 5u);
+  // A sixth daemon with one slot cannot hold a tp=2 group: it joins the view but the plan
+  // stays, so the job does not stop for it.
+  const std::string grown = Generation(s);
+  StartNode(6, 1);
+  s = WaitFor(1, "a view of 6 members", [](const Json& s) { return Members(s) == 6; });
+  const int64_t step = Step(s);
+  s = WaitFor(1, "6 more steps", [&](const Json& s) { return Step(s) >= step + 6; });
+  EXPECT_EQ(Generation(s), grown) << "the generation goes on";
+  for (int id = 1; id <= 6; ++id) EXPECT_TRUE(LogLines(id, "node(s) 6 joined").empty()) << id;
   ExpectNothingLost("node(s) 5 joined");
   StopAndCheck(/*planned=*/true);
 }

@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "base/net/http_client.h"
+#include "base/wall_clock.h"
 #include "tests/base/net/loop.h"
 #include "tests/daemon/local_cluster.h"
 
@@ -123,10 +124,17 @@ TEST_F(StoreClusterTest, CheckpointsLiveInTheDaemonsStoresAndSurviveAKilledDaemo
   const std::string before = Generation(s);
   const int64_t step_before = Step(s);
   const auto kill_at = MonoClock::now();
+  const int64_t kill_unix_ms = UnixMs();
   ASSERT_TRUE(nodes_[3]->Signal(SIGKILL).ok());
   s = WaitFor(1, "training on 2 nodes", [&](const Json& s) {
     return Members(s) == 2 && Generation(s) != before && Step(s) >= 1 && OfTheView(s);
   });
+  // The status says when the answering daemon installed the view without node 3.
+  const int64_t installed = s["view"].value("installed_unix_ms", int64_t{0});
+  EXPECT_GE(installed, kill_unix_ms) << s["view"].dump();
+  EXPECT_LE(installed, UnixMs()) << s["view"].dump();
+  std::printf("view without node 3 installed %.2f s after the kill\n",
+              (installed - kill_unix_ms) / 1000.0);
   std::printf("recovery after kill -9 of a store daemon: %.2f s to the first step of %s\n",
               std::chrono::duration<double>(MonoClock::now() - kill_at).count(),
               Generation(s).c_str());

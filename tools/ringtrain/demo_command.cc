@@ -14,6 +14,7 @@
 #include <toml++/toml.h>
 
 #include "base/subprocess.h"
+#include "base/wall_clock.h"
 #include "tools/ringtrain/commands.h"
 #include "tools/ringtrain/demo_watch.h"
 #include "tools/ringtrain/local_cluster.h"
@@ -128,6 +129,7 @@ Status RunStory(const DemoOptions& o, LocalCluster& cluster, DemoWatch& watch) {
   Phase("kill -9 of daemon %d (pid %d; its %zu worker(s) die with it)", o.kill_node,
         static_cast<int>(victim), orphans.size());
   const auto killed_at = std::chrono::steady_clock::now();
+  const int64_t killed_unix_ms = UnixMs();
   watch.MarkLogs();
   RETURN_IF_ERROR(cluster.KillNode(o.kill_node));
   ASSIGN_OR_RETURN(s, cluster.WaitFor(
@@ -136,8 +138,12 @@ Status RunStory(const DemoOptions& o, LocalCluster& cluster, DemoWatch& watch) {
                             return s["view"]["members"].size() == static_cast<size_t>(o.nodes - 1);
                           },
                           deadline, StopRequested));
+  // When the answering daemon installed the view, not when this poll saw it (a poll begun
+  // before the kill waits for the dying daemon's answer).
   const double detected =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
+      s["view"].contains("installed_unix_ms")
+          ? (s["view"]["installed_unix_ms"].get<int64_t>() - killed_unix_ms) / 1000.0
+          : std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
   ASSIGN_OR_RETURN(s, watch.Until(
                           "the first step of a new generation",
                           [&](const Json& s) {
