@@ -56,6 +56,10 @@ class Storage {
   virtual Status RenameAtomic(const std::string& from, const std::string& to) = 0;
   // The URI this storage was opened with (for messages).
   virtual std::string uri() const = 0;
+  // Forgets a failed attempt to reach the store, so that the next call tries again at once
+  // rather than failing with the remembered error (ringfs fails fast for a few seconds after a
+  // failed connect). For saves that must try: a planned stop's, a run's last. Default: nothing.
+  virtual void RetryNow() {}
 };
 
 // How OpenStorage reaches a storage behind a server.

@@ -90,8 +90,8 @@ void Node::ReleaseWatchers() {
   if (generation_over_) generation_over_->cancel();
 }
 
-std::vector<elastic::NodeSlots> Node::PlanNodes(const elastic::View& view, const ClusterState& state,
-                                                bool joining) const {
+std::vector<elastic::NodeSlots> Node::PlanNodes(const elastic::View& view,
+                                                const ClusterState& state, bool joining) const {
   std::vector<elastic::NodeSlots> nodes;
   for (const elastic::Member& m : view.members) {
     const NodeEntry* entry = state.FindNode(m.id);
@@ -125,7 +125,8 @@ asio::awaitable<void> Node::ReplanWithJoined(GenerationKey key, std::string join
     return true;
   };
   Status s = co_await UpdateState(std::move(change));
-  if (!s.ok()) LOG_WARN("plan the waiting job again (node(s) {} registered): {}", joined, s.ToString());
+  if (!s.ok())
+    LOG_WARN("plan the waiting job again (node(s) {} registered): {}", joined, s.ToString());
 }
 
 asio::awaitable<void> Node::ControlLoop() {
@@ -442,9 +443,10 @@ asio::awaitable<void> Node::OnWorkerFailed(std::shared_ptr<Worker> worker, const
     quick_failures_ = stepped ? 0 : quick_failures_ + 1;
   }
   if (const auto pause = RestartPause(quick_failures_); pause.count() > 0 && !superseded()) {
-    LOG_WARN("generation {}: {} generations in a row failed before their first step; the next "
-             "epoch starts in {:.1f} s",
-             generation, quick_failures_, std::chrono::duration<double>(pause).count());
+    LOG_WARN(
+        "generation {}: {} generations in a row failed before their first step; the next "
+        "epoch starts in {:.1f} s",
+        generation, quick_failures_, std::chrono::duration<double>(pause).count());
     asio::steady_timer poll(io_);
     for (const MonoTime until = MonoClock::now() + pause;
          !superseded() && !stopping_ && MonoClock::now() < until;) {

@@ -242,16 +242,16 @@ class Node : public Daemon {
   bool stopping_ = false;
   bool dirty_ = true;
   asio::steady_timer wake_;
-  std::optional<GenerationKey> running_;            // the generation this node runs (or waits in)
-  std::string plan_text_;                           // its plan, or why the job waits
-  std::vector<elastic::NodeSlots> running_nodes_;   // the nodes of its plan (none: no plan)
-  std::vector<elastic::Member> running_members_;    // the view it started in (incarnations)
-  uint64_t running_lead_ = 0;                       // the node of its plan's rank 0
-  bool grow_pending_ = false;                       // GrowAfterCheckpoint runs
+  std::optional<GenerationKey> running_;           // the generation this node runs (or waits in)
+  std::string plan_text_;                          // its plan, or why the job waits
+  std::vector<elastic::NodeSlots> running_nodes_;  // the nodes of its plan (none: no plan)
+  std::vector<elastic::Member> running_members_;   // the view it started in (incarnations)
+  uint64_t running_lead_ = 0;                      // the node of its plan's rank 0
+  bool grow_pending_ = false;                      // GrowAfterCheckpoint runs
   // Generations in a row whose worker here failed before rank 0 reported a step of theirs
   // (OnWorkerFailed pauses before the next epoch from the second on).
   int quick_failures_ = 0;
-  std::optional<GenerationKey> counted_failure_;  // the generation quick_failures_ counted last
+  std::optional<GenerationKey> counted_failure_;    // the generation quick_failures_ counted last
   std::map<int, std::shared_ptr<Worker>> workers_;  // by rank
   std::shared_ptr<asio::steady_timer> workers_changed_;
   std::shared_ptr<asio::steady_timer> generation_over_;  // cancelled when a generation ends

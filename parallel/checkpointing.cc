@@ -106,6 +106,7 @@ Result<std::unique_ptr<RunCheckpoints>> RunCheckpoints::Create(
 }
 
 bool RunCheckpoints::Due(int64_t step, bool last) {
+  last_due_ = last;
   memory_due_ = memory_writer_ != nullptr && step % config_.ckpt.memory_every == 0;
   durable_due_ = writer_ != nullptr && (step % config_.ckpt.every == 0 || last);
   if (durable_due_ && step <= skipped_up_to_) {
@@ -121,7 +122,11 @@ bool RunCheckpoints::Due(int64_t step, bool last) {
 Status RunCheckpoints::Save(int64_t step, const ckpt::StateShards& shards,
                             const TrainerState& state) {
   const bool durable = durable_due_ || !memory_due_;
+  // A planned stop's save (none was due) and the run's last must reach the store if it is back,
+  // even right after a failed connect.
+  if (durable && (last_due_ || (!durable_due_ && !memory_due_))) storage_->RetryNow();
   durable_due_ = false;
+  last_due_ = false;
   if (durable && writer_ == nullptr) return FailedPrecondition("checkpoint save: ckpt.every is 0");
   const std::vector<std::byte> bytes = state.Serialize();
   std::string engine_state(reinterpret_cast<const char*>(bytes.data()), bytes.size());
@@ -259,6 +264,7 @@ Status RunCheckpoints::SaveLast(int64_t step, const ckpt::StateShards& shards,
       step, storage_->uri());
   durable_due_ = true;
   memory_due_ = false;
+  last_due_ = true;
   return Save(step, shards, state);
 }
 

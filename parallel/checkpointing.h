@@ -155,6 +155,7 @@ class RunCheckpoints {
   std::shared_ptr<ckpt::Storage> memory_;                  // the memory tier, or null
   std::unique_ptr<ckpt::CheckpointWriter> memory_writer_;  // with ckpt.memory_every > 0
   bool durable_due_ = false, memory_due_ = false;          // what the last Due found due
+  bool last_due_ = false;  // the last Due was for the run's last step (or SaveLast's save)
   int64_t durable_step_ = -1;
   int64_t skipped_up_to_ = -1;  // Resume fell back from committed checkpoints up to this step
   PendingSave durable_pending_, memory_pending_;

@@ -138,6 +138,11 @@ class Connection {
     failed_ = Status();
     return client_;
   }
+  // The next client() connects even within kRetryAfter of a failed connect.
+  void RetryNow() {
+    std::lock_guard lock(mu_);
+    failed_ = Status();
+  }
   // Drops the client when `s` says its connection is gone (Unavailable, Aborted,
   // DeadlineExceeded: a frame past its deadline closes the connection); returns `s`.
   Status Check(Status s) {
@@ -372,6 +377,7 @@ class RingfsStorage : public Storage {
   }
 
   std::string uri() const override { return uri_; }
+  void RetryNow() override { conn_->RetryNow(); }
 
  private:
   std::string Abs(const std::string& rel) const { return "/" + JoinPath(root_, rel); }

@@ -1,6 +1,6 @@
 // The ringfs backend against a real ringfsd process: the storage contract, a save and a
-// re-sharded load with ranged reads, a damaged piece detected with fallback, and a writer
-// process killed at a commit phase.
+// re-sharded load with ranged reads, a damaged piece detected with fallback, a lazily connected
+// storage across a restart of the server, and a writer process killed at a commit phase.
 #include <gtest/gtest.h>
 
 #include "base/fault.h"
@@ -67,6 +67,35 @@ TEST_F(RingfsTest, StorageSaveReshardDamageFallback) {
   auto rank = testing::MakeRank({}, 0, false);
   EXPECT_EQ(LoadNewest(storage_, rank.shards, nullptr).value(), 10);
   EXPECT_EQ(testing::CheckRank(rank), "");
+}
+
+// A lazily connected storage (a worker with a memory tier) opens while its cluster is down;
+// after a failed connect its calls fail at once for a while, even once the cluster is back,
+// until RetryNow (a planned stop's save, a run's last) makes the next call connect.
+TEST_F(RingfsTest, ALazyStorageFailsFastUntilRetryNow) {
+  ASSERT_TRUE(storage_->WriteFile("kept", std::vector<uint8_t>(100, 1)).ok());
+  (void)server_.Stop(std::chrono::seconds(15));
+  storage_.reset();
+  auto lazy = OpenStorage(uri_, {.connect_lazily = true});
+  ASSERT_TRUE(lazy.ok()) << lazy.status().ToString();
+  Result<std::vector<std::string>> listed = (*lazy)->List("");
+  ASSERT_FALSE(listed.ok());
+  const auto failed_at = MonoClock::now();
+
+  ASSERT_TRUE(
+      server_.Start({RINGFSD, "--state", dir_.path() + "/state", "--port", std::to_string(port_)},
+                    {}, dir_.path() + "/server.log"));
+  auto ready = OpenStorage(uri_);  // connects as soon as the server serves
+  ASSERT_TRUE(ready.ok()) << ready.status().ToString();
+  if (MonoClock::now() - failed_at < std::chrono::seconds(4)) {
+    const auto before = MonoClock::now();
+    EXPECT_FALSE((*lazy)->List("").ok()) << "still within the fail-fast window";
+    EXPECT_LT(MonoClock::now() - before, std::chrono::milliseconds(500)) << "without a connect";
+  }
+  (*lazy)->RetryNow();
+  listed = (*lazy)->List("");
+  ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+  EXPECT_EQ(*listed, (std::vector<std::string>{"kept"}));
 }
 
 TEST_F(RingfsTest, WriterKilledAfterManifestLeavesPreviousCommitted) {

@@ -155,6 +155,14 @@ TEST_F(OpsTest, NotifiesSystemdReadyStatusWatchdogAndStopping) {
   for (size_t i = 1; i < pings.size(); ++i)
     EXPECT_LT(pings[i] - pings[i - 1], watchdog) << "keep-alive " << i << " came late";
   EXPECT_LT(messages[stopping].at - pings.back(), watchdog);
+  if (HasFailure()) {  // every notification with its time, and the daemon's log
+    std::string all;
+    for (const auto& m : messages)
+      all +=
+          std::to_string(std::chrono::duration_cast<milliseconds>(m.at - messages[0].at).count()) +
+          " ms: " + m.text + "\n";
+    ADD_FAILURE() << "notifications:\n" << all << Logs();
+  }
 }
 
 // One scrape: "name{labels}" → value, plus the text.
