@@ -111,9 +111,13 @@ bool Node::PlanGrows(const ClusterState& state, const std::vector<elastic::NodeS
   if (state.max_nodes > 0) spec->elastic.max_nodes = state.max_nodes;
   std::vector<elastic::NodeSlots> all = nodes;
   all.insert(all.end(), joining.begin(), joining.end());
+  // Only a larger world or another layout is worth a planned stop: the same layout moved to
+  // other nodes (the planner prefers the lowest ids, so a returning node 1 would take the job
+  // back) gains nothing.
   Result<elastic::JobPlan> plan = elastic::PlanJob(all, *spec);
-  return !plan.ok() || plan->ranks != plan_->ranks || plan->micro_batches != plan_->micro_batches ||
-         parallel::DescribeLayout(plan->layout) != parallel::DescribeLayout(plan_->layout);
+  return plan.ok() &&
+         (plan->layout.world() > plan_->layout.world() ||
+          parallel::DescribeLayout(plan->layout) != parallel::DescribeLayout(plan_->layout));
 }
 
 asio::awaitable<void> Node::ReplanWithJoined(GenerationKey key, std::string joined) {

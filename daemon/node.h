@@ -172,9 +172,9 @@ class Node : public Daemon {
   // drained that registered during the epoch: the next epoch's plans use them.
   std::vector<elastic::NodeSlots> PlanNodes(const elastic::View& view, const ClusterState& state,
                                             bool joining = false) const;
-  // Whether the running plan would change with `joining` added to `nodes` (the job's
-  // max_nodes, its slots per node or its layout rules may leave them out): only then does the
-  // job grow. True when nothing runs or the job does not plan.
+  // Whether the job would run a larger world or another layout with `joining` added to `nodes`
+  // (the job's max_nodes, its slots per node or its layout rules may leave them out): only then
+  // does it grow. True when nothing runs or the job does not parse.
   bool PlanGrows(const ClusterState& state, const std::vector<elastic::NodeSlots>& nodes,
                  const std::vector<elastic::NodeSlots>& joining) const;
   // The job waits for nodes and `joined` registered during its epoch: a new epoch, whose plans
