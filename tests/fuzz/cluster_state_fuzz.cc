@@ -20,7 +20,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 std::vector<std::vector<uint8_t>> FuzzSeeds() {
   rt::daemon::ClusterState s;
   s.PutNode({1, 2, "127.0.0.1:4001"});
-  s.PutNode({2, 2, "127.0.0.1:4002"});
+  s.PutNode({2, 2, "127.0.0.1:4002", 4});  // registered during epoch 4
   s.job = rt::daemon::JobEntry{3, "tiny", "[model]\nn_layer = 2\n", rt::daemon::JobDesire::kRun, 0};
   s.epoch = 4;
   s.drained = {2};
