@@ -233,6 +233,7 @@ asio::awaitable<void> Node::Reconcile() {
       }
       co_return;
     }
+    if (*running_ == key) co_return;  // one start per generation: a failure makes a new epoch
   }
   Status s = co_await StartGeneration(view, state, key);
   if (!s.ok()) LOG_ERROR("generation {}: {}", key.ToString(), s.ToString());
