@@ -384,11 +384,18 @@ asio::awaitable<Result<Json>> Node::HandleWorkerReport(Json r) {
       where = "on rank 0's previous node";
     }
     const int64_t lost = std::max<int64_t>(0, before - (p.step - 1));
+    // Rank 0's first report carries the loads of its resume (the last one is what it loaded).
+    std::string loaded = "nothing (a fresh start)";
+    if (!counters.loads.empty()) {
+      const parallel::CheckpointTransfer& l = counters.loads.back();
+      loaded = (l.memory ? "the memory snapshot of step " : "the checkpoint of step ") +
+               std::to_string(l.step);
+    }
     LOG_INFO(
-        "recovery: {}; generation {}; plan {}; resumed at step {}, steps lost {} (the "
-        "last step reported {} was {}); first step done {:.2f} s after the generation "
+        "recovery: {}; generation {}; plan {}; loaded {}, resumed at step {}, steps lost {} "
+        "(the last step reported {} was {}); first step done {:.2f} s after the generation "
         "started",
-        recovery_cause_, generation, plan_text_, p.step, lost, where, before, seconds);
+        recovery_cause_, generation, plan_text_, loaded, p.step, lost, where, before, seconds);
     NoteFirstStep(p, lost, seconds);
   }
   last_step_ = p.step;
