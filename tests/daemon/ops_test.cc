@@ -117,14 +117,23 @@ TEST_F(OpsTest, NotifiesSystemdReadyStatusWatchdogAndStopping) {
   ASSERT_TRUE(receive_until([](const std::string& t) { return Has(t, "at step 3"); },
                             milliseconds(120'000)))
       << Logs();
+  // Within one training generation the steps only grow (a restart under load may begin a new
+  // generation, which starts again from its checkpoint).
   int64_t last_step = 0;
+  std::string last_generation;
+  int with_steps = 0;
   for (const auto& m : messages) {
-    const size_t at = m.text.find("at step ");
-    if (at == std::string::npos) continue;
-    const int64_t step = std::atoll(m.text.c_str() + at + 8);
+    const size_t at = m.text.find(" at step "), named = m.text.find("training generation ");
+    if (at == std::string::npos || named == std::string::npos) continue;
+    const std::string generation = m.text.substr(named + 20, at - named - 20);
+    if (generation != last_generation) last_step = 0;
+    last_generation = generation;
+    const int64_t step = std::atoll(m.text.c_str() + at + 9);
     EXPECT_GT(step, last_step) << "a STATUS line per change: " << m.text;
     last_step = step;
+    ++with_steps;
   }
+  EXPECT_GE(with_steps, 1) << "no STATUS line names a training generation and its step";
   EXPECT_TRUE(Has(messages.back().text, "STATUS=generation ")) << messages.back().text;
   EXPECT_TRUE(Has(messages.back().text, "job tiny run")) << messages.back().text;
 
