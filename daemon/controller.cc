@@ -39,6 +39,28 @@ std::chrono::milliseconds RestartPause(int failures) {
   return std::min<std::chrono::milliseconds>(pause, kMaxRestartPause);
 }
 
+// The message of the newest error line (level E) among the last 4 KiB of a worker's log
+// (spdlog lines "YYYY-MM-DD HH:MM:SS.mmm E worker[PID] MESSAGE"), at most 300 characters; ""
+// when there is none. What a failed worker said last, for its failure's cause.
+std::string LastErrorOfLog(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) return "";
+  const std::streamoff size = in.tellg();
+  const std::streamoff from = std::max<std::streamoff>(0, size - 4096);
+  in.seekg(from);
+  std::string tail(static_cast<size_t>(size - from), '\0');
+  in.read(tail.data(), static_cast<std::streamsize>(tail.size()));
+  std::istringstream lines(tail);
+  std::string message;
+  for (std::string line; std::getline(lines, line);) {
+    const size_t named = line.find("] ");
+    if (line.size() > 26 && line[23] == ' ' && line[24] == 'E' && line[25] == ' ' &&
+        named != std::string::npos)
+      message = line.substr(named + 2, 300);
+  }
+  return message;
+}
+
 // The run config a worker reads: the job's TOML without [job] and [elastic], with the plan's
 // micro-batch count and a ringfs:/// ckpt.dir resolved to `store`, this node's chunk server.
 // (toml++ writes it back; values keep their exact text representation.)
@@ -418,8 +440,10 @@ bool Node::PlanProcessesIn(const elastic::View& view) const {
 
 asio::awaitable<void> Node::OnWorkerFailed(std::shared_ptr<Worker> worker, const ChildExit& exit) {
   const GenerationKey key = worker->generation;
+  const std::string said = LastErrorOfLog(worker->log_path);
   const std::string what = "worker rank " + std::to_string(worker->rank) + " on node " +
-                           std::to_string(config_.id) + " exited: " + exit.Describe();
+                           std::to_string(config_.id) + " exited: " + exit.Describe() +
+                           (said.empty() ? "" : " (" + said + ")");
   LOG_WARN("generation {}: {}", key.ToString(), what);
   // A worker often fails because a node of its plan died (its peers see the connection close),
   // at about the time the membership removes that node. The view change starts the next

@@ -144,6 +144,8 @@ TEST_F(ClusterTest, AJobThatCannotStartIsRetriedWithGrowingPauses) {
   EXPECT_GE(epochs, 2u) << "it keeps trying";
   EXPECT_LE(epochs, 6u) << "pauses of 1, 2, 4 and 8 s allow 5 (a tight loop makes ~20)";
   EXPECT_FALSE(LogLines(1, "in a row failed before their first step").empty()) << Logs();
+  // The cause says what the worker said last: its error.
+  EXPECT_NE(s.value("cause", "").find("no training shards"), std::string::npos) << s.dump(2);
   std::filesystem::rename(dir_ / "data.away", dir_ / "data");
   WaitFor(1, "a step once the data is back", [](const Json& s) { return Step(s) >= 1; });
 }
