@@ -8,6 +8,7 @@
 #include <mutex>
 #include <random>
 #include <set>
+#include <string>
 
 namespace rt::net {
 namespace {
@@ -60,9 +61,16 @@ Result<uint16_t> FreeLoopbackPort() {
     if (const uint16_t port = FirstHandOut(BindAndRelease(static_cast<uint16_t>(pick(random))));
         port != 0)
       return port;
-  for (int i = 0; i < kTries; ++i)
-    if (const uint16_t port = FirstHandOut(BindAndRelease(0)); port != 0) return port;
-  return ErrnoStatus(errno, "binding 127.0.0.1:0 for a free port");
+  int bind_errno = 0;  // the last failed bind's (a port handed out before is no bind failure)
+  for (int i = 0; i < kTries; ++i) {
+    errno = 0;
+    const uint16_t bound = BindAndRelease(0);
+    if (bound == 0) bind_errno = errno;
+    if (const uint16_t port = FirstHandOut(bound); port != 0) return port;
+  }
+  if (bind_errno != 0) return ErrnoStatus(bind_errno, "binding 127.0.0.1:0 for a free port");
+  return Unavailable("no free loopback port: every port 127.0.0.1:0 gave in " +
+                     std::to_string(kTries) + " tries was handed out by this process before");
 }
 
 }  // namespace rt::net

@@ -260,7 +260,9 @@ class RingfsFileWriter : public StorageFileWriter {
                           });
   }
   // Waits for every write in flight; returns the first failure (Connection::Check sees it here,
-  // on the caller's thread: the io thread must never wait for the connection's mutex).
+  // on the caller's thread: the io thread must never wait for the connection's mutex). Bounded
+  // by the writes' own deadlines (CallDeadline): each completes, with an error if late, and the
+  // wait cannot end sooner, since the writes use this object and its buffers.
   Status Drain() {
     Status first;
     {
