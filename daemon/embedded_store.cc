@@ -40,6 +40,7 @@ Result<iofs::ServerOptions> StoreServerOptions(const NodeConfig& config) {
     return InvalidArgument("store.replication " + std::to_string(o.replication) + " exceeds the " +
                            std::to_string(nodes) + " store node(s)");
   o.chains = config.store_chains;
+  o.follow_views = true;  // the metadata role moves with the ring's views (FollowViewInStore)
   o.engine.capacity_bytes = static_cast<uint64_t>(config.store_capacity_gib) << 30;
   return o;
 }

@@ -428,6 +428,7 @@ Json Node::LocalReport() const {
     const iofs::ServerStats st = store_->Stats();
     report["store"] = {{"address", store_address_},
                        {"metadata_node", st.metadata_node},
+                       {"metadata_takeovers", st.takeovers},
                        {"chunks", st.chunks},
                        {"data_bytes", st.data_bytes}};
     if (st.metadata_node)

@@ -29,7 +29,7 @@ void Node::FollowViewInStore(const elastic::View& view) {
   store_view_ = view.generation;
   std::set<uint32_t> members;
   for (const elastic::Member& m : view.members) members.insert(static_cast<uint32_t>(m.id));
-  store_->SetMembers(members);
+  store_->SetMembers(members, view.generation);
 }
 
 Result<std::string> Node::ResolveStoreUri(const std::string& uri) const {

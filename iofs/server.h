@@ -1,8 +1,10 @@
 // ringfsd: one chunk-store node as a network service. It owns the node's chunk engine and chain
 // node, answers peers (replica messages, chain versions) and clients (chunk and file operations)
-// over base/net RPC, and — on the metadata node, the one with the smallest id — runs the chain
-// manager (heartbeats every node, removes failed replicas from their chains, lets returning ones
-// resync) and the file namespace. Protocol: docs/formats/iofs_wire.md.
+// over base/net RPC, and — on the metadata node — runs the chain manager (heartbeats every node,
+// removes failed replicas from their chains, lets returning ones resync) and the file namespace.
+// The metadata node is the smallest node id, or with follow_views the smallest one in the latest
+// membership view: the role moves when that node leaves a view (Server::SetMembers).
+// Protocol: docs/formats/iofs_wire.md.
 #pragma once
 
 #include <cstdint>
@@ -59,6 +61,10 @@ struct ServerOptions {
     kPoolEngine,  // on a client-pool thread through the engine's ring (the path before)
   };
   ReadPath read_path = ReadPath::kPoolDirect;
+  // The metadata role follows the membership views given to SetMembers (ringtraind): no node
+  // holds it until the first view, then the smallest node id of the newest view does. false
+  // (ringfsd): the smallest id of `nodes`, for good.
+  bool follow_views = false;
 };
 
 // Parses a node list "1@127.0.0.1:7600,2@10.0.0.2:7600". Errors: InvalidArgument naming `what`
@@ -101,7 +107,9 @@ struct ServerStats {
   uint64_t chains = 0;
   uint64_t chains_degraded = 0;
   uint64_t chains_stopped = 0;
-  bool metadata_node = false;  // this node is the metadata node
+  bool metadata_node = false;  // this node is the metadata node (and has taken the role over)
+  uint32_t meta_node = 0;      // the node this one sends file operations to (0: none yet)
+  uint64_t takeovers = 0;      // times this node took the metadata role over since it started
 };
 
 // A running node. Thread-safe.
@@ -119,11 +127,18 @@ class Server {
   virtual Status Shutdown(Deadline deadline) = 0;
   // A snapshot of the counters above (for tests and stats).
   virtual ServerStats Stats() = 0;
-  // The membership the store's chains follow (ringtraind: the node ids of the ring's view). On
-  // the metadata node a node missing from `members` leaves its chains at once, as if it had
-  // missed every heartbeat, and heartbeats do not bring it back until it is in `members` again;
-  // other nodes ignore the call. Until the first call heartbeats alone decide.
-  virtual void SetMembers(const std::set<uint32_t>& members) = 0;
+  // The membership the store's chains follow (ringtraind: the node ids of the ring's view
+  // `epoch`, its generation; a call with a smaller epoch than an earlier one is ignored). On the
+  // metadata node a node missing from `members` leaves its chains at once, as if it had missed
+  // every heartbeat, and heartbeats do not bring it back until it is in `members` again. Until
+  // the first call heartbeats alone decide.
+  // With follow_views the metadata node is the smallest node id in `members`. When that changes
+  // the new one takes the role over in the background: it asks every other node in `members`
+  // to give up the role (the old one first finishes the file operations it runs) and to send
+  // the chain manager state and chain versions it knows, continues from the newest of them with
+  // chain versions above any an earlier manager handed out (epoch << 32), and reloads the
+  // namespace from the chains. File operations that reach it meanwhile wait for it.
+  virtual void SetMembers(const std::set<uint32_t>& members, uint64_t epoch) = 0;
 };
 
 // The default port of the embedded server.

@@ -144,11 +144,12 @@ class Connection {
     failed_ = Status();
   }
   // Drops the client when `s` says its connection is gone (Unavailable, Aborted,
-  // DeadlineExceeded: a frame past its deadline closes the connection); returns `s`.
+  // DeadlineExceeded: a frame past its deadline closes the connection) or the metadata role
+  // moved to another node (NotServing: the next connect asks where it is); returns `s`.
   Status Check(Status s) {
     const StatusCode c = s.code();
     if (c == StatusCode::kUnavailable || c == StatusCode::kAborted ||
-        c == StatusCode::kDeadlineExceeded) {
+        c == StatusCode::kDeadlineExceeded || c == StatusCode::kNotServing) {
       std::lock_guard lock(mu_);
       buffers_.reset();
       client_.reset();

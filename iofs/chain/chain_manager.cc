@@ -158,6 +158,54 @@ Status ChainManager::Restore(std::span<const std::byte> saved) {
   return Status();
 }
 
+uint64_t ChainManager::VersionSum() const {
+  uint64_t sum = 0;
+  for (const State& s : chains_) sum += s.config.version;
+  return sum;
+}
+
+uint64_t ChainManager::SavedVersionSum(std::span<const std::byte> saved) {
+  ByteReader r(saved, "chain manager state");
+  auto magic = r.Get<uint32_t>();
+  auto n = r.Get<uint32_t>();
+  if (!magic.ok() || *magic != 0x4d435452 || !n.ok()) return 0;
+  uint64_t sum = 0;
+  for (uint32_t i = 0; i < *n; ++i) {
+    auto len = r.Get<uint32_t>();
+    if (!len.ok()) return 0;
+    auto bytes = r.GetBytes(*len);
+    if (!bytes.ok()) return 0;
+    auto config = DecodeConfig(*bytes);
+    if (!config.ok() || !r.Get<uint32_t>().ok()) return 0;
+    sum += config->version;
+  }
+  return sum;
+}
+
+std::vector<ChainConfig> ChainManager::TakeOver(std::span<const ChainConfig> seen,
+                                                uint64_t min_version,
+                                                const std::set<NodeId>& down) {
+  for (const ChainConfig& c : seen) {
+    if (c.chain >= chains_.size()) continue;
+    State& s = chains_[c.chain];
+    const bool from_home = std::all_of(c.members.begin(), c.members.end(), [&](const Member& m) {
+      return std::find(s.home.begin(), s.home.end(), m.node) != s.home.end();
+    });
+    if (c.version <= s.config.version || !from_home) continue;
+    s.config = c;
+    if (!s.config.members.empty()) s.last_serving.reset();
+  }
+  down_.clear();
+  std::vector<ChainConfig> changed;
+  for (State& s : chains_) {
+    s.waiting.clear();
+    s.config.version = std::max(s.config.version + 1, min_version);
+  }
+  for (NodeId node : down) (void)OnNodeDown(node);
+  for (const State& s : chains_) changed.push_back(s.config);
+  return changed;
+}
+
 Result<std::vector<ChainConfig>> BuildChains(const std::vector<NodeId>& nodes, int replication,
                                              int chain_count) {
   if (nodes.empty()) return InvalidArgument("chain layout: the node list is empty");

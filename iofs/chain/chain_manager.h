@@ -46,6 +46,20 @@ class ChainManager {
   // Restores what Save() wrote over the same layout. Corruption if it does not parse or does not
   // match the layout (other chain count or home nodes).
   Status Restore(std::span<const std::byte> saved);
+  // The sum of every chain's version: it grows with every change, so of two saved states of one
+  // cluster the one with the larger sum is the newer (SavedVersionSum reads it from Save()'s
+  // bytes; 0 if they do not parse).
+  uint64_t VersionSum() const;
+  static uint64_t SavedVersionSum(std::span<const std::byte> saved);
+
+  // Continues the work of another manager (a metadata node that failed or handed over), after
+  // Restore of the newest saved state there is: `seen` are chain versions the replicas hold
+  // (ChainNode::Config); each one newer than this manager's replaces it. Then every chain gets a
+  // version above both its own and `min_version` (the caller passes one above anything an
+  // earlier manager handed out, so replicas take the new versions and ignore a stale manager's),
+  // and `down` nodes leave their chains. Returns every chain's new config, to broadcast.
+  std::vector<ChainConfig> TakeOver(std::span<const ChainConfig> seen, uint64_t min_version,
+                                    const std::set<NodeId>& down);
 
  private:
   struct State {

@@ -110,6 +110,9 @@ awaitable<Result<std::shared_ptr<Client>>> Client::Connect(std::string host, uin
   client->server_ = host + ":" + std::to_string(port);
   client->host_ = host;
   client->port_ = port;
+  if (info->meta_node == 0)
+    co_return Unavailable("ringfsd at " + host + ":" + std::to_string(port) +
+                          " knows no metadata node yet (it waits for its first membership view)");
   if (info->meta_node == info->self) {
     client->rpc_ = *first;
     co_return client;

@@ -6,10 +6,12 @@
 
 #include <atomic>
 #include <fstream>
+#include <future>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <set>
+#include <shared_mutex>
 #include <thread>
 
 #include <boost/asio/as_tuple.hpp>
@@ -20,6 +22,7 @@
 #include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -93,7 +96,8 @@ class ServerImpl final : public Server, public ChainTransport, public ChainRoute
   explicit ServerImpl(ServerOptions options)
       : options_(std::move(options)),
         client_pool_(static_cast<size_t>(options_.client_threads)),
-        peer_pool_(static_cast<size_t>(options_.peer_threads)) {}
+        peer_pool_(static_cast<size_t>(options_.peer_threads)),
+        role_strand_(asio::make_strand(client_pool_.get_executor())) {}
 
   ~ServerImpl() override { (void)Shutdown(Deadline::AfterMs(5000)); }
 
@@ -101,7 +105,7 @@ class ServerImpl final : public Server, public ChainTransport, public ChainRoute
   uint16_t port() const override { return rpc_ ? rpc_->port() : 0; }
   Status Shutdown(Deadline deadline) override;
   ServerStats Stats() override;
-  void SetMembers(const std::set<uint32_t>& members) override;
+  void SetMembers(const std::set<uint32_t>& members, uint64_t epoch) override;
 
   // ChainTransport.
   void Send(const chain::Message& message) override;
@@ -116,9 +120,9 @@ class ServerImpl final : public Server, public ChainTransport, public ChainRoute
   }
   size_t chain_count() const override { return static_cast<size_t>(options_.chains); }
   chain::ChainConfig Config(chain::ChainId c) override {
-    if (manager_) {
+    {
       std::lock_guard lock(manager_mu_);
-      return manager_->config(c);
+      if (manager_) return manager_->config(c);
     }
     auto config = chain_->Config(c);
     return config ? *config : chain::ChainConfig{};
@@ -142,7 +146,13 @@ class ServerImpl final : public Server, public ChainTransport, public ChainRoute
       if (n.id == id) return &n;
     return nullptr;
   }
-  bool is_meta() const { return options_.self == meta_node_; }
+  // True when file operations belong to this node (it may still be taking the role over).
+  bool is_meta() const { return options_.self == meta_node_.load(); }
+  // True when this node runs the chain manager (it holds the metadata role, taken over).
+  bool has_manager() {
+    std::lock_guard lock(manager_mu_);
+    return manager_ != nullptr;
+  }
 
   // Runs `fn` on `pool` and comes back to the I/O thread (co_spawn completes on the caller's
   // executor), so blocking work never runs on the I/O thread.
@@ -181,6 +191,10 @@ class ServerImpl final : public Server, public ChainTransport, public ChainRoute
   Result<Frame> CallBlocking(uint32_t id, uint16_t type, std::vector<std::byte> payload,
                              Deadline deadline, std::span<const std::byte> bulk = {},
                              Lane lane = Lane::kData);
+  // CallBlocking on the control lane that gives up (Aborted) as soon as the server stops, so a
+  // pool thread never waits on a call the stopped I/O thread will not finish.
+  Result<Frame> CallUnlessStopping(uint32_t id, uint16_t type, std::vector<std::byte> payload,
+                                   Deadline deadline);
 
   void RegisterHandlers();
   // Shared-memory clients (iofs/net/shm.h): accepts registrations on the Unix socket.
@@ -197,7 +211,7 @@ class ServerImpl final : public Server, public ChainTransport, public ChainRoute
     std::vector<ReadPiece> pieces;
   };
   // Plans a kFsReadShm without waiting for any lock; nullopt when it cannot (the request goes to
-  // HandleShm, which also answers every error).
+  // HandleShm, which also answers every error). REQUIRES fs_role_mu_ held shared.
   std::optional<ShmRead> PlanShmRead(std::span<const std::byte> payload, const std::string& peer);
   // Ends one piece whose planned read transferred `io_result`: its bytes are verified and what the
   // chunk does not hold is zeroed. False when the request must go to HandleShm instead.
@@ -215,20 +229,47 @@ class ServerImpl final : public Server, public ChainTransport, public ChainRoute
   // The answer of a node that is not the metadata node to a file operation.
   Status NotServingFs() const;
   Result<FileSystem*> Fs();
+  // Runs file operation `op` (on a pool thread) if this node holds the metadata role: waits for
+  // a takeover that is running (up to 30 s) and holds fs_role_mu_ shared while `op` runs, so the
+  // role is never handed over in the middle of it. NotServingFs if another node holds the role.
+  template <typename Op>
+  auto ServeFs(Op op) -> decltype(op());
+  // Waits until no takeover of the metadata role runs here; Unavailable after 30 s.
+  Status AwaitTakeover();
 
   // Chain manager (metadata node only).
   void Broadcast(const std::vector<chain::ChainConfig>& configs);
   void SaveManager();  // REQUIRES manager_mu_
   void OnPing(uint32_t id, bool ok);
-  awaitable<void> HeartbeatLoop();
+  // `role` is the role_gen_ the loop serves: it ends when the role changes hands.
+  awaitable<void> HeartbeatLoop(uint64_t role);
   awaitable<void> TickLoop();
   // The orphan collector (metadata node): FileSystem::CollectOrphans on the client pool now and
   // every options_.collect_ms.
-  awaitable<void> CollectLoop();
+  awaitable<void> CollectLoop(uint64_t role);
   void CollectOnce();
+  // Takes nodes outside `members` out of the chains (SetMembers on the metadata node).
+  void FollowMembers(const std::set<uint32_t>& members);
+
+  // The moving metadata role (options_.follow_views; SetMembers).
+  // Gives up or takes over the role as the newest view says (on role_strand_).
+  void ChangeRole();
+  // Drops this node's chain manager and namespace once the file operations running here end.
+  void Resign();
+  // Becomes the metadata node of view `epoch` (see Server::SetMembers).
+  void TakeOver(const std::set<uint32_t>& members, uint64_t epoch);
+  // Answers a kMetaHandover: resigns if the role goes elsewhere, returns what this node knows.
+  Payload HandOver(std::span<const std::byte> payload);
+  // Keeps `state` (ChainManager::Save bytes) as the newest manager state known here if its
+  // version sum is larger than the one kept; `persist` writes it to manager.state too.
+  void RememberState(std::vector<std::byte> state, bool persist);
+  // Ends a takeover (successful or not): file operations waiting for it go on.
+  void EndTakeover();
 
   ServerOptions options_;
-  uint32_t meta_node_ = 0;
+  // The node file operations go to: fixed without follow_views, else the smallest id of the
+  // newest view (0 before the first view).
+  std::atomic<uint32_t> meta_node_{0};
   asio::io_context io_;
   std::thread io_thread_;
   std::unique_ptr<ReadRing> read_ring_;  // I/O thread only (null: no fast shared-memory reads)
@@ -281,7 +322,27 @@ class ServerImpl final : public Server, public ChainTransport, public ChainRoute
 
   std::mutex fs_mu_;
   std::unique_ptr<ObjectStore> store_;  // GUARDED_BY(fs_mu_) for creation
-  std::unique_ptr<FileSystem> fs_;      // GUARDED_BY(fs_mu_) for creation
+  std::unique_ptr<FileSystem> fs_;      // GUARDED_BY(fs_mu_); dropped when the role goes
+
+  // The newest view (SetMembers) and the role's hand-over state.
+  std::mutex view_mu_;
+  bool have_view_ = false;           // GUARDED_BY(view_mu_)
+  uint64_t view_epoch_ = 0;          // GUARDED_BY(view_mu_)
+  std::set<uint32_t> view_members_;  // GUARDED_BY(view_mu_)
+  uint64_t meta_epoch_ = 0;          // GUARDED_BY(view_mu_): the view that chose meta_node_
+  uint64_t role_epoch_ = 0;          // GUARDED_BY(view_mu_): the view of this node's takeover
+  asio::strand<asio::thread_pool::executor_type> role_strand_;  // runs ChangeRole
+  std::shared_mutex fs_role_mu_;       // shared: a file operation runs; unique: the role changes
+  std::atomic<uint64_t> role_gen_{0};  // bumped at every takeover and resignation
+  std::atomic<uint64_t> takeovers_{0};
+  std::mutex takeover_mu_;
+  std::condition_variable takeover_cv_;
+  bool taking_over_ = false;  // GUARDED_BY(takeover_mu_)
+  // The newest chain manager state this node knows (its own, or one a manager's ping carried).
+  std::mutex known_mu_;
+  std::vector<std::byte> known_state_;  // GUARDED_BY(known_mu_)
+  uint64_t known_sum_ = 0;              // GUARDED_BY(known_mu_): its version sum
+  std::mutex state_file_mu_;            // held while manager.state is written
 };
 
 Status ServerImpl::Init() {
@@ -294,12 +355,13 @@ Status ServerImpl::Init() {
   if (!o.secret_file.empty()) {
     ASSIGN_OR_RETURN(secret_, net::ClusterSecret::Load(o.secret_file));
   }
-  meta_node_ = o.nodes[0].id;
+  uint32_t smallest = o.nodes[0].id;
   std::vector<chain::NodeId> ids;
   for (const auto& n : o.nodes) {
     ids.push_back(n.id);
-    meta_node_ = std::min(meta_node_, n.id);
+    smallest = std::min(smallest, n.id);
   }
+  if (!o.follow_views) meta_node_ = smallest;
   ASSIGN_OR_RETURN(layout_, chain::BuildChains(ids, o.replication, o.chains));
   if (mkdir(o.state_dir.c_str(), 0755) != 0 && errno != EEXIST)
     return ErrnoStatus(errno, "create state folder " + o.state_dir);
@@ -311,15 +373,19 @@ Status ServerImpl::Init() {
     for (const auto& m : c.members)
       if (m.node == o.self) home.push_back(c.chain);
   ASSIGN_OR_RETURN(chain_, ChainNode::Open(o.self, layout_.size(), home, engine_.get(), this));
+  const std::string manager_path = o.state_dir + "/manager.state";
   if (is_meta()) {
     manager_ = std::make_unique<chain::ChainManager>(layout_);
-    const std::string path = o.state_dir + "/manager.state";
-    if (auto saved = ReadWholeFile(path); saved.ok()) {
-      RETURN_IF_ERROR(manager_->Restore(*saved).WithContext(path));
+    if (auto saved = ReadWholeFile(manager_path); saved.ok()) {
+      RETURN_IF_ERROR(manager_->Restore(*saved).WithContext(manager_path));
       // Continue above every version handed out before the restart.
     }
     std::lock_guard lock(manager_mu_);
     SaveManager();
+  } else if (auto saved = ReadWholeFile(manager_path); saved.ok()) {
+    // What this node knew when it stopped: a candidate should it take the role over.
+    chain::ChainManager check(layout_);
+    if (check.Restore(*saved).ok()) RememberState(std::move(*saved), false);
   }
   net::RpcServerOptions ro;
   ro.bind_address = o.listen_host;
@@ -356,8 +422,8 @@ Status ServerImpl::Init() {
       up_[o.self] = true;
     }
     for (const auto& c : configs) chain_->OnConfig(c);
-    asio::co_spawn(io_, HeartbeatLoop(), asio::detached);
-    asio::co_spawn(io_, CollectLoop(), asio::detached);
+    asio::co_spawn(io_, HeartbeatLoop(role_gen_), asio::detached);
+    asio::co_spawn(io_, CollectLoop(role_gen_), asio::detached);
   }
   asio::co_spawn(io_, TickLoop(), asio::detached);
   LOG_INFO(
@@ -374,7 +440,9 @@ Status ServerImpl::Init() {
       o.tick_ms, o.heartbeat_ms, o.down_after, o.collect_ms);
   LOG_INFO("ringfsd node {} serving on {}:{} ({} nodes, replication {}, {} chains, state {}){}",
            o.self, o.listen_host, port, o.nodes.size(), o.replication, o.chains, o.state_dir,
-           is_meta() ? ", metadata node" : "");
+           o.follow_views ? ", metadata node: the smallest id of each membership view"
+           : is_meta()    ? ", metadata node"
+                          : "");
   if (!secret_)
     LOG_WARN(
         "ringfsd node {}: NO CLUSTER SECRET ([auth] secret_file, --secret-file): clients and "
@@ -448,6 +516,7 @@ Status ServerImpl::Shutdown(Deadline deadline) {
   if (shut_down_) return Status();
   shut_down_ = true;
   stopping_ = true;
+  EndTakeover();  // file operations waiting for a takeover give up (the role stays with none)
   Status s;
   if (rpc_) s = rpc_->Shutdown(deadline);
   io_.stop();
@@ -485,9 +554,11 @@ ServerStats ServerImpl::Stats() {
     stats.write_errors = counters.write_errors;
     stats.sync_errors = counters.sync_errors;
   }
-  stats.metadata_node = is_meta();
-  if (is_meta()) {
-    std::lock_guard lock(manager_mu_);
+  stats.meta_node = meta_node_.load();
+  stats.takeovers = takeovers_.load();
+  std::lock_guard lock(manager_mu_);
+  stats.metadata_node = manager_ != nullptr;
+  if (manager_) {
     stats.chains = manager_->chain_count();
     for (size_t c = 0; c < manager_->chain_count(); ++c) {
       int serving = 0;
@@ -538,6 +609,29 @@ Result<Frame> ServerImpl::CallBlocking(uint32_t id, uint16_t type, std::vector<s
         co_return co_await (*client)->Call(
             type, net::Pieces(pieces), bulk.empty() ? 0 : net::kFrameUncheckedPayload, deadline);
       }(this, id, type, std::move(payload), deadline, bulk, lane));
+}
+
+Result<Frame> ServerImpl::CallUnlessStopping(uint32_t id, uint16_t type,
+                                             std::vector<std::byte> payload, Deadline deadline) {
+  auto result = std::make_shared<std::promise<Result<Frame>>>();
+  std::future<Result<Frame>> done = result->get_future();
+  asio::co_spawn(
+      io_,
+      [](ServerImpl* self, uint32_t id, uint16_t type, std::vector<std::byte> payload,
+         Deadline deadline,
+         std::shared_ptr<std::promise<Result<Frame>>> result) -> awaitable<void> {
+        auto client =
+            co_await self->Peer(id, deadline.Min(Deadline::AfterMs(1000)), Lane::kControl);
+        if (!client.ok()) {
+          result->set_value(client.status());
+          co_return;
+        }
+        result->set_value(co_await (*client)->Call(type, payload, deadline));
+      }(this, id, type, std::move(payload), deadline, result),
+      asio::detached);
+  while (done.wait_for(std::chrono::milliseconds(50)) != std::future_status::ready)
+    if (stopping_) return Aborted("ringfsd node " + std::to_string(options_.self) + " stops");
+  return done.get();
 }
 
 void ServerImpl::Send(const chain::Message& message) {
@@ -602,11 +696,12 @@ Status ServerImpl::ResolveStaged(chain::Message& message, const chain::StagedVal
 }
 
 void ServerImpl::ReportSyncComplete(chain::NodeId node, chain::ChainId chain, uint64_t version) {
-  if (is_meta()) {
+  if (has_manager()) {
     asio::post(peer_pool_, [this, node, chain, version] {
       std::vector<chain::ChainConfig> changed;
       {
         std::lock_guard lock(manager_mu_);
+        if (!manager_) return;  // the role went meanwhile: the member reports again
         changed = manager_->OnSyncComplete(node, chain, version);
         if (!changed.empty()) SaveManager();
       }
@@ -622,7 +717,7 @@ void ServerImpl::ReportSyncComplete(chain::NodeId node, chain::ChainId chain, ui
   asio::co_spawn(
       io_,
       [this, payload]() -> awaitable<void> {
-        auto client = co_await Peer(meta_node_, Deadline::AfterMs(1000), Lane::kControl);
+        auto client = co_await Peer(meta_node_.load(), Deadline::AfterMs(1000), Lane::kControl);
         if (!client.ok()) co_return;  // the syncing member reports again after its next round
         (void)co_await (*client)->Call(wire::kSyncComplete, *payload, Deadline::AfterMs(5000));
       },
@@ -652,14 +747,38 @@ void ServerImpl::Broadcast(const std::vector<chain::ChainConfig>& configs) {
 }
 
 void ServerImpl::SaveManager() {
-  Status s = WriteFileAtomically(options_.state_dir + "/manager.state", manager_->Save());
-  if (!s.ok()) LOG_ERROR("saving the chain manager state failed: {}", s.ToString());
+  std::vector<std::byte> state = manager_->Save();
+  {
+    std::lock_guard file(state_file_mu_);
+    Status s = WriteFileAtomically(options_.state_dir + "/manager.state", state);
+    if (!s.ok()) LOG_ERROR("saving the chain manager state failed: {}", s.ToString());
+  }
+  RememberState(std::move(state), false);
+}
+
+void ServerImpl::RememberState(std::vector<std::byte> state, bool persist) {
+  const uint64_t sum = chain::ChainManager::SavedVersionSum(state);
+  {
+    std::lock_guard lock(known_mu_);
+    if (sum <= known_sum_) return;
+    known_sum_ = sum;
+    known_state_ = state;
+  }
+  if (!persist) return;
+  std::lock_guard file(state_file_mu_);
+  {
+    std::lock_guard lock(known_mu_);
+    if (known_sum_ != sum) return;  // a newer one came meanwhile: its own call writes it
+  }
+  Status s = WriteFileAtomically(options_.state_dir + "/manager.state", state);
+  if (!s.ok()) LOG_WARN("keeping the chain manager state failed: {}", s.ToString());
 }
 
 void ServerImpl::OnPing(uint32_t id, bool ok) {
   std::vector<chain::ChainConfig> changed;
   {
     std::lock_guard lock(manager_mu_);
+    if (!manager_) return;  // the role went while the ping ran
     auto known = up_.find(id);
     const bool outside = members_.has_value() && !members_->contains(id);
     if (ok) {
@@ -679,11 +798,38 @@ void ServerImpl::OnPing(uint32_t id, bool ok) {
   Broadcast(changed);
 }
 
-void ServerImpl::SetMembers(const std::set<uint32_t>& members) {
-  if (!is_meta()) return;
+void ServerImpl::SetMembers(const std::set<uint32_t>& members, uint64_t epoch) {
+  {
+    std::lock_guard lock(view_mu_);
+    if (have_view_ && epoch < view_epoch_) return;  // an older view
+    have_view_ = true;
+    view_epoch_ = epoch;
+    view_members_ = members;
+    if (options_.follow_views) {
+      uint32_t smallest = 0;
+      for (const NodeEndpoint& n : options_.nodes)
+        if (members.contains(n.id) && (smallest == 0 || n.id < smallest)) smallest = n.id;
+      if (smallest != 0 && smallest != meta_node_.load()) {
+        meta_epoch_ = epoch;
+        if (smallest == options_.self) {
+          std::lock_guard taking(takeover_mu_);
+          taking_over_ = true;
+        }
+        meta_node_ = smallest;
+        LOG_INFO("ringfsd node {}: view {} makes node {} the metadata node", options_.self, epoch,
+                 smallest);
+        asio::post(role_strand_, [this] { ChangeRole(); });
+      }
+    }
+  }
+  FollowMembers(members);
+}
+
+void ServerImpl::FollowMembers(const std::set<uint32_t>& members) {
   std::vector<chain::ChainConfig> changed;
   {
     std::lock_guard lock(manager_mu_);
+    if (!manager_) return;
     members_ = members;
     std::set<chain::ChainId> touched;
     for (const NodeEndpoint& n : options_.nodes) {
@@ -700,20 +846,28 @@ void ServerImpl::SetMembers(const std::set<uint32_t>& members) {
   Broadcast(changed);
 }
 
-awaitable<void> ServerImpl::HeartbeatLoop() {
+awaitable<void> ServerImpl::HeartbeatLoop(uint64_t role) {
   asio::steady_timer timer(io_);
-  for (uint64_t round = 0; !stopping_; ++round) {
+  for (uint64_t round = 0; !stopping_ && role_gen_.load() == role; ++round) {
+    // Every ping carries the manager's state, so whichever node takes the role over next knows
+    // the newest one (even if this node is gone by then).
+    std::shared_ptr<const std::vector<std::byte>> state;
+    {
+      std::lock_guard lock(manager_mu_);
+      if (!manager_) break;
+      state = std::make_shared<const std::vector<std::byte>>(manager_->Save());
+    }
     for (const auto& n : options_.nodes) {
       if (n.id == options_.self || ping_in_flight_[n.id]) continue;
       ping_in_flight_[n.id] = true;
       const uint32_t id = n.id;
       asio::co_spawn(
           io_,
-          [this, id]() -> awaitable<void> {
+          [this, id, state]() -> awaitable<void> {
             const Deadline deadline = Deadline::AfterMs(options_.heartbeat_ms * 2);
             bool ok = false;
             auto client = co_await Peer(id, deadline, Lane::kControl);
-            if (client.ok()) ok = (co_await (*client)->Call(wire::kPing, {}, deadline)).ok();
+            if (client.ok()) ok = (co_await (*client)->Call(wire::kPing, *state, deadline)).ok();
             ping_in_flight_[id] = false;
             asio::post(peer_pool_, [this, id, ok] { OnPing(id, ok); });
           },
@@ -724,6 +878,7 @@ awaitable<void> ServerImpl::HeartbeatLoop() {
       std::vector<chain::ChainConfig> all;
       {
         std::lock_guard lock(manager_mu_);
+        if (!manager_) break;
         for (size_t c = 0; c < manager_->chain_count(); ++c) all.push_back(manager_->config(c));
       }
       asio::post(peer_pool_, [this, all] {
@@ -770,7 +925,7 @@ awaitable<void> ServerImpl::TickLoop() {
   }
 }
 
-awaitable<void> ServerImpl::CollectLoop() {
+awaitable<void> ServerImpl::CollectLoop(uint64_t role) {
   asio::steady_timer timer(io_);
   auto busy = std::make_shared<std::atomic<bool>>(false);
   // The first round once the other nodes had a heartbeat to learn the chains, then periodically.
@@ -779,7 +934,7 @@ awaitable<void> ServerImpl::CollectLoop() {
   while (!stopping_) {
     auto [ec] = co_await timer.async_wait(asio::as_tuple(use_awaitable));
     (void)ec;
-    if (stopping_) break;
+    if (stopping_ || role_gen_.load() != role) break;
     if (!busy->exchange(true))
       asio::post(client_pool_, [this, busy] {
         CollectOnce();
@@ -790,8 +945,10 @@ awaitable<void> ServerImpl::CollectLoop() {
 }
 
 void ServerImpl::CollectOnce() {
-  Result<FileSystem*> fs = Fs();
-  Result<uint64_t> reclaimed = fs.ok() ? (*fs)->CollectOrphans() : fs.status();
+  Result<uint64_t> reclaimed = ServeFs([&]() -> Result<uint64_t> {
+    ASSIGN_OR_RETURN(FileSystem * fs, Fs());
+    return fs->CollectOrphans();
+  });
   if (!reclaimed.ok()) {
     LOG_WARN("orphan collector: {} (next round in {} ms)", reclaimed.status().ToString(),
              options_.collect_ms);
@@ -896,11 +1053,30 @@ Result<FileSystem*> ServerImpl::Fs() {
 
 void ServerImpl::RegisterHandlers() {
   using net::RpcRequest;
-  rpc_->Handle(wire::kPing, [](RpcRequest) -> awaitable<Payload> { co_return Empty(); });
+  rpc_->Handle(wire::kPing, [this](RpcRequest req) -> awaitable<Payload> {
+    // A manager's ping carries its state: kept (on the pool: it may write a file) when newer.
+    if (!req.payload.empty()) {
+      const uint64_t sum = chain::ChainManager::SavedVersionSum(req.payload);
+      bool newer = false;
+      {
+        std::lock_guard lock(known_mu_);
+        newer = sum > known_sum_;
+      }
+      if (newer)
+        asio::post(peer_pool_,
+                   [this, state = std::vector<std::byte>(req.payload.begin(), req.payload.end())] {
+                     RememberState(state, true);
+                   });
+    }
+    co_return Empty();
+  });
+  rpc_->Handle(wire::kMetaHandover, [this](RpcRequest req) -> awaitable<Payload> {
+    co_return co_await OnPool(peer_pool_, [&]() -> Payload { return HandOver(req.payload); });
+  });
   rpc_->Handle(wire::kInfo, [this](RpcRequest) -> awaitable<Payload> {
     wire::ClusterInfo info;
     info.self = options_.self;
-    info.meta_node = meta_node_;
+    info.meta_node = meta_node_.load();
     info.replication = static_cast<uint32_t>(options_.replication);
     info.chains = static_cast<uint32_t>(options_.chains);
     info.chunk_size = options_.file_chunk_size;
@@ -927,7 +1103,7 @@ void ServerImpl::RegisterHandlers() {
     });
   });
   rpc_->Handle(wire::kSyncComplete, [this](RpcRequest req) -> awaitable<Payload> {
-    if (!manager_)
+    if (!has_manager())
       co_return Status(StatusCode::kNotServing,
                        "node " + std::to_string(options_.self) + " is not the chain manager");
     ByteReader r(req.payload, "sync report");
@@ -1004,10 +1180,13 @@ void ServerImpl::RegisterHandlers() {
         if (std::optional<Payload> read = co_await ReadShmOnIoThread(req.payload, req.peer))
           co_return std::move(*read);
       co_return co_await OnPool(client_pool_, [&]() -> Payload {
-        if (type == wire::kFsReadShm && options_.read_path == ServerOptions::ReadPath::kPoolDirect)
-          if (std::optional<Payload> read = ReadShmDirect(req.payload, req.peer))
-            return std::move(*read);
-        return HandleShm(type == wire::kFsWriteShm, req.payload, req.peer);
+        return ServeFs([&]() -> Payload {
+          if (type == wire::kFsReadShm &&
+              options_.read_path == ServerOptions::ReadPath::kPoolDirect)
+            if (std::optional<Payload> read = ReadShmDirect(req.payload, req.peer))
+              return std::move(*read);
+          return HandleShm(type == wire::kFsWriteShm, req.payload, req.peer);
+        });
       });
     });
   }
@@ -1018,7 +1197,7 @@ void ServerImpl::RegisterHandlers() {
     std::optional<Result<net::RpcBulkReply>> reply = co_await asio::co_spawn(
         client_pool_.get_executor(),
         [&]() -> awaitable<std::optional<Result<net::RpcBulkReply>>> {
-          co_return HandleFsRead(req.payload);
+          co_return ServeFs([&] { return HandleFsRead(req.payload); });
         },
         use_awaitable);
     co_return std::move(*reply);
@@ -1028,17 +1207,243 @@ void ServerImpl::RegisterHandlers() {
         wire::kFsRename, wire::kFsRemove, wire::kFsSeal, wire::kFsFsck}) {
     rpc_->Handle(type, [this, type](RpcRequest req) -> awaitable<Payload> {
       if (!is_meta()) co_return NotServingFs();
-      co_return co_await OnPool(client_pool_,
-                                [&]() -> Payload { return HandleFs(type, req.payload); });
+      co_return co_await OnPool(client_pool_, [&]() -> Payload {
+        return ServeFs([&] { return HandleFs(type, req.payload); });
+      });
     });
   }
 }
 
 Status ServerImpl::NotServingFs() const {
-  const NodeEndpoint* m = Endpoint(meta_node_);
+  const uint32_t meta = meta_node_.load();
+  const NodeEndpoint* m = Endpoint(meta);
+  if (!m)
+    return Status(StatusCode::kNotServing,
+                  "ringfsd node " + std::to_string(options_.self) +
+                      " knows no metadata node yet (it waits for its first membership view)");
   return Status(StatusCode::kNotServing, "file operations are served by node " +
-                                             std::to_string(meta_node_) + " at " + m->host + ":" +
+                                             std::to_string(meta) + " at " + m->host + ":" +
                                              std::to_string(m->port));
+}
+
+template <typename Op>
+auto ServerImpl::ServeFs(Op op) -> decltype(op()) {
+  if (!is_meta()) return NotServingFs();
+  RETURN_IF_ERROR(AwaitTakeover());
+  std::shared_lock role(fs_role_mu_);
+  if (!is_meta() || !has_manager()) return NotServingFs();
+  return op();
+}
+
+Status ServerImpl::AwaitTakeover() {
+  std::unique_lock lock(takeover_mu_);
+  if (takeover_cv_.wait_for(lock, std::chrono::seconds(30), [&] { return !taking_over_; }))
+    return Status();
+  return Unavailable("ringfsd node " + std::to_string(options_.self) +
+                     " is still taking the metadata role over after 30 s");
+}
+
+void ServerImpl::EndTakeover() {
+  {
+    std::lock_guard lock(takeover_mu_);
+    taking_over_ = false;
+  }
+  takeover_cv_.notify_all();
+}
+
+void ServerImpl::ChangeRole() {
+  std::set<uint32_t> members;
+  uint64_t epoch = 0;
+  bool current = false;
+  {
+    std::lock_guard lock(view_mu_);
+    members = view_members_;
+    epoch = view_epoch_;
+    current = role_epoch_ >= meta_epoch_;
+  }
+  if (!is_meta()) {
+    EndTakeover();
+    Resign();
+    return;
+  }
+  if (current && has_manager()) {
+    EndTakeover();  // an earlier task of this strand took the role for this view already
+    return;
+  }
+  // The role may come back to a node that still holds a manager of an older view: another node
+  // may have held it since, so this node starts over from what the others know.
+  Resign();
+  TakeOver(members, epoch);
+}
+
+void ServerImpl::Resign() {
+  std::unique_lock role(fs_role_mu_);  // waits for the file operations running here
+  std::unique_ptr<chain::ChainManager> manager;
+  {
+    std::lock_guard lock(manager_mu_);
+    if (!manager_) return;
+    manager = std::move(manager_);
+    members_.reset();
+    up_.clear();
+    missed_.clear();
+  }
+  ++role_gen_;  // ends the heartbeat and collector loops
+  {
+    std::lock_guard lock(fs_mu_);
+    fs_.reset();
+  }
+  RememberState(manager->Save(), true);
+  LOG_INFO("ringfsd node {}: gave up the metadata role (node {} holds it now)", options_.self,
+           meta_node_.load());
+}
+
+void ServerImpl::TakeOver(const std::set<uint32_t>& members, uint64_t epoch) {
+  const MonoTime start = MonoClock::now();
+  // What this node knows, then what every other member knows (each gives the role up first).
+  std::vector<std::byte> best;
+  uint64_t best_sum = 0;
+  {
+    std::lock_guard lock(known_mu_);
+    best = known_state_;
+    best_sum = known_sum_;
+  }
+  std::vector<chain::ChainConfig> seen;
+  for (size_t c = 0; c < layout_.size(); ++c)
+    if (auto config = chain_->Config(static_cast<chain::ChainId>(c))) seen.push_back(*config);
+  const std::vector<std::byte> request =
+      wire::EncodeHandoverRequest(wire::HandoverRequest{epoch, options_.self});
+  std::string silent;
+  std::string newer;  // why a node of a newer view may hold the role: this one must not take it
+  for (const NodeEndpoint& n : options_.nodes) {
+    if (n.id == options_.self || !members.contains(n.id)) continue;
+    // A node finishing a file operation may hold the answer up to that operation's deadline.
+    Result<Frame> reply =
+        CallUnlessStopping(n.id, wire::kMetaHandover, request, Deadline::AfterMs(45'000));
+    if (stopping_) {
+      EndTakeover();
+      return;
+    }
+    Result<wire::Handover> handover =
+        reply.ok() ? wire::DecodeHandover(reply->payload) : reply.status();
+    if (!handover.ok()) {
+      if (handover.status().code() == StatusCode::kFailedPrecondition)
+        newer = "node " + std::to_string(n.id) +
+                " refused: " + std::string(handover.status().message());
+      silent += " " + std::to_string(n.id) + " (" + handover.status().ToString() + ")";
+      continue;
+    }
+    if (const uint64_t sum = chain::ChainManager::SavedVersionSum(handover->manager_state);
+        sum > best_sum) {
+      best_sum = sum;
+      best = std::move(handover->manager_state);
+    }
+    seen.insert(seen.end(), handover->configs.begin(), handover->configs.end());
+  }
+  auto manager = std::make_unique<chain::ChainManager>(layout_);
+  if (!best.empty())
+    if (Status s = manager->Restore(best); !s.ok()) {
+      LOG_WARN(
+          "ringfsd node {}: the newest chain manager state does not load ({}); starting "
+          "from the chain versions the replicas hold",
+          options_.self, s.ToString());
+      manager = std::make_unique<chain::ChainManager>(layout_);
+    }
+  // A view this node restored from disk may be older than the cluster's: every chain version a
+  // manager of view E hands out is below (E + 1) << 32, so a higher one means a newer view.
+  uint64_t highest = 0;
+  for (size_t c = 0; c < manager->chain_count(); ++c)
+    highest = std::max(highest, manager->config(c).version);
+  for (const chain::ChainConfig& c : seen) highest = std::max(highest, c.version);
+  if (newer.empty() && highest >= ((epoch + 1) << 32))
+    newer = "chain version " + std::to_string(highest) + " comes from a manager of a newer view";
+  if (!newer.empty()) {
+    {
+      std::lock_guard view(view_mu_);
+      if (meta_node_.load() == options_.self && meta_epoch_ <= epoch) meta_node_ = 0;
+    }
+    EndTakeover();
+    LOG_WARN(
+        "ringfsd node {}: not taking the metadata role over for view {} ({}); waiting for "
+        "a newer view",
+        options_.self, epoch, newer);
+    return;
+  }
+  std::set<chain::NodeId> down;
+  for (const NodeEndpoint& n : options_.nodes)
+    if (!members.contains(n.id)) down.insert(n.id);
+  // Above every version of a manager of an earlier view, whatever it did after this state.
+  (void)manager->TakeOver(seen, std::max<uint64_t>(epoch, 1) << 32, down);
+  // This node's own replicas rejoin the chains that left them out (it may be just back).
+  (void)manager->OnNodeUp(options_.self);
+  std::vector<chain::ChainConfig> configs;
+  for (size_t c = 0; c < manager->chain_count(); ++c) configs.push_back(manager->config(c));
+  // This node's replicas learn the new versions before any file operation runs here: the
+  // shared-memory reads trust the local replica's own config, which after a restart is the
+  // initial one (every home node serving).
+  for (const chain::ChainConfig& c : configs) chain_->OnConfig(c);
+  {
+    std::lock_guard view(view_mu_);
+    if (meta_node_.load() != options_.self || meta_epoch_ > epoch) {
+      // A newer view chose another node, or this one again: the strand's next task redoes it.
+      if (meta_node_.load() != options_.self) EndTakeover();
+      return;
+    }
+    role_epoch_ = epoch;
+    std::lock_guard lock(manager_mu_);
+    manager_ = std::move(manager);
+    members_ = members;
+    up_.clear();
+    missed_.clear();
+    up_[options_.self] = true;
+    for (chain::NodeId n : down) up_[n] = false;
+    SaveManager();
+  }
+  const uint64_t role = ++role_gen_;
+  ++takeovers_;
+  Broadcast(configs);
+  asio::co_spawn(io_, HeartbeatLoop(role), asio::detached);
+  asio::co_spawn(io_, CollectLoop(role), asio::detached);
+  std::set<uint32_t> latest;
+  {
+    std::lock_guard view(view_mu_);
+    latest = view_members_;
+  }
+  FollowMembers(latest);  // a view that came during the takeover
+  EndTakeover();
+  LOG_INFO(
+      "ringfsd node {}: took the metadata role over for view {} in {} ms (manager state of "
+      "version sum {}, {} chain versions seen{}{})",
+      options_.self, epoch,
+      std::chrono::duration_cast<std::chrono::milliseconds>(MonoClock::now() - start).count(),
+      best_sum, seen.size(), silent.empty() ? "" : "; no answer from", silent);
+}
+
+Payload ServerImpl::HandOver(std::span<const std::byte> payload) {
+  ASSIGN_OR_RETURN(wire::HandoverRequest request, wire::DecodeHandoverRequest(payload));
+  if (!options_.follow_views)
+    return FailedPrecondition("ringfsd node " + std::to_string(options_.self) +
+                              " has a fixed metadata node (it does not follow views)");
+  {
+    std::lock_guard lock(view_mu_);
+    if (have_view_ && request.epoch < view_epoch_)
+      return FailedPrecondition("metadata handover to node " + std::to_string(request.to) +
+                                " for view " + std::to_string(request.epoch) +
+                                ": this node has view " + std::to_string(view_epoch_));
+    if (request.to != meta_node_.load() && request.epoch >= meta_epoch_) {
+      meta_epoch_ = request.epoch;
+      meta_node_ = request.to;
+    }
+  }
+  if (request.to != options_.self) Resign();
+  wire::Handover handover;
+  {
+    std::lock_guard lock(known_mu_);
+    handover.manager_state = known_state_;
+  }
+  for (size_t c = 0; c < layout_.size(); ++c)
+    if (auto config = chain_->Config(static_cast<chain::ChainId>(c)))
+      handover.configs.push_back(*config);
+  return wire::EncodeHandover(handover);
 }
 
 Payload ServerImpl::HandleShm(bool write, std::span<const std::byte> payload,
@@ -1126,6 +1531,9 @@ Payload ShmReadReply(const std::vector<ReadPiece>& pieces) {
 
 awaitable<std::optional<Payload>> ServerImpl::ReadShmOnIoThread(std::span<const std::byte> payload,
                                                                 const std::string& peer) {
+  // Held across the reads (they resume on this same thread): the role cannot go meanwhile.
+  std::shared_lock role(fs_role_mu_, std::try_to_lock);
+  if (!role.owns_lock() || !is_meta()) co_return std::nullopt;
   std::optional<ShmRead> read = PlanShmRead(payload, peer);
   if (!read) co_return std::nullopt;
   for (const ReadPiece& p : read->pieces) {

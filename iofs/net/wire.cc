@@ -1,5 +1,7 @@
 #include "iofs/net/wire.h"
 
+#include "iofs/chain/codec.h"
+
 // GCC 12 reports false array-bounds/stringop-overflow errors inside std::vector::resize as
 // inlined into ByteWriter::Put at -O3 (GCC bug 105329 family).
 #pragma GCC diagnostic ignored "-Warray-bounds"
@@ -43,6 +45,62 @@ Result<ClusterInfo> DecodeInfo(std::span<const std::byte> bytes) {
     info.nodes.push_back(std::move(a));
   }
   return info;
+}
+
+std::vector<std::byte> EncodeHandoverRequest(const HandoverRequest& request) {
+  ByteWriter w;
+  w.Put<uint64_t>(request.epoch);
+  w.Put<uint32_t>(request.to);
+  return w.Take();
+}
+
+Result<HandoverRequest> DecodeHandoverRequest(std::span<const std::byte> bytes) {
+  ByteReader r(bytes, "metadata handover request");
+  HandoverRequest request;
+  ASSIGN_OR_RETURN(request.epoch, r.Get<uint64_t>());
+  ASSIGN_OR_RETURN(request.to, r.Get<uint32_t>());
+  if (r.remaining() != 0) return Corruption("metadata handover request: trailing bytes");
+  return request;
+}
+
+// Bounds of a handover answer: a manager state of 4096 chains is about 160 KiB.
+constexpr uint32_t kMaxHandoverState = 1u << 20;
+constexpr uint32_t kMaxHandoverConfigs = 4096;
+
+std::vector<std::byte> EncodeHandover(const Handover& handover) {
+  ByteWriter w;
+  w.Put<uint32_t>(static_cast<uint32_t>(handover.manager_state.size()));
+  w.PutBytes(handover.manager_state.data(), handover.manager_state.size());
+  w.Put<uint32_t>(static_cast<uint32_t>(handover.configs.size()));
+  for (const chain::ChainConfig& c : handover.configs) {
+    const std::vector<std::byte> config = chain::EncodeConfig(c);
+    w.Put<uint32_t>(static_cast<uint32_t>(config.size()));
+    w.PutBytes(config.data(), config.size());
+  }
+  return w.Take();
+}
+
+Result<Handover> DecodeHandover(std::span<const std::byte> bytes) {
+  ByteReader r(bytes, "metadata handover");
+  Handover handover;
+  ASSIGN_OR_RETURN(uint32_t state_size, r.Get<uint32_t>());
+  if (state_size > kMaxHandoverState)
+    return Corruption("metadata handover: a manager state of " + std::to_string(state_size) +
+                      " bytes exceeds " + std::to_string(kMaxHandoverState));
+  ASSIGN_OR_RETURN(auto state, r.GetBytes(state_size));
+  handover.manager_state.assign(state.begin(), state.end());
+  ASSIGN_OR_RETURN(uint32_t n, r.Get<uint32_t>());
+  if (n > kMaxHandoverConfigs)
+    return Corruption("metadata handover: " + std::to_string(n) + " chain versions exceed " +
+                      std::to_string(kMaxHandoverConfigs));
+  for (uint32_t i = 0; i < n; ++i) {
+    ASSIGN_OR_RETURN(uint32_t size, r.Get<uint32_t>());
+    ASSIGN_OR_RETURN(auto config, r.GetBytes(size));
+    ASSIGN_OR_RETURN(chain::ChainConfig c, chain::DecodeConfig(config));
+    handover.configs.push_back(std::move(c));
+  }
+  if (r.remaining() != 0) return Corruption("metadata handover: trailing bytes");
+  return handover;
 }
 
 void PutStat(ByteWriter& w, const FileStat& s) {

@@ -9,6 +9,7 @@
 
 #include "base/bytes.h"
 #include "base/status.h"
+#include "iofs/chain/chain_types.h"
 #include "iofs/file_system.h"
 
 namespace rt::iofs::wire {
@@ -17,6 +18,7 @@ namespace rt::iofs::wire {
 enum Type : uint16_t {
   kPing = 0x6901,
   kInfo = 0x6902,
+  kMetaHandover = 0x6903,  // new metadata node → node: give up the role, send what you know
   kChainMessage = 0x6910,  // peer → peer: a replica message
   kChainConfig = 0x6911,   // manager → node: a chain version
   kSyncComplete = 0x6912,  // node → manager
@@ -68,6 +70,22 @@ struct ClusterInfo {
 // Codecs of the payloads above; decoders return Corruption naming what does not fit.
 std::vector<std::byte> EncodeInfo(const ClusterInfo& info);
 Result<ClusterInfo> DecodeInfo(std::span<const std::byte> bytes);
+
+// The kMetaHandover request: the membership view's epoch and the node taking the role over.
+struct HandoverRequest {
+  uint64_t epoch = 0;
+  uint32_t to = 0;
+};
+// The kMetaHandover answer: the newest chain manager state the node knows (ChainManager::Save;
+// empty: none) and the chain versions its replicas hold.
+struct Handover {
+  std::vector<std::byte> manager_state;
+  std::vector<chain::ChainConfig> configs;
+};
+std::vector<std::byte> EncodeHandoverRequest(const HandoverRequest& request);
+Result<HandoverRequest> DecodeHandoverRequest(std::span<const std::byte> bytes);
+std::vector<std::byte> EncodeHandover(const Handover& handover);
+Result<Handover> DecodeHandover(std::span<const std::byte> bytes);
 
 void PutStat(ByteWriter& w, const FileStat& s);
 Result<FileStat> GetStat(ByteReader& r);

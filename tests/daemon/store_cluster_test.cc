@@ -3,6 +3,7 @@
 // (ckpt.dir = "ringfs:///ckpt"); kill -9 of a daemon that is not the store's metadata node: its
 // chains lose it at the view change, the job resumes from the newest checkpoint in the store,
 // the node comes back and its chains heal; `ringckpt verify` of the stored checkpoint passes.
+// kill -9 of the metadata node moves its role to the next node.
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -74,6 +75,23 @@ class StoreClusterTest : public LocalCluster {
     for (const Json& n : s["nodes"])
       if (n.value("node", 0) == id && n.contains("store")) return n["store"];
     return nullptr;
+  }
+
+  // `ringctl stop` through daemon `id`, then `ringckpt verify` of ringfs://NODE3/ckpt passes.
+  void StopAndVerifyThroughNode3(int id) {
+    ProcessOutcome stopped = Ctl({"stop"}, id);
+    EXPECT_EQ(stopped.exit_code, 0) << stopped.output;
+    WaitFor(id, "no workers after ringctl stop", [](const Json& s) {
+      for (int n = 1; n <= 3; ++n)
+        if (!WorkerPids(s, n).empty()) return false;
+      return true;
+    });
+    auto verified = RunProcess({RINGCKPT_BIN, "verify", "ringfs://" + StoreAddress(3) + "/ckpt"},
+                               EnvironmentWithout({}), Deadline::AfterMs(60'000));
+    ASSERT_TRUE(verified.ok()) << verified.status().ToString();
+    EXPECT_EQ(verified->exit_code, 0) << verified->output;
+    EXPECT_NE(verified->output.find(": OK"), std::string::npos) << verified->output;
+    std::printf("ringckpt verify through node 3:\n%s", verified->output.c_str());
   }
 
   std::map<int, uint16_t> store_ports_;
@@ -166,53 +184,72 @@ TEST_F(StoreClusterTest, CheckpointsLiveInTheDaemonsStoresAndSurviveAKilledDaemo
   });
 
   // Stopped, the newest stored checkpoint verifies through any store node (node 3 included).
-  ProcessOutcome stopped = Ctl({"stop"});
-  EXPECT_EQ(stopped.exit_code, 0) << stopped.output;
-  WaitFor(1, "no workers after ringctl stop", [](const Json& s) {
-    for (int id = 1; id <= 3; ++id)
-      if (!WorkerPids(s, id).empty()) return false;
-    return true;
-  });
-  auto verified = RunProcess({RINGCKPT_BIN, "verify", "ringfs://" + StoreAddress(3) + "/ckpt"},
-                             EnvironmentWithout({}), Deadline::AfterMs(60'000));
-  ASSERT_TRUE(verified.ok()) << verified.status().ToString();
-  EXPECT_EQ(verified->exit_code, 0) << verified->output;
-  EXPECT_NE(verified->output.find(": OK"), std::string::npos) << verified->output;
-  std::printf("ringckpt verify through node 3:\n%s", verified->output.c_str());
+  StopAndVerifyThroughNode3(1);
 }
 
-// kill -9 of the store's metadata node (node 1, which also runs rank 0): the file namespace is
-// gone until it returns (docs/daemon.md), so saves fail while it is down; the job goes on from
-// the memory tier on nodes 2 and 3, and once node 1 is back the store serves and checkpoints
-// commit again.
-TEST_F(StoreClusterTest, LosingTheMetadataNodeLeavesTheMemoryTierToRecover) {
+// kill -9 of the store's metadata node (node 1, which also runs rank 0): node 2 takes the role
+// over with the view that leaves node 1 out, so the job resumes from the checkpoint in the store
+// and commits newer ones while node 1 is down; node 1 comes back, takes the role back, its
+// chains heal, and the newest checkpoint verifies.
+TEST_F(StoreClusterTest, LosingTheMetadataNodeMovesItsRoleAndCheckpointsGoOn) {
   for (int id = 1; id <= 3; ++id) StartStoreNode(id);
   WaitFor(1, "a view of 3 members", [](const Json& s) { return Members(s) == 3; });
   TinyJob job;
   job.ckpt_dir = "ringfs:///ckpt";
-  job.ckpt_extra = "memory_every = 1\nmax_failed_saves = 0\n";
   ProcessOutcome submitted = Ctl({"submit", TinyJobFile(job)}, 2);
   ASSERT_EQ(submitted.exit_code, 0) << submitted.output;
-  Json s = WaitFor(2, "training past a checkpoint in the store", [](const Json& s) {
-    return Step(s) >= 12 && s["nodes"][1].contains("checkpoint");
+  // The newest committed checkpoint's step in a status (-1: none).
+  auto newest = [](const Json& s) {
+    int64_t step = -1;
+    for (const Json& n : s["nodes"])
+      if (n.contains("checkpoint")) step = std::max(step, n["checkpoint"]["step"].get<int64_t>());
+    return step;
+  };
+  Json s = WaitFor(2, "training past a checkpoint in the store", [&](const Json& s) {
+    return Step(s) >= 12 && newest(s) > 0 && Store(s, 1).value("metadata_node", false);
   });
   const std::string before = Generation(s);
   const int64_t step_before = Step(s);
+  const auto kill_at = MonoClock::now();
   ASSERT_TRUE(nodes_[1]->Signal(SIGKILL).ok());
-  s = WaitFor(2, "training on nodes 2 and 3 without the metadata node", [&](const Json& s) {
-    return Members(s) == 2 && Generation(s) != before && Step(s) > step_before + 5 && OfTheView(s);
+  s = WaitFor(2, "training on nodes 2 and 3 with node 2 as the metadata node", [&](const Json& s) {
+    return Members(s) == 2 && Generation(s) != before && Step(s) >= 1 && OfTheView(s) &&
+           Store(s, 2).value("metadata_node", false);
   });
-  std::printf("without the metadata node: generation %s at step %lld\n", Generation(s).c_str(),
-              static_cast<long long>(Step(s)));
+  std::printf("recovery after kill -9 of the metadata node: %.2f s to the first step of %s\n",
+              std::chrono::duration<double>(MonoClock::now() - kill_at).count(),
+              Generation(s).c_str());
+  const std::string after = Generation(s);
+  bool resumed = false;
+  for (int id = 2; id <= 3; ++id)
+    for (const std::string& line : LogLines(id, "resumed at step ")) {
+      if (line.find(after) == std::string::npos) continue;
+      const int64_t step = std::atoll(line.c_str() + line.find("resumed at step ") + 16);
+      std::printf("node %d: %s\n", id, line.substr(line.find("recovery: ")).c_str());
+      EXPECT_GT(step, 1) << line;
+      resumed = true;
+    }
+  EXPECT_TRUE(resumed) << "the generation after the kill resumes from the store\n" << Logs();
+  EXPECT_FALSE(LogLines(2, "took the metadata role over").empty()) << Logs();
+  s = WaitFor(2, "a newer checkpoint committed without node 1", [&](const Json& s) {
+    return newest(s) >= step_before + 10 && Generation(s) == after;
+  });
+
+  // Node 1 returns: it takes the role back and every chain serves with its home nodes again.
   StartStoreNode(1);
-  s = WaitFor(2, "node 1 back and a newer checkpoint in the store", [&](const Json& s) {
-    for (const Json& n : s["nodes"])
-      if (n.contains("checkpoint") && n["checkpoint"]["step"].get<int64_t>() > step_before + 10)
-        return Members(s) == 3;
-    return false;
+  s = WaitFor(2, "node 1 back as the metadata node with every chain healthy", [&](const Json& s) {
+    return Members(s) == 3 && Store(s, 1).value("metadata_node", false) &&
+           Store(s, 1).value("chains_degraded", -1) == 0 &&
+           !Store(s, 2).value("metadata_node", true);
   });
-  ProcessOutcome stopped = Ctl({"stop"}, 2);
-  EXPECT_EQ(stopped.exit_code, 0) << stopped.output;
+  EXPECT_FALSE(LogLines(2, "gave up the metadata role").empty()) << Logs();
+  for (int id = 1; id <= 2; ++id)
+    for (const std::string& line : LogLines(id, "metadata role"))
+      std::printf("node %d: %s\n", id, line.c_str());
+  const int64_t back = newest(s);
+  s = WaitFor(2, "a checkpoint committed with node 1 back",
+              [&](const Json& s) { return newest(s) > back && Members(s) == 3 && OfTheView(s); });
+  StopAndVerifyThroughNode3(2);
 }
 
 // A job naming ringfs:/// on daemons without [store] is refused at submit, naming the key.

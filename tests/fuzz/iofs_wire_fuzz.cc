@@ -1,10 +1,12 @@
 // Fuzz target: every decoder of untrusted iofs input — replica messages and chain configs from
-// peers, cluster info and fsck reports from servers, chunk metadata records and the namespace
-// header from disk — must reject or accept any byte string without crashing, and what the chain
-// codecs accept must re-encode to the same bytes.
+// peers, cluster info, metadata handovers and fsck reports from servers, the chain manager state
+// a ping carries, chunk metadata records and the namespace header from disk — must reject or accept
+// any byte string without crashing, and what the chain codecs accept must re-encode to the same
+// bytes.
 #include <cstring>
 #include <vector>
 
+#include "iofs/chain/chain_manager.h"
 #include "iofs/chain/codec.h"
 #include "iofs/engine/chunk_record.h"
 #include "iofs/net/wire.h"
@@ -21,6 +23,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   (void)rt::iofs::wire::DecodeInfo(bytes);
   (void)rt::iofs::wire::DecodeFsck(bytes);
+  if (auto h = rt::iofs::wire::DecodeHandover(bytes); h.ok()) {
+    auto again = rt::iofs::wire::EncodeHandover(*h);
+    if (again.size() != size || std::memcmp(again.data(), data, size) != 0) __builtin_trap();
+  }
+  (void)rt::iofs::wire::DecodeHandoverRequest(bytes);
+  (void)rt::iofs::chain::ChainManager::SavedVersionSum(bytes);
   std::string_view text(reinterpret_cast<const char*>(data), size);
   if (auto r = rt::iofs::DecodeChunkRecord(text, "fuzz"); r.ok()) {
     if (rt::iofs::EncodeChunkRecord(*r) != text) __builtin_trap();
@@ -62,5 +70,12 @@ std::vector<std::vector<uint8_t>> FuzzSeeds() {
   add(std::as_bytes(std::span(rec.data(), rec.size())));
   wire::ClusterInfo info{1, 1, 3, 8, 4 << 20, {{1, "127.0.0.1", 7600}}};
   add(wire::EncodeInfo(info));
+  auto layout = chain::BuildChains({1, 2, 3}, 2, 3);
+  if (layout.ok()) {
+    chain::ChainManager manager(*layout);
+    (void)manager.OnNodeDown(2);
+    add(wire::EncodeHandover(wire::Handover{manager.Save(), {c}}));
+  }
+  add(wire::EncodeHandoverRequest(wire::HandoverRequest{5, 2}));
   return seeds;
 }

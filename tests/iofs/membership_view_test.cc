@@ -4,6 +4,11 @@
 // back while it is out; put back in, it resyncs and every chain serves with its home nodes again.
 // A file written while node 3 is out reads back whole afterwards, also through node 3. Only the
 // metadata node acts on the call.
+// With follow_views (what ringtraind runs) the metadata role follows the views: no node serves
+// files before the first view, then node 1 does; with node 1 gone and a view without it, node 2
+// takes the role over (the namespace and every file written before are there, new files can be
+// written); when node 1 returns in a newer view it takes the role back with what node 2 changed,
+// and an older view changes nothing.
 #include <functional>
 #include <thread>
 
@@ -26,7 +31,7 @@ using testing::TempDir;
 Deadline Secs(int s) { return Deadline::After(std::chrono::seconds(s)); }
 
 std::unique_ptr<Server> StartNode(const std::string& dir, uint32_t self,
-                                  const std::vector<uint16_t>& ports) {
+                                  const std::vector<uint16_t>& ports, bool follow_views = false) {
   ServerOptions o;
   o.self = self;
   o.state_dir = dir + "/node" + std::to_string(self);
@@ -41,12 +46,13 @@ std::unique_ptr<Server> StartNode(const std::string& dir, uint32_t self,
   o.tick_ms = 50;
   o.heartbeat_ms = 100;
   o.down_after = 10;
+  o.follow_views = follow_views;
   auto server = Server::Start(o);
   EXPECT_TRUE(server.ok()) << server.status().ToString();
   return server.ok() ? std::move(*server) : nullptr;
 }
 
-// Polls the metadata node's stats until `done` holds or `seconds` pass.
+// Polls a node's stats until `done` holds or `seconds` pass.
 bool WaitStats(Server& meta, int seconds, const std::function<bool(const ServerStats&)>& done) {
   const Deadline deadline = Secs(seconds);
   do {
@@ -72,13 +78,13 @@ TEST(MembershipViewTest, ChainsFollowTheMembershipNotOnlyHeartbeats) {
   })) << "the chains never all served";
 
   // Only the metadata node acts on the membership.
-  nodes[1]->SetMembers({1, 2});
+  nodes[1]->SetMembers({1, 2}, 1);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   EXPECT_EQ(meta.Stats().chains_degraded, 0u);
 
   // Node 3 out of the view: its chains lose it at once (RF=2 over 3 nodes: 4 of 6 hold it), and
   // its answered heartbeats (5 per half second) do not bring it back.
-  meta.SetMembers({1, 2});
+  meta.SetMembers({1, 2}, 1);
   EXPECT_EQ(meta.Stats().chains_degraded, 4u);
   EXPECT_EQ(meta.Stats().chains_stopped, 0u);
   std::this_thread::sleep_for(std::chrono::milliseconds(600));
@@ -95,7 +101,7 @@ TEST(MembershipViewTest, ChainsFollowTheMembershipNotOnlyHeartbeats) {
   ASSERT_TRUE(io.Run((*client)->Seal("/f", Secs(10))).ok());
 
   // Back in the view: it resyncs what it missed and every chain serves with both home nodes.
-  meta.SetMembers({1, 2, 3});
+  meta.SetMembers({1, 2, 3}, 2);
   ASSERT_TRUE(WaitStats(meta, 30, [](const ServerStats& s) { return s.chains_degraded == 0; }))
       << "node 3's chains did not heal";
   auto via3 = io.Run(Client::Connect("127.0.0.1", ports[2], Secs(10)));
@@ -104,6 +110,98 @@ TEST(MembershipViewTest, ChainsFollowTheMembershipNotOnlyHeartbeats) {
   ASSERT_TRUE(got.ok()) << got.status().ToString();
   EXPECT_TRUE(*got == data) << "the file read through node 3 differs";
   EXPECT_GT(meta.Stats().written_bytes + nodes[1]->Stats().written_bytes, data.size());
+  for (auto& n : nodes) EXPECT_TRUE(n->Shutdown(Secs(10)).ok());
+}
+
+// Creates, writes and seals `path` through the node at `port`.
+void WriteFile(Io& io, uint16_t port, const std::string& path, const std::vector<std::byte>& data) {
+  auto client = io.Run(Client::Connect("127.0.0.1", port, Secs(10)));
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  auto created = io.Run((*client)->Create(path, Secs(30)));
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  Status wrote = io.Run((*client)->WriteParallel(path, 0, std::span(data), 4, Secs(30)));
+  ASSERT_TRUE(wrote.ok()) << wrote.ToString();
+  ASSERT_TRUE(io.Run((*client)->Seal(path, Secs(10))).ok());
+}
+
+// Reads `path` whole through the node at `port`.
+Result<std::vector<std::byte>> ReadFile(Io& io, uint16_t port, const std::string& path,
+                                        size_t size) {
+  auto client = io.Run(Client::Connect("127.0.0.1", port, Secs(10)));
+  if (!client.ok()) return client.status();
+  return io.Run((*client)->Read(path, 0, size, Secs(30)));
+}
+
+TEST(MetadataFailoverTest, TheRoleMovesWithTheViewsAndKeepsTheNamespace) {
+  TempDir dir("iofs-failover");
+  const std::vector<uint16_t> ports = {FreePort(), FreePort(), FreePort()};
+  std::vector<std::unique_ptr<Server>> nodes;
+  for (uint32_t id = 1; id <= 3; ++id) {
+    nodes.push_back(StartNode(dir.path(), id, ports, true));
+    ASSERT_NE(nodes.back(), nullptr);
+  }
+  Io io;
+  // Before the first view nobody serves files, and a client is told why.
+  auto early = io.Run(Client::Connect("127.0.0.1", ports[1], Secs(10)));
+  ASSERT_FALSE(early.ok());
+  EXPECT_EQ(early.status().code(), StatusCode::kUnavailable) << early.status().ToString();
+  EXPECT_NE(early.status().message().find("no metadata node yet"), std::string::npos)
+      << early.status().ToString();
+
+  for (auto& n : nodes) n->SetMembers({1, 2, 3}, 1);
+  ASSERT_TRUE(WaitStats(*nodes[0], 10, [](const ServerStats& s) {
+    return s.metadata_node && s.chains == 6 && s.chains_degraded == 0;
+  })) << "node 1 never served every chain";
+  EXPECT_EQ(nodes[1]->Stats().meta_node, 1u);
+  const std::vector<std::byte> a = Content(11, 1, 1'500'000);
+  WriteFile(io, ports[1], "/ckpt/a", a);
+
+  // Node 1 is gone and the next view leaves it out: node 2 takes the role over.
+  ASSERT_TRUE(nodes[0]->Shutdown(Secs(10)).ok());
+  nodes[0].reset();
+  nodes[1]->SetMembers({2, 3}, 2);
+  nodes[2]->SetMembers({2, 3}, 2);
+  ASSERT_TRUE(WaitStats(*nodes[1], 30, [](const ServerStats& s) { return s.metadata_node; }))
+      << "node 2 never took the metadata role over";
+  const ServerStats taken = nodes[1]->Stats();
+  EXPECT_EQ(taken.takeovers, 1u);
+  EXPECT_EQ(taken.chains_degraded, 4u) << "RF 2 over 3 nodes: 4 of 6 chains held node 1";
+  EXPECT_EQ(taken.chains_stopped, 0u);
+  EXPECT_EQ(nodes[2]->Stats().meta_node, 2u);
+  auto got_a = ReadFile(io, ports[2], "/ckpt/a", a.size());
+  ASSERT_TRUE(got_a.ok()) << got_a.status().ToString();
+  EXPECT_TRUE(*got_a == a) << "the file written before the takeover differs";
+  const std::vector<std::byte> b = Content(12, 1, 900'000);
+  WriteFile(io, ports[2], "/ckpt/b", b);
+
+  // An older view changes nothing.
+  nodes[1]->SetMembers({1, 2, 3}, 1);
+  EXPECT_EQ(nodes[1]->Stats().meta_node, 2u);
+  EXPECT_TRUE(nodes[1]->Stats().metadata_node);
+
+  // Node 1 returns in a newer view and takes the role back, with node 2's changes.
+  nodes[0] = StartNode(dir.path(), 1, ports, true);
+  ASSERT_NE(nodes[0], nullptr);
+  for (auto& n : nodes) n->SetMembers({1, 2, 3}, 3);
+  ASSERT_TRUE(WaitStats(*nodes[0], 30, [](const ServerStats& s) {
+    return s.metadata_node && s.chains_degraded == 0;
+  })) << "node 1 did not take the role back with every chain healed";
+  EXPECT_TRUE(WaitStats(*nodes[1], 10, [](const ServerStats& s) { return !s.metadata_node; }));
+  EXPECT_EQ(nodes[1]->Stats().meta_node, 1u);
+  for (uint16_t port : ports) {
+    auto again_a = ReadFile(io, port, "/ckpt/a", a.size());
+    auto again_b = ReadFile(io, port, "/ckpt/b", b.size());
+    ASSERT_TRUE(again_a.ok()) << again_a.status().ToString();
+    ASSERT_TRUE(again_b.ok()) << again_b.status().ToString();
+    EXPECT_TRUE(*again_a == a) << "port " << port;
+    EXPECT_TRUE(*again_b == b) << "port " << port;
+  }
+  auto client = io.Run(Client::Connect("127.0.0.1", ports[0], Secs(10)));
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  auto fsck = io.Run((*client)->Fsck(false, Secs(60)));
+  ASSERT_TRUE(fsck.ok()) << fsck.status().ToString();
+  EXPECT_TRUE(fsck->problems.empty()) << fsck->problems.front();
+  EXPECT_EQ(fsck->files, 2u);
   for (auto& n : nodes) EXPECT_TRUE(n->Shutdown(Secs(10)).ok());
 }
 

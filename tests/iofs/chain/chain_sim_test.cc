@@ -430,6 +430,47 @@ TEST(ChainSimTest, ReturningReplicaSyncsBeforeServing) {
   EXPECT_EQ(*read->second.data, "x");
 }
 
+// A new manager continues from the newest saved state plus the newer versions replicas hold:
+// every chain gets a version above both and above the floor, and the down node leaves them.
+TEST(ChainSimTest, TakeOverContinuesAboveEveryEarlierVersion) {
+  auto layout = BuildChains({1, 2, 3}, 2, 3);
+  ASSERT_TRUE(layout.ok());
+  ChainManager old_manager(*layout);
+  (void)old_manager.OnNodeDown(3);
+  const std::vector<std::byte> saved = old_manager.Save();
+  EXPECT_EQ(ChainManager::SavedVersionSum(saved), old_manager.VersionSum());
+  EXPECT_EQ(ChainManager::SavedVersionSum({}), 0u);
+  // After the save node 3 came back: its chains moved on, and only the replicas know it.
+  const std::vector<ChainConfig> newer = old_manager.OnNodeUp(3);
+  EXPECT_GT(old_manager.VersionSum(), ChainManager::SavedVersionSum(saved));
+  ChainConfig stranger = newer[0];
+  stranger.version = 1000;
+  stranger.members = {Member{7, MemberState::kServing}};  // not a home node: ignored
+
+  ChainManager next(*layout);
+  ASSERT_TRUE(next.Restore(saved).ok());
+  std::vector<ChainConfig> seen = newer;
+  seen.push_back(stranger);
+  const uint64_t floor = uint64_t{5} << 32;
+  const std::vector<ChainConfig> out = next.TakeOver(seen, floor, {1});
+  ASSERT_EQ(out.size(), 3u);
+  for (const ChainConfig& c : out) {
+    EXPECT_GE(c.version, floor);
+    for (const Member& m : c.members) EXPECT_NE(m.node, 1u) << "chain " << c.chain;
+    EXPECT_EQ(c, next.config(c.chain));
+  }
+  // Chain 1 (home 2, 3): node 3 syncs again as the replicas knew, node 1 was never in it.
+  ASSERT_EQ(next.config(1).members.size(), 2u);
+  EXPECT_EQ(next.config(1).members[0], (Member{2, MemberState::kServing}));
+  EXPECT_EQ(next.config(1).members[1], (Member{3, MemberState::kSyncing}));
+  // Chain 0 (home 1, 2): node 1 down leaves node 2 serving alone.
+  EXPECT_EQ(next.config(0).members, (std::vector<Member>{{2, MemberState::kServing}}));
+  // A later change goes on above the floor.
+  const std::vector<ChainConfig> healed = next.OnSyncComplete(3, 1, next.config(1).version);
+  ASSERT_EQ(healed.size(), 1u);
+  EXPECT_EQ(healed[0].version, out[1].version + 1);
+}
+
 }  // namespace
 }  // namespace rt::iofs::chain
 
