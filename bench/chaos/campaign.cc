@@ -24,10 +24,20 @@
 #include "bench/chaos/observe.h"
 #include "bench/chaos/replay.h"
 #include "bench/chaos/signals.h"
+#include "bench/chaos/store_ckpt.h"
 #include "elastic/membership/local_etcd.h"
 
 namespace rt::chaos {
 namespace {
+
+// The store path of the chaos job's checkpoints with CampaignOptions::store.
+constexpr const char* kStorePath = "chaos";
+
+// The faults that watch or damage checkpoint files in a folder.
+bool IsCheckpointFileFault(FaultKind kind) {
+  return kind == FaultKind::kKillDuringShardWrite || kind == FaultKind::kKillDuringManifest ||
+         kind == FaultKind::kDiskFull || kind == FaultKind::kFlipByte;
+}
 
 namespace fs = std::filesystem;
 using std::chrono::milliseconds;
@@ -352,13 +362,21 @@ class Campaign {
     }
   }
 
+  // The newest committed step not corrupted by the campaign (-1: none), in the folder or the
+  // store.
+  int64_t NewestCommitted() {
+    if (!o_.store) return NewestIntact(ckpt_dir_, r_->corrupted);
+    const std::vector<int64_t> steps = CommittedStepsInStore(cluster_, kStorePath);
+    return steps.empty() ? -1 : steps.front();
+  }
+
   void Inject(FaultKind kind, const Json& s) {
     FaultRecord f;
     f.kind = kind;
     f.at_s = Since(start_);
     f.gen_before = Observer::Generation(s);
     f.step_before = Observer::Step(s);
-    f.committed_before = NewestIntact(ckpt_dir_, r_->corrupted);
+    f.committed_before = NewestCommitted();
     const std::vector<int> members = Observer::MemberIds(s);
     switch (kind) {
       case FaultKind::kKillWorker:
@@ -521,9 +539,12 @@ std::string UtcNow() {
   return text;
 }
 
-// Fills the replay fields of `r`: the final checkpoint in `ckpt_dir` against a fault-free
-// replay of the chaos job's layout history (bench/chaos/replay.h).
-void CompareWithReplay(const CampaignOptions& o, const std::string& ckpt_dir, CampaignResult& r) {
+// Fills the replay fields of `r`: the final checkpoint in `ckpt_dir` (read through `ckpt_uri`
+// with `ringckpt_options`) against a fault-free replay of the chaos job's layout history
+// (bench/chaos/replay.h).
+void CompareWithReplay(const CampaignOptions& o, const std::string& ckpt_dir,
+                       const std::string& ckpt_uri,
+                       const std::vector<std::string>& ringckpt_options, CampaignResult& r) {
   const std::vector<TrainedGeneration> gens =
       ReadGenerations(o.cluster.dir, o.cluster.nodes, "chaos");
   Result<std::vector<HistorySegment>> history = LayoutHistory(gens, r.final_step, ckpt_dir);
@@ -534,8 +555,9 @@ void CompareWithReplay(const CampaignOptions& o, const std::string& ckpt_dir, Ca
   for (const HistorySegment& s : *history)
     r.replayed.push_back(fmt::format("{} {} {}..{}", s.generation, s.layout, s.from, s.to));
   LOG_INFO("chaos: replaying the layout history without faults ({} generations)", history->size());
-  Result<ReplayOutcome> replay = ReplayHistory(*history, o.ringtrain, o.ringckpt,
-                                               o.cluster.dir + "/replay", ckpt_dir, r.final_step);
+  Result<ReplayOutcome> replay =
+      ReplayHistory(*history, o.ringtrain, o.ringckpt, o.cluster.dir + "/replay", ckpt_uri,
+                    r.final_step, ringckpt_options);
   if (!replay.ok()) {
     r.replay_error = replay.status().ToString();
     return;
@@ -594,6 +616,16 @@ Result<CampaignResult> RunCampaign(const CampaignOptions& o) {
       return FailedPrecondition("partitions " + r.partitions_off +
                                 " and no other fault was asked for");
   }
+  if (o.store) {
+    co.store_replication = std::min(3, co.nodes);
+    r.checkpoints = fmt::format("the daemons' embedded chunk store (ringfs:///{}, replication {})",
+                                kStorePath, co.store_replication);
+    r.file_faults_off = "not run: --store (they watch or damage checkpoint files in a folder)";
+    std::erase_if(kinds, IsCheckpointFileFault);
+    if (kinds.empty())
+      return FailedPrecondition("the checkpoint-file faults are " + r.file_faults_off +
+                                " and no other fault was asked for");
+  }
 
   co.env.push_back(
       "RINGTRAIN_FAULTS=ckpt.save.after_data=delay:" + std::to_string(o.window_delay_ms) +
@@ -603,13 +635,13 @@ Result<CampaignResult> RunCampaign(const CampaignOptions& o) {
   Observer observer(*cluster, o.hang_limit_ms);
 
   // The fault-free reference: steps per second of the same cluster and job.
-  const std::string baseline_dir = dir + "/ckpt/baseline";
+  const std::string baseline_dir = o.store ? "ringfs:///baseline" : dir + "/ckpt/baseline";
   RETURN_IF_ERROR(SubmitJob(*cluster, ChaosJob("baseline", dir + "/data", baseline_dir,
                                                int64_t{1} << 40, o.ckpt_every, o.memory_every)));
   ASSIGN_OR_RETURN(r.baseline_steps_per_s,
                    observer.MeasureRate(co.nodes, o.baseline_seconds, Deadline::AfterMs(300'000)));
   RETURN_IF_ERROR(StopJob(*cluster, observer));
-  fs::remove_all(baseline_dir, ec);
+  if (!o.store) fs::remove_all(baseline_dir, ec);
   r.job_steps =
       o.job_steps > 0
           ? o.job_steps
@@ -618,7 +650,8 @@ Result<CampaignResult> RunCampaign(const CampaignOptions& o) {
   LOG_INFO("chaos: fault-free {:.2f} steps/s on {} nodes; the chaos job trains {} steps",
            r.baseline_steps_per_s, co.nodes, r.job_steps);
 
-  const std::string ckpt_dir = dir + "/ckpt/chaos";
+  const std::string ckpt_dir =
+      o.store ? std::string("ringfs:///") + kStorePath : dir + "/ckpt/chaos";
   RETURN_IF_ERROR(SubmitJob(*cluster, ChaosJob("chaos", dir + "/data", ckpt_dir, r.job_steps,
                                                o.ckpt_every, o.memory_every)));
   RETURN_IF_ERROR(observer.WaitStep(1, Deadline::AfterMs(300'000)).status());
@@ -629,23 +662,36 @@ Result<CampaignResult> RunCampaign(const CampaignOptions& o) {
   r.chaos_wall_s = std::chrono::duration<double>(MonoClock::now() - chaos_start).count();
   r.finished = done.ok();
   if (done.ok()) r.final_step = Observer::FinishedStep(*done);
-  cluster.reset();  // every daemon and worker is gone before the checks read the files
-  if (network) network->Remove();
+  if (!o.store) {
+    cluster.reset();  // every daemon and worker is gone before the checks read the files
+    if (network) network->Remove();
+  }
 
   r.recoveries = ReadRecoveryLines(dir, o.cluster.nodes);
   CheckCorruptResumes(r);
-  for (int64_t step : CommittedSteps(ckpt_dir)) {
+  // With the store the checkpoints are read through a daemon's chunk server (the cluster runs
+  // until the checks are done).
+  const std::string ckpt_uri = o.store ? StoreUri(*cluster, kStorePath) : ckpt_dir;
+  const std::vector<std::string> secret =
+      o.store ? RingckptSecretOptions(*cluster) : std::vector<std::string>{};
+  const std::vector<int64_t> committed =
+      o.store ? CommittedStepsInStore(*cluster, kStorePath) : CommittedSteps(ckpt_dir);
+  for (int64_t step : committed) {
     VerifiedCheckpoint v;
     v.step = step;
     v.corrupted = r.corrupted.contains(step);
+    std::vector<std::string> argv = {o.ringckpt};
+    argv.insert(argv.end(), secret.begin(), secret.end());
+    argv.insert(argv.end(), {"verify", ckpt_uri, "--step", std::to_string(step)});
     Result<ProcessOutcome> out =
-        RunProcess({o.ringckpt, "verify", ckpt_dir, "--step", std::to_string(step)},
-                   EnvironmentWithout({"RINGTRAIN_FAULTS"}), Deadline::AfterMs(120'000));
+        RunProcess(argv, EnvironmentWithout({"RINGTRAIN_FAULTS"}), Deadline::AfterMs(120'000));
     v.passed = out.ok() && out->exited && out->exit_code == 0;
     if (!v.passed) v.output = out.ok() ? out->output : out.status().ToString();
     r.verified.push_back(std::move(v));
   }
-  if (r.finished && !o.ringtrain.empty()) CompareWithReplay(o, ckpt_dir, r);
+  if (r.finished && !o.ringtrain.empty()) CompareWithReplay(o, ckpt_dir, ckpt_uri, secret, r);
+  cluster.reset();
+  if (network) network->Remove();
   return r;
 }
 

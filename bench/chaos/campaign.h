@@ -47,6 +47,11 @@ struct CampaignOptions {
   // The daemons keep their membership in an etcd the campaign starts on loopback
   // (elastic/membership/local_etcd.h). Their namespaces could not reach it: no partitions.
   bool etcd = false;
+  // The job's checkpoints live in the daemons' embedded chunk store (every daemon a [store]
+  // node, replication min(3, nodes); ckpt.dir = "ringfs:///chaos") instead of a folder. The
+  // checkpoint-file faults (kill during a shard write or a manifest write, disk-full, flip-byte)
+  // watch or damage files in a folder: they are left out.
+  bool store = false;
   int64_t partition_min_ms = 3000;  // how long a partition is held
   int64_t partition_max_ms = 6000;
   int partition_flaps = 3;    // partition-flap: splits, each held and healed for
@@ -109,7 +114,9 @@ struct CampaignResult {
   int unexpected_exits = 0;                  // daemons that died without being killed
   std::string disk_full_off;                 // why disk-full could not run ("" = it could)
   std::string partitions_off;                // why the partitions could not run ("" = they could)
-  std::string membership = "ring";           // "ring", or "etcd URL" (CampaignOptions::etcd)
+  std::string file_faults_off;  // why the checkpoint-file faults could not run ("" = they could)
+  std::string checkpoints = "a folder";  // where the checkpoints were ("a folder", the store)
+  std::string membership = "ring";       // "ring", or "etcd URL" (CampaignOptions::etcd)
   // The final checkpoint against a fault-free replay of the job's layout history
   // (bench/chaos/replay.h): the generations replayed, and the largest absolute difference over
   // every tensor (-1: not compared; `replay_error` says why).

@@ -9,8 +9,9 @@
 namespace rt::chaos {
 namespace {
 
-// The control port of a daemon in its own network namespace.
+// The control and chunk store ports of a daemon in its own network namespace.
 constexpr uint16_t kNamespacePort = 7700;
+constexpr uint16_t kNamespaceStorePort = 7701;
 
 }  // namespace
 
@@ -26,8 +27,10 @@ Result<std::unique_ptr<LocalCluster>> LocalCluster::Create(ClusterOptions option
     // In a namespace of its own every daemon has the whole port space: a fixed port.
     if (cluster->options_.network != nullptr) {
       cluster->ports_[id] = kNamespacePort;
+      cluster->store_ports_[id] = kNamespaceStorePort;
     } else {
       ASSIGN_OR_RETURN(cluster->ports_[id], net::FreeLoopbackPort());
+      ASSIGN_OR_RETURN(cluster->store_ports_[id], net::FreeLoopbackPort());
     }
     std::error_code ec;
     std::filesystem::create_directories(cluster->StateDir(id), ec);
@@ -48,6 +51,15 @@ std::string LocalCluster::Address(int id) const {
   return host + ":" + std::to_string(ports_.at(id));
 }
 
+std::string LocalCluster::StoreAddress(int id) const {
+  const std::string host = options_.network ? options_.network->Address(id) : "127.0.0.1";
+  return host + ":" + std::to_string(store_ports_.at(id));
+}
+
+std::string LocalCluster::SecretFile() const {
+  return options_.network != nullptr ? options_.dir + "/cluster.secret" : "";
+}
+
 std::string LocalCluster::StateDir(int id) const {
   return options_.dir + "/node" + std::to_string(id);
 }
@@ -65,7 +77,15 @@ Status LocalCluster::Start(int id) {
         << "\"\nslots = " << options_.slots << "\n";
     if (options_.network != nullptr)
       out << "rendezvous_host = \"" << options_.network->Address(id) << "\"\n[auth]\n"
-          << "secret_file = \"" << options_.dir << "/cluster.secret\"\n";
+          << "secret_file = \"" << SecretFile() << "\"\n";
+    if (options_.store_replication > 0) {
+      std::string nodes;
+      for (const auto& [n, port] : store_ports_)
+        nodes += (nodes.empty() ? "" : ",") + std::to_string(n) + "@" + StoreAddress(n);
+      out << "[store]\nlisten = \"" << StoreAddress(id) << "\"\nnodes = \"" << nodes
+          << "\"\nreplication = " << options_.store_replication
+          << "\nchains = 8\ncapacity_gib = 1\n";
+    }
     out << "[cluster]\nseeds = \"" << (id == 1 ? "" : Address(1)) << "\"\netcd = \""
         << options_.etcd
         << "\"\netcd_prefix = \"/ringchaos\"\n[worker]\nstop_grace_ms = " << options_.stop_grace_ms

@@ -44,6 +44,9 @@ struct ClusterOptions {
   // "http://host:port": the daemons keep their membership in this etcd ([cluster] etcd); "" =
   // the ring's own protocol.
   std::string etcd;
+  // > 0: every daemon runs the embedded chunk store ([store]) on its own port, all of them one
+  // store with this replication factor (jobs may then name ringfs:///PATH).
+  int store_replication = 0;
 };
 
 class LocalCluster {
@@ -80,6 +83,10 @@ class LocalCluster {
   const ClusterOptions& options() const { return options_; }
   // "127.0.0.1:PORT" of node `id`, or "ADDRESS:7700" in its network namespace.
   std::string Address(int id) const;
+  // The address of node `id`'s chunk store (options().store_replication > 0).
+  std::string StoreAddress(int id) const;
+  // The cluster secret's file (with a network), else "".
+  std::string SecretFile() const;
   // Node `id`'s state folder (its daemon.log is in it).
   std::string StateDir(int id) const;
 
@@ -88,6 +95,7 @@ class LocalCluster {
 
   ClusterOptions options_;
   std::map<int, uint16_t> ports_;
+  std::map<int, uint16_t> store_ports_;  // with store_replication > 0
   std::map<int, std::unique_ptr<SyncChild>> daemons_;
   std::set<int> paused_;
   std::set<int> cut_off_;

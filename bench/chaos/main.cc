@@ -73,6 +73,9 @@ int main(int argc, char** argv) {
   app.add_flag("--netns,!--no-netns", o.netns,
                "each daemon in its own network namespace (root; needed by the partitions)")
       ->capture_default_str();
+  app.add_flag("--store", o.store,
+               "checkpoints in the daemons' embedded chunk store (ringfs:///chaos); the "
+               "checkpoint-file faults are left out");
   app.add_flag("--etcd", o.etcd,
                "membership in an etcd started on loopback (Debian's etcd-server); no partitions");
   int64_t partition_ms = o.partition_min_ms;

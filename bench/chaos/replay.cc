@@ -31,10 +31,13 @@ std::string LogTime(const std::string& line) {
 }  // namespace
 
 std::string StoreOf(const std::string& uri) {
-  const std::string scheme = "memtier://";
-  if (uri.rfind(scheme, 0) != 0) return uri;
-  const size_t slash = uri.find('/', scheme.size());
-  return slash == std::string::npos ? uri : scheme + uri.substr(slash + 1);
+  for (const std::string scheme : {"memtier://", "ringfs://"}) {
+    if (uri.rfind(scheme, 0) != 0) continue;
+    const size_t slash = uri.find('/', scheme.size());
+    if (slash == std::string::npos) return uri;
+    return scheme + (scheme == "ringfs://" ? "/" : "") + uri.substr(slash + 1);
+  }
+  return uri;
 }
 
 std::vector<TrainedGeneration> ReadGenerations(const std::string& dir, int nodes,
@@ -132,7 +135,8 @@ Result<std::vector<HistorySegment>> LayoutHistory(const std::vector<TrainedGener
 Result<ReplayOutcome> ReplayHistory(const std::vector<HistorySegment>& history,
                                     const std::string& ringtrain, const std::string& ringckpt,
                                     const std::string& work_dir, const std::string& ckpt_uri,
-                                    int64_t final_step) {
+                                    int64_t final_step,
+                                    const std::vector<std::string>& ringckpt_options) {
   ReplayOutcome out;
   out.history = history;
   const std::string ckpt = work_dir + "/ckpt";
@@ -160,9 +164,10 @@ Result<ReplayOutcome> ReplayHistory(const std::vector<HistorySegment>& history,
                       run.output);
   }
   const std::string step = std::to_string(final_step);
-  ASSIGN_OR_RETURN(ProcessOutcome diff, RunProcess({ringckpt, "diff", ckpt_uri, ckpt, "--step-a",
-                                                    step, "--step-b", step},
-                                                   env, Deadline::AfterMs(300'000)));
+  std::vector<std::string> argv = {ringckpt};
+  argv.insert(argv.end(), ringckpt_options.begin(), ringckpt_options.end());
+  argv.insert(argv.end(), {"diff", ckpt_uri, ckpt, "--step-a", step, "--step-b", step});
+  ASSIGN_OR_RETURN(ProcessOutcome diff, RunProcess(argv, env, Deadline::AfterMs(300'000)));
   out.diff = diff.output;
   if (!diff.exited || diff.exit_code != 0)
     return Internal("ringckpt diff of the final checkpoints failed: " + diff.output);

@@ -50,7 +50,8 @@ struct HistorySegment {
 
 // The store a checkpoint URI names, for comparing URIs: the memory tier's
 // `memtier://HOST:PORT/job-N` names job N's snapshots through one daemon, and every daemon reaches
-// the same snapshots, so the address is dropped ("memtier://job-N"); other URIs are unchanged.
+// the same snapshots, so the address is dropped ("memtier://job-N"); so is a ringfs:// URI's (the
+// daemons' embedded store is one store: "ringfs:///PATH"); other URIs are unchanged.
 std::string StoreOf(const std::string& uri);
 
 // The chain of generations that produced the state of step `final_step` saved in `final_uri`,
@@ -71,11 +72,13 @@ struct ReplayOutcome {
 
 // Trains `history` again in `work_dir` (made; its checkpoints and logs stay there) with the
 // `ringtrain` binary, then compares the final checkpoint with step `final_step` of `ckpt_uri`
-// using `ringckpt diff`. Errors: a replay run that fails (naming the segment, with its output),
-// tensors only in one checkpoint or of other shapes (Internal, with the diff).
+// using `ringckpt diff` (with `ringckpt_options` before the subcommand: --secret-file). Errors: a
+// replay run that fails (naming the segment, with its output), tensors only in one checkpoint or of
+// other shapes (Internal, with the diff).
 Result<ReplayOutcome> ReplayHistory(const std::vector<HistorySegment>& history,
                                     const std::string& ringtrain, const std::string& ringckpt,
                                     const std::string& work_dir, const std::string& ckpt_uri,
-                                    int64_t final_step);
+                                    int64_t final_step,
+                                    const std::vector<std::string>& ringckpt_options);
 
 }  // namespace rt::chaos

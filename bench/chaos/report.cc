@@ -137,6 +137,8 @@ std::string SummaryText(const CampaignResult& r, const Summary& s) {
       100 * s.throughput_share, 100 * s.throughput_share_net);
   out += fmt::format("daemons that died without being killed: {}\n", r.unexpected_exits);
   if (!r.disk_full_off.empty()) out += "disk-full: " + r.disk_full_off + "\n";
+  out += "checkpoints: " + r.checkpoints + "\n";
+  if (!r.file_faults_off.empty()) out += "checkpoint-file faults: " + r.file_faults_off + "\n";
   out += "membership: " + r.membership + "\n";
   if (r.partitions_off.empty()) {
     out += fmt::format(
@@ -211,6 +213,8 @@ daemon::Json SummaryJson(const CampaignResult& r, const Summary& s) {
           {"unexpected_exits", r.unexpected_exits},
           {"disk_full_off", r.disk_full_off},
           {"partitions_off", r.partitions_off},
+          {"checkpoints", r.checkpoints},
+          {"file_faults_off", r.file_faults_off},
           {"membership", r.membership},
           {"minority_trained", s.minority_trained},
           {"replayed", r.replayed},

@@ -265,6 +265,18 @@ class ServerImpl final : public Server, public ChainTransport, public ChainRoute
   void RememberState(std::vector<std::byte> state, bool persist);
   // Ends a takeover (successful or not): file operations waiting for it go on.
   void EndTakeover();
+  // A manager that was isolated from a majority of the store nodes and hears from one again
+  // takes the role over anew (on role_strand_): another node may have held it meanwhile.
+  void Retake();
+  // Isolation (follow_views): a manager that has not heard from a majority of the store nodes
+  // (itself included) for this long freezes: no file operations, no chain changes, until it
+  // takes the role over again. A manager is sure to have frozen kFreezeBound after it lost
+  // contact (the pings' deadline and period on top); a takeover while a store node is outside
+  // the view waits that long first, so an old manager cut off with a minority has stopped.
+  int64_t IsolatedAfterMs() const { return 3 * options_.heartbeat_ms; }
+  int64_t FreezeBoundMs() const { return IsolatedAfterMs() + 4 * options_.heartbeat_ms; }
+  // Unavailable when this node's manager is isolated (REQUIRES manager_mu_).
+  Status IsolationError() const;
 
   ServerOptions options_;
   // The node file operations go to: fixed without follow_views, else the smallest id of the
@@ -304,7 +316,13 @@ class ServerImpl final : public Server, public ChainTransport, public ChainRoute
   std::map<uint32_t, bool> up_;                   // GUARDED_BY(manager_mu_)
   // The membership set by SetMembers; nullopt: none set, heartbeats alone decide.
   std::optional<std::set<uint32_t>> members_;  // GUARDED_BY(manager_mu_)
-  std::map<uint32_t, bool> ping_in_flight_;    // I/O thread only
+  // When each node last answered this manager's ping; whether the manager is isolated, and
+  // whether its Retake is queued (follow_views).
+  std::map<uint32_t, MonoTime> answered_;  // GUARDED_BY(manager_mu_)
+  bool isolated_ = false;                  // GUARDED_BY(manager_mu_)
+  bool retake_queued_ = false;             // GUARDED_BY(manager_mu_)
+  bool resigning_ = false;  // GUARDED_BY(manager_mu_): Resign waits for the running operations
+  std::map<uint32_t, bool> ping_in_flight_;  // I/O thread only
 
   // Values this node sent to a remote chain head (WriteAt), kept while the write runs: the head's
   // forward back to this node names them (id, length and CRC32C) instead of carrying the bytes.
@@ -779,6 +797,26 @@ void ServerImpl::OnPing(uint32_t id, bool ok) {
   {
     std::lock_guard lock(manager_mu_);
     if (!manager_) return;  // the role went while the ping ran
+    if (options_.follow_views) {
+      const MonoTime now = MonoClock::now();
+      if (ok) answered_[id] = now;
+      size_t heard = 1;  // itself
+      for (const auto& [node, at] : answered_)
+        heard += node != options_.self && now - at < std::chrono::milliseconds(IsolatedAfterMs());
+      const bool majority = 2 * heard > options_.nodes.size();
+      if (!isolated_ && !majority) {
+        isolated_ = true;
+        LOG_WARN(
+            "ringfsd node {}: isolated: {} of {} store nodes answered in the last {} ms; no "
+            "file operations and no chain changes until it takes the metadata role over "
+            "again",
+            options_.self, heard, options_.nodes.size(), IsolatedAfterMs());
+      } else if (isolated_ && majority && !retake_queued_) {
+        retake_queued_ = true;
+        asio::post(role_strand_, [this] { Retake(); });
+      }
+      if (isolated_) return;
+    }
     auto known = up_.find(id);
     const bool outside = members_.has_value() && !members_->contains(id);
     if (ok) {
@@ -802,6 +840,9 @@ void ServerImpl::SetMembers(const std::set<uint32_t>& members, uint64_t epoch) {
   {
     std::lock_guard lock(view_mu_);
     if (have_view_ && epoch < view_epoch_) return;  // an older view
+    // Views this node did not see (it was cut off or down meanwhile) may have given the role to
+    // another node and back: if it is the metadata node again it takes the role over anew.
+    const bool missed_views = have_view_ && epoch > view_epoch_ + 1;
     have_view_ = true;
     view_epoch_ = epoch;
     view_members_ = members;
@@ -809,7 +850,8 @@ void ServerImpl::SetMembers(const std::set<uint32_t>& members, uint64_t epoch) {
       uint32_t smallest = 0;
       for (const NodeEndpoint& n : options_.nodes)
         if (members.contains(n.id) && (smallest == 0 || n.id < smallest)) smallest = n.id;
-      if (smallest != 0 && smallest != meta_node_.load()) {
+      const bool again = missed_views && smallest == options_.self;
+      if (smallest != 0 && (smallest != meta_node_.load() || again)) {
         meta_epoch_ = epoch;
         if (smallest == options_.self) {
           std::lock_guard taking(takeover_mu_);
@@ -829,7 +871,7 @@ void ServerImpl::FollowMembers(const std::set<uint32_t>& members) {
   std::vector<chain::ChainConfig> changed;
   {
     std::lock_guard lock(manager_mu_);
-    if (!manager_) return;
+    if (!manager_ || isolated_) return;
     members_ = members;
     std::set<chain::ChainId> touched;
     for (const NodeEndpoint& n : options_.nodes) {
@@ -961,6 +1003,15 @@ void ServerImpl::CollectOnce() {
 Result<uint64_t> ServerImpl::WriteAt(chain::NodeId node, chain::ChunkKey key,
                                      std::optional<std::span<const std::byte>> data,
                                      Deadline deadline) {
+  // Only the namespace writes objects (FileSystem over the chain store): a frozen or departed
+  // manager stops at once instead of retrying to its deadline, so the role can change hands.
+  if (options_.follow_views) {
+    std::lock_guard lock(manager_mu_);
+    if (!manager_ || isolated_ || resigning_)
+      return FailedPrecondition("ringfsd node " + std::to_string(options_.self) +
+                                " no longer acts for the file namespace (its metadata role is "
+                                "frozen or handed over)");
+  }
   if (node == options_.self) return chain_->Write(key, data, deadline);
   // [key, flags, CRC32C of the data, this node, staged copy id] then the data, in a bulk frame.
   // The data is copied and checksummed in one pass and staged here while the write runs: if this
@@ -1232,7 +1283,40 @@ auto ServerImpl::ServeFs(Op op) -> decltype(op()) {
   RETURN_IF_ERROR(AwaitTakeover());
   std::shared_lock role(fs_role_mu_);
   if (!is_meta() || !has_manager()) return NotServingFs();
+  {
+    std::lock_guard lock(manager_mu_);
+    RETURN_IF_ERROR(IsolationError());
+  }
   return op();
+}
+
+Status ServerImpl::IsolationError() const {
+  if (!isolated_) return Status();
+  return Unavailable("ringfsd node " + std::to_string(options_.self) +
+                     " holds the metadata role but has not heard from a majority of the store "
+                     "nodes for " +
+                     std::to_string(IsolatedAfterMs()) + " ms");
+}
+
+void ServerImpl::Retake() {
+  std::set<uint32_t> members;
+  uint64_t epoch = 0;
+  {
+    std::lock_guard lock(view_mu_);
+    if (!is_meta()) return;  // a view moved the role meanwhile: that path resigns
+    members = view_members_;
+    epoch = view_epoch_;
+  }
+  {
+    std::lock_guard taking(takeover_mu_);
+    taking_over_ = true;
+  }
+  LOG_INFO(
+      "ringfsd node {}: a majority of the store nodes answers again: taking the metadata "
+      "role over anew",
+      options_.self);
+  Resign();
+  TakeOver(members, epoch);
 }
 
 Status ServerImpl::AwaitTakeover() {
@@ -1277,6 +1361,10 @@ void ServerImpl::ChangeRole() {
 }
 
 void ServerImpl::Resign() {
+  {
+    std::lock_guard lock(manager_mu_);
+    resigning_ = manager_ != nullptr;  // the running operations' writes now fail at once
+  }
   std::unique_lock role(fs_role_mu_);  // waits for the file operations running here
   std::unique_ptr<chain::ChainManager> manager;
   {
@@ -1286,6 +1374,10 @@ void ServerImpl::Resign() {
     members_.reset();
     up_.clear();
     missed_.clear();
+    answered_.clear();
+    isolated_ = false;
+    retake_queued_ = false;
+    resigning_ = false;
   }
   ++role_gen_;  // ends the heartbeat and collector loops
   {
@@ -1316,9 +1408,11 @@ void ServerImpl::TakeOver(const std::set<uint32_t>& members, uint64_t epoch) {
   std::string newer;  // why a node of a newer view may hold the role: this one must not take it
   for (const NodeEndpoint& n : options_.nodes) {
     if (n.id == options_.self || !members.contains(n.id)) continue;
-    // A node finishing a file operation may hold the answer up to that operation's deadline.
+    // A node that held the role answers once its running file operations failed or ended (their
+    // writes fail at once while it resigns). One that does not answer in time may be cut off:
+    // it is waited for as a node outside the view is (below).
     Result<Frame> reply =
-        CallUnlessStopping(n.id, wire::kMetaHandover, request, Deadline::AfterMs(45'000));
+        CallUnlessStopping(n.id, wire::kMetaHandover, request, Deadline::AfterMs(3'000));
     if (stopping_) {
       EndTakeover();
       return;
@@ -1357,20 +1451,39 @@ void ServerImpl::TakeOver(const std::set<uint32_t>& members, uint64_t epoch) {
   if (newer.empty() && highest >= ((epoch + 1) << 32))
     newer = "chain version " + std::to_string(highest) + " comes from a manager of a newer view";
   if (!newer.empty()) {
+    bool again = false;
     {
       std::lock_guard view(view_mu_);
-      if (meta_node_.load() == options_.self && meta_epoch_ <= epoch) meta_node_ = 0;
+      if (view_epoch_ > epoch && meta_node_.load() == options_.self) {
+        // The newer view came meanwhile and gives the role to this node: try again with it.
+        again = true;
+        meta_epoch_ = view_epoch_;
+        asio::post(role_strand_, [this] { ChangeRole(); });
+      } else if (meta_node_.load() == options_.self && meta_epoch_ <= epoch) {
+        meta_node_ = 0;
+      }
     }
-    EndTakeover();
-    LOG_WARN(
-        "ringfsd node {}: not taking the metadata role over for view {} ({}); waiting for "
-        "a newer view",
-        options_.self, epoch, newer);
+    if (!again) EndTakeover();
+    LOG_WARN("ringfsd node {}: not taking the metadata role over for view {} ({}); {}",
+             options_.self, epoch, newer,
+             again ? "trying again with the newer view it has" : "waiting for a newer view");
     return;
   }
   std::set<chain::NodeId> down;
   for (const NodeEndpoint& n : options_.nodes)
     if (!members.contains(n.id)) down.insert(n.id);
+  if (!down.empty() || !silent.empty()) {
+    // A node outside the view, or one that did not answer, may be an old metadata node cut off
+    // with a minority: it stops acting within FreezeBoundMs of losing the majority, so this node
+    // acts only after that.
+    const Deadline frozen = Deadline::AfterMs(FreezeBoundMs());
+    while (!frozen.Expired() && !stopping_)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (stopping_) {
+      EndTakeover();
+      return;
+    }
+  }
   // Above every version of a manager of an earlier view, whatever it did after this state.
   (void)manager->TakeOver(seen, std::max<uint64_t>(epoch, 1) << 32, down);
   // This node's own replicas rejoin the chains that left them out (it may be just back).
@@ -1394,6 +1507,10 @@ void ServerImpl::TakeOver(const std::set<uint32_t>& members, uint64_t epoch) {
     members_ = members;
     up_.clear();
     missed_.clear();
+    answered_.clear();
+    for (uint32_t n : members) answered_[n] = MonoClock::now();  // they just answered
+    isolated_ = false;
+    retake_queued_ = false;
     up_[options_.self] = true;
     for (chain::NodeId n : down) up_[n] = false;
     SaveManager();

@@ -256,6 +256,7 @@ TEST(ChaosReplay, LayoutHistoryFollowsResumesThroughAnyDaemonsMemoryTier) {
   EXPECT_EQ((*h)[2].to, 30);
   EXPECT_EQ(StoreOf("memtier://127.0.0.1:4002/job-2"), "memtier://job-2");
   EXPECT_EQ(StoreOf(disk), disk);
+  EXPECT_EQ(StoreOf("ringfs://10.0.0.2:7701/chaos"), "ringfs:///chaos");
   // Step 11's commit was logged by nobody (its writer was killed right after it): the
   // generation whose last logged commit of an earlier step came last before the resume wrote it.
   gens[1].resumed_from = 11;

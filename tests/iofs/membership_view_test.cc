@@ -8,7 +8,9 @@
 // files before the first view, then node 1 does; with node 1 gone and a view without it, node 2
 // takes the role over (the namespace and every file written before are there, new files can be
 // written); when node 1 returns in a newer view it takes the role back with what node 2 changed,
-// and an older view changes nothing.
+// and an older view changes nothing. A node 1 that was only cut off (it missed the views without
+// it) takes the role over anew when it is back. A metadata node that hears from no majority of
+// the store nodes freezes until it takes the role over again.
 #include <functional>
 #include <thread>
 
@@ -196,12 +198,76 @@ TEST(MetadataFailoverTest, TheRoleMovesWithTheViewsAndKeepsTheNamespace) {
     EXPECT_TRUE(*again_a == a) << "port " << port;
     EXPECT_TRUE(*again_b == b) << "port " << port;
   }
+
+  // Node 1 is cut off (it sees no view without it) while nodes 2 and 3 go on: node 2 takes the
+  // role over. Back in a view, node 1 missed views, so it takes the role over anew instead of
+  // going on with its old chain manager and namespace.
+  nodes[1]->SetMembers({2, 3}, 4);
+  nodes[2]->SetMembers({2, 3}, 4);
+  ASSERT_TRUE(WaitStats(*nodes[1], 30, [](const ServerStats& s) { return s.metadata_node; }));
+  const std::vector<std::byte> c = Content(13, 1, 700'000);
+  WriteFile(io, ports[2], "/ckpt/c", c);
+  for (auto& n : nodes) n->SetMembers({1, 2, 3}, 5);
+  ASSERT_TRUE(WaitStats(*nodes[0], 30, [](const ServerStats& s) {
+    return s.metadata_node && s.takeovers == 2 && s.chains_degraded == 0;
+  })) << "node 1 did not take the role over anew after the views it missed";
+  auto got_c = ReadFile(io, ports[0], "/ckpt/c", c.size());
+  ASSERT_TRUE(got_c.ok()) << got_c.status().ToString();
+  EXPECT_TRUE(*got_c == c) << "the file written while node 1 was cut off differs";
+
   auto client = io.Run(Client::Connect("127.0.0.1", ports[0], Secs(10)));
   ASSERT_TRUE(client.ok()) << client.status().ToString();
   auto fsck = io.Run((*client)->Fsck(false, Secs(60)));
   ASSERT_TRUE(fsck.ok()) << fsck.status().ToString();
   EXPECT_TRUE(fsck->problems.empty()) << fsck->problems.front();
-  EXPECT_EQ(fsck->files, 2u);
+  EXPECT_EQ(fsck->files, 3u);
+  for (auto& n : nodes) EXPECT_TRUE(n->Shutdown(Secs(10)).ok());
+}
+
+// A metadata node that loses a majority of the store nodes (here: both others stop) freezes
+// within a second: file operations fail with Unavailable instead of acting on a namespace another
+// node may be taking over. When a majority answers again it takes the role over anew and serves.
+TEST(MetadataFailoverTest, AnIsolatedMetadataNodeFreezesAndTakesTheRoleOverAgain) {
+  TempDir dir("iofs-isolated");
+  const std::vector<uint16_t> ports = {FreePort(), FreePort(), FreePort()};
+  std::vector<std::unique_ptr<Server>> nodes;
+  for (uint32_t id = 1; id <= 3; ++id) {
+    nodes.push_back(StartNode(dir.path(), id, ports, true));
+    ASSERT_NE(nodes.back(), nullptr);
+  }
+  for (auto& n : nodes) n->SetMembers({1, 2, 3}, 1);
+  ASSERT_TRUE(WaitStats(*nodes[0], 10, [](const ServerStats& s) {
+    return s.metadata_node && s.chains_degraded == 0;
+  }));
+  Io io;
+  const std::vector<std::byte> a = Content(21, 1, 600'000);
+  WriteFile(io, ports[0], "/a", a);
+  auto client = io.Run(Client::Connect("127.0.0.1", ports[0], Secs(10)));
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+
+  for (int i : {1, 2}) {
+    ASSERT_TRUE(nodes[i]->Shutdown(Secs(10)).ok());
+    nodes[i].reset();
+  }
+  Status frozen;
+  const Deadline deadline = Secs(10);
+  do {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    frozen = io.Run((*client)->Stat("/a", Secs(5))).status();
+  } while (frozen.ok() && !deadline.Expired());
+  EXPECT_EQ(frozen.code(), StatusCode::kUnavailable) << frozen.ToString();
+  EXPECT_NE(frozen.message().find("majority"), std::string::npos) << frozen.ToString();
+
+  for (int i : {1, 2}) {
+    nodes[i] = StartNode(dir.path(), static_cast<uint32_t>(i + 1), ports, true);
+    ASSERT_NE(nodes[i], nullptr);
+  }
+  ASSERT_TRUE(WaitStats(*nodes[0], 30, [](const ServerStats& s) {
+    return s.metadata_node && s.takeovers == 2 && s.chains_degraded == 0;
+  })) << "node 1 did not take the role over again";
+  auto got = ReadFile(io, ports[0], "/a", a.size());
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_TRUE(*got == a);
   for (auto& n : nodes) EXPECT_TRUE(n->Shutdown(Secs(10)).ok());
 }
 
