@@ -1,6 +1,8 @@
 // net::FreeLoopbackPort: every port it hands out can be bound on 127.0.0.1 at once, lies in the
 // range it promises, and no port comes twice in one process (a test that asks for several ports
 // before it starts any server must never get one port for two servers).
+#include "base/net/free_port.h"
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -9,8 +11,6 @@
 #include <set>
 
 #include <gtest/gtest.h>
-
-#include "base/net/free_port.h"
 
 namespace rt::net {
 namespace {
