@@ -254,10 +254,19 @@ class ServerImpl final : public Server, public ChainTransport, public ChainRoute
   // The moving metadata role (options_.follow_views; SetMembers).
   // Gives up or takes over the role as the newest view says (on role_strand_).
   void ChangeRole();
-  // Drops this node's chain manager and namespace once the file operations running here end.
+  // Drops this node's chain manager and namespace once the file operations running here end
+  // (no deadline of its own: each operation has one, and its object writes fail at once from the
+  // start of the resignation, WriteAt).
   void Resign();
   // Becomes the metadata node of view `epoch` (see Server::SetMembers).
   void TakeOver(const std::set<uint32_t>& members, uint64_t epoch);
+  // The chain configs this node's own replicas hold (its home chains).
+  std::vector<chain::ChainConfig> LocalConfigs() {
+    std::vector<chain::ChainConfig> configs;
+    for (size_t c = 0; c < layout_.size(); ++c)
+      if (auto config = chain_->Config(static_cast<chain::ChainId>(c))) configs.push_back(*config);
+    return configs;
+  }
   // Answers a kMetaHandover: resigns if the role goes elsewhere, returns what this node knows.
   Payload HandOver(std::span<const std::byte> payload);
   // Keeps `state` (ChainManager::Save bytes) as the newest manager state known here if its
@@ -1399,9 +1408,7 @@ void ServerImpl::TakeOver(const std::set<uint32_t>& members, uint64_t epoch) {
     best = known_state_;
     best_sum = known_sum_;
   }
-  std::vector<chain::ChainConfig> seen;
-  for (size_t c = 0; c < layout_.size(); ++c)
-    if (auto config = chain_->Config(static_cast<chain::ChainId>(c))) seen.push_back(*config);
+  std::vector<chain::ChainConfig> seen = LocalConfigs();
   const std::vector<std::byte> request =
       wire::EncodeHandoverRequest(wire::HandoverRequest{epoch, options_.self});
   std::string silent;
@@ -1557,9 +1564,7 @@ Payload ServerImpl::HandOver(std::span<const std::byte> payload) {
     std::lock_guard lock(known_mu_);
     handover.manager_state = known_state_;
   }
-  for (size_t c = 0; c < layout_.size(); ++c)
-    if (auto config = chain_->Config(static_cast<chain::ChainId>(c)))
-      handover.configs.push_back(*config);
+  handover.configs = LocalConfigs();
   return wire::EncodeHandover(handover);
 }
 
