@@ -4,6 +4,8 @@
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 
+#include "base/deadline.h"
+
 namespace rt {
 
 Status InitLogging(std::string_view level, std::string_view name) {
@@ -18,6 +20,11 @@ Status InitLogging(std::string_view level, std::string_view name) {
   spdlog::set_default_logger(logger);
   spdlog::set_level(parsed);
   return Status();
+}
+
+void WarnIfSlow(double started_s, std::string_view what, double limit_s) {
+  const double took = MonoSeconds() - started_s;
+  if (took > limit_s) LOG_WARN("{} took {:.2f} s", what, took);
 }
 
 }  // namespace rt

@@ -16,6 +16,10 @@ namespace rt {
 // call before starting threads.
 Status InitLogging(std::string_view level, std::string_view name = "ringtrain");
 
+// Logs a warning "`what` took N s" when more than `limit_s` seconds passed since `started_s`
+// (a MonoSeconds() value): the steps of a recovery say where a slow one spent its time.
+void WarnIfSlow(double started_s, std::string_view what, double limit_s = 3.0);
+
 }  // namespace rt
 
 #define LOG_TRACE(...) SPDLOG_TRACE(__VA_ARGS__)

@@ -1,7 +1,14 @@
 #include "daemon/snapshot_service.h"
 
 #include <algorithm>
+#include <optional>
 #include <set>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/deferred.hpp>
+#include <boost/asio/experimental/parallel_group.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
 
 #include "base/fault.h"
 #include "base/log.h"
@@ -95,8 +102,8 @@ std::vector<SnapshotPeer> SnapshotService::Others() const {
 }
 
 asio::awaitable<Result<SnapshotService::Payload>> SnapshotService::CallPeer(
-    const SnapshotPeer& peer, uint16_t type, Payload payload) {
-  const Deadline deadline = Deadline::After(options_.peer_timeout);
+    const SnapshotPeer& peer, uint16_t type, Payload payload, std::chrono::milliseconds timeout) {
+  const Deadline deadline = Deadline::After(timeout);
   std::shared_ptr<net::RpcClient> client;
   auto it = peers_.find(peer.address);
   if (it != peers_.end() && it->second->connected()) client = it->second;
@@ -105,13 +112,46 @@ asio::awaitable<Result<SnapshotService::Payload>> SnapshotService::CallPeer(
     net::RpcClientOptions o;
     o.secret = options_.secret;
     o.peer_name = "node " + std::to_string(peer.id) + " at " + peer.address;
-    CO_ASSIGN_OR_RETURN(
-        client, co_await net::RpcClient::Connect(host_port.first, host_port.second,
-                                                 Deadline::After(options_.connect_timeout), o));
+    CO_ASSIGN_OR_RETURN(client, co_await net::RpcClient::Connect(
+                                    host_port.first, host_port.second,
+                                    deadline.Min(Deadline::After(options_.connect_timeout)), o));
+    // Another call may have connected meanwhile: the newest connection serves the next calls.
     peers_[peer.address] = client;
   }
-  CO_ASSIGN_OR_RETURN(Frame reply, co_await client->Call(type, payload, deadline));
-  co_return std::move(reply.payload);
+  Result<Frame> reply = co_await client->Call(type, payload, deadline);
+  if (!reply.ok() && (reply.status().code() == StatusCode::kDeadlineExceeded ||
+                      reply.status().code() == StatusCode::kUnavailable)) {
+    // No answer: the connection may be stalled (a partition, a stopped process) and TCP would
+    // keep later calls queued behind it; the next call connects anew.
+    if (auto at = peers_.find(peer.address); at != peers_.end() && at->second == client)
+      peers_.erase(at);
+    client->Close();
+  }
+  if (!reply.ok()) co_return reply.status();
+  co_return std::move(reply->payload);
+}
+
+asio::awaitable<std::vector<Result<SnapshotService::Payload>>> SnapshotService::CallEach(
+    const std::vector<SnapshotPeer>& peers, uint16_t type, Payload payload) {
+  std::vector<Result<Payload>> results;
+  if (peers.empty()) co_return results;
+  auto executor = co_await asio::this_coro::executor;
+  auto call = [this, type,
+               &payload](SnapshotPeer peer) -> asio::awaitable<std::optional<Result<Payload>>> {
+    co_return co_await CallPeer(peer, type, payload, options_.control_timeout);
+  };
+  using Call = decltype(asio::co_spawn(executor, call(peers.front()), asio::deferred));
+  std::vector<Call> calls;
+  for (const SnapshotPeer& peer : peers)
+    calls.push_back(asio::co_spawn(executor, call(peer), asio::deferred));
+  auto [order, exceptions, replies] =
+      co_await asio::experimental::make_parallel_group(std::move(calls))
+          .async_wait(asio::experimental::wait_for_all(), asio::use_awaitable);
+  for (size_t i = 0; i < replies.size(); ++i) {
+    if (exceptions[i]) std::rethrow_exception(exceptions[i]);  // a bug, not an error
+    results.push_back(std::move(*replies[i]));
+  }
+  co_return results;
 }
 
 asio::awaitable<Status> SnapshotService::Replicate(const SnapshotPeer& peer, uint64_t job,
@@ -124,7 +164,8 @@ asio::awaitable<Status> SnapshotService::Replicate(const SnapshotPeer& peer, uin
     Json head = {{"job", job},       {"path", path},           {"upload", upload},
                  {"offset", offset}, {"total", bytes->size()}, {"scope", "replica"}};
     Result<Payload> r = co_await CallPeer(
-        peer, kSnapshotPut, EncodeSnapshotMessage(std::move(head), AsBytes(*bytes, offset, n)));
+        peer, kSnapshotPut, EncodeSnapshotMessage(std::move(head), AsBytes(*bytes, offset, n)),
+        options_.peer_timeout);
     CO_RETURN_IF_ERROR(r.status().WithContext("memory tier: replicate job " + std::to_string(job) +
                                               " file " + path + " to node " +
                                               std::to_string(peer.id)));
@@ -226,7 +267,8 @@ asio::awaitable<Result<SnapshotService::Payload>> SnapshotService::HandleGet(
     Json head = m.head;
     head["scope"] = "local";
     for (const SnapshotPeer& peer : Others()) {
-      Result<Payload> r = co_await CallPeer(peer, kSnapshotGet, EncodeSnapshotMessage(head));
+      Result<Payload> r =
+          co_await CallPeer(peer, kSnapshotGet, EncodeSnapshotMessage(head), options_.peer_timeout);
       if (r.ok() || r.status().code() == StatusCode::kOutOfRange) co_return r;
       if (r.status().code() != StatusCode::kNotFound)
         LOG_WARN("memory tier: get {} from node {}: {}", file, peer.id, r.status().ToString());
@@ -256,16 +298,20 @@ asio::awaitable<Result<SnapshotBytes>> SnapshotService::NewestLatest(uint64_t jo
                {"offset", 0},
                {"length", kSnapshotPieceBytes},
                {"scope", "local"}};
-  for (const SnapshotPeer& peer : Others()) {
-    Result<Payload> r = co_await CallPeer(peer, kSnapshotGet, EncodeSnapshotMessage(head));
+  const std::vector<SnapshotPeer> others = Others();
+  std::vector<Result<Payload>> replies =
+      co_await CallEach(others, kSnapshotGet, EncodeSnapshotMessage(head));
+  for (size_t i = 0; i < others.size(); ++i) {
+    const uint64_t peer = others[i].id;
+    Result<Payload>& r = replies[i];
     if (!r.ok()) {
       if (r.status().code() != StatusCode::kNotFound)
-        LOG_WARN("memory tier: get job {} latest from node {}: {}", job, peer.id,
+        LOG_WARN("memory tier: get job {} latest from node {}: {}", job, peer,
                  r.status().ToString());
       continue;
     }
     Result<SnapshotMessage> m =
-        DecodeSnapshotMessage(*r, "latest from node " + std::to_string(peer.id));
+        DecodeSnapshotMessage(*r, "latest from node " + std::to_string(peer));
     if (!m.ok()) {
       LOG_WARN("memory tier: {}", m.status().ToString());
       continue;
@@ -286,15 +332,18 @@ asio::awaitable<Result<SnapshotService::Payload>> SnapshotService::HandleList(
   if (ref.any) {
     Json head = m.head;
     head["scope"] = "local";
-    for (const SnapshotPeer& peer : Others()) {
-      Result<Payload> r = co_await CallPeer(peer, kSnapshotList, EncodeSnapshotMessage(head));
-      Result<SnapshotMessage> reply = r.ok() ? DecodeSnapshotMessage(*r, "snapshot list reply")
-                                             : Result<SnapshotMessage>(r.status());
+    const std::vector<SnapshotPeer> others = Others();
+    std::vector<Result<Payload>> replies =
+        co_await CallEach(others, kSnapshotList, EncodeSnapshotMessage(head));
+    for (size_t i = 0; i < others.size(); ++i) {
+      Result<SnapshotMessage> reply =
+          replies[i].ok() ? DecodeSnapshotMessage(*replies[i], "snapshot list reply")
+                          : Result<SnapshotMessage>(replies[i].status());
       const Json* list = nullptr;
       if (reply.ok() && reply->head.contains("names") && reply->head["names"].is_array())
         list = &reply->head["names"];
       if (list == nullptr) {
-        LOG_WARN("memory tier: list job {} '{}' on node {}: {}", ref.job, ref.path, peer.id,
+        LOG_WARN("memory tier: list job {} '{}' on node {}: {}", ref.job, ref.path, others[i].id,
                  reply.ok() ? "reply without names" : reply.status().ToString());
         continue;
       }
@@ -315,12 +364,13 @@ asio::awaitable<Result<SnapshotService::Payload>> SnapshotService::HandleRemove(
   if (ref.any) {
     Json head = m.head;
     head["scope"] = "local";
-    for (const SnapshotPeer& peer : Others()) {
-      Result<Payload> r = co_await CallPeer(peer, kSnapshotRemove, EncodeSnapshotMessage(head));
-      if (!r.ok())
-        LOG_WARN("memory tier: remove job {} {} on node {}: {}", ref.job, ref.path, peer.id,
-                 r.status().ToString());
-    }
+    const std::vector<SnapshotPeer> others = Others();
+    std::vector<Result<Payload>> replies =
+        co_await CallEach(others, kSnapshotRemove, EncodeSnapshotMessage(head));
+    for (size_t i = 0; i < others.size(); ++i)
+      if (!replies[i].ok())
+        LOG_WARN("memory tier: remove job {} {} on node {}: {}", ref.job, ref.path, others[i].id,
+                 replies[i].status().ToString());
   }
   co_return EncodeSnapshotMessage(Json::object());
 }

@@ -11,6 +11,11 @@
 //   hold, from the other members (asked in ring order, "local" scope); `latest` is the newest
 //   any member holds, so every worker sees the same one; a remove goes everywhere.
 //   So a single node loss leaves every file of a snapshot readable through any live daemon.
+// - Lists, removes and `latest` ask every other member at once with a short deadline
+//   (control_timeout), so a member that is cut off but still in the view costs one short wait,
+//   not one per member. A call to a member that fails for want of an answer (deadline, broken
+//   connection) closes that connection: the next call connects anew instead of queueing behind
+//   a connection stalled by a partition.
 #pragma once
 
 #include <chrono>
@@ -44,8 +49,10 @@ struct SnapshotServiceOptions {
   std::function<std::vector<SnapshotPeer>()> members;
   // The cluster secret for calls to the other members (null: none).
   std::shared_ptr<const net::ClusterSecret> secret;
-  // Deadline of one call to another member (a piece of a file, a list, a remove).
-  std::chrono::milliseconds peer_timeout{30'000};
+  // Deadline of one call to another member that carries file data (a piece of a put or a get).
+  std::chrono::milliseconds peer_timeout{10'000};
+  // Deadline of one call without file data (a list, a remove, a `latest`).
+  std::chrono::milliseconds control_timeout{2'000};
   // Deadline of connecting to another member (a dead one is refused until the view drops it).
   std::chrono::milliseconds connect_timeout{2'000};
   // A put whose next piece does not come within this long is dropped.
@@ -91,9 +98,14 @@ class SnapshotService : public std::enable_shared_from_this<SnapshotService> {
   // Sends `bytes` as `path` of `job` to member `peer` ("replica" puts, piece by piece).
   boost::asio::awaitable<Status> Replicate(const SnapshotPeer& peer, uint64_t job,
                                            const std::string& path, SnapshotBytes bytes);
-  // Calls `type` on member `peer` with `payload`; returns the response payload.
+  // Calls `type` on member `peer` with `payload` within `timeout`; returns the response
+  // payload. A call that got no answer (DeadlineExceeded, Unavailable) closes the connection.
   boost::asio::awaitable<Result<Payload>> CallPeer(const SnapshotPeer& peer, uint16_t type,
-                                                   Payload payload);
+                                                   Payload payload,
+                                                   std::chrono::milliseconds timeout);
+  // CallPeer on every member of `peers` at once (control_timeout); the results in their order.
+  boost::asio::awaitable<std::vector<Result<Payload>>> CallEach(
+      const std::vector<SnapshotPeer>& peers, uint16_t type, Payload payload);
   // The other members in ring order, starting with this node's successor.
   std::vector<SnapshotPeer> Others() const;
 

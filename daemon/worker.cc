@@ -248,8 +248,10 @@ Status RunWorker(WorkerOptions options, const std::string& executable) {
   options.train.secret_file = options.secret_file;
   ASSIGN_OR_RETURN(RunConfig config, LoadRunConfig(options.train.config, {}));
   ASSIGN_OR_RETURN(options.train.memory, OpenMemoryTier(config, options, secret));
+  const double started = MonoSeconds();
   ASSIGN_OR_RETURN(options.train.resume,
                    HasCommittedCheckpoint(config, options.train.memory, secret));
+  WarnIfSlow(started, "worker: looking for a committed checkpoint");
   LOG_INFO("worker: generation {} rank {}/{} layout {}, {}", options.generation, options.train.rank,
            options.train.ranks, options.train.layout,
            options.train.resume ? "resuming from the newest committed checkpoint"

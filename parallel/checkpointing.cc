@@ -316,9 +316,13 @@ Result<TrainerState> RunCheckpoints::Resume(const ckpt::StateShards& dest) {
   const double started = MonoSeconds();
   uint64_t bytes_read = 0;  // by every candidate tried
   // A rank that cannot list says so to the others, so that none waits for it in the agreement.
+  double phase = MonoSeconds();
   Result<std::vector<int64_t>> listed = ckpt::ListCommitted(*storage_);
+  WarnIfSlow(phase, "resume: listing the checkpoints in " + where);
+  phase = MonoSeconds();
   ASSIGN_OR_RETURN(const int64_t listed_everywhere,
                    Reduce(listed.ok() ? 1 : 0, comm::ReduceOp::kMin));
+  WarnIfSlow(phase, "resume: waiting for every rank to list the checkpoints");
   if (listed_everywhere == 0) {
     const Status why = listed.ok()
                            ? Unavailable("another rank could not list the checkpoints in " + where)
@@ -332,7 +336,9 @@ Result<TrainerState> RunCheckpoints::Resume(const ckpt::StateShards& dest) {
   // The memory tier's snapshots join them; one that cannot be listed is only missed.
   std::vector<int64_t> memory_steps;
   if (memory_ != nullptr) {
+    phase = MonoSeconds();
     Result<std::vector<int64_t>> in_memory = ckpt::ListCommitted(*memory_);
+    WarnIfSlow(phase, "resume: listing the memory snapshots in " + memory_->uri());
     if (in_memory.ok()) {
       memory_steps = *in_memory;
     } else {
@@ -370,6 +376,7 @@ Result<TrainerState> RunCheckpoints::Resume(const ckpt::StateShards& dest) {
     const int64_t step = mine / 2;
     const bool from_memory = mine % 2 == 1;
     TrainerState state;
+    phase = MonoSeconds();
     Result<std::unique_ptr<ckpt::CheckpointReader>> reader =
         ckpt::CheckpointReader::Open(from_memory ? memory_ : storage_, step);
     Status s = reader.status();
@@ -382,7 +389,10 @@ Result<TrainerState> RunCheckpoints::Resume(const ckpt::StateShards& dest) {
       s = decoded.status();
       if (s.ok()) state = *decoded;
     }
+    WarnIfSlow(phase, "resume: loading " + describe(mine));
+    phase = MonoSeconds();
     ASSIGN_OR_RETURN(const int64_t all_ok, Reduce(s.ok() ? 1 : 0, comm::ReduceOp::kMin));
+    WarnIfSlow(phase, "resume: waiting for every rank to load " + describe(mine));
     if (all_ok == 1) {
       resumed_from_ = (from_memory ? "memory snapshot of step " : "checkpoint of step ") +
                       std::to_string(step) + " in " + (from_memory ? memory_->uri() : where);

@@ -14,7 +14,9 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include "base/deadline.h"
 #include "base/fault.h"
+#include "base/log.h"
 #include "base/net/auth.h"
 #include "base/process.h"
 #include "base/subprocess.h"
@@ -153,6 +155,7 @@ Status RunWorker(const DistTrainOptions& o) {
     ASSIGN_OR_RETURN(secret, net::ClusterSecret::Load(o.secret_file));
   }
   const Deadline boot = Deadline::After(kBootstrapTimeout);
+  double phase = MonoSeconds();  // each slow step of the start below is logged
   comm::TcpStoreClientOptions store_options;
   store_options.secret = secret;
   ASSIGN_OR_RETURN(std::shared_ptr<comm::Store> store,
@@ -174,6 +177,7 @@ Status RunWorker(const DistTrainOptions& o) {
     ASSIGN_OR_RETURN(world, comm::NewCpuCommunicator(EngineCommOptions(co)));
   }
   RETURN_IF_ERROR(world->WaitReady(boot).WithContext("world communicator"));
+  WarnIfSlow(phase, "rank " + std::to_string(o.rank) + ": the job's store and rank links");
   ASSIGN_OR_RETURN(auto tokens, LoadTrainTokens(config.data.dir,
                                                 static_cast<uint32_t>(config.model.vocab_size)));
   std::shared_ptr<const std::vector<uint16_t>> val_tokens;
@@ -181,9 +185,11 @@ Status RunWorker(const DistTrainOptions& o) {
     ASSIGN_OR_RETURN(val_tokens, LoadShardTokens(config.data.dir + "/val.bin",
                                                  static_cast<uint32_t>(config.model.vocab_size)));
   }
+  phase = MonoSeconds();
   ASSIGN_OR_RETURN(std::unique_ptr<DistTrainer> engine,
                    DistTrainer::Create(config, layout, *world, tokens, std::chrono::seconds(120),
                                        o.resume ? WeightInit::kForLoad : WeightInit::kFromSeed));
+  WarnIfSlow(phase, "rank " + std::to_string(o.rank) + ": setting up the engine");
   std::unique_ptr<RunCheckpoints> checkpoints;
   if (o.stop_at && config.ckpt.every <= 0)
     return InvalidArgument(
@@ -194,8 +200,10 @@ Status RunWorker(const DistTrainOptions& o) {
     storage.secret = secret;  // the cluster secret of a ringfs:// ckpt.dir
     // With a memory tier, a chunk store out of reach fails the saves to it, not the run.
     storage.connect_lazily = o.memory != nullptr;
+    phase = MonoSeconds();
     ASSIGN_OR_RETURN(checkpoints, RunCheckpoints::Create(config, DescribeLayout(layout),
                                                          world.get(), device, o.memory, storage));
+    WarnIfSlow(phase, "rank " + std::to_string(o.rank) + ": opening the checkpoint storage");
   }
   const bool lead = o.rank == 0;
   TrainLoopOptions loop;

@@ -5,6 +5,7 @@
 // written through two daemons and read back through a third.
 #include <algorithm>
 #include <filesystem>
+#include <future>
 #include <mutex>
 #include <thread>
 
@@ -54,10 +55,22 @@ struct FakeDaemon {
   std::shared_ptr<SnapshotService> service;
   std::thread thread;
   std::string address;
+  std::shared_ptr<std::promise<void>> stall;  // set while stalled
 
   ~FakeDaemon() { Kill(); }
+  // Stops answering without closing anything (a stopped process, a partition): its io thread
+  // waits until Unstall(); connections are still accepted and calls queue up.
+  void Stall() {
+    stall = std::make_shared<std::promise<void>>();
+    asio::post(io, [gate = stall->get_future().share()] { gate.wait(); });
+  }
+  void Unstall() {
+    if (stall) stall->set_value();
+    stall.reset();
+  }
   // Stops answering at once (a dead process: every connection closes).
   void Kill() {
+    Unstall();
     if (!thread.joinable()) return;
     server->Abort();
     asio::co_spawn(
@@ -97,6 +110,7 @@ class MemoryTierTest : public ::testing::Test {
       o.self = id;
       o.secret = secret_;
       o.peer_timeout = std::chrono::seconds(20);
+      o.control_timeout = std::chrono::milliseconds(500);
       o.members = [this] {
         std::lock_guard lock(mu_);
         return members_;
@@ -292,6 +306,32 @@ TEST_F(MemoryTierTest, EveryWorkerSeesTheNewestLatest) {
     EXPECT_EQ(ckpt::ReadLatest(*Open(node)).value().value_or(std::vector<int64_t>{}),
               std::vector<int64_t>{6})
         << node;
+}
+
+// Two members stop answering while the view still names them (a partition, a SIGSTOP): a
+// list or a `latest` through the third asks them at once and waits one short control deadline
+// (500 ms here), not the data deadline (20 s) once per member; once they answer again, they
+// are asked again on new connections.
+TEST_F(MemoryTierTest, MembersThatStopAnsweringCostOneShortWait) {
+  auto w = Open(1);
+  ASSERT_TRUE(w->WriteFile(ckpt::StepDir(3) + "/d", Pattern(1000, 1)).ok());
+  ASSERT_TRUE(w->WriteFile(ckpt::kLatestFile, Bytes(LatestOf(3))).ok());
+  ASSERT_TRUE(PutReplica(3, ckpt::StepDir(4) + "/only-on-3", Bytes(LatestOf(4))).ok());
+  EXPECT_EQ(w->List("").value(),
+            (std::vector<std::string>{"latest", ckpt::StepDir(3), ckpt::StepDir(4)}));
+  daemons_[1]->Stall();
+  daemons_[2]->Stall();
+  const MonoTime start = MonoClock::now();
+  // Node 1 answers from its own memory: the stalled members' files are missing, not waited for.
+  EXPECT_EQ(w->List("").value(), (std::vector<std::string>{"latest", ckpt::StepDir(3)}));
+  EXPECT_EQ(ckpt::ReadLatest(*w).value().value_or(std::vector<int64_t>{}), std::vector<int64_t>{3});
+  ASSERT_TRUE(w->Remove(ckpt::StepDir(9)).ok());
+  const double waited = std::chrono::duration<double>(MonoClock::now() - start).count();
+  EXPECT_LT(waited, 6.0) << "three calls through node 1 while nodes 2 and 3 do not answer";
+  daemons_[1]->Unstall();
+  daemons_[2]->Unstall();
+  EXPECT_EQ(w->List("").value(),
+            (std::vector<std::string>{"latest", ckpt::StepDir(3), ckpt::StepDir(4)}));
 }
 
 TEST_F(MemoryTierTest, RefusesAWorkerWithoutTheSecret) {
