@@ -54,7 +54,15 @@ class ChainRouter {
 struct ChainStoreOptions {
   uint32_t max_object_size = 4u << 20;  // bytes; the engines' chunk_size
   int64_t op_timeout_ms = 30000;        // one put/get/delete, retries included
-  int parallel_puts = 8;                // objects of a batch written at once
+  // One replica's turn at a read: a replica that does not answer in this time (cut off by a
+  // partition, stopped) gives the read to the next one instead of holding it to op_timeout_ms.
+  int64_t replica_try_ms = 5000;
+  // One try of a write at the chain's head: a head that does not answer in this time is asked
+  // again with the chain's newest config (the chain manager replaces a lost head), rather than
+  // holding the write, and every file operation waiting on it, to op_timeout_ms. A write that
+  // lands twice only adds a version.
+  int64_t write_try_ms = 10000;
+  int parallel_puts = 8;  // objects of a batch written at once
 };
 
 // `router` is not owned and must outlive the store.

@@ -132,6 +132,10 @@ class ServerImpl final : public Server, public ChainTransport, public ChainRoute
                            Deadline deadline) override;
   Status ReadAt(chain::NodeId node, chain::ChunkKey key, uint64_t offset, uint64_t length,
                 std::vector<std::byte>* out, Deadline deadline) override;
+  // OK while this node may read and write the namespace's objects on other nodes: always for a
+  // fixed metadata node; with follow_views only while it holds the role, neither frozen
+  // (isolated) nor resigning. Else FailedPrecondition (not retried).
+  Status ActsForNamespace();
   Result<size_t> ReadAtInto(chain::NodeId node, chain::ChunkKey key, uint64_t offset,
                             std::span<std::byte> out, Deadline deadline) override {
     if (node == options_.self) return chain_->ReadInto(key, offset, out, nullptr);
@@ -166,11 +170,14 @@ class ServerImpl final : public Server, public ChainTransport, public ChainRoute
   }
 
   // Connections to a peer: bulk traffic (replica messages and chunk operations carrying more than
-  // kSmallValue bytes) and control traffic (heartbeats, chain versions, sync reports, small
+  // kSmallValue bytes) and control traffic (chain versions, sync reports, small
   // values such as the namespace) use separate connections, so a short-deadline ping or a small
   // commit never queues behind megabytes of chunk data (a frame that misses its deadline closes
   // its connection, failing every call on it).
-  enum class Lane { kData = 0, kControl = 1 };
+  // Heartbeats have a lane of their own, connected anew after every ping that failed: a
+  // connection stalled by a partition (TCP backing off its retransmissions) must not keep a
+  // node looking silent after the network is back.
+  enum class Lane { kData = 0, kControl = 1, kPing = 2 };
   static constexpr size_t kSmallValue = 64 << 10;
   static Lane LaneFor(size_t value_bytes) {
     return value_bytes > kSmallValue ? Lane::kData : Lane::kControl;
@@ -185,6 +192,8 @@ class ServerImpl final : public Server, public ChainTransport, public ChainRoute
   // A connected client to a peer (I/O thread only).
   awaitable<Result<std::shared_ptr<net::RpcClient>>> Peer(uint32_t id, Deadline deadline,
                                                           Lane lane = Lane::kData);
+  // Closes `client` and forgets it as node `id`'s connection on `lane` (I/O thread only).
+  void DropPeer(uint32_t id, Lane lane, const std::shared_ptr<net::RpcClient>& client);
   // Calls `type` at node `id` from a worker thread (blocks it, never the I/O thread), on `lane`.
   // `bulk`, if not empty, follows `payload` in a frame without a payload CRC (the protocol
   // carries its own); it must stay valid until the call returns (it blocks until then).
@@ -621,6 +630,12 @@ awaitable<Result<std::shared_ptr<net::RpcClient>>> ServerImpl::Peer(uint32_t id,
   co_return *client;
 }
 
+void ServerImpl::DropPeer(uint32_t id, Lane lane, const std::shared_ptr<net::RpcClient>& client) {
+  auto it = peers_.find({id, lane});
+  if (it != peers_.end() && it->second == client) peers_.erase(it);
+  client->Close();
+}
+
 Result<Frame> ServerImpl::CallBlocking(uint32_t id, uint16_t type, std::vector<std::byte> payload,
                                        Deadline deadline, std::span<const std::byte> bulk,
                                        Lane lane) {
@@ -917,8 +932,11 @@ awaitable<void> ServerImpl::HeartbeatLoop(uint64_t role) {
           [this, id, state]() -> awaitable<void> {
             const Deadline deadline = Deadline::AfterMs(options_.heartbeat_ms * 2);
             bool ok = false;
-            auto client = co_await Peer(id, deadline, Lane::kControl);
-            if (client.ok()) ok = (co_await (*client)->Call(wire::kPing, *state, deadline)).ok();
+            auto client = co_await Peer(id, deadline, Lane::kPing);
+            if (client.ok()) {
+              ok = (co_await (*client)->Call(wire::kPing, *state, deadline)).ok();
+              if (!ok) DropPeer(id, Lane::kPing, *client);
+            }
             ping_in_flight_[id] = false;
             asio::post(peer_pool_, [this, id, ok] { OnPing(id, ok); });
           },
@@ -1012,15 +1030,7 @@ void ServerImpl::CollectOnce() {
 Result<uint64_t> ServerImpl::WriteAt(chain::NodeId node, chain::ChunkKey key,
                                      std::optional<std::span<const std::byte>> data,
                                      Deadline deadline) {
-  // Only the namespace writes objects (FileSystem over the chain store): a frozen or departed
-  // manager stops at once instead of retrying to its deadline, so the role can change hands.
-  if (options_.follow_views) {
-    std::lock_guard lock(manager_mu_);
-    if (!manager_ || isolated_ || resigning_)
-      return FailedPrecondition("ringfsd node " + std::to_string(options_.self) +
-                                " no longer acts for the file namespace (its metadata role is "
-                                "frozen or handed over)");
-  }
+  RETURN_IF_ERROR(ActsForNamespace());
   if (node == options_.self) return chain_->Write(key, data, deadline);
   // [key, flags, CRC32C of the data, this node, staged copy id] then the data, in a bulk frame.
   // The data is copied and checksummed in one pass and staged here while the write runs: if this
@@ -1060,9 +1070,23 @@ Result<uint64_t> ServerImpl::WriteAt(chain::NodeId node, chain::ChunkKey key,
   return r.Get<uint64_t>();
 }
 
+Status ServerImpl::ActsForNamespace() {
+  // Only the namespace reads and writes objects over the network (FileSystem over the chain
+  // store): a frozen or departed manager stops at once instead of retrying to its deadline, so
+  // the role can change hands (Resign waits for the running file operations).
+  if (!options_.follow_views) return Status();
+  std::lock_guard lock(manager_mu_);
+  if (!manager_ || isolated_ || resigning_)
+    return FailedPrecondition("ringfsd node " + std::to_string(options_.self) +
+                              " no longer acts for the file namespace (its metadata role is "
+                              "frozen or handed over)");
+  return Status();
+}
+
 Status ServerImpl::ReadAt(chain::NodeId node, chain::ChunkKey key, uint64_t offset, uint64_t length,
                           std::vector<std::byte>* out, Deadline deadline) {
   if (node == options_.self) return chain_->Read(key, offset, length, out, nullptr);
+  RETURN_IF_ERROR(ActsForNamespace());
   ByteWriter w;
   w.Put<uint64_t>(key);
   w.Put<uint64_t>(offset);

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <future>
+#include <map>
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -70,7 +72,8 @@ class ChainObjectStore final : public ObjectStore {
   }
 
   // Runs `read` against the serving replicas of the key's chain (this node's first) until one
-  // succeeds, retrying while the chain changes.
+  // succeeds, retrying while the chain changes; each replica's turn is bounded by
+  // replica_try_ms.
   template <typename Read>
   Status FromAnyReplica(ObjectKey key, const Read& read) {
     const Deadline deadline = Deadline::AfterMs(options_.op_timeout_ms);
@@ -82,12 +85,15 @@ class ChainObjectStore final : public ObjectStore {
       std::vector<NodeId> replicas;
       for (const auto& m : config.members)
         if (m.state == MemberState::kServing) replicas.push_back(m.node);
-      // This node's own replica first: no network hop.
+      // This node's own replica first: no network hop; replicas that did not answer lately last.
       auto self = std::find(replicas.begin(), replicas.end(), router_->self());
       if (self != replicas.end()) std::rotate(replicas.begin(), self, self + 1);
+      std::stable_partition(replicas.begin(), replicas.end(),
+                            [this](NodeId n) { return !Unanswering(n); });
       bool retry = replicas.empty();
       for (NodeId n : replicas) {
-        Status s = read(n, deadline);
+        Status s = read(n, deadline.Min(Deadline::AfterMs(options_.replica_try_ms)));
+        NoteAnswer(n, s);
         if (s.ok()) {
           if (!tried.empty()) LOG_WARN("object {}: served by node {} after: {}", key, n, tried);
           return s;
@@ -148,6 +154,28 @@ class ChainObjectStore final : public ObjectStore {
   }
 
  private:
+  // How long a replica that did not answer a read is tried after the others.
+  static constexpr auto kUnansweringFor = std::chrono::seconds(10);
+
+  // True while replica `n` is tried last: its last read got no answer within kUnansweringFor.
+  bool Unanswering(NodeId n) {
+    std::lock_guard lock(unanswering_mu_);
+    auto it = unanswering_until_.find(n);
+    return it != unanswering_until_.end() && MonoClock::now() < it->second;
+  }
+  // Records how replica `n` answered a read: a deadline or a lost connection puts it last for
+  // kUnansweringFor, so the reads after it do not each wait for it again.
+  void NoteAnswer(NodeId n, const Status& s) {
+    const bool silent =
+        s.code() == StatusCode::kDeadlineExceeded || s.code() == StatusCode::kUnavailable;
+    std::lock_guard lock(unanswering_mu_);
+    if (silent) {
+      unanswering_until_[n] = MonoClock::now() + kUnansweringFor;
+    } else {
+      unanswering_until_.erase(n);
+    }
+  }
+
   // A short pause before retrying a chain that is changing (bounded by the deadline).
   static void Backoff(Deadline deadline) {
     std::this_thread::sleep_for(
@@ -164,7 +192,10 @@ class ChainObjectStore final : public ObjectStore {
         s = Status(StatusCode::kNotServing, "chain " + std::to_string(c) + " has no serving head",
                    true);
       } else {
-        s = router_->WriteAt(config.members[0].node, key, data, deadline).status();
+        s = router_
+                ->WriteAt(config.members[0].node, key, data,
+                          deadline.Min(Deadline::AfterMs(options_.write_try_ms)))
+                .status();
       }
       if (s.ok()) return s;
       if (!Retryable(s) || deadline.Expired())
@@ -176,6 +207,8 @@ class ChainObjectStore final : public ObjectStore {
 
   ChainRouter* const router_;
   const ChainStoreOptions options_;
+  std::mutex unanswering_mu_;
+  std::map<NodeId, MonoTime> unanswering_until_;  // GUARDED_BY(unanswering_mu_)
 };
 
 }  // namespace

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -134,6 +135,91 @@ TEST(ChainNodeTest, CorruptReplicaIsSkippedWithTwoReplicasAndReportedWithOne) {
     EXPECT_EQ(s.code(), StatusCode::kChecksumMismatch) << s.ToString();
     EXPECT_NE(s.ToString().find("block"), std::string::npos) << s.ToString();
   }
+}
+
+// The cluster as a router whose replica on one node accepts reads and never answers them (a
+// node cut off by a partition that the chain config still names): each read there waits until
+// its deadline.
+class SilentReplicaRouter : public ChainRouter {
+ public:
+  SilentReplicaRouter(Cluster* cluster, chain::NodeId silent) : c_(cluster), silent_(silent) {}
+  chain::NodeId self() const override { return silent_; }  // its replica is tried first
+  std::vector<chain::NodeId> nodes() const override { return c_->nodes(); }
+  size_t chain_count() const override { return c_->chain_count(); }
+  chain::ChainConfig Config(chain::ChainId chain) override { return c_->Config(chain); }
+  Result<uint64_t> WriteAt(chain::NodeId node, chain::ChunkKey key,
+                           std::optional<std::span<const std::byte>> data,
+                           Deadline deadline) override {
+    if (silent_writes_left > 0) {
+      --silent_writes_left;
+      std::this_thread::sleep_for(deadline.Remaining());
+      return DeadlineExceeded("node " + std::to_string(node) + " did not answer");
+    }
+    return c_->WriteAt(node, key, data, deadline);
+  }
+  Status ReadAt(chain::NodeId node, chain::ChunkKey key, uint64_t offset, uint64_t length,
+                std::vector<std::byte>* out, Deadline deadline) override {
+    if (node != silent_) return c_->ReadAt(node, key, offset, length, out, deadline);
+    ++silent_reads;
+    std::this_thread::sleep_for(deadline.Remaining());
+    return DeadlineExceeded("node " + std::to_string(node) + " did not answer");
+  }
+  Result<std::vector<chain::ChunkKey>> KeysAt(chain::NodeId node, Deadline deadline) override {
+    return c_->KeysAt(node, deadline);
+  }
+  Result<std::vector<std::string>> CheckAt(chain::NodeId node, Deadline deadline) override {
+    return c_->CheckAt(node, deadline);
+  }
+  std::atomic<int> silent_reads{0};
+  std::atomic<int> silent_writes_left{0};  // the head swallows this many writes first
+
+ private:
+  Cluster* c_;
+  chain::NodeId silent_;
+};
+
+// A replica that does not answer holds a read for one replica turn (replica_try_ms), not the
+// whole operation deadline, and the reads after it go to the other replicas first.
+TEST(ChainNodeTest, AReplicaThatDoesNotAnswerCostsOneTurnThenGoesLast) {
+  TempDir dir("cluster-silent");
+  Cluster cluster(dir.path(), 3, 3, 1);
+  ChainStoreOptions options = StoreOptions();  // 20 s per operation
+  options.replica_try_ms = 300;
+  auto writer = NewChainObjectStore(&cluster, options);
+  for (ObjectKey key = 1; key <= 5; ++key)
+    ASSERT_TRUE(PutOne(*writer, key, Content(key, 3, 5000)).ok());
+  SilentReplicaRouter router(&cluster, 1);
+  auto store = NewChainObjectStore(&router, options);
+  const MonoTime start = MonoClock::now();
+  for (ObjectKey key = 1; key <= 5; ++key) {
+    std::vector<std::byte> got;
+    const Status s = store->Get(key, 0, UINT64_MAX, &got);
+    ASSERT_TRUE(s.ok()) << key << ": " << s.ToString();
+    EXPECT_EQ(got, Content(key, 3, 5000)) << key;
+  }
+  // Only the first read waited for node 1, 300 ms rather than 20 s; the next four went to the
+  // answering replicas.
+  EXPECT_EQ(router.silent_reads.load(), 1);
+  EXPECT_LT(std::chrono::duration<double>(MonoClock::now() - start).count(), 10.0);
+}
+
+// A write whose head does not answer is tried again after write_try_ms, not left to wait for
+// the whole operation deadline (20 s here).
+TEST(ChainNodeTest, AWriteTheHeadDoesNotAnswerIsTriedAgain) {
+  TempDir dir("cluster-silent-head");
+  Cluster cluster(dir.path(), 3, 3, 1);
+  ChainStoreOptions options = StoreOptions();
+  options.write_try_ms = 300;
+  SilentReplicaRouter router(&cluster, 1);
+  router.silent_writes_left = 1;
+  auto store = NewChainObjectStore(&router, options);
+  const MonoTime start = MonoClock::now();
+  ASSERT_TRUE(PutOne(*store, 9, Content(9, 1, 3000)).ok());
+  EXPECT_LT(std::chrono::duration<double>(MonoClock::now() - start).count(), 10.0);
+  EXPECT_EQ(router.silent_writes_left.load(), 0);
+  std::vector<std::byte> got;
+  ASSERT_TRUE(cluster.ReadAt(2, 9, 0, UINT64_MAX, &got, Deadline::AfterMs(1000)).ok());
+  EXPECT_EQ(got, Content(9, 1, 3000));
 }
 
 TEST(ChainNodeTest, FilesOverReplicatedStoreSurviveAFullRestart) {
