@@ -61,7 +61,9 @@ Result<std::unique_ptr<RunCheckpoints>> RunCheckpoints::Create(
   c->world_ = world;
   c->device_ = device;
   c->memory_ = std::move(memory);
+  double phase = MonoSeconds();
   ASSIGN_OR_RETURN(c->storage_, ckpt::OpenStorage(config.ckpt.dir, storage));
+  WarnIfSlow(phase, "connecting to " + config.ckpt.dir);
   // One run id for every rank: rank 0's.
   std::string id = ckpt::NewRunId();
   id.resize(kRunIdBytes, '0');
@@ -83,9 +85,13 @@ Result<std::unique_ptr<RunCheckpoints>> RunCheckpoints::Create(
     o.keep = config.ckpt.keep;
     o.codec = codec;
     o.async = true;  // ckpt.async = false: Save settles the save at once
+    phase = MonoSeconds();
     ASSIGN_OR_RETURN(c->writer_, ckpt::CheckpointWriter::Create(o));
+    WarnIfSlow(phase, "opening the checkpoint writer of " + config.ckpt.dir);
     // For the failure messages only ("the newest complete checkpoint is ...").
+    phase = MonoSeconds();
     Result<std::vector<int64_t>> committed = ckpt::ListCommitted(*c->storage_);
+    WarnIfSlow(phase, "listing the checkpoints in " + config.ckpt.dir);
     if (committed.ok() && !committed->empty()) c->newest_committed_ = committed->front();
   }
   if (c->memory_ != nullptr && config.ckpt.memory_every > 0) {
@@ -100,7 +106,9 @@ Result<std::unique_ptr<RunCheckpoints>> RunCheckpoints::Create(
     o.keep = 1;
     o.async = true;
     o.fault_prefix = "ckpt.memory";
+    phase = MonoSeconds();
     ASSIGN_OR_RETURN(c->memory_writer_, ckpt::CheckpointWriter::Create(std::move(o)));
+    WarnIfSlow(phase, "opening the checkpoint writer of " + c->memory_->uri());
   }
   return c;
 }

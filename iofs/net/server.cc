@@ -240,7 +240,8 @@ class ServerImpl final : public Server, public ChainTransport, public ChainRoute
   Result<FileSystem*> Fs();
   // Runs file operation `op` (on a pool thread) if this node holds the metadata role: waits for
   // a takeover that is running (up to 30 s) and holds fs_role_mu_ shared while `op` runs, so the
-  // role is never handed over in the middle of it. NotServingFs if another node holds the role.
+  // role is never handed over in the middle of it. NotServingFs if another node holds the role;
+  // Unavailable while this node is frozen (isolated) or giving the role up.
   template <typename Op>
   auto ServeFs(Op op) -> decltype(op());
   // Waits until no takeover of the metadata role runs here; Unavailable after 30 s.
@@ -1314,6 +1315,16 @@ template <typename Op>
 auto ServerImpl::ServeFs(Op op) -> decltype(op()) {
   if (!is_meta()) return NotServingFs();
   RETURN_IF_ERROR(AwaitTakeover());
+  {
+    // A role being given up takes no new operation: Resign waits for the running ones only, and
+    // would wait on while new ones keep coming (a shared_mutex lets readers in ahead of a
+    // waiting writer).
+    std::lock_guard lock(manager_mu_);
+    if (resigning_)
+      return Unavailable("ringfsd node " + std::to_string(options_.self) +
+                         " is giving its metadata role up; try again");
+    RETURN_IF_ERROR(IsolationError());
+  }
   std::shared_lock role(fs_role_mu_);
   if (!is_meta() || !has_manager()) return NotServingFs();
   {
