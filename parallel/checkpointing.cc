@@ -319,6 +319,19 @@ Result<int64_t> RunCheckpoints::Reduce(int64_t value, comm::ReduceOp op) {
   return value;
 }
 
+bool PassesOver(const Status& why, bool from_memory) {
+  if (from_memory) return true;
+  switch (why.code()) {
+    case StatusCode::kUnavailable:
+    case StatusCode::kDeadlineExceeded:
+    case StatusCode::kNotServing:
+    case StatusCode::kAborted:
+      return false;
+    default:
+      return true;
+  }
+}
+
 Result<TrainerState> RunCheckpoints::Resume(const ckpt::StateShards& dest) {
   const std::string where = storage_->uri();
   const double started = MonoSeconds();
@@ -399,8 +412,14 @@ Result<TrainerState> RunCheckpoints::Resume(const ckpt::StateShards& dest) {
     }
     WarnIfSlow(phase, "resume: loading " + describe(mine));
     phase = MonoSeconds();
-    ASSIGN_OR_RETURN(const int64_t all_ok, Reduce(s.ok() ? 1 : 0, comm::ReduceOp::kMin));
+    // 1: loaded; 0: passed over (damaged, incomplete); -1: out of reach now (not passed over).
+    const int64_t outcome = s.ok() ? 1 : (PassesOver(s, from_memory) ? 0 : -1);
+    ASSIGN_OR_RETURN(const int64_t all_ok, Reduce(outcome, comm::ReduceOp::kMin));
     WarnIfSlow(phase, "resume: waiting for every rank to load " + describe(mine));
+    if (all_ok == -1)
+      return Unavailable("resume: " + describe(mine) + " is committed but out of reach now (" +
+                         (outcome == -1 ? s.ToString() : "on another rank") +
+                         "); the resume fails and is tried again rather than lose its steps");
     if (all_ok == 1) {
       resumed_from_ = (from_memory ? "memory snapshot of step " : "checkpoint of step ") +
                       std::to_string(step) + " in " + (from_memory ? memory_->uri() : where);

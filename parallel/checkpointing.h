@@ -32,6 +32,14 @@
 
 namespace rt::parallel {
 
+// Whether Resume passes over a candidate that failed to load with `why` and tries the next
+// older one: yes for a memory snapshot (the memory tier may lose one: its holders died) and for a
+// durable checkpoint that is damaged or incomplete; no for a durable checkpoint that could not
+// be read for want of an answer (Unavailable, DeadlineExceeded, NotServing, Aborted: its
+// replicas are cut off or restarting), whose steps would be lost: the resume fails instead and
+// the daemon starts the generation again after a pause.
+bool PassesOver(const Status& why, bool from_memory);
+
 // One rank's checkpointing of one run. Not thread-safe; `world` must outlive it.
 class RunCheckpoints {
  public:
@@ -89,7 +97,8 @@ class RunCheckpoints {
   // in the log. Collective with a world. Errors: NotFound when the storage holds no committed
   // checkpoint; those of listing it (Unavailable on the ranks that could list it);
   // FailedPrecondition when the ranks see different checkpoints; the newest error (with the step)
-  // when none loads; those of comm.
+  // when none loads; Unavailable when a committed durable checkpoint is out of reach now (see
+  // PassesOver); those of comm.
   Result<TrainerState> Resume(const ckpt::StateShards& dest);
 
   // What the last Resume loaded: "checkpoint of step N in URI" or "memory snapshot of step N in

@@ -32,6 +32,9 @@ using membership::Ready;
 
 namespace {
 
+// A tick later than this is logged.
+constexpr auto kLateTick = std::chrono::milliseconds(500);
+
 // Hands messages from a (possibly shared) RpcServer to the service while it runs.
 struct Inbox {
   std::mutex mu;
@@ -188,6 +191,15 @@ class Service final : public membership::ServiceBase {
       tick_timer_.expires_at(next);
       co_await tick_timer_.async_wait(asio::as_tuple(asio::use_awaitable));
       if (stopping_) break;
+      // A tick this late means the service's thread was held up (a slow fsync, a starved
+      // CPU): the failure detector saw nothing meanwhile, which the log should say.
+      const auto now = MonoClock::now();
+      if (now - next > kLateTick) {
+        LOG_WARN("membership: node {}: a tick ran {} ms late (the service's thread was busy)",
+                 options_.node_id,
+                 std::chrono::duration_cast<std::chrono::milliseconds>(now - next).count());
+        next = now;  // one tick for the gap, not a burst of them
+      }
       machine_->OnTick();
       AfterMachine();
     }

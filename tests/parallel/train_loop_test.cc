@@ -227,5 +227,24 @@ TEST_F(TrainLoopTest, TransfersListSavesAndLoadsWithTheBytesOfTheirFolders) {
   EXPECT_EQ(settled.saves[0].bytes, FolderBytes(failing, 4));
 }
 
+// A committed durable checkpoint that cannot be read now (its replicas cut off by a partition,
+// the store's metadata node frozen) is not passed over: the steps after the older checkpoint
+// would be lost. A damaged one is, and any memory snapshot is (the memory tier may lose one).
+TEST(PassesOverTest, OnlyDamagedCheckpointsAndMemorySnapshots) {
+  for (const Status& out_of_reach :
+       {Unavailable("no replica could serve it"), DeadlineExceeded("no response"),
+        Status(StatusCode::kNotServing, "file operations are served by node 2", true),
+        Aborted("connection closed")}) {
+    EXPECT_FALSE(PassesOver(out_of_reach, /*from_memory=*/false)) << out_of_reach.ToString();
+    EXPECT_TRUE(PassesOver(out_of_reach, /*from_memory=*/true)) << out_of_reach.ToString();
+  }
+  for (const Status& damaged :
+       {Corruption("CRC32C mismatch"), NotFound("no MANIFEST"), InvalidArgument("bad manifest"),
+        Status(StatusCode::kIoError, "read failed")}) {
+    EXPECT_TRUE(PassesOver(damaged, false)) << damaged.ToString();
+    EXPECT_TRUE(PassesOver(damaged, true)) << damaged.ToString();
+  }
+}
+
 }  // namespace
 }  // namespace rt::parallel
