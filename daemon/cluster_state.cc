@@ -140,6 +140,22 @@ void ClusterState::PutNode(NodeEntry entry) {
   }
 }
 
+bool ClusterState::Register(NodeEntry me, int64_t unix_ms) {
+  const NodeEntry* r = FindNode(me.id);
+  if (r != nullptr && r->SameRegistration(me)) return false;
+  const std::string who = "node " + std::to_string(me.id);
+  if (r != nullptr && Plannable(*r)) {
+    me.joined_epoch = r->joined_epoch;
+    ++epoch;
+    cause = {who + " registered anew (restarted); every daemon plans again", unix_ms};
+  } else {
+    me.joined_epoch = epoch;
+    cause = {who + " registered", unix_ms};
+  }
+  PutNode(std::move(me));
+  return true;
+}
+
 std::string EncodeClusterState(const ClusterState& s) {
   Json j = {{"format", kFormat}, {"version", kVersion}};
   Json nodes = Json::array();

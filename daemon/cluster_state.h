@@ -88,6 +88,13 @@ struct ClusterState {
   bool Plannable(const NodeEntry& node) const { return node.joined_epoch < epoch; }
   // Adds or replaces `entry`, keeping `nodes` sorted.
   void PutNode(NodeEntry entry);
+  // Records daemon `me`'s registration (slots, rendezvous address) at `unix_ms`; false when
+  // it is registered so already. A new daemon, or one registered during this epoch, waits for
+  // the next epoch (joined_epoch = epoch). A daemon that plans of this epoch already use and
+  // that registers anew (it restarted: a new rendezvous address) starts a new epoch instead,
+  // keeping its place: plans made from its old entry name an address that is gone, and every
+  // daemon must plan the same generation from the same entries.
+  bool Register(NodeEntry me, int64_t unix_ms);
 };
 
 // Largest encoded state accepted by DecodeClusterState.

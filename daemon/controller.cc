@@ -188,18 +188,12 @@ asio::awaitable<void> Node::Reconcile() {
   const NodeEntry me{self, config_.slots, rendezvous_address_};
   const NodeEntry* registered = state.FindNode(self);
   if (registered == nullptr || !registered->SameRegistration(me)) {
-    // No new epoch: the epoch's plans leave this node out (joined_epoch), a running job grows
-    // to include it after a planned stop (GrowAfterCheckpoint), a waiting job plans again in a
-    // new epoch at once (ReplanWithJoined).
+    // A new node starts no epoch: the epoch's plans leave it out (joined_epoch), a running job
+    // grows to include it after a planned stop (GrowAfterCheckpoint), a waiting job plans again
+    // in a new epoch at once (ReplanWithJoined). A restarted one does (ClusterState::Register).
     const int64_t at = UnixMs();
     StateChange change = [me, at](ClusterState* st) -> Result<bool> {
-      const NodeEntry* r = st->FindNode(me.id);
-      if (r != nullptr && r->SameRegistration(me)) return false;
-      NodeEntry entry = me;
-      entry.joined_epoch = st->epoch;
-      st->PutNode(std::move(entry));
-      st->cause = {"node " + std::to_string(me.id) + " registered", at};
-      return true;
+      return st->Register(me, at);
     };
     Status s = co_await UpdateState(std::move(change));
     if (!s.ok()) LOG_WARN("register node {}: {}", self, s.ToString());

@@ -251,6 +251,32 @@ TEST(ClusterStateTest, NodesRegisteredDuringTheEpochWaitForTheNext) {
   EXPECT_TRUE(s.Plannable(*s.FindNode(3)));
 }
 
+// Registering: a new node waits for the next epoch; a node the epoch's plans use that
+// registers anew (restarted, with another rendezvous address) starts a new epoch and keeps its
+// place, so no daemon plans it at the address that is gone; the same registration is no change.
+TEST(ClusterStateTest, ARestartedNodeRegistersIntoANewEpochAndANewOneWaits) {
+  ClusterState s = Sample();  // epoch 12; node 1 plannable, node 3 registered during epoch 12
+  ASSERT_TRUE(s.Plannable(*s.FindNode(1)));
+  const uint64_t joined1 = s.FindNode(1)->joined_epoch;
+  EXPECT_FALSE(s.Register(*s.FindNode(1), 5)) << "the same registration";
+  EXPECT_EQ(s.epoch, 12u);
+
+  EXPECT_TRUE(s.Register({1, s.FindNode(1)->slots, "127.0.0.1:6001", 0}, 6));
+  EXPECT_EQ(s.epoch, 13u);
+  EXPECT_EQ(s.FindNode(1)->rendezvous, "127.0.0.1:6001");
+  EXPECT_EQ(s.FindNode(1)->joined_epoch, joined1);
+  EXPECT_TRUE(s.Plannable(*s.FindNode(1)));
+  EXPECT_NE(s.cause.what.find("node 1 registered anew"), std::string::npos) << s.cause.what;
+
+  EXPECT_TRUE(s.Register({9, 1, "127.0.0.1:6009", 0}, 7));  // a new node
+  EXPECT_EQ(s.epoch, 13u);
+  EXPECT_EQ(s.FindNode(9)->joined_epoch, 13u);
+  EXPECT_FALSE(s.Plannable(*s.FindNode(9)));
+  EXPECT_TRUE(s.Register({9, 1, "127.0.0.1:7009", 0}, 8));  // again within its first epoch
+  EXPECT_EQ(s.epoch, 13u);
+  EXPECT_FALSE(s.Plannable(*s.FindNode(9)));
+}
+
 TEST(ClusterStateTest, MalformedBlobsAreCorruptionNamingTheProblem) {
   const std::string good = EncodeClusterState(Sample());
   auto replace = [&good](const std::string& from, const std::string& to) {
