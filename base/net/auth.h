@@ -7,7 +7,8 @@
 // secret; each MAC covers a nonce the other side just chose, so a recorded handshake replayed on
 // a new connection fails; the two MACs carry different labels, so one cannot be reflected as the
 // other. Only the two ends' knowledge of the secret is proven: the bytes that follow are not
-// protected (use TLS for links that leave a trusted network).
+// protected by the handshake itself: links that leave a trusted network use TLS
+// (base/net/tls.h), inside which the handshake then runs (`stream` carries the TLS session).
 #pragma once
 
 #include <array>
@@ -21,6 +22,7 @@
 #include <boost/asio/ip/tcp.hpp>
 
 #include "base/deadline.h"
+#include "base/net/frame_io.h"
 #include "base/status.h"
 
 namespace rt::net {
@@ -54,24 +56,22 @@ class ClusterSecret {
   std::string key_;
 };
 
-// Runs the client side of the handshake on a freshly connected `socket`. `secret` null: the
+// Runs the client side of the handshake on a freshly connected `stream`. `secret` null: the
 // connection is used unauthenticated (nothing is sent). Errors: Unauthenticated when the server
 // proves no knowledge of the secret or rejects ours (its reason quoted), or has no secret
 // configured; DeadlineExceeded; Unavailable when the connection breaks. Every error names
 // `peer`. The caller must close the socket after an error.
-boost::asio::awaitable<Status> AuthenticateClient(boost::asio::ip::tcp::socket& socket,
-                                                  const ClusterSecret* secret, Deadline deadline,
-                                                  std::string_view peer);
+boost::asio::awaitable<Status> AuthenticateClient(StreamRef stream, const ClusterSecret* secret,
+                                                  Deadline deadline, std::string_view peer);
 
-// Runs the server side on a freshly accepted `socket`. With a secret the client must complete
+// Runs the server side on a freshly accepted `stream`. With a secret the client must complete
 // the handshake: a client that sends anything else gets an RPC error response
 // (Unauthenticated, "this server requires the cluster secret") for its first frame. Without a
 // secret, a client that starts a handshake is told that this server has none. Errors:
 // Unauthenticated (naming `peer` and why), DeadlineExceeded for a client that stays silent.
 // The caller logs the error, naming the address, and closes the socket.
-boost::asio::awaitable<Status> AuthenticateServer(boost::asio::ip::tcp::socket& socket,
-                                                  const ClusterSecret* secret, Deadline deadline,
-                                                  std::string_view peer);
+boost::asio::awaitable<Status> AuthenticateServer(StreamRef stream, const ClusterSecret* secret,
+                                                  Deadline deadline, std::string_view peer);
 
 // True for a loopback address ("127.0.0.1", "::1", "localhost", 127.0.0.0/8).
 bool IsLoopbackAddress(std::string_view address);
