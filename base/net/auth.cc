@@ -106,6 +106,28 @@ Status ClusterSecret::Create(const std::string& path) {
   return Status();
 }
 
+Result<std::shared_ptr<const ClusterSecret>> ClusterSecret::LoadWithTls(const std::string& path,
+                                                                        const TlsFiles& tls) {
+  if (path.empty()) {
+    if (!tls.empty())
+      return FailedPrecondition(
+          "TLS needs the cluster secret too ([auth] secret_file, --secret-file): the secret "
+          "authenticates the links that TLS does not wrap");
+    return std::shared_ptr<const ClusterSecret>();
+  }
+  ASSIGN_OR_RETURN(auto secret, Load(path));
+  if (tls.empty()) return secret;
+  ASSIGN_OR_RETURN(auto context, TlsContext::Load(tls));
+  return secret->WithTls(std::move(context));
+}
+
+std::shared_ptr<const ClusterSecret> ClusterSecret::WithTls(
+    std::shared_ptr<const TlsContext> tls) const {
+  auto copy = std::shared_ptr<ClusterSecret>(new ClusterSecret(key_));
+  copy->tls_ = std::move(tls);
+  return copy;
+}
+
 std::shared_ptr<const ClusterSecret> ClusterSecret::FromKey(std::string key) {
   return std::shared_ptr<const ClusterSecret>(new ClusterSecret(std::move(key)));
 }

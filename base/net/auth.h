@@ -23,6 +23,7 @@
 
 #include "base/deadline.h"
 #include "base/net/frame_io.h"
+#include "base/net/tls.h"
 #include "base/status.h"
 
 namespace rt::net {
@@ -33,14 +34,23 @@ inline constexpr uint16_t kAuthChallenge = 0xFFF1;  // server → client: server
 inline constexpr uint16_t kAuthProof = 0xFFF2;      // client → server: client MAC
 inline constexpr uint16_t kAuthAccepted = 0xFFF3;  // server → client: empty; the connection is open
 
-// The cluster secret: at least 16 bytes read from a file only its owner may read or write.
-// Immutable and thread-safe once loaded.
+// The cluster secret: at least 16 bytes read from a file only its owner may read or write; and
+// optionally the node's TLS identity (base/net/tls.h), so that the credentials of a link travel
+// as one value: every RpcServer and RpcClient given a secret that carries TLS runs over TLS
+// (RpcServerOptions::secret). TLS comes with a secret, never instead of one: the secret also
+// authenticates the links TLS does not wrap (the CPU collectives' mesh). Immutable and
+// thread-safe once loaded.
 class ClusterSecret {
  public:
   // Reads the secret file (its bytes, surrounding whitespace trimmed, are the key). Errors:
   // NotFound naming the path; FailedPrecondition when group or others have any access to it
   // ("chmod 600 PATH"); InvalidArgument when it holds fewer than 16 bytes.
   static Result<std::shared_ptr<const ClusterSecret>> Load(const std::string& path);
+  // Loads the secret file and, when `tls` names files, the TLS identity it carries (errors of
+  // Load and TlsContext::Load). `path` "" with `tls` empty: null (no secret, no TLS). Errors:
+  // FailedPrecondition for TLS files without a secret file.
+  static Result<std::shared_ptr<const ClusterSecret>> LoadWithTls(const std::string& path,
+                                                                  const TlsFiles& tls);
   // Creates a new secret file with 32 random bytes (64 hex digits), mode 0600, failing with
   // AlreadyExists rather than replacing one. Errors: IoError naming the path.
   static Status Create(const std::string& path);
@@ -51,9 +61,15 @@ class ClusterSecret {
   std::array<std::byte, 32> Mac(std::string_view label, std::span<const std::byte> a,
                                 std::span<const std::byte> b) const;
 
+  // A copy of this secret that carries `tls` (null: one without TLS).
+  std::shared_ptr<const ClusterSecret> WithTls(std::shared_ptr<const TlsContext> tls) const;
+  // The TLS identity the links of this secret run over; null for plain TCP.
+  const std::shared_ptr<const TlsContext>& tls() const { return tls_; }
+
  private:
   explicit ClusterSecret(std::string key) : key_(std::move(key)) {}
   std::string key_;
+  std::shared_ptr<const TlsContext> tls_;
 };
 
 // Runs the client side of the handshake on a freshly connected `stream`. `secret` null: the

@@ -90,7 +90,9 @@ std::shared_ptr<RpcServer> RpcServer::Create(asio::any_io_executor executor,
 }
 
 RpcServer::RpcServer(asio::any_io_executor executor, RpcServerOptions options)
-    : executor_(std::move(executor)), options_(std::move(options)) {}
+    : executor_(std::move(executor)), options_(std::move(options)) {
+  if (!options_.tls && options_.secret) options_.tls = options_.secret->tls();
+}
 
 RpcServer::~RpcServer() = default;
 
@@ -449,6 +451,7 @@ asio::awaitable<Result<std::shared_ptr<RpcClient>>> RpcClient::Connect(std::stri
                                                                        Deadline deadline,
                                                                        RpcClientOptions options) {
   if (options.peer_name.empty()) options.peer_name = host + ":" + std::to_string(port);
+  if (!options.tls && options.secret) options.tls = options.secret->tls();
   CO_ASSIGN_OR_RETURN(tcp::socket socket,
                       co_await net::Connect(host, port, deadline, options.connect));
   // Built first: the TLS session refers to the client's own socket (closed if we return early).

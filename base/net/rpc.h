@@ -105,7 +105,8 @@ struct RpcServerOptions {
   // handshake (if any) and the requests inside TLS; a client without a certificate of the
   // cluster CA is logged and dropped, and a plain-TCP client gets an Unauthenticated error
   // response ("this server requires TLS") for its first frame. With TLS, Start() accepts any
-  // bind address even without a secret. Null (default): plain TCP.
+  // bind address even without a secret. Null (default): the secret's (ClusterSecret::tls()),
+  // if any, else plain TCP.
   std::shared_ptr<const TlsContext> tls = nullptr;
   // How long a client may take to complete the handshakes (TLS and secret, each).
   std::chrono::milliseconds auth_timeout{5'000};
@@ -217,7 +218,8 @@ struct RpcClientOptions {
   // (default) for a server that runs without one.
   std::shared_ptr<const ClusterSecret> secret = nullptr;
   // Mutual TLS with the server (base/net/tls.h), run before the secret handshake; the TLS
-  // handshake shares the connect deadline. Null (default): plain TCP.
+  // handshake shares the connect deadline. Null (default): the secret's
+  // (ClusterSecret::tls()), if any, else plain TCP.
   std::shared_ptr<const TlsContext> tls = nullptr;
 };
 

@@ -209,6 +209,34 @@ TEST(RpcTls, SecretHandshakeRunsInsideTls) {
   server->Abort();
 }
 
+// The link credentials as one value: a secret that carries TLS makes every RPC link use it.
+TEST(RpcTls, SecretCarryingTlsMakesLinksUseTls) {
+  Loop loop;
+  const auto secret = ClusterSecret::FromKey("0123456789abcdef0123456789abcdef");
+  RpcServerOptions o;
+  o.secret = secret->WithTls(Context(Dirs().ours, "node-0"));
+  auto server = RpcServer::Create(loop.io().get_executor(), o);
+  server->Handle(kEcho, [](RpcRequest req) -> asio::awaitable<Result<Bytes>> {
+    co_return Bytes(req.payload.begin(), req.payload.end());
+  });
+  const uint16_t port = *server->Start();
+  Result<std::string> r = Echo(loop, port, nullptr, secret->WithTls(Context(Dirs().ours, "client")));
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  r = Echo(loop, port, nullptr, secret);  // the secret alone: plain TCP, refused
+  EXPECT_EQ(r.status().code(), StatusCode::kUnauthenticated) << r.status().ToString();
+  server->Abort();
+
+  const std::string secret_file = ::testing::TempDir() + "/tls_secret";
+  std::filesystem::remove(secret_file);
+  ASSERT_TRUE(ClusterSecret::Create(secret_file).ok());
+  auto loaded = ClusterSecret::LoadWithTls(secret_file, TlsFilesIn(Dirs().ours, "node-1"));
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  EXPECT_NE((*loaded)->tls(), nullptr);
+  EXPECT_EQ(ClusterSecret::LoadWithTls("", TlsFilesIn(Dirs().ours, "node-1")).status().code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_EQ(*ClusterSecret::LoadWithTls("", TlsFiles{}), nullptr);
+}
+
 TEST(RpcTls, ClientOfAnotherCaIsRefusedAndOthersAreServedOn) {
   Loop loop;
   auto server = EchoServer(loop, Context(Dirs().ours, "node-0"));
