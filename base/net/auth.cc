@@ -88,22 +88,11 @@ Status ClusterSecret::Create(const std::string& path) {
     hex += kDigits[c & 15];
   }
   hex += '\n';
-  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    if (errno == EEXIST)
-      return Status(StatusCode::kAlreadyExists,
-                    "cluster secret file '" + path + "' exists already; not replacing it");
-    return ErrnoStatus(errno, "create cluster secret file '" + path + "'");
-  }
-  const bool wrote = write(fd, hex.data(), hex.size()) == static_cast<ssize_t>(hex.size());
-  const bool synced = fsync(fd) == 0;
-  close(fd);
-  if (!wrote || !synced) {
-    const int err = errno ? errno : EIO;
-    unlink(path.c_str());
-    return ErrnoStatus(err, "write cluster secret file '" + path + "'");
-  }
-  return Status();
+  Status created = CreateNewFile(path, hex, 0600);
+  if (created.code() == StatusCode::kAlreadyExists)
+    return Status(StatusCode::kAlreadyExists,
+                  "cluster secret file '" + path + "' exists already; not replacing it");
+  return created.WithContext("cluster secret file");
 }
 
 Result<std::shared_ptr<const ClusterSecret>> ClusterSecret::LoadWithTls(const std::string& path,

@@ -132,10 +132,6 @@ Status HandshakeStatus(const ErrorCode& ec, TlsSession& session, const std::stri
 
 }  // namespace
 
-TlsFiles TlsFilesIn(const std::string& dir, const std::string& name) {
-  return TlsFiles{dir + "/" + name + ".pem", dir + "/" + name + ".key", dir + "/ca.pem"};
-}
-
 TlsContext::TlsContext(std::unique_ptr<Impl> impl, std::string subject)
     : impl_(std::move(impl)), subject_(std::move(subject)) {}
 

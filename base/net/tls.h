@@ -23,26 +23,10 @@
 #include <boost/system/error_code.hpp>
 
 #include "base/deadline.h"
+#include "base/net/tls_files.h"
 #include "base/status.h"
 
 namespace rt::net {
-
-// The PEM files of a TLS identity ([tls] in the node config; --tls-cert/--tls-key/--tls-ca or
-// --tls-dir on the tools). All three empty: TLS is off.
-struct TlsFiles {
-  // This end's certificate (PEM; may be followed by intermediate certificates).
-  std::string cert_file;
-  // Its private key (PEM, unencrypted); only its owner may read it (mode 0600).
-  std::string key_file;
-  // The cluster CA's certificate (PEM) that peers' certificates must chain to.
-  std::string ca_file;
-  // True when no file is named (TLS off).
-  bool empty() const { return cert_file.empty() && key_file.empty() && ca_file.empty(); }
-};
-
-// The files `ringctl init-tls DIR` writes for `name` ("node-0", "client"): DIR/NAME.pem,
-// DIR/NAME.key and DIR/ca.pem.
-TlsFiles TlsFilesIn(const std::string& dir, const std::string& name);
 
 // A loaded TLS identity: an OpenSSL context for TLS 1.3 only, verifying peers against the CA.
 // Immutable and thread-safe once loaded: any number of connections on any threads use it.

@@ -1,8 +1,6 @@
 #include "base/net/tls_certs.h"
 
-#include <fcntl.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <cctype>
 #include <cerrno>
@@ -15,6 +13,7 @@
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
 
+#include "base/file.h"
 #include "base/net/tls.h"
 
 namespace rt::net {
@@ -35,25 +34,6 @@ Status OpenSslFailure(std::string_view what) {
 bool Exists(const std::string& path) {
   struct stat st {};
   return stat(path.c_str(), &st) == 0;
-}
-
-// Writes `text` to a new file of mode `mode`, never replacing one.
-Status WriteNewFile(const std::string& path, const std::string& text, mode_t mode) {
-  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
-  if (fd < 0) {
-    if (errno == EEXIST)
-      return Status(StatusCode::kAlreadyExists, "'" + path + "' exists already; not replacing it");
-    return ErrnoStatus(errno, "create '" + path + "'");
-  }
-  const bool wrote = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-  const bool synced = fsync(fd) == 0;
-  close(fd);
-  if (!wrote || !synced) {
-    const int err = errno ? errno : EIO;
-    unlink(path.c_str());
-    return ErrnoStatus(err, "write '" + path + "'");
-  }
-  return Status();
 }
 
 std::string BioText(BIO* bio) {
@@ -127,9 +107,9 @@ Status WritePair(const std::string& key_path, EVP_PKEY* key, const std::string& 
       PEM_write_bio_PrivateKey(key_pem.get(), key, nullptr, nullptr, 0, nullptr, nullptr) != 1 ||
       PEM_write_bio_X509(cert_pem.get(), cert) != 1)
     return OpenSslFailure("encoding PEM");
-  RETURN_IF_ERROR(WriteNewFile(key_path, BioText(key_pem.get()), 0600));
+  RETURN_IF_ERROR(CreateNewFile(key_path, BioText(key_pem.get()), 0600));
   report->written.push_back(key_path);
-  RETURN_IF_ERROR(WriteNewFile(cert_path, BioText(cert_pem.get()), 0644));
+  RETURN_IF_ERROR(CreateNewFile(cert_path, BioText(cert_pem.get()), 0644));
   report->written.push_back(cert_path);
   return Status();
 }

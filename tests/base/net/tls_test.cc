@@ -220,7 +220,8 @@ TEST(RpcTls, SecretCarryingTlsMakesLinksUseTls) {
     co_return Bytes(req.payload.begin(), req.payload.end());
   });
   const uint16_t port = *server->Start();
-  Result<std::string> r = Echo(loop, port, nullptr, secret->WithTls(Context(Dirs().ours, "client")));
+  Result<std::string> r =
+      Echo(loop, port, nullptr, secret->WithTls(Context(Dirs().ours, "client")));
   EXPECT_TRUE(r.ok()) << r.status().ToString();
   r = Echo(loop, port, nullptr, secret);  // the secret alone: plain TCP, refused
   EXPECT_EQ(r.status().code(), StatusCode::kUnauthenticated) << r.status().ToString();
