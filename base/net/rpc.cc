@@ -227,6 +227,8 @@ asio::awaitable<Status> RpcServer::AcceptTls(Connection& connection) {
                       co_await TlsHandshake(connection.socket, *options_.tls, TlsRole::kServer,
                                             deadline, connection.peer));
   connection.writer = std::make_shared<FrameWriter>(connection.stream(), connection.peer);
+  LOG_DEBUG("{}: {} presented the TLS certificate of {}", options_.name, connection.peer,
+            TlsPeerSubject(*connection.tls));
   co_return Status();
 }
 
