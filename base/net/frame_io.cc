@@ -76,16 +76,6 @@ std::vector<asio::const_buffer> Buffers(std::span<const std::byte> header, Piece
 
 using RaceResult = std::optional<std::tuple<ErrorCode, size_t>>;
 
-// Writes all of `buffers` to the socket, or through its TLS session, racing `deadline` (nullopt
-// when the deadline won).
-asio::awaitable<RaceResult> WriteBuffers(StreamRef stream,
-                                         const std::vector<asio::const_buffer>& buffers,
-                                         Deadline deadline) {
-  if (stream.tls()) co_return co_await Race(TlsWrite(*stream.tls(), buffers), deadline);
-  co_return co_await Race(asio::async_write(stream.socket(), buffers, as_tuple(use_awaitable)),
-                          deadline);
-}
-
 }  // namespace
 
 std::array<std::byte, kFrameHeaderSize> EncodeGatherHeader(uint16_t type, uint32_t flags,
@@ -228,7 +218,12 @@ asio::awaitable<Status> WriteFrame(StreamRef stream, uint16_t type, uint32_t fla
                                    std::string_view peer) {
   auto header = EncodeGatherHeader(type, flags, request_id, pieces);
   auto buffers = Buffers(header, pieces);
-  auto r = co_await WriteBuffers(stream, buffers, deadline);
+  RaceResult r;  // (branching here, not in a helper coroutine: no extra frame on the plain path)
+  if (stream.tls())
+    r = co_await Race(TlsWrite(*stream.tls(), buffers), deadline);
+  else
+    r = co_await Race(asio::async_write(stream.socket(), buffers, as_tuple(use_awaitable)),
+                      deadline);
   if (!r) co_return DeadlineStatus("writing a frame to", peer);
   auto [ec, n] = *r;
   if (ec) co_return IoStatus(ec, "writing a frame to", peer);
@@ -357,7 +352,13 @@ asio::awaitable<void> FrameWriter::Drain() {
       if (item->deadline.Expired()) {
         s = DeadlineStatus("queued frame for", peer_);
       } else {
-        auto r = co_await WriteBuffers(stream_, item->buffers, item->deadline);
+        RaceResult r;
+        if (stream_.tls())
+          r = co_await Race(TlsWrite(*stream_.tls(), item->buffers), item->deadline);
+        else
+          r = co_await Race(
+              asio::async_write(stream_.socket(), item->buffers, as_tuple(use_awaitable)),
+              item->deadline);
         if (!r)
           s = DeadlineStatus("writing a frame to", peer_);
         else if (auto [ec, n] = *r; ec)
