@@ -101,6 +101,8 @@ TEST(TlsFiles, MadeOnceWithPrivateKeysAndNeverReplaced) {
   EXPECT_EQ(st.st_mode & 0777, 0644u);
   const auto before = std::filesystem::last_write_time(dir + "/node-0.pem");
   // Again with one more name: the CA and node-0 are kept, node-7 is signed by the same CA.
+  std::filesystem::remove(dir + "/node-7.pem");  // (from an earlier --gtest_repeat round)
+  std::filesystem::remove(dir + "/node-7.key");
   Result<TlsFilesReport> again = CreateTlsFiles(dir, {"node-0", "node-7"}, 30);
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   EXPECT_EQ(again->written.size(), 2u);
@@ -356,6 +358,60 @@ TEST(RpcTls, StalledHandshakeIsDroppedAtTheDeadline) {
   });
   EXPECT_TRUE(result.ok()) << result.ToString();
   EXPECT_TRUE(Echo(loop, port, Context(Dirs().ours, "client")).ok());
+  server->Abort();
+}
+
+// The idle deadline over TLS: waiting for the next frame reads a byte ahead through TLS; a wait
+// that times out while a request runs is cancelled and started again, and loses nothing.
+TEST(RpcTls, IdleDeadlineWithRequestsRunningLosesNoByte) {
+  Loop loop;
+  RpcServerOptions o;
+  o.tls = Context(Dirs().ours, "node-0");
+  o.idle_timeout = std::chrono::milliseconds(100);
+  auto server = RpcServer::Create(loop.io().get_executor(), o);
+  constexpr uint16_t kSlow = 3;
+  server->Handle(kSlow, [](RpcRequest req) -> asio::awaitable<Result<Bytes>> {
+    co_await SleepUntil(Deadline::AfterMs(450));  // several idle deadlines pass meanwhile
+    co_return Bytes(req.payload.begin(), req.payload.end());
+  });
+  server->Handle(kEcho, [](RpcRequest req) -> asio::awaitable<Result<Bytes>> {
+    co_return Bytes(req.payload.begin(), req.payload.end());
+  });
+  const uint16_t port = *server->Start();
+  const auto tls = Context(Dirs().ours, "client");
+  const auto result = loop.Run<Status>([&]() -> asio::awaitable<Status> {
+    RpcClientOptions co;
+    co.tls = tls;
+    CO_ASSIGN_OR_RETURN(
+        auto client, co_await RpcClient::Connect("127.0.0.1", port, Deadline::AfterMs(3000), co));
+    // A slow call keeps the connection busy; echo calls sent while it runs are read and served.
+    std::optional<Result<Frame>> slow;
+    asio::co_spawn(
+        co_await asio::this_coro::executor,
+        [&]() -> asio::awaitable<void> {
+          slow = co_await client->Call(kSlow, Keep(B("slow")), Deadline::AfterMs(5000));
+        },
+        asio::detached);
+    for (int i = 0; i < 3; ++i) {
+      co_await SleepUntil(Deadline::AfterMs(130));
+      CO_ASSIGN_OR_RETURN(Frame f, co_await client->Call(kEcho, Keep(B("e" + std::to_string(i))),
+                                                         Deadline::AfterMs(3000)));
+      EXPECT_EQ(S(f.payload), "e" + std::to_string(i));
+    }
+    for (int i = 0; i < 100 && !slow; ++i) co_await SleepUntil(Deadline::AfterMs(20));
+    EXPECT_TRUE(slow.has_value());
+    if (slow) {
+      EXPECT_TRUE(slow->ok()) << slow->status().ToString();
+      if (slow->ok()) {
+        EXPECT_EQ(S((*slow)->payload), "slow");
+      }
+    }
+    // Then silence: the server drops the connection at the idle deadline.
+    co_await SleepUntil(Deadline::AfterMs(400));
+    EXPECT_FALSE(client->connected());
+    co_return Status();
+  });
+  EXPECT_TRUE(result.ok()) << result.ToString();
   server->Abort();
 }
 
