@@ -5,6 +5,7 @@
 #include "base/net/tls.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
@@ -26,15 +27,29 @@ namespace {
 
 constexpr uint16_t kEcho = 1, kBulk = 2;
 
+// Files of this test process under a folder of its own (ctest runs each test in a process of
+// its own, several at once), removed when the process ends.
+struct Scratch {
+  std::string dir = ::testing::TempDir() + "/tls_test_" + std::to_string(::getpid());
+  Scratch() {
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+  }
+  ~Scratch() { std::filesystem::remove_all(dir); }
+};
+const std::string& ScratchDir() {
+  static const Scratch scratch;
+  return scratch.dir;
+}
+
 // Two clusters' TLS folders (made once for the whole binary: key generation is not free).
 struct Clusters {
   std::string ours, other;
 };
 const Clusters& Dirs() {
   static const Clusters dirs = [] {
-    Clusters d{::testing::TempDir() + "/tls_ours", ::testing::TempDir() + "/tls_other"};
+    Clusters d{ScratchDir() + "/ours", ScratchDir() + "/other"};
     for (const std::string& dir : {d.ours, d.other}) {
-      std::filesystem::remove_all(dir);
       Result<TlsFilesReport> made = CreateTlsFiles(dir, {"node-0", "node-1", "client"}, 30);
       EXPECT_TRUE(made.ok()) << made.status().ToString();
     }
@@ -144,7 +159,7 @@ TEST(TlsContext, LoadNamesTheFileThatIsWrong) {
   not_pem.cert_file = ours + "/node-0.key";
   EXPECT_EQ(TlsContext::Load(not_pem).status().code(), StatusCode::kInvalidArgument);
 
-  const std::string open_key = ::testing::TempDir() + "/tls_open.key";
+  const std::string open_key = ScratchDir() + "/open.key";
   std::filesystem::remove(open_key);
   std::filesystem::copy_file(files.key_file, open_key);
   chmod(open_key.c_str(), 0644);
@@ -229,7 +244,7 @@ TEST(RpcTls, SecretCarryingTlsMakesLinksUseTls) {
   EXPECT_EQ(r.status().code(), StatusCode::kUnauthenticated) << r.status().ToString();
   server->Abort();
 
-  const std::string secret_file = ::testing::TempDir() + "/tls_secret";
+  const std::string secret_file = ScratchDir() + "/secret";
   std::filesystem::remove(secret_file);
   ASSERT_TRUE(ClusterSecret::Create(secret_file).ok());
   auto loaded = ClusterSecret::LoadWithTls(secret_file, TlsFilesIn(Dirs().ours, "node-1"));
