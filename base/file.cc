@@ -1,5 +1,6 @@
 #include "base/file.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -37,6 +38,24 @@ Status WriteFileBytes(const std::string& path, std::span<const std::byte> bytes)
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0)
     return ErrnoStatus(errno, "rename '" + tmp + "' to '" + path + "'");
+  return Status();
+}
+
+Status CreateNewFile(const std::string& path, std::string_view text, unsigned mode) {
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+  if (fd < 0) {
+    if (errno == EEXIST)
+      return Status(StatusCode::kAlreadyExists, "'" + path + "' exists already; not replacing it");
+    return ErrnoStatus(errno, "create '" + path + "'");
+  }
+  const bool wrote = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  const bool synced = fsync(fd) == 0;
+  close(fd);
+  if (!wrote || !synced) {
+    const int err = errno ? errno : EIO;
+    unlink(path.c_str());
+    return ErrnoStatus(err, "write '" + path + "'");
+  }
   return Status();
 }
 

@@ -364,6 +364,7 @@ Status Node::SpawnWorker(const elastic::JobPlan& plan, int rank, const Generatio
             "gen-" + key.ToString()};
   if (!config_.secret_file.empty())
     o.argv.insert(o.argv.end(), {"--secret-file", config_.secret_file});
+  for (std::string& arg : net::TlsArguments(config_.tls)) o.argv.push_back(std::move(arg));
   o.env = EnvironmentWithout({});
   for (const std::string& e : SplitCommaList(config_.worker_env)) o.env.push_back(e);
   o.env.push_back("RINGTRAIN_SLOT=" + std::to_string(worker->slot));

@@ -16,6 +16,7 @@ Result<iofs::ServerOptions> StoreServerOptions(const NodeConfig& config) {
   o.state_dir = config.state_dir + "/store";
   o.listen_host = listen.first;
   o.secret_file = config.secret_file;
+  o.tls = config.tls;
   if (config.store_nodes.empty()) {
     const std::string host = listen.first == "0.0.0.0" ? "127.0.0.1" : listen.first;
     o.nodes = {iofs::NodeEndpoint{self, host, listen.second}};

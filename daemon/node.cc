@@ -58,9 +58,7 @@ Node::~Node() {
 
 Status Node::Init() {
   const std::string name = "node " + std::to_string(config_.id);
-  if (!config_.secret_file.empty()) {
-    ASSIGN_OR_RETURN(secret_, net::ClusterSecret::Load(config_.secret_file));
-  }
+  ASSIGN_OR_RETURN(secret_, net::ClusterSecret::LoadWithTls(config_.secret_file, config_.tls));
   ASSIGN_OR_RETURN(auto listen, SplitHostPort(config_.listen, "node.listen"));
   if (listen.second == 0)
     return InvalidArgument("node.listen '" + config_.listen +

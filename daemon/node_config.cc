@@ -43,6 +43,10 @@ void BindNodeKeys(NodeConfig* c, ConfigSchema* s) {
   s->Int("cluster.etcd_lease_s", &c->etcd_lease_s, 1, 3600,
          "TTL of each node's etcd lease: a node silent this long leaves the view, s");
   s->String("auth.secret_file", &c->secret_file, "cluster secret file; \"\" = none");
+  s->String("tls.cert_file", &c->tls.cert_file,
+            "this node's TLS certificate (PEM; ringctl init-tls); \"\" = no TLS");
+  s->String("tls.key_file", &c->tls.key_file, "its private key (PEM, mode 0600)");
+  s->String("tls.ca_file", &c->tls.ca_file, "the cluster CA's certificate (PEM)");
   s->String("http.listen", &c->http_listen,
             "host:port for /metrics and the status page; \"\" = off, port 0 = any free port");
   s->String("store.listen", &c->store_listen,

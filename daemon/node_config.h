@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "base/config.h"
+#include "base/net/tls_files.h"
 #include "base/status.h"
 
 namespace rt::daemon {
@@ -32,6 +33,10 @@ struct NodeConfig {
   int etcd_lease_s = 2;
   // [auth]
   std::string secret_file;  // the cluster secret (ringctl init-secret); "" = none (loopback only)
+  // [tls] cert_file, key_file, ca_file: this node's TLS identity (ringctl init-tls; PEM). Set:
+  // every RPC link of the node (control API, membership, memory tier, job store, embedded chunk
+  // store) runs over mutual TLS, and its workers get the paths. Needs secret_file. "" = no TLS.
+  net::TlsFiles tls;
   // [http]
   // "host:port" of the HTTP listener for /metrics and the status page (docs/operations.md); "" =
   // none. Port 0 picks a free port (`ringctl status --json` shows it as the node's `http`).

@@ -231,10 +231,8 @@ Result<std::shared_ptr<ckpt::Storage>> OpenMemoryTier(
 }  // namespace
 
 Status RunWorker(WorkerOptions options, const std::string& executable) {
-  std::shared_ptr<const net::ClusterSecret> secret;
-  if (!options.secret_file.empty()) {
-    ASSIGN_OR_RETURN(secret, net::ClusterSecret::Load(options.secret_file));
-  }
+  ASSIGN_OR_RETURN(std::shared_ptr<const net::ClusterSecret> secret,
+                   net::ClusterSecret::LoadWithTls(options.secret_file, options.tls));
   if (options.train.rank < 0) return InvalidArgument("worker: --rank is required");
   DaemonLink link(options);
   RETURN_IF_ERROR(link.Start(secret));
@@ -246,6 +244,7 @@ Status RunWorker(WorkerOptions options, const std::string& executable) {
   // The job's store and rank links, and a ringfs:// ckpt.dir, are authenticated with the
   // cluster secret.
   options.train.secret_file = options.secret_file;
+  options.train.tls = options.tls;
   ASSIGN_OR_RETURN(RunConfig config, LoadRunConfig(options.train.config, {}));
   ASSIGN_OR_RETURN(options.train.memory, OpenMemoryTier(config, options, secret));
   const double started = MonoSeconds();

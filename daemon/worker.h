@@ -27,6 +27,7 @@ struct WorkerOptions {
   std::string daemon;  // "host:port" of its daemon's control port (its host: the rank links listen
                        // there too)
   std::string secret_file;           // the cluster secret, "" = none
+  net::TlsFiles tls;                 // the TLS identity it carries (its daemon's [tls]), or none
   std::string generation;            // the training generation "job.view.epoch" it belongs to
   parallel::DistTrainOptions train;  // config, layout, ranks, rank, store, job scope
 };

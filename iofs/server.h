@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "base/deadline.h"
+#include "base/net/tls_files.h"
 #include "base/status.h"
 #include "iofs/chunk_engine.h"
 
@@ -39,6 +40,9 @@ struct ServerOptions {
   // node must prove it holds the secret, and this node proves it to the peers it calls. ""
   // (default): none, and only a loopback listen_host is accepted (said in a warning at start).
   std::string secret_file;
+  // The node's TLS identity ([tls] cert_file, key_file, ca_file; base/net/tls.h): with it every
+  // connection this node accepts or opens runs over mutual TLS. Needs secret_file. Empty: none.
+  net::TlsFiles tls;
   std::vector<NodeEndpoint> nodes;  // every node, this one included
   int replication = 1;              // replicas per chain, 1-3
   int chains = 8;                   // replication chains (chunks are striped over them)

@@ -150,10 +150,8 @@ Status RunWorker(const DistTrainOptions& o) {
   ASSIGN_OR_RETURN(RunConfig config, LoadConfig(o));
   ASSIGN_OR_RETURN(ParallelLayout layout, ParseLayout(o.layout));
   ASSIGN_OR_RETURN(auto host_port, ParseHostPort(o.store));
-  std::shared_ptr<const net::ClusterSecret> secret;
-  if (!o.secret_file.empty()) {
-    ASSIGN_OR_RETURN(secret, net::ClusterSecret::Load(o.secret_file));
-  }
+  ASSIGN_OR_RETURN(std::shared_ptr<const net::ClusterSecret> secret,
+                   net::ClusterSecret::LoadWithTls(o.secret_file, o.tls));
   const Deadline boot = Deadline::After(kBootstrapTimeout);
   double phase = MonoSeconds();  // each slow step of the start below is logged
   comm::TcpStoreClientOptions store_options;
@@ -299,6 +297,7 @@ std::vector<std::string> WorkerArguments(const DistTrainOptions& o, int rank,
   a.insert(a.end(), {"--layout", o.layout, "--ranks", std::to_string(o.ranks), "--rank",
                      std::to_string(rank), "--store", store, "--job", o.job});
   if (!o.secret_file.empty()) a.insert(a.end(), {"--secret-file", o.secret_file});
+  for (std::string& arg : net::TlsArguments(o.tls)) a.push_back(std::move(arg));
   return a;
 }
 
@@ -366,8 +365,10 @@ Status RunDistributedTrain(const DistTrainOptions& o, const std::string& executa
   std::shared_ptr<const net::ClusterSecret> secret;
   DistTrainOptions workers = o;
   if (!o.secret_file.empty()) {
-    ASSIGN_OR_RETURN(secret, net::ClusterSecret::Load(o.secret_file));
+    ASSIGN_OR_RETURN(secret, net::ClusterSecret::LoadWithTls(o.secret_file, o.tls));
   } else {
+    if (!o.tls.empty())
+      return FailedPrecondition("TLS (--tls-*) needs the cluster secret too (--secret-file)");
     ASSIGN_OR_RETURN(run_secret, RunSecret::Create());
     secret = run_secret->secret();
     workers.secret_file = run_secret->path();

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "base/net/tls_files.h"
 #include "base/status.h"
 
 namespace rt {
@@ -66,6 +67,11 @@ struct DistTrainOptions {
   // when the run ends) for the store and the links (a ringfs:// ckpt.dir then needs a cluster
   // without a secret).
   std::string secret_file;
+  // The TLS identity the secret carries (base/net/auth.h ClusterSecret::LoadWithTls): the store
+  // and a ringfs:// ckpt.dir are then reached over mutual TLS (the rank-to-rank mesh stays
+  // plain). Needs secret_file; passed to the workers as --tls-cert/--tls-key/--tls-ca. Empty:
+  // none.
+  net::TlsFiles tls;
   // Arguments the workers get before their options: the subcommand words of the executable
   // (e.g. {"train"} for `ringtrain train`); empty for ringtrain_dist.
   std::vector<std::string> command;

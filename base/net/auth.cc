@@ -45,9 +45,9 @@ std::span<const std::byte> Bytes(std::string_view s) {
 }
 
 // Sends an RPC error response for the frame `header` came with.
-asio::awaitable<Status> Refuse(tcp::socket& socket, const FrameHeader& header, const Status& why,
+asio::awaitable<Status> Refuse(StreamRef stream, const FrameHeader& header, const Status& why,
                                Deadline deadline, std::string_view peer) {
-  co_return co_await WriteFrame(socket, header.type, kRpcResponse | kRpcError, header.request_id,
+  co_return co_await WriteFrame(stream, header.type, kRpcResponse | kRpcError, header.request_id,
                                 EncodeRpcError(why), deadline, peer);
 }
 
@@ -88,22 +88,33 @@ Status ClusterSecret::Create(const std::string& path) {
     hex += kDigits[c & 15];
   }
   hex += '\n';
-  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    if (errno == EEXIST)
-      return Status(StatusCode::kAlreadyExists,
-                    "cluster secret file '" + path + "' exists already; not replacing it");
-    return ErrnoStatus(errno, "create cluster secret file '" + path + "'");
+  Status created = CreateNewFile(path, hex, 0600);
+  if (created.code() == StatusCode::kAlreadyExists)
+    return Status(StatusCode::kAlreadyExists,
+                  "cluster secret file '" + path + "' exists already; not replacing it");
+  return created.WithContext("cluster secret file");
+}
+
+Result<std::shared_ptr<const ClusterSecret>> ClusterSecret::LoadWithTls(const std::string& path,
+                                                                        const TlsFiles& tls) {
+  if (path.empty()) {
+    if (!tls.empty())
+      return FailedPrecondition(
+          "TLS needs the cluster secret too ([auth] secret_file, --secret-file): the secret "
+          "authenticates the links that TLS does not wrap");
+    return std::shared_ptr<const ClusterSecret>();
   }
-  const bool wrote = write(fd, hex.data(), hex.size()) == static_cast<ssize_t>(hex.size());
-  const bool synced = fsync(fd) == 0;
-  close(fd);
-  if (!wrote || !synced) {
-    const int err = errno ? errno : EIO;
-    unlink(path.c_str());
-    return ErrnoStatus(err, "write cluster secret file '" + path + "'");
-  }
-  return Status();
+  ASSIGN_OR_RETURN(auto secret, Load(path));
+  if (tls.empty()) return secret;
+  ASSIGN_OR_RETURN(auto context, TlsContext::Load(tls));
+  return secret->WithTls(std::move(context));
+}
+
+std::shared_ptr<const ClusterSecret> ClusterSecret::WithTls(
+    std::shared_ptr<const TlsContext> tls) const {
+  auto copy = std::shared_ptr<ClusterSecret>(new ClusterSecret(key_));
+  copy->tls_ = std::move(tls);
+  return copy;
 }
 
 std::shared_ptr<const ClusterSecret> ClusterSecret::FromKey(std::string key) {
@@ -125,15 +136,15 @@ std::array<std::byte, 32> ClusterSecret::Mac(std::string_view label, std::span<c
   return out;
 }
 
-asio::awaitable<Status> AuthenticateClient(tcp::socket& socket, const ClusterSecret* secret,
+asio::awaitable<Status> AuthenticateClient(StreamRef stream, const ClusterSecret* secret,
                                            Deadline deadline, std::string_view peer) {
   if (secret == nullptr) co_return Status();
   const std::string who(peer);
   const Nonce mine = NewNonce();
   std::vector<std::byte> hello{std::byte{kAuthVersion}};
   hello.insert(hello.end(), mine.begin(), mine.end());
-  CO_RETURN_IF_ERROR(co_await WriteFrame(socket, kAuthHello, 0, 0, hello, deadline, peer));
-  CO_ASSIGN_OR_RETURN(Frame challenge, co_await ReadFrame(socket, kMaxAuthPayload, deadline, peer));
+  CO_RETURN_IF_ERROR(co_await WriteFrame(stream, kAuthHello, 0, 0, hello, deadline, peer));
+  CO_ASSIGN_OR_RETURN(Frame challenge, co_await ReadFrame(stream, kMaxAuthPayload, deadline, peer));
   if (challenge.header.flags & kRpcError) {
     const Status why = DecodeRpcError(challenge.payload, peer);
     if (why.code() == StatusCode::kUnimplemented)
@@ -150,8 +161,8 @@ asio::awaitable<Status> AuthenticateClient(tcp::socket& socket, const ClusterSec
   if (!SameMac(their_mac, secret->Mac(kServerLabel, mine, theirs)))
     co_return Unauthenticated(who + " does not hold this cluster's secret (its proof is wrong)");
   const auto proof = secret->Mac(kClientLabel, theirs, mine);
-  CO_RETURN_IF_ERROR(co_await WriteFrame(socket, kAuthProof, 0, 0, proof, deadline, peer));
-  CO_ASSIGN_OR_RETURN(Frame accepted, co_await ReadFrame(socket, kMaxAuthPayload, deadline, peer));
+  CO_RETURN_IF_ERROR(co_await WriteFrame(stream, kAuthProof, 0, 0, proof, deadline, peer));
+  CO_ASSIGN_OR_RETURN(Frame accepted, co_await ReadFrame(stream, kMaxAuthPayload, deadline, peer));
   if (accepted.header.flags & kRpcError)
     co_return Unauthenticated(who + " refused our credentials: " +
                               std::string(DecodeRpcError(accepted.payload, peer).message()));
@@ -161,23 +172,23 @@ asio::awaitable<Status> AuthenticateClient(tcp::socket& socket, const ClusterSec
   co_return Status();
 }
 
-asio::awaitable<Status> AuthenticateServer(tcp::socket& socket, const ClusterSecret* secret,
+asio::awaitable<Status> AuthenticateServer(StreamRef stream, const ClusterSecret* secret,
                                            Deadline deadline, std::string_view peer) {
   if (secret == nullptr) co_return Status();
   const std::string who(peer);
   CO_ASSIGN_OR_RETURN(FrameHeader header,
-                      co_await ReadFrameHeader(socket, kDefaultMaxFramePayload, deadline, peer));
+                      co_await ReadFrameHeader(stream, kDefaultMaxFramePayload, deadline, peer));
   if (header.type != kAuthHello || header.length != 1 + kNonceSize) {
     const Status why = Unauthenticated(
         "this server requires the cluster secret ([auth] secret_file, --secret-file)");
-    (void)co_await Refuse(socket, header, why, deadline, peer);
+    (void)co_await Refuse(stream, header, why, deadline, peer);
     co_return Unauthenticated(who + " sent no credentials");
   }
   std::vector<std::byte> hello(header.length);
-  CO_RETURN_IF_ERROR(co_await ReadExactly(socket, hello, deadline, peer));
+  CO_RETURN_IF_ERROR(co_await ReadExactly(stream, hello, deadline, peer));
   CO_RETURN_IF_ERROR(VerifyFramePayload(header, hello).WithContext(who));
   if (hello[0] != std::byte{kAuthVersion}) {
-    (void)co_await Refuse(socket, header, Unauthenticated("unknown authentication version"),
+    (void)co_await Refuse(stream, header, Unauthenticated("unknown authentication version"),
                           deadline, peer);
     co_return Unauthenticated(who + " speaks authentication version " +
                               std::to_string(static_cast<int>(hello[0])));
@@ -188,15 +199,15 @@ asio::awaitable<Status> AuthenticateServer(tcp::socket& socket, const ClusterSec
   const auto mac = secret->Mac(kServerLabel, theirs, mine);
   challenge.insert(challenge.end(), mac.begin(), mac.end());
   CO_RETURN_IF_ERROR(
-      co_await WriteFrame(socket, kAuthChallenge, kRpcResponse, 0, challenge, deadline, peer));
-  CO_ASSIGN_OR_RETURN(Frame proof, co_await ReadFrame(socket, kMaxAuthPayload, deadline, peer));
+      co_await WriteFrame(stream, kAuthChallenge, kRpcResponse, 0, challenge, deadline, peer));
+  CO_ASSIGN_OR_RETURN(Frame proof, co_await ReadFrame(stream, kMaxAuthPayload, deadline, peer));
   if (proof.header.type != kAuthProof ||
       !SameMac(proof.payload, secret->Mac(kClientLabel, mine, theirs))) {
-    (void)co_await Refuse(socket, proof.header, Unauthenticated("wrong cluster secret"), deadline,
+    (void)co_await Refuse(stream, proof.header, Unauthenticated("wrong cluster secret"), deadline,
                           peer);
     co_return Unauthenticated(who + " does not hold this cluster's secret (its proof is wrong)");
   }
-  co_return co_await WriteFrame(socket, kAuthAccepted, kRpcResponse, 0,
+  co_return co_await WriteFrame(stream, kAuthAccepted, kRpcResponse, 0,
                                 std::span<const std::byte>(), deadline, peer);
 }
 

@@ -15,6 +15,7 @@
 #include <boost/asio/write.hpp>
 
 #include "base/crc32c.h"
+#include "base/net/tls.h"
 
 namespace rt::net {
 namespace {
@@ -33,6 +34,10 @@ Status IoStatus(const ErrorCode& ec, std::string_view what, std::string_view pee
                   /*retryable=*/true);
   if (ec == asio::error::operation_aborted || ec == asio::error::bad_descriptor)
     return Status(StatusCode::kAborted, m + "socket closed locally");
+  if (IsTlsTruncation(ec))
+    return Status(StatusCode::kUnavailable, m + "peer closed the connection", /*retryable=*/true);
+  // A TLS alert (e.g. the peer refused our certificate) or a record that fails its MAC.
+  if (IsTlsError(ec)) return Unauthenticated(m + "TLS: " + ec.message());
   return Status(StatusCode::kIoError, m + ec.message());
 }
 
@@ -69,6 +74,8 @@ std::vector<asio::const_buffer> Buffers(std::span<const std::byte> header, Piece
   return buffers;
 }
 
+using RaceResult = std::optional<std::tuple<ErrorCode, size_t>>;
+
 }  // namespace
 
 std::array<std::byte, kFrameHeaderSize> EncodeGatherHeader(uint16_t type, uint32_t flags,
@@ -93,12 +100,16 @@ Result<FrameHeader> DecodeCheckedHeader(std::span<const std::byte> bytes, uint32
   return header;
 }
 
-asio::awaitable<Status> ReadExactly(tcp::socket& socket, std::span<std::byte> buffer,
+asio::awaitable<Status> ReadExactly(StreamRef stream, std::span<std::byte> buffer,
                                     Deadline deadline, std::string_view peer) {
   if (buffer.empty()) co_return Status();
-  auto r = co_await Race(
-      asio::async_read(socket, asio::buffer(buffer.data(), buffer.size()), as_tuple(use_awaitable)),
-      deadline);
+  RaceResult r;
+  if (stream.tls())
+    r = co_await Race(TlsRead(*stream.tls(), buffer), deadline);
+  else
+    r = co_await Race(asio::async_read(stream.socket(), asio::buffer(buffer.data(), buffer.size()),
+                                       as_tuple(use_awaitable)),
+                      deadline);
   if (!r) co_return DeadlineStatus("reading from", peer);
   auto [ec, n] = *r;
   if (ec) co_return IoStatus(ec, "reading from", peer);
@@ -146,44 +157,48 @@ asio::awaitable<std::tuple<ErrorCode, size_t>> ReadInBatches(tcp::socket& socket
 
 }  // namespace
 
-asio::awaitable<Status> ReadExactlyBatched(tcp::socket& socket, std::span<std::byte> buffer,
+asio::awaitable<Status> ReadExactlyBatched(StreamRef stream, std::span<std::byte> buffer,
                                            size_t batch, Deadline deadline, std::string_view peer) {
-  if (batch == 0 || buffer.size() <= batch)
-    co_return co_await ReadExactly(socket, buffer, deadline, peer);
-  auto r = co_await Race(ReadInBatches(socket, buffer, batch), deadline);
+  if (batch == 0 || buffer.size() <= batch || stream.tls())
+    co_return co_await ReadExactly(stream, buffer, deadline, peer);
+  auto r = co_await Race(ReadInBatches(stream.socket(), buffer, batch), deadline);
   if (!r) co_return DeadlineStatus("reading from", peer);
   auto [ec, n] = *r;
   if (ec) co_return IoStatus(ec, "reading from", peer);
   co_return Status();
 }
 
-asio::awaitable<Status> WriteAll(tcp::socket& socket, std::span<const std::byte> buffer,
+asio::awaitable<Status> WriteAll(StreamRef stream, std::span<const std::byte> buffer,
                                  Deadline deadline, std::string_view peer) {
   if (buffer.empty()) co_return Status();
-  auto r = co_await Race(asio::async_write(socket, asio::buffer(buffer.data(), buffer.size()),
-                                           as_tuple(use_awaitable)),
-                         deadline);
+  const asio::const_buffer one[] = {asio::buffer(buffer.data(), buffer.size())};
+  RaceResult r;
+  if (stream.tls())
+    r = co_await Race(TlsWrite(*stream.tls(), one), deadline);
+  else
+    r = co_await Race(asio::async_write(stream.socket(), one[0], as_tuple(use_awaitable)),
+                      deadline);
   if (!r) co_return DeadlineStatus("writing to", peer);
   auto [ec, n] = *r;
   if (ec) co_return IoStatus(ec, "writing to", peer);
   co_return Status();
 }
 
-asio::awaitable<Result<FrameHeader>> ReadFrameHeader(tcp::socket& socket, uint32_t max_payload,
+asio::awaitable<Result<FrameHeader>> ReadFrameHeader(StreamRef stream, uint32_t max_payload,
                                                      Deadline deadline, std::string_view peer) {
   std::array<std::byte, kFrameHeaderSize> header_bytes;
-  CO_RETURN_IF_ERROR(co_await ReadExactly(socket, header_bytes, deadline, peer));
+  CO_RETURN_IF_ERROR(co_await ReadExactly(stream, header_bytes, deadline, peer));
   Result<FrameHeader> header = DecodeCheckedHeader(header_bytes, max_payload);
   if (!header.ok()) co_return header.status().WithContext("frame from " + std::string(peer));
   co_return *header;
 }
 
-asio::awaitable<Result<Frame>> ReadFrame(tcp::socket& socket, uint32_t max_payload,
-                                         Deadline deadline, std::string_view peer) {
-  Result<FrameHeader> header = co_await ReadFrameHeader(socket, max_payload, deadline, peer);
+asio::awaitable<Result<Frame>> ReadFrame(StreamRef stream, uint32_t max_payload, Deadline deadline,
+                                         std::string_view peer) {
+  Result<FrameHeader> header = co_await ReadFrameHeader(stream, max_payload, deadline, peer);
   if (!header.ok()) co_return header.status();
   Frame frame{*header, std::vector<std::byte>(header->length)};
-  CO_RETURN_IF_ERROR(co_await ReadExactly(socket, frame.payload, deadline, peer));
+  CO_RETURN_IF_ERROR(co_await ReadExactly(stream, frame.payload, deadline, peer));
   if (!(frame.header.flags & kFrameUncheckedPayload)) {
     Status verified = VerifyFramePayload(frame.header, frame.payload);
     if (!verified.ok()) co_return verified.WithContext("frame from " + std::string(peer));
@@ -191,33 +206,45 @@ asio::awaitable<Result<Frame>> ReadFrame(tcp::socket& socket, uint32_t max_paylo
   co_return frame;
 }
 
-asio::awaitable<Status> WriteFrame(tcp::socket& socket, uint16_t type, uint32_t flags,
+asio::awaitable<Status> WriteFrame(StreamRef stream, uint16_t type, uint32_t flags,
                                    uint32_t request_id, std::span<const std::byte> payload,
                                    Deadline deadline, std::string_view peer) {
   const std::span<const std::byte> one[] = {payload};
-  co_return co_await WriteFrame(socket, type, flags, request_id, Pieces(one), deadline, peer);
+  co_return co_await WriteFrame(stream, type, flags, request_id, Pieces(one), deadline, peer);
 }
 
-asio::awaitable<Status> WriteFrame(tcp::socket& socket, uint16_t type, uint32_t flags,
+asio::awaitable<Status> WriteFrame(StreamRef stream, uint16_t type, uint32_t flags,
                                    uint32_t request_id, Pieces pieces, Deadline deadline,
                                    std::string_view peer) {
   auto header = EncodeGatherHeader(type, flags, request_id, pieces);
   auto buffers = Buffers(header, pieces);
-  auto r = co_await Race(asio::async_write(socket, buffers, as_tuple(use_awaitable)), deadline);
+  RaceResult r;  // (branching here, not in a helper coroutine: no extra frame on the plain path)
+  if (stream.tls())
+    r = co_await Race(TlsWrite(*stream.tls(), buffers), deadline);
+  else
+    r = co_await Race(asio::async_write(stream.socket(), buffers, as_tuple(use_awaitable)),
+                      deadline);
   if (!r) co_return DeadlineStatus("writing a frame to", peer);
   auto [ec, n] = *r;
   if (ec) co_return IoStatus(ec, "writing a frame to", peer);
   co_return Status();
 }
 
-asio::awaitable<Status> WaitReadable(tcp::socket& socket, Deadline deadline,
-                                     std::string_view peer) {
+asio::awaitable<Status> WaitReadable(StreamRef stream, Deadline deadline, std::string_view peer) {
   asio::steady_timer timer(co_await asio::this_coro::executor);
   timer.expires_at(deadline.when());
-  auto r = co_await (socket.async_wait(tcp::socket::wait_read, as_tuple(use_awaitable)) ||
-                     timer.async_wait(as_tuple(use_awaitable)));
-  if (r.index() == 1) co_return DeadlineStatus("waiting for data from", peer);
-  auto [ec] = std::get<0>(r);
+  ErrorCode ec;
+  if (stream.tls()) {
+    auto r = co_await (TlsWaitReadable(*stream.tls()) || timer.async_wait(as_tuple(use_awaitable)));
+    if (r.index() == 1) co_return DeadlineStatus("waiting for data from", peer);
+    ec = std::get<0>(r);
+  } else {
+    auto r =
+        co_await (stream.socket().async_wait(tcp::socket::wait_read, as_tuple(use_awaitable)) ||
+                  timer.async_wait(as_tuple(use_awaitable)));
+    if (r.index() == 1) co_return DeadlineStatus("waiting for data from", peer);
+    ec = std::get<0>(std::get<0>(r));
+  }
   if (ec) co_return IoStatus(ec, "waiting for data from", peer);
   co_return Status();
 }
@@ -325,8 +352,13 @@ asio::awaitable<void> FrameWriter::Drain() {
       if (item->deadline.Expired()) {
         s = DeadlineStatus("queued frame for", peer_);
       } else {
-        auto r = co_await Race(asio::async_write(socket_, item->buffers, as_tuple(use_awaitable)),
-                               item->deadline);
+        RaceResult r;
+        if (stream_.tls())
+          r = co_await Race(TlsWrite(*stream_.tls(), item->buffers), item->deadline);
+        else
+          r = co_await Race(
+              asio::async_write(stream_.socket(), item->buffers, as_tuple(use_awaitable)),
+              item->deadline);
         if (!r)
           s = DeadlineStatus("writing a frame to", peer_);
         else if (auto [ec, n] = *r; ec)
@@ -344,7 +376,7 @@ asio::awaitable<void> FrameWriter::Drain() {
 void FrameWriter::Fail(Status why) {
   if (failed_.ok()) failed_ = why.ok() ? Aborted("frame writer to " + peer_ + " closed") : why;
   ErrorCode ignored;
-  socket_.close(ignored);
+  stream_.socket().close(ignored);
   for (auto& item : queue_) {
     if (!item->done) {
       item->done = failed_;

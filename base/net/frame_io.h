@@ -12,6 +12,9 @@
 //  - After a deadline or an error in the middle of a frame the byte stream is out of step:
 //    the caller must close the socket. A frame is never half-delivered to the caller.
 //
+// Every function reads or writes a StreamRef: a plain TCP socket (callers pass their socket), or
+// a TLS session on one (base/net/tls.h), so RPC links run over TLS with the same code.
+//
 // Thread safety: a socket belongs to one executor (an io_context run by one thread or a strand);
 // call these functions from coroutines on that executor. At most one ReadFrame and one
 // WriteFrame may be outstanding on a socket at a time (use FrameWriter to serialise writers).
@@ -50,6 +53,27 @@ using tcp = asio::ip::tcp;
 // CRC32C of its data end to end). Meant for bulk payloads, to avoid a second pass over them.
 inline constexpr uint32_t kFrameUncheckedPayload = 1u << 29;
 
+class TlsSession;  // base/net/tls.h
+
+// The byte stream of a connection as the functions below see it: a connected TCP socket, alone
+// or under a TLS session on it. A non-owning view, cheap to copy; the socket (and session) must
+// outlive every operation started on it. Converts implicitly from a socket, so plain callers pass
+// their socket; each I/O call branches once on tls().
+class StreamRef {
+ public:
+  StreamRef(tcp::socket& socket) : socket_(&socket) {}  // NOLINT(google-explicit-constructor)
+  // A TLS session running on `socket` (null: plain).
+  StreamRef(tcp::socket& socket, TlsSession* tls) : socket_(&socket), tls_(tls) {}
+  // The TCP socket (options, endpoints, close).
+  tcp::socket& socket() const { return *socket_; }
+  // The TLS session, or null for a plain connection.
+  TlsSession* tls() const { return tls_; }
+
+ private:
+  tcp::socket* socket_;
+  TlsSession* tls_ = nullptr;
+};
+
 // A payload gathered from several pieces (sent back to back, without copying them together).
 using Pieces = std::span<const std::span<const std::byte>>;
 
@@ -65,7 +89,7 @@ Result<FrameHeader> DecodeCheckedHeader(std::span<const std::byte> bytes, uint32
 // Reads and validates one frame header (see DecodeCheckedHeader); the caller reads `length`
 // payload bytes next and, unless kFrameUncheckedPayload is set, checks them with
 // VerifyFramePayload. Errors as ReadFrame.
-asio::awaitable<Result<FrameHeader>> ReadFrameHeader(tcp::socket& socket, uint32_t max_payload,
+asio::awaitable<Result<FrameHeader>> ReadFrameHeader(StreamRef stream, uint32_t max_payload,
                                                      Deadline deadline, std::string_view peer);
 
 // Reads one whole frame: header, then payload, verified (magic, version, length ≤ max_payload,
@@ -73,29 +97,30 @@ asio::awaitable<Result<FrameHeader>> ReadFrameHeader(tcp::socket& socket, uint32
 // DeadlineExceeded when `deadline` passes first, Corruption/ProtocolError for a bad frame
 // (nothing of the bad payload is allocated beyond max_payload), Aborted if the socket was closed
 // locally. Every message names `peer`.
-asio::awaitable<Result<Frame>> ReadFrame(tcp::socket& socket, uint32_t max_payload,
-                                         Deadline deadline, std::string_view peer);
+asio::awaitable<Result<Frame>> ReadFrame(StreamRef stream, uint32_t max_payload, Deadline deadline,
+                                         std::string_view peer);
 
 // Writes one frame (header and payload in one gathered write). Errors as ReadFrame.
-asio::awaitable<Status> WriteFrame(tcp::socket& socket, uint16_t type, uint32_t flags,
+asio::awaitable<Status> WriteFrame(StreamRef stream, uint16_t type, uint32_t flags,
                                    uint32_t request_id, std::span<const std::byte> payload,
                                    Deadline deadline, std::string_view peer);
 // Writes one frame whose payload is `pieces` (header and pieces in one gathered write).
-asio::awaitable<Status> WriteFrame(tcp::socket& socket, uint16_t type, uint32_t flags,
+asio::awaitable<Status> WriteFrame(StreamRef stream, uint16_t type, uint32_t flags,
                                    uint32_t request_id, Pieces pieces, Deadline deadline,
                                    std::string_view peer);
 
 // Reads exactly `buffer.size()` raw bytes (for protocols that stream bulk data after a frame).
-asio::awaitable<Status> ReadExactly(tcp::socket& socket, std::span<std::byte> buffer,
+asio::awaitable<Status> ReadExactly(StreamRef stream, std::span<std::byte> buffer,
                                     Deadline deadline, std::string_view peer);
 // ReadExactly for large buffers: the kernel wakes this reader only once `batch` bytes (or what is
 // left of the buffer, if less) are queued (SO_RCVLOWAT), so megabytes arrive in a few large reads
 // instead of one per segment, with fewer wake-ups on both ends. The socket's low-water mark is 1
-// byte again when this returns. batch 0, or a buffer of at most `batch` bytes: ReadExactly.
-asio::awaitable<Status> ReadExactlyBatched(tcp::socket& socket, std::span<std::byte> buffer,
+// byte again when this returns. batch 0, a buffer of at most `batch` bytes, or a TLS stream
+// (whose records arrive decrypted piece by piece anyway): ReadExactly.
+asio::awaitable<Status> ReadExactlyBatched(StreamRef stream, std::span<std::byte> buffer,
                                            size_t batch, Deadline deadline, std::string_view peer);
 // Writes all of `buffer`.
-asio::awaitable<Status> WriteAll(tcp::socket& socket, std::span<const std::byte> buffer,
+asio::awaitable<Status> WriteAll(StreamRef stream, std::span<const std::byte> buffer,
                                  Deadline deadline, std::string_view peer);
 
 // How Connect retries.
@@ -117,9 +142,11 @@ asio::awaitable<Result<tcp::socket>> Connect(std::string host, uint16_t port, De
                                              ConnectOptions options = {});
 
 // Waits until `socket` has bytes to read or its peer closed it (a read then returns at once),
-// without reading anything. Errors: DeadlineExceeded naming `peer` when nothing arrived before
+// without reading anything (over TLS it reads one byte ahead, which the next read returns first:
+// decrypted bytes buffered by TLS do not make the socket readable). Errors: DeadlineExceeded
+// naming `peer` when nothing arrived before
 // `deadline`; Aborted if the socket was closed locally.
-asio::awaitable<Status> WaitReadable(tcp::socket& socket, Deadline deadline, std::string_view peer);
+asio::awaitable<Status> WaitReadable(StreamRef stream, Deadline deadline, std::string_view peer);
 
 // Sleeps on the current executor until `deadline` (a cancellable pause for retry loops).
 asio::awaitable<void> SleepUntil(Deadline deadline);
@@ -154,7 +181,7 @@ T BlockOn(const asio::any_io_executor& executor, asio::awaitable<T> op) {
 // the reader side wakes too. Must be used on the socket's executor; the socket must outlive it.
 class FrameWriter : public std::enable_shared_from_this<FrameWriter> {
  public:
-  FrameWriter(tcp::socket& socket, std::string peer) : socket_(socket), peer_(std::move(peer)) {}
+  FrameWriter(StreamRef stream, std::string peer) : stream_(stream), peer_(std::move(peer)) {}
 
   // Queues one frame; completes when it is on the wire. `deadline` bounds this frame's own
   // write and its time in the queue. The payload is not copied: it must stay valid until the
@@ -171,7 +198,7 @@ class FrameWriter : public std::enable_shared_from_this<FrameWriter> {
  private:
   struct Item;
   asio::awaitable<void> Drain();
-  tcp::socket& socket_;
+  StreamRef stream_;
   std::string peer_;
   std::deque<std::shared_ptr<Item>> queue_;
   bool draining_ = false;

@@ -27,6 +27,8 @@ Deadline Forever() { return Deadline::At(MonoTime::max()); }
 
 // How long the accept loop pauses after a failed accept (e.g. out of file descriptors).
 constexpr std::chrono::milliseconds kAcceptErrorPause{100};
+// A plain client's first frame at a TLS server is read whole up to this size before the refusal.
+constexpr uint32_t kMaxDrainedPayload = 1 << 20;
 }  // namespace
 
 std::vector<std::byte> EncodeRpcError(const Status& status) {
@@ -67,6 +69,7 @@ struct RpcServer::Connection {
     writer = std::make_shared<FrameWriter>(socket, peer);
   }
   tcp::socket socket;
+  TlsSessionPtr tls;  // on `socket`, once the TLS handshake is done (TLS servers only)
   std::string peer;
   std::string address;  // the peer's address without the port (the per-peer limit's key)
   std::shared_ptr<FrameWriter> writer;
@@ -75,6 +78,7 @@ struct RpcServer::Connection {
   asio::steady_timer slot;
   int active = 0;       // handlers running for this connection
   bool reading = true;  // the read loop is still running
+  StreamRef stream() { return StreamRef(socket, tls.get()); }
   void CloseIfIdle() {
     if (!reading && active == 0) writer->Fail(Aborted("connection from " + peer + " closed"));
   }
@@ -86,7 +90,9 @@ std::shared_ptr<RpcServer> RpcServer::Create(asio::any_io_executor executor,
 }
 
 RpcServer::RpcServer(asio::any_io_executor executor, RpcServerOptions options)
-    : executor_(std::move(executor)), options_(std::move(options)) {}
+    : executor_(std::move(executor)), options_(std::move(options)) {
+  if (!options_.tls && options_.secret) options_.tls = options_.secret->tls();
+}
 
 RpcServer::~RpcServer() = default;
 
@@ -142,7 +148,8 @@ void RpcServer::RecyclePayload(std::unique_ptr<std::byte[]> buffer, size_t capac
 }
 
 Result<uint16_t> RpcServer::Start() {
-  if (options_.secret == nullptr && !IsLoopbackAddress(options_.bind_address))
+  if (options_.secret == nullptr && options_.tls == nullptr &&
+      !IsLoopbackAddress(options_.bind_address))
     return FailedPrecondition(options_.name + ": refusing to listen on " + options_.bind_address +
                               " without a cluster secret: configure one ([auth] secret_file, "
                               "`ringctl init-secret`) or bind to loopback");
@@ -187,11 +194,51 @@ asio::awaitable<void> RpcServer::AcceptLoop() {
   }
 }
 
+asio::awaitable<Status> RpcServer::AcceptTls(Connection& connection) {
+  const Deadline deadline = Deadline::After(options_.auth_timeout);
+  // A TLS client's first byte starts a handshake record (22); a plain client's, a frame header.
+  CO_RETURN_IF_ERROR(co_await WaitReadable(connection.socket, deadline, connection.peer));
+  std::byte first{};
+  ErrorCode ec;
+  const size_t n =
+      connection.socket.receive(asio::buffer(&first, 1), tcp::socket::message_peek, ec);
+  if (ec || n == 0)
+    co_return Unavailable(connection.peer + " closed the connection before the TLS handshake");
+  if (first != std::byte{22}) {
+    // Tell a plain ringtrain client why, in a frame it can read, before closing.
+    Result<FrameHeader> header = co_await ReadFrameHeader(connection.socket, options_.max_payload,
+                                                          deadline, connection.peer);
+    if (header.ok()) {
+      // Its payload is read too (when small): closing with unread bytes would reset the
+      // connection, and the client might lose the answer.
+      if (header->length <= kMaxDrainedPayload) {
+        std::vector<std::byte> ignored(header->length);
+        (void)co_await ReadExactly(connection.socket, ignored, deadline, connection.peer);
+      }
+      const Status why = Unauthenticated(options_.name +
+                                         " requires TLS ([tls] in the node config, "
+                                         "--tls-dir on the tools)");
+      (void)co_await WriteFrame(connection.socket, header->type, kRpcResponse | kRpcError,
+                                header->request_id, EncodeRpcError(why), deadline, connection.peer);
+    }
+    co_return Unauthenticated(connection.peer + " does not speak TLS (a plain-TCP client)");
+  }
+  CO_ASSIGN_OR_RETURN(connection.tls,
+                      co_await TlsHandshake(connection.socket, *options_.tls, TlsRole::kServer,
+                                            deadline, connection.peer));
+  connection.writer = std::make_shared<FrameWriter>(connection.stream(), connection.peer);
+  LOG_DEBUG("{}: {} presented the TLS certificate of {}", options_.name, connection.peer,
+            TlsPeerSubject(*connection.tls));
+  co_return Status();
+}
+
 asio::awaitable<void> RpcServer::ServeConnection(std::shared_ptr<Connection> connection) {
-  if (Status auth =
-          co_await AuthenticateServer(connection->socket, options_.secret.get(),
-                                      Deadline::After(options_.auth_timeout), connection->peer);
-      !auth.ok()) {
+  Status auth;
+  if (options_.tls) auth = co_await AcceptTls(*connection);  // (GCC 12: no co_await in a ?:)
+  if (auth.ok())
+    auth = co_await AuthenticateServer(connection->stream(), options_.secret.get(),
+                                       Deadline::After(options_.auth_timeout), connection->peer);
+  if (!auth.ok()) {
     LOG_WARN("{}: authentication failed, closing the connection from {}: {}", options_.name,
              connection->peer, auth.ToString());
     connection->reading = false;
@@ -216,14 +263,14 @@ asio::awaitable<void> RpcServer::ServeConnection(std::shared_ptr<Connection> con
     const Deadline frame_deadline = Deadline::After(options_.frame_timeout);
     auto request = std::make_shared<Request>();
     Status status;
-    Result<FrameHeader> header = co_await ReadFrameHeader(connection->socket, options_.max_payload,
-                                                          frame_deadline, connection->peer);
+    Result<FrameHeader> header = co_await ReadFrameHeader(
+        connection->stream(), options_.max_payload, frame_deadline, connection->peer);
     if (header.ok()) {
       request->header = *header;
       request->payload = TakePayload(header->length, &request->capacity);
       status = co_await ReadExactlyBatched(
-          connection->socket, {request->payload.get(), header->length}, options_.payload_read_batch,
-          frame_deadline, connection->peer);
+          connection->stream(), {request->payload.get(), header->length},
+          options_.payload_read_batch, frame_deadline, connection->peer);
       if (status.ok() && !(header->flags & kFrameUncheckedPayload))
         status = VerifyFramePayload(*header, request->bytes())
                      .WithContext("frame from " + connection->peer);
@@ -263,7 +310,7 @@ asio::awaitable<Status> RpcServer::AwaitNextFrame(Connection& connection) {
   while (true) {
     const Deadline idle =
         options_.idle_timeout.count() > 0 ? Deadline::After(options_.idle_timeout) : Forever();
-    Status readable = co_await WaitReadable(connection.socket, idle, connection.peer);
+    Status readable = co_await WaitReadable(connection.stream(), idle, connection.peer);
     // A connection waiting for its own requests' answers is not idle.
     if (readable.code() == StatusCode::kDeadlineExceeded && connection.active > 0) continue;
     co_return readable;
@@ -393,7 +440,7 @@ struct RpcClient::Pending {
 RpcClient::RpcClient(tcp::socket socket, RpcClientOptions options)
     : socket_(std::move(socket)), options_(std::move(options)) {
   peer_ = options_.peer_name.empty() ? RemoteName(socket_) : options_.peer_name;
-  writer_ = std::make_shared<FrameWriter>(socket_, peer_);
+  writer_ = std::make_shared<FrameWriter>(socket_, peer_);  // replaced once TLS is up
 }
 
 RpcClient::~RpcClient() {
@@ -406,11 +453,19 @@ asio::awaitable<Result<std::shared_ptr<RpcClient>>> RpcClient::Connect(std::stri
                                                                        Deadline deadline,
                                                                        RpcClientOptions options) {
   if (options.peer_name.empty()) options.peer_name = host + ":" + std::to_string(port);
+  if (!options.tls && options.secret) options.tls = options.secret->tls();
   CO_ASSIGN_OR_RETURN(tcp::socket socket,
                       co_await net::Connect(host, port, deadline, options.connect));
-  CO_RETURN_IF_ERROR(
-      co_await AuthenticateClient(socket, options.secret.get(), deadline, options.peer_name));
+  // Built first: the TLS session refers to the client's own socket (closed if we return early).
   auto client = std::shared_ptr<RpcClient>(new RpcClient(std::move(socket), std::move(options)));
+  if (client->options_.tls) {
+    CO_ASSIGN_OR_RETURN(client->tls_,
+                        co_await TlsHandshake(client->socket_, *client->options_.tls,
+                                              TlsRole::kClient, deadline, client->peer_));
+    client->writer_ = std::make_shared<FrameWriter>(client->stream(), client->peer_);
+  }
+  CO_RETURN_IF_ERROR(co_await AuthenticateClient(client->stream(), client->options_.secret.get(),
+                                                 deadline, client->peer_));
   asio::co_spawn(
       client->socket_.get_executor(), [client] { return client->ReadLoop(); }, asio::detached);
   co_return client;
@@ -487,8 +542,8 @@ asio::awaitable<Status> RpcClient::ReadResponse(const FrameHeader& header,
     const size_t in_head = std::min<size_t>(header.length, pending->head.size());
     const size_t in_body = header.length - in_head;
     pending->filling = true;
-    Status s = co_await ReadExactly(socket_, pending->head.first(in_head), Forever(), peer_);
-    if (s.ok()) s = co_await ReadExactly(socket_, pending->body.first(in_body), Forever(), peer_);
+    Status s = co_await ReadExactly(stream(), pending->head.first(in_head), Forever(), peer_);
+    if (s.ok()) s = co_await ReadExactly(stream(), pending->body.first(in_body), Forever(), peer_);
     if (s.ok() && checked &&
         Crc32cExtend(Crc32c(pending->head.data(), in_head), pending->body.data(), in_body) !=
             header.crc)
@@ -506,7 +561,7 @@ asio::awaitable<Status> RpcClient::ReadResponse(const FrameHeader& header,
     co_return s;
   }
   Frame frame{header, std::vector<std::byte>(header.length)};
-  CO_RETURN_IF_ERROR(co_await ReadExactly(socket_, frame.payload, Forever(), peer_));
+  CO_RETURN_IF_ERROR(co_await ReadExactly(stream(), frame.payload, Forever(), peer_));
   if (checked)
     CO_RETURN_IF_ERROR(
         VerifyFramePayload(header, frame.payload).WithContext("frame from " + peer_));
@@ -528,7 +583,7 @@ asio::awaitable<void> RpcClient::ReadLoop() {
   auto self = shared_from_this();
   while (true) {
     Result<FrameHeader> header =
-        co_await ReadFrameHeader(socket_, options_.max_payload, Forever(), peer_);
+        co_await ReadFrameHeader(stream(), options_.max_payload, Forever(), peer_);
     if (!header.ok()) {
       FailAll(header.status());
       co_return;

@@ -40,6 +40,7 @@
 #include <boost/asio/any_io_executor.hpp>
 
 #include "base/net/frame_io.h"
+#include "base/net/tls.h"
 
 namespace rt::net {
 class ClusterSecret;
@@ -100,7 +101,14 @@ struct RpcServerOptions {
   // request is read; a client that cannot is logged with its address and dropped. Null
   // (default): no authentication, and Start() refuses a bind address that is not loopback.
   std::shared_ptr<const ClusterSecret> secret = nullptr;
-  // How long a client may take to complete the handshake.
+  // Mutual TLS (base/net/tls.h): every connection runs the TLS handshake first, then the secret
+  // handshake (if any) and the requests inside TLS; a client without a certificate of the
+  // cluster CA is logged and dropped, and a plain-TCP client gets an Unauthenticated error
+  // response ("this server requires TLS") for its first frame. With TLS, Start() accepts any
+  // bind address even without a secret. Null (default): the secret's (ClusterSecret::tls()),
+  // if any, else plain TCP.
+  std::shared_ptr<const TlsContext> tls = nullptr;
+  // How long a client may take to complete the handshakes (TLS and secret, each).
   std::chrono::milliseconds auth_timeout{5'000};
   // How long one request frame (header and payload) may take to arrive once its first byte has
   // come: a client that dribbles a frame (slowloris) is dropped at this deadline.
@@ -138,7 +146,7 @@ class RpcServer : public std::enable_shared_from_this<RpcServer> {
 
   // Binds, listens and starts accepting. Returns the bound port. Errors: IoError or
   // AlreadyExists naming the address when bind fails; FailedPrecondition for an address that is
-  // not loopback without a cluster secret. Call once, from any thread before the
+  // not loopback without a cluster secret or TLS. Call once, from any thread before the
   // executor runs or from the executor.
   Result<uint16_t> Start();
 
@@ -164,6 +172,9 @@ class RpcServer : public std::enable_shared_from_this<RpcServer> {
   RpcServer(asio::any_io_executor executor, RpcServerOptions options);
   asio::awaitable<void> AcceptLoop();
   asio::awaitable<void> ServeConnection(std::shared_ptr<Connection> connection);
+  // Runs the TLS handshake on a new connection; a plain-TCP client is answered with an
+  // Unauthenticated error response first. Errors as TlsHandshake.
+  asio::awaitable<Status> AcceptTls(Connection& connection);
   struct Request;
   asio::awaitable<void> ServeRequest(std::shared_ptr<Connection> connection,
                                      std::shared_ptr<Request> request);
@@ -206,14 +217,20 @@ struct RpcClientOptions {
   // The cluster secret to prove to the server right after connecting (base/net/auth.h); null
   // (default) for a server that runs without one.
   std::shared_ptr<const ClusterSecret> secret = nullptr;
+  // Mutual TLS with the server (base/net/tls.h), run before the secret handshake; the TLS
+  // handshake shares the connect deadline. Null (default): the secret's
+  // (ClusterSecret::tls()), if any, else plain TCP.
+  std::shared_ptr<const TlsContext> tls = nullptr;
 };
 
 // One connection to an RpcServer with pipelined calls. Create with Connect().
 class RpcClient : public std::enable_shared_from_this<RpcClient> {
  public:
-  // Connects (retrying until `deadline`, see net::Connect), authenticates with
-  // options.secret when set (errors: Unauthenticated naming the server), and starts the
-  // response reader.
+  // Connects (retrying until `deadline`, see net::Connect), runs the TLS handshake with
+  // options.tls and authenticates with options.secret when set (errors: Unauthenticated naming
+  // the server; see TlsHandshake and AuthenticateClient), and starts the response reader. Over
+  // TLS 1.3 a server that refuses our certificate may say so only at the first call, which then
+  // fails with Unauthenticated (with a secret, the secret handshake finds it out here).
   static asio::awaitable<Result<std::shared_ptr<RpcClient>>> Connect(std::string host,
                                                                      uint16_t port,
                                                                      Deadline deadline,
@@ -259,12 +276,15 @@ class RpcClient : public std::enable_shared_from_this<RpcClient> {
  private:
   struct Pending;
   RpcClient(tcp::socket socket, RpcClientOptions options);
+  // The connection's byte stream (through the TLS session when there is one).
+  StreamRef stream() { return StreamRef(socket_, tls_.get()); }
   asio::awaitable<void> ReadLoop();
   // Reads a response payload of `header` into `pending`'s buffers or a new vector.
   asio::awaitable<Status> ReadResponse(const FrameHeader& header, std::shared_ptr<Pending> pending);
   void FailAll(const Status& why);
 
   tcp::socket socket_;
+  TlsSessionPtr tls_;  // on socket_; null for a plain connection
   RpcClientOptions options_;
   std::string peer_;
   std::shared_ptr<FrameWriter> writer_;

@@ -389,9 +389,7 @@ Status ServerImpl::Init() {
     return InvalidArgument("ringfsd: node id " + std::to_string(o.self) +
                            " is not in the node list");
   if (o.state_dir.empty()) return InvalidArgument("ringfsd: state folder is not set");
-  if (!o.secret_file.empty()) {
-    ASSIGN_OR_RETURN(secret_, net::ClusterSecret::Load(o.secret_file));
-  }
+  ASSIGN_OR_RETURN(secret_, net::ClusterSecret::LoadWithTls(o.secret_file, o.tls));
   uint32_t smallest = o.nodes[0].id;
   std::vector<chain::NodeId> ids;
   for (const auto& n : o.nodes) {
@@ -465,16 +463,17 @@ Status ServerImpl::Init() {
   asio::co_spawn(io_, TickLoop(), asio::detached);
   LOG_INFO(
       "effective config: node.id={} node.state={} node.listen={} auth.secret_file={} "
-      "cluster.replication={} "
+      "tls.cert_file={} cluster.replication={} "
       "cluster.chains={} "
       "cluster.file_chunk_size={} engine.chunk_size={} engine.small_chunk_size={} "
       "engine.slots_per_file={} "
       "engine.capacity_bytes={} engine.queue_depth={} engine.io_buffers={} timing.tick_ms={} "
       "timing.heartbeat_ms={} timing.down_after={} timing.collect_ms={}",
       o.self, o.state_dir, o.listen_host, o.secret_file.empty() ? "(none)" : o.secret_file,
-      o.replication, o.chains, o.file_chunk_size, o.engine.chunk_size, o.engine.small_chunk_size,
-      o.engine.slots_per_file, o.engine.capacity_bytes, o.engine.queue_depth, o.engine.io_buffers,
-      o.tick_ms, o.heartbeat_ms, o.down_after, o.collect_ms);
+      o.tls.cert_file.empty() ? "(none)" : o.tls.cert_file, o.replication, o.chains,
+      o.file_chunk_size, o.engine.chunk_size, o.engine.small_chunk_size, o.engine.slots_per_file,
+      o.engine.capacity_bytes, o.engine.queue_depth, o.engine.io_buffers, o.tick_ms, o.heartbeat_ms,
+      o.down_after, o.collect_ms);
   LOG_INFO("ringfsd node {} serving on {}:{} ({} nodes, replication {}, {} chains, state {}){}",
            o.self, o.listen_host, port, o.nodes.size(), o.replication, o.chains, o.state_dir,
            o.follow_views ? ", metadata node: the smallest id of each membership view"

@@ -47,6 +47,10 @@ Result<ServerOptions> LoadServerOptions(const std::string& path) {
   schema.String("node.listen", &o.listen_host, "address to bind");
   schema.String("auth.secret_file", &o.secret_file,
                 "cluster secret file (ringctl init-secret); \"\" = none (loopback only)");
+  schema.String("tls.cert_file", &o.tls.cert_file,
+                "this node's TLS certificate (PEM; ringctl init-tls); \"\" = no TLS");
+  schema.String("tls.key_file", &o.tls.key_file, "its private key (PEM, mode 0600)");
+  schema.String("tls.ca_file", &o.tls.ca_file, "the cluster CA's certificate (PEM)");
   schema.String("cluster.nodes", &nodes, "every node as ID@HOST:PORT, comma-separated");
   schema.Int("cluster.replication", &o.replication, 1, 3, "replicas per chain");
   schema.Int("cluster.chains", &o.chains, 1, 4096, "replication chains");

@@ -20,6 +20,10 @@ slots = 2
 seeds = "127.0.0.1:7701, 127.0.0.1:7702,"
 [auth]
 secret_file = "/etc/ringtrain/secret"
+[tls]
+cert_file = "/etc/ringtrain/tls/node-3.pem"
+key_file = "/etc/ringtrain/tls/node-3.key"
+ca_file = "/etc/ringtrain/tls/ca.pem"
 [worker]
 stop_grace_ms = 500
 env = "OMP_NUM_THREADS=1"
@@ -31,6 +35,9 @@ env = "OMP_NUM_THREADS=1"
   EXPECT_EQ(c->AdvertisedAddress(), "127.0.0.1:7703");
   EXPECT_EQ(c->SeedList(), (std::vector<std::string>{"127.0.0.1:7701", "127.0.0.1:7702"}));
   EXPECT_EQ(c->secret_file, "/etc/ringtrain/secret");
+  EXPECT_EQ(c->tls.cert_file, "/etc/ringtrain/tls/node-3.pem");
+  EXPECT_EQ(c->tls.key_file, "/etc/ringtrain/tls/node-3.key");
+  EXPECT_EQ(c->tls.ca_file, "/etc/ringtrain/tls/ca.pem");
   EXPECT_EQ(c->stop_grace_ms, 500);
 }
 
@@ -136,6 +143,7 @@ TEST(NodeConfigTest, StoreKeysGiveTheChunkServerOptions) {
   EXPECT_EQ(o->chains, 16);
   EXPECT_EQ(o->engine.capacity_bytes, uint64_t{2} << 30);
   EXPECT_EQ(o->secret_file, "/s");
+  EXPECT_TRUE(o->tls.empty());
 
   const std::string head = "[node]\nid = 2\nstate_dir = \"/x\"\n[store]\n";
   const std::pair<const char*, const char*> bad[] = {

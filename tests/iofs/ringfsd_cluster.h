@@ -43,6 +43,13 @@ class RingfsdCluster {
   void UseSecret(int n, const std::string& path) {
     std::ofstream(Config(n), std::ios::app) << "[auth]\nsecret_file = \"" << path << "\"\n";
   }
+  // Gives node `n` the TLS identity NAME in `dir` (files of `ringctl init-tls`; [tls]). Call
+  // before Start(n).
+  void UseTls(int n, const std::string& dir, const std::string& name) {
+    std::ofstream(Config(n), std::ios::app)
+        << "[tls]\ncert_file = \"" << dir << "/" << name << ".pem\"\nkey_file = \"" << dir << "/"
+        << name << ".key\"\nca_file = \"" << dir << "/ca.pem\"\n";
+  }
   std::string Config(int n) const { return dir_ + "/node" + std::to_string(n) + ".toml"; }
   std::string Log(int n) const { return dir_ + "/node" + std::to_string(n) + ".log"; }
   bool Start(int n, const std::string& faults = "") {

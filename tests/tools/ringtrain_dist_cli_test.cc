@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/net/auth.h"
+#include "base/net/tls_certs.h"
 #include "base/process.h"
 #include "comm/store.h"
 #include "data/data_loader.h"
@@ -139,6 +140,27 @@ TEST_F(CliTest, RunWithItsOwnSecretTrainsExactlyAsWorkersWithoutOne) {
   const auto without_secret = MetricsWithoutTimings(dir_ / "m.jsonl");
   ASSERT_EQ(with_secret.size(), 6u);       // 5 steps and the evaluation
   EXPECT_EQ(with_secret, without_secret);  // bitwise: losses, grad norms, validation loss
+}
+
+// `--secret-file` with `--tls-dir`: the run's store is reached over mutual TLS by the launcher and
+// by its workers (given the TLS files by path), and the run trains as without it.
+TEST_F(CliTest, RunOverTlsTrains) {
+  const std::string tls = (dir_ / "tls").string(), secret = (dir_ / "secret").string();
+  ASSERT_TRUE(net::CreateTlsFiles(tls, {"client"}, 30).ok());
+  ASSERT_TRUE(net::ClusterSecret::Create(secret).ok());
+  const Exec run = ExecuteBinary(
+      RINGTRAIN_BIN, "--log-level info train " + Sets() +
+                         " --set train.micro_batches=2 --layout dp=2 --ranks 2 --steps 5 "
+                         "--secret-file " +
+                         secret + " --tls-dir " + tls);
+  ASSERT_EQ(run.code, 0) << run.output;
+  EXPECT_EQ(MetricsWithoutTimings(dir_ / "m.jsonl").size(), 6u);  // 5 steps and the evaluation
+  // TLS files without the secret are refused before anything starts.
+  const Exec alone =
+      ExecuteBinary(RINGTRAIN_BIN, "--log-level warn train " + Sets() +
+                                       " --layout dp=2 --ranks 2 --steps 5 --tls-dir " + tls);
+  EXPECT_NE(alone.code, 0) << alone.output;
+  EXPECT_NE(alone.output.find("needs the cluster secret"), std::string::npos) << alone.output;
 }
 
 TEST_F(CliTest, TheSecretFolderOfAKilledLauncherIsRemovedByTheNextRun) {

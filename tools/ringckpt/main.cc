@@ -12,6 +12,7 @@
 #include "base/log.h"
 #include "base/net/auth.h"
 #include "tools/ringckpt/commands.h"
+#include "tools/tls_flags.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"ringckpt: inspect, verify, reshard, export and diff ringtrain checkpoints"};
@@ -21,6 +22,8 @@ int main(int argc, char** argv) {
   std::string secret_file;
   app.add_option("--secret-file", secret_file,
                  "the cluster secret, for ringfs:// storage on a cluster that has one");
+  rt::tools::TlsFlags tls;
+  rt::tools::AddTlsFlags(&app, &tls);
   ringckpt::Source source, other;
   bool json = false;
   std::string out;
@@ -56,8 +59,8 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
   if (rt::Status s = rt::InitLogging(log_level, "ringckpt"); !s.ok()) return ringckpt::Fail(s);
-  if (!secret_file.empty()) {
-    auto secret = rt::net::ClusterSecret::Load(secret_file);
+  if (!secret_file.empty() || !tls.Files().empty()) {
+    auto secret = rt::net::ClusterSecret::LoadWithTls(secret_file, tls.Files());
     if (!secret.ok()) return ringckpt::Fail(secret.status());
     source.storage.secret = other.storage.secret = reshard.storage.secret = *secret;
   }

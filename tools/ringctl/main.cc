@@ -4,6 +4,9 @@
 //   ringctl submit job.toml | stop | scale --nodes N | drain NODE [--undo]
 //   ringctl checkpoint | checkpoints [--json]
 //   ringctl init-secret PATH
+//   ringctl init-tls DIR --nodes N   (a cluster CA, node-0..N-1 and client keys + certificates)
+// --tls-dir DIR (or --tls-cert/--tls-key/--tls-ca) with --secret-file: reach a daemon that
+// runs with [tls].
 // Exit status: 0 done, 1 the daemon refused or failed (its error is printed), 2 bad usage.
 #include <cstdio>
 #include <ctime>
@@ -14,10 +17,12 @@
 
 #include "base/file.h"
 #include "base/net/auth.h"
+#include "base/net/tls_certs.h"
 #include "base/version.h"
 #include "daemon/control_api.h"
 #include "elastic/job.h"
 #include "tools/ringctl/top.h"
+#include "tools/tls_flags.h"
 
 namespace {
 
@@ -106,6 +111,8 @@ int main(int argc, char** argv) {
   int timeout_ms = 20'000;
   app.add_option("--daemon", daemon, "host:port of any daemon's control port");
   app.add_option("--secret-file", secret_file, "the cluster secret");
+  rt::tools::TlsFlags tls;
+  rt::tools::AddTlsFlags(&app, &tls);
   app.add_option("--timeout-ms", timeout_ms, "how long to wait for the daemon")
       ->check(CLI::Range(1, 3'600'000));
   bool json = false, undo = false;
@@ -132,6 +139,16 @@ int main(int argc, char** argv) {
   checkpoints->add_flag("--json", json, "print them as JSON");
   CLI::App* init = app.add_subcommand("init-secret", "create a new cluster secret file (0600)");
   init->add_option("path", secret_path)->required();
+  std::string tls_dir;
+  int tls_nodes = 1, tls_days = 825;
+  CLI::App* init_tls = app.add_subcommand(
+      "init-tls",
+      "create a cluster CA and keys + certificates for N nodes and a client in DIR (keys 0600; "
+      "an existing CA is reused, existing files are never replaced)");
+  init_tls->add_option("dir", tls_dir)->required();
+  init_tls->add_option("--nodes", tls_nodes, "node-0 .. node-(N-1)")->check(CLI::Range(0, 10000));
+  init_tls->add_option("--days", tls_days, "how long the certificates are valid")
+      ->check(CLI::Range(1, 36500));
   CLI11_PARSE(app, argc, argv);
 
   if (*init) {
@@ -140,9 +157,23 @@ int main(int argc, char** argv) {
     std::printf("cluster secret written to %s\n", secret_path.c_str());
     return 0;
   }
+  if (*init_tls) {
+    std::vector<std::string> names;
+    for (int i = 0; i < tls_nodes; ++i) names.push_back("node-" + std::to_string(i));
+    names.push_back("client");
+    auto report = rt::net::CreateTlsFiles(tls_dir, names, tls_days);
+    if (!report.ok()) return Fail(report.status());
+    for (const std::string& path : report->written) std::printf("wrote %s\n", path.c_str());
+    for (const std::string& path : report->kept) std::printf("kept  %s\n", path.c_str());
+    std::printf(
+        "node i: [tls] cert_file = \"%s/node-i.pem\", key_file = \"%s/node-i.key\", ca_file = "
+        "\"%s/ca.pem\"; tools: --tls-dir %s\n",
+        tls_dir.c_str(), tls_dir.c_str(), tls_dir.c_str(), tls_dir.c_str());
+    return 0;
+  }
   std::shared_ptr<const rt::net::ClusterSecret> secret;
-  if (!secret_file.empty()) {
-    auto loaded = rt::net::ClusterSecret::Load(secret_file);
+  {
+    auto loaded = rt::net::ClusterSecret::LoadWithTls(secret_file, tls.Files());
     if (!loaded.ok()) return Fail(loaded.status());
     secret = *loaded;
   }

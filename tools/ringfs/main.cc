@@ -14,6 +14,7 @@
 #include "base/version.h"
 #include "iofs/server.h"
 #include "tools/ringfs/session.h"
+#include "tools/tls_flags.h"
 
 namespace {
 
@@ -46,6 +47,8 @@ int main(int argc, char** argv) {
   app.add_option("--server", server, "HOST:PORT of any ringfsd node");
   std::string secret_file;
   app.add_option("--secret-file", secret_file, "the cluster secret, for a cluster that has one");
+  rt::tools::TlsFlags tls;
+  rt::tools::AddTlsFlags(&app, &tls);
   app.add_option("--timeout", timeout_s, "seconds before a command gives up");
   app.add_option("--parallel", parallel, "requests in flight for put/get/cat")
       ->check(CLI::Range(1, 256));
@@ -90,8 +93,8 @@ int main(int argc, char** argv) {
   const Deadline deadline = Deadline::After(std::chrono::seconds(timeout_s));
 
   rt::iofs::ClientOptions client_options;
-  if (!secret_file.empty()) {
-    auto secret = rt::net::ClusterSecret::Load(secret_file);
+  {
+    auto secret = rt::net::ClusterSecret::LoadWithTls(secret_file, tls.Files());
     if (!secret.ok()) return Fail(secret.status());
     client_options.secret = *secret;
   }

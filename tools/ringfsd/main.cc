@@ -13,6 +13,7 @@
 #include "base/log.h"
 #include "base/version.h"
 #include "iofs/server.h"
+#include "tools/tls_flags.h"
 
 int main(int argc, char** argv) {
   // Chunk-sized buffers (4 MiB) come and go with every request: keep them in the heap rather than
@@ -33,6 +34,8 @@ int main(int argc, char** argv) {
   app.add_option(
       "--secret-file", secret_file,
       "the cluster secret (mode 0600; ringctl init-secret); replaces [auth] secret_file");
+  rt::tools::TlsFlags tls;
+  rt::tools::AddTlsFlags(&app, &tls, "node-0");  // replaces [tls]
   int64_t collect_ms = 0;
   app.add_option("--collect-ms", collect_ms,
                  "period of the orphan collector (default 10000, or timing.collect_ms)")
@@ -64,6 +67,7 @@ int main(int argc, char** argv) {
   }
   if (collect_ms > 0) options->collect_ms = collect_ms;
   if (!secret_file.empty()) options->secret_file = secret_file;
+  if (!tls.Files().empty()) options->tls = tls.Files();
   using ReadPath = rt::iofs::ServerOptions::ReadPath;
   options->read_path = read_path == "io-thread"     ? ReadPath::kIoThread
                        : read_path == "pool-engine" ? ReadPath::kPoolEngine

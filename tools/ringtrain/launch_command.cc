@@ -29,6 +29,8 @@ struct LaunchOptions {
   bool etcd = false;
   // Every daemon runs an embedded chunk server; together they form one store.
   bool store = false;
+  // Every link over mutual TLS (files made in the state folder's tls/).
+  bool tls = false;
 };
 
 // A daemon that ended on its own, and when launch starts it again (if it does).
@@ -85,6 +87,7 @@ Status RunLaunch(const LaunchOptions& opt) {
   options.base_port = static_cast<uint16_t>(opt.base_port);
   options.dir = opt.dir;
   options.store = opt.store;
+  options.tls = opt.tls;
   bool temporary = false;
   if (options.dir.empty()) {
     std::string pattern = (std::filesystem::temp_directory_path() / "ringtrain-launch-XXXXXX");
@@ -128,10 +131,11 @@ Status RunLaunch(const LaunchOptions& opt) {
           "names it as ckpt.dir = \"ringfs:///ckpt\", tools as ringfs://%s/ckpt\n",
           cluster->StoreAddress(1).c_str(), cluster->StoreAddress(1).c_str());
     std::printf(
-        "talk to it:  %s --daemon %s --secret-file %s status\n"
+        "talk to it:  %s --daemon %s --secret-file %s%s status\n"
         "submit a job: ... submit JOB.toml (see docs/daemon.md)\n"
         "Ctrl-C or SIGTERM stops every daemon.\n%s",
         ringctl.c_str(), cluster->Address(1).c_str(), cluster->SecretFile().c_str(),
+        opt.tls ? (" --tls-dir " + cluster->TlsDir()).c_str() : "",
         opt.restart_s < 0 ? ""
                           : ("A daemon that fails (kill -9 it to try) is started again after " +
                              std::to_string(opt.restart_s) + " s.\n")
@@ -186,6 +190,9 @@ void AddLaunchCommand(CLI::App& app, Action* action) {
   launch->add_flag("--store", o->store,
                    "every daemon runs an embedded chunk server, together one replicated store "
                    "(a job's ckpt.dir = \"ringfs:///PATH\"); ports after the control ports");
+  launch->add_flag("--tls", o->tls,
+                   "every link (control, membership, store, memory tier) over mutual TLS, with "
+                   "a CA and certificates made in the state folder's tls/ (ringctl init-tls)");
   launch->callback([=] { *action = [=] { return RunLaunch(*o); }; });
 }
 

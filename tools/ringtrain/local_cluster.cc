@@ -12,7 +12,9 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 
+#include "base/net/auth.h"
 #include "base/net/free_port.h"
+#include "base/net/tls_certs.h"
 #include "base/subprocess.h"
 #include "daemon/control_api.h"
 
@@ -57,7 +59,14 @@ Result<std::unique_ptr<LocalCluster>> LocalCluster::Start(LocalClusterOptions op
   const LocalClusterOptions& o = cluster->options_;
   const std::string secret = cluster->SecretFile();
   if (!fs::exists(secret)) RETURN_IF_ERROR(net::ClusterSecret::Create(secret));
-  ASSIGN_OR_RETURN(cluster->secret_, net::ClusterSecret::Load(secret));
+  net::TlsFiles client_tls;
+  if (o.tls) {
+    std::vector<std::string> names = {"client"};
+    for (int id = 1; id <= o.nodes; ++id) names.push_back("node-" + std::to_string(id));
+    RETURN_IF_ERROR(net::CreateTlsFiles(cluster->TlsDir(), names, 825).status());
+    client_tls = net::TlsFilesIn(cluster->TlsDir(), "client");
+  }
+  ASSIGN_OR_RETURN(cluster->secret_, net::ClusterSecret::LoadWithTls(secret, client_tls));
   for (int id = 1; id <= o.nodes; ++id) {
     if (fs::exists(cluster->NodeDir(id)))
       return FailedPrecondition(cluster->NodeDir(id) +
@@ -93,6 +102,8 @@ std::string LocalCluster::StoreAddress(int id) const {
 
 std::string LocalCluster::SecretFile() const { return options_.dir + "/secret"; }
 
+std::string LocalCluster::TlsDir() const { return options_.tls ? options_.dir + "/tls" : ""; }
+
 std::string LocalCluster::NodeDir(int id) const {
   return options_.dir + "/node" + std::to_string(id);
 }
@@ -124,6 +135,11 @@ Status LocalCluster::WriteNodeConfig(int id) const {
       << "\"\n[auth]\nsecret_file = \"" << SecretFile()
       << "\"\n[worker]\nstop_grace_ms = " << options_.stop_grace_ms << "\nenv = \""
       << options_.worker_env << "\"\n";
+  if (options_.tls) {
+    const net::TlsFiles tls = net::TlsFilesIn(TlsDir(), "node-" + std::to_string(id));
+    out << "[tls]\ncert_file = \"" << tls.cert_file << "\"\nkey_file = \"" << tls.key_file
+        << "\"\nca_file = \"" << tls.ca_file << "\"\n";
+  }
   if (options_.store) {
     std::string nodes;
     for (const auto& [n, port] : store_ports_)

@@ -45,6 +45,10 @@ struct LocalClusterOptions {
   // min(3, nodes)): a job reaches it as ckpt.dir = "ringfs:///PATH". Store ports follow the
   // control ports (base_port + nodes + i - 1), or are free ports.
   bool store = false;
+  // Every link runs over mutual TLS: a CA and keys + certificates for node-ID and a client are
+  // made in `dir`/tls (ringctl init-tls), each node.toml gets a [tls] section, and Status()
+  // calls as the client (tools: --tls-dir `dir`/tls).
+  bool tls = false;
 };
 
 // A started local cluster. Destroying it SIGKILLs every daemon still running (their workers die
@@ -67,6 +71,8 @@ class LocalCluster {
   std::string StoreAddress(int id) const;
   // The cluster secret file (for `ringctl --secret-file`).
   std::string SecretFile() const;
+  // The TLS folder (for `ringctl --tls-dir`); "" without options.tls.
+  std::string TlsDir() const;
   // Node `id`'s folder and its daemon's log.
   std::string NodeDir(int id) const;
   std::string LogPath(int id) const;

@@ -20,6 +20,7 @@
 #include "parallel/trainer.h"
 #include "tools/ringtrain/commands.h"
 #include "tools/ringtrain/progress.h"
+#include "tools/tls_flags.h"
 
 namespace rt::cli {
 namespace {
@@ -33,6 +34,7 @@ struct TrainOptions {
   std::string out;
   bool resume = false;
   rt::parallel::DistTrainOptions dist;  // used when --layout is given
+  tools::TlsFlags tls;                  // with --secret-file: the TLS identity it carries
 };
 
 // `train --layout ... --ranks N`: the launcher (or, with the hidden --rank, one worker).
@@ -46,6 +48,7 @@ Status RunDistributedTrain(const TrainOptions& opt) {
   o.stop_after = opt.stop_after;
   o.resume = opt.resume;
   o.command = {"train"};
+  o.tls = opt.tls.Files();
   return rt::parallel::RunDistributedTrain(o, "/proc/self/exe");
 }
 
@@ -110,9 +113,8 @@ Status RunTrain(const TrainOptions& opt) {
   std::unique_ptr<parallel::RunCheckpoints> checkpoints;
   if (opt.resume || config.ckpt.every > 0) {
     ckpt::StorageOptions storage;  // the cluster secret of a ringfs:// ckpt.dir
-    if (!opt.dist.secret_file.empty()) {
-      ASSIGN_OR_RETURN(storage.secret, net::ClusterSecret::Load(opt.dist.secret_file));
-    }
+    ASSIGN_OR_RETURN(storage.secret,
+                     net::ClusterSecret::LoadWithTls(opt.dist.secret_file, opt.tls.Files()));
     ASSIGN_OR_RETURN(checkpoints,
                      parallel::RunCheckpoints::Create(config, parallel::DescribeLayout({}), nullptr,
                                                       trainer->model().device(), nullptr, storage));
@@ -173,6 +175,7 @@ void AddTrainCommand(CLI::App& app, Action* action) {
                     "the cluster secret file: proven to the ringfsd of a ringfs:// ckpt.dir and, "
                     "with --ranks, the run's secret for its store and rank links (else a fresh "
                     "one is made for the run)");
+  tools::AddTlsFlags(train, &opt->tls);
   train->callback([=] {
     const bool distributed = !opt->dist.layout.empty() || opt->dist.ranks > 1;
     *action = [=] { return distributed ? RunDistributedTrain(*opt) : RunTrain(*opt); };

@@ -13,6 +13,7 @@
 #include "base/version.h"
 #include "kernels/gemm_kernels.h"
 #include "parallel/launch.h"
+#include "tools/tls_flags.h"
 
 int main(int argc, char** argv) {
   // First: may re-execute this binary with the chosen kernel set, which the workers inherit.
@@ -41,7 +42,10 @@ int main(int argc, char** argv) {
       "--secret-file", o.secret_file,
       "the cluster secret file: proven to the ringfsd of a ringfs:// ckpt.dir, and the "
       "run's secret for its store and rank links (else a fresh one is made for the run)");
+  rt::tools::TlsFlags tls;
+  rt::tools::AddTlsFlags(&app, &tls);
   CLI11_PARSE(app, argc, argv);
+  o.tls = tls.Files();
   char self[PATH_MAX];
   const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
   const std::string exe = n > 0 ? std::string(self, static_cast<size_t>(n)) : std::string(argv[0]);

@@ -76,6 +76,9 @@ int main(int argc, char** argv) {
   w->add_option("--daemon", worker.daemon)->required();
   w->add_option("--generation", worker.generation)->required();
   w->add_option("--secret-file", worker.secret_file);
+  w->add_option("--tls-cert", worker.tls.cert_file);
+  w->add_option("--tls-key", worker.tls.key_file);
+  w->add_option("--tls-ca", worker.tls.ca_file);
   w->add_option("--config", worker.train.config)->required();
   w->add_option("--layout", worker.train.layout)->required();
   w->add_option("--ranks", worker.train.ranks)->required();
