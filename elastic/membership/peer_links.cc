@@ -44,7 +44,14 @@ void PeerLinks::Send(NodeId node, const std::string& address, std::vector<std::b
   Link& link = links_[address];
   if (link.client && !link.client->connected()) link.client.reset();
   if (link.client) {
-    if (link.in_flight >= kMaxInFlight) return;
+    if (link.in_flight >= kMaxInFlight) {
+      if (!link.full)
+        LOG_WARN("membership: {} calls to {} are waiting for answers; dropping messages to it",
+                 link.in_flight, address);
+      link.full = true;
+      return;
+    }
+    link.full = false;
     ++link.in_flight;
     asio::co_spawn(executor_, Call(address, node, link.client, std::move(payload)), asio::detached);
     return;
@@ -76,7 +83,7 @@ asio::awaitable<void> PeerLinks::Connect(std::string address, NodeId node) {
     co_return;
   }
   if (!client->ok()) {
-    LOG_DEBUG("membership: cannot reach {}: {}", address, client->status().ToString());
+    NoteFailure(link, address, client->status());
     link.queue.clear();
     Failed(node);
     co_return;
@@ -94,13 +101,33 @@ asio::awaitable<void> PeerLinks::Call(std::string address, NodeId node,
       co_await client->Call(kMembershipMessageType, payload, Deadline::After(timing_.send_timeout));
   Link& link = links_[address];
   --link.in_flight;
-  if (reply.ok() || closed_) co_return;
-  LOG_DEBUG("membership: sending to {} failed: {}", address, reply.status().ToString());
+  if (closed_) co_return;
+  if (reply.ok()) {
+    NoteSuccess(link, address);
+    co_return;
+  }
+  NoteFailure(link, address, reply.status());
   if (link.client == client) {
     client->Close();
     link.client.reset();
   }
   Failed(node);
+}
+
+void PeerLinks::NoteFailure(Link& link, const std::string& address, const Status& why) {
+  if (link.failing) return;
+  link.failing = true;
+  link.failing_since = MonoClock::now();
+  LOG_WARN("membership: cannot reach {}: {}", address, why.ToString());
+}
+
+void PeerLinks::NoteSuccess(Link& link, const std::string& address) {
+  if (!link.failing) return;
+  link.failing = false;
+  LOG_INFO(
+      "membership: reaches {} again, {} ms after it stopped answering", address,
+      std::chrono::duration_cast<std::chrono::milliseconds>(MonoClock::now() - link.failing_since)
+          .count());
 }
 
 void PeerLinks::Failed(NodeId node) {

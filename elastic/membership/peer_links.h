@@ -15,6 +15,8 @@
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
 
+#include "base/deadline.h"
+#include "base/status.h"
 #include "elastic/membership.h"
 
 namespace rt::net {
@@ -44,12 +46,18 @@ class PeerLinks {
     bool connecting = false;
     int in_flight = 0;
     std::deque<std::vector<std::byte>> queue;  // while connecting
+    bool failing = false;                      // the last attempt failed (logged once)
+    MonoTime failing_since;
+    bool full = false;  // messages are being dropped: kMaxInFlight calls in flight (logged once)
   };
   boost::asio::awaitable<void> Connect(std::string address, NodeId node);
   boost::asio::awaitable<void> Call(std::string address, NodeId node,
                                     std::shared_ptr<net::RpcClient> client,
                                     std::vector<std::byte> payload);
   void Failed(NodeId node);
+  // Logs when `address` stops being reachable (`why`), once, and when it is reachable again.
+  void NoteFailure(Link& link, const std::string& address, const Status& why);
+  void NoteSuccess(Link& link, const std::string& address);
 
   boost::asio::any_io_executor executor_;
   std::shared_ptr<const net::ClusterSecret> secret_;
