@@ -1,6 +1,7 @@
 #include "daemon/node.h"
 
 #include <filesystem>
+#include <fstream>
 #include <future>
 
 #include <boost/asio/as_tuple.hpp>
@@ -35,6 +36,19 @@ net::RpcHandler JsonHandler(std::function<asio::awaitable<Result<Json>>(Json)> h
     CO_ASSIGN_OR_RETURN(Json reply, co_await handler(std::move(body)));
     co_return EncodeJson(reply);
   };
+}
+
+// The file under state_dir that keeps the rendezvous store's port for the next run.
+constexpr const char* kRendezvousPortFile = "rendezvous.port";
+
+// The rendezvous port this daemon's previous run used (0: none or unreadable). A restarted daemon
+// binds it again, so its registration (which names it) stays valid: plans made from the entry
+// its previous run registered still reach its rank 0.
+uint16_t RememberedRendezvousPort(const std::string& state_dir) {
+  std::ifstream in(state_dir + "/" + kRendezvousPortFile);
+  unsigned port = 0;
+  if (!(in >> port) || port > 65535) return 0;
+  return static_cast<uint16_t>(port);
 }
 
 }  // namespace
@@ -90,8 +104,24 @@ Status Node::Init() {
   comm::TcpStoreServerOptions store_options;
   store_options.bind_address = config_.rendezvous_host;
   store_options.secret = secret_;
-  ASSIGN_OR_RETURN(rendezvous_, comm::TcpStoreServer::Start(store_options));
+  store_options.port = RememberedRendezvousPort(config_.state_dir);
+  Result<std::unique_ptr<comm::TcpStoreServer>> rendezvous =
+      comm::TcpStoreServer::Start(store_options);
+  if (!rendezvous.ok() && store_options.port != 0) {
+    // Taken meanwhile: a new port, which this daemon registers (a new epoch if plans used it).
+    LOG_WARN("rendezvous store: port {} of the previous run: {}; taking another",
+             store_options.port, rendezvous.status().ToString());
+    store_options.port = 0;
+    rendezvous = comm::TcpStoreServer::Start(store_options);
+  }
+  if (!rendezvous.ok()) return rendezvous.status();
+  rendezvous_ = std::move(*rendezvous);
   rendezvous_address_ = config_.rendezvous_host + ":" + std::to_string(rendezvous_->port());
+  {
+    std::ofstream out(config_.state_dir + "/" + kRendezvousPortFile, std::ios::trunc);
+    out << rendezvous_->port() << "\n";
+    if (!out) LOG_WARN("cannot keep the rendezvous port in {}", config_.state_dir);
+  }
   RETURN_IF_ERROR(StartStore());
 
   elastic::MembershipServiceOptions m;
