@@ -26,6 +26,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -71,11 +72,22 @@ struct CodecFigures {
   uint64_t weights_raw = 0, weights_stored = 0, adam_raw = 0, adam_stored = 0;
 };
 
-// Everything measured; written by rank 0 only.
+// Everything measured; written by rank 0 only (the ranks are threads sharing it).
 struct Figures {
   std::vector<double> step_without_s, step_with_s, stall, save_call_s, tail_wait_s;
-  std::map<std::string, TargetTimes> targets;  // "posix", "ringfs"
-  std::map<std::string, CodecFigures> codecs;
+  std::map<std::string, TargetTimes> targets;  // "posix", "ringfs"; through Target() only
+  std::map<std::string, CodecFigures> codecs;  // through Codec() only
+  std::mutex maps_mu;  // every rank looks entries up: an insertion must not race another
+  // The entry of target `name` (created on first use); references stay valid.
+  TargetTimes& Target(const std::string& name) {
+    std::lock_guard lock(maps_mu);
+    return targets[name];
+  }
+  // The entry of codec `name` (created on first use); references stay valid.
+  CodecFigures& Codec(const std::string& name) {
+    std::lock_guard lock(maps_mu);
+    return codecs[name];
+  }
   uint64_t raw_bytes = 0;  // raw bytes of the stored state (replica 0, every kind)
   int64_t step = 0;        // the step of the checkpoints loaded in (c)
 };
@@ -240,7 +252,7 @@ Status MeasureSaves(RankContext& ctx, DistTrainer& engine, const Options& opt,
   for (int r = 0; r < opt.rounds; ++r) {
     for (const auto& [name, root] : targets) {
       const std::string uri = Under(root, "save-" + std::to_string(r));
-      TargetTimes& t = fig->targets[name];
+      TargetTimes& t = fig->Target(name);
       ASSIGN_OR_RETURN(auto writer, Writer(ctx, uri, run_ids[next_id++], opt.layout,
                                            ckpt::Codec::kNone, /*async=*/false));
       RETURN_IF_ERROR(Timed(ctx, &t.save_s, [&] {
@@ -255,7 +267,7 @@ Status MeasureSaves(RankContext& ctx, DistTrainer& engine, const Options& opt,
     for (const std::string& codec_name : Split(opt.codecs)) {
       ASSIGN_OR_RETURN(ckpt::Codec codec, ckpt::ParseCodec(codec_name));
       const std::string uri = Under(opt.dir, "codec-" + codec_name + "-" + std::to_string(r));
-      CodecFigures& c = fig->codecs[codec_name];
+      CodecFigures& c = fig->Codec(codec_name);
       ASSIGN_OR_RETURN(auto writer,
                        Writer(ctx, uri, run_ids[next_id++], opt.layout, codec, /*async=*/false));
       RETURN_IF_ERROR(Timed(ctx, &c.save_s, [&] {
@@ -289,7 +301,7 @@ Status MeasureReshardLoads(RankContext& ctx, DistTrainer& engine, const Options&
       ASSIGN_OR_RETURN(auto writer, Writer(ctx, own, run_ids[next_id++], layout, ckpt::Codec::kNone,
                                            /*async=*/false));
       RETURN_IF_ERROR(writer->Save(fig->step, engine.Shards(), StateBytes(engine.state())));
-      TargetTimes& t = fig->targets[name];
+      TargetTimes& t = fig->Target(name);
       RETURN_IF_ERROR(Timed(ctx, &t.reshard_load_s, [&] { return Load(engine, uri, fig->step); }));
       RETURN_IF_ERROR(Timed(ctx, &t.target_load_s, [&] { return Load(engine, own, fig->step); }));
     }
