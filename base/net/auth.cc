@@ -44,6 +44,9 @@ std::span<const std::byte> Bytes(std::string_view s) {
   return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
 }
 
+// A refused client's first frame is read whole up to this size before the refusal is sent.
+constexpr uint32_t kMaxRefusedPayload = 1 << 20;
+
 // Sends an RPC error response for the frame `header` came with.
 asio::awaitable<Status> Refuse(StreamRef stream, const FrameHeader& header, const Status& why,
                                Deadline deadline, std::string_view peer) {
@@ -181,6 +184,7 @@ asio::awaitable<Status> AuthenticateServer(StreamRef stream, const ClusterSecret
   if (header.type != kAuthHello || header.length != 1 + kNonceSize) {
     const Status why = Unauthenticated(
         "this server requires the cluster secret ([auth] secret_file, --secret-file)");
+    (void)co_await DiscardPayload(stream, header, kMaxRefusedPayload, deadline, peer);
     (void)co_await Refuse(stream, header, why, deadline, peer);
     co_return Unauthenticated(who + " sent no credentials");
   }

@@ -157,6 +157,13 @@ asio::awaitable<std::tuple<ErrorCode, size_t>> ReadInBatches(tcp::socket& socket
 
 }  // namespace
 
+asio::awaitable<Status> DiscardPayload(StreamRef stream, const FrameHeader& header, uint32_t limit,
+                                       Deadline deadline, std::string_view peer) {
+  if (header.length == 0 || header.length > limit) co_return Status();
+  std::vector<std::byte> ignored(header.length);
+  co_return co_await ReadExactly(stream, ignored, deadline, peer);
+}
+
 asio::awaitable<Status> ReadExactlyBatched(StreamRef stream, std::span<std::byte> buffer,
                                            size_t batch, Deadline deadline, std::string_view peer) {
   if (batch == 0 || buffer.size() <= batch || stream.tls())

@@ -119,6 +119,12 @@ asio::awaitable<Status> ReadExactly(StreamRef stream, std::span<std::byte> buffe
 // (whose records arrive decrypted piece by piece anyway): ReadExactly.
 asio::awaitable<Status> ReadExactlyBatched(StreamRef stream, std::span<std::byte> buffer,
                                            size_t batch, Deadline deadline, std::string_view peer);
+// Reads and drops the payload of a frame whose `header` was read, when it is at most `limit`
+// bytes (a larger one is left unread: OK, the caller closes the connection anyway). For replying
+// to a refused frame before closing: a close with unread bytes resets the connection, and the
+// peer may lose the reply.
+asio::awaitable<Status> DiscardPayload(StreamRef stream, const FrameHeader& header, uint32_t limit,
+                                       Deadline deadline, std::string_view peer);
 // Writes all of `buffer`.
 asio::awaitable<Status> WriteAll(StreamRef stream, std::span<const std::byte> buffer,
                                  Deadline deadline, std::string_view peer);

@@ -209,12 +209,8 @@ asio::awaitable<Status> RpcServer::AcceptTls(Connection& connection) {
     Result<FrameHeader> header = co_await ReadFrameHeader(connection.socket, options_.max_payload,
                                                           deadline, connection.peer);
     if (header.ok()) {
-      // Its payload is read too (when small): closing with unread bytes would reset the
-      // connection, and the client might lose the answer.
-      if (header->length <= kMaxDrainedPayload) {
-        std::vector<std::byte> ignored(header->length);
-        (void)co_await ReadExactly(connection.socket, ignored, deadline, connection.peer);
-      }
+      (void)co_await DiscardPayload(connection.socket, *header, kMaxDrainedPayload, deadline,
+                                    connection.peer);
       const Status why = Unauthenticated(options_.name +
                                          " requires TLS ([tls] in the node config, "
                                          "--tls-dir on the tools)");

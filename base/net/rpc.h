@@ -104,7 +104,7 @@ struct RpcServerOptions {
   // Mutual TLS (base/net/tls.h): every connection runs the TLS handshake first, then the secret
   // handshake (if any) and the requests inside TLS; a client without a certificate of the
   // cluster CA is logged and dropped, and a plain-TCP client gets an Unauthenticated error
-  // response ("this server requires TLS") for its first frame. With TLS, Start() accepts any
+  // response ("<name> requires TLS ...") for its first frame. With TLS, Start() accepts any
   // bind address even without a secret. Null (default): the secret's (ClusterSecret::tls()),
   // if any, else plain TCP.
   std::shared_ptr<const TlsContext> tls = nullptr;

@@ -194,6 +194,11 @@ class ServerImpl final : public Server, public ChainTransport, public ChainRoute
                                                           Lane lane = Lane::kData);
   // Closes `client` and forgets it as node `id`'s connection on `lane` (I/O thread only).
   void DropPeer(uint32_t id, Lane lane, const std::shared_ptr<net::RpcClient>& client);
+  // Closes every connection to node `id` (from any thread): its running calls fail at once
+  // (Aborted) and their callers retry elsewhere. For a node taken out of its chains: a write or
+  // read waiting on a node cut off by a partition would otherwise hold its file operation, and
+  // every one behind it, to the call's try deadline.
+  void DropLinksTo(uint32_t id);
   // Calls `type` at node `id` from a worker thread (blocks it, never the I/O thread), on `lane`.
   // `bulk`, if not empty, follows `payload` in a frame without a payload CRC (the protocol
   // carries its own); it must stay valid until the call returns (it blocks until then).
@@ -636,6 +641,18 @@ void ServerImpl::DropPeer(uint32_t id, Lane lane, const std::shared_ptr<net::Rpc
   client->Close();
 }
 
+void ServerImpl::DropLinksTo(uint32_t id) {
+  asio::post(io_, [this, id] {
+    for (const Lane lane : {Lane::kData, Lane::kControl, Lane::kPing}) {
+      auto it = peers_.find({id, lane});
+      if (it == peers_.end()) continue;
+      const std::shared_ptr<net::RpcClient> client = std::move(it->second);
+      peers_.erase(it);
+      client->Close();
+    }
+  });
+}
+
 Result<Frame> ServerImpl::CallBlocking(uint32_t id, uint16_t type, std::vector<std::byte> payload,
                                        Deadline deadline, std::span<const std::byte> bulk,
                                        Lane lane) {
@@ -853,6 +870,7 @@ void ServerImpl::OnPing(uint32_t id, bool ok) {
     } else if (++missed_[id] >= options_.down_after && (known == up_.end() || known->second)) {
       up_[id] = false;
       LOG_WARN("node {} is down ({} missed heartbeats)", id, missed_[id]);
+      DropLinksTo(id);
       changed = manager_->OnNodeDown(id);
     }
     if (!changed.empty()) SaveManager();
@@ -904,6 +922,7 @@ void ServerImpl::FollowMembers(const std::set<uint32_t>& members) {
       if (known != up_.end() && !known->second) continue;
       up_[n.id] = false;
       LOG_WARN("node {} is down (not in the membership view)", n.id);
+      DropLinksTo(n.id);
       for (const chain::ChainConfig& c : manager_->OnNodeDown(n.id)) touched.insert(c.chain);
     }
     for (chain::ChainId c : touched) changed.push_back(manager_->config(c));

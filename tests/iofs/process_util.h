@@ -64,6 +64,9 @@ class Process {
     return WaitExit(timeout);
   }
 
+  // Sends `signal` (e.g. SIGSTOP/SIGCONT: a node that hangs, then goes on).
+  bool Signal(int signal) { return child_ && child_->Signal(signal).ok(); }
+
   // Waits up to `timeout` for the process to exit on its own (killing it after) and returns its
   // wait status (-1 if it had to be killed or was not running).
   int WaitExit(std::chrono::milliseconds timeout) {

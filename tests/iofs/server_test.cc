@@ -86,6 +86,34 @@ TEST(ServerTest, CrashInTheMiddleOfAChainForwardLosesNothing) {
   WriteStreamWithFailure("iofs.chain.before_forward=crash@5", false);
 }
 
+// A chain head that stops answering (SIGSTOP: its connections stay open, calls to it just wait)
+// holds the writes sent to it only until the metadata node takes it out of its chains (10 missed
+// 100 ms pings here): then their calls are failed and the writes go to the new head, instead of
+// each waiting out its 10 s try (ChainStoreOptions::write_try_ms) — in a partition, the metadata
+// node's namespace writes, and with them every file operation, waited that long.
+TEST(ServerTest, WritesWaitingOnAStoppedHeadGoOnWhenItLeavesItsChains) {
+  TempDir dir("srv-stopped-head");
+  Cluster cluster(dir.path(), 3, 3);
+  for (int n = 1; n <= 3; ++n) ASSERT_TRUE(cluster.Start(n));
+  Io io;
+  auto client = io.Run(Client::Connect("127.0.0.1", cluster.port(1), Secs(10)));
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  ASSERT_TRUE(PutFile(io, **client, "/before", Content(1, 1, 100000)).ok()) << cluster.Logs();
+  ASSERT_TRUE(cluster.proc(2).Signal(SIGSTOP));
+  // 12 chunks of 256 KiB over 3 chains (and the namespace object): node 2 heads one of them.
+  const std::vector<std::byte> data = Content(2, 1, 12 * 262144);
+  const MonoTime start = MonoClock::now();
+  const Status put = PutFile(io, **client, "/during", data);
+  const double seconds = std::chrono::duration<double>(MonoClock::now() - start).count();
+  ASSERT_TRUE(cluster.proc(2).Signal(SIGCONT));
+  ASSERT_TRUE(put.ok()) << put.ToString() << "\n" << cluster.Logs();
+  EXPECT_LT(seconds, 6.0) << cluster.Logs();
+  auto got = GetFile(io, **client, "/during");
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_TRUE(*got == data);
+  ASSERT_TRUE(WaitConverged(io, cluster, 2, 60)) << "node 2 did not resync\n" << cluster.Logs();
+}
+
 void FlipBitsInDataFiles(const std::string& node_dir) {
   for (const auto& e : std::filesystem::directory_iterator(node_dir + "/engine/data")) {
     int fd = open(e.path().c_str(), O_RDWR);

@@ -40,15 +40,16 @@ std::shared_ptr<RpcServer> EchoServer(
   return server;
 }
 
-// Connects with `secret` and makes one echo call.
-Result<std::string> Echo(Loop& loop, uint16_t port, std::shared_ptr<const ClusterSecret> secret) {
+// Connects with `secret` and makes one echo call of `payload`.
+Result<std::string> Echo(Loop& loop, uint16_t port, std::shared_ptr<const ClusterSecret> secret,
+                         const std::string& payload = "ping") {
   return loop.Run<Result<std::string>>([&]() -> asio::awaitable<Result<std::string>> {
     RpcClientOptions o;
     o.secret = secret;
     CO_ASSIGN_OR_RETURN(auto client,
                         co_await RpcClient::Connect("127.0.0.1", port, Deadline::AfterMs(3000), o));
     CO_ASSIGN_OR_RETURN(Frame reply,
-                        co_await client->Call(kEcho, Keep(B("ping")), Deadline::AfterMs(3000)));
+                        co_await client->Call(kEcho, Keep(B(payload)), Deadline::AfterMs(3000)));
     co_return S(reply.payload);
   });
 }
@@ -84,6 +85,22 @@ TEST(Auth, ClientWithoutSecretGetsAnAuthenticationError) {
   EXPECT_EQ(r.status().code(), StatusCode::kUnauthenticated) << r.status().ToString();
   EXPECT_NE(r.status().message().find("requires the cluster secret"), std::string::npos)
       << r.status().ToString();
+  server->Abort();
+}
+
+// The refused first frame is read whole before the refusal: closing on its unread bytes would
+// reset the connection, and the client could lose the error.
+TEST(Auth, ClientWithoutSecretGetsTheErrorAfterALargeFirstFrame) {
+  Loop loop;
+  auto server = EchoServer(loop, kGood);
+  const uint16_t port = *server->Start();
+  for (int i = 0; i < 5; ++i) {
+    Result<std::string> r = Echo(loop, port, nullptr, std::string(512 << 10, 'x'));
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kUnauthenticated) << r.status().ToString();
+    EXPECT_NE(r.status().message().find("requires the cluster secret"), std::string::npos)
+        << r.status().ToString();
+  }
   server->Abort();
 }
 
