@@ -5,7 +5,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <map>
 #include <mutex>
@@ -205,10 +207,15 @@ class ServerImpl final : public Server, public ChainTransport, public ChainRoute
   Result<Frame> CallBlocking(uint32_t id, uint16_t type, std::vector<std::byte> payload,
                              Deadline deadline, std::span<const std::byte> bulk = {},
                              Lane lane = Lane::kData);
-  // CallBlocking on the control lane that gives up (Aborted) as soon as the server stops, so a
-  // pool thread never waits on a call the stopped I/O thread will not finish.
-  Result<Frame> CallUnlessStopping(uint32_t id, uint16_t type, std::vector<std::byte> payload,
-                                   Deadline deadline);
+  // The answers of CallEachUnlessStopping so far, by node.
+  using Answers = std::map<uint32_t, Result<Frame>>;
+  // Calls `type` at every node of `ids` at once on the control lane, from a worker thread, and
+  // waits for every answer, or until `settled(answers so far)` says they decide the matter, or
+  // the server stops (so a pool thread never waits on a call the stopped I/O thread will not
+  // finish). A node without an answer by then is missing from the result.
+  Answers CallEachUnlessStopping(const std::vector<uint32_t>& ids, uint16_t type,
+                                 const std::vector<std::byte>& payload, Deadline deadline,
+                                 const std::function<bool(const Answers&)>& settled);
 
   void RegisterHandlers();
   // Shared-memory clients (iofs/net/shm.h): accepts registrations on the Unix socket.
@@ -670,27 +677,41 @@ Result<Frame> ServerImpl::CallBlocking(uint32_t id, uint16_t type, std::vector<s
       }(this, id, type, std::move(payload), deadline, bulk, lane));
 }
 
-Result<Frame> ServerImpl::CallUnlessStopping(uint32_t id, uint16_t type,
-                                             std::vector<std::byte> payload, Deadline deadline) {
-  auto result = std::make_shared<std::promise<Result<Frame>>>();
-  std::future<Result<Frame>> done = result->get_future();
-  asio::co_spawn(
-      io_,
-      [](ServerImpl* self, uint32_t id, uint16_t type, std::vector<std::byte> payload,
-         Deadline deadline,
-         std::shared_ptr<std::promise<Result<Frame>>> result) -> awaitable<void> {
-        auto client =
-            co_await self->Peer(id, deadline.Min(Deadline::AfterMs(1000)), Lane::kControl);
-        if (!client.ok()) {
-          result->set_value(client.status());
-          co_return;
-        }
-        result->set_value(co_await (*client)->Call(type, payload, deadline));
-      }(this, id, type, std::move(payload), deadline, result),
-      asio::detached);
-  while (done.wait_for(std::chrono::milliseconds(50)) != std::future_status::ready)
-    if (stopping_) return Aborted("ringfsd node " + std::to_string(options_.self) + " stops");
-  return done.get();
+ServerImpl::Answers ServerImpl::CallEachUnlessStopping(
+    const std::vector<uint32_t>& ids, uint16_t type, const std::vector<std::byte>& payload,
+    Deadline deadline, const std::function<bool(const Answers&)>& settled) {
+  // Shared with the calls, which may finish after this returns.
+  struct Gathered {
+    std::mutex mu;
+    std::condition_variable arrived;
+    Answers answers;  // GUARDED_BY(mu)
+  };
+  auto gathered = std::make_shared<Gathered>();
+  for (const uint32_t id : ids)
+    asio::co_spawn(
+        io_,
+        [](ServerImpl* self, uint32_t id, uint16_t type, std::vector<std::byte> payload,
+           Deadline deadline, std::shared_ptr<Gathered> gathered) -> awaitable<void> {
+          auto client =
+              co_await self->Peer(id, deadline.Min(Deadline::AfterMs(1000)), Lane::kControl);
+          const auto record = [&](Result<Frame> answer) {
+            std::lock_guard lock(gathered->mu);
+            gathered->answers.emplace(id, std::move(answer));
+            gathered->arrived.notify_all();
+          };
+          // (Not one co_await inside ?: — GCC 12 destroys such a temporary twice.)
+          if (!client.ok()) {
+            record(client.status());
+            co_return;
+          }
+          Result<Frame> answer = co_await (*client)->Call(type, payload, deadline);
+          record(std::move(answer));
+        }(this, id, type, payload, deadline, gathered),
+        asio::detached);
+  std::unique_lock lock(gathered->mu);
+  while (gathered->answers.size() < ids.size() && !stopping_ && !settled(gathered->answers))
+    gathered->arrived.wait_for(lock, std::chrono::milliseconds(50));
+  return gathered->answers;
 }
 
 void ServerImpl::Send(const chain::Message& message) {
@@ -1466,24 +1487,44 @@ void ServerImpl::TakeOver(const std::set<uint32_t>& members, uint64_t epoch) {
       wire::EncodeHandoverRequest(wire::HandoverRequest{epoch, options_.self});
   std::string silent;
   std::string newer;  // why a node of a newer view may hold the role: this one must not take it
-  for (const NodeEndpoint& n : options_.nodes) {
-    if (n.id == options_.self || !members.contains(n.id)) continue;
-    // A node that held the role answers once its running file operations failed or ended (their
-    // writes fail at once while it resigns). One that does not answer in time may be cut off:
-    // it is waited for as a node outside the view is (below).
-    Result<Frame> reply =
-        CallUnlessStopping(n.id, wire::kMetaHandover, request, Deadline::AfterMs(3'000));
-    if (stopping_) {
-      EndTakeover();
-      return;
+  std::vector<uint32_t> others;
+  for (const NodeEndpoint& n : options_.nodes)
+    if (n.id != options_.self && members.contains(n.id)) others.push_back(n.id);
+  // Every other member at once. A node that held the role answers once its running file
+  // operations failed or ended (their writes fail at once while it resigns). One that does not
+  // answer in time may be cut off: it is waited for as a node outside the view is (below). A
+  // refusal (the node has a newer view) or a newer view here ends the wait: this view's
+  // takeover will not happen.
+  const auto superseded = [this, epoch](const Answers& answers) {
+    for (const auto& [id, answer] : answers)
+      if (answer.status().code() == StatusCode::kFailedPrecondition) return true;
+    std::lock_guard view(view_mu_);
+    return view_epoch_ > epoch;
+  };
+  Answers answers = CallEachUnlessStopping(others, wire::kMetaHandover, request,
+                                           Deadline::AfterMs(3'000), superseded);
+  if (stopping_) {
+    EndTakeover();
+    return;
+  }
+  {
+    std::lock_guard view(view_mu_);
+    if (view_epoch_ > epoch)
+      newer = "view " + std::to_string(view_epoch_) + " came during the takeover";
+  }
+  for (const uint32_t id : others) {
+    auto reply = answers.find(id);
+    if (reply == answers.end()) {
+      silent += " " + std::to_string(id) + " (no answer yet)";
+      continue;
     }
     Result<wire::Handover> handover =
-        reply.ok() ? wire::DecodeHandover(reply->payload) : reply.status();
+        reply->second.ok() ? wire::DecodeHandover(reply->second->payload) : reply->second.status();
     if (!handover.ok()) {
       if (handover.status().code() == StatusCode::kFailedPrecondition)
-        newer = "node " + std::to_string(n.id) +
+        newer = "node " + std::to_string(id) +
                 " refused: " + std::string(handover.status().message());
-      silent += " " + std::to_string(n.id) + " (" + handover.status().ToString() + ")";
+      silent += " " + std::to_string(id) + " (" + handover.status().ToString() + ")";
       continue;
     }
     if (const uint64_t sum = chain::ChainManager::SavedVersionSum(handover->manager_state);

@@ -10,7 +10,13 @@
 // written); when node 1 returns in a newer view it takes the role back with what node 2 changed,
 // and an older view changes nothing. A node 1 that was only cut off (it missed the views without
 // it) takes the role over anew when it is back. A metadata node that hears from no majority of
-// the store nodes freezes until it takes the role over again.
+// the store nodes freezes until it takes the role over again. A newer view ends a takeover that
+// waits on a member that does not answer.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <functional>
 #include <thread>
 
@@ -269,6 +275,41 @@ TEST(MetadataFailoverTest, AnIsolatedMetadataNodeFreezesAndTakesTheRoleOverAgain
   ASSERT_TRUE(got.ok()) << got.status().ToString();
   EXPECT_TRUE(*got == a);
   for (auto& n : nodes) EXPECT_TRUE(n->Shutdown(Secs(10)).ok());
+}
+
+// A takeover asks every other member of the view for what it knows, all at once, 3 s each at
+// most; a member cut off by a partition (here: a port that accepts connections and never
+// answers) must not hold the role when a newer view comes meanwhile. Node 2 becomes the
+// metadata node of view 1 {2, 3} (node 3 silent), then of view 2 {2}: it holds the role within
+// the freeze bound (0.7 s) of view 2, not after node 3's 3 s.
+TEST(MetadataFailoverTest, ANewerViewEndsATakeoverWaitingOnASilentMember) {
+  TempDir dir("iofs-silent-member");
+  const int silent = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(silent, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(silent, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  ASSERT_EQ(listen(silent, 16), 0);  // connections complete in the backlog; nothing answers
+  socklen_t length = sizeof(address);
+  ASSERT_EQ(getsockname(silent, reinterpret_cast<sockaddr*>(&address), &length), 0);
+  const std::vector<uint16_t> ports = {FreePort(), FreePort(), ntohs(address.sin_port)};
+  std::vector<std::unique_ptr<Server>> nodes;
+  for (uint32_t id = 1; id <= 2; ++id) {
+    nodes.push_back(StartNode(dir.path(), id, ports, true));
+    ASSERT_NE(nodes.back(), nullptr);
+  }
+  const MonoTime start = MonoClock::now();
+  for (auto& n : nodes) n->SetMembers({2, 3}, 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  for (auto& n : nodes) n->SetMembers({2}, 2);
+  ASSERT_TRUE(WaitStats(*nodes[1], 10, [](const ServerStats& s) { return s.metadata_node; }))
+      << "node 2 never took the metadata role";
+  const double seconds = std::chrono::duration<double>(MonoClock::now() - start).count();
+  EXPECT_LT(seconds, 2.5) << "the takeover waited for the silent member";
+  EXPECT_FALSE(nodes[0]->Stats().metadata_node);
+  for (auto& n : nodes) EXPECT_TRUE(n->Shutdown(Secs(10)).ok());
+  close(silent);
 }
 
 }  // namespace
