@@ -97,6 +97,11 @@ Result<StopAt> DecodeStopAt(const Json& j) {
   if (step == 0) return Bad("stop_at.step is 0");
   s.step = static_cast<int64_t>(step);
   ASSIGN_OR_RETURN(s.why, Text(j, "why", "stop_at"));
+  // Absent before the field existed (a state of version 3 all the same).
+  if (const auto it = j.find("snapshot"); it != j.end()) {
+    if (!it->is_boolean()) return Bad("stop_at.snapshot is not true or false");
+    s.snapshot = it->get<bool>();
+  }
   return s;
 }
 
@@ -182,6 +187,7 @@ std::string EncodeClusterState(const ClusterState& s) {
   if (s.stop_at)
     j["stop_at"] = {
         {"generation", s.stop_at->generation}, {"step", s.stop_at->step}, {"why", s.stop_at->why}};
+  if (s.stop_at && s.stop_at->snapshot) j["stop_at"]["snapshot"] = true;
   j["committed"] = nullptr;
   if (s.committed)
     j["committed"] = {{"generation", s.committed->generation},

@@ -50,11 +50,15 @@ struct ChangeCause {
 
 // A planned stop (docs/daemon.md "Planned changes lose nothing"): every rank of `generation`
 // stops after step `step` (or the first step after it at which the ranks all know it), saves a
-// checkpoint synchronously and exits; then the daemon that asked applies its change.
+// checkpoint synchronously (or, with `snapshot`, makes sure of the memory snapshot of the step)
+// and exits; then the daemon that asked applies its change.
 struct StopAt {
   std::string generation;  // the training generation "job.view.epoch" it applies to
   int64_t step = 0;        // ≥ 1: a step no rank had finished when it was proposed
   std::string why;         // "ringctl scale --nodes 2"
+  // The memory snapshot of the step is enough: every member stays, so the snapshots stay (a
+  // node joining). The ranks save a checkpoint only when the snapshot fails.
+  bool snapshot = false;
   bool operator==(const StopAt&) const = default;
 };
 

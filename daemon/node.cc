@@ -382,7 +382,11 @@ asio::awaitable<Result<Json>> Node::HandleWorkerReport(Json r) {
     co_return Json::object();
   if (r.contains("stopped_at")) {
     CO_ASSIGN_OR_RETURN(const int64_t step, IntField(r, "stopped_at", 1, INT64_MAX, "report"));
-    CO_RETURN_IF_ERROR(co_await RecordCommitted(generation, step));
+    std::string snapshot_in;
+    if (r.contains("snapshot_in")) {
+      CO_ASSIGN_OR_RETURN(snapshot_in, StringField(r, "snapshot_in", "report"));
+    }
+    CO_RETURN_IF_ERROR(co_await RecordCommitted(generation, step, std::move(snapshot_in)));
     co_return Json::object();
   }
   if (r.contains("finished_at")) {  // rank 0's last word: the job's final step
@@ -433,8 +437,10 @@ asio::awaitable<Result<Json>> Node::HandleWorkerReport(Json r) {
   // A planned stop of this generation: rank 0 learns its step here.
   Json reply = Json::object();
   Result<ClusterState> state = DecodeClusterState(membership_->CurrentState().blob);
-  if (state.ok() && state->stop_at && state->stop_at->generation == generation)
+  if (state.ok() && state->stop_at && state->stop_at->generation == generation) {
     reply["stop_at"] = state->stop_at->step;
+    if (state->stop_at->snapshot) reply["stop_snapshot"] = true;
+  }
   co_return reply;
 }
 

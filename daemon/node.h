@@ -185,22 +185,29 @@ class Node : public Daemon {
   // The newest progress any member's rank 0 reported (a fan-out); nullopt when none did.
   asio::awaitable<std::optional<Progress>> NewestProgress();
   // Proposes stop_at = (newest reported generation, its step + 2) and waits until rank 0's
-  // daemon records the committed checkpoint of that stop (≥ that step). Returns its step.
-  // Errors: FailedPrecondition when the job runs no generation that reports steps or has no
-  // checkpoints (ckpt.dir, ckpt.every); DeadlineExceeded when the checkpoint did not commit by
-  // `deadline`; those of the replicated state.
-  asio::awaitable<Result<int64_t>> CheckpointFirst(std::string why, Deadline deadline);
+  // daemon records the committed checkpoint of that stop (≥ that step). With `snapshot_enough`
+  // and a job that keeps memory snapshots (ckpt.memory_every > 0), the memory snapshot of the
+  // step will do (StopAt::snapshot). Returns its step. Errors: FailedPrecondition when the job
+  // runs no generation that reports steps or has no checkpoints (ckpt.dir, ckpt.every);
+  // DeadlineExceeded when the checkpoint did not commit by `deadline`; those of the replicated
+  // state.
+  asio::awaitable<Result<int64_t>> CheckpointFirst(std::string why, Deadline deadline,
+                                                   bool snapshot_enough = false);
   // A planned change: CheckpointFirst (bounded by kPlannedStopTimeout), then `change` with
   // stop_at cleared. When the checkpoint fails, logs why and applies the change anyway (the new
   // generation then resumes from the newest committed checkpoint).
-  asio::awaitable<Status> PlannedChange(std::string why, StateChange change);
-  // Nodes joined the plan's node set: the daemon of rank 0 checkpoints first, then bumps the
-  // epoch so that the next generation includes them.
+  asio::awaitable<Status> PlannedChange(std::string why, StateChange change,
+                                        bool snapshot_enough = false);
+  // Nodes joined the plan's node set: the daemon of rank 0 makes sure of a memory snapshot (or
+  // checkpoints) first — every member stays, so their snapshots do — then bumps the epoch so
+  // that the next generation includes them.
   asio::awaitable<void> GrowAfterCheckpoint(GenerationKey key, std::string joined);
   // SIGTERM: when this node runs ranks of the job, checkpoint first (bounded by `deadline`).
   asio::awaitable<void> CheckpointBeforeLeaving(Deadline deadline);
-  // Rank 0 stopped after `step` with the checkpoint committed: records it in `committed`.
-  asio::awaitable<Status> RecordCommitted(std::string generation, int64_t step);
+  // Rank 0 stopped after `step` with the checkpoint committed in the job's ckpt.dir (or, when
+  // `snapshot_in` is not "", only the memory snapshot, there): records it in `committed`.
+  asio::awaitable<Status> RecordCommitted(std::string generation, int64_t step,
+                                          std::string snapshot_in);
   // A rank stopped for a planned change: if no change follows in time, restarts the generation.
   asio::awaitable<void> WatchStoppedGeneration(GenerationKey key);
   asio::awaitable<Result<Json>> HandleCheckpoint(Json request);

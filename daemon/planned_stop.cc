@@ -36,6 +36,12 @@ Result<std::string> CheckpointDir(const JobEntry& job) {
   return spec.run.ckpt.dir;
 }
 
+// Whether the job keeps memory snapshots (ckpt.memory_every > 0).
+bool KeepsMemorySnapshots(const JobEntry& job) {
+  Result<elastic::JobSpec> spec = elastic::ParseJobSpec(job.text, "job " + job.name);
+  return spec.ok() && spec->run.ckpt.memory_every > 0;
+}
+
 // The committed checkpoints of `uri`, newest first: step, bytes, the MANIFEST's time where the
 // storage is a local folder, URI. Blocking (storage I/O).
 Result<Json> ListCheckpoints(const std::string& uri, const ckpt::StorageOptions& options) {
@@ -92,7 +98,8 @@ asio::awaitable<std::optional<Progress>> Node::NewestProgress() {
   co_return newest;
 }
 
-asio::awaitable<Result<int64_t>> Node::CheckpointFirst(std::string why, Deadline deadline) {
+asio::awaitable<Result<int64_t>> Node::CheckpointFirst(std::string why, Deadline deadline,
+                                                       bool snapshot_enough) {
   CO_ASSIGN_OR_RETURN(ClusterState state, DecodeClusterState(membership_->CurrentState().blob));
   if (!state.job || state.job->desire != JobDesire::kRun)
     co_return FailedPrecondition("the job is not running");
@@ -100,7 +107,8 @@ asio::awaitable<Result<int64_t>> Node::CheckpointFirst(std::string why, Deadline
   const std::optional<Progress> progress = co_await NewestProgress();
   if (!progress || progress->generation.rfind(std::to_string(state.job->id) + ".", 0) != 0)
     co_return FailedPrecondition("no rank of job " + state.job->name + " has reported a step");
-  const StopAt stop{progress->generation, progress->step + kStopAhead, why};
+  const StopAt stop{progress->generation, progress->step + kStopAhead, why,
+                    snapshot_enough && KeepsMemorySnapshots(*state.job)};
   StateChange propose = [stop](ClusterState* st) -> Result<bool> {
     if (st->stop_at && st->stop_at->generation == stop.generation) return false;  // one pending
     st->stop_at = stop;
@@ -126,13 +134,16 @@ asio::awaitable<Result<int64_t>> Node::CheckpointFirst(std::string why, Deadline
     co_return committed.status().WithContext("the checkpoint of the planned stop after step " +
                                              std::to_string(agreed.step));
   CO_ASSIGN_OR_RETURN(state, DecodeClusterState(committed->blob));
-  LOG_INFO("planned stop ({}): checkpoint of step {} committed in {}", why, state.committed->step,
-           state.committed->uri);
+  LOG_INFO("planned stop ({}): {} of step {} committed in {}", why,
+           agreed.snapshot ? "memory snapshot (or checkpoint)" : "checkpoint",
+           state.committed->step, state.committed->uri);
   co_return state.committed->step;
 }
 
-asio::awaitable<Status> Node::PlannedChange(std::string why, StateChange change) {
-  Result<int64_t> saved = co_await CheckpointFirst(why, Deadline::After(kPlannedStopTimeout));
+asio::awaitable<Status> Node::PlannedChange(std::string why, StateChange change,
+                                            bool snapshot_enough) {
+  Result<int64_t> saved =
+      co_await CheckpointFirst(why, Deadline::After(kPlannedStopTimeout), snapshot_enough);
   if (!saved.ok())
     LOG_WARN(
         "planned change ({}): no checkpoint first ({}); the next generation resumes from "
@@ -154,7 +165,7 @@ asio::awaitable<void> Node::GrowAfterCheckpoint(GenerationKey key, std::string j
     st->cause = {joined, at};
     return true;
   };
-  Status s = co_await PlannedChange(joined, std::move(change));
+  Status s = co_await PlannedChange(joined, std::move(change), /*snapshot_enough=*/true);
   if (!s.ok()) LOG_WARN("grow the job ({}): {}", joined, s.ToString());
   grow_pending_ = false;
   Wake();
@@ -181,10 +192,13 @@ asio::awaitable<void> Node::CheckpointBeforeLeaving(Deadline deadline) {
   }
 }
 
-asio::awaitable<Status> Node::RecordCommitted(std::string generation, int64_t step) {
+asio::awaitable<Status> Node::RecordCommitted(std::string generation, int64_t step,
+                                              std::string snapshot_in) {
   CO_ASSIGN_OR_RETURN(ClusterState state, DecodeClusterState(membership_->CurrentState().blob));
   if (!state.job) co_return FailedPrecondition("no job");
-  CO_ASSIGN_OR_RETURN(const std::string uri, CheckpointDir(*state.job));
+  CO_ASSIGN_OR_RETURN(std::string uri, CheckpointDir(*state.job));
+  const bool snapshot = !snapshot_in.empty();
+  if (snapshot) uri = std::move(snapshot_in);
   const Committed committed{generation, step, uri};
   StateChange change = [committed](ClusterState* st) -> Result<bool> {
     if (st->committed == committed) return false;
@@ -192,8 +206,8 @@ asio::awaitable<Status> Node::RecordCommitted(std::string generation, int64_t st
     return true;
   };
   CO_RETURN_IF_ERROR(co_await UpdateState(std::move(change)));
-  LOG_INFO("generation {}: stopped after step {}, its checkpoint committed in {}", generation, step,
-           uri);
+  LOG_INFO("generation {}: stopped after step {}, its {} committed in {}", generation, step,
+           snapshot ? "memory snapshot" : "checkpoint", uri);
   co_return Status();
 }
 

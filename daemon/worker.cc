@@ -130,17 +130,29 @@ class DaemonLink {
             co_return;
           }
           auto it = r->find("stop_at");
-          if (it != r->end() && it->is_number_integer()) stop_at_ = it->get<int64_t>();
+          if (it == r->end() || !it->is_number_integer()) co_return;
+          // The kind first: a rank reads the step, then the kind (stop_at()).
+          const auto snapshot = r->find("stop_snapshot");
+          stop_snapshot_ = snapshot != r->end() && snapshot->is_boolean() && snapshot->get<bool>();
+          stop_at_ = it->get<int64_t>();
         },
         asio::detached);
   }
 
-  // The planned stop step the daemon named in its last report answer; INT64_MAX = none.
-  int64_t stop_at() const { return stop_at_; }
+  // The planned stop the daemon named in its last report answer; step INT64_MAX = none.
+  parallel::PlannedStop stop_at() const {
+    const int64_t step = stop_at_;
+    return parallel::PlannedStop{step, step != INT64_MAX && stop_snapshot_};
+  }
 
-  // Tells the daemon that the ranks stopped after `step` with its checkpoint committed, and waits
-  // for the answer. Errors: those of the call.
-  Status ReportStopped(int64_t step) { return ReportEnd("stopped_at", step, "report the stop"); }
+  // Tells the daemon that the ranks stopped after `step` with its checkpoint committed (or only
+  // its memory snapshot, in `snapshot_in` when not ""), and waits for the answer. Errors: those
+  // of the call.
+  Status ReportStopped(int64_t step, const std::string& snapshot_in) {
+    Json extra = Json::object();
+    if (!snapshot_in.empty()) extra["snapshot_in"] = snapshot_in;
+    return ReportEnd("stopped_at", step, "report the stop", std::move(extra));
+  }
 
   // Tells the daemon that the run finished at `step` (its last step: the progress reports are
   // fire and forget, and a generation that resumed at the end reports none), and waits for the
@@ -150,13 +162,14 @@ class DaemonLink {
   }
 
  private:
-  // Sends {generation, rank, step, `key`: step} with the pending counters and waits for the
-  // answer.
-  Status ReportEnd(const char* key, int64_t step, const char* what) {
+  // Sends {generation, rank, step, `key`: step} and `extra` with the pending counters and waits
+  // for the answer.
+  Status ReportEnd(const char* key, int64_t step, const char* what, Json extra = Json::object()) {
     Json report = {{"generation", options_.generation},
                    {"rank", options_.train.rank},
                    {"step", step},
                    {key, step}};
+    report.update(extra);
     AddCounters(counters_.Take(), &report);
     return Call(std::move(report), what);
   }
@@ -191,8 +204,9 @@ class DaemonLink {
   std::shared_ptr<net::RpcClient> client_;
   std::thread thread_;
   std::atomic<int64_t> stop_at_{INT64_MAX};
-  CounterDeltas counters_;    // the rank's thread only
-  double counters_sent_ = 0;  // MonoSeconds() of the last counters-only report
+  std::atomic<bool> stop_snapshot_{false};  // the memory snapshot is enough for that stop
+  CounterDeltas counters_;                  // the rank's thread only
+  double counters_sent_ = 0;                // MonoSeconds() of the last counters-only report
 };
 
 // True when `config` names a ckpt.dir that holds a committed checkpoint, or the memory tier
@@ -265,10 +279,10 @@ Status RunWorker(WorkerOptions options, const std::string& executable) {
   Status report_status;
   if (!config.ckpt.dir.empty() && config.ckpt.every > 0) {
     options.train.stop_at = [&link] { return link.stop_at(); };
-    options.train.on_stopped = [&](int64_t step) {
+    options.train.on_stopped = [&](int64_t step, const std::string& snapshot_in) {
       stopped = step;
       if (options.train.rank == 0) {
-        report_status = link.ReportStopped(step);
+        report_status = link.ReportStopped(step, snapshot_in);
       } else if (Status flushed = link.FlushCounters(); !flushed.ok()) {
         LOG_WARN("worker: {}", flushed.ToString());  // only the metrics miss them
       }

@@ -252,6 +252,7 @@ Result<bool> RunCheckpoints::SettleMemory() {
   Status cause;
   ASSIGN_OR_RETURN(const int64_t failed_on, Settle(*memory_writer_, memory_pending_, &cause));
   NoteSettled(*memory_writer_, /*memory=*/true, step, failed_on);
+  if (failed_on == (world_ != nullptr ? world_->size() : 1)) memory_committed_step_ = step;
   if (!cause.ok())
     LOG_WARN(
         "memory snapshot of step {} to {} failed on rank {}: {} (the memory tier skips it; "
@@ -274,6 +275,25 @@ Status RunCheckpoints::SaveLast(int64_t step, const ckpt::StateShards& shards,
   memory_due_ = false;
   last_due_ = true;
   return Save(step, shards, state);
+}
+
+Result<bool> RunCheckpoints::SnapshotForStop(int64_t step, const ckpt::StateShards& shards,
+                                             const TrainerState& state) {
+  if (memory_writer_ == nullptr) return false;
+  // Every rank holds the same pending saves (Save is collective), so every rank takes the same
+  // branches here.
+  const bool started = memory_pending_.active && memory_pending_.step == step;
+  if (!started && memory_committed_step_ != step) {
+    RETURN_IF_ERROR(SettleMemory().status());
+    const std::vector<std::byte> bytes = state.Serialize();
+    Start(*memory_writer_, memory_pending_, step, shards,
+          std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+  }
+  RETURN_IF_ERROR(SettleMemory().status());
+  if (memory_committed_step_ == step) return true;
+  LOG_WARN("planned stop after step {}: its memory snapshot did not commit; saving a checkpoint",
+           step);
+  return false;
 }
 
 Status RunCheckpoints::Finish() {
@@ -392,6 +412,15 @@ Result<TrainerState> RunCheckpoints::Resume(const ckpt::StateShards& dest) {
                                 describe(mine == low ? high : low) + ")");
     if (mine < 0) {
       if (i == 0) return NotFound("resume: no committed checkpoint in " + where);
+      if (listed->empty()) {
+        // Only memory snapshots, none whole (their node and its neighbour both gone): they are
+        // dropped, so that the next generation starts from step 0 rather than fail on them.
+        RETURN_IF_ERROR(DropNewerMemorySnapshots(memory_steps, 0));
+        return newest_error.WithContext(
+            "resume: no memory snapshot in " + memory_->uri() + " loads and " + where +
+            " holds no committed checkpoint; the snapshots are dropped and the next generation "
+            "starts from step 0");
+      }
       return newest_error.WithContext("resume: no committed checkpoint in " + where + " loads");
     }
     const int64_t step = mine / 2;

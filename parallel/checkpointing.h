@@ -82,6 +82,16 @@ class RunCheckpoints {
   // ckpt.every = 0 or when `state` is not at `step`. Errors: those of Save.
   Status SaveLast(int64_t step, const ckpt::StateShards& shards, const TrainerState& state);
 
+  // For a planned stop after `step` that a memory snapshot is enough for: makes sure the memory
+  // snapshot of `step` is committed — settling the one Save started, or saving one of `shards`
+  // and `state` now when none of `step` was — and returns true once it is. False when there is
+  // no memory tier or the snapshot failed (logged): the caller then saves a checkpoint. The
+  // checkpoint save still running is neither waited for nor settled (it may be cut short with
+  // the process: the next save cleans up after it). Collective with a world. Errors: those of
+  // comm.
+  Result<bool> SnapshotForStop(int64_t step, const ckpt::StateShards& shards,
+                               const TrainerState& state);
+
   // Waits for the running saves and settles them (collective with a world). Errors: the failure
   // of the last checkpoint save, which leaves the end of the run without its checkpoint
   // (FailedPrecondition naming the step, the failing rank and the newest complete checkpoint);
@@ -97,8 +107,9 @@ class RunCheckpoints {
   // in the log. Collective with a world. Errors: NotFound when the storage holds no committed
   // checkpoint; those of listing it (Unavailable on the ranks that could list it);
   // FailedPrecondition when the ranks see different checkpoints; the newest error (with the step)
-  // when none loads; Unavailable when a committed durable checkpoint is out of reach now (see
-  // PassesOver); those of comm.
+  // when none loads (when only memory snapshots were committed, they are dropped first, so that
+  // the next resume starts from step 0); Unavailable when a committed durable checkpoint is out
+  // of reach now (see PassesOver); those of comm.
   Result<TrainerState> Resume(const ckpt::StateShards& dest);
 
   // What the last Resume loaded: "checkpoint of step N in URI" or "memory snapshot of step N in
@@ -108,6 +119,9 @@ class RunCheckpoints {
   // The saves settled (committed or dropped) and the load of Resume since the last call; the
   // running saves are not in it until a later Save, Finish or SaveLast settles them.
   CheckpointTransfers TakeTransfers() { return std::exchange(transfers_, {}); }
+
+  // The URI of the memory tier ("" without one).
+  std::string memory_uri() const { return memory_ ? memory_->uri() : std::string(); }
 
   // Whether Save works (ckpt.every > 0).
   bool saves() const { return writer_ != nullptr; }
@@ -166,6 +180,7 @@ class RunCheckpoints {
   bool durable_due_ = false, memory_due_ = false;          // what the last Due found due
   bool last_due_ = false;  // the last Due was for the run's last step (or SaveLast's save)
   int64_t durable_step_ = -1;
+  int64_t memory_committed_step_ = -1;  // the newest memory snapshot settled committed; -1 none
   int64_t skipped_up_to_ = -1;  // Resume fell back from committed checkpoints up to this step
   PendingSave durable_pending_, memory_pending_;
   int64_t newest_committed_ = -1;         // newest committed checkpoint in ckpt.dir known; -1 none

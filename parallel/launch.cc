@@ -218,9 +218,9 @@ Status RunWorker(const DistTrainOptions& o) {
     o.on_activity(activity);
   };
   if (o.on_stopped)
-    loop.on_stopped = [&o, &note_activity](int64_t step) {
+    loop.on_stopped = [&o, &note_activity](int64_t step, const std::string& snapshot_in) {
       note_activity();
-      o.on_stopped(step);
+      o.on_stopped(step, snapshot_in);
     };
   if (o.resume) RETURN_IF_ERROR(ResumeTraining(*engine, *checkpoints, loop));
   WorkerReporter reporter(config, o, lead, note_activity);

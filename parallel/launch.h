@@ -22,6 +22,7 @@
 
 #include "base/net/tls_files.h"
 #include "base/status.h"
+#include "parallel/planned_stop.h"
 
 namespace rt {
 struct RunConfig;
@@ -93,15 +94,17 @@ struct DistTrainOptions {
   // go to every ckpt.memory_every steps and that resume also looks in; null = none.
   std::shared_ptr<ckpt::Storage> memory;
   // Worker mode, a planned stop (docs/daemon.md "Planned changes lose nothing"): called on this
-  // rank's thread after each step; returns the step after which the run should stop
-  // (INT64_MAX: none known here). The ranks agree on the smallest answer in a min all-reduce
-  // after every step; once it is at or below the step just done, every rank saves that step's
-  // checkpoint synchronously (needs ckpt.every > 0), calls `on_stopped` and returns OK early.
-  // Empty = never stop early (and no extra collective).
-  std::function<int64_t()> stop_at;
-  // Worker mode: called on every rank after a planned stop's checkpoint of `step` finished (on
-  // rank 0 that means committed).
-  std::function<void(int64_t step)> on_stopped;
+  // rank's thread after each step; returns the planned stop known here (step INT64_MAX: none).
+  // The ranks agree on the smallest step in a min all-reduce after every step; once it is at or
+  // below the step just done, every rank saves that step's checkpoint synchronously (needs
+  // ckpt.every > 0) — or, for a stop a snapshot is enough for, makes sure of its memory
+  // snapshot — calls `on_stopped` and returns OK early. Empty = never stop early (and no extra
+  // collective).
+  std::function<PlannedStop()> stop_at;
+  // Worker mode: called on every rank after a planned stop's checkpoint (or memory snapshot) of
+  // `step` finished (on rank 0 that means committed); `snapshot_in` is the memory tier's URI
+  // when the stop left a memory snapshot only, "" when it left a checkpoint in ckpt.dir.
+  std::function<void(int64_t step, const std::string& snapshot_in)> on_stopped;
 };
 
 // The launcher (options.rank < 0): validates the config and layout, starts the store, runs

@@ -10,21 +10,45 @@
 namespace rt::parallel {
 namespace {
 
-// Saves the checkpoint of the step just done, when none was, and finishes the checkpoints for a
-// planned stop after `step` (asked for `stop_at`). Errors: those of the checkpoints.
+// For a planned stop after `step` (asked for `stop.step`): makes sure of the memory snapshot of
+// the step when that is enough, else (or when it failed) saves the checkpoint of the step, when
+// none was, and finishes the checkpoints. Errors: those of the checkpoints.
 Status StopAsPlanned(RunCheckpoints& checkpoints, TrainingEngine& engine, int64_t step,
-                     int64_t stop_at, const TrainLoopOptions& options) {
+                     const PlannedStop& stop, const TrainLoopOptions& options) {
+  const auto stopped = [&](const char* what, const std::string& snapshot_in) {
+    if (options.print)
+      std::printf(
+          "%sstopped after step %lld for a planned change (asked for step %lld); its %s is "
+          "committed\n",
+          options.prefix.c_str(), static_cast<long long>(step), static_cast<long long>(stop.step),
+          what);
+    if (options.on_stopped) options.on_stopped(step, snapshot_in);
+  };
+  if (stop.snapshot) {
+    ASSIGN_OR_RETURN(const bool snapshot,
+                     checkpoints.SnapshotForStop(step, engine.Shards(), engine.state()));
+    if (snapshot) {
+      stopped("memory snapshot", checkpoints.memory_uri());
+      return Status();
+    }
+  }
   if (checkpoints.durable_step() != step)
     RETURN_IF_ERROR(checkpoints.Save(step, engine.Shards(), engine.state()));
   RETURN_IF_ERROR(
       checkpoints.Finish().WithContext("planned stop after step " + std::to_string(step)));
-  if (options.print)
-    std::printf(
-        "%sstopped after step %lld for a planned change (asked for step %lld); its "
-        "checkpoint is committed\n",
-        options.prefix.c_str(), static_cast<long long>(step), static_cast<long long>(stop_at));
-  if (options.on_stopped) options.on_stopped(step);
+  stopped("checkpoint", "");
   return Status();
+}
+
+// A planned stop as one number for the min all-reduce: 2 * step, + 1 when a snapshot is enough
+// (so that at one step a rank that needs a checkpoint wins); INT64_MAX for none.
+int64_t EncodeStop(const PlannedStop& stop) {
+  if (stop.step >= INT64_MAX / 2) return INT64_MAX;
+  return 2 * stop.step + (stop.snapshot ? 1 : 0);
+}
+PlannedStop DecodeStop(int64_t code) {
+  if (code == INT64_MAX) return PlannedStop{};
+  return PlannedStop{code / 2, (code & 1) != 0};
 }
 
 }  // namespace
@@ -69,10 +93,11 @@ Status RunTrainLoop(const RunConfig& config, TrainingEngine& engine, RunCheckpoi
       RETURN_IF_ERROR(checkpoints->Save(step, engine.Shards(), engine.state()));
     reporter.StepSaved(r);
     if (!options.stop_at || r.last) continue;
-    // Every rank takes the same decision from the same all-reduced step.
-    ASSIGN_OR_RETURN(const int64_t stop_at,
-                     checkpoints->Reduce(options.stop_at(), comm::ReduceOp::kMin));
-    if (stop_at <= step) return StopAsPlanned(*checkpoints, engine, step, stop_at, options);
+    // Every rank takes the same decision from the same all-reduced stop.
+    ASSIGN_OR_RETURN(const int64_t agreed,
+                     checkpoints->Reduce(EncodeStop(options.stop_at()), comm::ReduceOp::kMin));
+    if (const PlannedStop stop = DecodeStop(agreed); stop.step <= step)
+      return StopAsPlanned(*checkpoints, engine, step, stop, options);
   }
   reporter.Finished();
   if (checkpoints) {

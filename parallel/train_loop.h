@@ -16,6 +16,7 @@
 
 #include "base/status.h"
 #include "parallel/config.h"
+#include "parallel/planned_stop.h"
 #include "parallel/trainer.h"
 #include "parallel/training_engine.h"
 
@@ -59,13 +60,17 @@ struct TrainLoopOptions {
   // What the loop's lines start with ("" for `ringtrain train`, "ringtrain_dist: " for workers).
   std::string prefix;
   // A planned stop (parallel/launch.h DistTrainOptions::stop_at): called after each step but
-  // the last; the ranks agree on the smallest answer (a min all-reduce through the
-  // checkpoints), and once it is at or below the step just done every rank saves that step's
-  // checkpoint synchronously, calls `on_stopped` and the loop returns OK. Needs checkpoints that
-  // save (ckpt.every > 0). Empty = never (and no extra collective).
-  std::function<int64_t()> stop_at;
-  // Called on every rank after a planned stop's checkpoint of `step` finished.
-  std::function<void(int64_t step)> on_stopped;
+  // the last; the ranks agree on the smallest step (a min all-reduce through the checkpoints;
+  // at one step, a rank that knows it as one needing a checkpoint wins), and once it is at or
+  // below the step just done every rank saves that step's checkpoint synchronously — or, when a
+  // snapshot is enough, makes sure of its memory snapshot (RunCheckpoints::SnapshotForStop),
+  // saving the checkpoint only if that fails — calls `on_stopped` and the loop returns OK.
+  // Needs checkpoints that save (ckpt.every > 0). Empty = never (and no extra collective).
+  std::function<PlannedStop()> stop_at;
+  // Called on every rank after a planned stop's checkpoint (or memory snapshot) of `step`
+  // finished; `snapshot_in` is the memory tier's URI when the stop left a memory snapshot only,
+  // "" when it left a checkpoint in ckpt.dir.
+  std::function<void(int64_t step, const std::string& snapshot_in)> on_stopped;
 };
 
 // The step a run ends after: train.steps, or `stop_after` when it is ≥ 1 and smaller.

@@ -1522,8 +1522,8 @@ void ServerImpl::TakeOver(const std::set<uint32_t>& members, uint64_t epoch) {
         reply->second.ok() ? wire::DecodeHandover(reply->second->payload) : reply->second.status();
     if (!handover.ok()) {
       if (handover.status().code() == StatusCode::kFailedPrecondition)
-        newer = "node " + std::to_string(id) +
-                " refused: " + std::string(handover.status().message());
+        newer =
+            "node " + std::to_string(id) + " refused: " + std::string(handover.status().message());
       silent += " " + std::to_string(id) + " (" + handover.status().ToString() + ")";
       continue;
     }

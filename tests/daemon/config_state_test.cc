@@ -185,7 +185,7 @@ ClusterState Sample() {
   s.max_nodes = 2;
   s.drained = {2, 5};
   s.cause = {"worker rank 1 on node 3 exited: signal 9 (Killed)", 1764150000123};
-  s.stop_at = StopAt{"3.4.12", 41, "ringctl drain node 2"};
+  s.stop_at = StopAt{"3.4.12", 41, "node(s) 2 joined", /*snapshot=*/true};
   s.committed = Committed{"3.4.11", 35, "/tmp/ckpt"};
   return s;
 }
@@ -300,6 +300,7 @@ TEST(ClusterStateTest, MalformedBlobsAreCorruptionNamingTheProblem) {
       {replace("\"version\":3", "\"version\":4"), "version 4"},
       {replace("\"joined_epoch\":12", "\"joined_epoch\":-12"), "joined_epoch"},
       {replace("\"step\":41", "\"step\":0"), "stop_at.step is 0"},
+      {replace("\"snapshot\":true", "\"snapshot\":1"), "stop_at.snapshot"},
       {replace("\"generation\":\"3.4.11\"", "\"generation\":\"\""), "committed.generation"},
       {replace("\"uri\":\"/tmp/ckpt\"", "\"uri\":5"), "committed.uri"},
       {replace("\"stop_at\":{", "\"stop_at\":7,\"x\":{"), "stop_at is not an object"},

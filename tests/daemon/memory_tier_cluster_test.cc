@@ -2,6 +2,7 @@
 // tier"): kill -9 of a daemon with a memory snapshot after every step and a durable checkpoint
 // every 20 steps loses at most one step; the same without the memory tier goes back to the
 // durable checkpoint. Prints both recoveries (seconds, steps lost).
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -324,6 +325,56 @@ TEST_F(MemoryTierCluster, ARunThatEndsOnAMemorySnapshotSavesItsLastCheckpointDur
   EXPECT_EQ(committed->front(), 40) << Logs();
   // The path under test was taken: some rank 0 resumed from the memory snapshot of step 40.
   EXPECT_TRUE(SomeRankZeroLogSays("resuming from memory snapshot 40 ")) << Logs();
+}
+
+// A node joining a job that keeps memory snapshots: the planned stop that takes it in needs no
+// checkpoint (every member stays, so the snapshots do): the ranks stop after step S on its
+// memory snapshot, the next generation resumes from it and loses nothing, ckpt.dir gets no
+// checkpoint of S, and the losses equal a fault-free replay of the layout history.
+TEST_F(MemoryTierCluster, AJoiningNodeIsTakenInOnTheMemorySnapshot) {
+  StartNode(1, 2);
+  StartNode(2, 2);
+  WaitFor(1, "a view of 2 members", [](const Json& s) { return Members(s) == 2; });
+  ProcessOutcome submitted = Ctl({"submit", JobFile("memory_every = 1\n", 60)});
+  ASSERT_EQ(submitted.exit_code, 0) << submitted.output;
+  Json s = WaitFor(1, "training on 2 nodes past step 5", [](const Json& s) {
+    return Step(s) >= 5 && WorkerPids(s, 1).size() == 2 && WorkerPids(s, 2).size() == 2;
+  });
+  const std::string before = Generation(s);
+  StartNode(3, 2);
+  s = WaitFor(1, "training on 3 nodes", [&](const Json& s) {
+    return Generation(s) != before && WorkerPids(s, 3).size() == 2 && Step(s) >= 1;
+  });
+  std::vector<std::string> stops;
+  for (int id = 1; id <= 3; ++id)
+    for (const std::string& line : LogLines(id, "its memory snapshot committed in memtier://"))
+      stops.push_back(line);
+  ASSERT_EQ(stops.size(), 1u) << Logs();
+  const size_t at = stops[0].find("stopped after step ");
+  ASSERT_NE(at, std::string::npos) << stops[0];
+  const int64_t stopped = std::atoll(stops[0].c_str() + at + 19);
+  std::vector<std::string> recoveries;
+  for (int id = 1; id <= 3; ++id)
+    for (const std::string& line : LogLines(id, "recovery: node(s) 3 joined"))
+      recoveries.push_back(line);
+  ASSERT_FALSE(recoveries.empty()) << Logs();
+  for (const std::string& line : recoveries) {
+    EXPECT_NE(line.find("loaded the memory snapshot of step " + std::to_string(stopped) + ","),
+              std::string::npos)
+        << line;
+    EXPECT_NE(line.find("steps lost 0 "), std::string::npos) << line;
+  }
+  WaitFor(1, "the job finished",
+          [](const Json& s) { return s.contains("job") && s["job"]["desire"] == "finished"; });
+  auto durable = ckpt::OpenStorage((dir_ / "ckpt").string());
+  ASSERT_TRUE(durable.ok()) << durable.status().ToString();
+  auto committed = ckpt::ListCommitted(**durable);
+  ASSERT_TRUE(committed.ok()) << committed.status().ToString();
+  if (stopped % 20 != 0) {
+    EXPECT_EQ(std::count(committed->begin(), committed->end(), stopped), 0)
+        << "the planned stop saved a checkpoint of step " << stopped;
+  }
+  EXPECT_GT(ExpectTheLossesOfAFaultFreeReplay(), 50u);
 }
 
 }  // namespace

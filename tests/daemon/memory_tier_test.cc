@@ -492,6 +492,29 @@ TEST_F(MemoryTierResumeTest, ResumeRemovesUnfinishedNewerSnapshotsOnEveryMember)
   EXPECT_EQ(ckpt::ListStepDirs(*Open(3)).value(), std::vector<int64_t>{3});
 }
 
+// Only memory snapshots were committed (no durable checkpoint yet) and the newest is incomplete:
+// the resume fails naming it, and drops the snapshots, so that the next generation finds nothing
+// committed and starts from step 0 rather than fail on them forever (seen in a chaos campaign:
+// two neighbouring daemons killed before the job's first durable checkpoint).
+TEST_F(MemoryTierResumeTest, WithOnlyAnIncompleteSnapshotTheNextGenerationStartsOver) {
+  config_.ckpt.every = 100;  // no durable checkpoint in steps 1..3
+  SaveThreeSteps();
+  ASSERT_EQ(ckpt::ListCommitted(*Open(2)).value(), std::vector<int64_t>{3});
+  ASSERT_TRUE(Open(1)->Remove(ckpt::StepDir(3) + "/" + ckpt::DataFile(0)).ok());
+  auto c = parallel::RunCheckpoints::Create(config_, "tp=1,pp=1,dp=1,zero=0", nullptr, Device::kCpu,
+                                            Open(3));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  auto fresh = ckpt::testing::MakeRank(ckpt::testing::SynthLayout{}, 0, false);
+  Result<TrainerState> state = (*c)->Resume(fresh.shards);
+  ASSERT_FALSE(state.ok());
+  EXPECT_NE(state.status().message().find("memory snapshot 3"), std::string::npos)
+      << state.status().ToString();
+  EXPECT_NE(state.status().message().find("starts from step 0"), std::string::npos)
+      << state.status().ToString();
+  EXPECT_TRUE(ckpt::ListCommitted(*Open(2)).value().empty());
+  EXPECT_TRUE(ckpt::ListStepDirs(*Open(1)).value().empty());
+}
+
 TEST_F(MemoryTierResumeTest, FallsBackWhenTheHolderAndItsSuccessorDie) {
   SaveThreeSteps();
   Kill(1);
