@@ -62,6 +62,13 @@ struct ChainStoreOptions {
   // holding the write, and every file operation waiting on it, to op_timeout_ms. A write that
   // lands twice only adds a version.
   int64_t write_try_ms = 10000;
+  // How long a read or write waits for a chain without a serving member (the chain manager stopped
+  // it: its last serving member is down, and it waits for that member, which holds every
+  // committed write). Then the operation fails with Unavailable rather than hold its caller — and
+  // every file operation behind a namespace write — to op_timeout_ms: a member cut off by a
+  // partition may be away for minutes, and the callers have better things to do (a resume takes
+  // the memory snapshots; a save fails and the next one tries again).
+  int64_t stopped_chain_ms = 3000;
   int parallel_puts = 8;  // objects of a batch written at once
 };
 

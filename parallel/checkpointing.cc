@@ -412,9 +412,10 @@ Result<TrainerState> RunCheckpoints::Resume(const ckpt::StateShards& dest) {
                                 describe(mine == low ? high : low) + ")");
     if (mine < 0) {
       if (i == 0) return NotFound("resume: no committed checkpoint in " + where);
-      if (listed->empty()) {
-        // Only memory snapshots, none whole (their node and its neighbour both gone): they are
-        // dropped, so that the next generation starts from step 0 rather than fail on them.
+      if (listed_everywhere == 1 && listed->empty()) {
+        // Only memory snapshots, none whole (their node and its neighbour both gone), and the
+        // durable tier listed empty: they are dropped, so that the next generation starts from
+        // step 0 rather than fail on them.
         RETURN_IF_ERROR(DropNewerMemorySnapshots(memory_steps, 0));
         return newest_error.WithContext(
             "resume: no memory snapshot in " + memory_->uri() + " loads and " + where +

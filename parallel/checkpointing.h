@@ -107,9 +107,9 @@ class RunCheckpoints {
   // in the log. Collective with a world. Errors: NotFound when the storage holds no committed
   // checkpoint; those of listing it (Unavailable on the ranks that could list it);
   // FailedPrecondition when the ranks see different checkpoints; the newest error (with the step)
-  // when none loads (when only memory snapshots were committed, they are dropped first, so that
-  // the next resume starts from step 0); Unavailable when a committed durable checkpoint is out
-  // of reach now (see PassesOver); those of comm.
+  // when none loads (when only memory snapshots were committed and ckpt.dir lists none, they are
+  // dropped first, so that the next resume starts from step 0); Unavailable when a committed
+  // durable checkpoint is out of reach now (see PassesOver); those of comm.
   Result<TrainerState> Resume(const ckpt::StateShards& dest);
 
   // What the last Resume loaded: "checkpoint of step N in URI" or "memory snapshot of step N in

@@ -73,18 +73,21 @@ class ChainObjectStore final : public ObjectStore {
 
   // Runs `read` against the serving replicas of the key's chain (this node's first) until one
   // succeeds, retrying while the chain changes; each replica's turn is bounded by
-  // replica_try_ms.
+  // replica_try_ms, a chain without a serving replica is waited for stopped_chain_ms.
   template <typename Read>
   Status FromAnyReplica(ObjectKey key, const Read& read) {
     const Deadline deadline = Deadline::AfterMs(options_.op_timeout_ms);
     const chain::ChainId c = chain::ChainOf(key, router_->chain_count());
     Status last;
     std::string tried;
+    StoppedChainWait stopped(options_.stopped_chain_ms);
     while (true) {
       ChainConfig config = router_->Config(c);
       std::vector<NodeId> replicas;
       for (const auto& m : config.members)
         if (m.state == MemberState::kServing) replicas.push_back(m.node);
+      if (stopped.GivesUp(!replicas.empty()))
+        return stopped.Error("read object " + std::to_string(key), c);
       // This node's own replica first: no network hop; replicas that did not answer lately last.
       auto self = std::find(replicas.begin(), replicas.end(), router_->self());
       if (self != replicas.end()) std::rotate(replicas.begin(), self, self + 1);
@@ -177,6 +180,32 @@ class ChainObjectStore final : public ObjectStore {
   }
 
   // A short pause before retrying a chain that is changing (bounded by the deadline).
+  // The wait of one operation for a chain that has no serving member.
+  class StoppedChainWait {
+   public:
+    explicit StoppedChainWait(int64_t limit_ms) : limit_ms_(limit_ms) {}
+    // Whether to give up now, given whether the chain serves in its newest config: true once it
+    // has served in none for limit_ms on end.
+    bool GivesUp(bool serving) {
+      waiting_ = !serving && waiting_;
+      if (serving) return false;
+      const MonoTime now = MonoClock::now();
+      if (!waiting_) since_ = now;
+      waiting_ = true;
+      return now - since_ >= std::chrono::milliseconds(limit_ms_);
+    }
+    Status Error(const std::string& what, chain::ChainId chain) const {
+      return Unavailable(what + ": chain " + std::to_string(chain) +
+                         " has had no serving member for " + std::to_string(limit_ms_) +
+                         " ms (stopped until its last serving member is back)");
+    }
+
+   private:
+    const int64_t limit_ms_;
+    bool waiting_ = false;         // the chain served in none of the configs since `since_`
+    MonoTime since_ = MonoTime();  // the first config without a serving member
+  };
+
   static void Backoff(Deadline deadline) {
     std::this_thread::sleep_for(
         std::min<std::chrono::nanoseconds>(std::chrono::milliseconds(50), deadline.Remaining()));
@@ -185,10 +214,14 @@ class ChainObjectStore final : public ObjectStore {
   Status WriteOne(ObjectKey key, std::optional<std::span<const std::byte>> data,
                   Deadline deadline) {
     const chain::ChainId c = chain::ChainOf(key, router_->chain_count());
+    StoppedChainWait stopped(options_.stopped_chain_ms);
     while (true) {
       ChainConfig config = router_->Config(c);
       Status s;
-      if (config.members.empty() || config.members[0].state != MemberState::kServing) {
+      const bool serving =
+          !config.members.empty() && config.members[0].state == MemberState::kServing;
+      if (stopped.GivesUp(serving)) return stopped.Error("write object " + std::to_string(key), c);
+      if (!serving) {
         s = Status(StatusCode::kNotServing, "chain " + std::to_string(c) + " has no serving head",
                    true);
       } else {

@@ -222,6 +222,78 @@ TEST(ChainNodeTest, AWriteTheHeadDoesNotAnswerIsTriedAgain) {
   EXPECT_EQ(got, Content(9, 1, 3000));
 }
 
+// The cluster as a router whose chains have no serving member while `stopped` is set (the chain
+// manager stopped them: their last serving member is away).
+class StoppedChainRouter : public ChainRouter {
+ public:
+  explicit StoppedChainRouter(Cluster* cluster) : c_(cluster) {}
+  chain::NodeId self() const override { return 1; }
+  std::vector<chain::NodeId> nodes() const override { return c_->nodes(); }
+  size_t chain_count() const override { return c_->chain_count(); }
+  chain::ChainConfig Config(chain::ChainId chain) override {
+    chain::ChainConfig config = c_->Config(chain);
+    if (stopped) config.members.clear();
+    return config;
+  }
+  Result<uint64_t> WriteAt(chain::NodeId node, chain::ChunkKey key,
+                           std::optional<std::span<const std::byte>> data,
+                           Deadline deadline) override {
+    return c_->WriteAt(node, key, data, deadline);
+  }
+  Status ReadAt(chain::NodeId node, chain::ChunkKey key, uint64_t offset, uint64_t length,
+                std::vector<std::byte>* out, Deadline deadline) override {
+    return c_->ReadAt(node, key, offset, length, out, deadline);
+  }
+  Result<std::vector<chain::ChunkKey>> KeysAt(chain::NodeId node, Deadline deadline) override {
+    return c_->KeysAt(node, deadline);
+  }
+  Result<std::vector<std::string>> CheckAt(chain::NodeId node, Deadline deadline) override {
+    return c_->CheckAt(node, deadline);
+  }
+  std::atomic<bool> stopped{true};
+
+ private:
+  Cluster* c_;
+};
+
+// A chain without a serving member holds a read or a write for stopped_chain_ms, not the whole
+// operation deadline (20 s here), then fails with Unavailable naming the chain; a chain that
+// serves again within that time is waited for. (A chaos campaign: a checkpoint's `latest` on a
+// chain whose one up-to-date replica was cut off held every new worker's resume for 30 s.)
+TEST(ChainNodeTest, AStoppedChainFailsReadsAndWritesAfterAShortWait) {
+  TempDir dir("cluster-stopped");
+  Cluster cluster(dir.path(), 3, 3, 1);
+  ChainStoreOptions options = StoreOptions();
+  options.stopped_chain_ms = 300;
+  auto writer = NewChainObjectStore(&cluster, options);
+  ASSERT_TRUE(PutOne(*writer, 4, Content(4, 3, 5000)).ok());
+  StoppedChainRouter router(&cluster);
+  auto store = NewChainObjectStore(&router, options);
+
+  MonoTime start = MonoClock::now();
+  std::vector<std::byte> got;
+  Status read = store->Get(4, 0, UINT64_MAX, &got);
+  EXPECT_EQ(read.code(), StatusCode::kUnavailable) << read.ToString();
+  EXPECT_NE(read.ToString().find("no serving member"), std::string::npos) << read.ToString();
+  Status write = PutOne(*store, 5, Content(5, 3, 5000));
+  EXPECT_EQ(write.code(), StatusCode::kUnavailable) << write.ToString();
+  const double both = std::chrono::duration<double>(MonoClock::now() - start).count();
+  EXPECT_GE(both, 0.6);
+  EXPECT_LT(both, 10.0);
+
+  // The chain serves again 100 ms into the wait: the read goes on and succeeds.
+  start = MonoClock::now();
+  std::thread back([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    router.stopped = false;
+  });
+  read = store->Get(4, 0, UINT64_MAX, &got);
+  back.join();
+  ASSERT_TRUE(read.ok()) << read.ToString();
+  EXPECT_EQ(got, Content(4, 3, 5000));
+  EXPECT_LT(std::chrono::duration<double>(MonoClock::now() - start).count(), 10.0);
+}
+
 TEST(ChainNodeTest, FilesOverReplicatedStoreSurviveAFullRestart) {
   TempDir dir("cluster-files");
   auto data = Content(77, 1, 700000);
