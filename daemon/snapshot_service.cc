@@ -24,6 +24,7 @@ namespace {
 
 // Largest file the memory tier accepts (a bound on what one put may make this daemon hold).
 constexpr int64_t kMaxSnapshotFile = int64_t{1} << 40;
+constexpr int64_t kMaxSnapshotCopies = 4;  // ckpt.memory_copies' bound
 
 struct FileRef {
   uint64_t job = 0;
@@ -184,6 +185,8 @@ asio::awaitable<Result<SnapshotService::Payload>> SnapshotService::HandlePut(
                       IntField(m.head, "offset", 0, kMaxSnapshotFile, "snapshot put"));
   CO_ASSIGN_OR_RETURN(const int64_t total,
                       IntField(m.head, "total", 0, kMaxSnapshotFile, "snapshot put"));
+  CO_ASSIGN_OR_RETURN(const int64_t copies,
+                      IntField(m.head, "copies", 1, kMaxSnapshotCopies, "snapshot put", 1));
   // Forget uploads whose writer went away.
   const MonoTime now = MonoClock::now();
   for (auto it = uploads_.begin(); it != uploads_.end();) {
@@ -220,32 +223,35 @@ asio::awaitable<Result<SnapshotService::Payload>> SnapshotService::HandlePut(
   upload_bytes_ -= bytes->size();
   uploads_.erase(key);
   CO_RETURN_IF_ERROR(store_.Put(ref.job, ref.path, bytes));
-  if (ref.any) CO_RETURN_IF_ERROR(co_await CopyToOthers(ref.job, ref.path, bytes));
+  if (ref.any)
+    CO_RETURN_IF_ERROR(co_await CopyToOthers(ref.job, ref.path, bytes, static_cast<int>(copies)));
   co_return EncodeSnapshotMessage(Json::object());
 }
 
 asio::awaitable<Status> SnapshotService::CopyToOthers(uint64_t job, const std::string& path,
-                                                      SnapshotBytes bytes) {
+                                                      SnapshotBytes bytes, int copies) {
   const std::vector<SnapshotPeer> others = Others();
   if (others.empty()) co_return Status();  // a view of one: its memory is all there is
   const bool shared = IsSharedSnapshotFile(path);
   Status first_error;
-  size_t copies = 0;
+  int taken = 0;
   for (const SnapshotPeer& peer : others) {
     Status s = co_await Replicate(peer, job, path, bytes);
     if (s.ok()) {
-      ++copies;
-      // A file of one rank needs one copy: on the successor, or on the next member after it
-      // when it cannot be reached (it died, and the view does not know yet).
-      if (!shared) break;
+      // A file of one rank needs `copies` copies: on the successors, or on the next members
+      // after them when one cannot be reached (it died, and the view does not know yet).
+      if (++taken == copies && !shared) break;
       continue;
     }
     LOG_WARN("{}{}", s.ToString(), shared ? "" : "; trying the next member");
     if (first_error.ok()) first_error = s;
   }
-  if (copies == 0)
+  if (taken == 0)
     co_return first_error.WithContext("memory tier: no other live member holds job " +
                                       std::to_string(job) + " file " + path);
+  if (taken < copies && !shared && others.size() >= static_cast<size_t>(copies))
+    LOG_WARN("memory tier: job {} file {} has {} of its {} copies on other members", job, path,
+             taken, copies);
   co_return Status();
 }
 

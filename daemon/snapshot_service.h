@@ -89,12 +89,13 @@ class SnapshotService : public std::enable_shared_from_this<SnapshotService> {
   // when none holds one).
   boost::asio::awaitable<Result<SnapshotBytes>> NewestLatest(uint64_t job, SnapshotBytes mine);
   // Copies a file a worker put here to the other members: a shared file (`latest`) to every
-  // member, any other file to the first member in ring order that takes it (the successor, or
-  // the next one when the successor cannot be reached). Errors: when no other member took a
-  // copy (the first error, naming its member): the put then fails, since this daemon's memory
-  // alone does not survive its loss. OK without other members.
+  // member, any other file to the first `copies` members in ring order that take it (the
+  // successors; a member that cannot be reached is passed over: it died, and the view does not
+  // know yet). Fewer takers than `copies` is logged. Errors: when no other member took a copy
+  // (the first error, naming its member): the put then fails, since this daemon's memory alone
+  // does not survive its loss. OK without other members.
   boost::asio::awaitable<Status> CopyToOthers(uint64_t job, const std::string& path,
-                                              SnapshotBytes bytes);
+                                              SnapshotBytes bytes, int copies);
   // Sends `bytes` as `path` of `job` to member `peer` ("replica" puts, piece by piece).
   boost::asio::awaitable<Status> Replicate(const SnapshotPeer& peer, uint64_t job,
                                            const std::string& path, SnapshotBytes bytes);

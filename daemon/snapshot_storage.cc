@@ -90,11 +90,12 @@ class DaemonChannel {
 class SnapshotFileWriter : public ckpt::StorageFileWriter {
  public:
   SnapshotFileWriter(std::shared_ptr<DaemonChannel> channel, uint64_t job, std::string path,
-                     std::string upload)
+                     std::string upload, int copies)
       : channel_(std::move(channel)),
         job_(job),
         path_(std::move(path)),
-        upload_(std::move(upload)) {}
+        upload_(std::move(upload)),
+        copies_(copies) {}
 
   Status Append(std::span<const uint8_t> bytes) override {
     data_.insert(data_.end(), bytes.begin(), bytes.end());
@@ -106,7 +107,8 @@ class SnapshotFileWriter : public ckpt::StorageFileWriter {
     do {
       const size_t n = std::min(kSnapshotPieceBytes, data_.size() - offset);
       nlohmann::json head = {{"job", job_},      {"path", path_},         {"upload", upload_},
-                             {"offset", offset}, {"total", data_.size()}, {"scope", "origin"}};
+                             {"offset", offset}, {"total", data_.size()}, {"scope", "origin"},
+                             {"copies", copies_}};
       const std::span<const std::byte> piece(
           reinterpret_cast<const std::byte*>(data_.data()) + offset, n);
       RETURN_IF_ERROR(channel_->Call(kSnapshotPut, EncodeSnapshotMessage(std::move(head), piece))
@@ -123,13 +125,14 @@ class SnapshotFileWriter : public ckpt::StorageFileWriter {
   uint64_t job_;
   std::string path_;
   std::string upload_;
+  int copies_;  // other daemons that get a copy
   std::vector<uint8_t> data_;
 };
 
 class SnapshotStorage : public ckpt::Storage {
  public:
-  SnapshotStorage(std::shared_ptr<DaemonChannel> channel, uint64_t job)
-      : channel_(std::move(channel)), job_(job) {
+  SnapshotStorage(std::shared_ptr<DaemonChannel> channel, uint64_t job, int copies)
+      : channel_(std::move(channel)), job_(job), copies_(copies) {
     std::random_device random;
     upload_prefix_ = std::to_string(random()) + std::to_string(random());
   }
@@ -138,7 +141,7 @@ class SnapshotStorage : public ckpt::Storage {
     RETURN_IF_ERROR(ckpt::internal::CheckPath(path, false));
     const std::string upload = upload_prefix_ + "." + std::to_string(next_upload_++);
     return std::unique_ptr<ckpt::StorageFileWriter>(
-        new SnapshotFileWriter(channel_, job_, path, upload));
+        new SnapshotFileWriter(channel_, job_, path, upload, copies_));
   }
 
   Result<std::vector<uint8_t>> ReadFile(const std::string& path) override {
@@ -230,6 +233,7 @@ class SnapshotStorage : public ckpt::Storage {
 
   std::shared_ptr<DaemonChannel> channel_;
   uint64_t job_;
+  int copies_;
   std::string upload_prefix_;
   std::atomic<uint64_t> next_upload_{1};
 };
@@ -237,10 +241,11 @@ class SnapshotStorage : public ckpt::Storage {
 }  // namespace
 
 Result<std::shared_ptr<ckpt::Storage>> OpenSnapshotStorage(
-    const std::string& address, std::shared_ptr<const net::ClusterSecret> secret, uint64_t job) {
+    const std::string& address, std::shared_ptr<const net::ClusterSecret> secret, uint64_t job,
+    int copies) {
   RETURN_IF_ERROR(SplitHostPort(address, "daemon address").status());
   auto channel = std::make_shared<DaemonChannel>(address, std::move(secret));
-  auto storage = std::make_shared<SnapshotStorage>(channel, job);
+  auto storage = std::make_shared<SnapshotStorage>(channel, job, copies);
   // Connects now, so that a daemon that cannot be reached fails the open.
   RETURN_IF_ERROR(storage->List("").status().WithContext("open the memory tier"));
   return std::shared_ptr<ckpt::Storage>(std::move(storage));

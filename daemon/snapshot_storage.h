@@ -19,10 +19,12 @@ class ClusterSecret;
 namespace rt::daemon {
 
 // Opens the memory tier of job `job` through the daemon at `address` ("host:port"), proving
-// `secret` (null: none). Connects with a 10 s deadline; every call is bounded by 120 s (a put
-// waits for the replication). Not atomic across daemons: RenameAtomic is Unimplemented (the
-// checkpoint writer never renames). Errors: Unavailable naming the daemon.
+// `secret` (null: none); each file written is copied to `copies` other daemons
+// (ckpt.memory_copies). Connects with a 10 s deadline; every call is bounded by 120 s (a put waits
+// for the replication). Not atomic across daemons: RenameAtomic is Unimplemented (the checkpoint
+// writer never renames). Errors: Unavailable naming the daemon.
 Result<std::shared_ptr<ckpt::Storage>> OpenSnapshotStorage(
-    const std::string& address, std::shared_ptr<const net::ClusterSecret> secret, uint64_t job);
+    const std::string& address, std::shared_ptr<const net::ClusterSecret> secret, uint64_t job,
+    int copies = 1);
 
 }  // namespace rt::daemon

@@ -239,7 +239,7 @@ Result<std::shared_ptr<ckpt::Storage>> OpenMemoryTier(
   auto [end, ec] = std::from_chars(g.data(), g.data() + g.size(), job);
   if (ec != std::errc() || end == g.data() + g.size() || *end != '.')
     return InvalidArgument("worker: --generation '" + g + "' is not JOB.VIEW.EPOCH");
-  return OpenSnapshotStorage(options.daemon, std::move(secret), job);
+  return OpenSnapshotStorage(options.daemon, std::move(secret), job, config.ckpt.memory_copies);
 }
 
 }  // namespace

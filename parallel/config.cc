@@ -59,6 +59,8 @@ void BindRunConfig(RunConfig* c, ConfigSchema* s) {
   s->Bool("ckpt.async", &c->ckpt.async, "write checkpoints in the background while training");
   s->Int("ckpt.memory_every", &c->ckpt.memory_every, 0, int64_t{1} << 40,
          "daemon: snapshot into the daemons' memory every N steps (0 = off)");
+  s->Int("ckpt.memory_copies", &c->ckpt.memory_copies, 1, 4,
+         "daemon: copies of each memory snapshot on other daemons (2 survives two lost at once)");
   s->Int("ckpt.max_failed_saves", &c->ckpt.max_failed_saves, 0, 1 << 20,
          "stop after N consecutive failed checkpoint saves (0 = never)");
 }

@@ -56,6 +56,9 @@ struct CkptConfig {
   bool async = true;           // write in the background while training goes on; default true
   int64_t memory_every = 0;    // daemon: snapshot into the daemons' memory (the memory tier,
                                // docs/daemon.md) every N steps, 0 = off; default 0
+  int memory_copies = 1;       // daemon: copies of each rank's memory snapshot on other daemons
+                               // (the next ones in ring order): 1 survives the loss of any one
+                               // daemon, 2 of any two at once; default 1
   int max_failed_saves = 3;    // the run stops with an error after this many consecutive failed
                                // checkpoint saves (each failed one is dropped and training goes
                                // on: docs/formats/checkpoint.md "Failed saves"), 0 = never;

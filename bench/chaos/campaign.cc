@@ -636,8 +636,9 @@ Result<CampaignResult> RunCampaign(const CampaignOptions& o) {
 
   // The fault-free reference: steps per second of the same cluster and job.
   const std::string baseline_dir = o.store ? "ringfs:///baseline" : dir + "/ckpt/baseline";
-  RETURN_IF_ERROR(SubmitJob(*cluster, ChaosJob("baseline", dir + "/data", baseline_dir,
-                                               int64_t{1} << 40, o.ckpt_every, o.memory_every)));
+  RETURN_IF_ERROR(
+      SubmitJob(*cluster, ChaosJob("baseline", dir + "/data", baseline_dir, int64_t{1} << 40,
+                                   o.ckpt_every, o.memory_every, o.memory_copies)));
   ASSIGN_OR_RETURN(r.baseline_steps_per_s,
                    observer.MeasureRate(co.nodes, o.baseline_seconds, Deadline::AfterMs(300'000)));
   RETURN_IF_ERROR(StopJob(*cluster, observer));
@@ -653,7 +654,7 @@ Result<CampaignResult> RunCampaign(const CampaignOptions& o) {
   const std::string ckpt_dir =
       o.store ? std::string("ringfs:///") + kStorePath : dir + "/ckpt/chaos";
   RETURN_IF_ERROR(SubmitJob(*cluster, ChaosJob("chaos", dir + "/data", ckpt_dir, r.job_steps,
-                                               o.ckpt_every, o.memory_every)));
+                                               o.ckpt_every, o.memory_every, o.memory_copies)));
   RETURN_IF_ERROR(observer.WaitStep(1, Deadline::AfterMs(300'000)).status());
   const MonoTime chaos_start = MonoClock::now();
   Campaign campaign(o, std::move(kinds), *cluster, network.get(), ckpt_dir);

@@ -29,6 +29,7 @@ struct CampaignOptions {
   int max_faults = 0;           // > 0: no more faults after this many
   int64_t ckpt_every = 10;      // the job's [ckpt] every (steps)
   int64_t memory_every = 1;     // the job's [ckpt] memory_every (steps; 0 = no memory tier)
+  int memory_copies = 2;        // the job's [ckpt] memory_copies (kill-two-daemons takes two)
   int64_t pause_min_ms = 1000;  // quiet time between a recovery and the next fault
   int64_t pause_max_ms = 3000;
   int64_t hang_min_ms = 3000;  // how long a SIGSTOP lasts

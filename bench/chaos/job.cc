@@ -28,14 +28,15 @@ Status WriteChaosData(const std::string& dir) {
 
 std::string ChaosJob(const std::string& name, const std::string& data_dir,
                      const std::string& ckpt_dir, int64_t steps, int64_t ckpt_every,
-                     int64_t memory_every) {
+                     int64_t memory_every, int memory_copies) {
   std::ostringstream job;
   job << "[job]\nname = \"" << name << "\"\n[elastic]\ntp = 1\nmin_nodes = 1\n"
       << "[model]\nn_layer = 2\nn_embd = 64\nn_head = 4\nseq_len = 32\n"
       << "[train]\nbatch_size = 60\nsteps = " << steps << "\nlog_every = 1000\n"
       << "[data]\ndir = \"" << data_dir << "\"\n[eval]\nevery = 0\n"
       << "[ckpt]\ndir = \"" << ckpt_dir << "\"\nevery = " << ckpt_every
-      << "\nmemory_every = " << memory_every << "\nasync = true\nkeep = 3\n";
+      << "\nmemory_every = " << memory_every << "\nmemory_copies = " << memory_copies
+      << "\nasync = true\nkeep = 3\n";
   return job.str();
 }
 

@@ -16,12 +16,12 @@ class Observer;
 // Errors: those of WriteTokenShard, IoError naming the folder.
 Status WriteChaosData(const std::string& dir);
 
-// The job file text: name, data folder, checkpoint folder, steps, checkpoint interval and
-// memory-tier interval (0: none); tp=1, one rank per daemon slot, global batch 60 (divisible
-// by 1..6 data-parallel ranks).
+// The job file text: name, data folder, checkpoint folder, steps, checkpoint interval,
+// memory-tier interval (0: none) and copies; tp=1, one rank per daemon slot, global batch 60
+// (divisible by 1..6 data-parallel ranks).
 std::string ChaosJob(const std::string& name, const std::string& data_dir,
                      const std::string& ckpt_dir, int64_t steps, int64_t ckpt_every,
-                     int64_t memory_every);
+                     int64_t memory_every, int memory_copies);
 
 // Submits `job_text` through the first responsive daemon. Errors: the daemons' refusal.
 Status SubmitJob(LocalCluster& cluster, const std::string& job_text);

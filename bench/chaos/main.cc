@@ -58,6 +58,10 @@ int main(int argc, char** argv) {
                  "the job's memory-tier snapshot interval in steps (0: no memory tier)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--memory-copies", o.memory_copies,
+                 "copies of each memory snapshot on other daemons (2 survives two at once)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4));
   app.add_flag("--no-replay", no_replay,
                "skip the fault-free replay of the layout history and the final-weights check");
   int64_t pause_ms = o.pause_min_ms, hang_ms = o.hang_min_ms;

@@ -335,7 +335,7 @@ TEST_F(MemoryTierCluster, AJoiningNodeIsTakenInOnTheMemorySnapshot) {
   StartNode(1, 2);
   StartNode(2, 2);
   WaitFor(1, "a view of 2 members", [](const Json& s) { return Members(s) == 2; });
-  ProcessOutcome submitted = Ctl({"submit", JobFile("memory_every = 1\n", 60)});
+  ProcessOutcome submitted = Ctl({"submit", JobFile("memory_every = 1\n", 200)});
   ASSERT_EQ(submitted.exit_code, 0) << submitted.output;
   Json s = WaitFor(1, "training on 2 nodes past step 5", [](const Json& s) {
     return Step(s) >= 5 && WorkerPids(s, 1).size() == 2 && WorkerPids(s, 2).size() == 2;

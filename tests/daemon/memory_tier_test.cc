@@ -126,8 +126,8 @@ class MemoryTierTest : public ::testing::Test {
     }
   }
 
-  std::shared_ptr<ckpt::Storage> Open(int node, uint64_t job = 7) {
-    auto s = OpenSnapshotStorage(daemons_[node - 1]->address, secret_, job);
+  std::shared_ptr<ckpt::Storage> Open(int node, uint64_t job = 7, int copies = 1) {
+    auto s = OpenSnapshotStorage(daemons_[node - 1]->address, secret_, job, copies);
     EXPECT_TRUE(s.ok()) << s.status().ToString();
     return s.ok() ? *s : nullptr;
   }
@@ -398,7 +398,7 @@ class MemoryTierResumeTest : public MemoryTierTest {
   // Saves steps 1..3 through daemon 1: durable at 2, memory at 1, 2 and 3.
   void SaveThreeSteps() {
     auto c = parallel::RunCheckpoints::Create(config_, "tp=1,pp=1,dp=1,zero=0", nullptr,
-                                              Device::kCpu, Open(1));
+                                              Device::kCpu, Open(1, 7, config_.ckpt.memory_copies));
     ASSERT_TRUE(c.ok()) << c.status().ToString();
     auto rank = ckpt::testing::MakeRank(ckpt::testing::SynthLayout{}, 0, true);
     for (int64_t step = 1; step <= 3; ++step) {
@@ -520,6 +520,17 @@ TEST_F(MemoryTierResumeTest, FallsBackWhenTheHolderAndItsSuccessorDie) {
   Kill(1);
   Kill(2);
   EXPECT_EQ(Resume(3), 2);
+}
+
+// With ckpt.memory_copies = 2 each file has a copy on the next two members: the snapshot survives
+// its holder and its successor dying at once (a chaos campaign's kill of two neighbouring
+// daemons left the majority with neither a whole snapshot nor a readable durable checkpoint).
+TEST_F(MemoryTierResumeTest, WithTwoCopiesTheSnapshotSurvivesItsHolderAndSuccessor) {
+  config_.ckpt.memory_copies = 2;
+  SaveThreeSteps();
+  Kill(1);
+  Kill(2);
+  EXPECT_EQ(Resume(3), 3);
 }
 
 }  // namespace
