@@ -138,9 +138,12 @@ Status Cleanup(Storage& storage, const Manifest& m, const std::vector<int64_t>& 
 Status CheckpointWriter::Commit(Job& job) {
   Storage& storage = *options_.storage;
   const std::string dir = StepDir(job.step);
+  double phase = MonoSeconds();
   ASSIGN_OR_RETURN(std::vector<Fragment> fragments,
                    GatherFragments(storage, dir, options_.run_id, job.step, options_.world,
                                    Deadline::AfterMs(options_.commit_timeout_ms), job.abandoned));
+  job.gather_s = MonoSeconds() - phase;
+  phase = MonoSeconds();
   RETURN_IF_ERROR(FaultPoint("commit.after_fragments"));
   if (job.abandoned) return AbandonedError(job.step);
   Manifest m;
@@ -165,7 +168,10 @@ Status CheckpointWriter::Commit(Job& job) {
   RETURN_IF_ERROR(storage.WriteFile(
       kLatestFile, {reinterpret_cast<const uint8_t*>(latest.data()), latest.size()}));
   RETURN_IF_ERROR(FaultPoint("commit.after_latest"));
+  job.commit_point_s = MonoSeconds() - phase;
+  phase = MonoSeconds();
   Status cleaned = Cleanup(storage, m, committed);
+  job.cleanup_s = MonoSeconds() - phase;
   if (!cleaned.ok())
     LOG_WARN("checkpoint step {} committed; cleanup incomplete (the next save retries): {}",
              job.step, cleaned.ToString());

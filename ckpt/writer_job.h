@@ -55,6 +55,10 @@ struct CheckpointWriter::Job {
   uint64_t data_bytes = 0;      // this rank's data file, once written
   uint64_t manifest_bytes = 0;  // the MANIFEST (rank 0), once written
   double finished = 0;          // MonoSeconds() when the save's thread ended
+  // Where a commit's time went (rank 0), for its log line: seconds spent on this rank's data and
+  // fragment files, on waiting for the other ranks' fragments, on the manifest and `latest`,
+  // and on the cleanup after the commit point.
+  double files_s = 0, gather_s = 0, commit_point_s = 0, cleanup_s = 0;
 };
 
 }  // namespace rt::ckpt
