@@ -88,11 +88,13 @@ Result<std::unique_ptr<RunCheckpoints>> RunCheckpoints::Create(
     phase = MonoSeconds();
     ASSIGN_OR_RETURN(c->writer_, ckpt::CheckpointWriter::Create(o));
     WarnIfSlow(phase, "opening the checkpoint writer of " + config.ckpt.dir);
-    // For the failure messages only ("the newest complete checkpoint is ...").
+    // For the failure messages ("the newest complete checkpoint is ...") and the first Resume,
+    // which takes this listing rather than wait for an unreachable storage twice.
     phase = MonoSeconds();
     Result<std::vector<int64_t>> committed = ckpt::ListCommitted(*c->storage_);
     WarnIfSlow(phase, "listing the checkpoints in " + config.ckpt.dir);
     if (committed.ok() && !committed->empty()) c->newest_committed_ = committed->front();
+    c->created_listing_ = std::move(committed);
   }
   if (c->memory_ != nullptr && config.ckpt.memory_every > 0) {
     // Only the newest snapshot is kept, uncompressed (memory is fast; the CPU is not).
@@ -358,7 +360,9 @@ Result<TrainerState> RunCheckpoints::Resume(const ckpt::StateShards& dest) {
   uint64_t bytes_read = 0;  // by every candidate tried
   // A rank that cannot list says so to the others, so that none waits for it in the agreement.
   double phase = MonoSeconds();
-  Result<std::vector<int64_t>> listed = ckpt::ListCommitted(*storage_);
+  Result<std::vector<int64_t>> listed =
+      created_listing_ ? std::move(*created_listing_) : ckpt::ListCommitted(*storage_);
+  created_listing_.reset();
   WarnIfSlow(phase, "resume: listing the checkpoints in " + where);
   phase = MonoSeconds();
   ASSIGN_OR_RETURN(const int64_t listed_everywhere,

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -183,7 +184,9 @@ class RunCheckpoints {
   int64_t memory_committed_step_ = -1;  // the newest memory snapshot settled committed; -1 none
   int64_t skipped_up_to_ = -1;  // Resume fell back from committed checkpoints up to this step
   PendingSave durable_pending_, memory_pending_;
-  int64_t newest_committed_ = -1;         // newest committed checkpoint in ckpt.dir known; -1 none
+  int64_t newest_committed_ = -1;  // newest committed checkpoint in ckpt.dir known; -1 none
+  // The listing of ckpt.dir that Create made, for the first Resume (then empty).
+  std::optional<Result<std::vector<int64_t>>> created_listing_;
   int64_t failed_saves_ = 0;              // failed checkpoint saves of this run
   std::string resumed_from_;              // resumed_from()
   std::vector<int64_t> failed_in_a_row_;  // steps of the consecutive failed saves up to now
