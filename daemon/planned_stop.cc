@@ -74,6 +74,17 @@ Result<Json> ListCheckpoints(const std::string& uri, const ckpt::StorageOptions&
   return list;
 }
 
+// Whether the checkpoint (or snapshot) of planned stop `stop` is recorded in `state`.
+bool StopCommitted(const ClusterState& state, const StopAt& stop) {
+  return state.committed && state.committed->generation == stop.generation &&
+         state.committed->step >= stop.step;
+}
+
+// Whether job `job_id` is the job of `state` and is to run.
+bool JobRuns(const ClusterState& state, uint64_t job_id) {
+  return state.job && state.job->id == job_id && state.job->desire == JobDesire::kRun;
+}
+
 }  // namespace
 
 asio::awaitable<std::optional<Progress>> Node::NewestProgress() {
@@ -122,11 +133,15 @@ asio::awaitable<Result<int64_t>> Node::CheckpointFirst(std::string why, Deadline
            agreed.step);
   // (Named and moved, never a temporary in the co_await expression: GCC 12 destroys such
   // temporaries twice.)
+  // Done when the stop's checkpoint is recorded, or when the job ends first (its last step
+  // comes before the stop's): nothing is left to save then, and waiting would only run out the
+  // deadline.
+  const uint64_t job_id = state.job->id;
   std::function<bool(const elastic::ReplicatedState&)> done =
-      [agreed](const elastic::ReplicatedState& r) {
+      [agreed, job_id](const elastic::ReplicatedState& r) {
         Result<ClusterState> s = DecodeClusterState(r.blob);
-        return s.ok() && s->committed && s->committed->generation == agreed.generation &&
-               s->committed->step >= agreed.step;
+        if (!s.ok()) return false;
+        return StopCommitted(*s, agreed) || !JobRuns(*s, job_id);
       };
   Result<elastic::ReplicatedState> committed =
       co_await membership_->AwaitState(std::move(done), deadline);
@@ -134,6 +149,14 @@ asio::awaitable<Result<int64_t>> Node::CheckpointFirst(std::string why, Deadline
     co_return committed.status().WithContext("the checkpoint of the planned stop after step " +
                                              std::to_string(agreed.step));
   CO_ASSIGN_OR_RETURN(state, DecodeClusterState(committed->blob));
+  if (!StopCommitted(state, agreed)) {
+    const std::string ended =
+        state.job && state.job->id == job_id && state.job->desire == JobDesire::kFinished
+            ? "finished after step " + std::to_string(state.job->finished_step)
+            : "stopped";
+    co_return FailedPrecondition("the job " + ended + " before the planned stop after step " +
+                                 std::to_string(agreed.step));
+  }
   LOG_INFO("planned stop ({}): {} of step {} committed in {}", why,
            agreed.snapshot ? "memory snapshot (or checkpoint)" : "checkpoint",
            state.committed->step, state.committed->uri);

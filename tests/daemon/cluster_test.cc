@@ -1,7 +1,8 @@
 // A local cluster of real ringtraind processes on loopback training config tiny: submit through
 // ringctl, then real kill -9 of a worker and of a daemon, and SIGTERM of a daemon; after each the
 // job goes on in a new generation; the same with membership in etcd; a job that cannot start is
-// retried with growing pauses. Prints how long each recovery took.
+// retried with growing pauses; a checkpoint asked for past the job's last step answers when the
+// job finishes. Prints how long each recovery took.
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -148,6 +149,29 @@ TEST_F(ClusterTest, AJobThatCannotStartIsRetriedWithGrowingPauses) {
   EXPECT_NE(s.value("cause", "").find("no training shards"), std::string::npos) << s.dump(2);
   std::filesystem::rename(dir_ / "data.away", dir_ / "data");
   WaitFor(1, "a step once the data is back", [](const Json& s) { return Step(s) >= 1; });
+}
+
+// `ringctl checkpoint` asked for when the step it would stop after (the newest reported + 2)
+// lies past the job's last step: here step 19 was reported and step 20, the last, is held back
+// 5 s. It answers once the job has finished, saying so, rather than waiting out the planned
+// stop's 15 s for a checkpoint that no rank will save.
+TEST_F(ClusterTest, ACheckpointAskedForPastTheLastStepAnswersWhenTheJobFinishes) {
+  StartNode(1, 2, "", {"RINGTRAIN_FAULTS=parallel.train.before_step=delay:5000@20"});
+  WaitFor(1, "a view of 1 member", [](const Json& s) { return Members(s) == 1; });
+  TinyJob job;
+  job.steps = 20;
+  ProcessOutcome submitted = Ctl({"submit", TinyJobFile(job)});
+  ASSERT_EQ(submitted.exit_code, 0) << submitted.output;
+  WaitFor(1, "step 19 reported", [](const Json& s) { return Step(s) >= 19; });
+  const auto asked = MonoClock::now();
+  ProcessOutcome saved = Ctl({"checkpoint"});
+  const double seconds = std::chrono::duration<double>(MonoClock::now() - asked).count();
+  std::printf("ringctl checkpoint answered in %.2f s: %s", seconds, saved.output.c_str());
+  EXPECT_NE(saved.exit_code, 0) << saved.output;
+  EXPECT_NE(saved.output.find("finished after step 20 before the planned stop after step 21"),
+            std::string::npos)
+      << saved.output;
+  EXPECT_LT(seconds, 10.0) << "the stop's own deadline is 15 s";
 }
 
 // `ringctl status` asks the other members in parallel: with four of five daemons stopped
