@@ -67,7 +67,9 @@ struct ChainStoreOptions {
   // committed write). Then the operation fails with Unavailable rather than hold its caller — and
   // every file operation behind a namespace write — to op_timeout_ms: a member cut off by a
   // partition may be away for minutes, and the callers have better things to do (a resume takes
-  // the memory snapshots; a save fails and the next one tries again).
+  // the memory snapshots; a save fails and the next one tries again). Operations share the
+  // wait: once a chain has been seen stopped (in one config) for this long, later operations on
+  // it fail at once.
   int64_t stopped_chain_ms = 3000;
   int parallel_puts = 8;  // objects of a batch written at once
 };
