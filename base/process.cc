@@ -1,7 +1,9 @@
 #include "base/process.h"
 
 #include <fcntl.h>
+#include <linux/close_range.h>  // CLOSE_RANGE_CLOEXEC
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>  // pidfd_open: glibc 2.36's sys/pidfd.h lacks extern "C"
 #include <sys/wait.h>
 #include <unistd.h>
@@ -66,7 +68,7 @@ std::vector<char*> Pointers(std::vector<std::string>& strings) {
 // In the child after fork: only async-signal-safe calls. Reports errno through `report` and
 // exits 127 on failure.
 [[noreturn]] void ExecChild(pid_t parent, int death_signal, int in, int out, int err, int report,
-                            const char* cwd, char* const* argv, char* const* envp) {
+                            int max_fd, const char* cwd, char* const* argv, char* const* envp) {
   auto fail = [report](int step) {
     const int e[2] = {step, errno};
     [[maybe_unused]] ssize_t n = ::write(report, e, sizeof(e));
@@ -79,6 +81,14 @@ std::vector<char*> Pointers(std::vector<std::string>& strings) {
     if (::getppid() != parent) ::_exit(127);
   }
   if (::dup2(in, 0) < 0 || ::dup2(out, 1) < 0 || ::dup2(err, 2) < 0) fail(3);
+  // Nothing but stdin, stdout and stderr crosses the exec: the parent's other descriptors
+  // (sockets Asio opened without SOCK_CLOEXEC among them) would otherwise live on in the child.
+  // A daemon's connection whose descriptor a long-lived worker held never closed for the peer:
+  // ringfsd sessions piled up to max_connections_per_peer and refused the chain forwards (a
+  // checkpoint write waited 30 s). CLOSE_RANGE_CLOEXEC keeps `report` open until the exec.
+  if (::syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC) != 0) {
+    for (int fd = 3; fd < max_fd; ++fd) ::fcntl(fd, F_SETFD, FD_CLOEXEC);  // older kernels
+  }
   if (cwd != nullptr && ::chdir(cwd) != 0) fail(4);
   // The signal mask and dispositions are inherited: give the program a clean slate.
   sigset_t none;
@@ -165,12 +175,17 @@ Result<StartedChild> StartChild(const SpawnOptions& options) {
   std::vector<char*> envp = Pointers(envs);
   const char* cwd = options.cwd.empty() ? nullptr : options.cwd.c_str();
   const pid_t parent = ::getpid();
+  // Bounds the child's fallback loop over descriptors (when close_range is missing).
+  rlimit files{};
+  const int max_fd = ::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < (1u << 20)
+                         ? static_cast<int>(files.rlim_cur)
+                         : (1 << 20);
 
   const pid_t pid = ::fork();
   if (pid < 0) return ErrnoStatus(errno, what + ": fork");
   if (pid == 0) {
-    ExecChild(parent, options.death_signal, in.get(), out.get(), err.get(), report_write.get(), cwd,
-              argv.data(), envp.data());
+    ExecChild(parent, options.death_signal, in.get(), out.get(), err.get(), report_write.get(),
+              max_fd, cwd, argv.data(), envp.data());
   }
   // Also set the group here, so a signal right after the start reaches it (a race setpgid allows).
   ::setpgid(pid, pid);

@@ -92,6 +92,32 @@ TEST(ProcessTest, ReportsTheExitStatusAndWritesOutputToTheFile) {
   std::filesystem::remove(out);
 }
 
+// Only stdin, stdout and stderr cross the exec: a descriptor the parent holds without
+// O_CLOEXEC (as Asio opens its sockets) is closed in the child, so a connection the parent
+// closes is not kept open by a child that outlives it.
+TEST(ProcessTest, OnlyStdioCrossesTheExec) {
+  asio::io_context io;
+  int pipe_fds[2];
+  ASSERT_EQ(::pipe(pipe_fds), 0);                            // no O_CLOEXEC
+  const int inherited = ::fcntl(pipe_fds[1], F_DUPFD, 200);  // no FD_CLOEXEC either
+  ASSERT_GE(inherited, 200);
+  const std::string out = TempPath("process_test_fds");
+  SpawnOptions o = Shell("if [ -e /proc/self/fd/" + std::to_string(inherited) +
+                         " ]; then echo open; else echo closed; fi");
+  o.stdout_path = out;
+  auto child = ChildProcess::Spawn(io.get_executor(), o);
+  ASSERT_TRUE(child.ok()) << child.status().ToString();
+  Result<ChildExit> e = RunOn(io, (*child)->Wait(Deadline::AfterMs(20'000)));
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  EXPECT_EQ(ReadAll(out), "closed\n");
+  // The parent's own copies stay open.
+  EXPECT_EQ(::fcntl(inherited, F_GETFD), 0);
+  ::close(inherited);
+  ::close(pipe_fds[0]);
+  ::close(pipe_fds[1]);
+  std::filesystem::remove(out);
+}
+
 TEST(ProcessTest, SeparateStderrFileAndWorkingDirectory) {
   asio::io_context io;
   const std::string out = TempPath("process_test_o"), err = TempPath("process_test_e");
