@@ -340,6 +340,16 @@ class ServerImpl final : public Server, public ChainTransport, public ChainRoute
   bool shut_down_ = false;
 
   std::map<std::pair<uint32_t, Lane>, std::shared_ptr<net::RpcClient>> peers_;  // I/O thread only
+  // A connect to a peer in progress, which the other callers wanting that peer wait for.
+  struct PendingConnect {
+    explicit PendingConnect(asio::any_io_executor executor) : done(executor) {
+      done.expires_at(asio::steady_timer::time_point::max());
+    }
+    asio::steady_timer done;  // cancelled when the connect has ended
+    bool ended = false;
+    Result<std::shared_ptr<net::RpcClient>> result = Unavailable("the connect has not ended");
+  };
+  std::map<std::pair<uint32_t, Lane>, std::shared_ptr<PendingConnect>> connecting_;  // I/O thread
 
   std::mutex manager_mu_;
   std::unique_ptr<chain::ChainManager> manager_;  // metadata node only
@@ -621,25 +631,40 @@ ServerStats ServerImpl::Stats() {
 
 awaitable<Result<std::shared_ptr<net::RpcClient>>> ServerImpl::Peer(uint32_t id, Deadline deadline,
                                                                     Lane lane) {
-  auto it = peers_.find({id, lane});
+  const std::pair<uint32_t, Lane> key{id, lane};
+  auto it = peers_.find(key);
   if (it != peers_.end() && it->second->connected()) co_return it->second;
   const NodeEndpoint* e = Endpoint(id);
   if (!e) co_return InvalidArgument("unknown node " + std::to_string(id));
+  const std::string name =
+      "ringfsd node " + std::to_string(id) + " at " + e->host + ":" + std::to_string(e->port);
+  // One connect per peer and lane at a time; the other callers wait for it. (Each connecting on
+  // its own, the calls queued for a peer that came back opened hundreds of connections at once,
+  // and the peer refused those past max_connections_per_peer.)
+  if (auto pending = connecting_.find(key); pending != connecting_.end()) {
+    using namespace asio::experimental::awaitable_operators;
+    const std::shared_ptr<PendingConnect> connect = pending->second;
+    asio::steady_timer limit(io_, deadline.when());
+    co_await (connect->done.async_wait(asio::as_tuple(use_awaitable)) ||
+              limit.async_wait(asio::as_tuple(use_awaitable)));
+    if (!connect->ended)
+      co_return DeadlineExceeded("connecting to " + name + ": another call's connect was still " +
+                                 "under way at the deadline");
+    co_return connect->result;
+  }
+  auto connect = std::make_shared<PendingConnect>(io_.get_executor());
+  connecting_[key] = connect;
   net::RpcClientOptions co;
   co.max_payload = wire::kMaxPayload;
-  co.peer_name =
-      "ringfsd node " + std::to_string(id) + " at " + e->host + ":" + std::to_string(e->port);
+  co.peer_name = name;
   co.connect.max_backoff = std::chrono::milliseconds(100);
   co.secret = secret_;
-  auto client = co_await net::RpcClient::Connect(e->host, e->port, deadline, co);
-  if (!client.ok()) co_return client.status();
-  auto& slot = peers_[{id, lane}];
-  if (slot && slot->connected()) {
-    (*client)->Close();  // another coroutine connected first: use that one
-    co_return slot;
-  }
-  slot = *client;
-  co_return *client;
+  connect->result = co_await net::RpcClient::Connect(e->host, e->port, deadline, co);
+  if (connect->result.ok()) peers_[key] = *connect->result;
+  connect->ended = true;
+  connect->done.cancel();
+  connecting_.erase(key);
+  co_return connect->result;
 }
 
 void ServerImpl::DropPeer(uint32_t id, Lane lane, const std::shared_ptr<net::RpcClient>& client) {
