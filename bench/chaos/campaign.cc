@@ -315,8 +315,11 @@ class Campaign {
       f.target += fmt::format(", {} times", o_.partition_flaps);
       for (int i = 0; i < o_.partition_flaps; ++i) {
         // A heal may have let a new generation start, with the cut-off daemons in it.
+        // (The newest one a member runs: it has no progress yet if it started during the heal.)
         if (Result<Json> now = cluster_.ClusterStatus(Deadline::AfterMs(2000)); now.ok())
-          generation = Observer::Generation(*now);
+          if (const std::string g = Observer::NewestGeneration(*now);
+              GenerationOrder(g) > GenerationOrder(generation))
+            generation = g;
         split();
         WatchCutOff(
             f, cut_off, generation,

@@ -13,6 +13,16 @@ std::string Observer::Generation(const Json& s) {
   return it != s.end() && it->contains("generation") ? (*it)["generation"].get<std::string>() : "";
 }
 
+std::string Observer::NewestGeneration(const Json& s) {
+  std::string newest = Generation(s);
+  if (s.contains("nodes"))
+    for (const Json& n : s["nodes"]) {
+      const std::string g = n.value("generation", "");
+      if (!g.empty() && GenerationOrder(g) > GenerationOrder(newest)) newest = g;
+    }
+  return newest;
+}
+
 int64_t Observer::Step(const Json& s) {
   const auto it = s.find("progress");
   return it != s.end() && it->contains("step") ? (*it)["step"].get<int64_t>() : 0;

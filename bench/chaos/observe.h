@@ -33,6 +33,9 @@ class Observer {
   // member ids (ascending), the workers of every member, whether the job is finished and at
   // which step.
   static std::string Generation(const Json& s);
+  // The newest training generation in `s`: that of the newest progress or one a member runs
+  // (a generation that started has no progress until its first step).
+  static std::string NewestGeneration(const Json& s);
   static int64_t Step(const Json& s);
   static std::vector<int> MemberIds(const Json& s);
   static std::vector<WorkerInfo> Workers(const Json& s);
