@@ -47,6 +47,11 @@ struct ChainWriteOrigin {
   std::optional<uint32_t> crc;  // the CRC32C its sender took of the data: the copy must match it
   chain::NodeId staged_at = 0;  // a node keeping the bytes staged: a forward to it leaves them out
   uint64_t staged_id = 0;       // which of that node's staged copies holds them
+  // The chain version the writer routed the write by (0: unchecked). The head refuses a write
+  // routed by another version than its own (NotServing, retryable): a metadata node that lost
+  // its role, whose write was held up in a partition, cannot land it after a newer metadata
+  // node has changed the chain (every takeover raises every chain's version).
+  uint64_t chain_version = 0;
 };
 
 // Thread-safe: each chain has its own lock, so chains proceed in parallel.

@@ -28,10 +28,11 @@ class ChainRouter {
   virtual size_t chain_count() const = 0;
   // The newest config known for a chain.
   virtual chain::ChainConfig Config(chain::ChainId chain) = 0;
-  // ChainNode::Write at `node`.
+  // ChainNode::Write at `node`, routed by chain version `chain_version` (the config whose head
+  // `node` is: ChainWriteOrigin::chain_version).
   virtual Result<uint64_t> WriteAt(chain::NodeId node, chain::ChunkKey key,
                                    std::optional<std::span<const std::byte>> data,
-                                   Deadline deadline) = 0;
+                                   uint64_t chain_version, Deadline deadline) = 0;
   // ChainNode::Read at `node`.
   virtual Status ReadAt(chain::NodeId node, chain::ChunkKey key, uint64_t offset, uint64_t length,
                         std::vector<std::byte>* out, Deadline deadline) = 0;

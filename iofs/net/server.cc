@@ -130,7 +130,7 @@ class ServerImpl final : public Server, public ChainTransport, public ChainRoute
     return config ? *config : chain::ChainConfig{};
   }
   Result<uint64_t> WriteAt(chain::NodeId node, chain::ChunkKey key,
-                           std::optional<std::span<const std::byte>> data,
+                           std::optional<std::span<const std::byte>> data, uint64_t chain_version,
                            Deadline deadline) override;
   Status ReadAt(chain::NodeId node, chain::ChunkKey key, uint64_t offset, uint64_t length,
                 std::vector<std::byte>* out, Deadline deadline) override;
@@ -1094,15 +1094,20 @@ void ServerImpl::CollectOnce() {
 
 Result<uint64_t> ServerImpl::WriteAt(chain::NodeId node, chain::ChunkKey key,
                                      std::optional<std::span<const std::byte>> data,
-                                     Deadline deadline) {
+                                     uint64_t chain_version, Deadline deadline) {
   RETURN_IF_ERROR(ActsForNamespace());
-  if (node == options_.self) return chain_->Write(key, data, deadline);
+  if (node == options_.self) {
+    ChainWriteOrigin origin;
+    origin.chain_version = chain_version;
+    return chain_->Write(key, data, deadline, origin);
+  }
   // [key, flags, CRC32C of the data, this node, staged copy id] then the data, in a bulk frame.
   // The data is copied and checksummed in one pass and staged here while the write runs: if this
   // node is the head's successor, the head's forward names the staged copy instead of sending
   // the bytes back.
   ByteWriter w;
   w.Put<uint64_t>(key);
+  w.Put<uint64_t>(chain_version);
   uint64_t staged = 0;
   std::shared_ptr<std::string> value;
   if (data) {
@@ -1267,11 +1272,13 @@ void ServerImpl::RegisterHandlers() {
     co_return co_await OnPool(client_pool_, [&]() -> Payload {
       ByteReader r(req.payload, "chunk write");
       ASSIGN_OR_RETURN(uint64_t key, r.Get<uint64_t>());
+      ASSIGN_OR_RETURN(uint64_t chain_version, r.Get<uint64_t>());
       ASSIGN_OR_RETURN(uint8_t flags, r.Get<uint8_t>());
       ASSIGN_OR_RETURN(uint32_t crc, r.Get<uint32_t>());
       if (flags & ~(wire::kChunkWriteDelete | wire::kChunkWriteStaged))
         return Corruption("chunk write of key " + std::to_string(key) + ": unknown flags");
       ChainWriteOrigin origin;
+      origin.chain_version = chain_version;
       if (flags & wire::kChunkWriteStaged) {
         ASSIGN_OR_RETURN(origin.staged_at, r.Get<uint32_t>());
         ASSIGN_OR_RETURN(origin.staged_id, r.Get<uint64_t>());

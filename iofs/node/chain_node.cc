@@ -402,6 +402,13 @@ Result<uint64_t> ChainNode::Write(ChunkKey key, std::optional<std::span<const st
   {
     std::unique_lock lock(slot->mu);
     AwaitUsable(*slot, lock);
+    if (const uint64_t mine = slot->machine.config().version;
+        origin.chain_version != 0 && origin.chain_version != mine)
+      return Status(StatusCode::kNotServing,
+                    "write of chunk " + std::to_string(key) + " routed by chain " +
+                        std::to_string(chain) + " version " + std::to_string(origin.chain_version) +
+                        ", node " + std::to_string(self_) + " has version " + std::to_string(mine),
+                    true);
     request = slot->next_request++;
     auto promise = std::make_shared<std::promise<WriteOutcome>>();
     future = promise->get_future();

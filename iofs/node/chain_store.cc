@@ -248,7 +248,7 @@ class ChainObjectStore final : public ObjectStore {
                    true);
       } else {
         s = router_
-                ->WriteAt(config.members[0].node, key, data,
+                ->WriteAt(config.members[0].node, key, data, config.version,
                           deadline.Min(Deadline::AfterMs(options_.write_try_ms)))
                 .status();
       }

@@ -77,12 +77,14 @@ class Cluster : public ChainTransport, public ChainRouter {
     return manager_->config(c);
   }
   Result<uint64_t> WriteAt(chain::NodeId n, chain::ChunkKey key,
-                           std::optional<std::span<const std::byte>> data,
+                           std::optional<std::span<const std::byte>> data, uint64_t chain_version,
                            Deadline deadline) override {
     std::shared_ptr<Node> node = Get(n);
     if (!node)
       return Status(StatusCode::kUnavailable, "node " + std::to_string(n) + " is down", true);
-    return node->chain->Write(key, data, deadline);
+    ChainWriteOrigin origin;
+    origin.chain_version = chain_version;
+    return node->chain->Write(key, data, deadline, origin);
   }
   Status ReadAt(chain::NodeId n, chain::ChunkKey key, uint64_t offset, uint64_t length,
                 std::vector<std::byte>* out, Deadline) override {

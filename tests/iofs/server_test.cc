@@ -200,6 +200,7 @@ TEST(ServerTest, EmbeddedServerAndCliRoundTrip) {
   Io io;
   ByteWriter w;
   w.Put<uint64_t>(42);
+  w.Put<uint64_t>(0);  // chain version: unchecked
   w.Put<uint8_t>(0);
   std::vector<std::byte> big(5 << 20);
   w.Put<uint32_t>(Crc32c(big.data(), big.size()));

@@ -142,6 +142,7 @@ TEST(WireIntegrity, ChunkWriteCorruptedOnTheWayIsRefusedAndAStagedForwardNeedsIt
   for (const bool staged_at_sender : {false, true}) {
     ByteWriter w;
     w.Put<uint64_t>(42);
+    w.Put<uint64_t>(0);  // chain version: unchecked
     w.Put<uint8_t>(staged_at_sender ? 2 : 0);
     w.Put<uint32_t>(Crc32c(data.data(), data.size()));
     if (staged_at_sender) {
