@@ -72,6 +72,11 @@ class Client : public std::enable_shared_from_this<Client> {
   boost::asio::awaitable<Status> Rename(std::string from, std::string to, Deadline deadline);
   boost::asio::awaitable<Status> Remove(std::string path, Deadline deadline);
   boost::asio::awaitable<Status> Seal(std::string path, Deadline deadline);
+  // FileSystem::PutFile: `data` (at most a few chunks: one request) becomes the whole content of
+  // a sealed file at `path`, atomically replacing what was there, in one round trip.
+  boost::asio::awaitable<Result<FileStat>> PutFile(std::string path,
+                                                   std::span<const std::byte> data,
+                                                   Deadline deadline);
   boost::asio::awaitable<Result<FsckReport>> Fsck(bool repair, Deadline deadline);
 
   // Writes `data` at `offset` of an existing file as chunk-sized requests, `parallel` in flight.

@@ -84,6 +84,12 @@ class FileSystem {
   Status Write(std::string_view path, uint64_t offset, std::span<const std::byte> data);
   // Makes a file immutable.
   Status Seal(std::string_view path);
+  // Stores `data` as the whole content of a new sealed file at `path` and makes it visible there
+  // atomically (making missing parent folders), replacing a file at `path` (whose space is
+  // reclaimed): readers see the old file or the new one, never a part. One namespace change
+  // where Create, Write, Seal and Rename of a temporary file take four. FailedPrecondition if
+  // `path` is a folder. A crash before the change leaves only orphans (the collector's).
+  Result<FileStat> PutFile(std::string_view path, std::span<const std::byte> data);
   // Reads up to `length` bytes at `offset` (clamped to the size).
   Status Read(std::string_view path, uint64_t offset, uint64_t length, std::vector<std::byte>* out);
   // Reads up to out.size() bytes at `offset` (clamped to the size) straight into `out`; returns
@@ -153,6 +159,15 @@ class FileSystem {
   uint64_t BeginWriteIntent(std::unique_lock<std::mutex>& lock, uint64_t ino, uint64_t first,
                             uint64_t end);
   void EndWriteIntent(uint64_t id);  // takes mu_
+  // Ends a write intent when it goes out of scope.
+  struct IntentScope {
+    FileSystem* fs;
+    uint64_t id;
+    ~IntentScope() { fs->EndWriteIntent(id); }
+  };
+  // Hands out an inode number for a file that is not in the namespace yet (PutFile), first
+  // persisting a higher bound when the persisted one does not cover it. REQUIRES mu_.
+  Result<uint64_t> ReserveInode();
 
   ObjectStore* const store_;
   const uint32_t chunk_size_;
@@ -160,6 +175,10 @@ class FileSystem {
   std::map<uint64_t, Inode> inodes_;                              // GUARDED_BY(mu_)
   std::map<uint64_t, std::map<std::string, uint64_t>> children_;  // GUARDED_BY(mu_)
   uint64_t next_ino_ = 2;                                         // GUARDED_BY(mu_)
+  // The inode bound of the persisted namespace: every inode handed out is below it, so a node
+  // that loads the namespace after a crash never hands out again the inode of a PutFile whose
+  // chunks were stored but whose namespace change was not.
+  uint64_t ino_bound_ = 2;  // GUARDED_BY(mu_)
   // Group commit of size changes (Write): generations of the in-memory namespace.
   std::mutex persist_mu_;  // held while a namespace object is written; taken after mu_
   std::condition_variable persist_cv_;

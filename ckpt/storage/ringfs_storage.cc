@@ -1,13 +1,15 @@
-// The ringfs backend: files on a ringfsd cluster through the iofs client. Writes go to
-// "<name>.tmp.<pid>.<n>": appended bytes are copied into chunk-sized buffers, and each full
-// buffer is written at once, asynchronously, up to kInFlight of them in flight (as `ringfs bench`
-// keeps), while the caller goes on appending; Commit waits for them, then seals and renames over
-// the final name. The buffers lie in memory shared with the ringfsd when it runs on this host
-// (the iofs shared-memory path: only control messages cross the socket), else on the heap. Reads
-// are ranged. One io_context thread runs the client; the blocking calls here wait for it with a
-// per-call deadline. A call that loses the connection (the node or the metadata node behind it
-// went away) drops the client and its buffers; the next call connects again, so a storage
-// outlives a restart of the store's nodes.
+// The ringfs backend: files on a ringfsd cluster through the iofs client. Appended bytes are
+// copied into chunk-sized buffers. A file that fits one buffer (the fragments, MANIFEST and
+// `latest` of a checkpoint) is stored at Commit with one PutFile: one round trip and one
+// namespace change, where a temporary file takes four. A larger one goes to
+// "<name>.tmp.<pid>.<n>", created with its first full buffer: each full buffer is written at
+// once, asynchronously, up to kInFlight of them in flight (as `ringfs bench` keeps), while the
+// caller goes on appending; Commit waits for them, then seals and renames over the final name. The
+// buffers lie in memory shared with the ringfsd when it runs on this host (the iofs shared-memory
+// path: only control messages cross the socket), else on the heap. Reads are ranged. One io_context
+// thread runs the client; the blocking calls here wait for it with a per-call deadline. A call that
+// loses the connection (the node or the metadata node behind it went away) drops the client and its
+// buffers; the next call connects again, so a storage outlives a restart of the store's nodes.
 #include <unistd.h>
 
 #include <atomic>
@@ -203,7 +205,8 @@ class RingfsFileWriter : public StorageFileWriter {
     // The writes in flight use the pool's buffers and this object: they must end first.
     (void)Drain();
     if (!current_.empty()) pool_->Release(current_);
-    if (!committed_) (void)conn_->Check(conn_->Run(client_->Remove(tmp_, CallDeadline())));
+    if (created_ && !committed_)
+      (void)conn_->Check(conn_->Run(client_->Remove(tmp_, CallDeadline())));
   }
 
   Status Append(std::span<const uint8_t> bytes) override {
@@ -217,13 +220,21 @@ class RingfsFileWriter : public StorageFileWriter {
       std::memcpy(current_.data() + filled_, bytes.data(), n);
       filled_ += n;
       bytes = bytes.subspan(n);
-      if (filled_ == current_.size()) Launch();
+      if (filled_ == current_.size()) RETURN_IF_ERROR(Launch());
     }
     return Status();
   }
 
   Status Commit() override {
-    if (filled_ > 0) Launch();
+    if (!created_) {
+      // The whole file is in the current buffer (or it is empty): one atomic put.
+      const std::span<const std::byte> data = current_.first(filled_);
+      auto put = conn_->Run(client_->PutFile(final_, data, CallDeadline()));
+      RETURN_IF_ERROR(conn_->Check(put.status()).WithContext("put " + final_));
+      committed_ = true;
+      return Status();
+    }
+    if (filled_ > 0) RETURN_IF_ERROR(Launch());
     RETURN_IF_ERROR(Drain());
     RETURN_IF_ERROR(
         conn_->Check(conn_->Run(client_->Seal(tmp_, CallDeadline()))).WithContext("seal " + tmp_));
@@ -234,9 +245,14 @@ class RingfsFileWriter : public StorageFileWriter {
   }
 
  private:
-  // Starts the write of the current buffer's filled bytes; the buffer returns to the pool when
-  // the write ends.
-  void Launch() {
+  // Starts the write of the current buffer's filled bytes, creating the temporary file first if
+  // this is the first; the buffer returns to the pool when the write ends. Errors: the create's.
+  Status Launch() {
+    if (!created_) {
+      auto created = conn_->Run(client_->Create(tmp_, CallDeadline()));
+      RETURN_IF_ERROR(conn_->Check(created.status()).WithContext("create " + tmp_));
+      created_ = true;
+    }
     const std::span<std::byte> buffer = current_;
     const std::span<const std::byte> data = buffer.first(filled_);
     const uint64_t offset = offset_;
@@ -259,6 +275,7 @@ class RingfsFileWriter : public StorageFileWriter {
                             --in_flight_;
                             cv_.notify_all();
                           });
+    return Status();
   }
   // Waits for every write in flight; returns the first failure (Connection::Check sees it here,
   // on the caller's thread: the io thread must never wait for the connection's mutex). Bounded
@@ -284,7 +301,8 @@ class RingfsFileWriter : public StorageFileWriter {
   std::string tmp_, final_;
   std::span<std::byte> current_;  // the buffer being filled (empty: none)
   size_t filled_ = 0;
-  uint64_t offset_ = 0;  // of the next write
+  uint64_t offset_ = 0;   // of the next write
+  bool created_ = false;  // tmp_ exists (the first full buffer was launched)
   bool committed_ = false;
   std::mutex mu_;
   std::condition_variable cv_;
@@ -303,8 +321,6 @@ class RingfsStorage : public Storage {
     const std::string tmp = final_path + ".tmp." + std::to_string(::getpid()) + "." +
                             std::to_string(counter_.fetch_add(1));
     ASSIGN_OR_RETURN(ClientAndBuffers io, conn_->Buffers());
-    auto created = conn_->Run(io.client->Create(tmp, CallDeadline()));
-    RETURN_IF_ERROR(conn_->Check(created.status()).WithContext("create " + tmp + " on " + uri_));
     return std::unique_ptr<StorageFileWriter>(
         new RingfsFileWriter(conn_, std::move(io), tmp, final_path));
   }

@@ -18,6 +18,9 @@ constexpr uint64_t kRootIno = 1;
 // Data keys must stay below the chain layer's pending bit (1 << 62).
 constexpr uint64_t kMaxIno = (1ull << (62 - kChunkIndexBits)) - 1;
 constexpr size_t kWriteBatch = 8;  // chunks per parallel put
+// How far the persisted inode bound runs ahead of the next inode: PutFile hands out inodes below
+// it without a namespace write of its own (ReserveInode writes one when they run out).
+constexpr uint64_t kInodeReserve = 1024;
 
 int64_t NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -96,6 +99,7 @@ Status FileSystem::Load() {
   if (magic != kNamespaceMagic || version != kNamespaceVersion)
     return Corruption("namespace object: bad magic or unknown version " + std::to_string(version));
   ASSIGN_OR_RETURN(next_ino_, rd.Get<uint64_t>());
+  ino_bound_ = next_ino_;
   ASSIGN_OR_RETURN(uint32_t count, rd.Get<uint32_t>());
   for (uint32_t i = 0; i < count; ++i) {
     Inode n;
@@ -138,7 +142,7 @@ Result<std::vector<std::byte>> FileSystem::EncodeLocked() const {
   ByteWriter w;
   w.Put<uint32_t>(kNamespaceMagic);
   w.Put<uint16_t>(kNamespaceVersion);
-  w.Put<uint64_t>(next_ino_);
+  w.Put<uint64_t>(next_ino_ + kInodeReserve);
   w.Put<uint32_t>(static_cast<uint32_t>(inodes_.size()));
   for (const auto& [ino, n] : inodes_) {
     w.Put<uint64_t>(n.ino);
@@ -170,6 +174,7 @@ Status FileSystem::Persist() {
   ASSIGN_OR_RETURN(std::vector<std::byte> bytes, EncodeLocked());
   RETURN_IF_ERROR(PutNamespace(bytes));
   persisted_gen_ = dirty_gen_;
+  ino_bound_ = std::max(ino_bound_, next_ino_ + kInodeReserve);
   return Status();
 }
 
@@ -184,6 +189,7 @@ Status FileSystem::CommitSizeChange(std::unique_lock<std::mutex>& lock) {
     }
     persisting_ = true;
     const uint64_t gen = dirty_gen_;
+    const uint64_t bound = next_ino_ + kInodeReserve;
     std::unique_lock persist(persist_mu_);  // order: mu_, then persist_mu_
     Result<std::vector<std::byte>> bytes = EncodeLocked();
     lock.unlock();
@@ -193,6 +199,7 @@ Status FileSystem::CommitSizeChange(std::unique_lock<std::mutex>& lock) {
     persisting_ = false;
     if (s.ok()) {
       persisted_gen_ = std::max(persisted_gen_, gen);
+      ino_bound_ = std::max(ino_bound_, bound);
     } else {
       failed_gen_ = gen;
       failed_status_ = s;
@@ -324,11 +331,7 @@ Status FileSystem::Write(std::string_view path, uint64_t offset, std::span<const
     size = it->second.size;
   }
   // Ends the intent on every return, after the new size is committed (or the write failed).
-  struct IntentGuard {
-    FileSystem* fs;
-    uint64_t id;
-    ~IntentGuard() { fs->EndWriteIntent(id); }
-  } intent_guard{this, intent};
+  const IntentScope intent_scope{this, intent};
   std::vector<std::vector<std::byte>> buffers;
   std::vector<ObjectPut> puts;
   auto flush = [&]() -> Status {
@@ -376,6 +379,66 @@ Status FileSystem::Write(std::string_view path, uint64_t offset, std::span<const
   it->second.size = std::max(it->second.size, end);
   it->second.mtime_ns = NowNs();
   return CommitSizeChange(lock);
+}
+
+Result<uint64_t> FileSystem::ReserveInode() {
+  if (next_ino_ > kMaxIno) return Status(StatusCode::kResourceExhausted, "inode numbers exhausted");
+  if (next_ino_ >= ino_bound_) RETURN_IF_ERROR(Persist());
+  return next_ino_++;
+}
+
+Result<FileStat> FileSystem::PutFile(std::string_view path, std::span<const std::byte> data) {
+  RETURN_IF_ERROR(ValidatePath(path));
+  const uint32_t cs = chunk_size_;
+  const uint64_t chunks = (data.size() + cs - 1) / cs;
+  if (chunks >= (1ull << kChunkIndexBits))
+    return OutOfRange("file of " + std::to_string(data.size()) + " bytes exceeds the largest file");
+  uint64_t ino = 0;
+  uint64_t intent = 0;
+  {
+    std::unique_lock lock(mu_);
+    if (Result<uint64_t> existing = Lookup(path); existing.ok() && inodes_.at(*existing).is_dir)
+      return FailedPrecondition(std::string(path) + " is a folder");
+    ASSIGN_OR_RETURN(ino, ReserveInode());
+    intent = BeginWriteIntent(lock, ino, 0, chunks);
+  }
+  // The chunks are orphans until the namespace change below; the intent keeps the collector off
+  // them meanwhile.
+  const IntentScope intent_scope{this, intent};
+  std::vector<ObjectPut> puts;
+  for (uint64_t index = 0; index < chunks; ++index) {
+    const uint64_t base = index * cs;
+    puts.push_back(ObjectPut{DataKey(ino, index),
+                             data.subspan(base, std::min<uint64_t>(cs, data.size() - base))});
+    if (puts.size() == kWriteBatch || index + 1 == chunks) {
+      RETURN_IF_ERROR(store_->Put(puts).WithContext("write " + std::string(path)));
+      puts.clear();
+    }
+  }
+  std::optional<Inode> replaced;
+  FileStat stat;
+  {
+    std::lock_guard lock(mu_);
+    RETURN_IF_ERROR(ChangeNamespace([&]() -> Status {
+      if (Result<uint64_t> existing = Lookup(path); existing.ok()) {
+        const Inode& e = inodes_.at(*existing);
+        if (e.is_dir) return FailedPrecondition(std::string(path) + " is a folder");
+        replaced = e;
+        children_[e.parent].erase(e.name);
+        inodes_.erase(*existing);
+      }
+      ASSIGN_OR_RETURN(const uint64_t parent, MakeParents(path));
+      const std::string name(Split(path).back());
+      inodes_[ino] = Inode{ino, parent, name, false, true, cs, data.size(), NowNs()};
+      children_[parent][name] = ino;
+      return Status();
+    }));
+    stat = ToStat(inodes_.at(ino));
+  }
+  // Committed: the replaced file's chunks are garbage now (the collector reclaims them after a
+  // crash).
+  if (replaced) RETURN_IF_ERROR(DeleteChunks(replaced->ino, replaced->size, replaced->chunk_size));
+  return stat;
 }
 
 Status FileSystem::Seal(std::string_view path) {

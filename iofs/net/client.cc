@@ -222,6 +222,21 @@ awaitable<Status> Client::Write(std::string path, uint64_t offset, std::span<con
   co_return reply.status();
 }
 
+awaitable<Result<FileStat>> Client::PutFile(std::string path, std::span<const std::byte> data,
+                                            Deadline deadline) {
+  // As Write: the data follows the head in a frame without a payload CRC, checked end to end.
+  ByteWriter w;
+  w.PutString(path);
+  w.Put<uint32_t>(FastCrc32c(data.data(), data.size()));
+  const std::vector<std::byte> head = w.Take();
+  const std::span<const std::byte> pieces[] = {head, data};
+  auto reply = co_await rpc_->Call(wire::kFsPutFile, net::Pieces(pieces),
+                                   net::kFrameUncheckedPayload, deadline);
+  if (!reply.ok()) co_return reply.status();
+  ByteReader r(reply->payload, "put reply");
+  co_return wire::GetStat(r);
+}
+
 awaitable<Result<size_t>> Client::ReadInto(std::string path, uint64_t offset,
                                            std::span<std::byte> out, Deadline deadline) {
   if (shared_ && shared_->region().Contains(out))

@@ -1360,7 +1360,7 @@ void ServerImpl::RegisterHandlers() {
   });
   for (uint16_t type :
        {wire::kFsCreate, wire::kFsMkdir, wire::kFsWrite, wire::kFsStat, wire::kFsList,
-        wire::kFsRename, wire::kFsRemove, wire::kFsSeal, wire::kFsFsck}) {
+        wire::kFsRename, wire::kFsRemove, wire::kFsSeal, wire::kFsFsck, wire::kFsPutFile}) {
     rpc_->Handle(type, [this, type](RpcRequest req) -> awaitable<Payload> {
       if (!is_meta()) co_return NotServingFs();
       co_return co_await OnPool(client_pool_, [&]() -> Payload {
@@ -1876,6 +1876,18 @@ Payload ServerImpl::HandleFs(uint16_t type, std::span<const std::byte> payload) 
                           " sent by the client (corrupted in transit)");
       RETURN_IF_ERROR(fs->Write(path, offset, data));
       return Empty();
+    }
+    case wire::kFsPutFile: {
+      ASSIGN_OR_RETURN(uint32_t crc, r.Get<uint32_t>());
+      ASSIGN_OR_RETURN(auto data, r.GetBytes(r.remaining()));
+      if (const uint32_t got = FastCrc32c(data.data(), data.size()); got != crc)
+        return Status(StatusCode::kChecksumMismatch,
+                      "put of " + std::to_string(data.size()) + " bytes as " + path +
+                          ": data CRC32C " + std::to_string(got) + " != " + std::to_string(crc) +
+                          " sent by the client (corrupted in transit)");
+      ASSIGN_OR_RETURN(FileStat st, fs->PutFile(path, data));
+      wire::PutStat(w, st);
+      return w.Take();
     }
     case wire::kFsStat: {
       ASSIGN_OR_RETURN(FileStat st, fs->Stat(path));

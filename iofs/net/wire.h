@@ -38,6 +38,7 @@ enum Type : uint16_t {
   kFsFsck = 0x6939,
   kFsWriteShm = 0x693a,  // FsWrite with the data in a shared region (iofs/net/shm.h)
   kFsReadShm = 0x693b,   // FsRead into a shared region
+  kFsPutFile = 0x693c,   // a whole sealed file in one atomic namespace change
 };
 
 // Flags of a kChunkWrite request: the key is deleted (no data follows), or the value is staged

@@ -185,12 +185,17 @@ TEST(FileSystemTest, ListStatSealRenameAndSpaceReclaim) {
   EXPECT_TRUE(st.fs->List("/")->empty());
 }
 
-// Forwards to a real store; while `fail_puts` is set every Put fails as a full disk would.
+// Forwards to a real store; while `fail_puts` is set every Put fails as a full disk would, while
+// `fail_namespace_puts` is set only the namespace's (as a crash after a file's data was stored).
 class FailablePutStore : public ObjectStore {
  public:
   explicit FailablePutStore(ObjectStore* inner) : inner_(inner) {}
   Status Put(std::span<const ObjectPut> puts) override {
     if (fail_puts) return Status(StatusCode::kNoSpace, "injected: no space for the put");
+    if (fail_namespace_puts)
+      for (const ObjectPut& p : puts)
+        if (p.key == kNamespaceKey)
+          return Status(StatusCode::kUnavailable, "injected: the namespace write failed");
     return inner_->Put(puts);
   }
   Status Get(ObjectKey key, uint64_t offset, uint64_t length,
@@ -202,6 +207,7 @@ class FailablePutStore : public ObjectStore {
   uint32_t max_object_size() const override { return inner_->max_object_size(); }
   std::vector<std::string> CheckStorage() override { return inner_->CheckStorage(); }
   bool fail_puts = false;
+  bool fail_namespace_puts = false;
 
  private:
   ObjectStore* const inner_;
@@ -255,6 +261,84 @@ TEST(FileSystemTest, NamespaceChangeThatCannotBePersistedLeavesNothingBehind) {
   EXPECT_TRUE((*reopened)->Stat("/b/new").ok());
   ASSERT_TRUE((*reopened)->Read("/a/target", 0, UINT64_MAX, &got).ok());
   EXPECT_EQ(got, data);
+}
+
+TEST(FileSystemTest, PutFileReplacesAFileAtomicallyWithASealedOne) {
+  TempDir dir("fs-put");
+  Stack st(dir.path());
+  std::mt19937_64 rng(11);
+  const auto old_data = Bytes(rng, 300000);  // 5 chunks of 64 KiB
+  const auto new_data = Bytes(rng, 140000);  // 3 chunks
+  ASSERT_TRUE(st.fs->Create("/ckpt/latest").ok());
+  ASSERT_TRUE(st.fs->Write("/ckpt/latest", 0, old_data).ok());
+  Result<FileStat> put = st.fs->PutFile("/ckpt/latest", new_data);
+  ASSERT_TRUE(put.ok()) << put.status().ToString();
+  EXPECT_TRUE(put->sealed);
+  EXPECT_EQ(put->size, new_data.size());
+  EXPECT_EQ(put->path, "/ckpt/latest");
+  std::vector<std::byte> got;
+  ASSERT_TRUE(st.fs->Read("/ckpt/latest", 0, UINT64_MAX, &got).ok());
+  EXPECT_EQ(got, new_data);
+  EXPECT_EQ(st.fs->Write("/ckpt/latest", 0, new_data).code(), StatusCode::kFailedPrecondition);
+  // The replaced file's 5 chunks are reclaimed: the namespace and the new file's 3 remain.
+  EXPECT_EQ(st.engine->Usage().chunks, 1u + 3u);
+  // Missing parents are made; an empty file is a file; a folder is not replaced.
+  ASSERT_TRUE(st.fs->PutFile("/a/b/empty", {}).ok());
+  EXPECT_EQ(st.fs->Stat("/a/b/empty")->size, 0u);
+  EXPECT_EQ(st.fs->PutFile("/a/b", new_data).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(st.fs->Stat("/a/b")->is_dir);
+  Result<FsckReport> fsck = st.fs->Fsck(false);
+  ASSERT_TRUE(fsck.ok());
+  EXPECT_EQ(fsck->orphan_chunks, 0u);
+  EXPECT_TRUE(fsck->problems.empty());
+  // The same after a reopen.
+  auto reopened = FileSystem::Open(st.store.get(), 64 << 10);
+  ASSERT_TRUE(reopened.ok());
+  ASSERT_TRUE((*reopened)->Read("/ckpt/latest", 0, UINT64_MAX, &got).ok());
+  EXPECT_EQ(got, new_data);
+  EXPECT_TRUE((*reopened)->Stat("/ckpt/latest")->sealed);
+}
+
+TEST(FileSystemTest, PutFileWhoseNamespaceChangeFailsLeavesTheOldFileAndOrphansOnly) {
+  TempDir dir("fs-put-fail");
+  Stack st(dir.path());
+  FailablePutStore store(st.store.get());
+  auto opened = FileSystem::Open(&store, 64 << 10);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  FileSystem& fs = **opened;
+  std::mt19937_64 rng(12);
+  const auto old_data = Bytes(rng, 100000);
+  const auto new_data = Bytes(rng, 200000);  // 4 chunks
+  ASSERT_TRUE(fs.Mkdir("/ckpt").ok());       // so that the puts take consecutive inodes
+  Result<FileStat> first = fs.PutFile("/ckpt/latest", old_data);
+  ASSERT_TRUE(first.ok());
+  // The data is stored, the namespace change is not (as if the metadata node died between).
+  store.fail_namespace_puts = true;
+  EXPECT_EQ(fs.PutFile("/ckpt/latest", new_data).status().code(), StatusCode::kUnavailable);
+  store.fail_namespace_puts = false;
+  std::vector<std::byte> got;
+  ASSERT_TRUE(fs.Read("/ckpt/latest", 0, UINT64_MAX, &got).ok());
+  EXPECT_EQ(got, old_data);
+  // A node that loads the namespace now (the next metadata node) sees the old file, the failed
+  // put's chunks as orphans, and never hands out that put's inode again.
+  auto next = FileSystem::Open(st.store.get(), 64 << 10);
+  ASSERT_TRUE(next.ok());
+  ASSERT_TRUE((*next)->Read("/ckpt/latest", 0, UINT64_MAX, &got).ok());
+  EXPECT_EQ(got, old_data);
+  Result<FsckReport> fsck = (*next)->Fsck(false);
+  ASSERT_TRUE(fsck.ok());
+  EXPECT_EQ(fsck->orphan_chunks, 4u);
+  Result<FileStat> created = (*next)->Create("/other");
+  ASSERT_TRUE(created.ok());
+  Result<FileStat> put = (*next)->PutFile("/ckpt/latest", new_data);
+  ASSERT_TRUE(put.ok());
+  EXPECT_GT(created->ino, first->ino + 1);  // the failed put had first->ino + 1
+  EXPECT_GT(put->ino, created->ino);
+  Result<uint64_t> collected = (*next)->CollectOrphans();
+  ASSERT_TRUE(collected.ok());
+  EXPECT_EQ(*collected, 4u);
+  ASSERT_TRUE((*next)->Read("/ckpt/latest", 0, UINT64_MAX, &got).ok());
+  EXPECT_EQ(got, new_data);
 }
 
 TEST(FileSystemTest, FsckFindsAndRepairsOrphansAndCorruption) {
