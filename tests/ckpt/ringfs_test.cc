@@ -40,6 +40,18 @@ TEST_F(RingfsTest, StorageSaveReshardDamageFallback) {
   const std::vector<uint8_t> data(10000, 7);
   ASSERT_TRUE(storage_->WriteFile("x/y", data).ok());
   EXPECT_EQ(storage_->ReadFile("x/y").value(), data);
+  // Whole files around the sizes where the backend changes paths: one put or a temporary file
+  // (a 4 MiB buffer), one read or a read then ranged reads (1 MiB).
+  for (const size_t size : {size_t{0}, size_t{1} << 20, (size_t{1} << 20) + 1, size_t{9} << 20}) {
+    std::vector<uint8_t> content(size);
+    for (size_t i = 0; i < size; ++i) content[i] = static_cast<uint8_t>(i * 131 + size);
+    ASSERT_TRUE(storage_->WriteFile("sizes/f", content).ok()) << size;
+    EXPECT_EQ(storage_->FileSize("sizes/f").value(), size);
+    EXPECT_TRUE(storage_->ReadFile("sizes/f").value() == content) << size;
+  }
+  EXPECT_EQ(storage_->ReadFile("sizes/none").status().code(), StatusCode::kNotFound);
+  ASSERT_TRUE(storage_->Remove("sizes/f").ok());
+  ASSERT_TRUE(storage_->Remove("sizes").ok());
   std::vector<uint8_t> past(10);
   EXPECT_EQ(storage_->ReadRange("x/y", data.size() - 5, past).code(), StatusCode::kOutOfRange);
   EXPECT_EQ(storage_->List("").value(), (std::vector<std::string>{"x"}));
