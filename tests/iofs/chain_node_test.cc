@@ -222,19 +222,14 @@ TEST(ChainNodeTest, AWriteTheHeadDoesNotAnswerIsTriedAgain) {
   EXPECT_EQ(got, Content(9, 1, 3000));
 }
 
-// The cluster as a router whose chains have no serving member while `stopped` is set (the chain
-// manager stopped them: their last serving member is away).
-class StoppedChainRouter : public ChainRouter {
+// The cluster as a router, every call passed on; the routers below change one thing.
+class ForwardingRouter : public ChainRouter {
  public:
-  explicit StoppedChainRouter(Cluster* cluster) : c_(cluster) {}
+  explicit ForwardingRouter(Cluster* cluster) : c_(cluster) {}
   chain::NodeId self() const override { return 1; }
   std::vector<chain::NodeId> nodes() const override { return c_->nodes(); }
   size_t chain_count() const override { return c_->chain_count(); }
-  chain::ChainConfig Config(chain::ChainId chain) override {
-    chain::ChainConfig config = c_->Config(chain);
-    if (stopped) config.members.clear();
-    return config;
-  }
+  chain::ChainConfig Config(chain::ChainId chain) override { return c_->Config(chain); }
   Result<uint64_t> WriteAt(chain::NodeId node, chain::ChunkKey key,
                            std::optional<std::span<const std::byte>> data, uint64_t chain_version,
                            Deadline deadline) override {
@@ -250,10 +245,22 @@ class StoppedChainRouter : public ChainRouter {
   Result<std::vector<std::string>> CheckAt(chain::NodeId node, Deadline deadline) override {
     return c_->CheckAt(node, deadline);
   }
-  std::atomic<bool> stopped{true};
 
- private:
-  Cluster* c_;
+ protected:
+  Cluster* const c_;
+};
+
+// The cluster as a router whose chains have no serving member while `stopped` is set (the chain
+// manager stopped them: their last serving member is away).
+class StoppedChainRouter : public ForwardingRouter {
+ public:
+  using ForwardingRouter::ForwardingRouter;
+  chain::ChainConfig Config(chain::ChainId chain) override {
+    chain::ChainConfig config = c_->Config(chain);
+    if (stopped) config.members.clear();
+    return config;
+  }
+  std::atomic<bool> stopped{true};
 };
 
 // A chain without a serving member holds a read or a write for stopped_chain_ms, not the whole
@@ -311,34 +318,15 @@ TEST(ChainNodeTest, AStoppedChainFailsReadsAndWritesAfterAShortWait) {
 
 // The cluster as a metadata node that lost its role sees it: the chain configs of one moment,
 // frozen (it hears of no change until it takes the role over again).
-class FrozenConfigRouter : public ChainRouter {
+class FrozenConfigRouter : public ForwardingRouter {
  public:
-  explicit FrozenConfigRouter(Cluster* cluster) : c_(cluster) {
+  explicit FrozenConfigRouter(Cluster* cluster) : ForwardingRouter(cluster) {
     for (size_t chain = 0; chain < cluster->chain_count(); ++chain)
       configs_.push_back(cluster->Config(static_cast<chain::ChainId>(chain)));
   }
-  chain::NodeId self() const override { return 0; }
-  std::vector<chain::NodeId> nodes() const override { return c_->nodes(); }
-  size_t chain_count() const override { return c_->chain_count(); }
   chain::ChainConfig Config(chain::ChainId chain) override { return configs_.at(chain); }
-  Result<uint64_t> WriteAt(chain::NodeId node, chain::ChunkKey key,
-                           std::optional<std::span<const std::byte>> data, uint64_t chain_version,
-                           Deadline deadline) override {
-    return c_->WriteAt(node, key, data, chain_version, deadline);
-  }
-  Status ReadAt(chain::NodeId node, chain::ChunkKey key, uint64_t offset, uint64_t length,
-                std::vector<std::byte>* out, Deadline deadline) override {
-    return c_->ReadAt(node, key, offset, length, out, deadline);
-  }
-  Result<std::vector<chain::ChunkKey>> KeysAt(chain::NodeId node, Deadline deadline) override {
-    return c_->KeysAt(node, deadline);
-  }
-  Result<std::vector<std::string>> CheckAt(chain::NodeId node, Deadline deadline) override {
-    return c_->CheckAt(node, deadline);
-  }
 
  private:
-  Cluster* const c_;
   std::vector<chain::ChainConfig> configs_;
 };
 
