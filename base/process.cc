@@ -67,8 +67,9 @@ std::vector<char*> Pointers(std::vector<std::string>& strings) {
 
 // In the child after fork: only async-signal-safe calls. Reports errno through `report` and
 // exits 127 on failure.
-[[noreturn]] void ExecChild(pid_t parent, int death_signal, int in, int out, int err, int report,
-                            int max_fd, const char* cwd, char* const* argv, char* const* envp) {
+[[noreturn]] void ExecChild(pid_t parent, int death_signal, int niceness, int in, int out, int err,
+                            int report, int max_fd, const char* cwd, char* const* argv,
+                            char* const* envp) {
   auto fail = [report](int step) {
     const int e[2] = {step, errno};
     [[maybe_unused]] ssize_t n = ::write(report, e, sizeof(e));
@@ -90,6 +91,10 @@ std::vector<char*> Pointers(std::vector<std::string>& strings) {
     for (int fd = 3; fd < max_fd; ++fd) ::fcntl(fd, F_SETFD, FD_CLOEXEC);  // older kernels
   }
   if (cwd != nullptr && ::chdir(cwd) != 0) fail(4);
+  if (niceness != 0) {
+    errno = 0;
+    if (::nice(niceness) == -1 && errno != 0) fail(6);  // -1 is also a valid new niceness
+  }
   // The signal mask and dispositions are inherited: give the program a clean slate.
   sigset_t none;
   sigemptyset(&none);
@@ -110,6 +115,8 @@ const char* ChildStepName(int step) {
       return "dup2";
     case 4:
       return "chdir";
+    case 6:
+      return "nice";
     default:
       return "execve";
   }
@@ -184,8 +191,8 @@ Result<StartedChild> StartChild(const SpawnOptions& options) {
   const pid_t pid = ::fork();
   if (pid < 0) return ErrnoStatus(errno, what + ": fork");
   if (pid == 0) {
-    ExecChild(parent, options.death_signal, in.get(), out.get(), err.get(), report_write.get(),
-              max_fd, cwd, argv.data(), envp.data());
+    ExecChild(parent, options.death_signal, options.nice, in.get(), out.get(), err.get(),
+              report_write.get(), max_fd, cwd, argv.data(), envp.data());
   }
   // Also set the group here, so a signal right after the start reaches it (a race setpgid allows).
   ::setpgid(pid, pid);

@@ -44,6 +44,10 @@ struct SpawnOptions {
   // True: the child writes to this process's stdout and stderr, whatever they are (a terminal,
   // a pipe, a file); the two paths and `output_fd` are not used.
   bool inherit_output = false;
+  // Added to the child's niceness before the exec (nice(2)): > 0 gives it a lower CPU priority
+  // than this process, so this process's own work (a daemon's heartbeats and storage service)
+  // preempts the child's computation. 0 = the same priority.
+  int nice = 0;
 };
 
 // A child started by StartChild: its pid (also its process group id) and a pidfd on it, which

@@ -369,6 +369,7 @@ Status Node::SpawnWorker(const elastic::JobPlan& plan, int rank, const Generatio
   for (const std::string& e : SplitCommaList(config_.worker_env)) o.env.push_back(e);
   o.env.push_back("RINGTRAIN_SLOT=" + std::to_string(worker->slot));
   o.stdout_path = worker->log_path;
+  o.nice = config_.worker_nice;
   ASSIGN_OR_RETURN(worker->process, ChildProcess::Spawn(io_.get_executor(), std::move(o)));
   LOG_INFO("generation {}: rank {} on slot {} started (pid {}, log {})", key.ToString(), rank,
            worker->slot, worker->process->pid(), worker->log_path);

@@ -403,6 +403,8 @@ asio::awaitable<Result<Json>> Node::HandleWorkerReport(Json r) {
   };
   p.loss = number("loss");
   p.tokens_per_s = number("tokens_per_s");
+  p.first_unix_ms =
+      progress_ && progress_->generation == generation ? progress_->first_unix_ms : p.unix_ms;
   if (!recovery_logged_) {
     recovery_logged_ = true;
     const double seconds =
@@ -477,7 +479,8 @@ Json Node::LocalReport() const {
                           {"step", progress_->step},
                           {"loss", progress_->loss},
                           {"tokens_per_s", progress_->tokens_per_s},
-                          {"unix_ms", progress_->unix_ms}};
+                          {"unix_ms", progress_->unix_ms},
+                          {"first_unix_ms", progress_->first_unix_ms}};
   return report;
 }
 

@@ -82,6 +82,7 @@ struct Progress {
   double loss = 0;
   double tokens_per_s = 0;
   int64_t unix_ms = 0;
+  int64_t first_unix_ms = 0;  // rank 0's report of the generation's first step (Unix ms)
 };
 
 class Node : public Daemon {

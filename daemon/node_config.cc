@@ -61,6 +61,8 @@ void BindNodeKeys(NodeConfig* c, ConfigSchema* s) {
   s->Int("worker.stop_grace_ms", &c->stop_grace_ms, 0, 600'000,
          "SIGTERM to SIGKILL grace when workers are stopped, ms");
   s->String("worker.env", &c->worker_env, "extra NAME=value,... for the workers");
+  s->Int("worker.nice", &c->worker_nice, 0, 19,
+         "niceness added to the workers: the daemon's own work preempts theirs");
 }
 
 Result<std::pair<std::string, uint16_t>> SplitHostPort(std::string_view text,

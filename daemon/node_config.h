@@ -53,6 +53,9 @@ struct NodeConfig {
   // [worker]
   int stop_grace_ms = 2000;  // SIGTERM → SIGKILL grace when a generation's workers are stopped
   std::string worker_env;    // extra "NAME=value,NAME=value" for workers (e.g. OMP_NUM_THREADS=1)
+  // Niceness added to the workers' (0-19): the daemon's heartbeats, chunk server and memory
+  // tier then preempt the workers' computation on a busy CPU.
+  int worker_nice = 5;
 
   // The seeds as a list (split at commas, blanks dropped).
   std::vector<std::string> SeedList() const;

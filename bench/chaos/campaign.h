@@ -38,7 +38,8 @@ struct CampaignOptions {
   int64_t restart_delay_ms = 1000;  // a killed daemon is started again after this
   int64_t hang_limit_ms = 60000;    // a recovery slower than this counts as a hang
   // Delay at the fault points ckpt.save.after_data and ckpt.commit.after_fragments (through
-  // RINGTRAIN_FAULTS), so that the kill -9 of the two checkpoint faults lands inside the window.
+  // RINGTRAIN_FAULTS), so that the kill -9 of the two checkpoint faults lands inside the window;
+  // only when one of those faults is drawn.
   int64_t window_delay_ms = 300;
   int64_t tmpfs_mib = 64;         // size of the tmpfs mounted on the checkpoint folder (root)
   bool keep_checkpoints = false;  // copy the tmpfs's final contents to DIR/ckpt.kept at the end
@@ -113,8 +114,12 @@ struct CampaignResult {
   int flips_undetected = 0;     // ... or accepted it
   std::vector<std::string> corrupt_resumes;  // generations that resumed from a corrupted step
   int unexpected_exits = 0;                  // daemons that died without being killed
-  std::string disk_full_off;                 // why disk-full could not run ("" = it could)
-  std::string partitions_off;                // why the partitions could not run ("" = they could)
+  // Store campaigns: each time the store's newest committed checkpoint (its `latest`) was seen
+  // older than one seen before — a committed checkpoint gone before any newer commit retired
+  // it. The invariant is none.
+  std::vector<std::string> committed_regressions;
+  std::string disk_full_off;    // why disk-full could not run ("" = it could)
+  std::string partitions_off;   // why the partitions could not run ("" = they could)
   std::string file_faults_off;  // why the checkpoint-file faults could not run ("" = they could)
   std::string checkpoints = "a folder";  // where the checkpoints were ("a folder", the store)
   std::string membership = "ring";       // "ring", or "etcd URL" (CampaignOptions::etcd)

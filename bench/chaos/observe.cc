@@ -23,6 +23,16 @@ std::string Observer::NewestGeneration(const Json& s) {
   return newest;
 }
 
+int64_t Observer::FirstStepUnixMs(const Json& s) {
+  const auto it = s.find("progress");
+  return it != s.end() ? it->value("first_unix_ms", int64_t{0}) : 0;
+}
+
+int64_t Observer::ProgressUnixMs(const Json& s) {
+  const auto it = s.find("progress");
+  return it != s.end() ? it->value("unix_ms", int64_t{0}) : 0;
+}
+
 int64_t Observer::Step(const Json& s) {
   const auto it = s.find("progress");
   return it != s.end() && it->contains("step") ? (*it)["step"].get<int64_t>() : 0;

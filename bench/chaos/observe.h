@@ -37,6 +37,10 @@ class Observer {
   // (a generation that started has no progress until its first step).
   static std::string NewestGeneration(const Json& s);
   static int64_t Step(const Json& s);
+  // When training went on in the newest progress's generation (Unix ms of rank 0's report of
+  // its first step; 0 when the status does not say), and when rank 0 sent that progress.
+  static int64_t FirstStepUnixMs(const Json& s);
+  static int64_t ProgressUnixMs(const Json& s);
   static std::vector<int> MemberIds(const Json& s);
   static std::vector<WorkerInfo> Workers(const Json& s);
   static bool Finished(const Json& s);

@@ -136,6 +136,12 @@ std::string SummaryText(const CampaignResult& r, const Summary& s) {
       "throughput: {:.0f}% of fault-free over the run, {:.0f}% after removing recovery time\n",
       100 * s.throughput_share, 100 * s.throughput_share_net);
   out += fmt::format("daemons that died without being killed: {}\n", r.unexpected_exits);
+  if (r.checkpoints != "a folder") {
+    out += fmt::format(
+        "committed checkpoints gone from the store before a newer commit retired them: {}\n",
+        r.committed_regressions.size());
+    for (const std::string& what : r.committed_regressions) out += "  " + what + "\n";
+  }
   if (!r.disk_full_off.empty()) out += "disk-full: " + r.disk_full_off + "\n";
   out += "checkpoints: " + r.checkpoints + "\n";
   if (!r.file_faults_off.empty()) out += "checkpoint-file faults: " + r.file_faults_off + "\n";
@@ -211,6 +217,7 @@ daemon::Json SummaryJson(const CampaignResult& r, const Summary& s) {
           {"throughput_share", s.throughput_share},
           {"throughput_share_net", s.throughput_share_net},
           {"unexpected_exits", r.unexpected_exits},
+          {"committed_regressions", r.committed_regressions},
           {"disk_full_off", r.disk_full_off},
           {"partitions_off", r.partitions_off},
           {"checkpoints", r.checkpoints},

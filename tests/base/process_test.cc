@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -115,6 +116,25 @@ TEST(ProcessTest, OnlyStdioCrossesTheExec) {
   ::close(inherited);
   ::close(pipe_fds[0]);
   ::close(pipe_fds[1]);
+  std::filesystem::remove(out);
+}
+
+TEST(ProcessTest, NiceLowersTheChildsPriorityBelowTheParents) {
+  asio::io_context io;
+  errno = 0;
+  const int parent = ::getpriority(PRIO_PROCESS, 0);
+  ASSERT_EQ(errno, 0);
+  const std::string out = TempPath("process_test_nice");
+  std::filesystem::remove(out);
+  SpawnOptions o = Shell("cut -d' ' -f19 /proc/self/stat");  // field 19: the niceness
+  o.stdout_path = out;
+  o.nice = 3;
+  auto child = ChildProcess::Spawn(io.get_executor(), o);
+  ASSERT_TRUE(child.ok()) << child.status().ToString();
+  Result<ChildExit> e = RunOn(io, (*child)->Wait(Deadline::AfterMs(20'000)));
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  EXPECT_EQ(ReadAll(out), std::to_string(std::min(parent + 3, 19)) + "\n");
+  EXPECT_EQ(::getpriority(PRIO_PROCESS, 0), parent);  // the parent's own stays
   std::filesystem::remove(out);
 }
 

@@ -272,5 +272,22 @@ TEST(ChaosReplay, LayoutHistoryFollowsResumesThroughAnyDaemonsMemoryTier) {
   EXPECT_NE(h.status().message().find("step 5"), std::string::npos) << h.status().ToString();
 }
 
+// A store campaign names every time its newest committed checkpoint went back (a committed
+// checkpoint lost before a newer commit retired it); a folder campaign has no such line.
+TEST(SummaryTest, AStoreCampaignNamesCommittedCheckpointsThatWentMissing) {
+  CampaignResult r;
+  EXPECT_EQ(SummaryText(r, Summarize(r)).find("gone from the store"), std::string::npos);
+  r.checkpoints = "the daemons' embedded chunk store (ringfs:///chaos, replication 3)";
+  EXPECT_NE(SummaryText(r, Summarize(r)).find("retired them: 0"), std::string::npos);
+  r.committed_regressions = {
+      "at 12.0 s the store's newest committed checkpoint went back from step 120 to 110"};
+  const std::string text = SummaryText(r, Summarize(r));
+  EXPECT_NE(text.find("retired them: 1\n  at 12.0 s the store's newest committed checkpoint went "
+                      "back from step 120 to 110"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(SummaryJson(r, Summarize(r))["committed_regressions"].size(), 1u);
+}
+
 }  // namespace
 }  // namespace rt::chaos
