@@ -1,12 +1,12 @@
 // Causal multi-head self-attention on CUDA (after llm.c's attention.cuh): qkv is permuted into
 // fp32 q, k, v [B,H,T,hs] scratch, the score and value products run as strided-batched cuBLAS
 // GEMMs (fp32), the causal softmax (row max subtracted) and its backward are one warp per row.
-#include <cublas_v2.h>
 
 #include <cmath>
 #include <string>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cublas_api.h"
 #include "kernels/cuda/cuda_ops.h"
 
 namespace rt::cuda {
@@ -16,8 +16,8 @@ namespace {
 Status BlasStatus(cublasStatus_t s, const char* what,
                   SourceLocation where = SourceLocation::current()) {
   if (s == CUBLAS_STATUS_SUCCESS) return Status::Ok();
-  return ForeignError(StatusCode::kCublasError, std::string(what) + ": " + cublasGetStatusString(s),
-                      where);
+  return ForeignError(StatusCode::kCublasError,
+                      std::string(what) + ": " + Cublas().cublasGetStatusString(s), where);
 }
 
 // The calling thread's cuBLAS handle, created on first use. Its default math mode
@@ -25,14 +25,17 @@ Status BlasStatus(cublasStatus_t s, const char* what,
 struct BlasContext {
   cublasHandle_t handle = nullptr;
   ~BlasContext() {
-    if (handle) cublasDestroy(handle);
+    if (handle) Cublas().cublasDestroy(handle);
   }
 };
 
 Result<cublasHandle_t> Handle() {
   thread_local BlasContext ctx;
-  if (ctx.handle == nullptr) RETURN_IF_ERROR(BlasStatus(cublasCreate(&ctx.handle), "cublasCreate"));
-  RETURN_IF_ERROR(BlasStatus(cublasSetStream(ctx.handle, Stream()), "cublasSetStream"));
+  if (ctx.handle == nullptr) {
+    RETURN_IF_ERROR(LoadCublas().status());
+    RETURN_IF_ERROR(BlasStatus(Cublas().cublasCreate(&ctx.handle), "cublasCreate"));
+  }
+  RETURN_IF_ERROR(BlasStatus(Cublas().cublasSetStream(ctx.handle, Stream()), "cublasSetStream"));
   return ctx.handle;
 }
 
@@ -40,10 +43,10 @@ Result<cublasHandle_t> Handle() {
 Status BatchedGemm(cublasHandle_t h, bool ta, bool tb, int m, int n, int k, float alpha,
                    const float* a, int lda, int64_t sa, const float* b, int ldb, int64_t sb,
                    float beta, float* c, int ldc, int64_t sc, int batch) {
-  return BlasStatus(
-      cublasSgemmStridedBatched(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                n, m, k, &alpha, b, ldb, sb, a, lda, sa, &beta, c, ldc, sc, batch),
-      "cublasSgemmStridedBatched");
+  return BlasStatus(Cublas().cublasSgemmStridedBatched(
+                        h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k,
+                        &alpha, b, ldb, sb, a, lda, sa, &beta, c, ldc, sc, batch),
+                    "cublasSgemmStridedBatched");
 }
 
 // qkv[B,T,3C] (or dout[B,T,C] with parts = 1) → parts × [B,H,T,hs] fp32.

@@ -1,6 +1,5 @@
 // GEMM and the Linear layer on CUDA through cuBLASLt (f32, bf16, f16 storage; fp32 compute),
 // the bias added by the matmul epilogue; the bias gradient by a column-sum kernel.
-#include <cublasLt.h>
 
 #include <map>
 #include <memory>
@@ -8,6 +7,7 @@
 #include <tuple>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cublas_api.h"
 #include "kernels/cuda/cuda_ops.h"
 
 namespace rt::cuda {
@@ -18,7 +18,7 @@ Status LtStatus(cublasStatus_t s, const char* what,
                 SourceLocation where = SourceLocation::current()) {
   if (s == CUBLAS_STATUS_SUCCESS) return Status::Ok();
   return ForeignError(StatusCode::kCublasError,
-                      std::string(what) + ": " + cublasLtGetStatusString(s), where);
+                      std::string(what) + ": " + Cublas().cublasLtGetStatusString(s), where);
 }
 #define RT_LT_RETURN_IF_ERROR(call) RETURN_IF_ERROR(LtStatus((call), #call))
 
@@ -46,14 +46,15 @@ struct LtContext {
   std::map<AlgoKey, cublasLtMatmulAlgo_t> algos;
   ~LtContext() {
     if (workspace) cudaFree(workspace);
-    if (handle) cublasLtDestroy(handle);
+    if (handle) Cublas().cublasLtDestroy(handle);
   }
 };
 
 Result<LtContext*> Context() {
   thread_local LtContext ctx;
   if (ctx.handle == nullptr) {
-    RT_LT_RETURN_IF_ERROR(cublasLtCreate(&ctx.handle));
+    RETURN_IF_ERROR(LoadCublas().status());
+    RT_LT_RETURN_IF_ERROR(Cublas().cublasLtCreate(&ctx.handle));
     RT_CUDA_RETURN_IF_ERROR(cudaMalloc(&ctx.workspace, kWorkspaceBytes));
   }
   return &ctx;
@@ -72,9 +73,13 @@ cudaDataType_t CudaType(DType t) {
 
 // Owners of the cuBLASLt descriptors.
 struct DescDeleter {
-  void operator()(cublasLtMatmulDescOpaque_t* d) const { cublasLtMatmulDescDestroy(d); }
-  void operator()(cublasLtMatrixLayoutOpaque_t* l) const { cublasLtMatrixLayoutDestroy(l); }
-  void operator()(cublasLtMatmulPreferenceOpaque_t* p) const { cublasLtMatmulPreferenceDestroy(p); }
+  void operator()(cublasLtMatmulDescOpaque_t* d) const { Cublas().cublasLtMatmulDescDestroy(d); }
+  void operator()(cublasLtMatrixLayoutOpaque_t* l) const {
+    Cublas().cublasLtMatrixLayoutDestroy(l);
+  }
+  void operator()(cublasLtMatmulPreferenceOpaque_t* p) const {
+    Cublas().cublasLtMatmulPreferenceDestroy(p);
+  }
 };
 
 // c[m, n] (row stride ldc) ← beta·c (+ bias[n] when bias is set); beta = 0 ignores c.
@@ -104,23 +109,23 @@ Status ChooseAlgo(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, cublasLtMa
                   cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t lc, const AlgoKey& key,
                   cublasLtMatmulAlgo_t* algo) {
   cublasLtMatmulPreference_t pref_raw = nullptr;
-  RT_LT_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&pref_raw));
+  RT_LT_RETURN_IF_ERROR(Cublas().cublasLtMatmulPreferenceCreate(&pref_raw));
   std::unique_ptr<cublasLtMatmulPreferenceOpaque_t, DescDeleter> pref(pref_raw);
   const size_t ws = kWorkspaceBytes;
-  RT_LT_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
+  RT_LT_RETURN_IF_ERROR(Cublas().cublasLtMatmulPreferenceSetAttribute(
       pref.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-  RT_LT_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
+  RT_LT_RETURN_IF_ERROR(Cublas().cublasLtMatmulPreferenceSetAttribute(
       pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &key.align_a, sizeof(key.align_a)));
-  RT_LT_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
+  RT_LT_RETURN_IF_ERROR(Cublas().cublasLtMatmulPreferenceSetAttribute(
       pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &key.align_b, sizeof(key.align_b)));
-  RT_LT_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
+  RT_LT_RETURN_IF_ERROR(Cublas().cublasLtMatmulPreferenceSetAttribute(
       pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &key.align_c, sizeof(key.align_c)));
-  RT_LT_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
+  RT_LT_RETURN_IF_ERROR(Cublas().cublasLtMatmulPreferenceSetAttribute(
       pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &key.align_c, sizeof(key.align_c)));
   cublasLtMatmulHeuristicResult_t heuristic{};
   int found = 0;
-  RT_LT_RETURN_IF_ERROR(cublasLtMatmulAlgoGetHeuristic(handle, desc, la, lb, lc, lc, pref.get(), 1,
-                                                       &heuristic, &found));
+  RT_LT_RETURN_IF_ERROR(Cublas().cublasLtMatmulAlgoGetHeuristic(handle, desc, la, lb, lc, lc,
+                                                                pref.get(), 1, &heuristic, &found));
   if (found == 0) {
     return ForeignError(
         StatusCode::kCublasError,
@@ -150,30 +155,33 @@ Status LtGemm(DType dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float
   // CUBLAS_COMPUTE_32F is full fp32 arithmetic: f32 GEMMs never run in TF32 (that would take
   // CUBLAS_COMPUTE_32F_FAST_TF32), so they match the CPU's sgemm to fp32 rounding.
   cublasLtMatmulDesc_t desc_raw = nullptr;
-  RT_LT_RETURN_IF_ERROR(cublasLtMatmulDescCreate(&desc_raw, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  RT_LT_RETURN_IF_ERROR(
+      Cublas().cublasLtMatmulDescCreate(&desc_raw, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   std::unique_ptr<cublasLtMatmulDescOpaque_t, DescDeleter> desc(desc_raw);
   const cublasOperation_t op_a = tb ? CUBLAS_OP_T : CUBLAS_OP_N;  // cuBLAS A is our B
   const cublasOperation_t op_b = ta ? CUBLAS_OP_T : CUBLAS_OP_N;  // cuBLAS B is our A
-  RT_LT_RETURN_IF_ERROR(
-      cublasLtMatmulDescSetAttribute(desc.get(), CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
-  RT_LT_RETURN_IF_ERROR(
-      cublasLtMatmulDescSetAttribute(desc.get(), CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
+  RT_LT_RETURN_IF_ERROR(Cublas().cublasLtMatmulDescSetAttribute(
+      desc.get(), CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
+  RT_LT_RETURN_IF_ERROR(Cublas().cublasLtMatmulDescSetAttribute(
+      desc.get(), CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
   if (bias != nullptr) {
     const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-    RT_LT_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE,
-                                                         &epi, sizeof(epi)));
-    RT_LT_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+    RT_LT_RETURN_IF_ERROR(Cublas().cublasLtMatmulDescSetAttribute(
+        desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+    RT_LT_RETURN_IF_ERROR(Cublas().cublasLtMatmulDescSetAttribute(
         desc.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
-    RT_LT_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+    RT_LT_RETURN_IF_ERROR(Cublas().cublasLtMatmulDescSetAttribute(
         desc.get(), CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &type, sizeof(type)));
   }
   cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
   // cuBLAS A = our B seen column-major: [n,k] (no transpose) or [k,n] (transposed).
-  RT_LT_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&la, type, tb ? k : n, tb ? n : k, ldb));
+  RT_LT_RETURN_IF_ERROR(
+      Cublas().cublasLtMatrixLayoutCreate(&la, type, tb ? k : n, tb ? n : k, ldb));
   std::unique_ptr<cublasLtMatrixLayoutOpaque_t, DescDeleter> la_owner(la);
-  RT_LT_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&lb, type, ta ? m : k, ta ? k : m, lda));
+  RT_LT_RETURN_IF_ERROR(
+      Cublas().cublasLtMatrixLayoutCreate(&lb, type, ta ? m : k, ta ? k : m, lda));
   std::unique_ptr<cublasLtMatrixLayoutOpaque_t, DescDeleter> lb_owner(lb);
-  RT_LT_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&lc, type, n, m, ldc));
+  RT_LT_RETURN_IF_ERROR(Cublas().cublasLtMatrixLayoutCreate(&lc, type, n, m, ldc));
   std::unique_ptr<cublasLtMatrixLayoutOpaque_t, DescDeleter> lc_owner(lc);
   // cuBLASLt assumes 256-byte aligned operands unless told otherwise; views into an arena (or
   // Rows()/Flat() views) are less aligned, so state the real alignment of each pointer.
@@ -188,8 +196,9 @@ Status LtGemm(DType dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float
     RETURN_IF_ERROR(ChooseAlgo(ctx->handle, desc.get(), la, lb, lc, key, &algo));
     cached = ctx->algos.emplace(key, algo).first;
   }
-  RT_LT_RETURN_IF_ERROR(cublasLtMatmul(ctx->handle, desc.get(), &alpha, b, la, a, lb, &beta, c, lc,
-                                       c, lc, &cached->second, ctx->workspace, ws, Stream()));
+  RT_LT_RETURN_IF_ERROR(Cublas().cublasLtMatmul(ctx->handle, desc.get(), &alpha, b, la, a, lb,
+                                                &beta, c, lc, c, lc, &cached->second,
+                                                ctx->workspace, ws, Stream()));
   return Status::Ok();
 }
 

@@ -10,6 +10,10 @@
 #include "tests/kernels/reference.h"
 #include "tests/kernels/test_util.h"
 #if defined(RINGTRAIN_WITH_CUDA)
+#include <fstream>
+#include <sstream>
+
+#include "kernels/cuda/cublas_api.h"
 #include "kernels/cuda/stream.h"
 #endif
 
@@ -23,6 +27,31 @@ bool HaveGpu() {
   return false;
 #endif
 }
+
+#if defined(RINGTRAIN_WITH_CUDA)
+// Whether libcublasLt is mapped into this process.
+bool CublasLtMapped() {
+  std::ifstream maps("/proc/self/maps");
+  std::stringstream text;
+  text << maps.rdbuf();
+  return text.str().find("libcublasLt") != std::string::npos;
+}
+
+// cuBLAS is loaded on first use, not at start (it costs a process ~80 ms and ~210 MB), and the
+// loaded entry points work — no GPU needed: cublasLtGetVersion runs on the host.
+TEST(CublasApiTest, LoadedOnFirstUseOnly) {
+  if (!cuda::CublasLoaded()) {
+    EXPECT_FALSE(CublasLtMapped()) << "linked, not loaded on use";
+  }
+  Result<const cuda::CublasApi*> api = cuda::LoadCublas();
+  ASSERT_TRUE(api.ok()) << api.status().ToString();
+  EXPECT_TRUE(CublasLtMapped());
+  EXPECT_TRUE(cuda::CublasLoaded());
+  EXPECT_EQ((*api)->cublasLtGetVersion() / 10000, CUBLAS_VER_MAJOR);
+  EXPECT_EQ(&cuda::Cublas(), *api);
+  EXPECT_STREQ((*api)->cublasGetStatusString(CUBLAS_STATUS_SUCCESS), "success");
+}
+#endif
 
 // A tensor on the GPU with a host twin.
 struct Twin {
