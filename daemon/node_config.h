@@ -53,9 +53,9 @@ struct NodeConfig {
   // [worker]
   int stop_grace_ms = 2000;  // SIGTERM → SIGKILL grace when a generation's workers are stopped
   std::string worker_env;    // extra "NAME=value,NAME=value" for workers (e.g. OMP_NUM_THREADS=1)
-  // Niceness added to the workers' (0-19): the daemon's heartbeats, chunk server and memory
-  // tier then preempt the workers' computation on a busy CPU.
-  int worker_nice = 5;
+  // Niceness added to the workers' (0-19): > 0 lets the daemon's heartbeats, chunk server and
+  // memory tier preempt the workers' computation on a busy CPU (and its chunk resyncs too).
+  int worker_nice = 0;
   // A worker that sends no heartbeat for this long (its process is stopped or frozen: SIGSTOP, a
   // debugger) is killed, and the job recovers as from its death. 0 = never.
   int worker_hang_ms = 2000;

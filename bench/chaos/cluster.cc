@@ -90,6 +90,7 @@ Status LocalCluster::Start(int id) {
         << options_.etcd
         << "\"\netcd_prefix = \"/ringchaos\"\n[worker]\nstop_grace_ms = " << options_.stop_grace_ms
         << "\nenv = \"OMP_NUM_THREADS=1\"\n";
+    if (options_.worker_nice >= 0) out << "nice = " << options_.worker_nice << "\n";
     if (!out) return Status(StatusCode::kIoError, "write " + config);
   }
   SpawnOptions o;

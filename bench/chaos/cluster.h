@@ -34,6 +34,7 @@ struct ClusterOptions {
   int nodes = 5;            // daemons, ids 1..nodes; node 1 bootstraps, the others join it
   int slots = 1;            // CPU worker slots per daemon
   int stop_grace_ms = 500;  // [worker] stop_grace_ms
+  int worker_nice = -1;     // [worker] nice; -1 = the daemon's default
   // Extra environment of every daemon (and so of its workers), "NAME=value".
   std::vector<std::string> env;
   // Null: every daemon on loopback. Else daemon `id` runs in `network->Namespace(id)` and

@@ -38,6 +38,9 @@ int main(int argc, char** argv) {
   app.add_option("--slots", o.cluster.slots, "CPU worker slots per daemon")
       ->capture_default_str()
       ->check(CLI::Range(1, 4));
+  app.add_option("--worker-nice", o.cluster.worker_nice,
+                 "the daemons' [worker] nice (default: theirs)")
+      ->check(CLI::Range(0, 19));
   app.add_option("--seconds", o.work_seconds,
                  "the job's length as fault-free time (its steps = fault-free steps/s x this)")
       ->capture_default_str()

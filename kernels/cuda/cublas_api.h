@@ -13,25 +13,25 @@
 namespace rt::cuda {
 
 // Every cuBLAS / cuBLASLt function ringtrain calls.
-#define RT_CUBLAS_FUNCTIONS(X)                                                             \
-  X(cublasCreate_v2)                                                                       \
-  X(cublasDestroy_v2)                                                                      \
-  X(cublasSetStream_v2)                                                                    \
-  X(cublasSgemmStridedBatched)                                                             \
-  X(cublasGetStatusString)                                                                 \
-  X(cublasLtCreate)                                                                        \
-  X(cublasLtDestroy)                                                                       \
-  X(cublasLtGetVersion)                                                                    \
-  X(cublasLtGetStatusString)                                                               \
-  X(cublasLtMatmul)                                                                        \
-  X(cublasLtMatmulAlgoGetHeuristic)                                                        \
-  X(cublasLtMatmulDescCreate)                                                              \
-  X(cublasLtMatmulDescDestroy)                                                             \
-  X(cublasLtMatmulDescSetAttribute)                                                        \
-  X(cublasLtMatmulPreferenceCreate)                                                        \
-  X(cublasLtMatmulPreferenceDestroy)                                                       \
-  X(cublasLtMatmulPreferenceSetAttribute)                                                  \
-  X(cublasLtMatrixLayoutCreate)                                                            \
+#define RT_CUBLAS_FUNCTIONS(X)            \
+  X(cublasCreate_v2)                      \
+  X(cublasDestroy_v2)                     \
+  X(cublasSetStream_v2)                   \
+  X(cublasSgemmStridedBatched)            \
+  X(cublasGetStatusString)                \
+  X(cublasLtCreate)                       \
+  X(cublasLtDestroy)                      \
+  X(cublasLtGetVersion)                   \
+  X(cublasLtGetStatusString)              \
+  X(cublasLtMatmul)                       \
+  X(cublasLtMatmulAlgoGetHeuristic)       \
+  X(cublasLtMatmulDescCreate)             \
+  X(cublasLtMatmulDescDestroy)            \
+  X(cublasLtMatmulDescSetAttribute)       \
+  X(cublasLtMatmulPreferenceCreate)       \
+  X(cublasLtMatmulPreferenceDestroy)      \
+  X(cublasLtMatmulPreferenceSetAttribute) \
+  X(cublasLtMatrixLayoutCreate)           \
   X(cublasLtMatrixLayoutDestroy)
 
 // The entry points, resolved from the loaded libraries (same names and types as the headers').
