@@ -285,8 +285,10 @@ TEST_F(GemmSelectTest, AHangingProbeIsKilledAtItsDeadline) {
   const auto start = std::chrono::steady_clock::now();
   const ChildRun run =
       Child({}, {"RINGTRAIN_FAULTS=kernels.gemm_probe.start." + library_choice_ + "=delay:60000",
-                 "GEMM_KERNELS_CHILD_PROBE_TIMEOUT_MS=2000"});
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(40));
+                 "GEMM_KERNELS_CHILD_PROBE_TIMEOUT_MS=8000"});
+  // (8 s: the other probes must finish in time under ASan on a loaded 2-core machine; with 2 s
+  // every probe of a CI run beside a chaos replay was killed.)
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(50));
   ASSERT_EQ(run.outcome.exit_code, 0) << run.outcome.output;
   EXPECT_NE(run.Running(), library_choice_);
   EXPECT_NE(run.BlasLine().find(library_choice_ + " failed to probe"), std::string::npos)
