@@ -134,12 +134,13 @@ class ServerImpl final : public Server, public ChainTransport, public ChainRoute
                            Deadline deadline) override;
   Status ReadAt(chain::NodeId node, chain::ChunkKey key, uint64_t offset, uint64_t length,
                 std::vector<std::byte>* out, Deadline deadline) override;
-  // OK while this node may read and write the namespace's objects on other nodes: always for a
-  // fixed metadata node; with follow_views only while it holds the role, neither frozen
-  // (isolated) nor resigning. Else FailedPrecondition (not retried).
+  // OK while this node may read and write the namespace's objects (on its own replicas too):
+  // always for a fixed metadata node; with follow_views only while it holds the role, neither
+  // frozen (isolated) nor resigning. Else FailedPrecondition (not retried).
   Status ActsForNamespace();
   Result<size_t> ReadAtInto(chain::NodeId node, chain::ChunkKey key, uint64_t offset,
                             std::span<std::byte> out, Deadline deadline) override {
+    RETURN_IF_ERROR(ActsForNamespace());  // also for the local replica: see ReadAt
     if (node == options_.self) return chain_->ReadInto(key, offset, out, nullptr);
     return ChainRouter::ReadAtInto(node, key, offset, out, deadline);
   }
@@ -1155,8 +1156,11 @@ Status ServerImpl::ActsForNamespace() {
 
 Status ServerImpl::ReadAt(chain::NodeId node, chain::ChunkKey key, uint64_t offset, uint64_t length,
                           std::vector<std::byte>* out, Deadline deadline) {
-  if (node == options_.self) return chain_->Read(key, offset, length, out, nullptr);
+  // Also for this node's own replica: one that is not serving answers NotServing, which the
+  // object store retries for its whole deadline (30 s) while the remote replicas refuse, and
+  // that read held Resign (a store campaign's workers waited 33 s after a partition's heal).
   RETURN_IF_ERROR(ActsForNamespace());
+  if (node == options_.self) return chain_->Read(key, offset, length, out, nullptr);
   ByteWriter w;
   w.Put<uint64_t>(key);
   w.Put<uint64_t>(offset);
