@@ -169,8 +169,10 @@ TEST(MetadataFailoverTest, TheRoleMovesWithTheViewsAndKeepsTheNamespace) {
   nodes[0].reset();
   nodes[1]->SetMembers({2, 3}, 2);
   nodes[2]->SetMembers({2, 3}, 2);
-  ASSERT_TRUE(WaitStats(*nodes[1], 30, [](const ServerStats& s) { return s.metadata_node; }))
-      << "node 2 never took the metadata role over";
+  // (The takeover ends after the view names node 2: wait for it, not only for the view.)
+  ASSERT_TRUE(WaitStats(*nodes[1], 30, [](const ServerStats& s) {
+    return s.metadata_node && s.takeovers > 0;
+  })) << "node 2 never took the metadata role over";
   const ServerStats taken = nodes[1]->Stats();
   EXPECT_EQ(taken.takeovers, 1u);
   EXPECT_EQ(taken.chains_degraded, 4u) << "RF 2 over 3 nodes: 4 of 6 chains held node 1";
