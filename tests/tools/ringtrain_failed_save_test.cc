@@ -137,7 +137,10 @@ TEST_F(FailedSaveTest, ResumeAfterAFailedSaveTakesTheNewestCompleteCheckpoint) {
       "RINGTRAIN_FAULTS_RANK=1",
       "run", 5, "--set ckpt.async=false");
   ASSERT_NE(crashed.exit_code, 0) << crashed.output;
-  ASSERT_EQ(Losses("run").rbegin()->first, 12) << crashed.output;
+  // Rank 1 dies before step 13; rank 0 logs step 12 unless the launcher's SIGTERM (sent when
+  // rank 1's exit is seen) comes first, as it did once in a CI run.
+  const int last = Losses("run").rbegin()->first;
+  ASSERT_TRUE(last == 11 || last == 12) << last << "\n" << crashed.output;
   EXPECT_EQ(Committed(), (std::vector<int64_t>{5}));
   const auto resumed = Train("", "run", 5, "--resume --set ckpt.async=false");
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
