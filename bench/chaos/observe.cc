@@ -23,15 +23,17 @@ std::string Observer::NewestGeneration(const Json& s) {
   return newest;
 }
 
-int64_t Observer::FirstStepUnixMs(const Json& s) {
+namespace {
+// An integer field of the status's progress; 0 when absent.
+int64_t ProgressField(const Json& s, const char* key) {
   const auto it = s.find("progress");
-  return it != s.end() ? it->value("first_unix_ms", int64_t{0}) : 0;
+  return it != s.end() ? it->value(key, int64_t{0}) : 0;
 }
+}  // namespace
 
-int64_t Observer::ProgressUnixMs(const Json& s) {
-  const auto it = s.find("progress");
-  return it != s.end() ? it->value("unix_ms", int64_t{0}) : 0;
-}
+int64_t Observer::FirstStepUnixMs(const Json& s) { return ProgressField(s, "first_unix_ms"); }
+
+int64_t Observer::ProgressUnixMs(const Json& s) { return ProgressField(s, "unix_ms"); }
 
 int64_t Observer::Step(const Json& s) {
   const auto it = s.find("progress");

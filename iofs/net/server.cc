@@ -140,9 +140,9 @@ class ServerImpl final : public Server, public ChainTransport, public ChainRoute
   Status ActsForNamespace();
   Result<size_t> ReadAtInto(chain::NodeId node, chain::ChunkKey key, uint64_t offset,
                             std::span<std::byte> out, Deadline deadline) override {
+    if (node != options_.self) return ChainRouter::ReadAtInto(node, key, offset, out, deadline);
     RETURN_IF_ERROR(ActsForNamespace());  // also for the local replica: see ReadAt
-    if (node == options_.self) return chain_->ReadInto(key, offset, out, nullptr);
-    return ChainRouter::ReadAtInto(node, key, offset, out, deadline);
+    return chain_->ReadInto(key, offset, out, nullptr);
   }
   Result<std::vector<chain::ChunkKey>> KeysAt(chain::NodeId node, Deadline deadline) override;
   Result<std::vector<std::string>> CheckAt(chain::NodeId node, Deadline deadline) override;

@@ -41,12 +41,12 @@ Result<const CublasApi*> Load() {
   ASSIGN_OR_RETURN(void* lt, Open(folder, "libcublasLt.so." + major));
   ASSIGN_OR_RETURN(void* blas, Open(folder, "libcublas.so." + major));
   CublasApi table;
-#define RT_CUBLAS_RESOLVE(name)                                                            \
-  {                                                                                        \
-    void* symbol = dlsym(std::string(#name).rfind("cublasLt", 0) == 0 ? lt : blas, #name); \
-    if (symbol == nullptr)                                                                 \
-      return Status(StatusCode::kCublasError, "resolve " #name " in libcublas " + major);  \
-    table.name = reinterpret_cast<decltype(table.name)>(symbol);                           \
+#define RT_CUBLAS_RESOLVE(name)                                                                \
+  {                                                                                            \
+    void* symbol = dlsym(std::string(#name).rfind("cublasLt", 0) == 0 ? lt : blas, #name);     \
+    if (symbol == nullptr)                                                                     \
+      return Status(StatusCode::kCublasError, "resolve " #name ": " + std::string(dlerror())); \
+    table.name = reinterpret_cast<decltype(table.name)>(symbol);                               \
   }
   RT_CUBLAS_FUNCTIONS(RT_CUBLAS_RESOLVE)
 #undef RT_CUBLAS_RESOLVE
