@@ -16,6 +16,8 @@ constexpr char kFragmentMagic[8] = {'R', 'T', 'C', 'K', 'P', 'T', 'F', 'R'};
 constexpr size_t kHeaderBytes = 8 + 4 + 8;  // magic, version, body length
 constexpr size_t kMaxName = 4096;
 constexpr size_t kMaxText = 64 << 20;  // config, layout, engine state
+constexpr int kMaxElementsLog2 = 48;   // elements of one tensor: 2^48 x 8 bytes fits in int64
+constexpr int64_t kMaxElements = int64_t{1} << kMaxElementsLog2;
 
 std::span<const std::byte> AsBytes(std::span<const uint8_t> s) {
   return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
@@ -130,9 +132,16 @@ Result<std::vector<TensorEntry>> GetTensors(ByteReader& r, size_t files, const s
     t.kind = static_cast<StateKind>(kind);
     t.dtype = static_cast<DType>(dtype);
     ASSIGN_OR_RETURN(t.global_shape, GetShape(r, ndim));
-    for (int i = 0; i < ndim; ++i)
-      if (t.global_shape.dims[i] <= 0 || t.global_shape.dims[i] > (int64_t{1} << 40))
-        return Corruption(where + ": bad shape " + t.global_shape.ToString());
+    // Every dimension positive and the element count at most kMaxElements, so that no count or
+    // byte length derived from the shape (a box is inside it) can overflow.
+    int64_t elements = 1;
+    for (int i = 0; i < ndim; ++i) {
+      const int64_t d = t.global_shape.dims[i];
+      if (d <= 0 || d > kMaxElements || elements > kMaxElements / d)
+        return Corruption(where + ": bad shape " + t.global_shape.ToString() + " (more than 2^" +
+                          std::to_string(kMaxElementsLog2) + " elements or a dimension < 1)");
+      elements *= d;
+    }
     ASSIGN_OR_RETURN(uint32_t pieces, r.Get<uint32_t>());
     if (pieces > r.remaining() / 45)
       return Corruption(where + ": " + std::to_string(pieces) + " pieces cannot fit in " +

@@ -199,6 +199,20 @@ TEST(ManifestTest, NewerVersionIsAClearError) {
   EXPECT_NE(r.status().ToString().find("newer"), std::string::npos) << r.status().ToString();
 }
 
+// Found by libFuzzer: dimensions each in range whose product overflowed int64 while the pieces
+// were checked. A shape of more than 2^48 elements is corruption, named as such.
+TEST(ManifestTest, ShapeWhoseElementCountOverflowsIsCorruption) {
+  Manifest m = SampleManifest();
+  m.tensors[0].global_shape = Shape{int64_t{1} << 30, int64_t{1} << 34};
+  auto r = DecodeManifest(EncodeManifest(m), "huge");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kCorruption);
+  EXPECT_NE(r.status().ToString().find("bad shape"), std::string::npos) << r.status().ToString();
+  m.tensors[0].global_shape = Shape{int64_t{1} << 24, int64_t{1} << 24};  // 2^48: still allowed
+  auto large = DecodeManifest(EncodeManifest(m), "large");
+  EXPECT_TRUE(large.ok()) << large.status().ToString();
+}
+
 TEST(ManifestTest, FragmentAndLatestRoundTrip) {
   Fragment f;
   f.step = 5;
