@@ -74,6 +74,9 @@ Result<std::unique_ptr<RunCheckpoints>> RunCheckpoints::Create(
           .WithContext("broadcast of the checkpoint run id");
     }));
   }
+  // Every manifest this run writes carries the id, and a resume names the id it loaded: the log
+  // lines tie each loaded state to the run that wrote it (the chaos replay follows them).
+  if (world == nullptr || world->rank() == 0) LOG_INFO("checkpoint run id {}", id);
   if (config.ckpt.every > 0) {
     ckpt::WriterOptions o;
     o.storage = c->storage_;
@@ -468,8 +471,8 @@ Result<TrainerState> RunCheckpoints::Resume(const ckpt::StateShards& dest) {
                                   .seconds = MonoSeconds() - started});
       if (state.step != step)
         LOG_WARN("{} holds trainer state of step {}", describe(mine), state.step);
-      LOG_INFO("resuming from {} (written by layout {})", describe(mine),
-               (*reader)->manifest().layout);
+      LOG_INFO("resuming from {} (written by layout {}, run {})", describe(mine),
+               (*reader)->manifest().layout, (*reader)->manifest().run_id);
       if (state.schedule_steps != config_.train.steps)
         LOG_WARN(
             "train.steps is {} but the checkpoint's learning-rate schedule decays over {} "

@@ -19,7 +19,10 @@ const std::regex kWorkerLine(
     R"(worker: generation (\S+) rank 0/(\d+) layout ([^,\s]+(,[^,\s]+)*),)");
 // "resuming from checkpoint S in URI (written by ..." or "... from memory snapshot S in URI ..."
 // (parallel/checkpointing.cc).
-const std::regex kResumeLine(R"(resuming from (?:memory snapshot|checkpoint) (\d+) in (\S+) \()");
+// "... (written by layout L, run R)", and "checkpoint run id R" (parallel/checkpointing.cc).
+const std::regex kResumeLine(
+    R"(resuming from (?:memory snapshot|checkpoint) (\d+) in (\S+) \(written by layout \S+ run (\w+)\))");
+const std::regex kRunIdLine(R"(checkpoint run id (\w+))");
 // "checkpoint step S committed to URI in T s" (ckpt/writer.cc).
 const std::regex kCommitLine(R"(checkpoint step (\d+) committed to (\S+) in )");
 
@@ -63,7 +66,9 @@ std::vector<TrainedGeneration> ReadGenerations(const std::string& dir, int nodes
         } else if (g.resumed_from < 0 && std::regex_search(line, m, kResumeLine)) {
           g.resumed_from = std::stoll(m[1].str());
           g.resumed_uri = m[2].str();
-          g.resumed_at = LogTime(line);
+          g.resumed_run = m[3].str();
+        } else if (g.run_id.empty() && std::regex_search(line, m, kRunIdLine)) {
+          g.run_id = m[1].str();
         } else if (std::regex_search(line, m, kCommitLine)) {
           g.commits.push_back({std::stoll(m[1].str()), m[2].str(), LogTime(line)});
         }
@@ -77,42 +82,21 @@ std::vector<TrainedGeneration> ReadGenerations(const std::string& dir, int nodes
 Result<std::vector<HistorySegment>> LayoutHistory(const std::vector<TrainedGeneration>& gens,
                                                   int64_t final_step,
                                                   const std::string& final_uri) {
-  // The generation that last committed `step` to `uri` before `before` ("" = any time).
-  auto writer_of = [&](int64_t step, const std::string& uri,
-                       const std::string& before) -> const TrainedGeneration* {
-    const TrainedGeneration* best = nullptr;
-    std::string best_at;
-    for (const TrainedGeneration& g : gens)
-      for (const TrainedGeneration::Commit& c : g.commits)
-        if (c.step == step && StoreOf(c.uri) == StoreOf(uri) && (before.empty() || c.at < before) &&
-            (best == nullptr || c.at > best_at)) {
-          best = &g;
-          best_at = c.at;
-        }
-    if (best != nullptr || before.empty()) return best;
-    // A worker killed between its commit and the log line (kill -9 right after `latest` was
-    // written) leaves a commit nobody logged. Its writer is the generation that trained up to
-    // it: the one whose last logged commit of an earlier step, from a start before that step,
-    // came last before the resume.
-    for (const TrainedGeneration& g : gens)
-      for (const TrainedGeneration::Commit& c : g.commits)
-        if (c.step < step && g.resumed_from < step && c.at < before &&
-            (best == nullptr || c.at > best_at)) {
-          best = &g;
-          best_at = c.at;
-        }
-    if (best != nullptr)
-      LOG_WARN(
-          "chaos replay: no rank 0 logged the commit of step {} to {}; taking generation {} "
-          "(its last logged commit before the resume at {} was at {})",
-          step, uri, best->generation, before, best_at);
-    return best;
-  };
-  std::vector<HistorySegment> chain;
-  const TrainedGeneration* g = writer_of(final_step, final_uri, "");
+  // The final state's writer: the generation that last logged its commit (the job finished, so
+  // its rank 0 lived to log it).
+  const TrainedGeneration* g = nullptr;
+  std::string last_at;
+  for (const TrainedGeneration& candidate : gens)
+    for (const TrainedGeneration::Commit& c : candidate.commits)
+      if (c.step == final_step && StoreOf(c.uri) == StoreOf(final_uri) &&
+          (g == nullptr || c.at > last_at)) {
+        g = &candidate;
+        last_at = c.at;
+      }
   if (g == nullptr)
     return NotFound("no generation's rank 0 logged the commit of step " +
                     std::to_string(final_step) + " to " + final_uri);
+  std::vector<HistorySegment> chain;
   int64_t to = final_step;
   for (size_t links = 0; links <= gens.size(); ++links) {
     chain.push_back({g->generation, g->folder + "/run.toml", g->layout, g->ranks,
@@ -121,11 +105,20 @@ Result<std::vector<HistorySegment>> LayoutHistory(const std::vector<TrainedGener
       std::reverse(chain.begin(), chain.end());
       return chain;
     }
-    const TrainedGeneration* from = writer_of(g->resumed_from, g->resumed_uri, g->resumed_at);
+    // The state it loaded names the run that wrote it; each generation logged its run id. (Not
+    // the commit lines: a writer killed between its commit and the log line leaves none.)
+    const std::string what = "generation " + g->generation + " resumed from step " +
+                             std::to_string(g->resumed_from) + " in " + g->resumed_uri;
+    if (g->resumed_run.empty()) return NotFound(what + " but its log names no run id for it");
+    const TrainedGeneration* from = nullptr;
+    for (const TrainedGeneration& candidate : gens)
+      if (candidate.run_id == g->resumed_run) from = &candidate;
     if (from == nullptr)
-      return NotFound("generation " + g->generation + " resumed from step " +
-                      std::to_string(g->resumed_from) + " in " + g->resumed_uri +
-                      ", whose commit no generation's rank 0 logged before");
+      return NotFound(what + ", written by run " + g->resumed_run +
+                      ", which no generation's rank 0 logged");
+    if (from->resumed_from >= g->resumed_from)
+      return Internal(what + " of run " + g->resumed_run + " (generation " + from->generation +
+                      "), which itself started at step " + std::to_string(from->resumed_from));
     to = g->resumed_from;
     g = from;
   }

@@ -22,7 +22,8 @@ struct TrainedGeneration {
   int ranks = 0;              // its world size
   int64_t resumed_from = -1;  // the step whose saved state it loaded; -1: it started afresh
   std::string resumed_uri;    // the storage that state came from (checkpoints or memory tier)
-  std::string resumed_at;     // log time of its resume line ("YYYY-MM-DD HH:MM:SS.mmm")
+  std::string resumed_run;    // the run id the state it loaded carries
+  std::string run_id;         // the run id its own saves carry ("" if not logged)
   // Saves its rank 0 committed: (step, storage URI, log time).
   struct Commit {
     int64_t step = 0;
@@ -55,11 +56,10 @@ struct HistorySegment {
 std::string StoreOf(const std::string& uri);
 
 // The chain of generations that produced the state of step `final_step` saved in `final_uri`,
-// oldest first: the last generation that committed it there, the generation that last
-// committed (before that one resumed) the state it resumed from, and so on back to a
-// generation that started afresh. A commit no rank 0 logged (killed right after it) is taken
-// as the work of the generation whose last logged commit of an earlier step came last before
-// the resume (logged as a warning). Errors: NotFound naming the step whose writer is unknown.
+// oldest first: the last generation that committed it there, the generation that wrote the
+// state it resumed from, and so on back to a generation that started afresh. A resume's writer is
+// the generation whose run id the loaded state carries (exact even when the writer was killed
+// before it logged the commit). Errors: NotFound naming the step or run whose writer is unknown.
 Result<std::vector<HistorySegment>> LayoutHistory(const std::vector<TrainedGeneration>& gens,
                                                   int64_t final_step, const std::string& final_uri);
 

@@ -213,13 +213,13 @@ TEST(SummaryTest, CountsPartitionsByKindAndDaemonsThatTrainedWhileCutOff) {
   EXPECT_FALSE(IsPartition(FaultKind::kKillDaemon));
 }
 
-// The layout history follows resumes back through the memory tier even when the writer and the
-// resumer reached it through different daemons (memtier://ADDRESS/job-N names one store), and
-// through the durable checkpoints, and past a commit nobody logged; a resume from a step nobody
-// trained to is NotFound.
-TEST(ChaosReplay, LayoutHistoryFollowsResumesThroughAnyDaemonsMemoryTier) {
+// The layout history follows resumes back to the run that wrote the loaded state (its run id),
+// through the memory tier even when the writer and the resumer reached it through different
+// daemons (memtier://ADDRESS/job-N names one store), through the durable checkpoints, and past a
+// commit its writer never logged; a resume from a run nobody logged is NotFound.
+TEST(ChaosReplay, LayoutHistoryFollowsResumesToTheRunThatWroteTheState) {
   const std::string disk = "/tmp/c/ckpt/chaos";
-  std::vector<TrainedGeneration> gens(3);
+  std::vector<TrainedGeneration> gens(4);
   gens[0] = {"2.1.1",
              "/n1/jobs/chaos-2.1.1",
              "tp=1,dp=3",
@@ -227,29 +227,43 @@ TEST(ChaosReplay, LayoutHistoryFollowsResumesThroughAnyDaemonsMemoryTier) {
              -1,
              "",
              "",
+             "run-a",
              {{10, disk, "2026-11-27 04:00:01.000"},
               {12, "memtier://127.0.0.1:4001/job-2", "2026-11-27 04:00:02.000"}}};
-  gens[1] = {"2.2.2",
+  // Resumed from step 12 but killed before it trained further: nobody resumed from its state.
+  gens[1] = {"2.1.2",
+             "/n3/jobs/chaos-2.1.2",
+             "tp=1,dp=4",
+             4,
+             12,
+             "memtier://127.0.0.1:4003/job-2",
+             "run-a",
+             "run-b",
+             {{13, "memtier://127.0.0.1:4003/job-2", "2026-11-27 04:00:02.500"}}};
+  gens[2] = {"2.2.2",
              "/n2/jobs/chaos-2.2.2",
              "tp=1,dp=2",
              2,
              12,
              "memtier://127.0.0.1:4002/job-2",
-             "2026-11-27 04:00:03.000",
+             "run-a",
+             "run-c",
              {{20, disk, "2026-11-27 04:00:05.000"}}};
-  gens[2] = {"2.3.3",
+  gens[3] = {"2.3.3",
              "/n1/jobs/chaos-2.3.3",
              "tp=1,dp=3",
              3,
              20,
              disk,
-             "2026-11-27 04:00:06.000",
+             "run-c",
+             "run-d",
              {{30, disk, "2026-11-27 04:00:09.000"}}};
   Result<std::vector<HistorySegment>> h = LayoutHistory(gens, 30, disk);
   ASSERT_TRUE(h.ok()) << h.status().ToString();
   ASSERT_EQ(h->size(), 3u);
   EXPECT_EQ((*h)[0].generation, "2.1.1");
   EXPECT_EQ((*h)[0].to, 12);
+  EXPECT_EQ((*h)[1].generation, "2.2.2");
   EXPECT_EQ((*h)[1].layout, "tp=1,dp=2");
   EXPECT_EQ((*h)[1].from, 12);
   EXPECT_EQ((*h)[2].from, 20);
@@ -257,19 +271,27 @@ TEST(ChaosReplay, LayoutHistoryFollowsResumesThroughAnyDaemonsMemoryTier) {
   EXPECT_EQ(StoreOf("memtier://127.0.0.1:4002/job-2"), "memtier://job-2");
   EXPECT_EQ(StoreOf(disk), disk);
   EXPECT_EQ(StoreOf("ringfs://10.0.0.2:7701/chaos"), "ringfs:///chaos");
-  // Step 11's commit was logged by nobody (its writer was killed right after it): the
-  // generation whose last logged commit of an earlier step came last before the resume wrote it.
-  gens[1].resumed_from = 11;
+  // Step 11 was committed by run-a, which never logged it (killed right after): still run-a's.
+  gens[2].resumed_from = 11;
   h = LayoutHistory(gens, 30, disk);
   ASSERT_TRUE(h.ok()) << h.status().ToString();
   EXPECT_EQ((*h)[0].generation, "2.1.1");
   EXPECT_EQ((*h)[0].to, 11);
-  // Nobody trained up to step 5 before that resume: unknown.
-  gens[1].resumed_from = 5;
+  // Step 13's state of run-b, whose commit nobody logged and whose time came last: still run-b's.
+  gens[2].resumed_from = 13;
+  gens[2].resumed_run = "run-b";
+  h = LayoutHistory(gens, 30, disk);
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  ASSERT_EQ(h->size(), 4u);
+  EXPECT_EQ((*h)[1].generation, "2.1.2");
+  EXPECT_EQ((*h)[1].from, 12);
+  EXPECT_EQ((*h)[1].to, 13);
+  // A run no generation logged: unknown.
+  gens[2].resumed_run = "run-x";
   h = LayoutHistory(gens, 30, disk);
   ASSERT_FALSE(h.ok());
   EXPECT_EQ(h.status().code(), StatusCode::kNotFound);
-  EXPECT_NE(h.status().message().find("step 5"), std::string::npos) << h.status().ToString();
+  EXPECT_NE(h.status().message().find("run-x"), std::string::npos) << h.status().ToString();
 }
 
 // A store campaign names every time its newest committed checkpoint went back (a committed
