@@ -110,27 +110,27 @@ Status Merge(std::vector<Fragment> fragments, Manifest& m) {
 // name, step folders older than it that `latest` does not list (aborted saves, retired
 // checkpoints), fragments and temporary files in the kept folders.
 Status Cleanup(Storage& storage, const Manifest& m, const std::vector<int64_t>& committed) {
+  std::vector<std::string> doomed;
   const std::string dir = StepDir(m.step);
   ASSIGN_OR_RETURN(std::vector<std::string> names, storage.List(dir));
   const std::set<std::string> wanted(m.files.begin(), m.files.end());
   for (const std::string& name : names)
-    if (name != kManifestFile && !wanted.contains(name))
-      RETURN_IF_ERROR(storage.Remove(JoinPath(dir, name)));
+    if (name != kManifestFile && !wanted.contains(name)) doomed.push_back(JoinPath(dir, name));
   const std::set<int64_t> kept(committed.begin(), committed.end());
   ASSIGN_OR_RETURN(std::vector<int64_t> steps, ListStepDirs(storage));
   for (int64_t step : steps) {
     if (step >= m.step) continue;  // newer folders may be in the making
     if (!kept.contains(step)) {
       LOG_INFO("checkpoint: removing {} (retired or left by an aborted save)", StepDir(step));
-      RETURN_IF_ERROR(storage.Remove(StepDir(step)));
+      doomed.push_back(StepDir(step));
       continue;
     }
     ASSIGN_OR_RETURN(std::vector<std::string> left, storage.List(StepDir(step)));
     for (const std::string& name : left)
       if (name.ends_with(".frag") || name.find(".tmp.") != std::string::npos)
-        RETURN_IF_ERROR(storage.Remove(JoinPath(StepDir(step), name)));
+        doomed.push_back(JoinPath(StepDir(step), name));
   }
-  return Status();
+  return storage.RemoveAll(doomed);
 }
 
 }  // namespace

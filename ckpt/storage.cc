@@ -13,6 +13,11 @@ Status Storage::WriteFile(const std::string& path, std::span<const uint8_t> byte
   return file->Commit();
 }
 
+Status Storage::RemoveAll(const std::vector<std::string>& paths) {
+  for (const std::string& path : paths) RETURN_IF_ERROR(Remove(path));
+  return Status();
+}
+
 std::string JoinPath(const std::string& a, const std::string& b) {
   if (a.empty()) return b;
   if (b.empty()) return a;

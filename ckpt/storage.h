@@ -52,6 +52,9 @@ class Storage {
   virtual Result<uint64_t> FileSize(const std::string& path) = 0;
   // Deletes a file or a whole folder; OK when it does not exist.
   virtual Status Remove(const std::string& path) = 0;
+  // Deletes each of `paths` as Remove does. Default: one Remove after another; ringfs deletes
+  // them all in one request (one namespace change).
+  virtual Status RemoveAll(const std::vector<std::string>& paths);
   // Atomically moves file `from` to `to`, replacing a file at `to`.
   virtual Status RenameAtomic(const std::string& from, const std::string& to) = 0;
   // The URI this storage was opened with (for messages).

@@ -72,7 +72,7 @@ struct ChainStoreOptions {
   // wait: once a chain has been seen stopped (in one config) for this long, later operations on
   // it fail at once.
   int64_t stopped_chain_ms = 3000;
-  int parallel_puts = 8;  // objects of a batch written at once
+  int parallel_puts = 8;  // objects of a batch written (or deleted) at once
 };
 
 // `router` is not owned and must outlive the store.

@@ -71,6 +71,11 @@ class Client : public std::enable_shared_from_this<Client> {
   boost::asio::awaitable<Result<std::vector<FileStat>>> List(std::string path, Deadline deadline);
   boost::asio::awaitable<Status> Rename(std::string from, std::string to, Deadline deadline);
   boost::asio::awaitable<Status> Remove(std::string path, Deadline deadline);
+  // FileSystem::RemoveTrees: each path (a file, or a folder with everything under it) in one
+  // namespace change, missing ones skipped; at most wire::kMaxRemovePaths. Returns how many files
+  // and folders were deleted.
+  boost::asio::awaitable<Result<uint64_t>> RemoveTrees(std::vector<std::string> paths,
+                                                       Deadline deadline);
   boost::asio::awaitable<Status> Seal(std::string path, Deadline deadline);
   // FileSystem::PutFile: `data` (at most a few chunks: one request) becomes the whole content of
   // a sealed file at `path`, atomically replacing what was there, in one round trip.

@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -109,6 +110,10 @@ class FileSystem {
   Status Rename(std::string_view from, std::string_view to);
   // Deletes a file or an empty folder and reclaims its chunks.
   Status Remove(std::string_view path);
+  // Deletes each of `paths` — a file, or a folder with everything under it — in one namespace
+  // change, then reclaims their chunks; paths that do not exist are skipped. Returns how many
+  // files and folders it deleted. Removing "/" is InvalidArgument (and nothing is deleted).
+  Result<uint64_t> RemoveTrees(std::span<const std::string> paths);
   // Verifies every chunk of every file and finds orphans: data objects no file owns or past
   // its size (left by a crash between a namespace change and the cleanup, or by a write whose
   // server died before it committed the file's new size), except the chunks of writes running

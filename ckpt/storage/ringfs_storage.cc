@@ -390,19 +390,21 @@ class RingfsStorage : public Storage {
     return st->size;
   }
 
-  Status Remove(const std::string& path) override {
-    RETURN_IF_ERROR(CheckPath(path, false));
-    ASSIGN_OR_RETURN(std::shared_ptr<iofs::Client> client, conn_->client());
-    auto st = conn_->Run(client->Stat(Abs(path), CallDeadline()));
-    if (!st.ok() && st.status().code() == StatusCode::kNotFound) return Status();
-    RETURN_IF_ERROR(conn_->Check(st.status()).WithContext("stat " + Name(path)));
-    if (st->is_dir) {
-      ASSIGN_OR_RETURN(std::vector<std::string> names, List(path));
-      for (const std::string& name : names) RETURN_IF_ERROR(Remove(JoinPath(path, name)));
+  Status Remove(const std::string& path) override { return RemoveAll({path}); }
+
+  Status RemoveAll(const std::vector<std::string>& paths) override {
+    std::vector<std::string> absolute;
+    for (const std::string& path : paths) {
+      RETURN_IF_ERROR(CheckPath(path, false));
+      absolute.push_back(Abs(path));
     }
-    Status s = conn_->Check(conn_->Run(client->Remove(Abs(path), CallDeadline())));
-    if (s.code() == StatusCode::kNotFound) return Status();
-    return s.WithContext("remove " + Name(path));
+    if (absolute.empty()) return Status();
+    ASSIGN_OR_RETURN(std::shared_ptr<iofs::Client> client, conn_->client());
+    auto removed = conn_->Run(client->RemoveTrees(std::move(absolute), CallDeadline()));
+    return conn_->Check(removed.status())
+        .WithContext("remove " + (paths.size() == 1 ? Name(paths[0])
+                                                    : std::to_string(paths.size()) +
+                                                          " files and folders of " + uri_));
   }
 
   Status RenameAtomic(const std::string& from, const std::string& to) override {

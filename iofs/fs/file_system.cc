@@ -625,6 +625,40 @@ Status FileSystem::Remove(std::string_view path) {
   return DeleteChunks(removed.ino, removed.size, removed.chunk_size);
 }
 
+Result<uint64_t> FileSystem::RemoveTrees(std::span<const std::string> paths) {
+  std::vector<Inode> removed;
+  {
+    std::lock_guard lock(mu_);
+    RETURN_IF_ERROR(ChangeNamespace([&]() -> Status {
+      for (const std::string& path : paths) {
+        Result<uint64_t> top = Lookup(path);
+        if (!top.ok() && top.status().code() == StatusCode::kNotFound) continue;
+        RETURN_IF_ERROR(top.status());
+        if (*top == kRootIno) return InvalidArgument("cannot remove /");
+        children_[inodes_.at(*top).parent].erase(inodes_.at(*top).name);
+        std::vector<uint64_t> pending = {*top};
+        while (!pending.empty()) {
+          const uint64_t ino = pending.back();
+          pending.pop_back();
+          if (auto kids = children_.find(ino); kids != children_.end()) {
+            for (const auto& [name, kid] : kids->second) pending.push_back(kid);
+            children_.erase(kids);
+          }
+          removed.push_back(inodes_.at(ino));
+          inodes_.erase(ino);
+        }
+      }
+      return Status();
+    }));
+  }
+  std::vector<ObjectKey> keys;
+  for (const Inode& n : removed)
+    for (uint64_t index = 0; !n.is_dir && index * n.chunk_size < n.size; ++index)
+      keys.push_back(DataKey(n.ino, index));
+  RETURN_IF_ERROR(store_->Delete(keys));
+  return removed.size();
+}
+
 uint64_t FileSystem::BeginWriteIntent(std::unique_lock<std::mutex>& lock, uint64_t ino,
                                       uint64_t first, uint64_t end) {
   collected_cv_.wait(lock, [&] { return !collecting_.contains(ino); });

@@ -307,6 +307,20 @@ awaitable<Status> Client::Remove(std::string path, Deadline deadline) {
   co_return (co_await Call(wire::kFsRemove, PathPayload(path), deadline)).status();
 }
 
+awaitable<Result<uint64_t>> Client::RemoveTrees(std::vector<std::string> paths, Deadline deadline) {
+  if (paths.size() > wire::kMaxRemovePaths)
+    co_return InvalidArgument("remove of " + std::to_string(paths.size()) +
+                              " paths at once (at most " + std::to_string(wire::kMaxRemovePaths) +
+                              ")");
+  ByteWriter w;
+  w.Put<uint32_t>(static_cast<uint32_t>(paths.size()));
+  for (const std::string& p : paths) w.PutString(p);
+  auto reply = co_await Call(wire::kFsRemoveTrees, w.Take(), deadline);
+  if (!reply.ok()) co_return reply.status();
+  ByteReader r(*reply, "remove reply");
+  co_return r.Get<uint64_t>();
+}
+
 awaitable<Status> Client::Seal(std::string path, Deadline deadline) {
   co_return (co_await Call(wire::kFsSeal, PathPayload(path), deadline)).status();
 }

@@ -1362,9 +1362,9 @@ void ServerImpl::RegisterHandlers() {
         use_awaitable);
     co_return std::move(*reply);
   });
-  for (uint16_t type :
-       {wire::kFsCreate, wire::kFsMkdir, wire::kFsWrite, wire::kFsStat, wire::kFsList,
-        wire::kFsRename, wire::kFsRemove, wire::kFsSeal, wire::kFsFsck, wire::kFsPutFile}) {
+  for (uint16_t type : {wire::kFsCreate, wire::kFsMkdir, wire::kFsWrite, wire::kFsStat,
+                        wire::kFsList, wire::kFsRename, wire::kFsRemove, wire::kFsSeal,
+                        wire::kFsFsck, wire::kFsPutFile, wire::kFsRemoveTrees}) {
     rpc_->Handle(type, [this, type](RpcRequest req) -> awaitable<Payload> {
       if (!is_meta()) co_return NotServingFs();
       co_return co_await OnPool(client_pool_, [&]() -> Payload {
@@ -1856,6 +1856,19 @@ Payload ServerImpl::HandleFs(uint16_t type, std::span<const std::byte> payload) 
     ASSIGN_OR_RETURN(uint8_t repair, r.Get<uint8_t>());
     ASSIGN_OR_RETURN(FsckReport report, fs->Fsck(repair != 0));
     return wire::EncodeFsck(report);
+  }
+  if (type == wire::kFsRemoveTrees) {
+    ASSIGN_OR_RETURN(uint32_t n, r.Get<uint32_t>());
+    if (n > wire::kMaxRemovePaths || n > r.remaining() / 4)
+      return InvalidArgument("remove of " + std::to_string(n) + " paths: more than " +
+                             std::to_string(wire::kMaxRemovePaths) + " or than the request holds");
+    std::vector<std::string> paths(n);
+    for (std::string& p : paths) {
+      ASSIGN_OR_RETURN(p, wire::GetPath(r));
+    }
+    ASSIGN_OR_RETURN(uint64_t removed, fs->RemoveTrees(paths));
+    w.Put<uint64_t>(removed);
+    return w.Take();
   }
   ASSIGN_OR_RETURN(std::string path, wire::GetPath(r));
   switch (type) {

@@ -36,9 +36,10 @@ enum Type : uint16_t {
   kFsRemove = 0x6937,
   kFsSeal = 0x6938,
   kFsFsck = 0x6939,
-  kFsWriteShm = 0x693a,  // FsWrite with the data in a shared region (iofs/net/shm.h)
-  kFsReadShm = 0x693b,   // FsRead into a shared region
-  kFsPutFile = 0x693c,   // a whole sealed file in one atomic namespace change
+  kFsWriteShm = 0x693a,     // FsWrite with the data in a shared region (iofs/net/shm.h)
+  kFsReadShm = 0x693b,      // FsRead into a shared region
+  kFsPutFile = 0x693c,      // a whole sealed file in one atomic namespace change
+  kFsRemoveTrees = 0x693d,  // files and folders with everything under them, one namespace change
 };
 
 // Flags of a kChunkWrite request: the key is deleted (no data follows), or the value is staged
@@ -50,6 +51,8 @@ inline constexpr uint8_t kChunkWriteStaged = 2;
 inline constexpr uint32_t kMaxPayload = 72u << 20;
 inline constexpr uint64_t kMaxReadPerRequest = 64u << 20;
 inline constexpr size_t kMaxPath = 4096;
+// Most paths one kFsRemoveTrees request names.
+inline constexpr uint32_t kMaxRemovePaths = 65536;
 
 // One node of the cluster as kInfo describes it.
 struct NodeAddress {

@@ -36,23 +36,8 @@ class ChainObjectStore final : public ObjectStore {
                                std::to_string(p.data.size()) + " bytes exceeds " +
                                std::to_string(options_.max_object_size));
     const Deadline deadline = Deadline::AfterMs(options_.op_timeout_ms);
-    const size_t width = static_cast<size_t>(std::max(1, options_.parallel_puts));
-    for (size_t first = 0; first < puts.size(); first += width) {
-      const size_t n = std::min(width, puts.size() - first);
-      std::vector<std::future<Status>> running;
-      for (size_t i = 1; i < n; ++i) {
-        const ObjectPut& p = puts[first + i];
-        running.push_back(std::async(
-            std::launch::async, [this, p, deadline] { return WriteOne(p.key, p.data, deadline); }));
-      }
-      Status status = WriteOne(puts[first].key, puts[first].data, deadline);
-      for (auto& f : running) {
-        Status s = f.get();
-        if (status.ok() && !s.ok()) status = s;
-      }
-      RETURN_IF_ERROR(status);
-    }
-    return Status();
+    return ForEachInParallel(
+        puts.size(), [&](size_t i) { return WriteOne(puts[i].key, puts[i].data, deadline); });
   }
 
   Status Get(ObjectKey key, uint64_t offset, uint64_t length,
@@ -117,8 +102,8 @@ class ChainObjectStore final : public ObjectStore {
 
   Status Delete(std::span<const ObjectKey> keys) override {
     const Deadline deadline = Deadline::AfterMs(options_.op_timeout_ms);
-    for (ObjectKey key : keys) RETURN_IF_ERROR(WriteOne(key, std::nullopt, deadline));
-    return Status();
+    return ForEachInParallel(keys.size(),
+                             [&](size_t i) { return WriteOne(keys[i], std::nullopt, deadline); });
   }
 
   Result<std::vector<ObjectKey>> Keys() override {
@@ -157,6 +142,26 @@ class ChainObjectStore final : public ObjectStore {
   }
 
  private:
+  // Runs op(0) .. op(count - 1), parallel_puts at a time (this thread runs one of each group);
+  // the first error, after every started op ended.
+  template <typename Op>
+  Status ForEachInParallel(size_t count, const Op& op) {
+    const size_t width = static_cast<size_t>(std::max(1, options_.parallel_puts));
+    for (size_t first = 0; first < count; first += width) {
+      const size_t n = std::min(width, count - first);
+      std::vector<std::future<Status>> running;
+      for (size_t i = 1; i < n; ++i)
+        running.push_back(std::async(std::launch::async, [&op, at = first + i] { return op(at); }));
+      Status status = op(first);
+      for (auto& f : running) {
+        Status s = f.get();
+        if (status.ok() && !s.ok()) status = s;
+      }
+      RETURN_IF_ERROR(status);
+    }
+    return Status();
+  }
+
   // How long a replica that did not answer a read is tried after the others.
   static constexpr auto kUnansweringFor = std::chrono::seconds(10);
 

@@ -263,6 +263,59 @@ TEST(FileSystemTest, NamespaceChangeThatCannotBePersistedLeavesNothingBehind) {
   EXPECT_EQ(got, data);
 }
 
+// RemoveTrees deletes folders with everything under them and files in one namespace change
+// (all or nothing when it cannot be persisted), skips what does not exist (also what an earlier
+// path of the same call already took), reclaims every chunk, and refuses "/".
+TEST(FileSystemTest, RemoveTreesDeletesWholeFoldersInOneChange) {
+  TempDir dir("fs-remove-trees");
+  Stack st(dir.path());
+  FailablePutStore store(st.store.get());
+  auto opened = FileSystem::Open(&store, 64 << 10);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  FileSystem& fs = **opened;
+  std::mt19937_64 rng(5);
+  const auto data = Bytes(rng, 200000);  // 4 chunks of 64 KiB
+  for (const char* file : {"/ckpt/step1/a", "/ckpt/step1/sub/b", "/ckpt/step2/c", "/ckpt/keep/d"}) {
+    ASSERT_TRUE(fs.Create(file).ok()) << file;
+    ASSERT_TRUE(fs.Write(file, 0, data).ok()) << file;
+  }
+  ASSERT_TRUE(fs.Mkdir("/ckpt/step1/empty").ok());
+  EXPECT_EQ(st.engine->Usage().chunks, 1u + 4 * 4);
+  const std::vector<std::string> doomed = {"/ckpt/step1", "/ckpt/step2/c", "/missing/x",
+                                           "/ckpt/step1/a"};
+
+  store.fail_namespace_puts = true;
+  EXPECT_EQ(fs.RemoveTrees(doomed).status().code(), StatusCode::kUnavailable);
+  for (const char* kept : {"/ckpt/step1/a", "/ckpt/step1/sub/b", "/ckpt/step2/c"})
+    EXPECT_TRUE(fs.Stat(kept).ok()) << kept;
+  EXPECT_EQ(st.engine->Usage().chunks, 1u + 4 * 4);
+  store.fail_namespace_puts = false;
+
+  const std::vector<std::string> root = {"/ckpt/keep", "/"};
+  EXPECT_EQ(fs.RemoveTrees(root).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(fs.Stat("/ckpt/keep/d").ok());
+
+  Result<uint64_t> removed = fs.RemoveTrees(doomed);
+  ASSERT_TRUE(removed.ok()) << removed.status().ToString();
+  EXPECT_EQ(*removed, 6u);                       // step1, a, sub, b, empty; c
+  EXPECT_EQ(st.engine->Usage().chunks, 1u + 4);  // the namespace and d's chunks
+  auto reopened = FileSystem::Open(st.store.get(), 64 << 10);
+  ASSERT_TRUE(reopened.ok());
+  Result<std::vector<FileStat>> listed = (*reopened)->List("/ckpt");
+  ASSERT_TRUE(listed.ok());
+  ASSERT_EQ(listed->size(), 2u);
+  EXPECT_EQ((*listed)[0].path, "/ckpt/keep");
+  EXPECT_EQ((*listed)[1].path, "/ckpt/step2");
+  std::vector<std::byte> got;
+  ASSERT_TRUE((*reopened)->Read("/ckpt/keep/d", 0, UINT64_MAX, &got).ok());
+  EXPECT_EQ(got, data);
+  Result<FsckReport> report = (*reopened)->Fsck(false);
+  ASSERT_TRUE(report.ok());
+  EXPECT_EQ(report->orphan_chunks, 0u);
+  EXPECT_TRUE(report->problems.empty());
+  EXPECT_EQ(fs.RemoveTrees(doomed).value(), 0u);  // nothing left to remove
+}
+
 TEST(FileSystemTest, PutFileReplacesAFileAtomicallyWithASealedOne) {
   TempDir dir("fs-put");
   Stack st(dir.path());

@@ -193,9 +193,18 @@ TEST(ServerTest, EmbeddedServerAndCliRoundTrip) {
   std::tie(rc, text) = Shell(cli + "fsck", out);
   EXPECT_EQ(rc, 0) << text;
   EXPECT_NE(text.find("files 1, folders 1, chunks 3"), std::string::npos) << text;
-  std::tie(rc, text) = Shell(cli + "rm /data/moved.bin && " + cli + "fsck", out);
+  // rm of a folder with a file in it is refused; rm -r takes it and everything under it.
+  std::tie(rc, text) = Shell(cli + "put " + dir.path() + "/in.bin /data/sub/copy.bin", out);
+  ASSERT_EQ(rc, 0) << text;
+  std::tie(rc, text) = Shell(cli + "rm /data", out);
+  EXPECT_EQ(rc, 1) << text;
+  EXPECT_NE(text.find("not empty"), std::string::npos) << text;
+  std::tie(rc, text) = Shell(cli + "rm -r /data", out);
   EXPECT_EQ(rc, 0) << text;
-  EXPECT_NE(text.find("chunks 0, orphan chunks 0"), std::string::npos) << text;
+  EXPECT_NE(text.find("removed 4 files and folders"), std::string::npos) << text;
+  std::tie(rc, text) = Shell(cli + "fsck", out);
+  EXPECT_EQ(rc, 0) << text;
+  EXPECT_NE(text.find("files 0, folders 0, chunks 0, orphan chunks 0"), std::string::npos) << text;
   // A chunk write larger than a chunk is refused, and the server keeps serving.
   Io io;
   ByteWriter w;

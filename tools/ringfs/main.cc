@@ -1,7 +1,7 @@
 // ringfs: the chunk-store command line. Talks to the local embedded server (127.0.0.1:7600)
 // unless --server HOST:PORT is given; --secret-file proves the cluster secret to it.
 //   ringfs put LOCAL REMOTE | get REMOTE LOCAL | cat REMOTE | ls [PATH] | stat PATH |
-//          mv FROM TO | rm PATH | mkdir PATH | fsck [--repair] | bench [--size-mib N ...]
+//          mv FROM TO | rm [-r] PATH | mkdir PATH | fsck [--repair] | bench [--size-mib N ...]
 #include <malloc.h>
 
 #include <cstdio>
@@ -69,8 +69,11 @@ int main(int argc, char** argv) {
   auto* mv = app.add_subcommand("mv", "rename atomically");
   mv->add_option("from", a)->required();
   mv->add_option("to", b)->required();
+  bool recursive = false;
   auto* rm = app.add_subcommand("rm", "delete a file or an empty folder");
   rm->add_option("path", a)->required();
+  rm->add_flag("-r,--recursive", recursive,
+               "delete a folder with everything under it (one namespace change)");
   auto* mkdir = app.add_subcommand("mkdir", "create a folder and its parents");
   mkdir->add_option("path", a)->required();
   auto* fsck = app.add_subcommand("fsck", "verify every chunk and find orphans");
@@ -164,6 +167,12 @@ int main(int argc, char** argv) {
     return s.ok() ? 0 : Fail(s);
   }
   if (*rm) {
+    if (recursive) {
+      auto removed = session.Run(c.RemoveTrees({a}, deadline));
+      if (!removed.ok()) return Fail(removed.status());
+      std::printf("removed %llu files and folders\n", static_cast<unsigned long long>(*removed));
+      return 0;
+    }
     rt::Status s = session.Run(c.Remove(a, deadline));
     return s.ok() ? 0 : Fail(s);
   }
