@@ -31,6 +31,11 @@ inline constexpr uint16_t kCtlCheckpoints = 0x0E07;  // {} → {job, uri, checkp
 inline constexpr uint16_t kWorkerWatch = 0x0E10;     // {generation, rank, pid} → {} when told
 // {generation, rank, step, loss, ..., stopped_at? | finished_at?} → {stop_at?}
 inline constexpr uint16_t kWorkerReport = 0x0E11;
+// {generation, rank} → {}: the worker's process runs (sent every kWorkerHeartbeatPeriod).
+inline constexpr uint16_t kWorkerHeartbeat = 0x0E12;
+
+// How often a worker tells its daemon it runs (from its link thread, whatever training does).
+inline constexpr auto kWorkerHeartbeatPeriod = std::chrono::milliseconds(200);
 
 // Largest JSON payload a request or response may have.
 inline constexpr size_t kMaxControlPayload = 4 << 20;

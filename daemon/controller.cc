@@ -26,6 +26,12 @@ constexpr auto kFarFuture = std::chrono::hours(24);
 // How long a worker failure caused by a lost peer waits for the view without that peer's node
 // before it starts a new epoch (the ring reports a dead node within ~0.3-0.5 s).
 constexpr auto kPeerLossGrace = std::chrono::seconds(1);
+// How long a new worker may take to send its first heartbeat (a process start on a loaded
+// machine) before [worker] hang_ms applies.
+constexpr auto kFirstHeartbeatLimit = std::chrono::seconds(30);
+// A heartbeat check this late means the daemon itself did not run meanwhile (it was stopped,
+// or its loop held): it could not hear the heartbeats either, so it starts counting anew.
+constexpr auto kHeartbeatCheckLate = std::chrono::milliseconds(500);
 // The longest pause before the next epoch when generation after generation fails before its
 // first step (RestartPause).
 constexpr auto kMaxRestartPause = std::chrono::seconds(30);
@@ -375,8 +381,36 @@ Status Node::SpawnWorker(const elastic::JobPlan& plan, int rank, const Generatio
            worker->slot, worker->process->pid(), worker->log_path);
   workers_[rank] = worker;
   NoteWorkerStarted(key);
+  worker->heard = MonoClock::now();
   asio::co_spawn(io_, Supervise(worker), asio::detached);
+  if (config_.worker_hang_ms > 0) asio::co_spawn(io_, WatchHeartbeats(worker), asio::detached);
   return Status();
+}
+
+asio::awaitable<void> Node::WatchHeartbeats(std::shared_ptr<Worker> worker) {
+  const std::chrono::milliseconds hang(config_.worker_hang_ms);
+  asio::steady_timer tick(io_);
+  MonoTime due = MonoClock::now() + kWorkerHeartbeatPeriod;
+  while (true) {
+    tick.expires_at(due);
+    co_await tick.async_wait(asio::as_tuple(asio::use_awaitable));
+    auto it = workers_.find(worker->rank);
+    if (stopping_ || worker->stopping || it == workers_.end() || it->second != worker) co_return;
+    const MonoTime now = MonoClock::now();
+    if (now - due > kHeartbeatCheckLate) worker->heard = now;
+    due = now + kWorkerHeartbeatPeriod;
+    const auto limit =
+        worker->heard_once ? hang : std::max<std::chrono::milliseconds>(hang, kFirstHeartbeatLimit);
+    if (now - worker->heard <= limit) continue;
+    worker->frozen = true;
+    LOG_WARN(
+        "generation {}: rank {} (pid {}) sent no heartbeat for {:.1f} s (stopped or frozen): "
+        "killing it",
+        worker->generation.ToString(), worker->rank, worker->process->pid(),
+        std::chrono::duration<double>(now - worker->heard).count());
+    (void)worker->process->Signal(SIGKILL);
+    co_return;
+  }
 }
 
 asio::awaitable<void> Node::Supervise(std::shared_ptr<Worker> worker) {
@@ -437,9 +471,11 @@ bool Node::PlanProcessesIn(const elastic::View& view) const {
 asio::awaitable<void> Node::OnWorkerFailed(std::shared_ptr<Worker> worker, const ChildExit& exit) {
   const GenerationKey key = worker->generation;
   const std::string said = LastErrorOfLog(worker->log_path);
-  const std::string what = "worker rank " + std::to_string(worker->rank) + " on node " +
-                           std::to_string(config_.id) + " exited: " + exit.Describe() +
-                           (said.empty() ? "" : " (" + said + ")");
+  const std::string what =
+      "worker rank " + std::to_string(worker->rank) + " on node " + std::to_string(config_.id) +
+      " exited: " + exit.Describe() +
+      (worker->frozen ? " (killed: no heartbeat for worker.hang_ms, stopped or frozen)" : "") +
+      (said.empty() ? "" : " (" + said + ")");
   LOG_WARN("generation {}: {}", key.ToString(), what);
   // A worker often fails because a node of its plan died (its peers see the connection close),
   // at about the time the membership removes that node. The view change starts the next

@@ -249,6 +249,9 @@ void Node::RegisterHandlers() {
   server_->Handle(
       kWorkerWatch,
       JsonHandler([this](Json r) { return HandleWorkerWatch(std::move(r)); }, "worker watch"));
+  server_->Handle(kWorkerHeartbeat,
+                  JsonHandler([this](Json r) { return HandleWorkerHeartbeat(std::move(r)); },
+                              "worker heartbeat"));
   server_->Handle(
       kWorkerReport,
       JsonHandler([this](Json r) { return HandleWorkerReport(std::move(r)); }, "worker report"));
@@ -368,6 +371,17 @@ asio::awaitable<Result<Json>> Node::HandleWorkerWatch(Json request) {
                      hold.async_wait(asio::as_tuple(asio::use_awaitable)));
   const bool current = !stopping_ && running_ && running_->ToString() == generation;
   co_return Json{{"stop", r.index() == 0 || !current}};
+}
+
+asio::awaitable<Result<Json>> Node::HandleWorkerHeartbeat(Json request) {
+  CO_ASSIGN_OR_RETURN(std::string generation, StringField(request, "generation", "heartbeat"));
+  CO_ASSIGN_OR_RETURN(const int64_t rank, IntField(request, "rank", 0, INT32_MAX, "heartbeat"));
+  auto it = workers_.find(static_cast<int>(rank));
+  if (it != workers_.end() && it->second->generation.ToString() == generation) {
+    it->second->heard = MonoClock::now();
+    it->second->heard_once = true;
+  }
+  co_return Json::object();
 }
 
 asio::awaitable<Result<Json>> Node::HandleWorkerReport(Json r) {

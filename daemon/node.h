@@ -62,6 +62,9 @@ struct Worker {
   std::unique_ptr<ChildProcess> process;
   bool stopping = false;  // this daemon is stopping it: its exit is not a failure
   std::string log_path;
+  MonoTime heard{};  // its last heartbeat (kWorkerHeartbeat); its start until the first
+  bool heard_once = false;
+  bool frozen = false;  // killed for sending no heartbeat for [worker] hang_ms
 };
 
 // A recovery as the daemon of rank 0 saw it (the status page's `recoveries`).
@@ -108,6 +111,8 @@ class Node : public Daemon {
   asio::awaitable<Result<Json>> HandleScale(Json request);
   asio::awaitable<Result<Json>> HandleDrain(Json request);
   asio::awaitable<Result<Json>> HandleWorkerWatch(Json request);
+  // A worker's heartbeat: notes when its process was last heard of (WatchHeartbeats).
+  asio::awaitable<Result<Json>> HandleWorkerHeartbeat(Json request);
   asio::awaitable<Result<Json>> HandleWorkerReport(Json request);
   // Read-modify-CAS of the replicated state, retried while others change it first. `change`
   // returns false to leave the state as it is (then nothing is proposed).
@@ -159,6 +164,9 @@ class Node : public Daemon {
   Status SpawnWorker(const elastic::JobPlan& plan, int rank, const GenerationKey& key,
                      const std::string& job_dir, const std::string& rendezvous);
   asio::awaitable<void> Supervise(std::shared_ptr<Worker> worker);
+  // Kills `worker` when it sends no heartbeat for [worker] hang_ms (its process is stopped or
+  // frozen); Supervise then handles its death. Ends when the worker is stopped or gone.
+  asio::awaitable<void> WatchHeartbeats(std::shared_ptr<Worker> worker);
   asio::awaitable<void> OnWorkerFailed(std::shared_ptr<Worker> worker, const ChildExit& exit);
   asio::awaitable<void> StopWorkers(std::string why);
   void Wake();

@@ -63,6 +63,8 @@ void BindNodeKeys(NodeConfig* c, ConfigSchema* s) {
   s->String("worker.env", &c->worker_env, "extra NAME=value,... for the workers");
   s->Int("worker.nice", &c->worker_nice, 0, 19,
          "niceness added to the workers: the daemon's own work preempts theirs");
+  s->Int("worker.hang_ms", &c->worker_hang_ms, 0, 3'600'000,
+         "kill a worker that sent no heartbeat for this long (stopped, frozen), ms; 0 = never");
 }
 
 Result<std::pair<std::string, uint16_t>> SplitHostPort(std::string_view text,

@@ -56,6 +56,9 @@ struct NodeConfig {
   // Niceness added to the workers' (0-19): > 0 lets the daemon's heartbeats, chunk server and
   // memory tier preempt the workers' computation on a busy CPU (and its chunk resyncs too).
   int worker_nice = 0;
+  // A worker that sends no heartbeat for this long (its process is stopped or frozen: SIGSTOP, a
+  // debugger) is killed, and the job recovers as from its death. 0 = never.
+  int worker_hang_ms = 2000;
 
   // The seeds as a list (split at commas, blanks dropped).
   std::vector<std::string> SeedList() const;

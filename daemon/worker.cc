@@ -9,11 +9,14 @@
 #include <optional>
 #include <thread>
 
+#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/use_future.hpp>
 
 #include "base/log.h"
@@ -71,6 +74,7 @@ class DaemonLink {
                           co_await net::RpcClient::Connect(host_port.first, host_port.second,
                                                            Deadline::After(kConnectTimeout), o));
       asio::co_spawn(io_, Watch(), asio::detached);
+      asio::co_spawn(io_, Heartbeat(), asio::detached);
       co_return Status();
     };
     return asio::co_spawn(io_, connect, asio::use_future).get().WithContext("worker");
@@ -182,6 +186,20 @@ class DaemonLink {
       co_return r.status();
     };
     return asio::co_spawn(io_, call, asio::use_future).get().WithContext(what);
+  }
+
+  // Tells the daemon every kWorkerHeartbeatPeriod that this process runs, from this thread
+  // whatever training does ([worker] hang_ms kills a worker that stops: SIGSTOP, a frozen
+  // process). A failed call is the watch's business.
+  asio::awaitable<void> Heartbeat() {
+    const Json beat = {{"generation", options_.generation}, {"rank", options_.train.rank}};
+    asio::steady_timer timer(io_);
+    while (true) {
+      (void)co_await CallJson(*client_, kWorkerHeartbeat, beat,
+                              Deadline::After(5 * kWorkerHeartbeatPeriod));
+      timer.expires_after(kWorkerHeartbeatPeriod);
+      co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
+    }
   }
 
   // Long-polls the daemon; any answer but "keep waiting" ends the process.

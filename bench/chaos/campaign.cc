@@ -441,10 +441,14 @@ class Campaign {
         const int64_t hang = schedule_.Between(o_.hang_min_ms, o_.hang_max_ms);
         f.target = "worker rank " + std::to_string(w.rank) + " (pid " + std::to_string(w.pid) +
                    ") for " + std::to_string(hang) + " ms";
+        // Timed from the SIGSTOP, as a stopped daemon is: the job stalls from then until its
+        // daemon kills the silent worker (worker.hang_ms) and a new generation trains, or the
+        // worker goes on after the SIGCONT.
+        const MonoTime at = MonoClock::now();
         ::kill(w.pid, SIGSTOP);
         SleepMs(hang);
         ::kill(w.pid, SIGCONT);
-        AwaitRecovery(f, MonoClock::now(), false);
+        AwaitRecovery(f, at, false);
         break;
       }
       case FaultKind::kKillDuringShardWrite:

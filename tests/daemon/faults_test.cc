@@ -1,9 +1,8 @@
 // Issue 13's fault suite: a local cluster of 4 ringtraind × 2 CPU slots trains config tiny with
 // tp=2 and dp over the rest (batch 60 rows, so dp 1..5 all divide it). Each test makes one fault
-// or planned change — kill -9 a worker, kill -9 a daemon, kill -9 the daemon that led the last
-// view change, SIGSTOP a daemon for 10 s, add a fifth daemon (and a sixth that the plan cannot
-// use), `ringctl drain`, SIGTERM a daemon,
-// `ringctl checkpoint` — and then checks that:
+// or planned change — kill -9 a worker, SIGSTOP a worker, kill -9 a daemon, kill -9 the daemon that
+// led the last view change, SIGSTOP a daemon for 10 s, add a fifth daemon (and a sixth that the
+// plan cannot use), `ringctl drain`, SIGTERM a daemon, `ringctl checkpoint` — and then checks that:
 //   - the job goes on in a new generation with the expected plan;
 //   - every per-step loss each generation's rank 0 wrote to the metrics file (each generation
 //     appends to it, naming itself) equals within 1e-5 relative that of a reference run with the
@@ -223,6 +222,23 @@ TEST_F(FaultsTest, KillNineOfAWorker) {
   std::printf("kill -9 of a worker: %.2f s to 6 steps of generation %s\n",
               std::chrono::duration<double>(MonoClock::now() - at).count(), Generation(s).c_str());
   EXPECT_EQ(Members(s), 4u) << "a worker death changes the epoch, not the view";
+  StopAndCheck(/*planned=*/false);
+}
+
+// A stopped (frozen) worker sends no heartbeats: its daemon kills it after worker.hang_ms (2 s)
+// and the job goes on in a new epoch, without waiting for the SIGCONT that never comes.
+TEST_F(FaultsTest, SigstopOfAWorkerGetsItKilled) {
+  Json s = StartTraining(kNodes);
+  const std::vector<pid_t> victims = WorkerPids(s, 2);
+  ASSERT_FALSE(victims.empty()) << s.dump(2);
+  const auto at = MonoClock::now();
+  ASSERT_EQ(::kill(victims[0], SIGSTOP), 0);
+  s = WaitForNewGeneration(Generation(s), "dp=4,");
+  std::printf("SIGSTOP of a worker: %.2f s to 6 steps of generation %s\n",
+              std::chrono::duration<double>(MonoClock::now() - at).count(), Generation(s).c_str());
+  EXPECT_TRUE(ExitsWithin(victims[0], milliseconds(10'000))) << "the stopped worker still runs";
+  EXPECT_FALSE(LogLines(2, "sent no heartbeat").empty()) << Logs();
+  EXPECT_EQ(Members(s), 4u) << "a frozen worker changes the epoch, not the view";
   StopAndCheck(/*planned=*/false);
 }
 
