@@ -564,6 +564,31 @@ std::string UtcNow() {
   return text;
 }
 
+// ringckpt verify of `step` through each URI `uris()` names in turn, until one can check it
+// (exit 0 or 1), every second for up to 60 s while none can (exit 2: the store unreachable).
+VerifiedCheckpoint VerifyCheckpoint(const CampaignOptions& o, int64_t step,
+                                    const std::function<std::vector<std::string>()>& uris,
+                                    const std::vector<std::string>& secret) {
+  VerifiedCheckpoint v;
+  v.step = step;
+  const Deadline give_up = Deadline::AfterMs(60'000);
+  while (true) {
+    for (const std::string& uri : uris()) {
+      std::vector<std::string> argv = {o.ringckpt};
+      argv.insert(argv.end(), secret.begin(), secret.end());
+      argv.insert(argv.end(), {"verify", uri, "--step", std::to_string(step)});
+      Result<ProcessOutcome> out =
+          RunProcess(argv, EnvironmentWithout({"RINGTRAIN_FAULTS"}), Deadline::AfterMs(120'000));
+      v.passed = out.ok() && out->exited && out->exit_code == 0;
+      v.checked = out.ok() && out->exited && (out->exit_code == 0 || out->exit_code == 1);
+      v.output = v.passed ? "" : out.ok() ? out->output : out.status().ToString();
+      if (v.checked) return v;
+    }
+    if (give_up.Expired()) return v;
+    SleepMs(1000);
+  }
+}
+
 // Fills the replay fields of `r`: the final checkpoint in `ckpt_dir` (read through `ckpt_uri`
 // with `ringckpt_options`) against a fault-free replay of the chaos job's layout history
 // (bench/chaos/replay.h).
@@ -702,23 +727,31 @@ Result<CampaignResult> RunCampaign(const CampaignOptions& o) {
   r.recoveries = ReadRecoveryLines(dir, o.cluster.nodes);
   CheckCorruptResumes(r);
   // With the store the checkpoints are read through a daemon's chunk server (the cluster runs
-  // until the checks are done).
+  // until the checks are done), once every daemon is back in the view: the job may have
+  // finished during the last fault, and a daemon just back from a partition refuses reads
+  // until it has rejoined.
+  if (o.store) {
+    Result<Json> healthy =
+        observer.WaitHealthy(o.cluster.nodes, Deadline::AfterMs(o.hang_limit_ms));
+    if (!healthy.ok())
+      LOG_WARN("chaos: the cluster is not healthy for the checks: {}", healthy.status().ToString());
+  }
   const std::string ckpt_uri = o.store ? StoreUri(*cluster, kStorePath) : ckpt_dir;
   const std::vector<std::string> secret =
       o.store ? RingckptSecretOptions(*cluster) : std::vector<std::string>{};
   const std::vector<int64_t> committed =
       o.store ? CommittedStepsInStore(*cluster, kStorePath) : CommittedSteps(ckpt_dir);
   for (int64_t step : committed) {
-    VerifiedCheckpoint v;
-    v.step = step;
+    VerifiedCheckpoint v = VerifyCheckpoint(
+        o, step,
+        [&] {
+          return o.store ? StoreUris(*cluster, kStorePath) : std::vector<std::string>{ckpt_dir};
+        },
+        secret);
     v.corrupted = r.corrupted.contains(step);
-    std::vector<std::string> argv = {o.ringckpt};
-    argv.insert(argv.end(), secret.begin(), secret.end());
-    argv.insert(argv.end(), {"verify", ckpt_uri, "--step", std::to_string(step)});
-    Result<ProcessOutcome> out =
-        RunProcess(argv, EnvironmentWithout({"RINGTRAIN_FAULTS"}), Deadline::AfterMs(120'000));
-    v.passed = out.ok() && out->exited && out->exit_code == 0;
-    if (!v.passed) v.output = out.ok() ? out->output : out.status().ToString();
+    if (!v.passed)
+      LOG_WARN("chaos: ringckpt verify of step {} {}: {}", step,
+               v.checked ? "refused it" : "could not check it", v.output);
     r.verified.push_back(std::move(v));
   }
   if (r.finished && !o.ringtrain.empty()) CompareWithReplay(o, ckpt_dir, ckpt_uri, secret, r);

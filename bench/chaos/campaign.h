@@ -87,6 +87,9 @@ struct VerifiedCheckpoint {
   bool passed = false;     // ringckpt verify exited 0
   bool corrupted = false;  // the campaign flipped a byte in it
   std::string output;      // ringckpt's output when it failed
+  // False: ringckpt could not check it (exit 2: the store unreachable) through any daemon
+  // within the time allowed; neither passed nor refused.
+  bool checked = true;
 };
 
 // A generation's first step as the rank-0 daemon logged it ("recovery: ...").

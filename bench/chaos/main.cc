@@ -150,7 +150,7 @@ int main(int argc, char** argv) {
   const bool weights_held = o.ringtrain.empty() || (r->final_max_abs_difference >= 0 &&
                                                     r->final_max_abs_difference <= 1e-5);
   const bool held = r->finished && s.committed_steps_lost == 0 && s.corrupt_accepted == 0 &&
-                    s.hangs == 0 && s.minority_trained == 0 && weights_held &&
-                    r->committed_regressions.empty();
+                    s.checkpoints_unchecked == 0 && s.hangs == 0 && s.minority_trained == 0 &&
+                    weights_held && r->committed_regressions.empty();
   return held ? 0 : 1;
 }

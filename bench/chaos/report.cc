@@ -68,6 +68,10 @@ Summary Summarize(const CampaignResult& r) {
   s.rejoin_median_s = Percentile(rejoins, 50);
   s.rejoin_max_s = Percentile(rejoins, 100);
   for (const VerifiedCheckpoint& v : r.verified) {
+    if (!v.checked) {
+      ++s.checkpoints_unchecked;
+      continue;
+    }
     if (v.passed) ++s.checkpoints_verified;
     if (!v.passed) ++s.checkpoints_refused;
     if (v.passed == v.corrupted) ++s.corrupt_accepted;
@@ -126,12 +130,13 @@ std::string SummaryText(const CampaignResult& r, const Summary& s) {
       s.restarts, s.unmatched, s.committed_steps_lost, s.steps_repeated);
   out += fmt::format(
       "checkpoints: {} committed at the end, {} verified, {} refused (corrupted by the "
-      "campaign: {}); flipped bytes refused by ringckpt verify at once: {}/{}; resumes right "
+      "campaign: {}), {} could not be checked; flipped bytes refused by ringckpt verify at once: "
+      "{}/{}; resumes right "
       "after a flip that fell back past it: {}; resumes from a corrupted step: {}; corrupt "
       "checkpoints accepted: {}\n",
       r.verified.size(), s.checkpoints_verified, s.checkpoints_refused, r.corrupted.size(),
-      r.flips_detected, r.flips_detected + r.flips_undetected, s.flips_fell_back,
-      r.corrupt_resumes.size(), s.corrupt_accepted);
+      s.checkpoints_unchecked, r.flips_detected, r.flips_detected + r.flips_undetected,
+      s.flips_fell_back, r.corrupt_resumes.size(), s.corrupt_accepted);
   out += fmt::format(
       "throughput: {:.0f}% of fault-free over the run, {:.0f}% after removing recovery time\n",
       100 * s.throughput_share, 100 * s.throughput_share_net);
@@ -209,6 +214,7 @@ daemon::Json SummaryJson(const CampaignResult& r, const Summary& s) {
           {"checkpoints_committed", r.verified.size()},
           {"checkpoints_verified", s.checkpoints_verified},
           {"checkpoints_refused", s.checkpoints_refused},
+          {"checkpoints_unchecked", s.checkpoints_unchecked},
           {"flips_detected", r.flips_detected},
           {"flips_fell_back", s.flips_fell_back},
           {"flips_undetected", r.flips_undetected},

@@ -27,6 +27,7 @@ struct Summary {
   int64_t steps_repeated = 0;        // Σ newest step seen − resumed step (≥ 0)
   int checkpoints_verified = 0;      // committed checkpoints that ringckpt verify passed
   int checkpoints_refused = 0;       // ... refused, each one the campaign corrupted
+  int checkpoints_unchecked = 0;     // ... that ringckpt could not reach (a failed campaign)
   int flips_fell_back = 0;           // flips whose next resume went past the corrupted step
   int corrupt_accepted = 0;          // corrupted ones passed, or intact ones refused, or
                                      // resumes from a corrupted step, or flips not detected

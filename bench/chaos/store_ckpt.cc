@@ -8,8 +8,15 @@
 namespace rt::chaos {
 
 std::string StoreUri(LocalCluster& cluster, const std::string& path) {
-  const std::vector<int> live = cluster.Responsive();
-  return "ringfs://" + cluster.StoreAddress(live.empty() ? 1 : live.front()) + "/" + path;
+  return StoreUris(cluster, path).front();
+}
+
+std::vector<std::string> StoreUris(LocalCluster& cluster, const std::string& path) {
+  std::vector<int> live = cluster.Responsive();
+  if (live.empty()) live = {1};
+  std::vector<std::string> uris;
+  for (int id : live) uris.push_back("ringfs://" + cluster.StoreAddress(id) + "/" + path);
+  return uris;
 }
 
 std::vector<int64_t> CommittedStepsInStore(LocalCluster& cluster, const std::string& path) {

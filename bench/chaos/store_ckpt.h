@@ -14,6 +14,8 @@ namespace rt::chaos {
 // "ringfs://ADDRESS/PATH" through the chunk server of the first responsive daemon (node 1's
 // when none is), for `ringckpt`.
 std::string StoreUri(LocalCluster& cluster, const std::string& path);
+// The same through each responsive daemon, in node order (node 1's alone when none is).
+std::vector<std::string> StoreUris(LocalCluster& cluster, const std::string& path);
 
 // The committed steps of PATH in the store (its `latest`), newest first, read through the first
 // responsive daemon's chunk server that answers; empty when none answers or nothing is

@@ -146,7 +146,10 @@ TEST(SummaryTest, FiguresFromRecords) {
   skipped.skipped = "not root";
   r.faults.push_back(skipped);
   r.corrupted = {40};
-  r.verified = {{50, true, false, ""}, {40, false, true, "crc"}, {30, false, false, "crc"}};
+  r.verified = {{50, true, false, ""},
+                {40, false, true, "crc"},
+                {30, false, false, "crc"},
+                {20, false, false, "Unavailable", false}};  // no daemon could serve the check
   r.flips_detected = 1;
 
   const Summary s = Summarize(r);
@@ -165,10 +168,15 @@ TEST(SummaryTest, FiguresFromRecords) {
   EXPECT_EQ(s.checkpoints_verified, 1);
   EXPECT_EQ(s.checkpoints_refused, 2);
   EXPECT_EQ(s.corrupt_accepted, 1);  // step 30 was refused although the campaign never touched it
+  EXPECT_EQ(s.checkpoints_unchecked, 1);  // step 20: neither passed nor refused
   EXPECT_DOUBLE_EQ(s.throughput_share, 0.5);
   EXPECT_DOUBLE_EQ(s.throughput_share_net, 50.0 / 93.0);
   const std::string text = SummaryText(r, s);
   EXPECT_NE(text.find("committed steps lost: 10"), std::string::npos) << text;
+  EXPECT_NE(text.find("4 committed at the end, 1 verified, 2 refused (corrupted by the campaign: "
+                      "1), 1 could not be checked"),
+            std::string::npos)
+      << text;
   EXPECT_NE(text.find("cut off from a majority: 0"), std::string::npos) << text;
   EXPECT_EQ(SummaryJson(r, s)["faults_injected"], 4);
 }

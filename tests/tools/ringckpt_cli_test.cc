@@ -220,6 +220,10 @@ TEST(RingckptCliTest, RingfsDestination) {
   EXPECT_NE(out.output.find("largest absolute difference 0\n"), std::string::npos) << out.output;
   ExpectLoadsInto(remote, "tp=2");
   (void)server.Stop(std::chrono::seconds(15));
+  // With the server gone the checkpoint cannot be checked: exit 2, not 1 (damaged).
+  out = Ringckpt("verify " + remote);
+  EXPECT_EQ(out.exit_code, 2) << out.output;
+  EXPECT_NE(out.output.find("Unavailable"), std::string::npos) << out.output;
 }
 
 TEST(RingckptCliTest, BadInput) {

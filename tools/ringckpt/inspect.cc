@@ -169,11 +169,32 @@ int Inspect(const Source& source, bool json) {
   return 0;
 }
 
+namespace {
+
+// Exit status of a verify that ended with `status`: 1 if it says the checkpoint is damaged
+// (a failed check, a missing or short file), 2 if the checkpoint could not be checked (the
+// storage unreachable, refused, out of time).
+int FailVerify(const rt::Status& status) {
+  Fail(status);
+  switch (status.code()) {
+    case rt::StatusCode::kCorruption:
+    case rt::StatusCode::kChecksumMismatch:
+    case rt::StatusCode::kNotFound:
+    case rt::StatusCode::kOutOfRange:
+    case rt::StatusCode::kFailedPrecondition:
+      return 1;
+    default:
+      return 2;
+  }
+}
+
+}  // namespace
+
 int Verify(const Source& source) {
   auto reader = OpenSource(source);
-  if (!reader.ok()) return Fail(reader.status());
+  if (!reader.ok()) return FailVerify(reader.status());
   auto problems = (*reader)->Verify();
-  if (!problems.ok()) return Fail(problems.status());
+  if (!problems.ok()) return FailVerify(problems.status());
   const auto& m = (*reader)->manifest();
   if (problems->empty()) {
     size_t pieces = 0;

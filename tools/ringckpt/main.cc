@@ -1,7 +1,7 @@
 // ringckpt: look into, check, convert and compare ringtrain checkpoints (docs/formats/
 // checkpoint.md) on any storage: a folder, file://, ringfs://HOST:PORT/PATH.
 //   ringckpt inspect URI [--step N] [--json]
-//   ringckpt verify URI [--step N]
+//   ringckpt verify URI [--step N]   (exit 1: damaged; 2: could not be checked)
 //   ringckpt reshard URI --to LAYOUT --out DEST [--step N] [--config FILE] [--codec C]
 //   ringckpt export URI --out W.safetensors [--step N]
 //   ringckpt diff A B [--step-a N] [--step-b N]
@@ -34,7 +34,8 @@ int main(int argc, char** argv) {
   inspect->add_option("--step", source.step, "step (default: newest committed)");
   inspect->add_flag("--json", json, "the whole manifest as JSON");
 
-  auto* verify = app.add_subcommand("verify", "every checksum and element; exit 1 if bad");
+  auto* verify = app.add_subcommand(
+      "verify", "every checksum and element; exit 1 if bad, 2 if it could not be checked");
   verify->add_option("uri", source.uri, "checkpoint storage")->required();
   verify->add_option("--step", source.step, "step (default: newest committed)");
 
