@@ -209,6 +209,9 @@ TEST_F(ClusterTest, MembershipInEtcdRecoversFromAKilledDaemon) {
   const Json formed =
       WaitFor(3, "a view of 3 members", [](const Json& s) { return Members(s) == 3; });
   EXPECT_EQ(formed.value("membership", ""), "etcd " + (*etcd)->endpoint() + "/cluster-test");
+  // Each daemon learns the view from its own etcd watch: node 2 may not have it yet when node 3
+  // does, and refuses a submit until it is a member.
+  WaitFor(2, "a view of 3 members", [](const Json& s) { return Members(s) == 3; });
   ProcessOutcome submitted = Ctl({"submit", TinyJobFile()}, 2);
   ASSERT_EQ(submitted.exit_code, 0) << submitted.output;
   Json s = WaitFor(1, "training on 3 nodes", [](const Json& s) {
