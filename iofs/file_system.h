@@ -151,6 +151,9 @@ class FileSystem {
   Result<uint64_t> MakeParents(std::string_view path);   // REQUIRES mu_
   std::string PathOf(uint64_t ino) const;                // REQUIRES mu_
   FileStat ToStat(const Inode& inode) const;             // REQUIRES mu_
+  // Appends the keys of the data objects of a file of `size` bytes in chunks of `chunk_size`.
+  static void AppendChunkKeys(uint64_t ino, uint64_t size, uint32_t chunk_size,
+                              std::vector<ObjectKey>& keys);
   Status DeleteChunks(uint64_t ino, uint64_t size, uint32_t chunk_size);
   // True if data object `key` is an orphan now (see Fsck). REQUIRES mu_.
   bool IsOrphanLocked(ObjectKey key) const;

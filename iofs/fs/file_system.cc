@@ -558,9 +558,14 @@ Result<std::vector<FileStat>> FileSystem::List(std::string_view path) {
   return out;
 }
 
+void FileSystem::AppendChunkKeys(uint64_t ino, uint64_t size, uint32_t cs,
+                                 std::vector<ObjectKey>& keys) {
+  for (uint64_t index = 0; index * cs < size; ++index) keys.push_back(DataKey(ino, index));
+}
+
 Status FileSystem::DeleteChunks(uint64_t ino, uint64_t size, uint32_t cs) {
   std::vector<ObjectKey> keys;
-  for (uint64_t index = 0; index * cs < size; ++index) keys.push_back(DataKey(ino, index));
+  AppendChunkKeys(ino, size, cs, keys);
   return store_->Delete(keys);
 }
 
@@ -653,8 +658,7 @@ Result<uint64_t> FileSystem::RemoveTrees(std::span<const std::string> paths) {
   }
   std::vector<ObjectKey> keys;
   for (const Inode& n : removed)
-    for (uint64_t index = 0; !n.is_dir && index * n.chunk_size < n.size; ++index)
-      keys.push_back(DataKey(n.ino, index));
+    if (!n.is_dir) AppendChunkKeys(n.ino, n.size, n.chunk_size, keys);
   RETURN_IF_ERROR(store_->Delete(keys));
   return removed.size();
 }
