@@ -153,7 +153,8 @@ Status RunWorker(const DistTrainOptions& o) {
   ASSIGN_OR_RETURN(std::shared_ptr<const net::ClusterSecret> secret,
                    net::ClusterSecret::LoadWithTls(o.secret_file, o.tls));
   const Deadline boot = Deadline::After(kBootstrapTimeout);
-  double phase = MonoSeconds();  // each slow step of the start below is logged
+  const double started = MonoSeconds();
+  double phase = started;  // each slow step of the start below is logged
   comm::TcpStoreClientOptions store_options;
   store_options.secret = secret;
   ASSIGN_OR_RETURN(std::shared_ptr<comm::Store> store,
@@ -176,6 +177,8 @@ Status RunWorker(const DistTrainOptions& o) {
   }
   RETURN_IF_ERROR(world->WaitReady(boot).WithContext("world communicator"));
   WarnIfSlow(phase, "rank " + std::to_string(o.rank) + ": the job's store and rank links");
+  const double links_s = MonoSeconds() - phase;
+  phase = MonoSeconds();
   ASSIGN_OR_RETURN(auto tokens, LoadTrainTokens(config.data.dir,
                                                 static_cast<uint32_t>(config.model.vocab_size)));
   std::shared_ptr<const std::vector<uint16_t>> val_tokens;
@@ -183,11 +186,14 @@ Status RunWorker(const DistTrainOptions& o) {
     ASSIGN_OR_RETURN(val_tokens, LoadShardTokens(config.data.dir + "/val.bin",
                                                  static_cast<uint32_t>(config.model.vocab_size)));
   }
+  const double data_s = MonoSeconds() - phase;
   phase = MonoSeconds();
   ASSIGN_OR_RETURN(std::unique_ptr<DistTrainer> engine,
                    DistTrainer::Create(config, layout, *world, tokens, std::chrono::seconds(120),
                                        o.resume ? WeightInit::kForLoad : WeightInit::kFromSeed));
   WarnIfSlow(phase, "rank " + std::to_string(o.rank) + ": setting up the engine");
+  const double engine_s = MonoSeconds() - phase;
+  double storage_s = 0;
   std::unique_ptr<RunCheckpoints> checkpoints;
   if (o.stop_at && config.ckpt.every <= 0)
     return InvalidArgument(
@@ -202,7 +208,12 @@ Status RunWorker(const DistTrainOptions& o) {
     ASSIGN_OR_RETURN(checkpoints, RunCheckpoints::Create(config, DescribeLayout(layout),
                                                          world.get(), device, o.memory, storage));
     WarnIfSlow(phase, "rank " + std::to_string(o.rank) + ": opening the checkpoint storage");
+    storage_s = MonoSeconds() - phase;
   }
+  LOG_INFO(
+      "rank {} set up in {:.3f} s (store and rank links {:.3f} s, data {:.3f} s, engine {:.3f} s, "
+      "checkpoint storage and run id {:.3f} s)",
+      o.rank, MonoSeconds() - started, links_s, data_s, engine_s, storage_s);
   const bool lead = o.rank == 0;
   TrainLoopOptions loop;
   loop.stop_after = o.stop_after;
