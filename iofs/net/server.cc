@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <fstream>
@@ -263,7 +264,10 @@ class ServerImpl final : public Server, public ChainTransport, public ChainRoute
   // Chain manager (metadata node only).
   void Broadcast(const std::vector<chain::ChainConfig>& configs);
   void SaveManager();  // REQUIRES manager_mu_
-  void OnPing(uint32_t id, bool ok);
+  // How a ping of this manager ended: answered, refused (the node follows another metadata
+  // node: alive, but no answer for the majority), or failed (no answer at all).
+  enum class PingResult { kAnswered, kRefused, kFailed };
+  void OnPing(uint32_t id, PingResult result);
   // `role` is the role_gen_ the loop serves: it ends when the role changes hands.
   awaitable<void> HeartbeatLoop(uint64_t role);
   awaitable<void> TickLoop();
@@ -283,6 +287,18 @@ class ServerImpl final : public Server, public ChainTransport, public ChainRoute
   void Resign();
   // Becomes the metadata node of view `epoch` (see Server::SetMembers).
   void TakeOver(const std::set<uint32_t>& members, uint64_t epoch);
+  // When a takeover for view `members` may act, given what the members answered its handover
+  // about the other metadata nodes they answered (`answered`, by member, received by
+  // `received`): FreezeBoundMs after the last answer a node outside the view got from any
+  // member or this node, so an old manager cut off from the view has frozen (now when there
+  // is none). FreezeBoundMs from now when some member did not answer, or the view is no
+  // majority of the store nodes (the answers then bound nothing).
+  MonoTime ActAfter(const std::set<uint32_t>& members,
+                    const std::map<uint32_t, std::vector<wire::AnsweredAgo>>& answered,
+                    bool all_answered, MonoTime received);
+  // Answers a ping from metadata node `sender`: refused (FailedPrecondition) unless it is the
+  // metadata node this node follows (follow_views), else noted in answered_meta_.
+  Status AnswerPing(uint32_t sender);
   // The chain configs this node's own replicas hold (its home chains).
   std::vector<chain::ChainConfig> LocalConfigs() {
     std::vector<chain::ChainConfig> configs;
@@ -302,13 +318,20 @@ class ServerImpl final : public Server, public ChainTransport, public ChainRoute
   void Retake();
   // Isolation (follow_views): a manager that has not heard from a majority of the store nodes
   // (itself included) for this long freezes: no file operations, no chain changes, until it
-  // takes the role over again. A manager is sure to have frozen kFreezeBound after it lost
-  // contact (the pings' deadline and period on top); a takeover while a store node is outside
-  // the view waits that long first, so an old manager cut off with a minority has stopped.
+  // takes the role over again. A manager is sure to have frozen FreezeBoundMs after the last
+  // answer it got from a majority (the pings' deadline and period on top); a takeover while a
+  // store node is outside the view waits until then (ActAfter), so an old manager cut off with
+  // a minority has stopped.
   int64_t IsolatedAfterMs() const { return 3 * options_.heartbeat_ms; }
   int64_t FreezeBoundMs() const { return IsolatedAfterMs() + 4 * options_.heartbeat_ms; }
-  // Unavailable when this node's manager is isolated (REQUIRES manager_mu_).
-  Status IsolationError() const;
+  // How many store nodes answered this manager's pings in the last IsolatedAfterMs, itself
+  // included (REQUIRES manager_mu_).
+  size_t NodesHeard() const;
+  // Marks this node's manager isolated (`heard`: NodesHeard) (REQUIRES manager_mu_).
+  void Isolate(size_t heard);
+  // Unavailable when this node's manager is isolated, or is now for not having heard from a
+  // majority (follow_views) (REQUIRES manager_mu_).
+  Status IsolationError();
 
   ServerOptions options_;
   // The node file operations go to: fixed without follow_views, else the smallest id of the
@@ -365,6 +388,13 @@ class ServerImpl final : public Server, public ChainTransport, public ChainRoute
   bool retake_queued_ = false;             // GUARDED_BY(manager_mu_)
   bool resigning_ = false;  // GUARDED_BY(manager_mu_): Resign waits for the running operations
   std::map<uint32_t, bool> ping_in_flight_;  // I/O thread only
+  // When this node's answers to each node acting as a metadata node (its pings, and the
+  // handover of its takeover) may last keep that node acting: the time of a ping's answer, or
+  // FreezeBoundMs plus a heartbeat after a handover's (the takeover may wait that long, then
+  // counts the members as having just answered). A takeover waits for this, not for a fixed
+  // bound, when every member answers it (ActAfter).
+  std::mutex answered_meta_mu_;
+  std::map<uint32_t, MonoTime> answered_meta_;  // GUARDED_BY(answered_meta_mu_)
 
   // Values this node sent to a remote chain head (WriteAt), kept while the write runs: the head's
   // forward back to this node names them (id, length and CRC32C) instead of carrying the bytes.
@@ -880,7 +910,8 @@ void ServerImpl::RememberState(std::vector<std::byte> state, bool persist) {
   if (!s.ok()) LOG_WARN("keeping the chain manager state failed: {}", s.ToString());
 }
 
-void ServerImpl::OnPing(uint32_t id, bool ok) {
+void ServerImpl::OnPing(uint32_t id, PingResult result) {
+  const bool ok = result == PingResult::kAnswered;
   std::vector<chain::ChainConfig> changed;
   {
     std::lock_guard lock(manager_mu_);
@@ -888,17 +919,10 @@ void ServerImpl::OnPing(uint32_t id, bool ok) {
     if (options_.follow_views) {
       const MonoTime now = MonoClock::now();
       if (ok) answered_[id] = now;
-      size_t heard = 1;  // itself
-      for (const auto& [node, at] : answered_)
-        heard += node != options_.self && now - at < std::chrono::milliseconds(IsolatedAfterMs());
+      const size_t heard = NodesHeard();
       const bool majority = 2 * heard > options_.nodes.size();
       if (!isolated_ && !majority) {
-        isolated_ = true;
-        LOG_WARN(
-            "ringfsd node {}: isolated: {} of {} store nodes answered in the last {} ms; no "
-            "file operations and no chain changes until it takes the metadata role over "
-            "again",
-            options_.self, heard, options_.nodes.size(), IsolatedAfterMs());
+        Isolate(heard);
       } else if (isolated_ && majority && !retake_queued_) {
         retake_queued_ = true;
         asio::post(role_strand_, [this] { Retake(); });
@@ -914,7 +938,8 @@ void ServerImpl::OnPing(uint32_t id, bool ok) {
         LOG_INFO("node {} is up", id);
         changed = manager_->OnNodeUp(id);
       }
-    } else if (++missed_[id] >= options_.down_after && (known == up_.end() || known->second)) {
+    } else if (result == PingResult::kFailed && ++missed_[id] >= options_.down_after &&
+               (known == up_.end() || known->second)) {
       up_[id] = false;
       LOG_WARN("node {} is down ({} missed heartbeats)", id, missed_[id]);
       DropLinksTo(id);
@@ -983,11 +1008,12 @@ awaitable<void> ServerImpl::HeartbeatLoop(uint64_t role) {
   for (uint64_t round = 0; !stopping_ && role_gen_.load() == role; ++round) {
     // Every ping carries the manager's state, so whichever node takes the role over next knows
     // the newest one (even if this node is gone by then).
-    std::shared_ptr<const std::vector<std::byte>> state;
+    std::shared_ptr<const std::vector<std::byte>> ping;
     {
       std::lock_guard lock(manager_mu_);
       if (!manager_) break;
-      state = std::make_shared<const std::vector<std::byte>>(manager_->Save());
+      ping = std::make_shared<const std::vector<std::byte>>(
+          wire::EncodePing(wire::Ping{options_.self, manager_->Save()}));
     }
     for (const auto& n : options_.nodes) {
       if (n.id == options_.self || ping_in_flight_[n.id]) continue;
@@ -995,16 +1021,21 @@ awaitable<void> ServerImpl::HeartbeatLoop(uint64_t role) {
       const uint32_t id = n.id;
       asio::co_spawn(
           io_,
-          [this, id, state]() -> awaitable<void> {
+          [this, id, ping]() -> awaitable<void> {
             const Deadline deadline = Deadline::AfterMs(options_.heartbeat_ms * 2);
-            bool ok = false;
+            PingResult result = PingResult::kFailed;
             auto client = co_await Peer(id, deadline, Lane::kPing);
             if (client.ok()) {
-              ok = (co_await (*client)->Call(wire::kPing, *state, deadline)).ok();
-              if (!ok) DropPeer(id, Lane::kPing, *client);
+              const auto answer = co_await (*client)->Call(wire::kPing, *ping, deadline);
+              if (answer.ok())
+                result = PingResult::kAnswered;
+              else if (answer.status().code() == StatusCode::kFailedPrecondition)
+                result = PingResult::kRefused;
+              else
+                DropPeer(id, Lane::kPing, *client);
             }
             ping_in_flight_[id] = false;
-            asio::post(peer_pool_, [this, id, ok] { OnPing(id, ok); });
+            asio::post(peer_pool_, [this, id, result] { OnPing(id, result); });
           },
           asio::detached);
     }
@@ -1212,9 +1243,11 @@ Result<FileSystem*> ServerImpl::Fs() {
 void ServerImpl::RegisterHandlers() {
   using net::RpcRequest;
   rpc_->Handle(wire::kPing, [this](RpcRequest req) -> awaitable<Payload> {
+    CO_ASSIGN_OR_RETURN(wire::Ping ping, wire::DecodePing(req.payload));
+    CO_RETURN_IF_ERROR(AnswerPing(ping.sender));
     // A manager's ping carries its state: kept (on the pool: it may write a file) when newer.
-    if (!req.payload.empty()) {
-      const uint64_t sum = chain::ChainManager::SavedVersionSum(req.payload);
+    if (!ping.manager_state.empty()) {
+      const uint64_t sum = chain::ChainManager::SavedVersionSum(ping.manager_state);
       bool newer = false;
       {
         std::lock_guard lock(known_mu_);
@@ -1222,9 +1255,7 @@ void ServerImpl::RegisterHandlers() {
       }
       if (newer)
         asio::post(peer_pool_,
-                   [this, state = std::vector<std::byte>(req.payload.begin(), req.payload.end())] {
-                     RememberState(state, true);
-                   });
+                   [this, state = std::move(ping.manager_state)] { RememberState(state, true); });
     }
     co_return Empty();
   });
@@ -1409,7 +1440,27 @@ auto ServerImpl::ServeFs(Op op) -> decltype(op()) {
   return op();
 }
 
-Status ServerImpl::IsolationError() const {
+size_t ServerImpl::NodesHeard() const {
+  const MonoTime now = MonoClock::now();
+  size_t heard = 1;  // itself
+  for (const auto& [node, at] : answered_)
+    heard += node != options_.self && now - at < std::chrono::milliseconds(IsolatedAfterMs());
+  return heard;
+}
+
+void ServerImpl::Isolate(size_t heard) {
+  isolated_ = true;
+  LOG_WARN(
+      "ringfsd node {}: isolated: {} of {} store nodes answered in the last {} ms; no file "
+      "operations and no chain changes until it takes the metadata role over again",
+      options_.self, heard, options_.nodes.size(), IsolatedAfterMs());
+}
+
+Status ServerImpl::IsolationError() {
+  // The pings' answers are checked here too, not only as each ping ends (OnPing): a manager
+  // cut off refuses file operations from IsolatedAfterMs after its last majority on.
+  if (!isolated_ && manager_ && options_.follow_views)
+    if (const size_t heard = NodesHeard(); 2 * heard <= options_.nodes.size()) Isolate(heard);
   if (!isolated_) return Status();
   return Unavailable("ringfsd node " + std::to_string(options_.self) +
                      " holds the metadata role but has not heard from a majority of the store "
@@ -1539,6 +1590,8 @@ void ServerImpl::TakeOver(const std::set<uint32_t>& members, uint64_t epoch) {
   };
   Answers answers = CallEachUnlessStopping(others, wire::kMetaHandover, request,
                                            Deadline::AfterMs(3'000), superseded);
+  const MonoTime received = MonoClock::now();
+  std::map<uint32_t, std::vector<wire::AnsweredAgo>> answered;  // by member
   if (stopping_) {
     EndTakeover();
     return;
@@ -1569,6 +1622,7 @@ void ServerImpl::TakeOver(const std::set<uint32_t>& members, uint64_t epoch) {
       best = std::move(handover->manager_state);
     }
     seen.insert(seen.end(), handover->configs.begin(), handover->configs.end());
+    answered[id] = std::move(handover->answered);
   }
   auto manager = std::make_unique<chain::ChainManager>(layout_);
   if (!best.empty())
@@ -1609,17 +1663,24 @@ void ServerImpl::TakeOver(const std::set<uint32_t>& members, uint64_t epoch) {
   std::set<chain::NodeId> down;
   for (const NodeEndpoint& n : options_.nodes)
     if (!members.contains(n.id)) down.insert(n.id);
+  const MonoTime waited_from = MonoClock::now();
+  int64_t waited_ms = 0;
   if (!down.empty() || !silent.empty()) {
     // A node outside the view, or one that did not answer, may be an old metadata node cut off
     // with a minority: it stops acting within FreezeBoundMs of losing the majority, so this node
     // acts only after that.
-    const Deadline frozen = Deadline::AfterMs(FreezeBoundMs());
-    while (!frozen.Expired() && !stopping_)
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const MonoTime act = ActAfter(members, answered, silent.empty(), received);
+    while (MonoClock::now() < act && !stopping_)
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::clamp<int64_t>(
+          std::chrono::duration_cast<std::chrono::milliseconds>(act - MonoClock::now()).count(), 1,
+          20)));
     if (stopping_) {
       EndTakeover();
       return;
     }
+    waited_ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(MonoClock::now() - waited_from)
+            .count();
   }
   // Above every version of a manager of an earlier view, whatever it did after this state.
   (void)manager->TakeOver(seen, std::max<uint64_t>(epoch, 1) << 32, down);
@@ -1666,10 +1727,47 @@ void ServerImpl::TakeOver(const std::set<uint32_t>& members, uint64_t epoch) {
   EndTakeover();
   LOG_INFO(
       "ringfsd node {}: took the metadata role over for view {} in {} ms (manager state of "
-      "version sum {}, {} chain versions seen{}{})",
+      "version sum {}, {} chain versions seen; waited {} ms for an old metadata node to "
+      "freeze{}{})",
       options_.self, epoch,
       std::chrono::duration_cast<std::chrono::milliseconds>(MonoClock::now() - start).count(),
-      best_sum, seen.size(), silent.empty() ? "" : "; no answer from", silent);
+      best_sum, seen.size(), waited_ms, silent.empty() ? "" : "; no answer from", silent);
+}
+
+Status ServerImpl::AnswerPing(uint32_t sender) {
+  std::lock_guard lock(answered_meta_mu_);
+  const uint32_t meta = meta_node_.load();
+  if (options_.follow_views && meta != 0 && sender != meta)
+    return FailedPrecondition("ringfsd node " + std::to_string(options_.self) +
+                              " follows metadata node " + std::to_string(meta) +
+                              ": it answers no ping of node " + std::to_string(sender));
+  MonoTime& at = answered_meta_[sender];
+  at = std::max(at, MonoClock::now());
+  return Status();
+}
+
+MonoTime ServerImpl::ActAfter(const std::set<uint32_t>& members,
+                              const std::map<uint32_t, std::vector<wire::AnsweredAgo>>& answered,
+                              bool all_answered, MonoTime received) {
+  const auto freeze = std::chrono::milliseconds(FreezeBoundMs());
+  if (!all_answered || 2 * members.size() <= options_.nodes.size())
+    return MonoClock::now() + freeze;
+  // Every member answered, so each has given the role up and answers only this node from now
+  // on: an old manager outside the view loses its majority with their last answers to it.
+  std::optional<MonoTime> last;
+  const auto note = [&](uint32_t node, MonoTime at) {
+    if (members.contains(node)) return;
+    if (!last || at > *last) last = at;
+  };
+  for (const auto& [member, list] : answered)
+    for (const wire::AnsweredAgo& a : list)
+      if (a.ms_ago < FreezeBoundMs())  // an older answer keeps no node acting
+        note(a.node, received - std::chrono::milliseconds(a.ms_ago));
+  {
+    std::lock_guard lock(answered_meta_mu_);
+    for (const auto& [node, at] : answered_meta_) note(node, at);
+  }
+  return last ? *last + freeze : MonoClock::now();
 }
 
 Payload ServerImpl::HandOver(std::span<const std::byte> payload) {
@@ -1683,11 +1781,17 @@ Payload ServerImpl::HandOver(std::span<const std::byte> payload) {
       return FailedPrecondition("metadata handover to node " + std::to_string(request.to) +
                                 " for view " + std::to_string(request.epoch) +
                                 ": this node has view " + std::to_string(view_epoch_));
-    if (request.to != meta_node_.load() && request.epoch >= meta_epoch_) {
+    if (request.to != meta_node_.load() && request.epoch < meta_epoch_)
+      return FailedPrecondition(
+          "metadata handover to node " + std::to_string(request.to) + " for view " +
+          std::to_string(request.epoch) + ": this node follows metadata node " +
+          std::to_string(meta_node_.load()) + " of view " + std::to_string(meta_epoch_));
+    if (request.to != meta_node_.load()) {
       meta_epoch_ = request.epoch;
       meta_node_ = request.to;
     }
   }
+  // From here on this node answers the pings of request.to only (AnswerPing).
   if (request.to != options_.self) Resign();
   wire::Handover handover;
   {
@@ -1695,6 +1799,19 @@ Payload ServerImpl::HandOver(std::span<const std::byte> payload) {
     handover.manager_state = known_state_;
   }
   handover.configs = LocalConfigs();
+  {
+    std::lock_guard lock(answered_meta_mu_);
+    const MonoTime now = MonoClock::now();
+    for (const auto& [node, at] : answered_meta_)
+      if (node != request.to)
+        handover.answered.push_back(wire::AnsweredAgo{
+            node, std::chrono::duration_cast<std::chrono::milliseconds>(now - at).count()});
+    // The taking node counts this answer as fresh once its takeover ends, which may wait up to
+    // FreezeBoundMs first (TakeOver).
+    MonoTime& until = answered_meta_[request.to];
+    until =
+        std::max(until, now + std::chrono::milliseconds(FreezeBoundMs() + options_.heartbeat_ms));
+  }
   return wire::EncodeHandover(handover);
 }
 

@@ -47,6 +47,31 @@ Result<ClusterInfo> DecodeInfo(std::span<const std::byte> bytes) {
   return info;
 }
 
+// Bounds of a handover answer: a manager state of 4096 chains is about 160 KiB.
+constexpr uint32_t kMaxHandoverState = 1u << 20;
+constexpr uint32_t kMaxHandoverConfigs = 4096;
+constexpr uint32_t kMaxHandoverAnswered = 1024;  // nodes (as in the cluster info)
+constexpr int64_t kMaxAnsweredAheadMs = 3'600'000;
+
+std::vector<std::byte> EncodePing(const Ping& ping) {
+  ByteWriter w;
+  w.Put<uint32_t>(ping.sender);
+  w.PutBytes(ping.manager_state.data(), ping.manager_state.size());
+  return w.Take();
+}
+
+Result<Ping> DecodePing(std::span<const std::byte> bytes) {
+  ByteReader r(bytes, "ping");
+  Ping ping;
+  ASSIGN_OR_RETURN(ping.sender, r.Get<uint32_t>());
+  if (r.remaining() > kMaxHandoverState)
+    return Corruption("ping: a manager state of " + std::to_string(r.remaining()) +
+                      " bytes exceeds " + std::to_string(kMaxHandoverState));
+  ASSIGN_OR_RETURN(auto state, r.GetBytes(r.remaining()));
+  ping.manager_state.assign(state.begin(), state.end());
+  return ping;
+}
+
 std::vector<std::byte> EncodeHandoverRequest(const HandoverRequest& request) {
   ByteWriter w;
   w.Put<uint64_t>(request.epoch);
@@ -63,10 +88,6 @@ Result<HandoverRequest> DecodeHandoverRequest(std::span<const std::byte> bytes) 
   return request;
 }
 
-// Bounds of a handover answer: a manager state of 4096 chains is about 160 KiB.
-constexpr uint32_t kMaxHandoverState = 1u << 20;
-constexpr uint32_t kMaxHandoverConfigs = 4096;
-
 std::vector<std::byte> EncodeHandover(const Handover& handover) {
   ByteWriter w;
   w.Put<uint32_t>(static_cast<uint32_t>(handover.manager_state.size()));
@@ -76,6 +97,11 @@ std::vector<std::byte> EncodeHandover(const Handover& handover) {
     const std::vector<std::byte> config = chain::EncodeConfig(c);
     w.Put<uint32_t>(static_cast<uint32_t>(config.size()));
     w.PutBytes(config.data(), config.size());
+  }
+  w.Put<uint32_t>(static_cast<uint32_t>(handover.answered.size()));
+  for (const AnsweredAgo& a : handover.answered) {
+    w.Put<uint32_t>(a.node);
+    w.Put<int64_t>(a.ms_ago);
   }
   return w.Take();
 }
@@ -98,6 +124,20 @@ Result<Handover> DecodeHandover(std::span<const std::byte> bytes) {
     ASSIGN_OR_RETURN(auto config, r.GetBytes(size));
     ASSIGN_OR_RETURN(chain::ChainConfig c, chain::DecodeConfig(config));
     handover.configs.push_back(std::move(c));
+  }
+  ASSIGN_OR_RETURN(uint32_t m, r.Get<uint32_t>());
+  if (m > kMaxHandoverAnswered)
+    return Corruption("metadata handover: " + std::to_string(m) + " answered nodes exceed " +
+                      std::to_string(kMaxHandoverAnswered));
+  for (uint32_t i = 0; i < m; ++i) {
+    AnsweredAgo a;
+    ASSIGN_OR_RETURN(a.node, r.Get<uint32_t>());
+    ASSIGN_OR_RETURN(a.ms_ago, r.Get<int64_t>());
+    if (a.ms_ago < -kMaxAnsweredAheadMs)
+      return Corruption("metadata handover: an answer that keeps node " + std::to_string(a.node) +
+                        " acting for " + std::to_string(-a.ms_ago) + " ms exceeds " +
+                        std::to_string(kMaxAnsweredAheadMs));
+    handover.answered.push_back(a);
   }
   if (r.remaining() != 0) return Corruption("metadata handover: trailing bytes");
   return handover;

@@ -75,16 +75,32 @@ struct ClusterInfo {
 std::vector<std::byte> EncodeInfo(const ClusterInfo& info);
 Result<ClusterInfo> DecodeInfo(std::span<const std::byte> bytes);
 
+// The kPing request: the metadata node that sends it and its chain manager state
+// (ChainManager::Save; empty: none).
+struct Ping {
+  uint32_t sender = 0;
+  std::vector<std::byte> manager_state;
+};
+std::vector<std::byte> EncodePing(const Ping& ping);
+Result<Ping> DecodePing(std::span<const std::byte> bytes);
+
 // The kMetaHandover request: the membership view's epoch and the node taking the role over.
 struct HandoverRequest {
   uint64_t epoch = 0;
   uint32_t to = 0;
 };
+// How long ago a node last answered a request of metadata node `node` (a ping or a handover).
+struct AnsweredAgo {
+  uint32_t node = 0;
+  int64_t ms_ago = 0;  // < 0: its answer keeps the node acting for that long from now on
+};
 // The kMetaHandover answer: the newest chain manager state the node knows (ChainManager::Save;
-// empty: none) and the chain versions its replicas hold.
+// empty: none), the chain versions its replicas hold, and how long ago it last answered each
+// other node that acted as a metadata node (it answers none of them from now on).
 struct Handover {
   std::vector<std::byte> manager_state;
   std::vector<chain::ChainConfig> configs;
+  std::vector<AnsweredAgo> answered;
 };
 std::vector<std::byte> EncodeHandoverRequest(const HandoverRequest& request);
 Result<HandoverRequest> DecodeHandoverRequest(std::span<const std::byte> bytes);

@@ -28,6 +28,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (again.size() != size || std::memcmp(again.data(), data, size) != 0) __builtin_trap();
   }
   (void)rt::iofs::wire::DecodeHandoverRequest(bytes);
+  if (auto p = rt::iofs::wire::DecodePing(bytes); p.ok()) {
+    auto again = rt::iofs::wire::EncodePing(*p);
+    if (again.size() != size || std::memcmp(again.data(), data, size) != 0) __builtin_trap();
+  }
   (void)rt::iofs::chain::ChainManager::SavedVersionSum(bytes);
   std::string_view text(reinterpret_cast<const char*>(data), size);
   if (auto r = rt::iofs::DecodeChunkRecord(text, "fuzz"); r.ok()) {
@@ -74,7 +78,8 @@ std::vector<std::vector<uint8_t>> FuzzSeeds() {
   if (layout.ok()) {
     chain::ChainManager manager(*layout);
     (void)manager.OnNodeDown(2);
-    add(wire::EncodeHandover(wire::Handover{manager.Save(), {c}}));
+    add(wire::EncodeHandover(wire::Handover{manager.Save(), {c}, {{1, 250}, {3, -1600}}}));
+    add(wire::EncodePing(wire::Ping{1, manager.Save()}));
   }
   add(wire::EncodeHandoverRequest(wire::HandoverRequest{5, 2}));
   return seeds;

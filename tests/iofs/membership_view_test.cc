@@ -10,8 +10,9 @@
 // written); when node 1 returns in a newer view it takes the role back with what node 2 changed,
 // and an older view changes nothing. A node 1 that was only cut off (it missed the views without
 // it) takes the role over anew when it is back. A metadata node that hears from no majority of
-// the store nodes freezes until it takes the role over again. A newer view ends a takeover that
-// waits on a member that does not answer.
+// the store nodes freezes until it takes the role over again; so does one the others no longer
+// follow, and a takeover waits for the old metadata node's last answers, not a fixed bound. A
+// newer view ends a takeover that waits on a member that does not answer.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -39,7 +40,8 @@ using testing::TempDir;
 Deadline Secs(int s) { return Deadline::After(std::chrono::seconds(s)); }
 
 std::unique_ptr<Server> StartNode(const std::string& dir, uint32_t self,
-                                  const std::vector<uint16_t>& ports, bool follow_views = false) {
+                                  const std::vector<uint16_t>& ports, bool follow_views = false,
+                                  int heartbeat_ms = 100) {
   ServerOptions o;
   o.self = self;
   o.state_dir = dir + "/node" + std::to_string(self);
@@ -52,7 +54,7 @@ std::unique_ptr<Server> StartNode(const std::string& dir, uint32_t self,
   o.engine.slots_per_file = 64;
   o.engine.capacity_bytes = uint64_t{1} << 30;
   o.tick_ms = 50;
-  o.heartbeat_ms = 100;
+  o.heartbeat_ms = heartbeat_ms;
   o.down_after = 10;
   o.follow_views = follow_views;
   auto server = Server::Start(o);
@@ -276,6 +278,75 @@ TEST(MetadataFailoverTest, AnIsolatedMetadataNodeFreezesAndTakesTheRoleOverAgain
   auto got = ReadFile(io, ports[0], "/a", a.size());
   ASSERT_TRUE(got.ok()) << got.status().ToString();
   EXPECT_TRUE(*got == a);
+  for (auto& n : nodes) EXPECT_TRUE(n->Shutdown(Secs(10)).ok());
+}
+
+// Seconds since `start`.
+double Since(MonoTime start) {
+  return std::chrono::duration<double>(MonoClock::now() - start).count();
+}
+
+// Node 1, the metadata node, is cut off in its own eyes only: it still reaches nodes 2 and 3,
+// but their view leaves it out. They answer only the metadata node they follow (node 2) from
+// then on, so node 1 freezes although it reaches them, and before node 2 serves: node 2 acts
+// 1.4 s (the freeze bound, heartbeats of 200 ms) after their last answer to node 1, not sooner.
+// Later node 2 is gone for longer than the bound when node 1 takes the role back: no answer to
+// node 2 is that recent, so this takeover does not wait; with node 2 back every file reads whole.
+TEST(MetadataFailoverTest, TakeoversWaitForTheOldMetadataNodesLastAnswerOnly) {
+  TempDir dir("iofs-last-answer");
+  const std::vector<uint16_t> ports = {FreePort(), FreePort(), FreePort()};
+  std::vector<std::unique_ptr<Server>> nodes;
+  for (uint32_t id = 1; id <= 3; ++id) {
+    nodes.push_back(StartNode(dir.path(), id, ports, true, /*heartbeat_ms=*/200));
+    ASSERT_NE(nodes.back(), nullptr);
+  }
+  for (auto& n : nodes) n->SetMembers({1, 2, 3}, 1);
+  ASSERT_TRUE(WaitStats(*nodes[0], 10, [](const ServerStats& s) {
+    return s.metadata_node && s.chains_degraded == 0;
+  }));
+  Io io;
+  const std::vector<std::byte> a = Content(31, 1, 400'000);
+  WriteFile(io, ports[0], "/a", a);
+  auto old_meta = io.Run(Client::Connect("127.0.0.1", ports[0], Secs(10)));
+  ASSERT_TRUE(old_meta.ok()) << old_meta.status().ToString();
+
+  const MonoTime cut = MonoClock::now();
+  nodes[1]->SetMembers({2, 3}, 2);
+  nodes[2]->SetMembers({2, 3}, 2);
+  ASSERT_TRUE(WaitStats(*nodes[1], 30, [](const ServerStats& s) {
+    return s.metadata_node && s.takeovers > 0;
+  })) << "node 2 never took the metadata role over";
+  EXPECT_GE(Since(cut), 1.2) << "node 2 acted before node 1 was sure to have frozen";
+  const Status frozen = io.Run((*old_meta)->Stat("/a", Secs(5))).status();
+  EXPECT_EQ(frozen.code(), StatusCode::kUnavailable) << frozen.ToString();
+  EXPECT_NE(frozen.message().find("majority"), std::string::npos) << frozen.ToString();
+  EXPECT_TRUE(nodes[0]->Stats().metadata_node) << "node 1 saw no view: the role is its own";
+  const std::vector<std::byte> b = Content(32, 1, 300'000);
+  WriteFile(io, ports[2], "/b", b);
+
+  ASSERT_TRUE(nodes[1]->Shutdown(Secs(10)).ok());
+  nodes[1].reset();
+  std::this_thread::sleep_for(std::chrono::milliseconds(2000));
+  const MonoTime back = MonoClock::now();
+  nodes[0]->SetMembers({1, 3}, 3);
+  nodes[2]->SetMembers({1, 3}, 3);
+  ASSERT_TRUE(WaitStats(*nodes[0], 30, [](const ServerStats& s) {
+    return s.metadata_node && s.takeovers == 2;
+  })) << "node 1 did not take the role over anew";
+  EXPECT_LT(Since(back), 1.0) << "the takeover waited although node 2 was gone for 2 s";
+  // Node 2 holds the only copy of some chains (node 1 was out of them): back in a view, it
+  // rejoins them and every file reads whole.
+  nodes[1] = StartNode(dir.path(), 2, ports, true, /*heartbeat_ms=*/200);
+  ASSERT_NE(nodes[1], nullptr);
+  for (auto& n : nodes) n->SetMembers({1, 2, 3}, 4);
+  ASSERT_TRUE(WaitStats(*nodes[0], 30, [](const ServerStats& s) {
+    return s.metadata_node && s.chains_degraded == 0 && s.chains_stopped == 0;
+  })) << "node 2 did not rejoin its chains";
+  for (const auto& [path, content] : {std::pair{"/a", a}, std::pair{"/b", b}}) {
+    auto got = ReadFile(io, ports[2], path, content.size());
+    ASSERT_TRUE(got.ok()) << path << ": " << got.status().ToString();
+    EXPECT_TRUE(*got == content) << path;
+  }
   for (auto& n : nodes) EXPECT_TRUE(n->Shutdown(Secs(10)).ok());
 }
 
