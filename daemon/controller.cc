@@ -10,6 +10,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <toml++/toml.h>
 
+#include "base/deadline.h"
 #include "base/log.h"
 #include "base/subprocess.h"
 #include "daemon/embedded_store.h"
@@ -376,9 +377,10 @@ Status Node::SpawnWorker(const elastic::JobPlan& plan, int rank, const Generatio
   o.env.push_back("RINGTRAIN_SLOT=" + std::to_string(worker->slot));
   o.stdout_path = worker->log_path;
   o.nice = config_.worker_nice;
+  const double spawning = MonoSeconds();
   ASSIGN_OR_RETURN(worker->process, ChildProcess::Spawn(io_.get_executor(), std::move(o)));
-  LOG_INFO("generation {}: rank {} on slot {} started (pid {}, log {})", key.ToString(), rank,
-           worker->slot, worker->process->pid(), worker->log_path);
+  LOG_INFO("generation {}: rank {} on slot {} started in {:.3f} s (pid {}, log {})", key.ToString(),
+           rank, worker->slot, MonoSeconds() - spawning, worker->process->pid(), worker->log_path);
   workers_[rank] = worker;
   NoteWorkerStarted(key);
   worker->heard = MonoClock::now();

@@ -2,6 +2,7 @@
 
 #include <liburing.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -50,7 +51,7 @@ class UringExecutorImpl final : public UringExecutor {
     }
     if (ring_ready_) io_uring_queue_exit(&ring_);
     if (event_fd_ >= 0) close(event_fd_);
-    std::free(arena_);
+    if (arena_ != nullptr) munmap(arena_, arena_bytes_);
   }
 
   Status Init() {
@@ -64,10 +65,15 @@ class UringExecutorImpl final : public UringExecutor {
     if (rc < 0) return ErrnoStatus(-rc, "io_uring_queue_init");
     ring_ready_ = true;
     const size_t total = options_.buffer_size * static_cast<size_t>(options_.buffer_count);
-    if (posix_memalign(&arena_, 4096, total) != 0)
-      return Status(StatusCode::kResourceExhausted,
-                    "cannot allocate " + std::to_string(total) + " bytes of I/O buffers");
-    std::memset(arena_, 0, total);
+    // Mapped on its own (zeroed) and left out of fork(): the kernel copies pinned pages into a
+    // forked child at once, so every worker the daemon starts would copy all of them.
+    void* arena = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (arena == MAP_FAILED)
+      return ErrnoStatus(errno, "map " + std::to_string(total) + " bytes of I/O buffers");
+    arena_ = arena;
+    arena_bytes_ = total;
+    if (madvise(arena_, total, MADV_DONTFORK) != 0)
+      return ErrnoStatus(errno, "madvise(MADV_DONTFORK) of the I/O buffers");
     std::vector<iovec> iovs(options_.buffer_count);
     for (int i = 0; i < options_.buffer_count; ++i) {
       iovs[i].iov_base = static_cast<std::byte*>(arena_) + options_.buffer_size * i;
@@ -281,7 +287,8 @@ class UringExecutorImpl final : public UringExecutor {
   const UringOptions options_;
   io_uring ring_{};
   bool ring_ready_ = false;
-  void* arena_ = nullptr;
+  void* arena_ = nullptr;  // the registered I/O buffers (mmap, MADV_DONTFORK)
+  size_t arena_bytes_ = 0;
   int event_fd_ = -1;
   uint64_t wake_value_ = 0;
   std::thread thread_;
