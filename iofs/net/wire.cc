@@ -134,9 +134,9 @@ Result<Handover> DecodeHandover(std::span<const std::byte> bytes) {
     ASSIGN_OR_RETURN(a.node, r.Get<uint32_t>());
     ASSIGN_OR_RETURN(a.ms_ago, r.Get<int64_t>());
     if (a.ms_ago < -kMaxAnsweredAheadMs)
-      return Corruption("metadata handover: an answer that keeps node " + std::to_string(a.node) +
-                        " acting for " + std::to_string(-a.ms_ago) + " ms exceeds " +
-                        std::to_string(kMaxAnsweredAheadMs));
+      return Corruption("metadata handover: the age of node " + std::to_string(a.node) +
+                        "'s answer, " + std::to_string(a.ms_ago) + " ms, lies more than " +
+                        std::to_string(kMaxAnsweredAheadMs) + " ms in the future");
     handover.answered.push_back(a);
   }
   if (r.remaining() != 0) return Corruption("metadata handover: trailing bytes");
