@@ -9,6 +9,7 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -351,31 +352,49 @@ asio::awaitable<Status> FrameWriter::Send(uint16_t type, uint32_t flags, uint32_
 }
 
 asio::awaitable<void> FrameWriter::Drain() {
+  // Let the coroutines that are ready now queue their frames first: replies to requests that
+  // completed together then go out in one write (one system call, one wake-up of the peer).
+  co_await asio::post(co_await asio::this_coro::executor, use_awaitable);
   while (!queue_.empty()) {
-    auto item = queue_.front();
-    queue_.pop_front();
+    std::vector<std::shared_ptr<Item>> batch;
+    std::vector<asio::const_buffer> buffers;
+    Deadline deadline = Deadline::At(MonoTime::max());
+    size_t bytes = 0;
+    while (!queue_.empty() && batch.size() < kMaxFramesPerWrite) {
+      std::shared_ptr<Item> item = queue_.front();
+      const size_t size = asio::buffer_size(item->buffers);
+      if (!batch.empty() && bytes + size > kMaxBytesPerWrite) break;
+      queue_.pop_front();
+      if (failed_.ok() && item->deadline.Expired()) {
+        item->done = DeadlineStatus("queued frame for", peer_);
+        item->wake->cancel();
+        continue;
+      }
+      buffers.insert(buffers.end(), item->buffers.begin(), item->buffers.end());
+      deadline = deadline.Min(item->deadline);
+      bytes += size;
+      batch.push_back(std::move(item));
+    }
+    if (batch.empty()) continue;
     Status s = failed_;
     if (s.ok()) {
-      if (item->deadline.Expired()) {
-        s = DeadlineStatus("queued frame for", peer_);
-      } else {
-        RaceResult r;
-        if (stream_.tls())
-          r = co_await Race(TlsWrite(*stream_.tls(), item->buffers), item->deadline);
-        else
-          r = co_await Race(
-              asio::async_write(stream_.socket(), item->buffers, as_tuple(use_awaitable)),
-              item->deadline);
-        if (!r)
-          s = DeadlineStatus("writing a frame to", peer_);
-        else if (auto [ec, n] = *r; ec)
-          s = IoStatus(ec, "writing a frame to", peer_);
-      }
+      RaceResult r;
+      if (stream_.tls())
+        r = co_await Race(TlsWrite(*stream_.tls(), buffers), deadline);
+      else
+        r = co_await Race(asio::async_write(stream_.socket(), buffers, as_tuple(use_awaitable)),
+                          deadline);
+      if (!r)
+        s = DeadlineStatus("writing a frame to", peer_);
+      else if (auto [ec, n] = *r; ec)
+        s = IoStatus(ec, "writing a frame to", peer_);
       // A failed or timed-out write leaves the stream out of step: the connection is done.
       if (!s.ok()) Fail(s);
     }
-    item->done = s;
-    item->wake->cancel();
+    for (auto& item : batch) {
+      item->done = s;
+      item->wake->cancel();
+    }
   }
   draining_ = false;
 }

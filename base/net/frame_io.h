@@ -182,11 +182,17 @@ T BlockOn(const asio::any_io_executor& executor, asio::awaitable<T> op) {
 }
 
 // Serialises frame writes from several coroutines on one socket: Send() queues a frame and
-// returns when it has been written (or failed). Frames go out in Send() order. After the first
+// returns when it has been written (or failed). Frames go out in Send() order; the frames queued
+// together (up to kMaxFramesPerWrite, kMaxBytesPerWrite unless one frame alone is larger) go out
+// in one gathered write bounded by the earliest of their deadlines. After the first
 // write error every queued and later Send() fails with that error, and the socket is closed so
 // the reader side wakes too. Must be used on the socket's executor; the socket must outlive it.
 class FrameWriter : public std::enable_shared_from_this<FrameWriter> {
  public:
+  // The most frames and bytes one gathered write carries.
+  static constexpr size_t kMaxFramesPerWrite = 32;
+  static constexpr size_t kMaxBytesPerWrite = 256 << 10;
+
   FrameWriter(StreamRef stream, std::string peer) : stream_(stream), peer_(std::move(peer)) {}
 
   // Queues one frame; completes when it is on the wire. `deadline` bounds this frame's own

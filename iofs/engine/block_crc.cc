@@ -1,5 +1,7 @@
 #include "iofs/engine/block_crc.h"
 
+#include <algorithm>
+#include <array>
 #include <cstring>
 #include <vector>
 
@@ -13,6 +15,42 @@
 
 namespace rt::iofs {
 namespace {
+
+// CRC32C of a concatenation from the CRCs of its parts (zlib's crc32_combine, with the
+// Castagnoli polynomial): appending n zero bits is a linear map over GF(2), a 32x32 matrix.
+using Gf2Matrix = std::array<uint32_t, 32>;
+
+uint32_t Times(const Gf2Matrix& m, uint32_t v) {
+  uint32_t sum = 0;
+  for (int i = 0; v; v >>= 1, ++i)
+    if (v & 1) sum ^= m[i];
+  return sum;
+}
+
+Gf2Matrix Square(const Gf2Matrix& m) {
+  Gf2Matrix out;
+  for (int i = 0; i < 32; ++i) out[i] = Times(m, m[i]);
+  return out;
+}
+
+// The operator that appends `len` zero bytes to a CRC.
+Gf2Matrix ZerosOperator(uint64_t len) {
+  Gf2Matrix one_bit;  // appends one zero bit
+  one_bit[0] = 0x82f63b78u;
+  for (int i = 1; i < 32; ++i) one_bit[i] = 1u << (i - 1);
+  Gf2Matrix power = Square(Square(Square(one_bit)));  // one zero byte
+  Gf2Matrix result{};
+  for (int i = 0; i < 32; ++i) result[i] = 1u << i;  // identity
+  for (; len; len >>= 1) {
+    if (len & 1) {
+      Gf2Matrix next;
+      for (int i = 0; i < 32; ++i) next[i] = Times(power, result[i]);
+      result = next;
+    }
+    power = Square(power);
+  }
+  return result;
+}
 
 #if defined(__x86_64__)
 // CRC32C of four blocks of `n` bytes each (n a multiple of 8), interleaved; with kCopy, each word
@@ -69,6 +107,31 @@ bool HasAvx2() {
   static const bool has = __builtin_cpu_supports("avx2");
   return has;
 }
+
+// The CRC32C of one block of `block_size` bytes (a multiple of 32) from its four quarters
+// checksummed interleaved and then combined; with kCopy, the block is copied to dst as well.
+// A lone 64 KiB block (a random read's) takes about a third of the time of one serial pass.
+template <bool kCopy>
+uint32_t QuarteredBlockCrc(std::byte* dst, const std::byte* src, size_t block_size) {
+  static const Gf2Matrix kQuarterShift = ZerosOperator(kBlockSize / 4);
+  const size_t q = block_size / 4;
+  const Gf2Matrix shift = q == kBlockSize / 4 ? kQuarterShift : ZerosOperator(q);
+  const std::byte* from[4] = {src, src + q, src + 2 * q, src + 3 * q};
+  uint32_t crcs[4];
+  if constexpr (kCopy) {
+    std::byte* const to[4] = {dst, dst + q, dst + 2 * q, dst + 3 * q};
+    if (HasAvx2()) {
+      FourBlocksCopyAvx2(to, from, q, crcs);
+    } else {
+      FourBlocks<true>(to, from, q, crcs);
+    }
+  } else {
+    FourBlocks<false>(nullptr, from, q, crcs);
+  }
+  uint32_t crc = crcs[0];
+  for (int k = 1; k < 4; ++k) crc = Times(shift, crc) ^ crcs[k];
+  return crc;
+}
 #endif
 
 }  // namespace
@@ -83,6 +146,9 @@ void BlockCrcs(const std::byte* data, size_t length, size_t block_size, std::spa
       const std::byte* src[4] = {p, p + block_size, p + 2 * block_size, p + 3 * block_size};
       FourBlocks<false>(nullptr, src, block_size, crcs.data() + block);
     }
+    if (block_size % 32 == 0)
+      for (; block < full; ++block)
+        crcs[block] = QuarteredBlockCrc<false>(nullptr, data + block * block_size, block_size);
   }
 #endif
   for (size_t at = block * block_size; at < length; at += block_size, ++block)
@@ -107,6 +173,11 @@ void CopyBlockCrcs(std::byte* dst, const std::byte* src, size_t length, size_t b
         FourBlocks<true>(to, from, block_size, crcs.data() + block);
       }
     }
+    if (block_size % 32 == 0)
+      for (; block < full; ++block) {
+        const size_t at = block * block_size;
+        crcs[block] = QuarteredBlockCrc<true>(dst + at, src + at, block_size);
+      }
   }
 #endif
   const size_t done = block * block_size;
@@ -115,15 +186,29 @@ void CopyBlockCrcs(std::byte* dst, const std::byte* src, size_t length, size_t b
     crcs[block] = Crc32c(dst + at, std::min(block_size, length - at));
 }
 
+uint32_t CombineBlockCrcs(std::span<const uint32_t> block_crcs, uint64_t length) {
+  static const Gf2Matrix kBlockShift = ZerosOperator(kBlockSize);
+  uint32_t crc = 0;
+  for (size_t i = 0; i < block_crcs.size(); ++i) {
+    const uint64_t n = std::min<uint64_t>(kBlockSize, length - i * kBlockSize);
+    if (i == 0) {
+      crc = block_crcs[0];
+    } else {
+      crc = Times(n == kBlockSize ? kBlockShift : ZerosOperator(n), crc) ^ block_crcs[i];
+    }
+  }
+  return crc;
+}
+
 uint32_t FastCrc32c(const std::byte* data, size_t length) {
-  if (length < 4 * static_cast<size_t>(kBlockSize)) return Crc32c(data, length);
+  if (length < kBlockSize) return Crc32c(data, length);
   std::vector<uint32_t> crcs((length + kBlockSize - 1) / kBlockSize);
   BlockCrcs(data, length, kBlockSize, crcs);
   return CombineBlockCrcs(crcs, length);
 }
 
 uint32_t CopyFastCrc32c(std::byte* dst, const std::byte* src, size_t length) {
-  if (length < 4 * static_cast<size_t>(kBlockSize)) {
+  if (length < kBlockSize) {
     if (length > 0) std::memcpy(dst, src, length);
     return Crc32c(dst, length);
   }

@@ -1,7 +1,8 @@
 // CRC32C of consecutive 64 KiB blocks, several blocks at a time. The SSE4.2 crc32 instruction
 // has a latency of three cycles but a throughput of one per cycle, so one block at a time runs
-// at a third of the instruction's speed; independent blocks interleaved fill the pipeline. The
-// results are bit-identical to base/crc32c.h's Crc32c of each block.
+// at a third of the instruction's speed; independent blocks interleaved fill the pipeline (fewer
+// than four blocks: the quarters of each block, their CRCs then combined). The results are
+// bit-identical to base/crc32c.h's Crc32c of each block.
 #pragma once
 
 #include <cstddef>
@@ -19,6 +20,10 @@ void BlockCrcs(const std::byte* data, size_t length, size_t block_size, std::spa
 // what lands in dst even if src changes meanwhile.
 void CopyBlockCrcs(std::byte* dst, const std::byte* src, size_t length, size_t block_size,
                    std::span<uint32_t> crcs);
+
+// The CRC32C of a whole chunk of `length` bytes from the CRC32C of each of its 64 KiB blocks
+// (CRC combination, no pass over the data).
+uint32_t CombineBlockCrcs(std::span<const uint32_t> block_crcs, uint64_t length);
 
 // CRC32C of data[0, length), computed as 64 KiB block CRCs interleaved and then combined (the
 // same value as base/crc32c.h's Crc32c, about three times faster on large buffers).

@@ -1,7 +1,5 @@
 #include "iofs/engine/chunk_record.h"
 
-#include <algorithm>
-#include <array>
 #include <cstring>
 #include <span>
 
@@ -116,60 +114,6 @@ Result<EngineHeader> DecodeEngineHeader(std::string_view bytes) {
   ASSIGN_OR_RETURN(h.small_chunk_size, rd.Get<uint32_t>());
   ASSIGN_OR_RETURN(h.slots_per_file, rd.Get<uint32_t>());
   return h;
-}
-
-namespace {
-
-// CRC32C of a concatenation from the CRCs of its parts (zlib's crc32_combine, with the
-// Castagnoli polynomial): appending n zero bits is a linear map over GF(2), a 32x32 matrix.
-using Gf2Matrix = std::array<uint32_t, 32>;
-
-uint32_t Times(const Gf2Matrix& m, uint32_t v) {
-  uint32_t sum = 0;
-  for (int i = 0; v; v >>= 1, ++i)
-    if (v & 1) sum ^= m[i];
-  return sum;
-}
-
-Gf2Matrix Square(const Gf2Matrix& m) {
-  Gf2Matrix out;
-  for (int i = 0; i < 32; ++i) out[i] = Times(m, m[i]);
-  return out;
-}
-
-// The operator that appends `len` zero bytes to a CRC.
-Gf2Matrix ZerosOperator(uint64_t len) {
-  Gf2Matrix one_bit;  // appends one zero bit
-  one_bit[0] = 0x82f63b78u;
-  for (int i = 1; i < 32; ++i) one_bit[i] = 1u << (i - 1);
-  Gf2Matrix power = Square(Square(Square(one_bit)));  // one zero byte
-  Gf2Matrix result{};
-  for (int i = 0; i < 32; ++i) result[i] = 1u << i;  // identity
-  for (; len; len >>= 1) {
-    if (len & 1) {
-      Gf2Matrix next;
-      for (int i = 0; i < 32; ++i) next[i] = Times(power, result[i]);
-      result = next;
-    }
-    power = Square(power);
-  }
-  return result;
-}
-
-}  // namespace
-
-uint32_t CombineBlockCrcs(std::span<const uint32_t> block_crcs, uint64_t length) {
-  static const Gf2Matrix kBlockShift = ZerosOperator(kBlockSize);
-  uint32_t crc = 0;
-  for (size_t i = 0; i < block_crcs.size(); ++i) {
-    const uint64_t n = std::min<uint64_t>(kBlockSize, length - i * kBlockSize);
-    if (i == 0) {
-      crc = block_crcs[0];
-    } else {
-      crc = Times(n == kBlockSize ? kBlockShift : ZerosOperator(n), crc) ^ block_crcs[i];
-    }
-  }
-  return crc;
 }
 
 void ComputeChunkCrcs(const std::byte* data, size_t length, std::vector<uint32_t>* block_crcs,

@@ -59,10 +59,6 @@ Result<ChunkRecord> DecodeChunkRecord(std::string_view bytes, std::string_view w
 std::string EncodeEngineHeader(const EngineHeader& header);
 Result<EngineHeader> DecodeEngineHeader(std::string_view bytes);
 
-// The CRC32C of a whole chunk of `length` bytes from the CRC32C of each of its 64 KiB blocks
-// (CRC combination, no pass over the data).
-uint32_t CombineBlockCrcs(std::span<const uint32_t> block_crcs, uint64_t length);
-
 // Computes per-block CRCs and the chunk CRC of `data` in one pass.
 void ComputeChunkCrcs(const std::byte* data, size_t length, std::vector<uint32_t>* block_crcs,
                       uint32_t* chunk_crc);

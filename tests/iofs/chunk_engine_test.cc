@@ -61,7 +61,9 @@ TEST(ChunkEngineTest, ChunkCrcCombinedFromBlocksEqualsDirectCrc) {
 }
 
 TEST(ChunkEngineTest, InterleavedBlockCrcsEqualDirectCrcs) {
-  for (size_t n : {size_t{0}, size_t{7}, size_t{65536}, size_t{4 * 65536}, size_t{5 * 65536 + 9},
+  // One to three whole blocks (after whole groups of four or alone) take the quartered path.
+  for (size_t n : {size_t{0}, size_t{7}, size_t{65536}, size_t{2 * 65536}, size_t{3 * 65536 + 100},
+                   size_t{4 * 65536}, size_t{5 * 65536 + 9}, size_t{7 * 65536},
                    size_t{(4 << 20) - 3}, size_t{4 << 20}}) {
     auto data = Content(n, 2, n);
     for (size_t block : {size_t{4096}, size_t{65536}}) {

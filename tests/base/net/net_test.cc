@@ -66,8 +66,8 @@ TEST(FrameIo, ReadWriteRoundTripAndOversizeRejected) {
   EXPECT_TRUE(result.ok()) << result.ToString();
 }
 
-// co_spawn may run the writer's drain inline: a frame it refuses at once (deadline already
-// passed) must still complete its Send, not leave it waiting for a wake-up that came first.
+// A frame the writer refuses at once (deadline already passed) must still complete its Send, not
+// leave it waiting for a wake-up that came first.
 TEST(FrameIo, FrameRefusedAtOnceCompletesItsSend) {
   asio::io_context io;
   tcp::acceptor acceptor(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
@@ -92,6 +92,58 @@ TEST(FrameIo, FrameRefusedAtOnceCompletesItsSend) {
   io.run_for(std::chrono::seconds(5));
   ASSERT_TRUE(sent.has_value()) << "Send of a frame whose deadline had passed never returned";
   EXPECT_EQ(sent->code(), StatusCode::kDeadlineExceeded) << sent->ToString();
+}
+
+// Frames queued in the same turn go out in gathered writes (at most kMaxFramesPerWrite frames and
+// kMaxBytesPerWrite bytes each): all arrive intact and in Send() order, and a frame whose deadline
+// passed while queued fails alone without costing the frames around it.
+TEST(FrameIo, FramesQueuedTogetherArriveInOrder) {
+  Loop loop;
+  tcp::acceptor acceptor(loop.io(), tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+  const uint16_t port = acceptor.local_endpoint().port();
+  constexpr int kFrames = 2 * FrameWriter::kMaxFramesPerWrite + 5;
+  constexpr int kExpired = 7, kLarge = 20;
+  auto result = loop.Run<Status>([&]() -> asio::awaitable<Status> {
+    auto accepted = acceptor.async_accept(asio::use_awaitable);
+    CO_ASSIGN_OR_RETURN(tcp::socket client,
+                        co_await Connect("127.0.0.1", port, Deadline::AfterMs(2000)));
+    tcp::socket server = co_await std::move(accepted);
+    auto writer = std::make_shared<FrameWriter>(client, "server");
+    std::vector<Bytes> payloads(kFrames);
+    std::vector<std::optional<Status>> sent(kFrames);
+    for (int i = 0; i < kFrames; ++i) {
+      payloads[i] = i == kLarge ? Bytes(FrameWriter::kMaxBytesPerWrite + 1, std::byte{0x5a})
+                                : B("frame " + std::to_string(i));
+      const Deadline deadline = i == kExpired
+                                    ? Deadline::At(MonoClock::now() - std::chrono::milliseconds(1))
+                                    : Deadline::AfterMs(5000);
+      asio::co_spawn(
+          co_await asio::this_coro::executor,
+          [&, i, deadline]() -> asio::awaitable<void> {
+            sent[i] = co_await writer->Send(1, 0, static_cast<uint32_t>(i), payloads[i], deadline);
+          },
+          asio::detached);
+    }
+    for (int i = 0; i < kFrames; ++i) {
+      if (i == kExpired) continue;
+      CO_ASSIGN_OR_RETURN(Frame f,
+                          co_await ReadFrame(server, 1 << 20, Deadline::AfterMs(5000), "client"));
+      EXPECT_EQ(f.header.request_id, static_cast<uint32_t>(i));
+      EXPECT_TRUE(f.payload == payloads[i]) << "frame " << i;
+    }
+    co_await SleepUntil(Deadline::AfterMs(50));  // the last Send() returns after its write
+    for (int i = 0; i < kFrames; ++i) {
+      EXPECT_TRUE(sent[i].has_value()) << "Send " << i << " never returned";
+      if (!sent[i]) continue;
+      if (i == kExpired) {
+        EXPECT_EQ(sent[i]->code(), StatusCode::kDeadlineExceeded) << sent[i]->ToString();
+      } else {
+        EXPECT_TRUE(sent[i]->ok()) << i << ": " << sent[i]->ToString();
+      }
+    }
+    co_return Status();
+  });
+  EXPECT_TRUE(result.ok()) << result.ToString();
 }
 
 TEST(FrameIo, ConnectRefusedHonoursDeadline) {
