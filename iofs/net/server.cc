@@ -1535,11 +1535,19 @@ void ServerImpl::Resign() {
     std::lock_guard lock(manager_mu_);
     resigning_ = manager_ != nullptr;  // the running operations' writes now fail at once
   }
+  const MonoTime start = MonoClock::now();
   std::unique_lock role(fs_role_mu_);  // waits for the file operations running here
+  const int64_t waited_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(MonoClock::now() - start).count();
   std::unique_ptr<chain::ChainManager> manager;
   {
     std::lock_guard lock(manager_mu_);
-    if (!manager_) return;
+    if (!manager_) {
+      if (waited_ms >= 100)
+        LOG_INFO("ringfsd node {}: waited {} ms for the file operations running here to end",
+                 options_.self, waited_ms);
+      return;
+    }
     manager = std::move(manager_);
     members_.reset();
     up_.clear();
@@ -1555,8 +1563,10 @@ void ServerImpl::Resign() {
     fs_.reset();
   }
   RememberState(manager->Save(), true);
-  LOG_INFO("ringfsd node {}: gave up the metadata role (node {} holds it now)", options_.self,
-           meta_node_.load());
+  LOG_INFO(
+      "ringfsd node {}: gave up the metadata role (node {} holds it now; waited {} ms for the "
+      "file operations running here to end)",
+      options_.self, meta_node_.load(), waited_ms);
 }
 
 void ServerImpl::TakeOver(const std::set<uint32_t>& members, uint64_t epoch) {
@@ -1582,7 +1592,9 @@ void ServerImpl::TakeOver(const std::set<uint32_t>& members, uint64_t epoch) {
   // answer in time may be cut off: it is waited for as a node outside the view is (below). A
   // refusal (the node has a newer view) or a newer view here ends the wait: this view's
   // takeover will not happen.
-  const auto superseded = [this, epoch](const Answers& answers) {
+  std::map<uint32_t, MonoTime> answered_at;  // when each answer was first seen (±50 ms)
+  const auto superseded = [this, epoch, &answered_at](const Answers& answers) {
+    for (const auto& [id, answer] : answers) answered_at.try_emplace(id, MonoClock::now());
     for (const auto& [id, answer] : answers)
       if (answer.status().code() == StatusCode::kFailedPrecondition) return true;
     std::lock_guard view(view_mu_);
@@ -1725,13 +1737,20 @@ void ServerImpl::TakeOver(const std::set<uint32_t>& members, uint64_t epoch) {
   }
   FollowMembers(latest);  // a view that came during the takeover
   EndTakeover();
+  // The member whose handover answer came last: the one a slow takeover waited for.
+  uint32_t slowest = 0;
+  for (const auto& [id, at] : answered_at)
+    if (slowest == 0 || at > answered_at[slowest]) slowest = id;
+  const auto ms = [](MonoTime from, MonoTime to) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(to - from).count();
+  };
   LOG_INFO(
       "ringfsd node {}: took the metadata role over for view {} in {} ms (manager state of "
-      "version sum {}, {} chain versions seen; waited {} ms for an old metadata node to "
-      "freeze{}{})",
-      options_.self, epoch,
-      std::chrono::duration_cast<std::chrono::milliseconds>(MonoClock::now() - start).count(),
-      best_sum, seen.size(), waited_ms, silent.empty() ? "" : "; no answer from", silent);
+      "version sum {}, {} chain versions seen; last handover answer from node {} after {} ms; "
+      "waited {} ms for an old metadata node to freeze{}{})",
+      options_.self, epoch, ms(start, MonoClock::now()), best_sum, seen.size(), slowest,
+      slowest == 0 ? 0 : ms(start, answered_at[slowest]), waited_ms,
+      silent.empty() ? "" : "; no answer from", silent);
 }
 
 Status ServerImpl::AnswerPing(uint32_t sender) {
@@ -1771,6 +1790,7 @@ MonoTime ServerImpl::ActAfter(const std::set<uint32_t>& members,
 }
 
 Payload ServerImpl::HandOver(std::span<const std::byte> payload) {
+  const MonoTime start = MonoClock::now();
   ASSIGN_OR_RETURN(wire::HandoverRequest request, wire::DecodeHandoverRequest(payload));
   if (!options_.follow_views)
     return FailedPrecondition("ringfsd node " + std::to_string(options_.self) +
@@ -1812,6 +1832,10 @@ Payload ServerImpl::HandOver(std::span<const std::byte> payload) {
     until =
         std::max(until, now + std::chrono::milliseconds(FreezeBoundMs() + options_.heartbeat_ms));
   }
+  if (const auto took = MonoClock::now() - start; took >= std::chrono::milliseconds(100))
+    LOG_INFO("ringfsd node {}: answered the metadata handover to node {} for view {} in {} ms",
+             options_.self, request.to, request.epoch,
+             std::chrono::duration_cast<std::chrono::milliseconds>(took).count());
   return wire::EncodeHandover(handover);
 }
 
