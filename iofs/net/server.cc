@@ -59,6 +59,11 @@ using asio::awaitable;
 using asio::use_awaitable;
 using Payload = Result<std::vector<std::byte>>;
 
+// Whole milliseconds from `from` to `to`, for log lines.
+int64_t MsBetween(MonoTime from, MonoTime to) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(to - from).count();
+}
+
 Status WriteFileAtomically(const std::string& path, std::span<const std::byte> data) {
   const std::string tmp = path + ".tmp";
   int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -1537,8 +1542,7 @@ void ServerImpl::Resign() {
   }
   const MonoTime start = MonoClock::now();
   std::unique_lock role(fs_role_mu_);  // waits for the file operations running here
-  const int64_t waited_ms =
-      std::chrono::duration_cast<std::chrono::milliseconds>(MonoClock::now() - start).count();
+  const int64_t waited_ms = MsBetween(start, MonoClock::now());
   std::unique_ptr<chain::ChainManager> manager;
   {
     std::lock_guard lock(manager_mu_);
@@ -1594,9 +1598,12 @@ void ServerImpl::TakeOver(const std::set<uint32_t>& members, uint64_t epoch) {
   // takeover will not happen.
   std::map<uint32_t, MonoTime> answered_at;  // when each answer was first seen (±50 ms)
   const auto superseded = [this, epoch, &answered_at](const Answers& answers) {
-    for (const auto& [id, answer] : answers) answered_at.try_emplace(id, MonoClock::now());
-    for (const auto& [id, answer] : answers)
-      if (answer.status().code() == StatusCode::kFailedPrecondition) return true;
+    bool refused = false;
+    for (const auto& [id, answer] : answers) {
+      answered_at.try_emplace(id, MonoClock::now());
+      refused = refused || answer.status().code() == StatusCode::kFailedPrecondition;
+    }
+    if (refused) return true;
     std::lock_guard view(view_mu_);
     return view_epoch_ > epoch;
   };
@@ -1738,18 +1745,16 @@ void ServerImpl::TakeOver(const std::set<uint32_t>& members, uint64_t epoch) {
   FollowMembers(latest);  // a view that came during the takeover
   EndTakeover();
   // The member whose handover answer came last: the one a slow takeover waited for.
-  uint32_t slowest = 0;
-  for (const auto& [id, at] : answered_at)
-    if (slowest == 0 || at > answered_at[slowest]) slowest = id;
-  const auto ms = [](MonoTime from, MonoTime to) {
-    return std::chrono::duration_cast<std::chrono::milliseconds>(to - from).count();
-  };
+  const auto last =
+      std::max_element(answered_at.begin(), answered_at.end(),
+                       [](const auto& a, const auto& b) { return a.second < b.second; });
   LOG_INFO(
       "ringfsd node {}: took the metadata role over for view {} in {} ms (manager state of "
       "version sum {}, {} chain versions seen; last handover answer from node {} after {} ms; "
       "waited {} ms for an old metadata node to freeze{}{})",
-      options_.self, epoch, ms(start, MonoClock::now()), best_sum, seen.size(), slowest,
-      slowest == 0 ? 0 : ms(start, answered_at[slowest]), waited_ms,
+      options_.self, epoch, MsBetween(start, MonoClock::now()), best_sum, seen.size(),
+      last == answered_at.end() ? 0 : last->first,
+      last == answered_at.end() ? 0 : MsBetween(start, last->second), waited_ms,
       silent.empty() ? "" : "; no answer from", silent);
 }
 
@@ -1832,10 +1837,9 @@ Payload ServerImpl::HandOver(std::span<const std::byte> payload) {
     until =
         std::max(until, now + std::chrono::milliseconds(FreezeBoundMs() + options_.heartbeat_ms));
   }
-  if (const auto took = MonoClock::now() - start; took >= std::chrono::milliseconds(100))
+  if (const int64_t took_ms = MsBetween(start, MonoClock::now()); took_ms >= 100)
     LOG_INFO("ringfsd node {}: answered the metadata handover to node {} for view {} in {} ms",
-             options_.self, request.to, request.epoch,
-             std::chrono::duration_cast<std::chrono::milliseconds>(took).count());
+             options_.self, request.to, request.epoch, took_ms);
   return wire::EncodeHandover(handover);
 }
 
