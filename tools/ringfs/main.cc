@@ -80,8 +80,10 @@ int main(int argc, char** argv) {
   fsck->add_flag("--repair", repair, "delete orphan chunks");
   ringfs::BenchOptions bo;
   auto* bench = app.add_subcommand("bench", "sequential write/read and 64 KiB random reads");
-  bench->add_option("--size-mib", bo.size_mib, "file size in MiB (default 4096)");
-  bench->add_option("--random-reads", bo.random_reads, "number of 64 KiB random reads");
+  bench->add_option("--size-mib", bo.size_mib, "file size in MiB (default 4096)")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 24));
+  bench->add_option("--random-reads", bo.random_reads, "number of 64 KiB random reads")
+      ->check(CLI::Range(0, 1 << 30));
   bench->add_option("--path", bo.path, "file to write");
   bench->add_flag("--tcp", bo.tcp, "send the data over TCP even when the server is on this host");
   CLI11_PARSE(app, argc, argv);
