@@ -45,7 +45,8 @@ struct NodeConfig {
   // server binds; "" = none.
   std::string store_listen;
   // Every store node as "ID@HOST:PORT,..." (daemon ids; this node among them at its listen
-  // port); "" = this node alone. The smallest id of the current view is the metadata node.
+  // port); "" = this node alone. The eldest store node of the current view (View::EldestFirst) is
+  // the metadata node.
   std::string store_nodes;
   int store_replication = 0;    // replicas per chain, 1-3; 0 = min(3, store nodes)
   int store_chains = 8;         // replication chains (chunks are striped over them)

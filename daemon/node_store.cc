@@ -1,7 +1,7 @@
 // The daemon's embedded chunk store (node.toml [store]; docs/daemon.md "The embedded chunk
 // store"): started with the daemon, told every view so its chains follow the membership,
 // resolving a job's ringfs:/// URIs, and feeding the chunk-store metrics.
-#include <set>
+#include <vector>
 
 #include "base/log.h"
 #include "daemon/embedded_store.h"
@@ -27,9 +27,9 @@ Status Node::StartStore() {
 void Node::FollowViewInStore(const elastic::View& view) {
   if (!store_ || view.generation == store_view_) return;
   store_view_ = view.generation;
-  std::set<uint32_t> members;
-  for (const elastic::Member& m : view.members) members.insert(static_cast<uint32_t>(m.id));
-  store_->SetMembers(members, view.generation);
+  std::vector<uint32_t> eldest_first;
+  for (elastic::NodeId id : view.EldestFirst()) eldest_first.push_back(static_cast<uint32_t>(id));
+  store_->SetMembers(eldest_first, view.generation);
 }
 
 Result<std::string> Node::ResolveStoreUri(const std::string& uri) const {

@@ -51,6 +51,10 @@ struct Member {
   // Random, chosen when the node's state folder was created: a node that lost its state comes
   // back with a new incarnation and is admitted anew (it never votes with a memory it lost).
   uint64_t incarnation = 0;
+  // The generation of the view that admitted this incarnation: it stays while the member stays
+  // (a node that leaves and comes back, or comes back with a new incarnation, is admitted anew).
+  // 0: not known (a view written before members carried it).
+  uint64_t admitted = 0;
   friend bool operator==(const Member&, const Member&) = default;
 };
 
@@ -64,6 +68,11 @@ struct View {
   bool Contains(NodeId node) const;
   // The member ids in ring order.
   std::vector<NodeId> Ids() const;
+  // The member ids, the one admitted longest ago first (by `admitted`, then by id). Every node
+  // computes the same order from the same view, and a member's place only moves up while it
+  // stays: the embedded chunk store gives its metadata role to the first store node of it, so a
+  // rejoining node does not take the role back.
+  std::vector<NodeId> EldestFirst() const;
   friend bool operator==(const View&, const View&) = default;
 };
 

@@ -2,14 +2,13 @@
 // node, answers peers (replica messages, chain versions) and clients (chunk and file operations)
 // over base/net RPC, and — on the metadata node — runs the chain manager (heartbeats every node,
 // removes failed replicas from their chains, lets returning ones resync) and the file namespace.
-// The metadata node is the smallest node id, or with follow_views the smallest one in the latest
-// membership view: the role moves when that node leaves a view (Server::SetMembers).
+// The metadata node is the smallest node id, or with follow_views the eldest store node of the
+// latest membership view: the role moves when that node leaves a view (Server::SetMembers).
 // Protocol: docs/formats/iofs_wire.md.
 #pragma once
 
 #include <cstdint>
 #include <memory>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -66,7 +65,7 @@ struct ServerOptions {
   };
   ReadPath read_path = ReadPath::kPoolDirect;
   // The metadata role follows the membership views given to SetMembers (ringtraind): no node
-  // holds it until the first view, then the smallest node id of the newest view does. false
+  // holds it until the first view, then the eldest store node of the newest view does. false
   // (ringfsd): the smallest id of `nodes`, for good.
   bool follow_views = false;
 };
@@ -132,17 +131,20 @@ class Server {
   // A snapshot of the counters above (for tests and stats).
   virtual ServerStats Stats() = 0;
   // The membership the store's chains follow (ringtraind: the node ids of the ring's view
-  // `epoch`, its generation; a call with a smaller epoch than an earlier one is ignored). On the
-  // metadata node a node missing from `members` leaves its chains at once, as if it had missed
+  // `epoch`, its generation, eldest first; a call with a smaller epoch than an earlier one is
+  // ignored). Ids that are not store nodes (not in `nodes`) are allowed and count for nothing. On
+  // the metadata node a node missing from `members` leaves its chains at once, as if it had missed
   // every heartbeat, and heartbeats do not bring it back until it is in `members` again. Until
   // the first call heartbeats alone decide.
-  // With follow_views the metadata node is the smallest node id in `members`. When that changes
+  // With follow_views the metadata node is the first store node of `eldest_first`, so a caller
+  // that puts members in the order they joined keeps the role where it is while that node stays
+  // (elastic::View::EldestFirst). When that changes
   // the new one takes the role over in the background: it asks every other node in `members`
   // to give up the role (the old one first finishes the file operations it runs) and to send
   // the chain manager state and chain versions it knows, continues from the newest of them with
   // chain versions above any an earlier manager handed out (epoch << 32), and reloads the
   // namespace from the chains. File operations that reach it meanwhile wait for it.
-  virtual void SetMembers(const std::set<uint32_t>& members, uint64_t epoch) = 0;
+  virtual void SetMembers(const std::vector<uint32_t>& eldest_first, uint64_t epoch) = 0;
 };
 
 // The default port of the embedded server.

@@ -8,7 +8,9 @@ namespace {
 
 constexpr uint32_t kMessageMagic = 0x424D5452;  // "RTMB" little-endian
 constexpr uint32_t kStateMagic = 0x534D5452;    // "RTMS" little-endian
-constexpr uint16_t kFormatVersion = 1;
+// Version 2 added Member::admitted; a state file of version 1 still loads (admitted 0).
+constexpr uint16_t kFormatVersion = 2;
+constexpr uint16_t kFirstAdmittedVersion = 2;
 constexpr uint8_t kHasValue = 1;
 constexpr uint8_t kLastKind = static_cast<uint8_t>(Message::Kind::kJoin);
 
@@ -32,6 +34,7 @@ void PutEntry(ByteWriter& w, const Entry& e) {
     w.Put<uint64_t>(m.id);
     w.PutString(m.address);
     w.Put<uint64_t>(m.incarnation);
+    w.Put<uint64_t>(m.admitted);
   }
   w.Put<uint64_t>(e.state.version);
   w.PutString(e.state.blob);
@@ -43,7 +46,8 @@ void PutEntry(ByteWriter& w, const Entry& e) {
   }
 }
 
-Result<Entry> GetEntry(ByteReader& r, const std::string& what) {
+// `version`: the format version of the bytes.
+Result<Entry> GetEntry(ByteReader& r, const std::string& what, uint16_t version) {
   Entry e;
   ASSIGN_OR_RETURN(e.slot, r.Get<uint64_t>());
   ASSIGN_OR_RETURN(e.view.generation, r.Get<uint64_t>());
@@ -56,6 +60,13 @@ Result<Entry> GetEntry(ByteReader& r, const std::string& what) {
     ASSIGN_OR_RETURN(m.id, r.Get<uint64_t>());
     ASSIGN_OR_RETURN(m.address, r.GetString(kMaxAddress));
     ASSIGN_OR_RETURN(m.incarnation, r.Get<uint64_t>());
+    if (version >= kFirstAdmittedVersion) {
+      ASSIGN_OR_RETURN(m.admitted, r.Get<uint64_t>());
+    }
+    if (m.admitted > e.view.generation)
+      return Corruption(what + ": member " + std::to_string(m.id) + " admitted by generation " +
+                        std::to_string(m.admitted) + " of a view of generation " +
+                        std::to_string(e.view.generation));
     if (m.id == 0 || (!e.view.members.empty() && e.view.members.back().id >= m.id))
       return Corruption(what + ": member ids not increasing at member " + std::to_string(i));
     e.view.members.push_back(std::move(m));
@@ -76,13 +87,15 @@ Result<Entry> GetEntry(ByteReader& r, const std::string& what) {
   return e;
 }
 
-Status CheckHeader(ByteReader& r, uint32_t magic, const std::string& what) {
+// Reads the magic and the version, which must be in [oldest, kFormatVersion]; returns the version.
+Result<uint16_t> CheckHeader(ByteReader& r, uint32_t magic, uint16_t oldest,
+                             const std::string& what) {
   ASSIGN_OR_RETURN(uint32_t got, r.Get<uint32_t>());
   if (got != magic) return Corruption(what + ": bad magic");
   ASSIGN_OR_RETURN(uint16_t version, r.Get<uint16_t>());
-  if (version != kFormatVersion)
+  if (version < oldest || version > kFormatVersion)
     return Corruption(what + ": unsupported version " + std::to_string(version));
-  return Status();
+  return version;
 }
 
 }  // namespace
@@ -108,7 +121,8 @@ std::vector<std::byte> EncodeMessage(const Message& m) {
 Result<Message> DecodeMessage(std::span<const std::byte> bytes) {
   const std::string what = "membership message";
   ByteReader r(bytes, what);
-  RETURN_IF_ERROR(CheckHeader(r, kMessageMagic, what));
+  // Members of a cluster run one version: a message of another is refused.
+  ASSIGN_OR_RETURN(uint16_t version, CheckHeader(r, kMessageMagic, kFormatVersion, what));
   Message m;
   ASSIGN_OR_RETURN(uint8_t kind, r.Get<uint8_t>());
   if (kind == 0 || kind > kLastKind)
@@ -126,7 +140,7 @@ Result<Message> DecodeMessage(std::span<const std::byte> bytes) {
   ASSIGN_OR_RETURN(m.accepted_ballot, GetBallot(r));
   ASSIGN_OR_RETURN(m.subject, r.Get<uint64_t>());
   if (flags & kHasValue) {
-    ASSIGN_OR_RETURN(Entry e, GetEntry(r, what));
+    ASSIGN_OR_RETURN(Entry e, GetEntry(r, what, version));
     m.value = std::move(e);
   }
   if (r.remaining() != 0)
@@ -155,7 +169,8 @@ std::vector<std::byte> EncodeDurableState(const DurableState& state) {
 Result<DurableState> DecodeDurableState(std::span<const std::byte> bytes) {
   const std::string what = "membership state";
   ByteReader r(bytes, what);
-  RETURN_IF_ERROR(CheckHeader(r, kStateMagic, what));
+  // A state file of version 1 (written before an upgrade) still loads.
+  ASSIGN_OR_RETURN(uint16_t version, CheckHeader(r, kStateMagic, 1, what));
   ASSIGN_OR_RETURN(uint16_t reserved, r.Get<uint16_t>());
   if (reserved != 0) return Corruption(what + ": reserved field is " + std::to_string(reserved));
   ASSIGN_OR_RETURN(uint32_t length, r.Get<uint32_t>());
@@ -168,13 +183,13 @@ Result<DurableState> DecodeDurableState(std::span<const std::byte> bytes) {
   ByteReader body(body_bytes, what);
   DurableState state;
   ASSIGN_OR_RETURN(state.incarnation, body.Get<uint64_t>());
-  ASSIGN_OR_RETURN(state.decided, GetEntry(body, what));
+  ASSIGN_OR_RETURN(state.decided, GetEntry(body, what, version));
   ASSIGN_OR_RETURN(state.promised, GetBallot(body));
   ASSIGN_OR_RETURN(state.accepted_ballot, GetBallot(body));
   ASSIGN_OR_RETURN(uint8_t has_accepted, body.Get<uint8_t>());
   if (has_accepted > 1) return Corruption(what + ": bad accepted flag");
   if (has_accepted) {
-    ASSIGN_OR_RETURN(Entry e, GetEntry(body, what));
+    ASSIGN_OR_RETURN(Entry e, GetEntry(body, what, version));
     state.accepted = std::move(e);
   }
   if (body.remaining() != 0) return Corruption(what + ": trailing bytes in the body");

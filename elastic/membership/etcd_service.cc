@@ -264,8 +264,16 @@ class EtcdService final : public membership::ServiceBase {
     if (!registered_ && !leaving_) co_return;
     View next;
     next.generation = std::max(s.view ? s.view->generation : 0, highest_generation_) + 1;
-    for (const auto& [id, m] : s.live)
-      if (!(leaving_ && id == options_.node_id)) next.members.push_back(m);
+    for (const auto& [id, m] : s.live) {
+      if (leaving_ && id == options_.node_id) continue;
+      Member member = m;
+      member.admitted = next.generation;  // unless the view holds this incarnation already
+      if (s.view) {
+        for (const Member& was : s.view->members)
+          if (was.id == id && was.incarnation == m.incarnation) member.admitted = was.admitted;
+      }
+      next.members.push_back(std::move(member));
+    }
     if (next.members.empty()) co_return;
     if (s.view && s.view->members == next.members) co_return;
     // (Named, not braced in the co_await: GCC 12 miscompiles initializer lists in coroutines.)

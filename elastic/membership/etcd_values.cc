@@ -11,18 +11,22 @@ namespace {
 
 using Json = nlohmann::json;
 
+// `admitted` is written only where it is known (a view's members; not a node's own key).
 Json MemberJson(const Member& m) {
-  return {{"id", m.id}, {"address", m.address}, {"incarnation", m.incarnation}};
+  Json j = {{"id", m.id}, {"address", m.address}, {"incarnation", m.incarnation}};
+  if (m.admitted != 0) j["admitted"] = m.admitted;
+  return j;
 }
 
 Result<Member> MemberFromJson(const Json& j, std::string_view key) {
   if (!j.is_object() || !j.contains("id") || !j["id"].is_number_unsigned() ||
       !j.contains("address") || !j["address"].is_string() || !j.contains("incarnation") ||
-      !j["incarnation"].is_number_unsigned() || j["id"].get<uint64_t>() == 0)
+      !j["incarnation"].is_number_unsigned() || j["id"].get<uint64_t>() == 0 ||
+      (j.contains("admitted") && !j["admitted"].is_number_unsigned()))
     return Corruption("etcd key " + std::string(key) +
-                      ": not a member {id ≥ 1, address, incarnation}");
+                      ": not a member {id ≥ 1, address, incarnation[, admitted]}");
   return Member{j["id"].get<uint64_t>(), j["address"].get<std::string>(),
-                j["incarnation"].get<uint64_t>()};
+                j["incarnation"].get<uint64_t>(), j.value("admitted", uint64_t{0})};
 }
 
 Json Parse(std::string_view text) {
@@ -55,6 +59,10 @@ Result<View> DecodeViewValue(std::string_view text, std::string_view key) {
                       ": a view has a generation ≥ 1 and at least one member");
   for (const Json& m : j["members"]) {
     ASSIGN_OR_RETURN(Member member, MemberFromJson(m, key));
+    if (member.admitted > view.generation)
+      return Corruption("etcd key " + std::string(key) + ": node " + std::to_string(member.id) +
+                        " admitted by generation " + std::to_string(member.admitted) +
+                        " of a view of generation " + std::to_string(view.generation));
     view.members.push_back(std::move(member));
   }
   std::sort(view.members.begin(), view.members.end(),

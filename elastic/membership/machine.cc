@@ -58,7 +58,7 @@ MembershipMachine::MembershipMachine(MachineOptions options, std::optional<Durab
       durable_.decided.slot = 1;
       durable_.decided.view.generation = 1;
       durable_.decided.view.members = {
-          Member{options_.self, options_.address, durable_.incarnation}};
+          Member{options_.self, options_.address, durable_.incarnation, /*admitted=*/1}};
     }
   }
   for (const Member& m : view().members) heard_[m.id] = 0;
@@ -365,12 +365,15 @@ std::optional<Entry> MembershipMachine::Target() const {
     auto s = suspects_.find(m.id);
     return s != suspects_.end() && s->second.confirmed;
   });
+  // A joiner (or a member back with a new incarnation) is admitted by the view this makes.
+  const uint64_t admitting = cur.view.generation + 1;
   for (const auto& [id, joiner] : joiners_) {
     auto it = std::find_if(members.begin(), members.end(),
                            [id = id](const Member& m) { return m.id == id; });
     if (it == members.end()) {
-      members.push_back(Member{id, joiner.address, joiner.incarnation});
+      members.push_back(Member{id, joiner.address, joiner.incarnation, admitting});
     } else {
+      if (it->incarnation != joiner.incarnation) it->admitted = admitting;
       it->address = joiner.address;
       it->incarnation = joiner.incarnation;
     }

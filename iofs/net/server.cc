@@ -113,7 +113,7 @@ class ServerImpl final : public Server, public ChainTransport, public ChainRoute
   uint16_t port() const override { return rpc_ ? rpc_->port() : 0; }
   Status Shutdown(Deadline deadline) override;
   ServerStats Stats() override;
-  void SetMembers(const std::set<uint32_t>& members, uint64_t epoch) override;
+  void SetMembers(const std::vector<uint32_t>& eldest_first, uint64_t epoch) override;
 
   // ChainTransport.
   void Send(const chain::Message& message) override;
@@ -339,8 +339,8 @@ class ServerImpl final : public Server, public ChainTransport, public ChainRoute
   Status IsolationError();
 
   ServerOptions options_;
-  // The node file operations go to: fixed without follow_views, else the smallest id of the
-  // newest view (0 before the first view).
+  // The node file operations go to: fixed without follow_views, else the one the newest view
+  // names (SetMembers; 0 before the first view).
   std::atomic<uint32_t> meta_node_{0};
   asio::io_context io_;
   std::thread io_thread_;
@@ -534,7 +534,7 @@ Status ServerImpl::Init() {
       o.down_after, o.collect_ms);
   LOG_INFO("ringfsd node {} serving on {}:{} ({} nodes, replication {}, {} chains, state {}){}",
            o.self, o.listen_host, port, o.nodes.size(), o.replication, o.chains, o.state_dir,
-           o.follow_views ? ", metadata node: the smallest id of each membership view"
+           o.follow_views ? ", metadata node: the eldest store node of each membership view"
            : is_meta()    ? ", metadata node"
                           : "");
   if (!secret_)
@@ -955,7 +955,8 @@ void ServerImpl::OnPing(uint32_t id, PingResult result) {
   Broadcast(changed);
 }
 
-void ServerImpl::SetMembers(const std::set<uint32_t>& members, uint64_t epoch) {
+void ServerImpl::SetMembers(const std::vector<uint32_t>& eldest_first, uint64_t epoch) {
+  const std::set<uint32_t> members(eldest_first.begin(), eldest_first.end());
   {
     std::lock_guard lock(view_mu_);
     if (have_view_ && epoch < view_epoch_) return;  // an older view
@@ -966,19 +967,23 @@ void ServerImpl::SetMembers(const std::set<uint32_t>& members, uint64_t epoch) {
     view_epoch_ = epoch;
     view_members_ = members;
     if (options_.follow_views) {
-      uint32_t smallest = 0;
-      for (const NodeEndpoint& n : options_.nodes)
-        if (members.contains(n.id) && (smallest == 0 || n.id < smallest)) smallest = n.id;
-      const bool again = missed_views && smallest == options_.self;
-      if (smallest != 0 && (smallest != meta_node_.load() || again)) {
+      uint32_t eldest = 0;  // the first store node of the view
+      for (uint32_t id : eldest_first) {
+        if (Endpoint(id)) {
+          eldest = id;
+          break;
+        }
+      }
+      const bool again = missed_views && eldest == options_.self;
+      if (eldest != 0 && (eldest != meta_node_.load() || again)) {
         meta_epoch_ = epoch;
-        if (smallest == options_.self) {
+        if (eldest == options_.self) {
           std::lock_guard taking(takeover_mu_);
           taking_over_ = true;
         }
-        meta_node_ = smallest;
+        meta_node_ = eldest;
         LOG_INFO("ringfsd node {}: view {} makes node {} the metadata node", options_.self, epoch,
-                 smallest);
+                 eldest);
         asio::post(role_strand_, [this] { ChangeRole(); });
       }
     }

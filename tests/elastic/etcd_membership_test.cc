@@ -165,6 +165,10 @@ TEST_F(EtcdMembershipTest, LeasesDecideWhoIsInTheView) {
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_GT(back->generation, without->generation);
   EXPECT_TRUE(Told(1, MembershipNotification::Kind::kViewInstalled));
+  // It is admitted anew, the others keep their seniority: node 4 is the youngest now.
+  EXPECT_EQ(back->members[2].admitted, back->generation);
+  EXPECT_EQ(back->members[0].admitted, without->members[0].admitted);
+  EXPECT_EQ(back->EldestFirst().back(), 4u);
 }
 
 TEST_F(EtcdMembershipTest, ANodeCutOffFromEtcdKnowsNoViewAfterItsLease) {
@@ -238,11 +242,13 @@ TEST_F(EtcdMembershipTest, BadOptionsAreRefused) {
 
 TEST(EtcdValuesTest, RoundTripAndMalformedValuesAreCorruptionNamingTheKey) {
   using namespace membership;
-  const View view{4, {Member{2, "h:2", 5}, Member{1, "h:1", 3}}};
+  const View view{4, {Member{2, "h:2", 5, 4}, Member{1, "h:1", 3}}};
   Result<View> back = DecodeViewValue(EncodeViewValue(view), "/p/view");
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(back->Ids(), (std::vector<NodeId>{1, 2})) << "sorted by id";
   EXPECT_EQ(back->members[1].address, "h:2");
+  EXPECT_EQ(back->members[1].admitted, 4u);
+  EXPECT_EQ(back->members[0].admitted, 0u) << "not written when unknown, read back as unknown";
   const ReplicatedState state{7, std::string("a\0b\xff", 4)};
   Result<ReplicatedState> state_back = DecodeStateValue(EncodeStateValue(state), "/p/state");
   ASSERT_TRUE(state_back.ok());
@@ -253,7 +259,9 @@ TEST(EtcdValuesTest, RoundTripAndMalformedValuesAreCorruptionNamingTheKey) {
        R"({"generation":0,"members":[{"id":1,"address":"h:1","incarnation":1}]})",
        R"({"generation":1,"members":[{"id":1,"address":"h:1","incarnation":1},{"id":1,"address":"h:9","incarnation":2}]})",
        R"({"generation":1,"members":[{"id":0,"address":"h:1","incarnation":1}]})",
-       R"({"generation":-1,"members":[{"id":1,"address":"h:1","incarnation":1}]})"}) {
+       R"({"generation":-1,"members":[{"id":1,"address":"h:1","incarnation":1}]})",
+       R"({"generation":2,"members":[{"id":1,"address":"h:1","incarnation":1,"admitted":3}]})",
+       R"({"generation":2,"members":[{"id":1,"address":"h:1","incarnation":1,"admitted":"1"}]})"}) {
     Result<View> r = DecodeViewValue(bad, "/p/view");
     EXPECT_EQ(r.status().code(), StatusCode::kCorruption) << bad;
     EXPECT_NE(r.status().ToString().find("/p/view"), std::string::npos) << r.status().ToString();

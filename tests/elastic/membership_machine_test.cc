@@ -2,6 +2,8 @@
 // 50 ms ticks, suspicion after 20 silent ticks), and the codecs of its messages and state file.
 #include <gtest/gtest.h>
 
+#include "base/bytes.h"
+#include "base/crc32c.h"
 #include "elastic/membership/codec.h"
 #include "tests/elastic/membership_sim.h"
 
@@ -63,6 +65,27 @@ TEST(MembershipMachineTest, RestartedNodeRejoins) {
   EXPECT_TRUE(sim.violations().empty()) << sim.violations()[0];
 }
 
+TEST(MembershipMachineTest, ARejoiningNodeIsAdmittedAnewAndComesLastInSeniority) {
+  Simulator sim(8, 4, Range(1, 4));
+  ASSERT_GE(RunUntilConverged(sim, Range(1, 4), 200), 0);
+  const View before = sim.machine(2).view();
+  EXPECT_EQ(before.EldestFirst().front(), 1u);  // it bootstrapped the cluster
+  EXPECT_EQ(before.members[0].admitted, 1u);
+  sim.Crash(1);
+  ASSERT_GE(RunUntilConverged(sim, {2, 3, 4}, 100), 0);
+  sim.Restart(1);
+  ASSERT_GE(RunUntilConverged(sim, Range(1, 4), 100), 0);
+  const View after = sim.machine(2).view();
+  EXPECT_EQ(after.members[0].admitted, after.generation);
+  for (size_t i = 1; i < 4; ++i) EXPECT_EQ(after.members[i].admitted, before.members[i].admitted);
+  // The others keep their order; node 1 comes last.
+  std::vector<NodeId> want = before.EldestFirst();
+  want.erase(want.begin());
+  want.push_back(1);
+  EXPECT_EQ(after.EldestFirst(), want);
+  EXPECT_TRUE(sim.violations().empty()) << sim.violations()[0];
+}
+
 TEST(MembershipMachineTest, LeaveRemovesTheNodeAtOnceAndItStaysOut) {
   Simulator sim(5, 5, Range(1, 5));
   ASSERT_GE(RunUntilConverged(sim, Range(1, 5), 200), 0);
@@ -114,7 +137,7 @@ Entry SampleEntry() {
   Entry e;
   e.slot = 9;
   e.view.generation = 4;
-  e.view.members = {Member{1, "10.0.0.1:7000", 11}, Member{5, "10.0.0.5:7000", 55}};
+  e.view.members = {Member{1, "10.0.0.1:7000", 11, 3}, Member{5, "10.0.0.5:7000", 55, 1}};
   e.state = ReplicatedState{3, std::string("job\0blob", 8)};
   e.recent = {StateChange{3, StateRequestId{5, 77}}};
   return e;
@@ -168,6 +191,59 @@ TEST(MembershipCodecTest, DamagedInputIsRefusedNamingWhatFailed) {
   auto bad_kind = DecodeMessage(wire);
   ASSERT_FALSE(bad_kind.ok());
   EXPECT_NE(bad_kind.status().ToString().find("unknown kind 99"), std::string::npos);
+
+  m.value->view.members[0].admitted = m.value->view.generation + 1;
+  auto from_the_future = DecodeMessage(EncodeMessage(m));
+  ASSERT_FALSE(from_the_future.ok());
+  EXPECT_NE(from_the_future.status().ToString().find("admitted by generation 5"),
+            std::string::npos);
+  Message ping;
+  ping.kind = Message::Kind::kPing;
+  ping.from = 2;
+  std::vector<std::byte> old = EncodeMessage(ping);
+  old[4] = std::byte{1};  // version 1: the members of a cluster run one version
+  EXPECT_NE(DecodeMessage(old).status().ToString().find("unsupported version 1"),
+            std::string::npos);
+}
+
+// A state file of version 1 (members without `admitted`), written field by field as
+// docs/formats/membership_state.md describes it.
+std::vector<std::byte> VersionOneStateFile() {
+  ByteWriter body;
+  body.Put<uint64_t>(11);  // incarnation
+  body.Put<uint64_t>(9);   // decided: slot, generation, members
+  body.Put<uint64_t>(4);
+  body.Put<uint32_t>(2);
+  for (const Member& m : SampleEntry().view.members) {
+    body.Put<uint64_t>(m.id);
+    body.PutString(m.address);
+    body.Put<uint64_t>(m.incarnation);
+  }
+  body.Put<uint64_t>(0);  // state version, blob, recent changes
+  body.PutString("");
+  body.Put<uint32_t>(0);
+  for (int i = 0; i < 4; ++i) body.Put<uint64_t>(0);  // promised, accepted ballot
+  body.Put<uint8_t>(0);                               // nothing accepted
+  ByteWriter file;
+  file.Put<uint32_t>(0x534D5452);
+  file.Put<uint16_t>(1);
+  file.Put<uint16_t>(0);
+  file.Put<uint32_t>(static_cast<uint32_t>(body.size()));
+  file.Put<uint32_t>(Crc32c(body.bytes()));
+  file.PutBytes(body.bytes().data(), body.size());
+  return file.Take();
+}
+
+TEST(MembershipCodecTest, StateFileOfVersionOneLoadsWithAdmittedUnknown) {
+  auto state = DecodeDurableState(VersionOneStateFile());
+  ASSERT_TRUE(state.ok()) << state.status().ToString();
+  EXPECT_EQ(state->incarnation, 11u);
+  ASSERT_EQ(state->decided.view.members.size(), 2u);
+  EXPECT_EQ(state->decided.view.members[1].incarnation, 55u);
+  EXPECT_EQ(state->decided.view.members[0].admitted, 0u);
+  EXPECT_EQ(state->decided.view.members[1].admitted, 0u);
+  // Unknown seniority orders by id, as the metadata node was chosen before.
+  EXPECT_EQ(state->decided.view.EldestFirst(), (std::vector<NodeId>{1, 5}));
 }
 
 }  // namespace

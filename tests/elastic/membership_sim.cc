@@ -188,7 +188,7 @@ void Simulator::CheckEntry(NodeId node, const Entry& e) {
   if (!fresh && gen->second != ids)
     Violation(where + ": two member sets with generation " + std::to_string(e.view.generation));
   if (e.slot == 1) {
-    if (e.view.generation != 1 || ids != std::vector<NodeId>{1})
+    if (e.view.generation != 1 || ids != std::vector<NodeId>{1} || e.view.members[0].admitted != 1)
       Violation(where + ": slot 1 is not the bootstrap view");
   } else {
     auto prev = chosen_.find(e.slot - 1);
@@ -211,9 +211,21 @@ void Simulator::CheckEntry(NodeId node, const Entry& e) {
       if (e.view.generation != prev->second.view.generation + (same ? 0 : 1))
         Violation(where + ": generation " + std::to_string(e.view.generation) + " after " +
                   Describe(voters));
+      CheckAdmitted(where, voters, e.view);
     }
   }
   chosen_[e.slot] = e;
+}
+
+void Simulator::CheckAdmitted(const std::string& where, const View& before, const View& after) {
+  for (const Member& m : after.members) {
+    uint64_t want = after.generation;  // admitted by this view, unless it stayed
+    for (const Member& was : before.members)
+      if (was.id == m.id && was.incarnation == m.incarnation) want = was.admitted;
+    if (m.admitted != want)
+      Violation(where + ": node " + std::to_string(m.id) + " admitted by generation " +
+                std::to_string(m.admitted) + ", not " + std::to_string(want));
+  }
 }
 
 std::vector<View> Simulator::CandidateViews() const {

@@ -8,6 +8,8 @@
 //   - every decided entry was accepted by a majority of the previous slot's view (so a minority
 //     never installs a view or a state);
 //   - slots are decided in order, each on top of the one before;
+//   - a member keeps the generation that admitted it while its incarnation stays in the views,
+//     and one that joins (or returns with a new incarnation) is admitted by the view it enters;
 //   - compare-and-set results agree with the decided versions (CheckStateHistory).
 #pragma once
 
@@ -105,6 +107,8 @@ class Simulator {
   void Route(const Message& message);
   void Schedule(uint64_t delay, InFlight item);
   void CheckEntry(NodeId node, const Entry& entry);
+  // Checks the members' `admitted` in `after`, the view decided after `before` (at `where`).
+  void CheckAdmitted(const std::string& where, const View& before, const View& after);
   void Violation(std::string what);
 
   std::mt19937_64 random_;

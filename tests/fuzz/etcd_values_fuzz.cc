@@ -31,7 +31,11 @@ std::vector<std::vector<uint8_t>> FuzzSeeds() {
   auto add = [&](const std::string& s) { seeds.emplace_back(s.begin(), s.end()); };
   const Member a{1, "127.0.0.1:7001", 7}, b{2, "10.0.0.2:7700", 9};
   add(EncodeMemberValue(a));
-  add(EncodeViewValue(View{3, {a, b}}));
+  Member admitted_a = a,
+         admitted_b = b;  // a view's members carry the generation that admitted them
+  admitted_a.admitted = 1;
+  admitted_b.admitted = 3;
+  add(EncodeViewValue(View{3, {admitted_a, admitted_b}}));
   add(EncodeStateValue(ReplicatedState{2, std::string("job\0\xff", 5)}));
   return seeds;
 }

@@ -30,7 +30,7 @@ std::vector<std::vector<uint8_t>> FuzzSeeds() {
   };
   Entry e;
   e.slot = 4;
-  e.view = View{3, {Member{1, "127.0.0.1:7001", 7}, Member{2, "127.0.0.1:7002", 9}}};
+  e.view = View{3, {Member{1, "127.0.0.1:7001", 7, 1}, Member{2, "127.0.0.1:7002", 9, 2}}};
   e.state = ReplicatedState{2, "job"};
   e.recent = {StateChange{2, StateRequestId{1, 9}}};
   Message m;

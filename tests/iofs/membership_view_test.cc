@@ -7,8 +7,9 @@
 // With follow_views (what ringtraind runs) the metadata role follows the views: no node serves
 // files before the first view, then node 1 does; with node 1 gone and a view without it, node 2
 // takes the role over (the namespace and every file written before are there, new files can be
-// written); when node 1 returns in a newer view it takes the role back with what node 2 changed,
-// and an older view changes nothing. A node 1 that was only cut off (it missed the views without
+// written); when node 1 returns as the youngest member of a newer view node 2 keeps the role, and
+// when a view names node 1 first it takes the role back with what node 2 changed; an older view
+// changes nothing. A node 1 that was only cut off (it missed the views without
 // it) takes the role over anew when it is back. A metadata node that hears from no majority of
 // the store nodes freezes until it takes the role over again; so does one the others no longer
 // follow, and a takeover waits for the old metadata node's last answers, not a fixed bound. A
@@ -191,10 +192,23 @@ TEST(MetadataFailoverTest, TheRoleMovesWithTheViewsAndKeepsTheNamespace) {
   EXPECT_EQ(nodes[1]->Stats().meta_node, 2u);
   EXPECT_TRUE(nodes[1]->Stats().metadata_node);
 
-  // Node 1 returns in a newer view and takes the role back, with node 2's changes.
+  // Node 1 returns as the youngest member of a newer view (ringtraind lists the members eldest
+  // first): node 2 keeps the role without a takeover, and node 1's chains heal.
   nodes[0] = StartNode(dir.path(), 1, ports, true);
   ASSERT_NE(nodes[0], nullptr);
-  for (auto& n : nodes) n->SetMembers({1, 2, 3}, 3);
+  for (auto& n : nodes) n->SetMembers({2, 3, 1}, 3);
+  ASSERT_TRUE(WaitStats(*nodes[1], 30, [](const ServerStats& s) { return s.chains_degraded == 0; }))
+      << "node 1's chains did not heal under node 2";
+  EXPECT_TRUE(nodes[1]->Stats().metadata_node);
+  EXPECT_EQ(nodes[1]->Stats().takeovers, 1u);
+  EXPECT_EQ(nodes[0]->Stats().meta_node, 2u);
+  EXPECT_FALSE(nodes[0]->Stats().metadata_node);
+  auto via_1 = ReadFile(io, ports[0], "/ckpt/b", b.size());
+  ASSERT_TRUE(via_1.ok()) << via_1.status().ToString();
+  EXPECT_TRUE(*via_1 == b);
+
+  // A view that names node 1 first gives it the role, with node 2's changes.
+  for (auto& n : nodes) n->SetMembers({1, 2, 3}, 4);
   ASSERT_TRUE(WaitStats(*nodes[0], 30, [](const ServerStats& s) {
     return s.metadata_node && s.chains_degraded == 0;
   })) << "node 1 did not take the role back with every chain healed";
@@ -212,12 +226,12 @@ TEST(MetadataFailoverTest, TheRoleMovesWithTheViewsAndKeepsTheNamespace) {
   // Node 1 is cut off (it sees no view without it) while nodes 2 and 3 go on: node 2 takes the
   // role over. Back in a view, node 1 missed views, so it takes the role over anew instead of
   // going on with its old chain manager and namespace.
-  nodes[1]->SetMembers({2, 3}, 4);
-  nodes[2]->SetMembers({2, 3}, 4);
+  nodes[1]->SetMembers({2, 3}, 5);
+  nodes[2]->SetMembers({2, 3}, 5);
   ASSERT_TRUE(WaitStats(*nodes[1], 30, [](const ServerStats& s) { return s.metadata_node; }));
   const std::vector<std::byte> c = Content(13, 1, 700'000);
   WriteFile(io, ports[2], "/ckpt/c", c);
-  for (auto& n : nodes) n->SetMembers({1, 2, 3}, 5);
+  for (auto& n : nodes) n->SetMembers({1, 2, 3}, 6);
   ASSERT_TRUE(WaitStats(*nodes[0], 30, [](const ServerStats& s) {
     return s.metadata_node && s.takeovers == 2 && s.chains_degraded == 0;
   })) << "node 1 did not take the role over anew after the views it missed";
