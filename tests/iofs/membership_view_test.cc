@@ -19,6 +19,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <functional>
 #include <thread>
 
@@ -63,6 +64,22 @@ std::unique_ptr<Server> StartNode(const std::string& dir, uint32_t self,
   return server.ok() ? std::move(*server) : nullptr;
 }
 
+// Starts one node per port (ids 1, 2, ...); a node that failed to start is null (and the test
+// has failed).
+std::vector<std::unique_ptr<Server>> StartNodes(const std::string& dir,
+                                                const std::vector<uint16_t>& ports,
+                                                bool follow_views, int heartbeat_ms = 100) {
+  std::vector<std::unique_ptr<Server>> nodes;
+  for (uint32_t id = 1; id <= ports.size(); ++id)
+    nodes.push_back(StartNode(dir, id, ports, follow_views, heartbeat_ms));
+  return nodes;
+}
+
+// True if every node started.
+bool AllStarted(const std::vector<std::unique_ptr<Server>>& nodes) {
+  return std::all_of(nodes.begin(), nodes.end(), [](const auto& n) { return n != nullptr; });
+}
+
 // Polls a node's stats until `done` holds or `seconds` pass.
 bool WaitStats(Server& meta, int seconds, const std::function<bool(const ServerStats&)>& done) {
   const Deadline deadline = Secs(seconds);
@@ -76,11 +93,8 @@ bool WaitStats(Server& meta, int seconds, const std::function<bool(const ServerS
 TEST(MembershipViewTest, ChainsFollowTheMembershipNotOnlyHeartbeats) {
   TempDir dir("iofs-view");
   const std::vector<uint16_t> ports = {FreePort(), FreePort(), FreePort()};
-  std::vector<std::unique_ptr<Server>> nodes;
-  for (uint32_t id = 1; id <= 3; ++id) {
-    nodes.push_back(StartNode(dir.path(), id, ports));
-    ASSERT_NE(nodes.back(), nullptr);
-  }
+  std::vector<std::unique_ptr<Server>> nodes = StartNodes(dir.path(), ports, false);
+  ASSERT_TRUE(AllStarted(nodes));
   Server& meta = *nodes[0];
   ASSERT_TRUE(meta.Stats().metadata_node);
   ASSERT_FALSE(nodes[1]->Stats().metadata_node);
@@ -146,11 +160,8 @@ Result<std::vector<std::byte>> ReadFile(Io& io, uint16_t port, const std::string
 TEST(MetadataFailoverTest, TheRoleMovesWithTheViewsAndKeepsTheNamespace) {
   TempDir dir("iofs-failover");
   const std::vector<uint16_t> ports = {FreePort(), FreePort(), FreePort()};
-  std::vector<std::unique_ptr<Server>> nodes;
-  for (uint32_t id = 1; id <= 3; ++id) {
-    nodes.push_back(StartNode(dir.path(), id, ports, true));
-    ASSERT_NE(nodes.back(), nullptr);
-  }
+  std::vector<std::unique_ptr<Server>> nodes = StartNodes(dir.path(), ports, true);
+  ASSERT_TRUE(AllStarted(nodes));
   Io io;
   // Before the first view nobody serves files, and a client is told why.
   auto early = io.Run(Client::Connect("127.0.0.1", ports[1], Secs(10)));
@@ -254,11 +265,8 @@ TEST(MetadataFailoverTest, TheRoleMovesWithTheViewsAndKeepsTheNamespace) {
 TEST(MetadataFailoverTest, AnIsolatedMetadataNodeFreezesAndTakesTheRoleOverAgain) {
   TempDir dir("iofs-isolated");
   const std::vector<uint16_t> ports = {FreePort(), FreePort(), FreePort()};
-  std::vector<std::unique_ptr<Server>> nodes;
-  for (uint32_t id = 1; id <= 3; ++id) {
-    nodes.push_back(StartNode(dir.path(), id, ports, true));
-    ASSERT_NE(nodes.back(), nullptr);
-  }
+  std::vector<std::unique_ptr<Server>> nodes = StartNodes(dir.path(), ports, true);
+  ASSERT_TRUE(AllStarted(nodes));
   for (auto& n : nodes) n->SetMembers({1, 2, 3}, 1);
   ASSERT_TRUE(WaitStats(*nodes[0], 10, [](const ServerStats& s) {
     return s.metadata_node && s.chains_degraded == 0;
@@ -309,11 +317,9 @@ double Since(MonoTime start) {
 TEST(MetadataFailoverTest, TakeoversWaitForTheOldMetadataNodesLastAnswerOnly) {
   TempDir dir("iofs-last-answer");
   const std::vector<uint16_t> ports = {FreePort(), FreePort(), FreePort()};
-  std::vector<std::unique_ptr<Server>> nodes;
-  for (uint32_t id = 1; id <= 3; ++id) {
-    nodes.push_back(StartNode(dir.path(), id, ports, true, /*heartbeat_ms=*/200));
-    ASSERT_NE(nodes.back(), nullptr);
-  }
+  std::vector<std::unique_ptr<Server>> nodes =
+      StartNodes(dir.path(), ports, true, /*heartbeat_ms=*/200);
+  ASSERT_TRUE(AllStarted(nodes));
   for (auto& n : nodes) n->SetMembers({1, 2, 3}, 1);
   ASSERT_TRUE(WaitStats(*nodes[0], 10, [](const ServerStats& s) {
     return s.metadata_node && s.chains_degraded == 0;
@@ -381,7 +387,7 @@ TEST(MetadataFailoverTest, ANewerViewEndsATakeoverWaitingOnASilentMember) {
   socklen_t length = sizeof(address);
   ASSERT_EQ(getsockname(silent, reinterpret_cast<sockaddr*>(&address), &length), 0);
   const std::vector<uint16_t> ports = {FreePort(), FreePort(), ntohs(address.sin_port)};
-  std::vector<std::unique_ptr<Server>> nodes;
+  std::vector<std::unique_ptr<Server>> nodes;  // nodes 1 and 2; node 3 is the silent socket
   for (uint32_t id = 1; id <= 2; ++id) {
     nodes.push_back(StartNode(dir.path(), id, ports, true));
     ASSERT_NE(nodes.back(), nullptr);
