@@ -4,10 +4,14 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cstring>
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
@@ -29,12 +33,14 @@ struct ReadOp {
 
 class ReadRingImpl final : public ReadRing {
  public:
-  ReadRingImpl(asio::io_context& io) : io_(io), events_(io) {}
+  ReadRingImpl(asio::io_context& io) : io_(io), events_(io), retry_(io) {}
 
   ~ReadRingImpl() override {
     // The coroutines that own the ops in flight are gone with the io_context; the kernel still
     // writes their memory until it completes them, so wait for that (bounded) before the ring goes.
+    // Reads it never took are dropped with the ring.
     const Deadline grace = Deadline::AfterMs(kCallerMemoryGraceMs);
+    in_flight_ -= unsubmitted_;
     while (in_flight_ > 0 && ring_ready_ && !grace.Expired()) {
       io_uring_cqe* cqe = nullptr;
       __kernel_timespec ts{0, 10'000'000};
@@ -66,8 +72,11 @@ class ReadRingImpl final : public ReadRing {
     ReadOp op(io_);
     io_uring_prep_read(sqe, fd, dest, length, offset);
     io_uring_sqe_set_data(sqe, &op);
-    const int rc = io_uring_submit(&ring_);
-    if (rc < 0) co_return rc;  // not submitted: nothing will complete it
+    ++unsubmitted_;
+    if (!submit_posted_) {  // after the handlers ready now, which may queue more reads
+      submit_posted_ = true;
+      asio::post(io_, [this] { Submit(); });
+    }
     if (in_flight_++ == 0 && !draining_) {
       draining_ = true;
       asio::co_spawn(io_, Drain(), asio::detached);
@@ -85,8 +94,40 @@ class ReadRingImpl final : public ReadRing {
   }
 
   uint64_t reads_completed() const override { return completed_; }
+  uint64_t submissions() const override { return submissions_; }
 
  private:
+  // Hands the kernel every read queued since the last call. The queued entries stay in the
+  // submission ring until the kernel takes them (their coroutines wait for them whatever
+  // happens), so a refused submission is retried: at once for what the kernel did not take,
+  // after 1 ms when it refused (a full completion queue is reaped meanwhile).
+  void Submit() {
+    submit_posted_ = false;
+    if (unsubmitted_ == 0) return;
+    const int rc = io_uring_submit(&ring_);
+    if (rc > 0) {
+      unsubmitted_ -= rc;
+      ++submissions_;
+      submit_failing_ = false;
+    } else if (!submit_failing_) {
+      submit_failing_ = true;
+      LOG_WARN("read ring: io_uring_submit of {} read(s): {} (retrying every millisecond)",
+               unsubmitted_, rc < 0 ? std::strerror(-rc) : "none taken");
+    }
+    if (unsubmitted_ == 0) return;
+    submit_posted_ = true;
+    if (rc > 0) {
+      asio::post(io_, [this] { Submit(); });
+      return;
+    }
+    Reap();
+    retry_.expires_after(std::chrono::milliseconds(1));
+    retry_.async_wait([this](const boost::system::error_code& ec) {
+      if (ec) return;  // cancelled: the ring is going
+      Submit();
+    });
+  }
+
   // Reaps completions whenever the eventfd says there are some, while reads are in flight.
   asio::awaitable<void> Drain() {
     uint64_t count = 0;
@@ -119,6 +160,11 @@ class ReadRingImpl final : public ReadRing {
   io_uring ring_{};
   bool ring_ready_ = false;
   asio::posix::stream_descriptor events_;
+  asio::steady_timer retry_;  // a refused submission's next try
+  int unsubmitted_ = 0;       // reads queued in the submission ring, not yet taken by the kernel
+  bool submit_posted_ = false;
+  bool submit_failing_ = false;  // the last try was refused (logged once until one succeeds)
+  uint64_t submissions_ = 0;
   int in_flight_ = 0;
   bool draining_ = false;
   uint64_t completed_ = 0;
