@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <optional>
 #include <utility>
@@ -49,25 +50,47 @@ std::string Describe(const GemmCase& g) {
   return buf;
 }
 
+// The inputs of one case: A and B, and C before the call (NaN with beta = 0: BLAS must not
+// read it), filled from `seed`.
+struct Operands {
+  int lda = 0, ldb = 0, ldc = 0;
+  std::vector<float> a, b, c0;
+};
+
+Operands MakeOperands(const GemmCase& g, uint64_t seed) {
+  const int a_rows = g.ta ? g.k : g.m, a_cols = g.ta ? g.m : g.k;
+  const int b_rows = g.tb ? g.n : g.k, b_cols = g.tb ? g.k : g.n;
+  Operands o;
+  o.lda = a_cols + g.pad, o.ldb = b_cols + g.pad, o.ldc = g.n + g.pad;
+  Values v(seed);
+  o.a.resize(static_cast<size_t>(a_rows) * o.lda);
+  o.b.resize(static_cast<size_t>(b_rows) * o.ldb);
+  o.c0.resize(static_cast<size_t>(g.m) * o.ldc);
+  for (float& x : o.a) x = v.Next();
+  for (float& x : o.b) x = v.Next();
+  for (float& x : o.c0) x = g.beta == 0.0f ? std::numeric_limits<float>::quiet_NaN() : v.Next();
+  return o;
+}
+
+// C as cblas_sgemm leaves it for `g` on `o`.
+std::vector<float> Sgemm(const GemmCase& g, const Operands& o) {
+  std::vector<float> c = o.c0;
+  cblas_sgemm(CblasRowMajor, g.ta ? CblasTrans : CblasNoTrans, g.tb ? CblasTrans : CblasNoTrans,
+              g.m, g.n, g.k, g.alpha, o.a.data(), o.lda, o.b.data(), o.ldb, g.beta, c.data(),
+              o.ldc);
+  return c;
+}
+
 // Runs `g` through cblas_sgemm and compares it with a double-precision reference. An element
 // fails when it differs from the reference by more than 4·ε·√(k+1) times the sum of the absolute
 // products (the scale of fp32 rounding in any summation order; a lost or wrong term is far
-// larger), or when it is not finite and the reference is. With beta = 0 the output starts as
-// NaN: BLAS must not read it. Returns the first failure.
+// larger), or when it is not finite and the reference is. Returns the first failure.
 std::optional<std::string> CheckCase(const GemmCase& g, [[maybe_unused]] const std::string& kernels,
                                      uint64_t seed) {
-  const int a_rows = g.ta ? g.k : g.m, a_cols = g.ta ? g.m : g.k;
-  const int b_rows = g.tb ? g.n : g.k, b_cols = g.tb ? g.k : g.n;
-  const int lda = a_cols + g.pad, ldb = b_cols + g.pad, ldc = g.n + g.pad;
-  Values v(seed);
-  std::vector<float> a(static_cast<size_t>(a_rows) * lda), b(static_cast<size_t>(b_rows) * ldb);
-  std::vector<float> c0(static_cast<size_t>(g.m) * ldc);
-  for (float& x : a) x = v.Next();
-  for (float& x : b) x = v.Next();
-  for (float& x : c0) x = g.beta == 0.0f ? std::numeric_limits<float>::quiet_NaN() : v.Next();
-  std::vector<float> c = c0;
-  cblas_sgemm(CblasRowMajor, g.ta ? CblasTrans : CblasNoTrans, g.tb ? CblasTrans : CblasNoTrans,
-              g.m, g.n, g.k, g.alpha, a.data(), lda, b.data(), ldb, g.beta, c.data(), ldc);
+  const Operands o = MakeOperands(g, seed);
+  const int lda = o.lda, ldb = o.ldb, ldc = o.ldc;
+  const std::vector<float>&a = o.a, &b = o.b, &c0 = o.c0;
+  std::vector<float> c = Sgemm(g, o);
   if (!RT_FAULT_POINT("kernels.gemm_probe.wrong." + kernels).ok()) c[0] += 1.0f;
   constexpr double kEps = std::numeric_limits<float>::epsilon();
   const double scale = 4.0 * kEps * std::sqrt(g.k + 1.0);
@@ -99,6 +122,32 @@ std::optional<std::string> CheckCase(const GemmCase& g, [[maybe_unused]] const s
                     got, want, tol);
       return Describe(g) + buf;
     }
+  }
+  return std::nullopt;
+}
+
+// Runs `g` with one OpenBLAS thread and with `threads`, and returns the first element that
+// differs. Some sets split a GEMM differently across threads and round differently (OpenBLAS
+// 0.3.21's Haswell sgemm on an AVX-512 Xeon: its last bits change from 1 to 2 threads), while
+// ringtrain's parity rests on processes with different thread counts — a rank of a parallel
+// run, the single-process trainer, a daemon's worker, a test's reference — agreeing bit for bit.
+std::optional<std::string> CheckThreadInvariance(const GemmCase& g,
+                                                 [[maybe_unused]] const std::string& kernels,
+                                                 uint64_t seed, int threads) {
+  const Operands o = MakeOperands(g, seed);
+  openblas_set_num_threads(1);
+  const std::vector<float> one = Sgemm(g, o);
+  openblas_set_num_threads(threads);
+  std::vector<float> many = Sgemm(g, o);
+  if (!RT_FAULT_POINT("kernels.gemm_probe.threads." + kernels).ok())
+    many[0] = std::nextafter(many[0], std::numeric_limits<float>::infinity());
+  for (size_t i = 0; i < one.size(); ++i) {
+    if (std::memcmp(&one[i], &many[i], sizeof(float)) == 0) continue;
+    char buf[200];
+    std::snprintf(buf, sizeof(buf), ": C[%zu,%zu] = %.9g with 1 thread, %.9g with %d",
+                  i / static_cast<size_t>(o.ldc), i % static_cast<size_t>(o.ldc), one[i], many[i],
+                  threads);
+    return std::string(kThreadDependent) + ": " + Describe(g) + buf;
   }
   return std::nullopt;
 }
@@ -200,6 +249,21 @@ GemmProbeResult RunGemmProbe(const GemmProbeWork& work) {
       r.detail = std::move(*failure);
       return r;
     }
+    // The shapes large enough for OpenBLAS to use threads, at two threads and at its default.
+    const int default_threads = openblas_get_num_threads();
+    for (const int threads : {2, std::max(2, default_threads)}) {
+      for (const GemmCase& g : CheckCases()) {
+        if (g.m < 1024) continue;
+        std::optional<std::string> failure = CheckThreadInvariance(g, r.kernels, seed++, threads);
+        if (!failure) continue;
+        openblas_set_num_threads(default_threads);
+        r.outcome = GemmProbeResult::Outcome::kWrong;
+        r.detail = std::move(*failure);
+        return r;
+      }
+      if (default_threads <= 2) break;
+    }
+    openblas_set_num_threads(default_threads);
   }
   if (work.time) r.gflops = TimeKernels(work.time_budget_ms);
   return r;

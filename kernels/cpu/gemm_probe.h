@@ -1,7 +1,8 @@
 // Internal to kernels/: the probe of one OpenBLAS kernel set. It runs in a child process whose
 // OpenBLAS was loaded with OPENBLAS_CORETYPE set to the candidate (the kernels cannot be switched
 // once the library has initialised): it checks sgemm against a double-precision reference on
-// the shapes and argument patterns ringtrain uses, times sgemm on the GEMM shapes of config S,
+// the shapes and argument patterns ringtrain uses, checks that the results do not depend on the
+// number of OpenBLAS threads, times sgemm on the GEMM shapes of config S,
 // and reports one line for the parent to parse (docs/blas.md).
 #pragma once
 
@@ -17,7 +18,9 @@ namespace rt::cpu {
 struct GemmProbeResult {
   enum class Outcome {
     kPassed,  // computed correct results; `gflops` is its speed
-    kWrong,   // computed wrong results (`detail` names the GEMM and the element): never chosen
+    kWrong,   // computed wrong results (`detail` names the GEMM and the element), or results
+              // that depend on the thread count (`detail` starts with kThreadDependent): never
+              // chosen
     kFailed,  // its probe did not report: crashed, timed out, or OpenBLAS ran another set
     kTimed,   // timed without the check (a second timing round)
   };
@@ -27,9 +30,15 @@ struct GemmProbeResult {
   std::string detail;  // kWrong / kFailed: what went wrong, one line
 };
 
+// How the detail of a kWrong result starts when the set computed correct results whose bits
+// depend on how many OpenBLAS threads ran: runs of different layouts would not agree.
+inline constexpr std::string_view kThreadDependent = "results depend on the thread count";
+
 // The work of one probe.
 struct GemmProbeWork {
-  bool check = true;            // run the correctness check (with OpenBLAS's default threads)
+  // Run the correctness check (with OpenBLAS's default threads), then check that the larger
+  // GEMMs give the same bits with 1 thread as with 2 and with the default.
+  bool check = true;
   bool time = true;             // time sgemm on config S's shapes (one thread)
   int64_t time_budget_ms = 60;  // timing passes until this much time has gone (at least 3)
 };
@@ -37,8 +46,9 @@ struct GemmProbeWork {
 // Runs the probe in this process. A candidate's check can be made to fail on purpose in test
 // builds: when the fault point "kernels.gemm_probe.wrong.<kernels>" is armed (e.g. through
 // RINGTRAIN_FAULTS="kernels.gemm_probe.wrong.Haswell=error"), one element of every checked
-// result is corrupted before it is compared. Not thread-safe (sets OpenBLAS's thread count).
-// The result's `kernels` is what OpenBLAS runs in this process.
+// result is corrupted before it is compared; with "kernels.gemm_probe.threads.<kernels>" one
+// element of every multi-threaded result of the thread check moves by one ulp. Not thread-safe
+// (sets OpenBLAS's thread count). The result's `kernels` is what OpenBLAS runs in this process.
 GemmProbeResult RunGemmProbe(const GemmProbeWork& work);
 
 // The result as text: "<kernels> <passed|wrong|failed|timed> <gflops, 3 decimals>[ <detail>]",

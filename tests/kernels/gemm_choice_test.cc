@@ -159,6 +159,15 @@ TEST(GemmChoiceTest, DescribesTheChoice) {
                        {Wrong("Cooperlake", 230), Failed("SkylakeX"), Passed("Haswell", 120)}),
                 false),
             "auto; Cooperlake rejected: wrong results; SkylakeX failed to probe");
+  GemmProbeResult haswell = Wrong("Haswell", 96);
+  haswell.detail = std::string(cpu::kThreadDependent) +
+                   ": sgemm NT m=1024 n=384 k=128: C[3,5] = 1 with 1 thread, 1.00000012 with 2";
+  EXPECT_EQ(
+      DescribeGemmChoice(Choice("SkylakeX", "SkylakeX",
+                                {Passed("SkylakeX", 64.5), Passed("Cooperlake", 64.4), haswell}),
+                         false),
+      "auto; OpenBLAS's own choice, Cooperlake measured 1.00x slower; Haswell rejected: "
+      "results depend on the thread count");
 }
 
 TEST(GemmChoiceTest, CacheFileRoundTrips) {
@@ -195,14 +204,15 @@ TEST(GemmChoiceTest, CorruptCacheFilesAreRejectedWithAReason) {
       EXPECT_FALSE(ParseGemmChoice(flipped).ok()) << i << ":" << bit;
     }
   EXPECT_NE(ParseGemmChoice(text + "x").status().message().find("crc32c"), std::string::npos);
-  // A file of another version, with a valid CRC, is refused by its first line.
+  // A file of another version, with a valid CRC, is refused by its first line: version 1's
+  // probes did not check the thread count, so its choice is probed again.
   std::string body = text.substr(0, text.rfind("crc32c "));
-  body.replace(body.find(" 1\n"), 3, " 2\n");
+  body.replace(body.find(" 2\n"), 3, " 1\n");
   char crc[32];
   std::snprintf(crc, sizeof(crc), "crc32c %08x\n", Crc32c(body.data(), body.size()));
-  Result<GemmChoice> v2 = ParseGemmChoice(body + crc);
-  EXPECT_EQ(v2.status().code(), StatusCode::kCorruption);
-  EXPECT_NE(v2.status().message().find("line 1"), std::string::npos) << v2.status().ToString();
+  Result<GemmChoice> v1 = ParseGemmChoice(body + crc);
+  EXPECT_EQ(v1.status().code(), StatusCode::kCorruption);
+  EXPECT_NE(v1.status().message().find("line 1"), std::string::npos) << v1.status().ToString();
   // A chosen set that did not pass is refused too (the file cannot have been written so).
   const std::string bad_choice =
       SerializeGemmChoice(Choice("Prescott", "SkylakeX", {Wrong("SkylakeX", 148.6)}));
