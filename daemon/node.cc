@@ -533,7 +533,7 @@ asio::awaitable<Result<Json>> Node::HandleStatus() {
   CO_ASSIGN_OR_RETURN(ClusterState state, DecodeClusterState(replicated.blob));
   Json members = Json::array();
   for (const elastic::Member& m : view.members)
-    members.push_back({{"id", m.id}, {"address", m.address}});
+    members.push_back({{"id", m.id}, {"address", m.address}, {"admitted", m.admitted}});
   Json view_json = {{"generation", view.generation}, {"members", std::move(members)}};
   {
     std::lock_guard lock(installed_mutex_);

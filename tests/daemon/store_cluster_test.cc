@@ -187,11 +187,11 @@ TEST_F(StoreClusterTest, CheckpointsLiveInTheDaemonsStoresAndSurviveAKilledDaemo
   StopAndVerifyThroughNode3(1);
 }
 
-// kill -9 of the store's metadata node (node 1, which also runs rank 0): node 2 takes the role
-// over with the view that leaves node 1 out, so the job resumes from the checkpoint in the store
-// and commits newer ones while node 1 is down; node 1 comes back as the youngest member, so the
-// role stays with node 2 (no second takeover), its chains heal, and the newest checkpoint
-// verifies.
+// kill -9 of the store's metadata node (node 1, which bootstrapped the cluster and runs rank 0):
+// the eldest of nodes 2 and 3 takes the role over with the view that leaves node 1 out, so the
+// job resumes from the checkpoint in the store and commits newer ones while node 1 is down; node
+// 1 comes back as the youngest member, so the role stays where it is (no second takeover), its
+// chains heal, and the newest checkpoint verifies.
 TEST_F(StoreClusterTest, LosingTheMetadataNodeMovesItsRoleAndCheckpointsGoOn) {
   for (int id = 1; id <= 3; ++id) StartStoreNode(id);
   WaitFor(1, "a view of 3 members", [](const Json& s) { return Members(s) == 3; });
@@ -211,12 +211,20 @@ TEST_F(StoreClusterTest, LosingTheMetadataNodeMovesItsRoleAndCheckpointsGoOn) {
   });
   const std::string before = Generation(s);
   const int64_t step_before = Step(s);
+  // The role goes to the eldest of nodes 2 and 3: the one the cluster admitted first (they
+  // joined node 1 in either order).
+  const Json& members = s["view"]["members"];
+  ASSERT_EQ(members.size(), 3u);
+  const int heir = members[1]["admitted"].get<uint64_t>() <= members[2]["admitted"].get<uint64_t>()
+                       ? members[1]["id"].get<int>()
+                       : members[2]["id"].get<int>();
   const auto kill_at = MonoClock::now();
   ASSERT_TRUE(nodes_[1]->Signal(SIGKILL).ok());
-  s = WaitFor(2, "training on nodes 2 and 3 with node 2 as the metadata node", [&](const Json& s) {
-    return Members(s) == 2 && Generation(s) != before && Step(s) >= 1 && OfTheView(s) &&
-           Store(s, 2).value("metadata_node", false);
-  });
+  s = WaitFor(2, "training on nodes 2 and 3 with the eldest as the metadata node",
+              [&](const Json& s) {
+                return Members(s) == 2 && Generation(s) != before && Step(s) >= 1 && OfTheView(s) &&
+                       Store(s, heir).value("metadata_node", false);
+              });
   std::printf("recovery after kill -9 of the metadata node: %.2f s to the first step of %s\n",
               std::chrono::duration<double>(MonoClock::now() - kill_at).count(),
               Generation(s).c_str());
@@ -231,23 +239,23 @@ TEST_F(StoreClusterTest, LosingTheMetadataNodeMovesItsRoleAndCheckpointsGoOn) {
       resumed = true;
     }
   EXPECT_TRUE(resumed) << "the generation after the kill resumes from the store\n" << Logs();
-  EXPECT_FALSE(LogLines(2, "took the metadata role over").empty()) << Logs();
+  EXPECT_FALSE(LogLines(heir, "took the metadata role over").empty()) << Logs();
   s = WaitFor(2, "a newer checkpoint committed without node 1", [&](const Json& s) {
     return newest(s) >= step_before + 10 && Generation(s) == after;
   });
 
-  // Node 1 returns, admitted by a newer view than nodes 2 and 3: the role stays with node 2, and
+  // Node 1 returns, admitted by a newer view than nodes 2 and 3: the role stays where it is, and
   // every chain serves with its home nodes again.
   StartStoreNode(1);
-  s = WaitFor(2, "node 1 back with every chain healthy, node 2 still the metadata node",
+  s = WaitFor(2, "node 1 back with every chain healthy, the heir still the metadata node",
               [&](const Json& s) {
-                return Members(s) == 3 && Store(s, 2).value("metadata_node", false) &&
-                       Store(s, 2).value("chains_degraded", -1) == 0 &&
+                return Members(s) == 3 && Store(s, heir).value("metadata_node", false) &&
+                       Store(s, heir).value("chains_degraded", -1) == 0 &&
                        !Store(s, 1).value("metadata_node", true);
               });
-  EXPECT_EQ(LogLines(2, "took the metadata role over").size(), 1u) << Logs();
-  EXPECT_TRUE(LogLines(2, "gave up the metadata role").empty()) << Logs();
-  for (int id = 1; id <= 2; ++id)
+  EXPECT_EQ(LogLines(heir, "took the metadata role over").size(), 1u) << Logs();
+  EXPECT_TRUE(LogLines(heir, "gave up the metadata role").empty()) << Logs();
+  for (int id = 1; id <= 3; ++id)
     for (const std::string& line : LogLines(id, "metadata role"))
       std::printf("node %d: %s\n", id, line.c_str());
   const int64_t back = newest(s);
