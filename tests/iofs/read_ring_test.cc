@@ -64,58 +64,69 @@ void SpawnReads(asio::io_context& io, ReadRing& ring, int fd, std::byte* dest, i
   }
 }
 
-TEST(ReadRingTest, ReadsOfOneTurnShareOneSubmissionAndGetTheirOwnBytes) {
-  TempDir dir("read-ring");
-  const std::vector<std::byte> bytes = Content(3, 1, size_t{kBlock} * kBlocks);
-  DirectFile file(dir.path() + "/blocks", bytes);
-  ASSERT_GE(file.fd, 0);
-  asio::io_context io;
-  auto ring = ReadRing::Create(io, 64);
-  ASSERT_TRUE(ring.ok()) << ring.status().ToString();
-  auto dest = AlignedBlocks(kBlocks);
-  std::vector<int> results;
-  auto reversed = [](int i) { return kBlocks - 1 - i; };
-  SpawnReads(io, **ring, file.fd, dest.get(), 32, results, reversed);
-  io.run();
-  for (int i = 0; i < 32; ++i) {
-    ASSERT_EQ(results[i], static_cast<int>(kBlock)) << "read " << i;
-    EXPECT_EQ(std::memcmp(dest.get() + size_t{kBlock} * i,
-                          bytes.data() + size_t{kBlock} * reversed(i), kBlock),
-              0)
-        << "read " << i << " got other bytes";
+// A file of kBlocks blocks of known bytes open for O_DIRECT reads, an io_context, and aligned
+// memory for kBlocks blocks to read into.
+class ReadRingTest : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_GE(file_.fd, 0); }
+
+  // A ring of `depth` entries on io_ (null, and the test failed, if it could not be made).
+  std::unique_ptr<ReadRing> Ring(unsigned depth) {
+    auto ring = ReadRing::Create(io_, depth);
+    EXPECT_TRUE(ring.ok()) << ring.status().ToString();
+    return ring.ok() ? std::move(*ring) : nullptr;
   }
-  EXPECT_EQ((*ring)->reads_completed(), 32u);
-  EXPECT_EQ((*ring)->submissions(), 1u) << "32 reads of one turn took several system calls";
+
+  // True if destination block `i` holds file block `from`.
+  bool Holds(int i, int from) const {
+    return std::memcmp(dest_.get() + size_t{kBlock} * i, bytes_.data() + size_t{kBlock} * from,
+                       kBlock) == 0;
+  }
+
+  TempDir dir_{"read-ring"};
+  const std::vector<std::byte> bytes_ = Content(3, 1, size_t{kBlock} * kBlocks);
+  DirectFile file_{dir_.path() + "/blocks", bytes_};
+  asio::io_context io_;
+  std::unique_ptr<std::byte, decltype(&std::free)> dest_ = AlignedBlocks(kBlocks);
+  std::vector<int> results_;
+};
+
+TEST_F(ReadRingTest, ReadsOfOneTurnShareOneSubmissionAndGetTheirOwnBytes) {
+  std::unique_ptr<ReadRing> ring = Ring(64);
+  ASSERT_NE(ring, nullptr);
+  auto reversed = [](int i) { return kBlocks - 1 - i; };
+  SpawnReads(io_, *ring, file_.fd, dest_.get(), 32, results_, reversed);
+  io_.run();
+  for (int i = 0; i < 32; ++i) {
+    ASSERT_EQ(results_[i], static_cast<int>(kBlock)) << "read " << i;
+    EXPECT_TRUE(Holds(i, reversed(i))) << "read " << i << " got other bytes";
+  }
+  EXPECT_EQ(ring->reads_completed(), 32u);
+  EXPECT_EQ(ring->submissions(), 1u) << "32 reads of one turn took several system calls";
 
   // A later turn is a submission of its own.
-  io.restart();
-  SpawnReads(io, **ring, file.fd, dest.get(), 8, results, [](int i) { return i; });
-  io.run();
-  for (int i = 0; i < 8; ++i) EXPECT_EQ(results[i], static_cast<int>(kBlock)) << "read " << i;
-  EXPECT_EQ(std::memcmp(dest.get(), bytes.data(), size_t{kBlock} * 8), 0);
-  EXPECT_EQ((*ring)->submissions(), 2u);
+  io_.restart();
+  SpawnReads(io_, *ring, file_.fd, dest_.get(), 8, results_, [](int i) { return i; });
+  io_.run();
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(results_[i], static_cast<int>(kBlock)) << "read " << i;
+    EXPECT_TRUE(Holds(i, i)) << "read " << i;
+  }
+  EXPECT_EQ(ring->submissions(), 2u);
 }
 
-TEST(ReadRingTest, AFullRingAnswersBusyAndCompletesWhatItTook) {
-  TempDir dir("read-ring-full");
-  const std::vector<std::byte> bytes = Content(4, 1, size_t{kBlock} * kBlocks);
-  DirectFile file(dir.path() + "/blocks", bytes);
-  ASSERT_GE(file.fd, 0);
-  asio::io_context io;
-  auto ring = ReadRing::Create(io, 4);
-  ASSERT_TRUE(ring.ok()) << ring.status().ToString();
-  auto dest = AlignedBlocks(6);
-  std::vector<int> results;
-  SpawnReads(io, **ring, file.fd, dest.get(), 6, results, [](int i) { return i; });
-  io.run();
+TEST_F(ReadRingTest, AFullRingAnswersBusyAndCompletesWhatItTook) {
+  std::unique_ptr<ReadRing> ring = Ring(4);
+  ASSERT_NE(ring, nullptr);
+  SpawnReads(io_, *ring, file_.fd, dest_.get(), 6, results_, [](int i) { return i; });
+  io_.run();
   for (int i = 0; i < 4; ++i) {
-    ASSERT_EQ(results[i], static_cast<int>(kBlock)) << "read " << i;
-    EXPECT_EQ(
-        std::memcmp(dest.get() + size_t{kBlock} * i, bytes.data() + size_t{kBlock} * i, kBlock), 0);
+    ASSERT_EQ(results_[i], static_cast<int>(kBlock)) << "read " << i;
+    EXPECT_TRUE(Holds(i, i)) << "read " << i;
   }
-  EXPECT_EQ(results[4], -EBUSY);
-  EXPECT_EQ(results[5], -EBUSY);
-  EXPECT_EQ((*ring)->reads_completed(), 4u);
+  EXPECT_EQ(results_[4], -EBUSY);
+  EXPECT_EQ(results_[5], -EBUSY);
+  EXPECT_EQ(ring->reads_completed(), 4u);
 }
 
 }  // namespace
