@@ -251,19 +251,18 @@ GemmProbeResult RunGemmProbe(const GemmProbeWork& work) {
     }
     // The shapes large enough for OpenBLAS to use threads, at two threads and at its default.
     const int default_threads = openblas_get_num_threads();
-    for (const int threads : {2, std::max(2, default_threads)}) {
-      for (const GemmCase& g : CheckCases()) {
-        if (g.m < 1024) continue;
-        std::optional<std::string> failure = CheckThreadInvariance(g, r.kernels, seed++, threads);
-        if (!failure) continue;
-        openblas_set_num_threads(default_threads);
-        r.outcome = GemmProbeResult::Outcome::kWrong;
-        r.detail = std::move(*failure);
-        return r;
-      }
-      if (default_threads <= 2) break;
-    }
+    std::vector<int> counts = {2};
+    if (default_threads > 2) counts.push_back(default_threads);
+    std::optional<std::string> failure;
+    for (const int threads : counts)
+      for (const GemmCase& g : CheckCases())
+        if (!failure && g.m >= 1024) failure = CheckThreadInvariance(g, r.kernels, seed++, threads);
     openblas_set_num_threads(default_threads);
+    if (failure) {
+      r.outcome = GemmProbeResult::Outcome::kWrong;
+      r.detail = std::move(*failure);
+      return r;
+    }
   }
   if (work.time) r.gflops = TimeKernels(work.time_budget_ms);
   return r;

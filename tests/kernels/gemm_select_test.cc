@@ -38,12 +38,19 @@ TEST(GemmProbeTest, TheLoadedKernelsPassAndAreTimed) {
   EXPECT_GT(timed.gflops, 0.5);
 }
 
-TEST(GemmProbeTest, AnArmedFaultPointMakesTheCheckFail) {
-  if (!fault::Enabled()) GTEST_SKIP() << "fault points compiled out";
-  const std::string point = std::string("kernels.gemm_probe.wrong.") + openblas_get_corename();
-  fault::Arm(point, {fault::Action::kError, 0, 0});
+// The probe of the loaded kernels with the fault point "kernels.gemm_probe.<kind>.<kernels>"
+// armed.
+GemmProbeResult ProbeWithFault(const std::string& kind) {
+  fault::Arm("kernels.gemm_probe." + kind + "." + openblas_get_corename(),
+             {fault::Action::kError, 0, 0});
   const GemmProbeResult r = cpu::RunGemmProbe({});
   fault::DisarmAll();
+  return r;
+}
+
+TEST(GemmProbeTest, AnArmedFaultPointMakesTheCheckFail) {
+  if (!fault::Enabled()) GTEST_SKIP() << "fault points compiled out";
+  const GemmProbeResult r = ProbeWithFault("wrong");
   EXPECT_EQ(r.outcome, Outcome::kWrong);
   EXPECT_NE(r.detail.find("C[0,0]"), std::string::npos) << r.detail;
   EXPECT_EQ(r.gflops, 0.0) << "a wrong set is not timed";
@@ -51,10 +58,7 @@ TEST(GemmProbeTest, AnArmedFaultPointMakesTheCheckFail) {
 
 TEST(GemmProbeTest, ASetWhoseBitsDependOnTheThreadCountIsRejected) {
   if (!fault::Enabled()) GTEST_SKIP() << "fault points compiled out";
-  const std::string point = std::string("kernels.gemm_probe.threads.") + openblas_get_corename();
-  fault::Arm(point, {fault::Action::kError, 0, 0});
-  const GemmProbeResult r = cpu::RunGemmProbe({});
-  fault::DisarmAll();
+  const GemmProbeResult r = ProbeWithFault("threads");
   EXPECT_EQ(r.outcome, Outcome::kWrong);
   EXPECT_TRUE(r.detail.starts_with(cpu::kThreadDependent)) << r.detail;
   EXPECT_NE(r.detail.find("m=1024"), std::string::npos) << r.detail;
