@@ -107,9 +107,10 @@ Status ScopeFaultsToRank(int rank, int ranks) {
   return Status();
 }
 
-// A worker's report of each step once its saves are done: the on_step hook, and on rank 0 the
-// progress lines ("step N/M  loss L  lr R  T tok/s" every train.log_every steps and after the
-// last; "step N: val_loss V") and the metrics file.
+// A worker's report of each step: on rank 0 the metrics file (each line as its step or evaluation
+// ends, written out before each checkpoint); once the step's saves are done the on_step hook, and
+// on rank 0 the progress lines ("step N/M  loss L  lr R  T tok/s" every train.log_every steps
+// and after the last; "step N: val_loss V").
 class WorkerReporter final : public TrainLoopReporter {
  public:
   // Reports for the worker of `options` (rank 0 when `lead`), calling `note_activity` before
@@ -121,19 +122,26 @@ class WorkerReporter final : public TrainLoopReporter {
   // Opens the metrics file (rank 0), appending on resume. Errors: RunMetrics::Open's.
   Status OpenMetrics(bool append) { return metrics_.Open(config_.metrics.path, append); }
 
+  void StepTaken(const StepReport& r) override {
+    if (lead_)
+      metrics_.WriteStep(r.stats, r.tokens_per_s, config_.train.precision == "fp16",
+                         options_.generation);
+  }
+  void Evaluated(int64_t step, double val_loss) override {
+    if (lead_) metrics_.WriteEval(step, val_loss);
+  }
+  void Saving(int64_t step) override { metrics_.WaitWrittenBeforeCheckpoint(step); }
   void StepSaved(const StepReport& r) override {
     const StepStats& s = r.stats;
     note_activity_();
     if (options_.on_step) options_.on_step(s, r.seconds);
     if (!lead_) return;
-    metrics_.WriteStep(s, r.tokens_per_s, config_.train.precision == "fp16", options_.generation);
     if (r.last || config_.train.log_every <= 0 || s.step % config_.train.log_every == 0)
       std::printf("step %lld/%lld  loss %.4f  lr %.2e  %.0f tok/s\n",
                   static_cast<long long>(s.step), static_cast<long long>(config_.train.steps),
                   s.loss, s.lr, r.tokens_per_s);
     if (r.val_loss) {
       std::printf("step %lld: val_loss %.4f\n", static_cast<long long>(s.step), *r.val_loss);
-      metrics_.WriteEval(s.step, *r.val_loss);
     }
   }
 

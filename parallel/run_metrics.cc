@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/log.h"
 #include "parallel/trainer.h"
 
 namespace rt::parallel {
@@ -22,6 +23,7 @@ RunMetrics::~RunMetrics() {
 
 Status RunMetrics::Open(const std::string& path, bool append) {
   if (path.empty()) return Status();
+  path_ = path;
   out_.open(path, append ? std::ios::app : std::ios::trunc);
   if (!out_) return ErrnoStatus(errno, "open metrics file '" + path + "'");
   writer_ = std::thread([this] { WriteLines(); });
@@ -48,11 +50,28 @@ void RunMetrics::WriteEval(int64_t step, double val_loss) {
   Queue(nlohmann::ordered_json({{"step", step}, {"val_loss", val_loss}}).dump());
 }
 
+Status RunMetrics::WaitWritten(std::chrono::milliseconds deadline) {
+  if (!out_.is_open()) return Status();
+  std::unique_lock lock(mu_);
+  const uint64_t queued = lines_queued_;
+  if (!written_.wait_for(lock, deadline, [&] { return lines_written_ >= queued; }))
+    return DeadlineExceeded("metrics file '" + path_ +
+                            "': " + std::to_string(queued - lines_written_) +
+                            " lines not written in " + std::to_string(deadline.count()) + " ms");
+  return Status();
+}
+
+void RunMetrics::WaitWrittenBeforeCheckpoint(int64_t step) {
+  if (Status s = WaitWritten(std::chrono::seconds(10)); !s.ok())
+    LOG_WARN("checkpoint of step {} goes ahead without every metrics line: {}", step, s.ToString());
+}
+
 void RunMetrics::Queue(std::string line) {
   line += '\n';
   {
     std::lock_guard lock(mu_);
     lines_.push_back(std::move(line));
+    ++lines_queued_;
   }
   queued_.notify_one();
 }
@@ -68,6 +87,8 @@ void RunMetrics::WriteLines() {
     for (const std::string& line : batch) out_ << line;
     out_ << std::flush;
     lock.lock();
+    lines_written_ += batch.size();
+    written_.notify_all();
   }
 }
 

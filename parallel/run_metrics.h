@@ -4,6 +4,7 @@
 // (docs/formats/metrics_file.md).
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -40,6 +41,13 @@ class RunMetrics {
                  const std::string& generation);
   // The line of the evaluation after step `step`.
   void WriteEval(int64_t step, double val_loss);
+  // Waits until every line queued so far is written and flushed, or `deadline` passed (then
+  // DeadlineExceeded naming the file). A run calls it before a checkpoint, so that the file
+  // holds every step up to the one it resumes from after a crash.
+  Status WaitWritten(std::chrono::milliseconds deadline);
+  // Before the checkpoint of step `step`: WaitWritten with 10 s, logging a warning that names
+  // the step when it fails (the run goes on; only the metrics file may then miss lines).
+  void WaitWrittenBeforeCheckpoint(int64_t step);
 
  private:
   // Queues `line` for the writer thread.
@@ -47,11 +55,15 @@ class RunMetrics {
   // The writer thread: writes and flushes queued lines until the destructor stops it.
   void WriteLines();
 
+  std::string path_;
   std::ofstream out_;
   std::thread writer_;
   std::mutex mu_;
   std::condition_variable queued_;
+  std::condition_variable written_;
   std::deque<std::string> lines_;  // guarded by mu_
+  uint64_t lines_queued_ = 0;      // guarded by mu_: lines queued since Open
+  uint64_t lines_written_ = 0;     // guarded by mu_: of those, written and flushed
   bool closing_ = false;           // guarded by mu_
 };
 

@@ -14,7 +14,9 @@ namespace {
 // the step when that is enough, else (or when it failed) saves the checkpoint of the step, when
 // none was, and finishes the checkpoints. Errors: those of the checkpoints.
 Status StopAsPlanned(RunCheckpoints& checkpoints, TrainingEngine& engine, int64_t step,
-                     const PlannedStop& stop, const TrainLoopOptions& options) {
+                     const PlannedStop& stop, const TrainLoopOptions& options,
+                     TrainLoopReporter& reporter) {
+  reporter.Saving(step);
   const auto stopped = [&](const char* what, const std::string& snapshot_in) {
     if (options.print)
       std::printf(
@@ -89,15 +91,17 @@ Status RunTrainLoop(const RunConfig& config, TrainingEngine& engine, RunCheckpoi
       ASSIGN_OR_RETURN(r.val_loss, engine.Evaluate(val_tokens, config.eval.batches));
       reporter.Evaluated(step, *r.val_loss);
     }
-    if (checkpoints && checkpoints->Due(step, r.last))
+    if (checkpoints && checkpoints->Due(step, r.last)) {
+      reporter.Saving(step);
       RETURN_IF_ERROR(checkpoints->Save(step, engine.Shards(), engine.state()));
+    }
     reporter.StepSaved(r);
     if (!options.stop_at || r.last) continue;
     // Every rank takes the same decision from the same all-reduced stop.
     ASSIGN_OR_RETURN(const int64_t agreed,
                      checkpoints->Reduce(EncodeStop(options.stop_at()), comm::ReduceOp::kMin));
     if (const PlannedStop stop = DecodeStop(agreed); stop.step <= step)
-      return StopAsPlanned(*checkpoints, engine, step, stop, options);
+      return StopAsPlanned(*checkpoints, engine, step, stop, options, reporter);
   }
   reporter.Finished();
   if (checkpoints) {

@@ -1,8 +1,9 @@
 // The metrics file writer (parallel/run_metrics.h): every queued line reaches the file in order
-// and parses back to what was written, a resumed run appends, and a writer without a path
-// writes nothing.
+// and parses back to what was written, WaitWritten returns only once the lines queued before it
+// are in the file, a resumed run appends, and a writer without a path writes nothing.
 #include "parallel/run_metrics.h"
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -82,6 +83,23 @@ TEST_F(RunMetricsTest, EveryLineReachesTheFileInOrder) {
       EXPECT_EQ(lines[i++]["val_loss"].get<double>(), 1.5);
     }
   }
+}
+
+TEST_F(RunMetricsTest, WaitWrittenReturnsOnceTheQueuedLinesAreInTheFile) {
+  const fs::path path = dir_ / "m.jsonl";
+  RunMetrics metrics;
+  ASSERT_TRUE(metrics.Open(path.string(), false).ok());
+  for (int64_t step = 1; step <= 3000; ++step) {
+    metrics.WriteStep(Stats(step), 1.0, false, "");
+    if (step % 1000 != 0) continue;
+    const Status s = metrics.WaitWritten(std::chrono::seconds(30));
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    const std::vector<nlohmann::json> lines = ReadLines(path);  // while the writer still runs
+    ASSERT_EQ(lines.size(), static_cast<size_t>(step));
+    EXPECT_EQ(lines.back()["step"], step);
+  }
+  RunMetrics none;  // without a file there is nothing to wait for
+  EXPECT_TRUE(none.WaitWritten(std::chrono::milliseconds(0)).ok());
 }
 
 TEST_F(RunMetricsTest, AResumedRunAppendsAndAFreshOneTruncates) {

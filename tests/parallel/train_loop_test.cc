@@ -24,7 +24,7 @@ namespace {
 using rt::testing::PatternTokens;
 using rt::testing::TinyConfig;
 
-// One reporter call, as "taken 3 loss=…", "eval 3 val=…", "saved 3 val=…" or "finished".
+// One reporter call, as "taken 3", "eval 3", "saving 4", "saved 3 val" or "finished".
 class RecordingReporter final : public TrainLoopReporter {
  public:
   void StepTaken(const StepReport& r) override {
@@ -36,6 +36,7 @@ class RecordingReporter final : public TrainLoopReporter {
     events.push_back("eval " + std::to_string(step));
     val_losses.push_back(val_loss);
   }
+  void Saving(int64_t step) override { events.push_back("saving " + std::to_string(step)); }
   void StepSaved(const StepReport& r) override {
     events.push_back("saved " + std::to_string(r.stats.step) + Last(r) +
                      (r.val_loss ? " val" : ""));
@@ -63,7 +64,7 @@ RunConfig LoopConfig(int64_t steps, const std::string& dir) {
 }
 
 // What RunTrainLoop should report for steps 1..`end` of `config`: the formulas of eval.every
-// (and the last step) for evaluations.
+// (and the last step) for evaluations, of ckpt.every (and the last step) for saves.
 std::vector<std::string> ExpectedEvents(const RunConfig& config, int64_t end) {
   std::vector<std::string> e;
   for (int64_t s = 1; s <= end; ++s) {
@@ -71,6 +72,7 @@ std::vector<std::string> ExpectedEvents(const RunConfig& config, int64_t end) {
     const bool eval = s % config.eval.every == 0 || s == end;
     e.push_back("taken " + std::to_string(s) + last);
     if (eval) e.push_back("eval " + std::to_string(s));
+    if (s % config.ckpt.every == 0 || s == end) e.push_back("saving " + std::to_string(s));
     e.push_back("saved " + std::to_string(s) + last + (eval ? " val" : ""));
   }
   e.push_back("finished");

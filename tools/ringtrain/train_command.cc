@@ -78,6 +78,7 @@ class ProgressReporter final : public parallel::TrainLoopReporter {
     progress_.Line(line);
     metrics_.WriteEval(step, val_loss);
   }
+  void Saving(int64_t step) override { metrics_.WaitWrittenBeforeCheckpoint(step); }
   void Finished() override { progress_.Finish(); }
 
  private:
