@@ -135,14 +135,12 @@ class Cluster : public ChainTransport, public ChainRouter {
     return Status();
   }
 
-  // Waits until every chain has every home member serving.
+  // Waits until every chain has every home member serving, and every live home member holds
+  // the manager's current config (the pump delivers a config after the manager decided it).
   bool WaitHealthy(std::chrono::milliseconds timeout) {
     const auto end = std::chrono::steady_clock::now() + timeout;
     while (std::chrono::steady_clock::now() < end) {
-      {
-        std::lock_guard lock(manager_mu_);
-        if (manager_->AllHealthy()) return true;
-      }
+      if (HealthyAndDelivered()) return true;
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     return false;
@@ -173,6 +171,23 @@ class Cluster : public ChainTransport, public ChainRouter {
     std::lock_guard lock(nodes_mu_);
     nodes_[n] = node;
     return Status();
+  }
+
+  // Whether the manager has every chain healthy and every live home member holds its config.
+  bool HealthyAndDelivered() {
+    std::vector<chain::ChainConfig> current;
+    {
+      std::lock_guard lock(manager_mu_);
+      if (!manager_->AllHealthy()) return false;
+      for (const auto& c : layout_) current.push_back(manager_->config(c.chain));
+    }
+    for (const auto& c : current)
+      for (const auto& home : layout_[c.chain].members)
+        if (auto node = Get(home.node)) {
+          const std::optional<chain::ChainConfig> held = node->chain->Config(c.chain);
+          if (!held || held->version != c.version) return false;
+        }
+    return true;
   }
 
   std::shared_ptr<Node> Get(chain::NodeId n) {
