@@ -255,7 +255,9 @@ Status BootstrapMesh(const CommOptions& options, const std::string& scope, Mesh&
                        "bootstrap: no connection from " + missing + " before the deadline");
       break;
     }
-    io.run_for(std::chrono::milliseconds(50));
+    // One handler at a time, so that the loop ends as soon as the last connection is in (a
+    // slice would wait out its 50 ms behind the acceptor's next accept).
+    io.run_one_for(std::chrono::milliseconds(50));
   }
   if (!failure.ok()) return failure;
   acceptor.close(ec);
