@@ -16,6 +16,10 @@ namespace rt::ckpt {
 namespace {
 
 constexpr int kReadThreads = 4;
+// Pieces of one file merge into one read while the bytes between them are at most
+// kMergeGapBytes and the read stays within kMaxMergedReadBytes.
+constexpr uint64_t kMergeGapBytes = 64 << 10;
+constexpr uint64_t kMaxMergedReadBytes = 16 << 20;
 
 Region RegionOf(const TensorEntry& t, const StoredPiece& p) {
   Region r;
@@ -68,30 +72,105 @@ Result<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(std::shared_ptr
 }
 
 std::string CheckpointReader::Where(const TensorEntry& t, const StoredPiece& p) const {
-  std::string s = storage_->uri() + "/" +
-                  JoinPath(StepDir(manifest_.step), manifest_.files[p.file]) + " bytes [" +
-                  std::to_string(p.offset) + ", " + std::to_string(p.offset + p.length) + ") of " +
-                  StateKindName(t.kind) + " '" + t.name + "' box " + p.box_offset.ToString() + "+" +
-                  p.box_size.ToString();
+  std::string s = storage_->uri() + "/" + FilePath(p.file) + " bytes [" + std::to_string(p.offset) +
+                  ", " + std::to_string(p.offset + p.length) + ") of " + StateKindName(t.kind) +
+                  " '" + t.name + "' box " + p.box_offset.ToString() + "+" + p.box_size.ToString();
   if (p.has_flat_range)
     s += " flat [" + std::to_string(p.flat_begin) + ", " + std::to_string(p.flat_end) + ")";
   return s;
 }
 
-Result<std::vector<uint8_t>> CheckpointReader::ReadPiece(const TensorEntry& t,
-                                                         const StoredPiece& p) {
-  std::vector<uint8_t> stored(p.length);
-  const std::string path = JoinPath(StepDir(manifest_.step), manifest_.files[p.file]);
-  RETURN_IF_ERROR(storage_->ReadRange(path, p.offset, stored).WithContext(Where(t, p)));
-  bytes_read_.fetch_add(stored.size(), std::memory_order_relaxed);
+std::string CheckpointReader::FilePath(uint32_t file) const {
+  return JoinPath(StepDir(manifest_.step), manifest_.files[file]);
+}
+
+Result<std::span<const uint8_t>> CheckpointReader::DecodePiece(
+    const TensorEntry& t, const StoredPiece& p, std::span<const uint8_t> stored,
+    std::vector<uint8_t>* scratch) const {
   const uint32_t crc = Crc32c(stored.data(), stored.size());
   if (crc != p.crc32c)
     return Corruption(Where(t, p) + ": CRC32C mismatch (stored " + std::to_string(p.crc32c) +
                       ", computed " + std::to_string(crc) + ")");
   if (p.codec == Codec::kNone) return stored;
-  std::vector<uint8_t> raw(p.raw_length);
-  RETURN_IF_ERROR(Decode(p.codec, DTypeSize(t.dtype), stored, raw).WithContext(Where(t, p)));
-  return raw;
+  scratch->resize(p.raw_length);
+  RETURN_IF_ERROR(Decode(p.codec, DTypeSize(t.dtype), stored, *scratch).WithContext(Where(t, p)));
+  return std::span<const uint8_t>(*scratch);
+}
+
+Status CheckpointReader::ReadPieces(
+    const std::vector<PieceRef>& pieces,
+    const std::function<Status(size_t k, std::span<const uint8_t> raw)>& use,
+    const std::function<void(Status)>& on_error) {
+  auto stored_of = [&](size_t k) -> const StoredPiece& {
+    return pieces[k].tensor->pieces[pieces[k].piece];
+  };
+  // In file order, so that neighbours merge and consecutive reads are near each other.
+  std::vector<size_t> order(pieces.size());
+  for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return std::tie(stored_of(a).file, stored_of(a).offset) <
+           std::tie(stored_of(b).file, stored_of(b).offset);
+  });
+  struct MergedRead {
+    uint32_t file;
+    uint64_t begin, end;     // bytes [begin, end) of the file
+    std::vector<size_t> ks;  // the pieces it holds
+  };
+  std::vector<MergedRead> reads;
+  for (size_t k : order) {
+    const StoredPiece& p = stored_of(k);
+    const uint64_t end = p.offset + p.length;
+    if (!reads.empty()) {
+      MergedRead& r = reads.back();
+      const uint64_t merged_end = std::max(r.end, end);
+      if (r.file == p.file && (p.offset <= r.end || p.offset - r.end <= kMergeGapBytes) &&
+          merged_end - r.begin <= kMaxMergedReadBytes) {
+        r.end = merged_end;
+        r.ks.push_back(k);
+        continue;
+      }
+    }
+    reads.push_back(MergedRead{p.file, p.offset, end, {k}});
+  }
+  // Decodes and uses piece k from `stored` (its bytes).
+  auto finish = [&](size_t k, std::span<const uint8_t> stored) -> Status {
+    std::vector<uint8_t> scratch;
+    ASSIGN_OR_RETURN(std::span<const uint8_t> raw,
+                     DecodePiece(*pieces[k].tensor, stored_of(k), stored, &scratch));
+    return use(k, raw);
+  };
+  std::mutex mu;  // serializes on_error
+  return ParallelFor(reads.size(), kReadThreads, [&](size_t i) -> Status {
+    const MergedRead& r = reads[i];
+    // A lone piece, or the pieces of a merged read that failed, are read one by one.
+    std::vector<uint8_t> bytes;
+    bool merged = false;
+    if (r.ks.size() > 1) {
+      bytes.resize(r.end - r.begin);
+      merged = storage_->ReadRange(FilePath(r.file), r.begin, bytes).ok();
+      if (merged) bytes_read_.fetch_add(bytes.size(), std::memory_order_relaxed);
+    }
+    for (size_t k : r.ks) {
+      const StoredPiece& p = stored_of(k);
+      Status s;
+      if (merged) {
+        s = finish(k, std::span<const uint8_t>(bytes).subspan(p.offset - r.begin, p.length));
+      } else {
+        std::vector<uint8_t> stored(p.length);
+        s = storage_->ReadRange(FilePath(p.file), p.offset, stored)
+                .WithContext(Where(*pieces[k].tensor, p));
+        if (s.ok()) {
+          bytes_read_.fetch_add(stored.size(), std::memory_order_relaxed);
+          s = finish(k, stored);
+        }
+      }
+      if (s.ok()) continue;
+      if (!on_error) return s;
+      std::lock_guard lock(mu);
+      on_error(std::move(s));
+    }
+    return Status();
+  });
 }
 
 Status CheckpointReader::Load(const StateShards& dest) {
@@ -139,20 +218,17 @@ Status CheckpointReader::Load(const StateShards& dest) {
                         std::to_string(region.numel()) + " elements of destination box " +
                         s.box_offset.ToString() + "+" + s.box_size.ToString());
   }
-  std::vector<std::pair<std::pair<const TensorEntry*, size_t>, std::vector<size_t>>> items(
-      work.begin(), work.end());
-  // In file order, so that consecutive reads are near each other.
-  std::sort(items.begin(), items.end(), [](const auto& a, const auto& b) {
-    const StoredPiece& pa = a.first.first->pieces[a.first.second];
-    const StoredPiece& pb = b.first.first->pieces[b.first.second];
-    return std::tie(pa.file, pa.offset) < std::tie(pb.file, pb.offset);
-  });
-  RETURN_IF_ERROR(ParallelFor(items.size(), kReadThreads, [&](size_t k) -> Status {
-    const TensorEntry& t = *items[k].first.first;
-    const StoredPiece& p = t.pieces[items[k].first.second];
-    ASSIGN_OR_RETURN(std::vector<uint8_t> raw, ReadPiece(t, p));
+  std::vector<PieceRef> refs;
+  std::vector<const std::vector<size_t>*> users;  // per ref: the destinations it fills
+  for (const auto& [piece, destinations] : work) {
+    refs.push_back(PieceRef{piece.first, piece.second});
+    users.push_back(&destinations);
+  }
+  RETURN_IF_ERROR(ReadPieces(refs, [&](size_t k, std::span<const uint8_t> raw) -> Status {
+    const TensorEntry& t = *refs[k].tensor;
+    const StoredPiece& p = t.pieces[refs[k].piece];
     const size_t esize = DTypeSize(t.dtype);
-    for (size_t i : items[k].second) {
+    for (size_t i : *users[k]) {
       uint8_t* out = target[i];
       ForEachOverlap(RegionOf(t, p), ckpt::RegionOf(dest.shards[i]),
                      [&](int64_t a, int64_t b, int64_t n) {
@@ -173,18 +249,12 @@ Status CheckpointReader::Load(const StateShards& dest) {
 
 Result<std::vector<std::string>> CheckpointReader::Verify() {
   std::vector<std::string> problems;
-  std::mutex mu;
-  std::vector<std::pair<const TensorEntry*, const StoredPiece*>> pieces;
+  std::vector<PieceRef> pieces;
   for (const TensorEntry& t : manifest_.tensors)
-    for (const StoredPiece& p : t.pieces) pieces.push_back({&t, &p});
-  (void)ParallelFor(pieces.size(), kReadThreads, [&](size_t k) -> Status {
-    auto raw = ReadPiece(*pieces[k].first, *pieces[k].second);
-    if (!raw.ok()) {
-      std::lock_guard lock(mu);
-      problems.push_back(raw.status().ToString());
-    }
-    return Status();
-  });
+    for (size_t p = 0; p < t.pieces.size(); ++p) pieces.push_back(PieceRef{&t, p});
+  (void)ReadPieces(
+      pieces, [](size_t, std::span<const uint8_t>) { return Status(); },
+      [&](Status s) { problems.push_back(s.ToString()); });
   for (const TensorEntry& t : manifest_.tensors) {
     const int64_t n = t.global_shape.numel();
     std::vector<uint8_t> count(static_cast<size_t>(n), 0);

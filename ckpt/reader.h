@@ -5,7 +5,9 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -35,11 +37,8 @@ class CheckpointReader {
   // exactly, OutOfRange for a truncated file, NotFound for a missing file.
   Status Load(const StateShards& dest);
 
-  // Reads, verifies and decodes one stored piece of `tensor` (raw bytes of its elements).
-  Result<std::vector<uint8_t>> ReadPiece(const TensorEntry& tensor, const StoredPiece& piece);
-
   // Bytes read from the storage so far: the MANIFEST and every stored piece read (as stored,
-  // before decoding). Thread-safe.
+  // before decoding), with the few bytes between neighbouring pieces read together. Thread-safe.
   uint64_t bytes_read() const { return bytes_read_.load(std::memory_order_relaxed); }
 
   // Checks the whole checkpoint: every piece's CRC32C and encoding, every tensor element stored
@@ -50,8 +49,30 @@ class CheckpointReader {
  private:
   CheckpointReader(std::shared_ptr<Storage> storage, Manifest manifest, uint64_t manifest_bytes)
       : storage_(std::move(storage)), manifest_(std::move(manifest)), bytes_read_(manifest_bytes) {}
+  // One stored piece to read: the tensor and the index of its piece.
+  struct PieceRef {
+    const TensorEntry* tensor;
+    size_t piece;
+  };
+  // Reads `pieces` and calls use(k, raw) with the raw bytes of pieces[k] (decoded, CRC32C
+  // checked), from up to kReadThreads threads at once. Neighbouring pieces of one file are read
+  // with one storage call (a call per piece costs a round trip on the chunk store and the memory
+  // tier); when such a merged read fails, its pieces are read one by one, so that an error names
+  // the piece. Without `on_error`, stops at the first error (of a read, a check or `use`) and
+  // returns it; with it, passes it every piece's error (from any of the threads, one call at a
+  // time) and reads on.
+  Status ReadPieces(const std::vector<PieceRef>& pieces,
+                    const std::function<Status(size_t k, std::span<const uint8_t> raw)>& use,
+                    const std::function<void(Status)>& on_error = {});
+  // The raw bytes of `piece` of `tensor` from its stored bytes: checks the CRC32C, then decodes
+  // into `scratch` (codec none: `stored` itself). Errors name the piece.
+  Result<std::span<const uint8_t>> DecodePiece(const TensorEntry& tensor, const StoredPiece& piece,
+                                               std::span<const uint8_t> stored,
+                                               std::vector<uint8_t>* scratch) const;
   // "<uri>/step-.../rank-00001.data bytes [a, b) (adam_m 'wte' box ... )" for errors.
   std::string Where(const TensorEntry& tensor, const StoredPiece& piece) const;
+  // The path of data file `file` of the manifest.
+  std::string FilePath(uint32_t file) const;
 
   std::shared_ptr<Storage> storage_;
   Manifest manifest_;

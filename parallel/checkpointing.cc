@@ -362,15 +362,19 @@ Result<TrainerState> RunCheckpoints::Resume(const ckpt::StateShards& dest) {
   const double started = MonoSeconds();
   uint64_t bytes_read = 0;  // by every candidate tried
   // A rank that cannot list says so to the others, so that none waits for it in the agreement.
+  // The seconds of each phase, for the line that says where the time went.
+  double listing_s = 0, memory_listing_s = 0, loading_s = 0, agreeing_s = 0;
   double phase = MonoSeconds();
   Result<std::vector<int64_t>> listed =
       created_listing_ ? std::move(*created_listing_) : ckpt::ListCommitted(*storage_);
   created_listing_.reset();
   WarnIfSlow(phase, "resume: listing the checkpoints in " + where);
+  listing_s = MonoSeconds() - phase;
   phase = MonoSeconds();
   ASSIGN_OR_RETURN(const int64_t listed_everywhere,
                    Reduce(listed.ok() ? 1 : 0, comm::ReduceOp::kMin));
   WarnIfSlow(phase, "resume: waiting for every rank to list the checkpoints");
+  agreeing_s += MonoSeconds() - phase;
   if (listed_everywhere == 0) {
     const Status why = listed.ok()
                            ? Unavailable("another rank could not list the checkpoints in " + where)
@@ -387,6 +391,7 @@ Result<TrainerState> RunCheckpoints::Resume(const ckpt::StateShards& dest) {
     phase = MonoSeconds();
     Result<std::vector<int64_t>> in_memory = ckpt::ListCommitted(*memory_);
     WarnIfSlow(phase, "resume: listing the memory snapshots in " + memory_->uri());
+    memory_listing_s = MonoSeconds() - phase;
     if (in_memory.ok()) {
       memory_steps = *in_memory;
     } else {
@@ -408,8 +413,10 @@ Result<TrainerState> RunCheckpoints::Resume(const ckpt::StateShards& dest) {
   for (size_t i = 0;; ++i) {
     // Every rank tries the same candidate: the i-th newest, the same on all of them.
     const int64_t mine = i < candidates.size() ? candidates[i] : -1;
+    phase = MonoSeconds();
     ASSIGN_OR_RETURN(const int64_t low, Reduce(mine, comm::ReduceOp::kMin));
     ASSIGN_OR_RETURN(const int64_t high, Reduce(mine, comm::ReduceOp::kMax));
+    agreeing_s += MonoSeconds() - phase;
     if (low != high)
       return FailedPrecondition("resume from " + where +
                                 ": the ranks see different committed "
@@ -448,11 +455,13 @@ Result<TrainerState> RunCheckpoints::Resume(const ckpt::StateShards& dest) {
       if (s.ok()) state = *decoded;
     }
     WarnIfSlow(phase, "resume: loading " + describe(mine));
+    loading_s += MonoSeconds() - phase;
     phase = MonoSeconds();
     // 1: loaded; 0: passed over (damaged, incomplete); -1: out of reach now (not passed over).
     const int64_t outcome = s.ok() ? 1 : (PassesOver(s, from_memory) ? 0 : -1);
     ASSIGN_OR_RETURN(const int64_t all_ok, Reduce(outcome, comm::ReduceOp::kMin));
     WarnIfSlow(phase, "resume: waiting for every rank to load " + describe(mine));
+    agreeing_s += MonoSeconds() - phase;
     if (all_ok == -1)
       return Unavailable("resume: " + describe(mine) + " is committed but out of reach now (" +
                          (outcome == -1 ? s.ToString() : "on another rank") +
@@ -471,8 +480,12 @@ Result<TrainerState> RunCheckpoints::Resume(const ckpt::StateShards& dest) {
                                   .seconds = MonoSeconds() - started});
       if (state.step != step)
         LOG_WARN("{} holds trainer state of step {}", describe(mine), state.step);
-      LOG_INFO("resuming from {} (written by layout {}, run {})", describe(mine),
-               (*reader)->manifest().layout, (*reader)->manifest().run_id);
+      LOG_INFO(
+          "resuming from {} (written by layout {}, run {}); found and loaded in {:.3f} s "
+          "(listing the checkpoints {:.3f} s, the memory snapshots {:.3f} s, loading {:.3f} s, "
+          "agreeing with the other ranks {:.3f} s)",
+          describe(mine), (*reader)->manifest().layout, (*reader)->manifest().run_id,
+          MonoSeconds() - started, listing_s, memory_listing_s, loading_s, agreeing_s);
       if (state.schedule_steps != config_.train.steps)
         LOG_WARN(
             "train.steps is {} but the checkpoint's learning-rate schedule decays over {} "

@@ -1,6 +1,8 @@
 // Save and load synthetic states: every codec, re-sharding between layouts (boxes along rows and
 // columns, data-parallel replicas, ZeRO-style flat ranges) checked element by element against the
 // naive reference, the spread of replicated writes, async and sync saves, retention.
+#include <atomic>
+#include <cstdint>
 #include <filesystem>
 #include <map>
 
@@ -145,6 +147,71 @@ TEST(RoundTripTest, FootprintsAddUpToTheStepFolder) {
   testing::SynthRank whole = testing::MakeRank({.tp = 1, .dp = 1}, 0, false);
   ASSERT_TRUE(reader->Load(whole.shards).ok());
   EXPECT_EQ(reader->bytes_read(), folder);
+}
+
+// A storage that counts the range reads it passes on, and refuses those longer than
+// `refuse_above` bytes (a store whose requests are size-limited, or a merged read that fails).
+class CountingStorage : public Storage {
+ public:
+  CountingStorage(std::shared_ptr<Storage> inner, uint64_t refuse_above)
+      : inner_(std::move(inner)), refuse_above_(refuse_above) {}
+  Result<std::unique_ptr<StorageFileWriter>> CreateFile(const std::string& path) override {
+    return inner_->CreateFile(path);
+  }
+  Result<std::vector<uint8_t>> ReadFile(const std::string& path) override {
+    return inner_->ReadFile(path);
+  }
+  Status ReadRange(const std::string& path, uint64_t offset, std::span<uint8_t> out) override {
+    ++range_reads;
+    if (out.size() > refuse_above_)
+      return Unavailable("reads of more than " + std::to_string(refuse_above_) + " bytes refused");
+    return inner_->ReadRange(path, offset, out);
+  }
+  Result<std::vector<std::string>> List(const std::string& dir) override {
+    return inner_->List(dir);
+  }
+  Result<uint64_t> FileSize(const std::string& path) override { return inner_->FileSize(path); }
+  Status Remove(const std::string& path) override { return inner_->Remove(path); }
+  Status RenameAtomic(const std::string& from, const std::string& to) override {
+    return inner_->RenameAtomic(from, to);
+  }
+  std::string uri() const override { return inner_->uri(); }
+
+  std::atomic<int> range_reads{0};
+
+ private:
+  std::shared_ptr<Storage> inner_;
+  uint64_t refuse_above_;
+};
+
+// The pieces a load needs are read with one storage call per data file when they lie next to
+// each other (a call per piece costs a round trip on the chunk store and the memory tier); when
+// such a read fails, the pieces are read one by one and the load still succeeds.
+TEST(RoundTripTest, NeighbouringPiecesAreReadTogetherAndOneByOneWhenThatFails) {
+  TempDir dir("merged");
+  const SynthLayout layout{.tp = 2, .dp = 2};
+  ASSERT_TRUE(SaveLayout(Posix(dir), layout, 3, {.piece_bytes = 64}).ok());
+  auto reader = CheckpointReader::Open(Posix(dir), 3).value();
+  size_t pieces = 0;
+  for (const TensorEntry& t : reader->manifest().tensors) pieces += t.pieces.size();
+  int files = 0;  // data files that hold pieces
+  for (int r = 0; r < layout.world(); ++r)
+    files += std::filesystem::file_size(dir.path() + "/" + StepDir(3) + "/" + DataFile(r)) > 0;
+  ASSERT_GT(pieces, static_cast<size_t>(8 * files));
+
+  auto counting = std::make_shared<CountingStorage>(Posix(dir), UINT64_MAX);
+  ASSERT_TRUE(LoadAndCheck(counting, {.tp = 1, .dp = 1}, 3).ok());
+  EXPECT_EQ(counting->range_reads, files);  // every piece of every file, each file at once
+  counting->range_reads = 0;
+  ASSERT_TRUE(LoadAndCheck(counting, {.tp = 2, .dp = 1}, 3).ok());
+  EXPECT_LE(counting->range_reads, 2 * files);  // two ranks, each needing parts of the files
+
+  auto refusing = std::make_shared<CountingStorage>(Posix(dir), 64);
+  ASSERT_TRUE(LoadAndCheck(refusing, {.tp = 1, .dp = 1}, 3).ok());
+  EXPECT_EQ(refusing->range_reads, files + static_cast<int>(pieces));
+  auto problems = CheckpointReader::Open(refusing, 3).value()->Verify();
+  ASSERT_TRUE(problems.ok()) << problems.status().ToString();
+  EXPECT_TRUE(problems->empty()) << problems->front();
 }
 
 TEST(RoundTripTest, RetentionKeepsNewestAndCleansFragments) {
