@@ -63,6 +63,8 @@ class RunCheckpoints {
   // (it stays committed; the writer only commits newer steps), which it logs; or a memory
   // snapshot is due (`step` a multiple of ckpt.memory_every).
   bool Due(int64_t step, bool last);
+  // Whether the last Due found the checkpoint due (not only a memory snapshot).
+  bool durable_due() const { return durable_due_; }
 
   // Starts the saves that the last Due(step, ...) found due: of `shards` and `state` as the
   // checkpoint of `step` (waiting first, with a log line, while the previous save still runs),

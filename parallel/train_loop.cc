@@ -16,7 +16,6 @@ namespace {
 Status StopAsPlanned(RunCheckpoints& checkpoints, TrainingEngine& engine, int64_t step,
                      const PlannedStop& stop, const TrainLoopOptions& options,
                      TrainLoopReporter& reporter) {
-  reporter.Saving(step);
   const auto stopped = [&](const char* what, const std::string& snapshot_in) {
     if (options.print)
       std::printf(
@@ -34,8 +33,10 @@ Status StopAsPlanned(RunCheckpoints& checkpoints, TrainingEngine& engine, int64_
       return Status();
     }
   }
-  if (checkpoints.durable_step() != step)
+  if (checkpoints.durable_step() != step) {
+    reporter.Saving(step);
     RETURN_IF_ERROR(checkpoints.Save(step, engine.Shards(), engine.state()));
+  }
   RETURN_IF_ERROR(
       checkpoints.Finish().WithContext("planned stop after step " + std::to_string(step)));
   stopped("checkpoint", "");
@@ -92,7 +93,7 @@ Status RunTrainLoop(const RunConfig& config, TrainingEngine& engine, RunCheckpoi
       reporter.Evaluated(step, *r.val_loss);
     }
     if (checkpoints && checkpoints->Due(step, r.last)) {
-      reporter.Saving(step);
+      if (checkpoints->durable_due()) reporter.Saving(step);
       RETURN_IF_ERROR(checkpoints->Save(step, engine.Shards(), engine.state()));
     }
     reporter.StepSaved(r);

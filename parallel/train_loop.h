@@ -43,9 +43,9 @@ class TrainLoopReporter {
   virtual void StepTaken(const StepReport& /*report*/) {}
   // Right after the evaluation due after step `step`.
   virtual void Evaluated(int64_t /*step*/, double /*val_loss*/) {}
-  // Right before a checkpoint or memory snapshot of step `step` starts (a due save or a planned
-  // stop's): what the reporter recorded of the steps up to it should be on disk
-  // before the run can resume from it.
+  // Right before the checkpoint of step `step` starts (a due one or a planned stop's; not before
+  // a memory snapshot alone, taken as often as every step): what the reporter recorded of the
+  // steps up to it should be on disk before the run can resume from it.
   virtual void Saving(int64_t /*step*/) {}
   // After the step, its evaluation and the saves due after it. A save first waits for the one
   // before to commit, so when every step is saved a step is reported here only once the one
