@@ -36,6 +36,19 @@ std::string ShardName(const TensorShard& s) {
   return std::string(StateKindName(s.kind)) + " '" + s.name + "'";
 }
 
+// Whether `s` says the storage cannot be reached or answered too late (not that the bytes asked
+// for are missing or bad): a retry of part of the request would wait the same way.
+bool IsOutOfReach(const Status& s) {
+  switch (s.code()) {
+    case StatusCode::kUnavailable:
+    case StatusCode::kDeadlineExceeded:
+    case StatusCode::kAborted:
+      return true;
+    default:
+      return false;
+  }
+}
+
 // Runs fn(i) for i in [0, n) on up to `threads` threads; returns the first error.
 Status ParallelFor(size_t n, int threads, const std::function<Status(size_t)>& fn) {
   std::atomic<size_t> next{0};
@@ -142,13 +155,24 @@ Status CheckpointReader::ReadPieces(
   std::mutex mu;  // serializes on_error
   return ParallelFor(reads.size(), kReadThreads, [&](size_t i) -> Status {
     const MergedRead& r = reads[i];
-    // A lone piece, or the pieces of a merged read that failed, are read one by one.
+    // A lone piece, or the pieces of a merged read that failed, are read one by one — unless
+    // the storage is out of reach or too slow now: every piece would wait for it again.
     std::vector<uint8_t> bytes;
     bool merged = false;
     if (r.ks.size() > 1) {
       bytes.resize(r.end - r.begin);
-      merged = storage_->ReadRange(FilePath(r.file), r.begin, bytes).ok();
+      Status read = storage_->ReadRange(FilePath(r.file), r.begin, bytes);
+      merged = read.ok();
       if (merged) bytes_read_.fetch_add(bytes.size(), std::memory_order_relaxed);
+      if (IsOutOfReach(read)) {
+        read = read.WithContext(Where(*pieces[r.ks.front()].tensor, stored_of(r.ks.front())) +
+                                " and " + std::to_string(r.ks.size() - 1) +
+                                " more pieces read with it");
+        if (!on_error) return read;
+        std::lock_guard lock(mu);
+        on_error(std::move(read));
+        return Status();
+      }
     }
     for (size_t k : r.ks) {
       const StoredPiece& p = stored_of(k);

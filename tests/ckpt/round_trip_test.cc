@@ -150,11 +150,13 @@ TEST(RoundTripTest, FootprintsAddUpToTheStepFolder) {
 }
 
 // A storage that counts the range reads it passes on, and refuses those longer than
-// `refuse_above` bytes (a store whose requests are size-limited, or a merged read that fails).
+// `refuse_above` bytes with `refusal` (a store whose requests are size-limited, or one out of
+// reach for all but the smallest reads).
 class CountingStorage : public Storage {
  public:
-  CountingStorage(std::shared_ptr<Storage> inner, uint64_t refuse_above)
-      : inner_(std::move(inner)), refuse_above_(refuse_above) {}
+  CountingStorage(std::shared_ptr<Storage> inner, uint64_t refuse_above,
+                  StatusCode refusal = StatusCode::kInvalidArgument)
+      : inner_(std::move(inner)), refuse_above_(refuse_above), refusal_(refusal) {}
   Result<std::unique_ptr<StorageFileWriter>> CreateFile(const std::string& path) override {
     return inner_->CreateFile(path);
   }
@@ -164,7 +166,8 @@ class CountingStorage : public Storage {
   Status ReadRange(const std::string& path, uint64_t offset, std::span<uint8_t> out) override {
     ++range_reads;
     if (out.size() > refuse_above_)
-      return Unavailable("reads of more than " + std::to_string(refuse_above_) + " bytes refused");
+      return Status(refusal_,
+                    "reads of more than " + std::to_string(refuse_above_) + " bytes refused");
     return inner_->ReadRange(path, offset, out);
   }
   Result<std::vector<std::string>> List(const std::string& dir) override {
@@ -182,11 +185,13 @@ class CountingStorage : public Storage {
  private:
   std::shared_ptr<Storage> inner_;
   uint64_t refuse_above_;
+  StatusCode refusal_;
 };
 
 // The pieces a load needs are read with one storage call per data file when they lie next to
 // each other (a call per piece costs a round trip on the chunk store and the memory tier); when
-// such a read fails, the pieces are read one by one and the load still succeeds.
+// such a read fails, the pieces are read one by one and the load still succeeds — unless the
+// storage is out of reach: then the load fails at once, without a retry per piece.
 TEST(RoundTripTest, NeighbouringPiecesAreReadTogetherAndOneByOneWhenThatFails) {
   TempDir dir("merged");
   const SynthLayout layout{.tp = 2, .dp = 2};
@@ -212,6 +217,14 @@ TEST(RoundTripTest, NeighbouringPiecesAreReadTogetherAndOneByOneWhenThatFails) {
   auto problems = CheckpointReader::Open(refusing, 3).value()->Verify();
   ASSERT_TRUE(problems.ok()) << problems.status().ToString();
   EXPECT_TRUE(problems->empty()) << problems->front();
+
+  auto gone = std::make_shared<CountingStorage>(Posix(dir), 64, StatusCode::kUnavailable);
+  testing::SynthRank whole = testing::MakeRank({.tp = 1, .dp = 1}, 0, false);
+  const Status s = CheckpointReader::Open(gone, 3).value()->Load(whole.shards);
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.ToString();
+  EXPECT_NE(s.ToString().find(DataFile(0) + " bytes ["), std::string::npos) << s.ToString();
+  EXPECT_NE(s.ToString().find("more pieces read with it"), std::string::npos) << s.ToString();
+  EXPECT_LE(gone->range_reads, files);  // no piece was retried on its own
 }
 
 TEST(RoundTripTest, RetentionKeepsNewestAndCleansFragments) {
