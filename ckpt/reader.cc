@@ -36,19 +36,6 @@ std::string ShardName(const TensorShard& s) {
   return std::string(StateKindName(s.kind)) + " '" + s.name + "'";
 }
 
-// Whether `s` says the storage cannot be reached or answered too late (not that the bytes asked
-// for are missing or bad): a retry of part of the request would wait the same way.
-bool IsOutOfReach(const Status& s) {
-  switch (s.code()) {
-    case StatusCode::kUnavailable:
-    case StatusCode::kDeadlineExceeded:
-    case StatusCode::kAborted:
-      return true;
-    default:
-      return false;
-  }
-}
-
 // Runs fn(i) for i in [0, n) on up to `threads` threads; returns the first error.
 Status ParallelFor(size_t n, int threads, const std::function<Status(size_t)>& fn) {
   std::atomic<size_t> next{0};
@@ -164,7 +151,7 @@ Status CheckpointReader::ReadPieces(
       Status read = storage_->ReadRange(FilePath(r.file), r.begin, bytes);
       merged = read.ok();
       if (merged) bytes_read_.fetch_add(bytes.size(), std::memory_order_relaxed);
-      if (IsOutOfReach(read)) {
+      if (StorageOutOfReach(read)) {
         read = read.WithContext(Where(*pieces[r.ks.front()].tensor, stored_of(r.ks.front())) +
                                 " and " + std::to_string(r.ks.size() - 1) +
                                 " more pieces read with it");

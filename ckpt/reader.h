@@ -58,10 +58,10 @@ class CheckpointReader {
   // checked), from up to kReadThreads threads at once. Neighbouring pieces of one file are read
   // with one storage call (a call per piece costs a round trip on the chunk store and the memory
   // tier); when such a merged read fails, its pieces are read one by one, so that an error names
-  // the piece — unless the storage is out of reach (Unavailable, DeadlineExceeded, Aborted): that
-  // error, naming the first piece and how many more, is the read's. Without `on_error`, stops at
-  // the first error (of a read, a check or `use`) and returns it; with it, passes it every piece's
-  // error (from any of the threads, one call at a time) and reads on.
+  // the piece — unless the storage is out of reach (StorageOutOfReach): that error, naming the
+  // first piece and how many more, is the read's. Without `on_error`, stops at the first error (of
+  // a read, a check or `use`) and returns it; with it, passes it every piece's error (from any of
+  // the threads, one call at a time) and reads on.
   Status ReadPieces(const std::vector<PieceRef>& pieces,
                     const std::function<Status(size_t k, std::span<const uint8_t> raw)>& use,
                     const std::function<void(Status)>& on_error = {});

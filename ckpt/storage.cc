@@ -97,4 +97,16 @@ Result<std::shared_ptr<Storage>> OpenStorage(const std::string& uri,
   return internal::OpenPosixStorage(dir, uri);
 }
 
+bool StorageOutOfReach(const Status& s) {
+  switch (s.code()) {
+    case StatusCode::kUnavailable:
+    case StatusCode::kDeadlineExceeded:
+    case StatusCode::kNotServing:
+    case StatusCode::kAborted:
+      return true;
+    default:
+      return false;
+  }
+}
+
 }  // namespace rt::ckpt

@@ -91,4 +91,9 @@ Result<std::shared_ptr<Storage>> OpenStorage(const std::string& uri);
 // Joins two relative paths with '/' (either may be empty).
 std::string JoinPath(const std::string& a, const std::string& b);
 
+// Whether `s`, an error of a storage call, says the storage cannot be reached or serve now
+// (Unavailable, DeadlineExceeded, NotServing, Aborted) rather than that the bytes asked for are
+// missing or bad: a retry of any part of the request would meet the same.
+bool StorageOutOfReach(const Status& s);
+
 }  // namespace rt::ckpt

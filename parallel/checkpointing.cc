@@ -345,16 +345,7 @@ Result<int64_t> RunCheckpoints::Reduce(int64_t value, comm::ReduceOp op) {
 }
 
 bool PassesOver(const Status& why, bool from_memory) {
-  if (from_memory) return true;
-  switch (why.code()) {
-    case StatusCode::kUnavailable:
-    case StatusCode::kDeadlineExceeded:
-    case StatusCode::kNotServing:
-    case StatusCode::kAborted:
-      return false;
-    default:
-      return true;
-  }
+  return from_memory || !ckpt::StorageOutOfReach(why);
 }
 
 Result<TrainerState> RunCheckpoints::Resume(const ckpt::StateShards& dest) {
