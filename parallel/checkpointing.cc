@@ -133,7 +133,8 @@ bool RunCheckpoints::Due(int64_t step, bool last) {
 }
 
 Status RunCheckpoints::Save(int64_t step, const ckpt::StateShards& shards,
-                            const TrainerState& state) {
+                            const TrainerState& state,
+                            const std::function<void(bool checkpoint)>& before_checkpoint) {
   const bool durable = durable_due_ || !memory_due_;
   // A planned stop's save (none was due) and the run's last must reach the store if it is back,
   // even right after a failed connect.
@@ -151,6 +152,7 @@ Status RunCheckpoints::Save(int64_t step, const ckpt::StateShards& shards,
     // a snapshot at most memory_every steps old is committed (unless this one fails too: logged).
     if (previous_failed) RETURN_IF_ERROR(SettleMemory().status());
   }
+  if (before_checkpoint) before_checkpoint(durable);
   if (!durable) return Status();
   const double start = MonoSeconds();
   const int64_t previous = durable_pending_.step;

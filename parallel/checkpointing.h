@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -63,8 +64,6 @@ class RunCheckpoints {
   // (it stays committed; the writer only commits newer steps), which it logs; or a memory
   // snapshot is due (`step` a multiple of ckpt.memory_every).
   bool Due(int64_t step, bool last);
-  // Whether the last Due found the checkpoint due (not only a memory snapshot).
-  bool durable_due() const { return durable_due_; }
 
   // Starts the saves that the last Due(step, ...) found due: of `shards` and `state` as the
   // checkpoint of `step` (waiting first, with a log line, while the previous save still runs),
@@ -73,10 +72,13 @@ class RunCheckpoints {
   // calls Save for the same steps): a failed one is dropped and logged, not returned. When the
   // previous memory snapshot failed, this step's is waited for as well, so that once Save
   // returns the newest committed memory snapshot is at most ckpt.memory_every steps old unless
-  // that one failed too (logged). Errors: FailedPrecondition when a checkpoint is to be saved
-  // and ckpt.every is 0, or when ckpt.max_failed_saves consecutive saves failed (naming their
-  // steps and the last cause); those of comm.
-  Status Save(int64_t step, const ckpt::StateShards& shards, const TrainerState& state);
+  // that one failed too (logged). `before_checkpoint`, when set, is called once between the
+  // memory snapshot and the checkpoint, with whether a checkpoint starts: the point from which
+  // the step may be reported (see TrainLoopReporter::StepTaken). Errors: FailedPrecondition when
+  // a checkpoint is to be saved and ckpt.every is 0, or when ckpt.max_failed_saves consecutive
+  // saves failed (naming their steps and the last cause); those of comm.
+  Status Save(int64_t step, const ckpt::StateShards& shards, const TrainerState& state,
+              const std::function<void(bool checkpoint)>& before_checkpoint = {});
 
   // Saves the checkpoint of `step`, the run's last, when ckpt.dir holds none of it and no save
   // of it started: a run that resumed at its last step from a memory snapshot trains no step, so

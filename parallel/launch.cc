@@ -107,10 +107,10 @@ Status ScopeFaultsToRank(int rank, int ranks) {
   return Status();
 }
 
-// A worker's report of each step: on rank 0 the metrics file (each line as its step or evaluation
-// ends, written out before each checkpoint); once the step's saves are done the on_step hook, and
-// on rank 0 the progress lines ("step N/M  loss L  lr R  T tok/s" every train.log_every steps
-// and after the last; "step N: val_loss V").
+// A worker's report of each step: on rank 0 the metrics file (each line once its step may be
+// reported, TrainLoopReporter::StepTaken; written out before each checkpoint); once the step's
+// saves are done the on_step hook, and on rank 0 the progress lines ("step N/M  loss L  lr R
+// T tok/s" every train.log_every steps and after the last; "step N: val_loss V").
 class WorkerReporter final : public TrainLoopReporter {
  public:
   // Reports for the worker of `options` (rank 0 when `lead`), calling `note_activity` before

@@ -87,15 +87,18 @@ Status RunTrainLoop(const RunConfig& config, TrainingEngine& engine, RunCheckpoi
     r.tokens_per_s = static_cast<double>(r.stats.tokens) / r.seconds;
     r.last = r.stats.step == end;
     const int64_t step = r.stats.step;
-    reporter.StepTaken(r);
     if (config.eval.every > 0 && (step % config.eval.every == 0 || r.last)) {
       ASSIGN_OR_RETURN(r.val_loss, engine.Evaluate(val_tokens, config.eval.batches));
-      reporter.Evaluated(step, *r.val_loss);
     }
-    if (checkpoints && checkpoints->Due(step, r.last)) {
-      if (checkpoints->durable_due()) reporter.Saving(step);
-      RETURN_IF_ERROR(checkpoints->Save(step, engine.Shards(), engine.state()));
-    }
+    const auto report = [&](bool checkpoint) {
+      reporter.StepTaken(r);
+      if (r.val_loss) reporter.Evaluated(step, *r.val_loss);
+      if (checkpoint) reporter.Saving(step);
+    };
+    if (checkpoints && checkpoints->Due(step, r.last))
+      RETURN_IF_ERROR(checkpoints->Save(step, engine.Shards(), engine.state(), report));
+    else
+      report(false);
     reporter.StepSaved(r);
     if (!options.stop_at || r.last) continue;
     // Every rank takes the same decision from the same all-reduced stop.

@@ -39,9 +39,12 @@ struct StepReport {
 class TrainLoopReporter {
  public:
   virtual ~TrainLoopReporter() = default;
-  // Right after the step, before its evaluation and saves (`report.val_loss` is empty).
+  // Once the step may be reported: after its evaluation (`report.val_loss`, when due) and, when
+  // a memory snapshot is due, after the snapshot before it settled (RunCheckpoints::Save), so
+  // that the steps a kill makes the run train again were not reported yet, but before the
+  // step's checkpoint starts.
   virtual void StepTaken(const StepReport& /*report*/) {}
-  // Right after the evaluation due after step `step`.
+  // Right after StepTaken of a step whose evaluation was due.
   virtual void Evaluated(int64_t /*step*/, double /*val_loss*/) {}
   // Right before the checkpoint of step `step` starts (a due one or a planned stop's; not before
   // a memory snapshot alone, taken as often as every step): what the reporter recorded of the

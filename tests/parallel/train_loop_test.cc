@@ -5,6 +5,7 @@
 #include "parallel/train_loop.h"
 
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -24,13 +25,15 @@ namespace {
 using rt::testing::PatternTokens;
 using rt::testing::TinyConfig;
 
-// One reporter call, as "taken 3", "eval 3", "saving 4", "saved 3 val" or "finished".
+// One reporter call, as "taken 3 val", "eval 3", "saving 4", "saved 3 val" or "finished";
+// `on_taken`, when set, is called in StepTaken with the step.
 class RecordingReporter final : public TrainLoopReporter {
  public:
   void StepTaken(const StepReport& r) override {
-    events.push_back("taken " + std::to_string(r.stats.step) + Last(r));
+    events.push_back("taken " + std::to_string(r.stats.step) + Last(r) +
+                     (r.val_loss ? " val" : ""));
     losses.push_back(r.stats.loss);
-    EXPECT_FALSE(r.val_loss.has_value());
+    if (on_taken) on_taken(r.stats.step);
   }
   void Evaluated(int64_t step, double val_loss) override {
     events.push_back("eval " + std::to_string(step));
@@ -45,6 +48,7 @@ class RecordingReporter final : public TrainLoopReporter {
 
   std::vector<std::string> events;
   std::vector<double> losses, val_losses;
+  std::function<void(int64_t step)> on_taken;
 
  private:
   static std::string Last(const StepReport& r) { return r.last ? " last" : ""; }
@@ -70,7 +74,7 @@ std::vector<std::string> ExpectedEvents(const RunConfig& config, int64_t end) {
   for (int64_t s = 1; s <= end; ++s) {
     const std::string last = s == end ? " last" : "";
     const bool eval = s % config.eval.every == 0 || s == end;
-    e.push_back("taken " + std::to_string(s) + last);
+    e.push_back("taken " + std::to_string(s) + last + (eval ? " val" : ""));
     if (eval) e.push_back("eval " + std::to_string(s));
     if (s % config.ckpt.every == 0 || s == end) e.push_back("saving " + std::to_string(s));
     e.push_back("saved " + std::to_string(s) + last + (eval ? " val" : ""));
@@ -170,6 +174,37 @@ TEST_F(TrainLoopTest, StopAfterEndsAtThatStepWithItsEvaluationAndCheckpoint) {
   EXPECT_EQ(got.losses, losses);
   EXPECT_EQ(got.val_losses, val_losses);
   EXPECT_EQ(Committed(), (std::vector<int64_t>{5, 4, 2}));
+}
+
+// With a memory snapshot after every step, a step is reported only once the snapshot of the
+// step before it is committed, so that a kill never makes the run train again more than the
+// step reported last (the daemon's "steps lost"): each snapshot is slowed to 40 ms, longer than
+// a step of the tiny model, and every StepTaken finds its predecessor's snapshot committed.
+TEST_F(TrainLoopTest, WithAMemorySnapshotEveryStepAStepIsReportedOnceTheOneBeforeIsCommitted) {
+  if (!fault::Enabled()) GTEST_SKIP() << "no fault points in this build";
+  RunConfig config = LoopConfig(6, dir_);
+  config.ckpt.every = 3;
+  config.ckpt.memory_every = 1;
+  std::unique_ptr<Trainer> trainer = Trainer::Create(config, tokens_, "").value();
+  std::shared_ptr<ckpt::Storage> memory = ckpt::OpenStorage("mem://train_loop_test").value();
+  std::unique_ptr<RunCheckpoints> checkpoints =
+      RunCheckpoints::Create(config, DescribeLayout({}), nullptr, trainer->model().device(), memory)
+          .value();
+  TrainLoopOptions options;
+  options.print = false;
+  RecordingReporter reporter;
+  std::vector<int64_t> newest_snapshot_when_taken;
+  reporter.on_taken = [&](int64_t) {
+    Result<std::vector<int64_t>> snapshots = ckpt::ListCommitted(*memory);
+    newest_snapshot_when_taken.push_back(snapshots.ok() && !snapshots->empty() ? snapshots->front()
+                                                                               : 0);
+  };
+  fault::Arm("ckpt.memory.save.before_data", {.action = fault::Action::kDelay, .delay_ms = 40});
+  const Status run = RunTrainLoop(config, *trainer, checkpoints.get(), val_, options, reporter);
+  fault::DisarmAll();
+  ASSERT_TRUE(run.ok()) << run.ToString();
+  EXPECT_EQ(newest_snapshot_when_taken, (std::vector<int64_t>{0, 1, 2, 3, 4, 5}));
+  EXPECT_EQ(reporter.events, ExpectedEvents(config, 6));
 }
 
 // The transfers a run's checkpoints list: every committed save with the bytes its folder holds
