@@ -24,7 +24,6 @@ namespace {
 using namespace asio::experimental::awaitable_operators;
 
 constexpr auto kProposeTimeout = std::chrono::seconds(10);
-constexpr auto kWatchHold = std::chrono::minutes(5);
 constexpr int kCasAttempts = 20;
 
 // Wraps a JSON handler as an RPC handler.
@@ -366,7 +365,7 @@ asio::awaitable<Result<Json>> Node::HandleWorkerWatch(Json request) {
   // watcher of it. Otherwise the worker is told to keep waiting after a while (a new call).
   auto over = generation_over_;
   asio::steady_timer hold(io_);
-  hold.expires_after(kWatchHold);
+  hold.expires_after(std::chrono::milliseconds(config_.worker_watch_hold_ms));
   auto r = co_await (over->async_wait(asio::as_tuple(asio::use_awaitable)) ||
                      hold.async_wait(asio::as_tuple(asio::use_awaitable)));
   const bool current = !stopping_ && running_ && running_->ToString() == generation;

@@ -65,6 +65,8 @@ void BindNodeKeys(NodeConfig* c, ConfigSchema* s) {
          "niceness added to the workers: the daemon's own work preempts theirs");
   s->Int("worker.hang_ms", &c->worker_hang_ms, 0, 3'600'000,
          "kill a worker that sent no heartbeat for this long (stopped, frozen), ms; 0 = never");
+  s->Int("worker.watch_hold_ms", &c->worker_watch_hold_ms, 100, 3'600'000,
+         "how long a worker's watch call is held before it is answered 'keep waiting', ms");
 }
 
 Result<std::pair<std::string, uint16_t>> SplitHostPort(std::string_view text,

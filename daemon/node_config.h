@@ -60,6 +60,9 @@ struct NodeConfig {
   // A worker that sends no heartbeat for this long (its process is stopped or frozen: SIGSTOP, a
   // debugger) is killed, and the job recovers as from its death. 0 = never.
   int worker_hang_ms = 2000;
+  // How long the daemon holds a worker's watch call (the long poll by which a worker learns
+  // that its generation ended) before it answers "keep waiting" and the worker calls again.
+  int worker_watch_hold_ms = 300'000;
 
   // The seeds as a list (split at commas, blanks dropped).
   std::vector<std::string> SeedList() const;

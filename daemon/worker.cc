@@ -202,7 +202,8 @@ class DaemonLink {
     }
   }
 
-  // Long-polls the daemon; any answer but "keep waiting" ends the process.
+  // Long-polls the daemon; any answer but "keep waiting" ({"stop": false}, sent when the daemon
+  // held the call for worker.watch_hold_ms) ends the process.
   asio::awaitable<void> Watch() {
     const Json request = {{"generation", options_.generation},
                           {"rank", options_.train.rank},
@@ -212,6 +213,8 @@ class DaemonLink {
           co_await CallJson(*client_, kWorkerWatch, request, Deadline::After(kWatchPeriod));
       if (!r.ok() && r.status().code() == StatusCode::kDeadlineExceeded) continue;
       if (!r.ok()) ExitOrphaned("lost the daemon: " + r.status().ToString());
+      const auto stop = r->find("stop");
+      if (stop != r->end() && stop->is_boolean() && !stop->get<bool>()) continue;
       ExitOrphaned("the daemon ended generation " + options_.generation);
     }
   }

@@ -151,6 +151,28 @@ TEST_F(ClusterTest, AJobThatCannotStartIsRetriedWithGrowingPauses) {
   WaitFor(1, "a step once the data is back", [](const Json& s) { return Step(s) >= 1; });
 }
 
+// A worker's watch call (the long poll by which it learns that its generation ended) is held
+// for worker.watch_hold_ms and then answered "keep waiting": the worker calls again and trains
+// on in the same generation. Until 2026-11-30 a worker exited on any answer, so every job
+// restarted all its workers every 5 minutes (seen in a fault-free chaos run).
+TEST_F(ClusterTest, WorkersTrainOnPastTheirWatchCallsHold) {
+  StartNode(1, 2, "watch_hold_ms = 200\n");
+  WaitFor(1, "a view of 1 member", [](const Json& s) { return Members(s) == 1; });
+  ProcessOutcome submitted = Ctl({"submit", TinyJobFile()});
+  ASSERT_EQ(submitted.exit_code, 0) << submitted.output;
+  Json s = WaitFor(1, "training", [](const Json& s) { return Step(s) >= 2; });
+  const std::string generation = Generation(s);
+  const std::vector<pid_t> workers = WorkerPids(s, 1);
+  ASSERT_EQ(workers.size(), 2u) << s.dump(2);
+  const int64_t step = Step(s);
+  std::this_thread::sleep_for(milliseconds(2'000));  // ten holds
+  s = *Status(1);
+  EXPECT_EQ(Generation(s), generation) << Logs();
+  EXPECT_EQ(WorkerPids(s, 1), workers) << s.dump(2);
+  EXPECT_GT(Step(s), step);
+  EXPECT_TRUE(LogLines(1, "exited").empty()) << Logs();
+}
+
 // `ringctl checkpoint` asked for when the step it would stop after (the newest reported + 2)
 // lies past the job's last step: here step 19 was reported and step 20, the last, is held back
 // 5 s. It answers once the job has finished, saying so, rather than waiting out the planned
