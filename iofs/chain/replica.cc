@@ -12,6 +12,17 @@ ReplicaMachine::ReplicaMachine(NodeId self, ChainId chain, std::map<ChunkKey, Ch
       retransmit_ticks_(retransmit_ticks),
       resync_ticks_(resync_ticks) {
   config_.chain = chain;
+  for (const auto& [key, st] : chunks_)
+    if (!st.pending.empty()) pending_keys_.insert(key);
+}
+
+void ReplicaMachine::NotePending(ChunkKey key, const ChunkState& st) {
+  if (!st.pending.empty()) {
+    pending_keys_.insert(key);
+    return;
+  }
+  pending_keys_.erase(key);
+  sent_at_.erase(key);
 }
 
 int ReplicaMachine::IndexOf(NodeId node) const {
@@ -60,6 +71,7 @@ void ReplicaMachine::Commit(ChunkKey key, uint64_t version, const Value& value) 
     st.committed = value;
   }
   st.pending.erase(st.pending.begin(), st.pending.upper_bound(st.committed_version));
+  NotePending(key, st);
   dirty_.insert(key);
 }
 
@@ -84,8 +96,10 @@ void ReplicaMachine::PushPending(bool only_stale) {
   if (IndexOf(self_) < 0) return;
   const std::optional<NodeId> succ = Successor();
   const std::optional<NodeId> pred = Predecessor();
-  for (auto& [key, st] : chunks_) {
-    if (st.pending.empty()) continue;
+  // A copy: a tail's Commit below takes the key out of the set.
+  const std::vector<ChunkKey> keys(pending_keys_.begin(), pending_keys_.end());
+  for (ChunkKey key : keys) {
+    const ChunkState& st = chunks_.at(key);
     const auto& [version, value] = *st.pending.rbegin();
     if (succ) {
       auto sent = sent_at_.find(key);
@@ -125,8 +139,7 @@ void ReplicaMachine::SendSyncDone() {
   // A pending version here may already be committed further down (by a tail that since left),
   // so the sync may only complete once the syncing member has acknowledged all of them: the
   // round is closed only when nothing is pending.
-  for (const auto& [key, st] : chunks_)
-    if (!st.pending.empty()) return;
+  if (!pending_keys_.empty()) return;
   Send(Message::Kind::kSyncDone, *succ, 0, sync_round_, {}, sync_round_count_);
 }
 
@@ -153,11 +166,12 @@ void ReplicaMachine::OnConfig(const ChainConfig& config) {
   if (!was_member && config_.members[i].state == MemberState::kSyncing) {
     // Rejoining: pending versions from an earlier membership may never have committed, and the
     // chain may since have given their version numbers to other writes.
-    for (auto& [key, st] : chunks_)
-      if (!st.pending.empty()) {
-        st.pending.clear();
-        dirty_.insert(key);
-      }
+    for (ChunkKey key : pending_keys_) {
+      chunks_.at(key).pending.clear();
+      dirty_.insert(key);
+    }
+    pending_keys_.clear();
+    sent_at_.clear();
   }
   PushPending(/*only_stale=*/false);
   const std::optional<NodeId> succ = Successor();
@@ -181,6 +195,7 @@ void ReplicaMachine::OnMessage(const Message& m) {
       // A duplicate of a pending version is not passed on: each replica retransmits its own
       // pending versions on its ticks, so a flood of duplicates cannot build up.
       if (!st.pending.emplace(m.version, m.value).second && succ) return;
+      NotePending(m.key, st);
       dirty_.insert(m.key);
       if (succ) {
         sent_at_[m.key] = ticks_;
@@ -212,6 +227,7 @@ void ReplicaMachine::OnMessage(const Message& m) {
         st.committed_version = m.version;
         st.committed = m.value;
         st.pending.erase(st.pending.begin(), st.pending.upper_bound(m.version));
+        NotePending(m.key, st);
         dirty_.insert(m.key);
       }
       round_keys_[m.count].insert(m.key);
@@ -250,6 +266,7 @@ void ReplicaMachine::OnClientWrite(uint64_t request_id, ChunkKey key, Value valu
   const uint64_t top = st.pending.empty() ? 0 : st.pending.rbegin()->first;
   const uint64_t version = std::max(st.committed_version, top) + 1;
   st.pending[version] = value;
+  NotePending(key, st);
   dirty_.insert(key);
   waiting_[key].emplace(version, request_id);
   if (const std::optional<NodeId> succ = Successor()) {

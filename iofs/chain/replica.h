@@ -71,6 +71,9 @@ class ReplicaMachine {
   void Send(Message::Kind kind, NodeId to, ChunkKey key, uint64_t version, Value value,
             uint64_t count = 0);
   void Commit(ChunkKey key, uint64_t version, const Value& value);
+  // Keeps pending_keys_ (and sent_at_) in step with `st`, the state of `key`, after a change
+  // of its pending versions.
+  void NotePending(ChunkKey key, const ChunkState& st);
   void ReplyWaiting(ChunkKey key);
   void PushPending(bool only_stale);
   void SendSyncRound();
@@ -91,6 +94,9 @@ class ReplicaMachine {
   uint64_t sync_round_tick_ = 0;   // tick it was sent
   uint64_t retransmit_ticks_ = 2;
   uint64_t resync_ticks_ = 12;
+  // The keys with pending versions: a tick's work is proportional to them, not to every key the
+  // chain ever held (deleted ones stay as tombstones).
+  std::set<ChunkKey> pending_keys_;
   std::map<ChunkKey, uint64_t> sent_at_;  // tick a key's top pending version was last forwarded
   std::vector<Output> outputs_;
   std::set<ChunkKey> dirty_;
