@@ -3,11 +3,11 @@
 // campaign left 9,000-14,000 on each node against about 25 live chunks), so a tick must cost in
 // proportion to the keys with pending versions, not to every key the chain ever held.
 // Usage: iofs_replica_tick_bench [Google Benchmark flags]
-#include <benchmark/benchmark.h>
-
 #include <map>
 #include <memory>
 #include <string>
+
+#include <benchmark/benchmark.h>
 
 #include "iofs/chain/replica.h"
 

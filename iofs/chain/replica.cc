@@ -12,8 +12,45 @@ ReplicaMachine::ReplicaMachine(NodeId self, ChainId chain, std::map<ChunkKey, Ch
       retransmit_ticks_(retransmit_ticks),
       resync_ticks_(resync_ticks) {
   config_.chain = chain;
-  for (const auto& [key, st] : chunks_)
-    if (!st.pending.empty()) pending_keys_.insert(key);
+  for (const auto& [key, st] : chunks_) {
+    NoteVersion(st.committed_version);
+    if (!st.pending.empty()) {
+      pending_keys_.insert(key);
+      NoteVersion(st.pending.rbegin()->first);
+    }
+  }
+}
+
+void ReplicaMachine::NoteVersion(uint64_t version) { clock_ = std::max(clock_, version); }
+
+void ReplicaMachine::DropTombstones() {
+  // A tombstone at the highest committed version stays: the clock restarts from the durable
+  // state, which must hold a version above every one dropped.
+  uint64_t highest = 0;
+  for (const auto& [key, st] : chunks_) highest = std::max(highest, st.committed_version);
+  for (auto it = chunks_.begin(); it != chunks_.end();) {
+    const ChunkState& st = it->second;
+    if (st.committed_version == 0 || !st.committed.tombstone || st.committed_version >= highest ||
+        !st.pending.empty() || waiting_.contains(it->first)) {
+      ++it;
+      continue;
+    }
+    dirty_.insert(it->first);
+    it = chunks_.erase(it);
+  }
+}
+
+void ReplicaMachine::DropWhatTheRoundLacks(const std::set<ChunkKey>& round) {
+  for (auto it = chunks_.begin(); it != chunks_.end();) {
+    const ChunkState& st = it->second;
+    if (st.committed_version == 0 || !st.pending.empty() || round.contains(it->first) ||
+        touched_.contains(it->first) || waiting_.contains(it->first)) {
+      ++it;
+      continue;
+    }
+    dirty_.insert(it->first);
+    it = chunks_.erase(it);
+  }
 }
 
 void ReplicaMachine::NotePending(ChunkKey key, const ChunkState& st) {
@@ -72,13 +109,16 @@ void ReplicaMachine::Commit(ChunkKey key, uint64_t version, const Value& value) 
   }
   st.pending.erase(st.pending.begin(), st.pending.upper_bound(st.committed_version));
   NotePending(key, st);
+  NoteVersion(version);
+  touched_.insert(key);
   dirty_.insert(key);
 }
 
 void ReplicaMachine::ReplyWaiting(ChunkKey key) {
   auto it = waiting_.find(key);
   if (it == waiting_.end()) return;
-  const uint64_t committed = chunks_[key].committed_version;
+  auto held = chunks_.find(key);
+  const uint64_t committed = held == chunks_.end() ? 0 : held->second.committed_version;
   auto& by_version = it->second;
   for (auto w = by_version.begin(); w != by_version.end() && w->first <= committed;) {
     Output out;
@@ -146,8 +186,12 @@ void ReplicaMachine::SendSyncDone() {
 void ReplicaMachine::OnConfig(const ChainConfig& config) {
   if (config.chain != chain_id_ || config.version <= config_.version) return;
   const bool was_member = IndexOf(self_) >= 0;
+  // The first version after a start may be the one the replica ran under before (a quick
+  // restart), whose messages are still taken.
+  const bool version_changed = config_.version != 0;
   config_ = config;
   round_keys_.clear();
+  touched_.clear();
   sync_reported_ = false;
   const int i = IndexOf(self_);
   if (i != 0) {
@@ -167,12 +211,17 @@ void ReplicaMachine::OnConfig(const ChainConfig& config) {
     // Rejoining: pending versions from an earlier membership may never have committed, and the
     // chain may since have given their version numbers to other writes.
     for (ChunkKey key : pending_keys_) {
-      chunks_.at(key).pending.clear();
+      auto held = chunks_.find(key);
+      held->second.pending.clear();
+      if (held->second.committed_version == 0) chunks_.erase(held);  // nothing left of it
       dirty_.insert(key);
     }
     pending_keys_.clear();
     sent_at_.clear();
   }
+  // No message of an earlier chain version is taken from now on, so no late forward can bring
+  // back a version below a tombstone dropped here.
+  if (version_changed) DropTombstones();
   PushPending(/*only_stale=*/false);
   const std::optional<NodeId> succ = Successor();
   if (succ && IsLastServing()) SendSyncRound();
@@ -188,6 +237,7 @@ void ReplicaMachine::OnMessage(const Message& m) {
     case Message::Kind::kForward: {
       if (pred != m.from) return;
       ChunkState& st = chunks_[m.key];
+      touched_.insert(m.key);  // written under this chain version, whatever a sync round lists
       if (m.version <= st.committed_version) {
         Send(Message::Kind::kAck, m.from, m.key, m.version, {});
         return;
@@ -196,6 +246,7 @@ void ReplicaMachine::OnMessage(const Message& m) {
       // pending versions on its ticks, so a flood of duplicates cannot build up.
       if (!st.pending.emplace(m.version, m.value).second && succ) return;
       NotePending(m.key, st);
+      NoteVersion(m.version);
       dirty_.insert(m.key);
       if (succ) {
         sent_at_[m.key] = ticks_;
@@ -208,7 +259,10 @@ void ReplicaMachine::OnMessage(const Message& m) {
     }
     case Message::Kind::kAck: {
       if (succ != m.from) return;
-      ChunkState& st = chunks_[m.key];
+      auto held = chunks_.find(m.key);
+      if (held == chunks_.end())
+        return;  // nothing of it here: not a version this replica forwarded
+      ChunkState& st = held->second;
       // Only the first acknowledgement of a version commits and travels on; a predecessor that
       // missed it re-forwards on its tick and gets a fresh acknowledgement.
       if (m.version <= st.committed_version) return;
@@ -223,6 +277,7 @@ void ReplicaMachine::OnMessage(const Message& m) {
     case Message::Kind::kSync: {
       if (pred != m.from || config_.members[i].state != MemberState::kSyncing) return;
       ChunkState& st = chunks_[m.key];
+      NoteVersion(m.version);
       if (m.version > st.committed_version) {
         st.committed_version = m.version;
         st.committed = m.value;
@@ -240,6 +295,9 @@ void ReplicaMachine::OnMessage(const Message& m) {
       auto it = round_keys_.find(m.version);
       const uint64_t have = it == round_keys_.end() ? 0 : it->second.size();
       if (have < m.count) return;  // some of this round was lost; a later round repeats it
+      // A committed key the round does not list, not written since this chain version began,
+      // was deleted while this member was away and its tombstone dropped.
+      DropWhatTheRoundLacks(it->second);
       sync_reported_ = true;
       Output out;
       out.kind = Output::Kind::kSyncComplete;
@@ -262,11 +320,22 @@ void ReplicaMachine::OnClientWrite(uint64_t request_id, ChunkKey key, Value valu
     outputs_.push_back(out);
     return;
   }
+  // A key not held here (never written, or its tombstone dropped) continues above every version
+  // this replica has held: above its dropped tombstone here and on every other member.
+  auto held = chunks_.find(key);
+  uint64_t version = clock_ + 1;
+  if (held != chunks_.end() && held->second.committed_version > 0) {
+    const ChunkState& before = held->second;
+    const uint64_t top = before.pending.empty() ? 0 : before.pending.rbegin()->first;
+    version = std::max(before.committed_version, top) + 1;
+  } else if (held != chunks_.end() && !held->second.pending.empty()) {
+    version = std::max(clock_, held->second.pending.rbegin()->first) + 1;
+  }
   ChunkState& st = chunks_[key];
-  const uint64_t top = st.pending.empty() ? 0 : st.pending.rbegin()->first;
-  const uint64_t version = std::max(st.committed_version, top) + 1;
   st.pending[version] = value;
   NotePending(key, st);
+  NoteVersion(version);
+  touched_.insert(key);
   dirty_.insert(key);
   waiting_[key].emplace(version, request_id);
   if (const std::optional<NodeId> succ = Successor()) {

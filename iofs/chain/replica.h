@@ -31,7 +31,9 @@ class ReplicaMachine {
   ReplicaMachine(NodeId self, ChainId chain, std::map<ChunkKey, ChunkState> chunks = {},
                  uint64_t retransmit_ticks = 2, uint64_t resync_ticks = 12);
 
-  // Installs a chain version from the manager; older or equal versions are ignored.
+  // Installs a chain version from the manager; older or equal versions are ignored. A version
+  // after the first one since the replica started forgets the committed tombstones (but those at
+  // the highest committed version; docs/formats/iofs_chain.md, "Forgetting deletions").
   void OnConfig(const ChainConfig& config);
   // Handles a message from another replica.
   void OnMessage(const Message& message);
@@ -43,13 +45,15 @@ class ReplicaMachine {
   // hundred milliseconds; the simulator every few steps.
   void OnTick();
 
-  // Answers a read: the committed value and version (version 0 = never written). kNotServing if
+  // Answers a read: the committed value and version (version 0 = never written, or deleted and
+  // its tombstone since forgotten). kNotServing if
   // this replica is not a serving member of the current chain version.
   Result<std::pair<uint64_t, Value>> Read(ChunkKey key) const;
 
   // Outputs produced since the last call, in order.
   std::vector<Output> TakeOutputs();
-  // Keys whose ChunkState changed since the last call (the driver persists them before sending).
+  // Keys whose ChunkState changed since the last call (the driver persists them before sending);
+  // a key no longer in chunks() was forgotten (its durable state is to be removed).
   std::vector<ChunkKey> TakeDirty();
 
   // Drops the in-memory copy of a committed value once the driver has stored it (the driver
@@ -74,6 +78,15 @@ class ReplicaMachine {
   // Keeps pending_keys_ (and sent_at_) in step with `st`, the state of `key`, after a change
   // of its pending versions.
   void NotePending(ChunkKey key, const ChunkState& st);
+  // Raises clock_ to `version`.
+  void NoteVersion(uint64_t version);
+  // Forgets the committed tombstones with nothing pending, but those at the highest committed
+  // version (called when a chain version begins). The driver sees their keys dirty and gone
+  // from chunks().
+  void DropTombstones();
+  // A syncing member's complete round listed `round`: forgets every committed key not in it
+  // and not written under the current chain version.
+  void DropWhatTheRoundLacks(const std::set<ChunkKey>& round);
   void ReplyWaiting(ChunkKey key);
   void PushPending(bool only_stale);
   void SendSyncRound();
@@ -83,6 +96,12 @@ class ReplicaMachine {
   ChainId chain_id_;
   ChainConfig config_;
   std::map<ChunkKey, ChunkState> chunks_;
+  // The highest version of any key this replica has held (committed or pending); a key it does
+  // not hold is written above it. Restored from chunks_, which always keeps an entry above every
+  // tombstone dropped.
+  uint64_t clock_ = 0;
+  // Keys written under the current chain version (forwards, commits, client writes).
+  std::set<ChunkKey> touched_;
   // Volatile state (lost on a crash).
   std::map<ChunkKey, std::multimap<uint64_t, uint64_t>> waiting_;  // key → version → request
   // Keys received by kSync under the current config, per sync round.

@@ -147,6 +147,11 @@ Status ChainNode::Store(const std::vector<std::pair<ChunkKey, ChunkState>>& stat
     const uint64_t disk_version = on_disk.ok() ? (on_disk->version & kVersionMask) : 0;
     Result<ChunkInfo> pending_disk = engine_->Stat(pending_id);
     uint64_t pending_version = pending_disk.ok() ? (pending_disk->version & kVersionMask) : 0;
+    if (st.committed_version == 0 && st.pending.empty()) {  // forgotten by the machine
+      if (on_disk.ok()) removes.push_back(key);
+      if (pending_disk.ok()) removes.push_back(pending_id);
+      continue;
+    }
     if (st.committed_version > disk_version) {
       const uint64_t stored = st.committed_version | (st.committed.tombstone ? kTombstoneBit : 0);
       if (pending_version == st.committed_version) {
@@ -209,7 +214,9 @@ void ChainNode::Process(Slot& slot, std::unique_lock<std::mutex>& lock) {
   std::vector<std::pair<ChunkKey, ChunkState>> states;
   states.reserve(dirty.size());
   for (ChunkKey key : dirty) {
-    states.emplace_back(key, slot.machine.chunks().at(key));
+    // A key the machine forgot is stored as a state that never held anything: removed.
+    auto it = slot.machine.chunks().find(key);
+    states.emplace_back(key, it == slot.machine.chunks().end() ? ChunkState{} : it->second);
     slot.claims[key].insert(step);
   }
   slot.storing.insert(step);

@@ -11,6 +11,7 @@
 //     acknowledged one and holds the value committed under that version.
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
 #include <map>
 #include <optional>
 #include <random>
@@ -124,7 +125,15 @@ class Simulation {
   // Persists a machine's dirty chunks, checks commits, then carries out its outputs.
   void Drain(int n, ReplicaMachine& m) {
     for (ChunkKey key : m.TakeDirty()) {
-      const ChunkState& st = m.chunks().at(key);
+      auto held = m.chunks().find(key);
+      if (held ==
+          m.chunks().end()) {  // forgotten (a dropped tombstone, or a key deleted while away)
+        durable_[n][m.config().chain].erase(key);
+        if (trace_)
+          std::fprintf(stderr, "  node %d key %llu: forgotten\n", n, (unsigned long long)key);
+        continue;
+      }
+      const ChunkState& st = held->second;
       durable_[n][m.config().chain][key] = st;
       if (trace_) {
         std::string p;
@@ -153,6 +162,16 @@ class Simulation {
   }
 
   static std::string Show(const Value& v) { return v.deleted() ? "<deleted>" : *v.data; }
+
+  // What replica `m` holds of `key` once healed: "v<version>=<value>" for a live value,
+  // "deleted" for a tombstone, a key never written or one forgotten.
+  static std::string Live(const ReplicaMachine& m, ChunkKey key) {
+    auto it = m.chunks().find(key);
+    if (it == m.chunks().end() || it->second.committed_version == 0 ||
+        it->second.committed.deleted())
+      return "deleted";
+    return "v" + std::to_string(it->second.committed_version) + "=" + Show(it->second.committed);
+  }
 
   void CheckCommit(ChunkKey key, uint64_t version, const Value& value, int node) {
     auto [it, inserted] = commits_.emplace(std::make_pair(key, version), Show(value));
@@ -308,23 +327,26 @@ class Simulation {
     }
     for (int c = 0; c < chains_; ++c) {
       const auto& home = manager_->home(c);
-      const auto& ref = machines_[home[0]].at(c).chunks();
+      const ReplicaMachine& ref = machines_[home[0]].at(c);
       for (NodeId n : home) {
         const ReplicaMachine& m = machines_[n].at(c);
         if (!m.serving())
           return "node " + std::to_string(n) + " not serving chain " + std::to_string(c);
+        std::set<ChunkKey> keys;
         for (const auto& [key, st] : m.chunks()) {
           if (!st.pending.empty())
             return "node " + std::to_string(n) + " still has pending versions of key " +
                    std::to_string(key);
-          auto it = ref.find(key);
-          const uint64_t ref_version = it == ref.end() ? 0 : it->second.committed_version;
-          if (st.committed_version != ref_version ||
-              (st.committed_version > 0 && Show(st.committed) != Show(it->second.committed)))
+          keys.insert(key);
+        }
+        for (const auto& [key, st] : ref.chunks()) keys.insert(key);
+        // A tombstone and a forgotten key are the same state; a live value must be equal.
+        for (ChunkKey key : keys) {
+          const std::string mine = Live(m, key), theirs = Live(ref, key);
+          if (mine != theirs)
             return "replicas of chain " + std::to_string(c) + " diverge on key " +
-                   std::to_string(key) + ": node " + std::to_string(n) + " has v" +
-                   std::to_string(st.committed_version) + ", node " + std::to_string(home[0]) +
-                   " has v" + std::to_string(ref_version);
+                   std::to_string(key) + ": node " + std::to_string(n) + " has " + mine +
+                   ", node " + std::to_string(home[0]) + " has " + theirs;
         }
       }
     }
@@ -332,7 +354,16 @@ class Simulation {
       const ChainId c = ChainOf(key, chains_);
       const auto& chunks = machines_[manager_->home(c)[0]].at(c).chunks();
       auto it = chunks.find(key);
-      const uint64_t have = it == chunks.end() ? 0 : it->second.committed_version;
+      if (it == chunks.end()) {
+        // Forgotten: only right if the key's newest committed version deleted it.
+        auto newest = commits_.lower_bound({key + 1, 0});
+        if (newest == commits_.begin() || std::prev(newest)->first.first != key ||
+            std::prev(newest)->second != "<deleted>" || std::prev(newest)->first.second < acked)
+          return "key " + std::to_string(key) + " forgotten, but its newest committed version " +
+                 "is not a deletion at or above the acknowledged v" + std::to_string(acked);
+        continue;
+      }
+      const uint64_t have = it->second.committed_version;
       if (have < acked)
         return "acknowledged version " + std::to_string(acked) + " of key " + std::to_string(key) +
                " lost: replicas hold v" + std::to_string(have);
@@ -389,6 +420,94 @@ TEST(ChainSimTest, BuildChainsSpreadsHeadsAndRejectsBadLayouts) {
   EXPECT_EQ(BuildChains({1, 2, 3, 4}, 4, 1).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(BuildChains({1, 1}, 1, 1).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(BuildChains({}, 1, 1).status().code(), StatusCode::kInvalidArgument);
+}
+
+// Passes every message the replicas send until none is left (no loss); replies are dropped.
+// Returns the configs a completed sync made the manager install (already delivered).
+std::vector<ChainConfig> Pump(ChainManager& manager, std::map<NodeId, ReplicaMachine*> replicas) {
+  std::vector<ChainConfig> installed;
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (auto& [id, replica] : replicas) {
+      (void)replica->TakeDirty();
+      for (const Output& o : replica->TakeOutputs()) {
+        moved = true;
+        if (o.kind == Output::Kind::kSend && replicas.contains(o.message.to)) {
+          replicas.at(o.message.to)->OnMessage(o.message);
+        } else if (o.kind == Output::Kind::kSyncComplete) {
+          for (const ChainConfig& c : manager.OnSyncComplete(o.node, o.chain, o.chain_version)) {
+            installed.push_back(c);
+            for (auto& [other, r] : replicas) r->OnConfig(c);
+          }
+        }
+      }
+    }
+  }
+  return installed;
+}
+
+// Writes `text` to `key` at `head` (an empty text deletes the key).
+void Write(ReplicaMachine& head, ChunkKey key, const std::string& text) {
+  static uint64_t request = 0;
+  head.OnClientWrite(
+      ++request, key,
+      text.empty() ? Value{nullptr, true} : Value{std::make_shared<const std::string>(text)});
+}
+
+// Deleted chunks are not kept forever: a new chain version forgets the tombstones (all but one
+// at the highest committed version, which keeps the versions growing across restarts), a
+// returning member forgets a chunk deleted while it was away (its tombstone already forgotten
+// by the others, so the sync round no longer lists it), and a key written again after its
+// tombstone was forgotten continues above every earlier version.
+TEST(ChainSimTest, DeletedChunksAreForgottenWhenTheChainChanges) {
+  auto layout = BuildChains({0, 1, 2}, 3, 1);
+  ASSERT_TRUE(layout.ok());
+  ChainManager manager(*layout);
+  ReplicaMachine a(0, 0), b(1, 0), c(2, 0);
+  for (ReplicaMachine* r : {&a, &b, &c}) r->OnConfig(manager.config(0));
+  for (ChunkKey key = 1; key <= 10; ++key) Write(a, key, "v" + std::to_string(key));
+  for (ChunkKey key = 1; key <= 9; ++key) Write(a, key, "");
+  Write(a, 20, "twenty");
+  Pump(manager, {{0, &a}, {1, &b}, {2, &c}});
+  for (ReplicaMachine* r : {&a, &b, &c}) ASSERT_EQ(r->chunks().size(), 11u);  // 9 tombstones
+
+  // c leaves: the new chain version makes a and b forget the nine tombstones.
+  auto down = manager.OnNodeDown(2);
+  ASSERT_EQ(down.size(), 1u);
+  for (ReplicaMachine* r : {&a, &b}) {
+    r->OnConfig(down[0]);
+    EXPECT_EQ(r->chunks().size(), 2u) << "node " << r->self();
+    EXPECT_EQ(r->Read(3)->first, 0u);
+  }
+  // While c is away key 10 is deleted (then forgotten at the next change) and key 21 written.
+  Write(a, 10, "");
+  Write(a, 21, "twenty-one");
+  Pump(manager, {{0, &a}, {1, &b}});
+  const uint64_t deleted_at = b.chunks().at(10).committed_version;
+
+  // c returns from its durable state, which still holds key 10's old value.
+  ReplicaMachine c2(2, 0, c.chunks());
+  ASSERT_EQ(c2.Read(10).status().code(), StatusCode::kNotServing);
+  auto up = manager.OnNodeUp(2);
+  ASSERT_EQ(up.size(), 1u);
+  for (ReplicaMachine* r : {&a, &b, &c2}) r->OnConfig(up[0]);
+  const std::vector<ChainConfig> healed = Pump(manager, {{0, &a}, {1, &b}, {2, &c2}});
+  ASSERT_EQ(healed.size(), 1u);
+  for (ReplicaMachine* r : {&a, &b, &c2}) {
+    EXPECT_EQ(r->Read(10)->first, 0u) << "node " << r->self();
+    EXPECT_EQ(*r->Read(21)->second.data, "twenty-one") << "node " << r->self();
+    EXPECT_EQ(r->chunks().size(), 2u) << "node " << r->self();  // keys 20 and 21
+  }
+
+  // Key 10 written again goes above the version that deleted it, on every member.
+  Write(a, 10, "again");
+  Pump(manager, {{0, &a}, {1, &b}, {2, &c2}});
+  for (ReplicaMachine* r : {&a, &b, &c2}) {
+    auto read = r->Read(10);
+    ASSERT_TRUE(read.ok());
+    EXPECT_GT(read->first, deleted_at) << "node " << r->self();
+    EXPECT_EQ(*read->second.data, "again") << "node " << r->self();
+  }
 }
 
 TEST(ChainSimTest, ReturningReplicaSyncsBeforeServing) {
