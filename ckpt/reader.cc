@@ -20,16 +20,9 @@ constexpr int kReadThreads = 4;
 // kMergeGapBytes and the read stays within kMaxMergedReadBytes.
 constexpr uint64_t kMergeGapBytes = 64 << 10;
 constexpr uint64_t kMaxMergedReadBytes = 16 << 20;
-
-Region RegionOf(const TensorEntry& t, const StoredPiece& p) {
-  Region r;
-  r.global_shape = t.global_shape;
-  r.box_offset = p.box_offset;
-  r.box_size = p.box_size;
-  r.has_flat_range = p.has_flat_range;
-  r.flat_begin = p.flat_begin;
-  r.flat_end = p.flat_end;
-  return r;
+// Memory for `n` bytes that a read fills, without zeroing it first (std::vector would).
+std::unique_ptr<uint8_t[]> ReadBuffer(uint64_t n) {
+  return std::unique_ptr<uint8_t[]>(new uint8_t[n]);
 }
 
 std::string ShardName(const TensorShard& s) {
@@ -100,10 +93,16 @@ Result<std::span<const uint8_t>> CheckpointReader::DecodePiece(
 Status CheckpointReader::ReadPieces(
     const std::vector<PieceRef>& pieces,
     const std::function<Status(size_t k, std::span<const uint8_t> raw)>& use,
-    const std::function<void(Status)>& on_error) {
+    const std::function<void(Status)>& on_error, const std::function<uint8_t*(size_t k)>& direct) {
   auto stored_of = [&](size_t k) -> const StoredPiece& {
     return pieces[k].tensor->pieces[pieces[k].piece];
   };
+  // Where each piece read straight into its destination goes (nullptr: through a buffer).
+  std::vector<uint8_t*> direct_to(pieces.size(), nullptr);
+  if (direct)
+    for (size_t k = 0; k < pieces.size(); ++k)
+      if (stored_of(k).codec == Codec::kNone && stored_of(k).length >= direct_read_bytes_)
+        direct_to[k] = direct(k);
   // In file order, so that neighbours merge and consecutive reads are near each other.
   std::vector<size_t> order(pieces.size());
   for (size_t k = 0; k < order.size(); ++k) order[k] = k;
@@ -120,7 +119,11 @@ Status CheckpointReader::ReadPieces(
   for (size_t k : order) {
     const StoredPiece& p = stored_of(k);
     const uint64_t end = p.offset + p.length;
-    if (!reads.empty()) {
+    if (direct_to[k] != nullptr) {  // a read of its own, never merged
+      reads.push_back(MergedRead{p.file, p.offset, end, {k}});
+      continue;
+    }
+    if (!reads.empty() && !(reads.back().ks.size() == 1 && direct_to[reads.back().ks[0]])) {
       MergedRead& r = reads.back();
       const uint64_t merged_end = std::max(r.end, end);
       if (r.file == p.file && (p.offset <= r.end || p.offset - r.end <= kMergeGapBytes) &&
@@ -144,10 +147,12 @@ Status CheckpointReader::ReadPieces(
     const MergedRead& r = reads[i];
     // A lone piece, or the pieces of a merged read that failed, are read one by one — unless
     // the storage is out of reach or too slow now: every piece would wait for it again.
-    std::vector<uint8_t> bytes;
+    std::unique_ptr<uint8_t[]> buffer;
+    std::span<uint8_t> bytes;
     bool merged = false;
     if (r.ks.size() > 1) {
-      bytes.resize(r.end - r.begin);
+      buffer = ReadBuffer(r.end - r.begin);
+      bytes = std::span<uint8_t>(buffer.get(), r.end - r.begin);
       Status read = storage_->ReadRange(FilePath(r.file), r.begin, bytes);
       merged = read.ok();
       if (merged) bytes_read_.fetch_add(bytes.size(), std::memory_order_relaxed);
@@ -167,12 +172,18 @@ Status CheckpointReader::ReadPieces(
       if (merged) {
         s = finish(k, std::span<const uint8_t>(bytes).subspan(p.offset - r.begin, p.length));
       } else {
-        std::vector<uint8_t> stored(p.length);
+        if (direct_to[k] == nullptr) buffer = ReadBuffer(p.length);
+        const std::span<uint8_t> stored(direct_to[k] ? direct_to[k] : buffer.get(), p.length);
         s = storage_->ReadRange(FilePath(p.file), p.offset, stored)
                 .WithContext(Where(*pieces[k].tensor, p));
         if (s.ok()) {
           bytes_read_.fetch_add(stored.size(), std::memory_order_relaxed);
-          s = finish(k, stored);
+          if (direct_to[k] == nullptr) {
+            s = finish(k, stored);
+          } else {  // in place already: only its check
+            std::vector<uint8_t> unused;
+            s = DecodePiece(*pieces[k].tensor, p, stored, &unused).status();
+          }
         }
       }
       if (s.ok()) continue;
@@ -235,19 +246,46 @@ Status CheckpointReader::Load(const StateShards& dest) {
     refs.push_back(PieceRef{piece.first, piece.second});
     users.push_back(&destinations);
   }
-  RETURN_IF_ERROR(ReadPieces(refs, [&](size_t k, std::span<const uint8_t> raw) -> Status {
+  // A piece that lands whole and contiguous in one destination is read straight into it.
+  auto direct = [&](size_t k) -> uint8_t* {
     const TensorEntry& t = *refs[k].tensor;
     const StoredPiece& p = t.pieces[refs[k].piece];
-    const size_t esize = DTypeSize(t.dtype);
-    for (size_t i : *users[k]) {
-      uint8_t* out = target[i];
-      ForEachOverlap(RegionOf(t, p), ckpt::RegionOf(dest.shards[i]),
-                     [&](int64_t a, int64_t b, int64_t n) {
-                       std::memcpy(out + b * esize, raw.data() + a * esize, n * esize);
-                     });
-    }
-    return Status();
-  }));
+    if (users[k]->size() != 1) return nullptr;
+    const size_t i = users[k]->front();
+    // The overlap as runs that continue one another on both sides must start at the piece's
+    // first element, at some `at` of the destination, and hold all of the piece.
+    const int64_t elements = static_cast<int64_t>(p.raw_length / DTypeSize(t.dtype));
+    bool contiguous = true;
+    int64_t at = -1, next_a = 0, next_b = -1;
+    ForEachOverlap(RegionOf(t, p), ckpt::RegionOf(dest.shards[i]),
+                   [&](int64_t a, int64_t b, int64_t n) {
+                     if (at < 0)
+                       at = b;
+                     else if (b != next_b)
+                       contiguous = false;
+                     if (a != next_a) contiguous = false;
+                     next_a = a + n;
+                     next_b = b + n;
+                   });
+    return contiguous && at >= 0 && next_a == elements ? target[i] + at * DTypeSize(t.dtype)
+                                                       : nullptr;
+  };
+  RETURN_IF_ERROR(ReadPieces(
+      refs,
+      [&](size_t k, std::span<const uint8_t> raw) -> Status {
+        const TensorEntry& t = *refs[k].tensor;
+        const StoredPiece& p = t.pieces[refs[k].piece];
+        const size_t esize = DTypeSize(t.dtype);
+        for (size_t i : *users[k]) {
+          uint8_t* out = target[i];
+          ForEachOverlap(RegionOf(t, p), ckpt::RegionOf(dest.shards[i]),
+                         [&](int64_t a, int64_t b, int64_t n) {
+                           std::memcpy(out + b * esize, raw.data() + a * esize, n * esize);
+                         });
+        }
+        return Status();
+      },
+      {}, direct));
   for (size_t i = 0; i < dest.shards.size(); ++i) {
     if (staging[i].empty()) continue;
     const TensorShard& s = dest.shards[i];

@@ -37,6 +37,12 @@ class CheckpointReader {
   // exactly, OutOfRange for a truncated file, NotFound for a missing file.
   Status Load(const StateShards& dest);
 
+  // Pieces of at least this many bytes that go verbatim (codec none) into one contiguous stretch
+  // of a destination are read straight into it; smaller ones are read together with their
+  // neighbours into a buffer and copied (default 256 KiB; tests set 0 to read every such piece
+  // straight).
+  void set_direct_read_bytes(uint64_t bytes) { direct_read_bytes_ = bytes; }
+
   // Bytes read from the storage so far: the MANIFEST and every stored piece read (as stored,
   // before decoding), with the few bytes between neighbouring pieces read together. Thread-safe.
   uint64_t bytes_read() const { return bytes_read_.load(std::memory_order_relaxed); }
@@ -61,10 +67,14 @@ class CheckpointReader {
   // the piece — unless the storage is out of reach (StorageOutOfReach): that error, naming the
   // first piece and how many more, is the read's. Without `on_error`, stops at the first error (of
   // a read, a check or `use`) and returns it; with it, passes it every piece's error (from any of
-  // the threads, one call at a time) and reads on.
+  // the threads, one call at a time) and reads on. `direct`, when set, may name for piece k
+  // the memory its stored bytes belong in verbatim (codec none, one contiguous destination):
+  // a piece of at least direct_read_bytes_ is then read straight into it and checked there, and
+  // `use` is not called for it (a piece that fails its check leaves that memory undefined).
   Status ReadPieces(const std::vector<PieceRef>& pieces,
                     const std::function<Status(size_t k, std::span<const uint8_t> raw)>& use,
-                    const std::function<void(Status)>& on_error = {});
+                    const std::function<void(Status)>& on_error = {},
+                    const std::function<uint8_t*(size_t k)>& direct = {});
   // The raw bytes of `piece` of `tensor` from its stored bytes: checks the CRC32C, then decodes
   // into `scratch` (codec none: `stored` itself). Errors name the piece.
   Result<std::span<const uint8_t>> DecodePiece(const TensorEntry& tensor, const StoredPiece& piece,
@@ -78,6 +88,7 @@ class CheckpointReader {
   std::shared_ptr<Storage> storage_;
   Manifest manifest_;
   std::atomic<uint64_t> bytes_read_;
+  uint64_t direct_read_bytes_ = 256 << 10;
 };
 
 // Loads the newest committed checkpoint that opens and loads (logging why any newer one was

@@ -18,6 +18,17 @@ Region RegionOf(const TensorShard& s) {
   return r;
 }
 
+Region RegionOf(const TensorEntry& t, const StoredPiece& p) {
+  Region r;
+  r.global_shape = t.global_shape;
+  r.box_offset = p.box_offset;
+  r.box_size = p.box_size;
+  r.has_flat_range = p.has_flat_range;
+  r.flat_begin = p.flat_begin;
+  r.flat_end = p.flat_end;
+  return r;
+}
+
 Result<std::vector<PlannedPiece>> PlanWrites(const StateShards& shards, size_t piece_bytes) {
   std::vector<PlannedPiece> plan;
   std::map<std::tuple<StateKind, std::string>, std::tuple<Shape, DType>> seen;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "ckpt/manifest.h"
 #include "ckpt/region.h"
 #include "ckpt/shard.h"
 
@@ -32,5 +33,7 @@ Result<std::vector<PlannedPiece>> PlanWrites(const StateShards& shards, size_t p
 
 // The region of a shard (its box and flat range).
 Region RegionOf(const TensorShard& shard);
+// The region of stored piece `piece` of `tensor` (its box and flat range).
+Region RegionOf(const TensorEntry& tensor, const StoredPiece& piece);
 
 }  // namespace rt::ckpt

@@ -10,6 +10,8 @@
 
 #include "ckpt/catalog.h"
 #include "ckpt/manifest.h"
+#include "ckpt/region.h"
+#include "ckpt/write_plan.h"
 #include "tests/ckpt/util.h"
 
 namespace rt::ckpt {
@@ -225,6 +227,52 @@ TEST(RoundTripTest, NeighbouringPiecesAreReadTogetherAndOneByOneWhenThatFails) {
   EXPECT_NE(s.ToString().find(DataFile(0) + " bytes ["), std::string::npos) << s.ToString();
   EXPECT_NE(s.ToString().find("more pieces read with it"), std::string::npos) << s.ToString();
   EXPECT_LE(gone->range_reads, files);  // no piece was retried on its own
+}
+
+// Whether piece `p` of `t` holds some element of shard `s`.
+bool Overlaps(const TensorEntry& t, const StoredPiece& p, const TensorShard& s) {
+  bool any = false;
+  ForEachOverlap(RegionOf(t, p), RegionOf(s), [&](int64_t, int64_t, int64_t) { any = true; });
+  return any;
+}
+
+// A piece that goes whole into one stretch of a destination (codec none) is read straight into
+// it, one read per piece, checked in place; the rest still go through merged reads. Here every
+// such piece goes straight (the threshold at 0, the synthetic pieces being small): loads into
+// the saved layout and into others match the reference, and a flipped byte is still caught.
+TEST(RoundTripTest, PiecesReadStraightIntoTheirDestinationsLoadAndFailAlike) {
+  TempDir dir("direct");
+  const SynthLayout saved{.tp = 2, .dp = 2};
+  ASSERT_TRUE(SaveLayout(Posix(dir), saved, 4, {}).ok());
+  for (const SynthLayout& layout :
+       {saved, SynthLayout{.tp = 1, .dp = 1}, SynthLayout{.tp = 2, .dp = 1, .columns = true},
+        SynthLayout{.tp = 1, .dp = 2, .zero = true}}) {
+    for (int r = 0; r < layout.world(); ++r) {
+      auto counting = std::make_shared<CountingStorage>(Posix(dir), UINT64_MAX);
+      auto reader = CheckpointReader::Open(counting, 4).value();
+      reader->set_direct_read_bytes(0);
+      testing::SynthRank rank = testing::MakeRank(layout, r, false);
+      ASSERT_TRUE(reader->Load(rank.shards).ok()) << layout.Name() << " rank " << r;
+      EXPECT_EQ(testing::CheckRank(rank), "") << layout.Name() << " rank " << r;
+      if (layout.Name() == saved.Name()) {
+        // The layout that saved it: every piece lands whole in one destination, read alone.
+        size_t pieces = 0;
+        for (const TensorShard& s : rank.shards.shards)
+          for (const StoredPiece& p : reader->manifest().Find(s.kind, s.name)->pieces)
+            pieces += Overlaps(*reader->manifest().Find(s.kind, s.name), p, s) ? 1 : 0;
+        EXPECT_EQ(counting->range_reads, static_cast<int>(pieces)) << "rank " << r;
+      }
+    }
+  }
+  // A flipped byte in the first piece of rank 0's file fails the load, naming the piece.
+  testing::FlipByte(dir.path() + "/" + StepDir(4) + "/" + DataFile(0), 1);
+  auto reader = CheckpointReader::Open(Posix(dir), 4).value();
+  reader->set_direct_read_bytes(0);
+  testing::SynthRank rank = testing::MakeRank(saved, 0, false);
+  const Status s = reader->Load(rank.shards);
+  EXPECT_EQ(s.code(), StatusCode::kCorruption) << s.ToString();
+  EXPECT_NE(s.ToString().find("CRC32C mismatch"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.ToString().find(DataFile(0) + " bytes [0, "), std::string::npos) << s.ToString();
 }
 
 TEST(RoundTripTest, RetentionKeepsNewestAndCleansFragments) {
