@@ -328,9 +328,7 @@ void ReplicaMachine::OnClientWrite(uint64_t request_id, ChunkKey key, Value valu
     const ChunkState& before = held->second;
     const uint64_t top = before.pending.empty() ? 0 : before.pending.rbegin()->first;
     version = std::max(before.committed_version, top) + 1;
-  } else if (held != chunks_.end() && !held->second.pending.empty()) {
-    version = std::max(clock_, held->second.pending.rbegin()->first) + 1;
-  }
+  }  // a key with only pending versions: clock_ is above them already
   ChunkState& st = chunks_[key];
   st.pending[version] = value;
   NotePending(key, st);
